@@ -1,0 +1,150 @@
+//! Capture files: read pcap and pcapng (through the `pcap-file` crate) into frames.
+
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use pcap_file::DataLink;
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+
+/// One captured frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapturedFrame {
+    /// 1-based frame number in the file, as Wireshark counts.
+    pub number: usize,
+    /// Capture timestamp since the Unix epoch.
+    pub timestamp: Duration,
+    /// Link type of the interface it was captured on.
+    pub ethernet: bool,
+    pub data: Vec<u8>,
+}
+
+/// Why a capture could not be read.
+#[derive(Debug)]
+pub enum CaptureError {
+    Io(std::io::Error),
+    /// Neither the pcap nor the pcapng magic number.
+    NotACapture {
+        magic: [u8; 4],
+    },
+    /// The pcap-file crate rejected the contents.
+    Format(pcap_file::PcapError),
+}
+
+impl std::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaptureError::Io(e) => write!(f, "{e}"),
+            CaptureError::NotACapture { magic } => {
+                write!(f, "not a pcap or pcapng file (starts with {magic:02x?})")
+            }
+            CaptureError::Format(e) => write!(f, "malformed capture: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+impl From<pcap_file::PcapError> for CaptureError {
+    fn from(e: pcap_file::PcapError) -> Self {
+        match e {
+            pcap_file::PcapError::IoError(io) => CaptureError::Io(io),
+            other => CaptureError::Format(other),
+        }
+    }
+}
+
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+/// Read every frame of a pcap or pcapng file.
+pub fn read_file(path: &Path) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let bytes = std::fs::read(path).map_err(CaptureError::Io)?;
+    read_bytes(&bytes)
+}
+
+/// Read every frame of a pcap or pcapng image held in memory.
+pub fn read_bytes(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let mut magic = [0u8; 4];
+    let n = bytes.len().min(4);
+    magic[..n].copy_from_slice(&bytes[..n]);
+    if magic == PCAPNG_MAGIC {
+        read_pcapng(bytes)
+    } else if matches!(
+        u32::from_le_bytes(magic),
+        0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1
+    ) {
+        read_pcap(bytes)
+    } else {
+        Err(CaptureError::NotACapture { magic })
+    }
+}
+
+fn read_pcap(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let mut reader = PcapReader::new(r)?;
+    let ethernet = reader.header().datalink == DataLink::ETHERNET;
+    let mut out = Vec::new();
+    while let Some(p) = reader.next_packet() {
+        let p = p?;
+        out.push(CapturedFrame {
+            number: out.len() + 1,
+            timestamp: p.timestamp,
+            ethernet,
+            data: p.data.into_owned(),
+        });
+    }
+    Ok(out)
+}
+
+fn read_pcapng(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let mut reader = PcapNgReader::new(r)?;
+    let mut links: Vec<DataLink> = Vec::new();
+    let mut out = Vec::new();
+    while let Some(b) = reader.next_block() {
+        let (iface, timestamp, data) = match b? {
+            Block::SectionHeader(_) => {
+                links.clear();
+                continue;
+            }
+            Block::InterfaceDescription(i) => {
+                links.push(i.linktype);
+                continue;
+            }
+            Block::EnhancedPacket(p) => (p.interface_id as usize, p.timestamp, p.data.into_owned()),
+            Block::SimplePacket(p) => (0, Duration::ZERO, p.data.into_owned()),
+            Block::Packet(p) => (
+                usize::from(p.interface_id),
+                Duration::from_micros(p.timestamp),
+                p.data.into_owned(),
+            ),
+            _ => continue,
+        };
+        let ethernet = links.get(iface).is_some_and(|l| *l == DataLink::ETHERNET);
+        out.push(CapturedFrame {
+            number: out.len() + 1,
+            timestamp,
+            ethernet,
+            data,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_a_clear_error() {
+        assert!(matches!(
+            read_bytes(b"hello"),
+            Err(CaptureError::NotACapture { .. })
+        ));
+        assert!(matches!(
+            read_bytes(b""),
+            Err(CaptureError::NotACapture { .. })
+        ));
+        // A pcap header cut short.
+        assert!(read_bytes(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0]).is_err());
+    }
+}

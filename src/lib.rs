@@ -1,0 +1,7 @@
+//! xrnic: a RoCE v2 software RNIC.
+//!
+//! Layers, with one direction of dependency: [`wire`] (packet formats) ← `proto` (the
+//! sans-IO transport) ← `verbs` / driver → `io` (AF_XDP, simulated link, captures).
+
+pub mod capture;
+pub mod wire;

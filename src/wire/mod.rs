@@ -1,0 +1,30 @@
+//! The RoCE v2 wire format: headers as byte views and plain `Repr` values, the opcode
+//! table, the ICRC, and whole-frame parse/emit.
+//!
+//! Contract: parsing never panics on any input. Every `parse`/`new_checked` validates the
+//! length it needs once; after that no accessor can index out of bounds. Every malformed
+//! input yields an [`Error`] that says what was wrong, in which layer, at which byte offset
+//! of the frame and how many bytes were needed and present.
+//!
+//! Ethernet, 802.1Q, IPv4, IPv6 and UDP go through `etherparse`; the InfiniBand transport
+//! headers (BTH and the extended headers) are ours.
+
+mod bth;
+mod error;
+mod ext;
+mod frame;
+pub mod icrc;
+mod opcode;
+mod types;
+
+pub use bth::{Bth, BthRepr};
+pub use error::{Error, Layer, NotRoce};
+pub use ext::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, NakCode, RethRepr, Syndrome,
+    aeth_credits, rnr_timer_ns,
+};
+pub use frame::{
+    EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
+};
+pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
+pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};

@@ -201,17 +201,17 @@ mod tests {
 
     // BTH of the RC READ REQUEST in vectors/single/pcapplusplus_rc_read_request.pcap.
     const READ_REQ_BTH: [u8; 12] = [
-        0x0c, 0x40, 0xff, 0xff, 0, 0, 0, 0xd2, 0x80, 0x01, 0x3a, 0x7c,
+        0x0c, 0x00, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0x54, 0xcb, 0x63,
     ];
 
     #[test]
     fn parse_fixture() {
         let r = BthRepr::parse(&Bth::new_checked(&READ_REQ_BTH[..], 0).unwrap(), 0).unwrap();
         assert_eq!(r.opcode, Opcode::RC_READ_REQUEST);
-        assert!(r.mig_req && r.ack_req && !r.solicited);
+        assert!(!r.mig_req && r.ack_req && !r.solicited);
         assert_eq!(r.pkey, PKey::DEFAULT);
-        assert_eq!(r.dest_qp, Qpn::new(0xd2));
-        assert_eq!(r.psn, Psn::new(0x13a7c));
+        assert_eq!(r.dest_qp, Qpn::new(0x11));
+        assert_eq!(r.psn, Psn::new(0x54cb63));
     }
 
     #[test]
@@ -231,7 +231,7 @@ mod tests {
         v.set_ecn_bits(true, true);
         assert_eq!(v.psn(), Psn::new(0xabcdef));
         assert!(!v.ack_req() && v.fecn() && v.becn());
-        assert_eq!(v.dest_qp(), Qpn::new(0xd2));
+        assert_eq!(v.dest_qp(), Qpn::new(0x11));
     }
 
     #[test]

@@ -81,7 +81,7 @@ fn text_output_of_vector_files_has_the_expected_lines() {
         (
             "huawei_hiroce/oferby_proxy_roce.pcap",
             &[
-                "   15  192.168.70.4:69 > 192.168.70.6 ecn ECT(0)  RC_SEND_ONLY_WITH_IMMEDIATE qp 0x000048 psn 0 MigReq AckReq pad 3  ImmDt 0x00000001  payload 141  ICRC ok",
+                "   15  192.168.70.4:69 > 192.168.70.6 ecn ECT(0)  RC_SEND_ONLY_WITH_IMMEDIATE qp 0x000048 psn 0 MigReq AckReq resv6 0x10 pad 3  ImmDt 0x00000001  payload 141  ICRC ok",
                 "   26  192.168.70.4:69 > 192.168.70.6 ecn ECT(0)  RC_ACKNOWLEDGE qp 0x000048 psn 5 MigReq  AETH ACK credits 6 msn 3  ICRC ok",
                 "summary: 123 packets, 105 RoCE, 0 bad ICRC, 0 malformed",
             ],
@@ -165,6 +165,9 @@ fn json_shows_rdma_details() {
     let send = p.iter().find(|p| p["frame"] == 15).unwrap();
     assert_eq!(send["immdt"]["data"], 1);
     assert_eq!(send["pad"], 3);
+    // Huawei sets a reserved bit of BTH byte 4 in its requests (not in its ACKs).
+    assert_eq!(send["resv6"], 0x10);
+    assert_eq!(ack["resv6"], 0);
     assert_eq!(send["payload_len"], 141);
 
     let rxe = decode_json(&vector("rxe/monty_roce_capture_read-write-ecn.pcap").unwrap());

@@ -312,8 +312,13 @@ pub struct Packet {
     pub pkey: Option<u16>,
     pub fecn: Option<bool>,
     pub becn: Option<bool>,
+    /// The six reserved bits of BTH byte 4. Huawei hiroce sets 0x10 in them (REFERENCE §4);
+    /// they are masked in the ICRC and ignored on receive.
+    pub resv6: Option<u8>,
     pub dest_qp: Option<u32>,
     pub ack_req: Option<bool>,
+    /// The seven reserved bits of BTH byte 8.
+    pub resv7: Option<u8>,
     pub psn: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deth: Option<DethJson>,
@@ -371,8 +376,10 @@ impl Packet {
             pkey: None,
             fecn: None,
             becn: None,
+            resv6: None,
             dest_qp: None,
             ack_req: None,
+            resv7: None,
             psn: None,
             deth: None,
             feth: None,
@@ -400,8 +407,10 @@ impl Packet {
         self.pkey = Some(bth.pkey().0);
         self.fecn = Some(bth.fecn());
         self.becn = Some(bth.becn());
+        self.resv6 = Some(bth.resv6());
         self.dest_qp = Some(bth.dest_qp().value());
         self.ack_req = Some(bth.ack_req());
+        self.resv7 = Some(bth.resv7());
         self.psn = Some(bth.psn().value());
     }
 
@@ -590,6 +599,12 @@ impl fmt::Display for Packet {
         ] {
             if on == Some(true) {
                 let _ = write!(s, " {name}");
+            }
+        }
+        // Reserved bits are shown only when a sender set them (Huawei hiroce does).
+        for (v, name) in [(self.resv6, "resv6"), (self.resv7, "resv7")] {
+            if let Some(v) = v.filter(|v| *v != 0) {
+                let _ = write!(s, " {name} {v:#04x}");
             }
         }
         if let Some(pad) = self.pad.filter(|p| *p != 0) {

@@ -600,6 +600,10 @@ impl Session {
     /// After the QPs are in RTS: the second key round (one message per QP; the peer takes
     /// the rkeys and addresses it targets from this round) and the "after RTR" sync, in
     /// the order the test uses. Returns the peer's values of the second round.
+    ///
+    /// The QPs and the memory behind the announced rkeys must be ready before this call:
+    /// a perftest client of write/read/atomic starts its traffic as soon as the sync
+    /// returns on its side.
     pub fn finish_setup(&mut self, mine: &[PerftestDest]) -> Result<Vec<PerftestDest>, Error> {
         self.expect("finish_setup", State::Connecting)?;
         if mine.len() != self.qps {
@@ -626,8 +630,10 @@ impl Session {
         Ok(remote)
     }
 
-    /// Before the traffic of one message size. send_bw syncs here (its server posts the
-    /// receives first); the other tests exchange nothing.
+    /// Before the traffic of one message size. send_bw syncs here; the other tests
+    /// exchange nothing. A send_bw server must post its receives before this call (perftest
+    /// `ctx_set_recv_wqes` precedes the hand shake): the client sends as soon as the sync
+    /// returns.
     pub fn start_run(&mut self) -> Result<(), Error> {
         self.expect("start_run", State::Ready)?;
         if self.config.test == BwTest::Send {

@@ -5,4 +5,5 @@
 
 pub mod capture;
 pub mod cli;
+pub mod oob;
 pub mod wire;

@@ -113,9 +113,8 @@ impl RoceFilter {
             ifname: ifname.to_string(),
             reason: format!("interface index {ifindex} out of range"),
         })?;
-        let link = self
-            .find_prog()?
-            .attach_xdp(idx)
+        let prog = self.find_prog()?;
+        let link = super::sys::retry_busy(|| prog.attach_xdp(idx), super::sys::is_busy_libbpf)
             .map_err(|e| Error::AttachRefused {
                 ifname: ifname.to_string(),
                 reason: format!(

@@ -240,18 +240,22 @@ impl XskPort {
             queue,
             reason,
         };
-        // SAFETY: the UMEM was created just above and is used by this socket only, so
-        // the shared-UMEM double-free case of `Socket::new`'s contract cannot arise (and
-        // INHIBIT_PROG_LOAD is set anyway).
-        let (tx_q, rx_q, rings) = unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &iface, queue) }
-            .map_err(|e| {
-                sock_err(format!(
-                    "{e}{} (no such queue? multi-buffer AF_XDP needs Linux 6.6+)",
-                    std::error::Error::source(&e)
-                        .map(|s| format!(": {s}"))
-                        .unwrap_or_default()
-                ))
-            })?;
+        let (tx_q, rx_q, rings) = sys::retry_busy(
+            // SAFETY: the UMEM was created just above and is used by this socket only,
+            // so the shared-UMEM double-free case of `Socket::new`'s contract cannot
+            // arise (and INHIBIT_PROG_LOAD is set anyway). A failed attempt leaves no
+            // socket behind.
+            || unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &iface, queue) },
+            |e| sys::is_busy(e),
+        )
+        .map_err(|e| {
+            sock_err(format!(
+                "{e}{} (no such queue? multi-buffer AF_XDP needs Linux 6.6+)",
+                std::error::Error::source(&e)
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default()
+            ))
+        })?;
         let (fill_q, comp_q) = rings
             .ok_or_else(|| sock_err("the UMEM's fill and completion rings were taken".into()))?;
 

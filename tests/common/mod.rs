@@ -95,6 +95,15 @@ impl Addr {
 
 /// An RC SEND ONLY frame carrying `payload`, emitted by `wire::FrameRepr::emit`.
 pub fn roce_frame(addr: Addr, psn: u32, payload: &[u8]) -> Vec<u8> {
+    let repr = roce_repr(addr, psn, payload);
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).expect("emit test frame");
+    buf.truncate(n);
+    buf
+}
+
+/// The [`FrameRepr`] behind [`roce_frame`].
+pub fn roce_repr(addr: Addr, psn: u32, payload: &[u8]) -> FrameRepr<'_> {
     let ip = if addr.ipv6 {
         IpRepr::V6 {
             src: IP6_A,
@@ -113,7 +122,7 @@ pub fn roce_frame(addr: Addr, psn: u32, payload: &[u8]) -> Vec<u8> {
             ttl: 64,
         }
     };
-    let repr = FrameRepr {
+    FrameRepr {
         eth: EthRepr {
             dst: addr.dst_mac,
             src: addr.src_mac,
@@ -142,11 +151,7 @@ pub fn roce_frame(addr: Addr, psn: u32, payload: &[u8]) -> Vec<u8> {
             ext: ExtHeaders::default(),
             payload,
         },
-    };
-    let mut buf = vec![0u8; repr.buffer_len()];
-    let n = repr.emit(&mut buf).expect("emit test frame");
-    buf.truncate(n);
-    buf
+    }
 }
 
 /// A recognisable payload: byte i of frame `seq` is `seq * 31 + i`.

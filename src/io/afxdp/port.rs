@@ -431,31 +431,75 @@ impl XskPort {
             self.stats.tx_frames += 1;
             self.stats.tx_bytes += frame.len() as u64;
             if descs.len() >= self.opts.batch_size {
-                self.submit_tx(&mut descs)?;
+                self.submit_tx(&descs)?;
+                descs.clear();
             }
         }
-        self.submit_tx(&mut descs)?;
+        self.submit_tx(&descs)?;
         Ok(queued)
     }
 
-    fn submit_tx(&mut self, descs: &mut Vec<FrameDesc>) -> Result<(), Error> {
+    /// Build one frame directly in a UMEM chunk and queue it, without a copy: `build`
+    /// gets the chunk's [`CHUNK_DATA`] bytes and returns the frame length to send, or
+    /// `None` to send nothing (the chunk stays free). `Ok(false)`: no free chunk or tx
+    /// slot now. Suits `wire::FrameRepr::emit`, which writes the whole frame in place.
+    pub fn tx_with(
+        &mut self,
+        build: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> Result<bool, Error> {
+        if self.free.is_empty() || self.tx_q.nb_free(1) == 0 {
+            self.reap_completions();
+            if self.free.is_empty() || self.tx_q.nb_free(1) == 0 {
+                self.stats.tx_backpressure += 1;
+                return Ok(false);
+            }
+        }
+        let Some(mut desc) = self.free.pop() else {
+            return Ok(false);
+        };
+        // SAFETY: `desc` was just taken off `free`: a chunk of our UMEM that neither the
+        // kernel nor any other reference of ours is using.
+        let mut data = unsafe { self.umem.data_mut(&mut desc) };
+        let mut cur = data.cursor();
+        let cap = cur.buf_len();
+        cur.set_pos(cap);
+        let len = build(data.contents_mut());
+        let len = match len {
+            Some(l) if l > cap => {
+                self.free.push(desc);
+                return Err(Error::FrameTooLarge { len: l, max: cap });
+            }
+            Some(l) if l > 0 => l,
+            _ => {
+                self.free.push(desc);
+                return Ok(false);
+            }
+        };
+        data.cursor().set_pos(len);
+        desc.set_options(0);
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += len as u64;
+        self.submit_tx(&[desc])?;
+        Ok(true)
+    }
+
+    fn submit_tx(&mut self, descs: &[FrameDesc]) -> Result<(), Error> {
         if descs.is_empty() {
             return Ok(());
         }
-        // SAFETY: the descriptors are chunks of our UMEM taken off `free` and filled
-        // above; from here the kernel owns them until they come back on the completion
-        // ring. `nb_free` said the ring has room for all of them, and `produce` puts all
+        // SAFETY: the descriptors are chunks of our UMEM taken off `free` and filled by
+        // the caller; from here the kernel owns them until they come back on the
+        // completion ring. The callers checked `nb_free` for room, and `produce` puts all
         // or none.
         let n = unsafe { self.tx_q.produce(descs) };
         if n != descs.len() {
             // Should not happen (room was checked); keep the chunks rather than leak them.
-            self.free.append(descs);
+            self.free.extend_from_slice(descs);
             return Err(Error::Io(std::io::Error::other(
                 "tx ring refused descriptors it had room for",
             )));
         }
         self.in_tx += n as u32;
-        descs.clear();
         // Copy mode transmits only inside sendto(); with need_wakeup the kernel says when.
         if !self.opts.need_wakeup || self.tx_q.needs_wakeup() {
             self.tx_q.wakeup()?;

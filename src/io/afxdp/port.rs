@@ -144,6 +144,7 @@ pub struct XskPort {
     filter: Option<RoceFilter>,
     free: Vec<FrameDesc>,
     scratch: Vec<FrameDesc>,
+    tx_descs: Vec<FrameDesc>,
     in_fill: u32,
     in_tx: u32,
     /// Reassembly of a multi-chunk received frame; `rx_off` aligns it to 64 bytes.
@@ -276,6 +277,7 @@ impl XskPort {
             filter,
             free: descs,
             scratch: vec![FrameDesc::default(); opts.batch_size.max(MAX_CHAIN)],
+            tx_descs: Vec::with_capacity(opts.batch_size + MAX_CHAIN),
             in_fill: 0,
             in_tx: 0,
             rx_buf: vec![0; MAX_FRAME + 64],
@@ -391,21 +393,30 @@ impl XskPort {
     /// of the leading frames were queued; fewer than `frames.len()` means the UMEM or the
     /// tx ring is full for now (counted in [`PortStats::tx_backpressure`]).
     pub fn send_batch(&mut self, frames: &[&[u8]]) -> Result<usize, Error> {
-        if let Some(f) = frames.iter().find(|f| f.len() > MAX_FRAME || f.is_empty()) {
+        if let Some(f) = frames.iter().find(|f| f.len() > MAX_FRAME) {
             return Err(Error::FrameTooLarge {
                 len: f.len(),
                 max: MAX_FRAME,
             });
+        }
+        if frames.iter().any(|f| f.is_empty()) {
+            return Err(Error::Config("cannot send an empty frame".into()));
         }
         if self.free.len() < self.opts.batch_size {
             self.reap_completions();
         }
         let mut ring_free = self.tx_q.nb_free(self.opts.batch_size as u32) as usize;
         let mut queued = 0;
-        let mut descs: Vec<FrameDesc> = Vec::with_capacity(self.opts.batch_size);
+        // Reused across calls: no allocation per batch.
+        let mut descs = std::mem::take(&mut self.tx_descs);
+        descs.clear();
         for frame in frames {
             let chain = frame.len().div_ceil(CHUNK_DATA);
             if chain > self.free.len() || chain > ring_free {
+                // Put what is pending on the ring first, so that the fresh count of free
+                // slots below is not also claimed by descriptors still in `descs`.
+                self.submit_tx(&descs)?;
+                descs.clear();
                 self.reap_completions();
                 ring_free = self.tx_q.nb_free(chain as u32) as usize;
                 if chain > self.free.len() || chain > ring_free {
@@ -435,8 +446,10 @@ impl XskPort {
                 descs.clear();
             }
         }
-        self.submit_tx(&descs)?;
-        Ok(queued)
+        let r = self.submit_tx(&descs);
+        descs.clear();
+        self.tx_descs = descs;
+        r.map(|()| queued)
     }
 
     /// Build one frame directly in a UMEM chunk and queue it, without a copy: `build`

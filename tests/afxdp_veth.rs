@@ -306,3 +306,39 @@ fn open_reports_a_missing_interface_clearly() {
         "{msg}"
     );
 }
+
+/// As a non-root user, opening a port fails with a message that says root is needed.
+/// Run as root, the test re-runs itself under `setpriv` as user nobody.
+#[test]
+fn open_without_root_says_root_is_needed() {
+    if !rustix::process::geteuid().is_root() {
+        let err = XskPort::open("lo", 0, PortOptions::default()).unwrap_err();
+        assert!(
+            matches!(err, xrnic::io::afxdp::Error::NotRoot { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("needs root"), "{err}");
+        let err = xrnic::io::afxdp::RoceFilter::load().unwrap_err();
+        assert!(err.to_string().contains("needs root"), "{err}");
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "open_without_root_says_root_is_needed",
+            "--nocapture",
+        ])
+        .env_remove("CI")
+        .current_dir("/")
+        .output()
+        .expect("run setpriv (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "as nobody: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -521,13 +521,15 @@ impl XskPort {
         Ok(())
     }
 
-    /// Hand every frame waiting on the rx ring (at most `batch_size` chunks per ring
-    /// access, until the ring is empty) to `f`, then give the chunks back to the fill
-    /// ring. Does not block. Returns the number of frames delivered.
+    /// Hand the frames waiting on the rx ring to `f`, then give their chunks back to the
+    /// fill ring. Reads `batch_size` chunks per ring access until the ring is empty or
+    /// `ring_size` chunks were read, so that a flood cannot keep the caller from its
+    /// other work. Does not block. Returns the number of frames delivered.
     pub fn recv_batch(&mut self, mut f: impl FnMut(&[u8])) -> Result<usize, Error> {
         let mut delivered = 0;
-        loop {
-            let want = self.opts.batch_size.min(self.scratch.len());
+        let mut budget = self.opts.ring_size as usize;
+        while budget > 0 {
+            let want = self.opts.batch_size.min(self.scratch.len()).min(budget);
             // SAFETY: descriptors on our rx ring are chunks of our UMEM that the kernel
             // has finished writing; they are ours until we put them on the fill ring.
             let n = unsafe { self.rx_q.consume(&mut self.scratch[..want]) };
@@ -570,6 +572,7 @@ impl XskPort {
                     self.rx_discard = false;
                 }
             }
+            budget -= n;
             self.in_fill -= n as u32;
             self.refill(n)?;
         }

@@ -79,8 +79,10 @@ impl VethPair {
         let pid = std::process::id();
         let mk = |side: char, ipv4: Ipv4Addr, ipv6: Ipv6Addr| End {
             netns: format!("xrnic-{pid}-{n}-{side}"),
-            // IFNAMSIZ is 16 with the NUL: "xr" + pid (<= 7) + n + side stays below.
-            ifname: format!("xr{pid}{}{side}", n % 1000),
+            // IFNAMSIZ is 16 with the NUL: "xr" + pid (<= 7 digits) + "-" + n (< 1000) +
+            // side is at most 14. Each end is created right inside its own namespace, so
+            // the names only need to be readable, not globally unique.
+            ifname: format!("xr{pid}-{}{side}", n % 1000),
             mac: [0; 6],
             ipv4,
             ipv6,
@@ -89,12 +91,12 @@ impl VethPair {
             a: mk(
                 'a',
                 Ipv4Addr::new(192, 0, 2, 1),
-                "fd00::1".parse().unwrap_or(Ipv6Addr::LOCALHOST),
+                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
             ),
             b: mk(
                 'b',
                 Ipv4Addr::new(192, 0, 2, 2),
-                "fd00::2".parse().unwrap_or(Ipv6Addr::LOCALHOST),
+                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
             ),
             mtu,
         };

@@ -111,7 +111,7 @@ pub struct PortStats {
     pub tx_backpressure: u64,
     /// Received chains longer than [`MAX_FRAME`], dropped.
     pub rx_oversize: u64,
-    /// Chunks handed to the fill ring's wakeup path (`poll`) because the kernel asked.
+    /// Wake-ups (`poll`) after refilling, because the kernel flagged the fill ring.
     pub fill_wakeups: u64,
     /// `sendto` kicks of the tx ring.
     pub tx_kicks: u64,

@@ -2,12 +2,14 @@
 # Installs the Debian packages xrnic needs to build its XDP program (clang, libbpf headers)
 # and to link xsk-rs / libbpf-rs (libbpf-sys and libxdp-sys build vendored libbpf/libxdp:
 # they need m4, make, pkg-config, libelf and zlib headers). `ip` (iproute2) and `ping`
-# (iputils-ping) are used by the network-namespace tests.
+# (iputils-ping) are used by the network-namespace tests, `setpriv` (util-linux) by the
+# non-root error test.
 #
 # Idempotent: installs only what is missing, and runs `apt-get update` only then.
 set -euo pipefail
 
-PKGS=(clang llvm m4 libelf-dev zlib1g-dev pkg-config make linux-libc-dev libbpf-dev iproute2 iputils-ping)
+PKGS=(clang llvm gcc libc6-dev m4 libelf-dev zlib1g-dev pkg-config make linux-libc-dev libbpf-dev
+    iproute2 iputils-ping util-linux)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,5 +4,7 @@
 //! sans-IO transport) ← `verbs` / driver → `io` (AF_XDP, simulated link, captures).
 
 pub mod capture;
-pub mod wire;
+pub mod cli;
 pub mod proto;
+pub mod sim;
+pub mod wire;

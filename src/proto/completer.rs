@@ -11,13 +11,15 @@
 //! refilled by progress. Exhaustion or a fatal NAK completes the WR in error and moves the
 //! QP to ERR, which flushes the rest.
 
-use crate::wire::{ExtHeaders, NakCode, OpInfo, Operation, Psn, Segment, Syndrome, aeth_credits, rnr_timer_ns};
+use crate::wire::{
+    ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits, rnr_timer_ns,
+};
 
+use super::Ctx;
 use super::cq::WcStatus;
 use super::qp::{Qp, QpState};
 use super::requester::scatter;
 use super::timers::local_ack_timeout_ns;
-use super::Ctx;
 
 /// Why the completer goes back.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -154,17 +156,15 @@ pub(crate) fn handle_response(
                 return;
             }
             let k = w.acked_pkts;
-            let want = match (w.npkts == 1, k == 0, k + 1 == w.npkts) {
-                (true, ..) => Segment::Only,
-                (false, true, _) => Segment::First,
-                (false, false, true) => Segment::Last,
-                _ => Segment::Middle,
-            };
+            // A READ retried from the middle is answered by a new FIRST..LAST run, and
+            // late packets of the old run may still arrive; both carry the same bytes for
+            // the same PSN, so only "last or not" and the length are checked.
+            let last = k + 1 == w.npkts;
             let off = k as usize * mtu as usize;
             let want_len = (w.len as usize - off.min(w.len as usize)).min(mtu as usize);
-            if info.segment != want || payload.len() != want_len {
-                // A response that does not fit the request: the responder is broken
-                // (§9.7.5.2.x); treat it as a remote operational error.
+            if info.segment.ends() != last || payload.len() != want_len {
+                // A response that does not fit the request: the responder is broken;
+                // treat it as a remote operational error.
                 fail(qp, ctx, WcStatus::RemOpErr);
                 return;
             }
@@ -193,7 +193,9 @@ pub(crate) fn handle_response(
 /// when the packet must be dropped (an implied NAK was raised or the QP failed).
 fn before_response(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
     loop {
-        let Some(w) = qp.req.sq.front() else { return false };
+        let Some(w) = qp.req.sq.front() else {
+            return false;
+        };
         if !w.started || w.holds(psn) {
             return qp.state_ok();
         }
@@ -219,7 +221,9 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
         return false;
     }
     loop {
-        let Some(w) = qp.req.sq.front() else { return false };
+        let Some(w) = qp.req.sq.front() else {
+            return false;
+        };
         if !w.started {
             return false;
         }

@@ -16,9 +16,7 @@ use super::completer;
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::memory::{Access, MemTable, MrInfo, Pd};
-use super::qp::{
-    AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify, gid_is_ipv4,
-};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify, gid_is_ipv4};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
@@ -114,7 +112,9 @@ impl Rnic {
 
     /// Register a zeroed memory region of `length` bytes owned by the engine.
     pub fn reg_mr(&mut self, pd: Pd, length: usize, access: Access) -> Result<MrInfo, VerbsError> {
-        self.mem.reg_mr(pd, length, access).map_err(VerbsError::Resource)
+        self.mem
+            .reg_mr(pd, length, access)
+            .map_err(VerbsError::Resource)
     }
 
     pub fn dereg_mr(&mut self, lkey: crate::wire::Lkey) -> Result<(), VerbsError> {
@@ -137,7 +137,12 @@ impl Rnic {
     }
 
     pub fn destroy_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
-        if self.qps.iter().flatten().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+        if self
+            .qps
+            .iter()
+            .flatten()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
             return Err(VerbsError::Resource("completion queue still used by a QP"));
         }
         match self.cqs.get_mut(cq.0 as usize) {
@@ -168,7 +173,9 @@ impl Rnic {
             }
         }
         if init.max_send_wr > self.cfg.max_qp_wr || init.max_recv_wr > self.cfg.max_qp_wr {
-            return Err(VerbsError::InvalidValue("max_send_wr/max_recv_wr above max_qp_wr"));
+            return Err(VerbsError::InvalidValue(
+                "max_send_wr/max_recv_wr above max_qp_wr",
+            ));
         }
         let slot = match self.qps.iter().position(Option::is_none) {
             Some(i) => i,
@@ -269,7 +276,10 @@ impl Rnic {
 
     /// `ibv_query_qp`: the current attributes.
     pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, VerbsError> {
-        let q = self.slot(qpn).and_then(|i| self.qps[i].as_ref()).ok_or(VerbsError::NotFound("QP"))?;
+        let q = self
+            .slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .ok_or(VerbsError::NotFound("QP"))?;
         let mut a = q.attr;
         a.qp_state = q.state;
         a.cur_qp_state = q.state;
@@ -308,7 +318,9 @@ impl Rnic {
             return Err(VerbsError::QueueFull);
         }
         if wr.opcode.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
-            return Err(VerbsError::InvalidValue("READ/atomic on a QP with max_rd_atomic 0"));
+            return Err(VerbsError::InvalidValue(
+                "READ/atomic on a QP with max_rd_atomic 0",
+            ));
         }
         let need = if wr.opcode.is_read_or_atomic() {
             Access::LOCAL_WRITE
@@ -370,7 +382,9 @@ impl Rnic {
 
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: Qpn) -> Option<QpCounters> {
-        self.slot(qpn).and_then(|i| self.qps[i].as_ref()).map(|q| q.counters)
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.counters)
     }
 
     /// Device counters: the sum over all QPs ever created plus frame-level drops.
@@ -386,7 +400,9 @@ impl Rnic {
 
     /// Memory one QP occupies now (see `Qp::memory_bytes`).
     pub fn qp_memory_bytes(&self, qpn: Qpn) -> Option<usize> {
-        self.slot(qpn).and_then(|i| self.qps[i].as_ref()).map(|q| q.memory_bytes())
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.memory_bytes())
     }
 
     // ----- sans-IO surface ----------------------------------------------------------
@@ -429,7 +445,10 @@ impl Rnic {
             return;
         };
         // An RC QP talks to one peer only (§9.6.1.x): frames from elsewhere are not ours.
-        if qp.state == QpState::Reset || qp.state == QpState::Init || qp.attr.ah_attr.dgid != src_gid {
+        if qp.state == QpState::Reset
+            || qp.state == QpState::Init
+            || qp.attr.ah_attr.dgid != src_gid
+        {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
@@ -437,7 +456,15 @@ impl Rnic {
         qp.counters.bytes_received += frame.len() as u64;
         let payload = repr.roce.payload;
         if info.is_request() {
-            responder::handle_request(qp, &mut ctx, info, bth.psn, bth.ack_req, &repr.roce.ext, payload);
+            responder::handle_request(
+                qp,
+                &mut ctx,
+                info,
+                bth.psn,
+                bth.ack_req,
+                &repr.roce.ext,
+                payload,
+            );
         } else {
             handle_response(qp, &mut ctx, info, bth.psn, &repr.roce.ext, payload);
         }
@@ -456,7 +483,9 @@ impl Rnic {
     /// Run every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
         for i in 0..self.qps.len() {
-            let Some(qp) = self.qps[i].as_mut() else { continue };
+            let Some(qp) = self.qps[i].as_mut() else {
+                continue;
+            };
             let due = [qp.req.retry_deadline, qp.req.rnr_until]
                 .into_iter()
                 .flatten()
@@ -492,7 +521,10 @@ impl Rnic {
 
     fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<usize> {
         let qp = self.qps[i].as_mut()?;
-        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Err) {
+        if !matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Err
+        ) {
             return None;
         }
         let mut ctx = Ctx {
@@ -504,9 +536,18 @@ impl Rnic {
         // A WR whose local check failed completes in error once it heads the queue.
         if matches!(qp.state, QpState::Rts | QpState::Sqd)
             && qp.req.tx_idx == 0
-            && qp.req.sq.front().is_some_and(|w| !w.started && w.segs.is_err())
+            && qp
+                .req
+                .sq
+                .front()
+                .is_some_and(|w| !w.started && w.segs.is_err())
         {
-            let st = qp.req.sq[0].segs.as_ref().err().copied().unwrap_or(WcStatus::GeneralErr);
+            let st = qp.req.sq[0]
+                .segs
+                .as_ref()
+                .err()
+                .copied()
+                .unwrap_or(WcStatus::GeneralErr);
             qp.complete_send_front(&mut ctx, st, 0);
             qp.enter_error(&mut ctx);
             return None;
@@ -523,6 +564,9 @@ impl Rnic {
                     continue;
                 };
                 qp.tx_turn = false;
+                if p.replay {
+                    qp.counters.retransmitted_packets += 1;
+                }
                 if p.is_nak {
                     qp.counters.naks_sent += 1;
                 } else if p.is_rnr {
@@ -562,7 +606,13 @@ impl Rnic {
                     ack_every: self.cfg.ack_every,
                     draining: qp.state == QpState::Sqd,
                 };
-                let Some(p) = qp.req.next_packet(&lim, ctx.mem, &mut self.scratch, self.cfg.honour_credits, now) else {
+                let Some(p) = qp.req.next_packet(
+                    &lim,
+                    ctx.mem,
+                    &mut self.scratch,
+                    self.cfg.honour_credits,
+                    now,
+                ) else {
                     continue;
                 };
                 qp.tx_turn = true;
@@ -577,7 +627,17 @@ impl Rnic {
                     Payload::Scratch(n) => &self.scratch[..n],
                     Payload::None => &[],
                 };
-                let len = emit(&self.cfg, qp, p.opcode, p.psn, p.ack_req, p.solicited, p.ext, payload, buf);
+                let len = emit(
+                    &self.cfg,
+                    qp,
+                    p.opcode,
+                    p.psn,
+                    p.ack_req,
+                    p.solicited,
+                    p.ext,
+                    payload,
+                    buf,
+                );
                 if let Some(l) = len {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
@@ -603,7 +663,11 @@ fn emit(
     buf: &mut [u8],
 ) -> Option<usize> {
     let av = &qp.attr.ah_attr;
-    let sgid = cfg.gids.get(usize::from(av.sgid_index)).copied().unwrap_or_default();
+    let sgid = cfg
+        .gids
+        .get(usize::from(av.sgid_index))
+        .copied()
+        .unwrap_or_default();
     let hop = if av.hop_limit == 0 { 64 } else { av.hop_limit };
     let ip = if gid_is_ipv4(&av.dgid) {
         let mut src = [0u8; 4];

@@ -131,7 +131,12 @@ impl MemTable {
 
     /// Register a zeroed region of `length` bytes. As `ibv_reg_mr`, remote write or
     /// remote atomic access requires local write (IBTA §10.6.3.1, C10-10 style rule).
-    pub fn reg_mr(&mut self, pd: Pd, length: usize, access: Access) -> Result<MrInfo, &'static str> {
+    pub fn reg_mr(
+        &mut self,
+        pd: Pd,
+        length: usize,
+        access: Access,
+    ) -> Result<MrInfo, &'static str> {
         if !self.pd_exists(pd) {
             return Err("no such protection domain");
         }
@@ -270,7 +275,9 @@ mod tests {
         let mut m = MemTable::new();
         let pd = m.alloc_pd();
         let other = m.alloc_pd();
-        let mr = m.reg_mr(pd, 100, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
+        let mr = m
+            .reg_mr(pd, 100, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
         let k = mr.rkey.0;
         assert!(m.check(pd, k, mr.addr, 100, Access::REMOTE_READ).is_ok());
         assert_eq!(
@@ -317,7 +324,10 @@ mod tests {
         assert_ne!(a.lkey, b.lkey, "same slot, new generation");
         assert!(m.mr_bytes(a.lkey).is_none());
         assert!(m.mr_bytes(b.lkey).is_some());
-        assert!(b.addr >= a.addr + 2 * PAGE, "regions never share an address");
+        assert!(
+            b.addr >= a.addr + 2 * PAGE,
+            "regions never share an address"
+        );
     }
 
     #[test]
@@ -325,7 +335,9 @@ mod tests {
         let mut m = MemTable::new();
         let pd = m.alloc_pd();
         let mr = m.reg_mr(pd, 16, Access::ALL).unwrap();
-        let r = m.check(pd, mr.lkey.0, mr.addr + 4, 8, Access::LOCAL_WRITE).unwrap();
+        let r = m
+            .check(pd, mr.lkey.0, mr.addr + 4, 8, Access::LOCAL_WRITE)
+            .unwrap();
         m.bytes_mut(r, 2, 2).unwrap().copy_from_slice(&[7, 9]);
         assert_eq!(&m.mr_bytes(mr.lkey).unwrap()[6..8], &[7, 9]);
         assert!(m.bytes(r, 10, 4).is_none());

@@ -337,7 +337,8 @@ pub fn check_modify(cur: QpState, attr: &QpAttr, mask: AttrMask) -> Result<QpSta
     if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(VerbsError::CurrentStateMismatch);
     }
-    let (req, opt) = transition_rule(cur, to).ok_or(VerbsError::InvalidTransition { from: cur, to })?;
+    let (req, opt) =
+        transition_rule(cur, to).ok_or(VerbsError::InvalidTransition { from: cur, to })?;
     let given = AttrMask(mask.0 & !AttrMask::STATE.0);
     let missing = AttrMask(req.0 & !given.0);
     if missing.0 != 0 {
@@ -374,7 +375,9 @@ pub fn check_modify(cur: QpState, attr: &QpAttr, mask: AttrMask) -> Result<QpSta
         return Err(VerbsError::InvalidValue("port_num must be 1"));
     }
     if given.contains(AttrMask::PKEY_INDEX) && attr.pkey_index != 0 {
-        return Err(VerbsError::InvalidValue("only P_Key index 0 (0xffff) exists"));
+        return Err(VerbsError::InvalidValue(
+            "only P_Key index 0 (0xffff) exists",
+        ));
     }
     if given.contains(AttrMask::AV) && attr.ah_attr.flow_label > 0xf_ffff {
         return Err(VerbsError::InvalidValue("flow_label is 20 bits"));
@@ -396,7 +399,8 @@ pub fn udp_src_port(qpn: Qpn) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use QpState::*;
+    use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+    const ERR: QpState = QpState::Err;
 
     #[test]
     fn mtu_values() {
@@ -432,7 +436,7 @@ mod tests {
             matches!(
                 (f, t),
                 (_, Reset)
-                    | (_, Err)
+                    | (_, ERR)
                     | (Reset, Init)
                     | (Init, Init)
                     | (Init, Rtr)
@@ -478,7 +482,10 @@ mod tests {
         };
         assert_eq!(
             check_modify(Init, &bad, AttrMask::STATE),
-            Err(VerbsError::InvalidTransition { from: Init, to: Rts })
+            Err(VerbsError::InvalidTransition {
+                from: Init,
+                to: Rts
+            })
         );
         let mut cur = QpAttr {
             qp_state: Rts,
@@ -502,7 +509,10 @@ mod tests {
             | AttrMask::RNR_RETRY
             | AttrMask::SQ_PSN
             | AttrMask::MAX_QP_RD_ATOMIC;
-        assert!(matches!(check_modify(Rtr, &v, rts), Err(VerbsError::InvalidValue(_))));
+        assert!(matches!(
+            check_modify(Rtr, &v, rts),
+            Err(VerbsError::InvalidValue(_))
+        ));
         v.retry_cnt = 7;
         assert_eq!(check_modify(Rtr, &v, rts), Ok(Rts));
     }
@@ -573,7 +583,9 @@ impl Qp {
     /// Pop the head send WR and report it: always when it failed, when successful only
     /// if signaled (§10.8 / `IBV_SEND_SIGNALED`, `sq_sig_all`).
     pub fn complete_send_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, byte_len: u32) {
-        let Some(w) = self.req.sq.pop_front() else { return };
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
         if w.started {
             if w.wr.opcode.is_read_or_atomic() {
                 self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
@@ -596,7 +608,9 @@ impl Qp {
             self.req.retry_deadline = None;
         }
         let signaled = self.init.sq_sig_all
-            || w.wr.send_flags.contains(super::requester::SendFlags::SIGNALED);
+            || w.wr
+                .send_flags
+                .contains(super::requester::SendFlags::SIGNALED);
         if status != WcStatus::Success || signaled {
             let wc = WorkCompletion {
                 wr_id: w.wr.wr_id,
@@ -655,14 +669,22 @@ impl Qp {
             .req
             .sq
             .iter()
-            .map(|w| w.wr.sg_list.capacity() * size_of::<super::requester::Sge>()
-                + w.segs.as_ref().map_or(0, |s| s.capacity() * size_of::<super::requester::LocalSeg>()))
+            .map(|w| {
+                w.wr.sg_list.capacity() * size_of::<super::requester::Sge>()
+                    + w.segs.as_ref().map_or(0, |s| {
+                        s.capacity() * size_of::<super::requester::LocalSeg>()
+                    })
+            })
             .sum();
         let rq: usize = self
             .resp
             .rq
             .iter()
-            .map(|r| r.segs.as_ref().map_or(0, |s| s.capacity() * size_of::<super::requester::LocalSeg>()))
+            .map(|r| {
+                r.segs.as_ref().map_or(0, |s| {
+                    s.capacity() * size_of::<super::requester::LocalSeg>()
+                })
+            })
             .sum();
         size_of::<Qp>()
             + self.req.sq.capacity() * size_of::<super::requester::SendWqe>()

@@ -44,13 +44,19 @@ impl WrOpcode {
         )
     }
     pub const fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
     }
     /// The message consumes a receive WQE at the responder.
     pub const fn consumes_recv(self) -> bool {
         matches!(
             self,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
         )
     }
     pub(crate) const fn wc_opcode(self) -> WcOpcode {
@@ -239,7 +245,11 @@ impl SendWqe {
 pub(crate) enum Payload {
     None,
     /// Contiguous bytes of one region.
-    Mem { mem: MemRef, skip: usize, len: usize },
+    Mem {
+        mem: MemRef,
+        skip: usize,
+        len: usize,
+    },
     /// The first `len` bytes of the engine's gather buffer.
     Scratch(usize),
 }
@@ -320,7 +330,11 @@ impl Requester {
                 self.tx_pkt = p.diff(self.sq[i].first_psn) as u32;
             }
             None => {
-                self.tx_idx = self.sq.iter().position(|w| !w.started).unwrap_or(self.sq.len());
+                self.tx_idx = self
+                    .sq
+                    .iter()
+                    .position(|w| !w.started)
+                    .unwrap_or(self.sq.len());
                 self.tx_pkt = 0;
             }
         }
@@ -461,7 +475,10 @@ impl Requester {
             && w.wr.send_flags.contains(SendFlags::SOLICITED)
             && matches!(
                 op,
-                WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::RdmaWriteWithImm
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWriteWithImm
             );
         // AckReq (§9.7.2.1 / rxe): on the last packet of every message, at least every
         // `ack_every` packets, and when the window is about to close.
@@ -521,7 +538,13 @@ fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
 
 /// Find `len` message bytes at `off`: borrowed in place when one segment holds them all,
 /// else copied into `scratch`.
-fn gather(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize, scratch: &mut Vec<u8>) -> Payload {
+fn gather(
+    mem: &MemTable,
+    segs: &[LocalSeg],
+    off: usize,
+    len: usize,
+    scratch: &mut Vec<u8>,
+) -> Payload {
     if len == 0 {
         return Payload::None;
     }
@@ -559,18 +582,54 @@ mod tests {
     #[test]
     fn segment_opcodes() {
         use WrOpcode as W;
-        assert_eq!(segment_opcode(W::Send, true, true, true), Opcode::RC_SEND_ONLY);
-        assert_eq!(segment_opcode(W::Send, false, true, false), Opcode::RC_SEND_FIRST);
-        assert_eq!(segment_opcode(W::SendWithImm, false, false, false), Opcode::RC_SEND_MIDDLE);
-        assert_eq!(segment_opcode(W::SendWithImm, false, false, true), Opcode::RC_SEND_LAST_IMM);
-        assert_eq!(segment_opcode(W::SendWithInv, false, false, true), Opcode::RC_SEND_LAST_INV);
-        assert_eq!(segment_opcode(W::SendWithInv, true, true, true), Opcode::RC_SEND_ONLY_INV);
-        assert_eq!(segment_opcode(W::RdmaWrite, false, true, false), Opcode::RC_WRITE_FIRST);
-        assert_eq!(segment_opcode(W::RdmaWriteWithImm, false, true, false), Opcode::RC_WRITE_FIRST);
-        assert_eq!(segment_opcode(W::RdmaWrite, false, false, false), Opcode::RC_WRITE_MIDDLE);
-        assert_eq!(segment_opcode(W::RdmaWrite, false, false, true), Opcode::RC_WRITE_LAST);
-        assert_eq!(segment_opcode(W::RdmaWriteWithImm, false, false, true), Opcode::RC_WRITE_LAST_IMM);
-        assert_eq!(segment_opcode(W::RdmaWriteWithImm, true, true, true), Opcode::RC_WRITE_ONLY_IMM);
+        assert_eq!(
+            segment_opcode(W::Send, true, true, true),
+            Opcode::RC_SEND_ONLY
+        );
+        assert_eq!(
+            segment_opcode(W::Send, false, true, false),
+            Opcode::RC_SEND_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithImm, false, false, false),
+            Opcode::RC_SEND_MIDDLE
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithImm, false, false, true),
+            Opcode::RC_SEND_LAST_IMM
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithInv, false, false, true),
+            Opcode::RC_SEND_LAST_INV
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithInv, true, true, true),
+            Opcode::RC_SEND_ONLY_INV
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, true, false),
+            Opcode::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, false, true, false),
+            Opcode::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, false, false),
+            Opcode::RC_WRITE_MIDDLE
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, false, true),
+            Opcode::RC_WRITE_LAST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, false, false, true),
+            Opcode::RC_WRITE_LAST_IMM
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, true, true, true),
+            Opcode::RC_WRITE_ONLY_IMM
+        );
     }
 
     #[test]
@@ -579,23 +638,57 @@ mod tests {
         let pd = m.alloc_pd();
         let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
         let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
-        m.mr_bytes_mut(a.lkey).unwrap().copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
-        m.mr_bytes_mut(b.lkey).unwrap().copy_from_slice(&[8, 9, 10, 11, 12, 13, 14, 15]);
+        m.mr_bytes_mut(a.lkey)
+            .unwrap()
+            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        m.mr_bytes_mut(b.lkey)
+            .unwrap()
+            .copy_from_slice(&[8, 9, 10, 11, 12, 13, 14, 15]);
         let sges = [
-            Sge { addr: a.addr + 2, length: 6, lkey: a.lkey },
-            Sge { addr: b.addr, length: 0, lkey: Lkey(0) },
-            Sge { addr: b.addr, length: 8, lkey: b.lkey },
+            Sge {
+                addr: a.addr + 2,
+                length: 6,
+                lkey: a.lkey,
+            },
+            Sge {
+                addr: b.addr,
+                length: 0,
+                lkey: Lkey(0),
+            },
+            Sge {
+                addr: b.addr,
+                length: 8,
+                lkey: b.lkey,
+            },
         ];
         let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
         assert_eq!(segs.len(), 2, "empty SGEs are skipped, even with a bad key");
         let mut scratch = vec![];
-        assert!(matches!(gather(&m, &segs, 1, 3, &mut scratch), Payload::Mem { skip: 1, len: 3, .. }));
-        assert!(matches!(gather(&m, &segs, 4, 4, &mut scratch), Payload::Scratch(4)));
+        assert!(matches!(
+            gather(&m, &segs, 1, 3, &mut scratch),
+            Payload::Mem {
+                skip: 1,
+                len: 3,
+                ..
+            }
+        ));
+        assert!(matches!(
+            gather(&m, &segs, 4, 4, &mut scratch),
+            Payload::Scratch(4)
+        ));
         assert_eq!(scratch, [6, 7, 8, 9]);
         assert!(scatter(&mut m, &segs, 5, &[0xaa, 0xbb, 0xcc]));
-        assert_eq!(m.mr_bytes(b.lkey).unwrap()[..4], [8, 0xaa, 0xbb, 0xcc]);
+        assert_eq!(m.mr_bytes(a.lkey).unwrap()[7], 0xaa);
+        assert_eq!(m.mr_bytes(b.lkey).unwrap()[..4], [0xbb, 0xcc, 10, 11]);
         assert!(!scatter(&mut m, &segs, 13, &[1, 2]), "past the end");
-        let bad = [Sge { addr: a.addr, length: 9, lkey: a.lkey }];
-        assert_eq!(resolve_sges(&m, pd, &bad, Access::NONE), Err(WcStatus::LocProtErr));
+        let bad = [Sge {
+            addr: a.addr,
+            length: 9,
+            lkey: a.lkey,
+        }];
+        assert_eq!(
+            resolve_sges(&m, pd, &bad, Access::NONE),
+            Err(WcStatus::LocProtErr)
+        );
     }
 }

@@ -36,9 +36,15 @@ pub(crate) struct RecvWqe {
 pub(crate) enum InProgress {
     None,
     /// SEND FIRST/MIDDLE seen; bytes written into the head receive WQE.
-    Send { written: u32 },
+    Send {
+        written: u32,
+    },
     /// WRITE FIRST/MIDDLE seen.
-    Write { mem: Option<MemRef>, dma_len: u32, written: u32 },
+    Write {
+        mem: Option<MemRef>,
+        dma_len: u32,
+        written: u32,
+    },
 }
 
 /// A READ or atomic kept for answering duplicates (§9.7.5.1.2 / C9-?? responder resources).
@@ -60,9 +66,25 @@ pub(crate) enum CachedKind {
 /// One queued response.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum RespOut {
-    Ack { psn: Psn, syndrome: Syndrome, msn: Msn },
-    Read { first_psn: Psn, npkts: u32, sent: u32, mem: MemRef, len: u32, msn: Msn },
-    Atomic { psn: Psn, orig: u64, msn: Msn },
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+    },
+    Read {
+        first_psn: Psn,
+        npkts: u32,
+        sent: u32,
+        mem: MemRef,
+        len: u32,
+        msn: Msn,
+        replay: bool,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+    },
 }
 
 /// A response packet, before addressing and framing.
@@ -74,6 +96,8 @@ pub(crate) struct RespPacket {
     pub payload: Payload,
     pub is_nak: bool,
     pub is_rnr: bool,
+    /// A READ response sent again for a duplicate request.
+    pub replay: bool,
 }
 
 /// Responder state of one QP.
@@ -98,7 +122,11 @@ impl Responder {
     fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn) {
         // Coalesce: a newer plain ACK replaces a queued plain ACK (never a NAK).
         if let Syndrome::Ack { .. } = syndrome {
-            if let Some(RespOut::Ack { syndrome: Syndrome::Ack { .. }, .. }) = self.out.back() {
+            if let Some(RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }) = self.out.back()
+            {
                 self.out.pop_back();
             }
         }
@@ -133,7 +161,10 @@ impl Responder {
                     Syndrome::Ack { .. } => ack_syn,
                     s => *s,
                 };
-                ext.aeth = Some(AethRepr { syndrome, msn: *msn });
+                ext.aeth = Some(AethRepr {
+                    syndrome,
+                    msn: *msn,
+                });
                 let p = RespPacket {
                     opcode: Opcode::RC_ACK,
                     psn: *psn,
@@ -141,12 +172,16 @@ impl Responder {
                     payload: Payload::None,
                     is_nak: matches!(syndrome, Syndrome::Nak(_)),
                     is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
+                    replay: false,
                 };
                 self.out.pop_front();
                 p
             }
             RespOut::Atomic { psn, orig, msn } => {
-                ext.aeth = Some(AethRepr { syndrome: ack_syn, msn: *msn });
+                ext.aeth = Some(AethRepr {
+                    syndrome: ack_syn,
+                    msn: *msn,
+                });
                 ext.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
                 let p = RespPacket {
                     opcode: Opcode::RC_ATOMIC_ACK,
@@ -155,11 +190,20 @@ impl Responder {
                     payload: Payload::None,
                     is_nak: false,
                     is_rnr: false,
+                    replay: false,
                 };
                 self.out.pop_front();
                 p
             }
-            RespOut::Read { first_psn, npkts, sent, mem, len, msn } => {
+            RespOut::Read {
+                first_psn,
+                npkts,
+                sent,
+                mem,
+                len,
+                msn,
+                replay,
+            } => {
                 let k = *sent;
                 let off = k as usize * mtu as usize;
                 let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
@@ -170,7 +214,10 @@ impl Responder {
                     _ => Opcode::RC_READ_RESPONSE_MIDDLE,
                 };
                 if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
-                    ext.aeth = Some(AethRepr { syndrome: ack_syn, msn: *msn });
+                    ext.aeth = Some(AethRepr {
+                        syndrome: ack_syn,
+                        msn: *msn,
+                    });
                 }
                 let p = RespPacket {
                     opcode,
@@ -179,10 +226,15 @@ impl Responder {
                     payload: if n == 0 {
                         Payload::None
                     } else {
-                        Payload::Mem { mem: *mem, skip: off, len: n }
+                        Payload::Mem {
+                            mem: *mem,
+                            skip: off,
+                            len: n,
+                        }
                     },
                     is_nak: false,
                     is_rnr: false,
+                    replay: *replay,
                 };
                 *sent += 1;
                 if *sent >= *npkts {
@@ -242,7 +294,9 @@ pub(crate) fn handle_request(
     // LAST of the same operation; a new message may not start in the middle of one.
     let cur = qp.resp.cur.unwrap_or(InProgress::None);
     let seq_ok = match (cur, info.operation, info.segment) {
-        (InProgress::None, _, s) => s.starts() || !matches!(info.operation, Operation::Send | Operation::Write),
+        (InProgress::None, _, s) => {
+            s.starts() || !matches!(info.operation, Operation::Send | Operation::Write)
+        }
         (InProgress::Send { .. }, Operation::Send, s) => !s.starts(),
         (InProgress::Write { .. }, Operation::Write, s) => !s.starts(),
         _ => false,
@@ -312,14 +366,20 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                 .resp
                 .cache
                 .iter()
-                .find(|c| matches!(c.kind, CachedKind::Read { .. }) && {
-                    let d = psn.diff(c.first_psn);
-                    d >= 0 && (d as u32) < c.npkts
+                .find(|c| {
+                    matches!(c.kind, CachedKind::Read { .. }) && {
+                        let d = psn.diff(c.first_psn);
+                        d >= 0 && (d as u32) < c.npkts
+                    }
                 })
                 .copied();
             let Some(c) = hit else { return };
-            let CachedKind::Read { rkey } = c.kind else { return };
-            if rkey != reth.rkey.0 || qp.resp.out.len() > 2 * qp.attr.max_dest_rd_atomic as usize + 4 {
+            let CachedKind::Read { rkey } = c.kind else {
+                return;
+            };
+            if rkey != reth.rkey.0
+                || qp.resp.out.len() > 2 * qp.attr.max_dest_rd_atomic as usize + 4
+            {
                 return;
             }
             let len = reth.dma_len;
@@ -328,22 +388,39 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                 return;
             }
             let mem = if len == 0 {
-                MemRef { key: rkey, offset: 0 }
+                MemRef {
+                    key: rkey,
+                    offset: 0,
+                }
             } else {
-                match ctx.mem.check(qp.pd, rkey, reth.va, u64::from(len), Access::REMOTE_READ) {
+                match ctx
+                    .mem
+                    .check(qp.pd, rkey, reth.va, u64::from(len), Access::REMOTE_READ)
+                {
                     Ok(m) => m,
                     Err(_) => return,
                 }
             };
             qp.counters.responses_replayed += 1;
-            qp.resp.out.push_back(RespOut::Read {
+            let end = psn.add(npkts);
+            let fresh = RespOut::Read {
                 first_psn: psn,
                 npkts,
                 sent: 0,
                 mem,
                 len,
                 msn: c.msn,
-            });
+                replay: true,
+            };
+            // Still sending that READ's responses: restart them in place (keeps the PSN
+            // order of the queue) instead of sending both runs.
+            let queued = qp.resp.out.iter_mut().find(
+                |o| matches!(o, RespOut::Read { first_psn, npkts, .. } if first_psn.add(*npkts) == end),
+            );
+            match queued {
+                Some(o) => *o = fresh,
+                None => qp.resp.out.push_back(fresh),
+            }
         }
         Operation::CmpSwap | Operation::FetchAdd => {
             // Never execute an atomic twice: replay the saved original value (§9.7.5.1.2).
@@ -353,7 +430,12 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                 .iter()
                 .find(|c| c.first_psn == psn && matches!(c.kind, CachedKind::Atomic { .. }))
                 .copied();
-            if let Some(Cached { kind: CachedKind::Atomic { orig }, msn, .. }) = hit {
+            if let Some(Cached {
+                kind: CachedKind::Atomic { orig },
+                msn,
+                ..
+            }) = hit
+            {
                 qp.counters.responses_replayed += 1;
                 qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
             }
@@ -367,7 +449,14 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
     }
 }
 
-fn remote_check(ctx: &Ctx<'_>, qp: &Qp, rkey: u32, va: u64, len: u64, need: Access) -> Result<MemRef, Fault> {
+fn remote_check(
+    ctx: &Ctx<'_>,
+    qp: &Qp,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: Access,
+) -> Result<MemRef, Fault> {
     // The QP's own access flags gate remote operations too (§10.2.3 / ibv qp_access_flags).
     if !qp.attr.qp_access_flags.contains(need) {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
@@ -377,8 +466,18 @@ fn remote_check(ctx: &Ctx<'_>, qp: &Qp, rkey: u32, va: u64, len: u64, need: Acce
         .map_err(|_: AccessError| Fault::Nak(NakCode::RemoteAccessError))
 }
 
-fn complete_recv(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus, opcode: WcOpcode, byte_len: u32, imm: Option<u32>, inv: Option<crate::wire::Rkey>) {
-    let Some(wqe) = qp.resp.rq.pop_front() else { return };
+fn complete_recv(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+    inv: Option<crate::wire::Rkey>,
+) {
+    let Some(wqe) = qp.resp.rq.pop_front() else {
+        return;
+    };
     let wc = WorkCompletion {
         wr_id: wqe.wr_id,
         status,
@@ -392,7 +491,13 @@ fn complete_recv(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus, opcode: WcOpc
     ctx.complete(qp.recv_cq, wc);
 }
 
-fn do_send(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, ext: &ExtHeaders, payload: &[u8]) -> Result<u32, Fault> {
+fn do_send(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) -> Result<u32, Fault> {
     let written = match qp.resp.cur {
         Some(InProgress::Send { written }) => written,
         _ => 0,
@@ -413,11 +518,27 @@ fn do_send(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, ext: &ExtHeaders, payl
     if u64::from(written) + payload.len() as u64 > wqe.len {
         // The message is longer than the receive buffer: LOC_LEN_ERR here, invalid
         // request at the requester (rxe, §9.7.5.1.2 C9-??).
-        complete_recv(qp, ctx, WcStatus::LocLenErr, WcOpcode::Recv, written, None, None);
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::LocLenErr,
+            WcOpcode::Recv,
+            written,
+            None,
+            None,
+        );
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     if !scatter(ctx.mem, segs, written as usize, payload) {
-        complete_recv(qp, ctx, WcStatus::LocProtErr, WcOpcode::Recv, written, None, None);
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::LocProtErr,
+            WcOpcode::Recv,
+            written,
+            None,
+            None,
+        );
         return Err(Fault::Nak(NakCode::RemoteOperationalError));
     }
     let written = written + payload.len() as u32;
@@ -425,36 +546,74 @@ fn do_send(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, ext: &ExtHeaders, payl
         let mut inv = None;
         if let Some(rkey) = ext.ieth {
             if ctx.mem.invalidate(qp.pd, rkey).is_err() {
-                complete_recv(qp, ctx, WcStatus::RemInvReqErr, WcOpcode::Recv, written, None, None);
+                complete_recv(
+                    qp,
+                    ctx,
+                    WcStatus::RemInvReqErr,
+                    WcOpcode::Recv,
+                    written,
+                    None,
+                    None,
+                );
                 return Err(Fault::Nak(NakCode::InvalidRequest));
             }
             inv = Some(rkey);
         }
         qp.resp.cur = None;
         qp.resp.msn = qp.resp.msn.next();
-        complete_recv(qp, ctx, WcStatus::Success, WcOpcode::Recv, written, ext.immdt, inv);
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            written,
+            ext.immdt,
+            inv,
+        );
     } else {
         qp.resp.cur = Some(InProgress::Send { written });
     }
     Ok(1)
 }
 
-fn do_write(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, ext: &ExtHeaders, payload: &[u8]) -> Result<u32, Fault> {
+fn do_write(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) -> Result<u32, Fault> {
     let (mem, dma_len, written) = match (qp.resp.cur, ext.reth) {
-        (Some(InProgress::Write { mem, dma_len, written }), _) => (mem, dma_len, written),
+        (
+            Some(InProgress::Write {
+                mem,
+                dma_len,
+                written,
+            }),
+            _,
+        ) => (mem, dma_len, written),
         (_, Some(reth)) => {
             // A zero-length WRITE touches nothing and checks no R_Key (§9.4.1.1 / C9-??).
             let mem = if reth.dma_len == 0 {
                 None
             } else {
-                Some(remote_check(ctx, qp, reth.rkey.0, reth.va, u64::from(reth.dma_len), Access::REMOTE_WRITE)?)
+                Some(remote_check(
+                    ctx,
+                    qp,
+                    reth.rkey.0,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_WRITE,
+                )?)
             };
             (mem, reth.dma_len, 0)
         }
         _ => return Err(Fault::Nak(NakCode::InvalidRequest)),
     };
     let n = payload.len() as u32;
-    let total = written.checked_add(n).ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+    let total = written
+        .checked_add(n)
+        .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     // More bytes than the RETH announced, or fewer at the end: invalid request (C9-??).
     if total > dma_len || (info.segment.ends() && total != dma_len) {
         return Err(Fault::Nak(NakCode::InvalidRequest));
@@ -475,10 +634,22 @@ fn do_write(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, ext: &ExtHeaders, pay
         qp.resp.cur = None;
         qp.resp.msn = qp.resp.msn.next();
         if imm {
-            complete_recv(qp, ctx, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total, ext.immdt, None);
+            complete_recv(
+                qp,
+                ctx,
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                total,
+                ext.immdt,
+                None,
+            );
         }
     } else {
-        qp.resp.cur = Some(InProgress::Write { mem, dma_len, written: total });
+        qp.resp.cur = Some(InProgress::Write {
+            mem,
+            dma_len,
+            written: total,
+        });
     }
     Ok(1)
 }
@@ -502,19 +673,51 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     let mem = if reth.dma_len == 0 {
-        MemRef { key: reth.rkey.0, offset: 0 }
+        MemRef {
+            key: reth.rkey.0,
+            offset: 0,
+        }
     } else {
-        remote_check(ctx, qp, reth.rkey.0, reth.va, u64::from(reth.dma_len), Access::REMOTE_READ)?
+        remote_check(
+            ctx,
+            qp,
+            reth.rkey.0,
+            reth.va,
+            u64::from(reth.dma_len),
+            Access::REMOTE_READ,
+        )?
     };
     let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
-    cache_push(qp, Cached { first_psn: psn, npkts, msn, kind: CachedKind::Read { rkey: reth.rkey.0 } });
-    qp.resp.out.push_back(RespOut::Read { first_psn: psn, npkts, sent: 0, mem, len: reth.dma_len, msn });
+    cache_push(
+        qp,
+        Cached {
+            first_psn: psn,
+            npkts,
+            msn,
+            kind: CachedKind::Read { rkey: reth.rkey.0 },
+        },
+    );
+    qp.resp.out.push_back(RespOut::Read {
+        first_psn: psn,
+        npkts,
+        sent: 0,
+        mem,
+        len: reth.dma_len,
+        msn,
+        replay: false,
+    });
     Ok(npkts)
 }
 
-fn do_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtHeaders) -> Result<u32, Fault> {
+fn do_atomic(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    ext: &ExtHeaders,
+) -> Result<u32, Fault> {
     if qp.attr.max_dest_rd_atomic == 0 {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
@@ -525,7 +728,10 @@ fn do_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
     let m = remote_check(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
-    let word = ctx.mem.bytes_mut(m, 0, 8).ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
+    let word = ctx
+        .mem
+        .bytes_mut(m, 0, 8)
+        .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
     // Atomics act on a 64-bit word in host byte order, as the CPU would see it.
     let mut b = [0u8; 8];
     b.copy_from_slice(word);
@@ -539,7 +745,15 @@ fn do_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
     qp.counters.atomics_executed += 1;
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
-    cache_push(qp, Cached { first_psn: psn, npkts: 1, msn, kind: CachedKind::Atomic { orig } });
+    cache_push(
+        qp,
+        Cached {
+            first_psn: psn,
+            npkts: 1,
+            msn,
+            kind: CachedKind::Atomic { orig },
+        },
+    );
     qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
     Ok(1)
 }

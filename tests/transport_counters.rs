@@ -22,7 +22,11 @@ fn lossy_run_counts_what_happened() {
     p.b.mr_bytes_mut(dst.lkey).unwrap().fill(3);
     let n = 120u64;
     for i in 0..n {
-        let op = if i % 2 == 0 { WrOpcode::RdmaWrite } else { WrOpcode::RdmaRead };
+        let op = if i % 2 == 0 {
+            WrOpcode::RdmaWrite
+        } else {
+            WrOpcode::RdmaRead
+        };
         let mut w = send_wr(i, op, sge(&src, (i % 16) * 65536, 8192));
         w.rdma.remote_addr = dst.addr + (i % 16) * 65536;
         w.rdma.rkey = dst.rkey;
@@ -34,7 +38,10 @@ fn lossy_run_counts_what_happened() {
     p.run_until(p.now + 100_000_000, |pr| pr.link.in_flight() == 0);
 
     let (a, b) = (p.a.counters(), p.b.counters());
-    let (qa, qb) = (p.a.qp_counters(c.qp_a).unwrap(), p.b.qp_counters(c.qp_b).unwrap());
+    let (qa, qb) = (
+        p.a.qp_counters(c.qp_a).unwrap(),
+        p.b.qp_counters(c.qp_b).unwrap(),
+    );
     // One QP per device: the device sums equal the QP counters.
     assert_eq!(a.qp, qa);
     assert_eq!(b.qp, qb);
@@ -43,11 +50,20 @@ fn lossy_run_counts_what_happened() {
     let l = p.link.stats;
     assert_eq!(qa.packets_sent + qb.packets_sent, l.frames_sent);
     let dropped = |d: &xrnic::proto::DeviceCounters| {
-        d.malformed_frames_dropped + d.wrong_address_dropped + d.unknown_qp_dropped + d.unsupported_dropped
+        d.malformed_frames_dropped
+            + d.wrong_address_dropped
+            + d.unknown_qp_dropped
+            + d.unsupported_dropped
     };
-    assert_eq!(qa.packets_received + qb.packets_received + dropped(&a) + dropped(&b), l.frames_delivered);
+    assert_eq!(
+        qa.packets_received + qb.packets_received + dropped(&a) + dropped(&b),
+        l.frames_delivered
+    );
     assert!(a.malformed_frames_dropped + b.malformed_frames_dropped > 0);
-    assert!(a.icrc_errors + b.icrc_errors > 0, "bit flips in covered fields fail the ICRC");
+    assert!(
+        a.icrc_errors + b.icrc_errors > 0,
+        "bit flips in covered fields fail the ICRC"
+    );
     assert!(dropped(&a) + dropped(&b) <= l.corrupted);
     // Loss and reordering: the responder saw gaps and NAKed, the requester went back.
     assert!(qb.out_of_sequence > 0);
@@ -78,7 +94,15 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     p.a.post_send(c.qp_a, w).unwrap();
     let mut wcs = vec![];
     run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000, &mut wcs);
-    let good = p.capture.as_ref().unwrap().iter().find(|f| f.1 == Side::A).unwrap().2.clone();
+    let good = p
+        .capture
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|f| f.1 == Side::A)
+        .unwrap()
+        .2
+        .clone();
     let before = p.b.counters();
     let bq = p.b.qp_counters(c.qp_b).unwrap();
 
@@ -116,7 +140,10 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     let mut buf = vec![0u8; 2000];
     let n = f.emit(&mut buf).unwrap();
     p.b.handle_frame(now, &buf[..n]);
-    assert_eq!(p.b.counters().unknown_qp_dropped, after.unknown_qp_dropped + 1);
+    assert_eq!(
+        p.b.counters().unknown_qp_dropped,
+        after.unknown_qp_dropped + 1
+    );
     // A UD frame: well-formed but not RC.
     let mut ud = xrnic::wire::FrameRepr::parse(&good).unwrap();
     ud.roce.bth.opcode = Opcode::UD_SEND_ONLY;
@@ -129,5 +156,8 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     };
     let n = ud.emit(&mut buf).unwrap();
     p.b.handle_frame(now, &buf[..n]);
-    assert_eq!(p.b.counters().unsupported_dropped, after.unsupported_dropped + 1);
+    assert_eq!(
+        p.b.counters().unsupported_dropped,
+        after.unsupported_dropped + 1
+    );
 }

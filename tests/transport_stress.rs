@@ -13,7 +13,13 @@ use xrnic::cli::sim::{Ops, SimParams, SizeSpec, simulate};
 use xrnic::proto::Mtu;
 use xrnic::sim::LinkConfig;
 
-const MTUS: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
+const MTUS: [Mtu; 5] = [
+    Mtu::Mtu256,
+    Mtu::Mtu512,
+    Mtu::Mtu1024,
+    Mtu::Mtu2048,
+    Mtu::Mtu4096,
+];
 
 fn run_level(p: f64, seed: u64) {
     let mut total = 0;
@@ -40,15 +46,32 @@ fn run_level(p: f64, seed: u64) {
         assert_eq!(s.messages_completed, 2000, "{what}");
         assert_eq!((s.errors, s.mismatches), (0, 0), "{what}");
         assert!(s.atomics_posted > 100, "{what}");
-        assert_eq!(s.atomics_executed, s.atomics_posted, "{what}: no atomic twice");
-        assert!(s.bytes_verified > 10_000_000, "{what}: {}", s.bytes_verified);
+        assert_eq!(
+            s.atomics_executed, s.atomics_posted,
+            "{what}: no atomic twice"
+        );
+        assert!(
+            s.bytes_verified > 10_000_000,
+            "{what}: {}",
+            s.bytes_verified
+        );
         if p > 0.0 {
             assert!(s.retransmitted_packets > 0 && s.naks_sent > 0, "{what}");
             assert!(s.duplicates_received > 0, "{what}");
-            assert!(s.malformed_frames_dropped > 0, "{what}: corrupted frames dropped");
-            assert!(s.link.lost > 0 && s.link.corrupted > 0 && s.link.reordered > 0, "{what}");
+            assert!(
+                s.malformed_frames_dropped > 0,
+                "{what}: corrupted frames dropped"
+            );
+            assert!(
+                s.link.lost > 0 && s.link.corrupted > 0 && s.link.reordered > 0,
+                "{what}"
+            );
         } else {
-            assert_eq!(s.retransmitted_packets + s.naks_sent + s.duplicates_received, 0, "{what}");
+            assert_eq!(
+                s.retransmitted_packets + s.naks_sent + s.duplicates_received,
+                0,
+                "{what}"
+            );
         }
         total += s.messages_completed;
     }

@@ -158,8 +158,19 @@ impl Link {
         }
     }
 
+    /// An empty buffer for the next frame (reused from delivered frames).
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
     /// Put a frame on the wire from `from` at `now`.
     pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) {
+        let b = self.buffer(frame);
+        self.send_owned(now, from, b);
+    }
+
+    /// Put a frame on the wire, handing over its buffer (no copy).
+    pub fn send_owned(&mut self, now: u64, from: Side, frame: Vec<u8>) {
         self.stats.frames_sent += 1;
         let start = now.max(self.busy_until[from.idx()]);
         let ser = if self.cfg.bandwidth_bps == 0 {
@@ -170,21 +181,21 @@ impl Link {
         self.busy_until[from.idx()] = start + ser;
         if self.chance(self.cfg.loss) {
             self.stats.lost += 1;
+            self.recycle(frame);
             return;
         }
-        let copies = if self.chance(self.cfg.dup) {
+        let dup = if self.chance(self.cfg.dup) {
             self.stats.duplicated += 1;
-            2
+            Some(self.buffer(&frame))
         } else {
-            1
+            None
         };
-        for _ in 0..copies {
+        for mut bytes in std::iter::once(frame).chain(dup) {
             let mut at = start + ser + self.cfg.delay_ns;
             if self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0 {
                 self.stats.reordered += 1;
                 at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
             }
-            let mut bytes = self.buffer(frame);
             if self.chance(self.cfg.corrupt) && !bytes.is_empty() {
                 self.stats.corrupted += 1;
                 let bit = self.rng.random_range(0..bytes.len() * 8);
@@ -298,17 +309,23 @@ impl Pair {
                 }
                 let now = self.now;
                 let mut buf = std::mem::take(&mut self.buf);
-                let sent = self.dev(s).poll_transmit(now, &mut buf);
-                if let Some(n) = sent {
-                    if let Some(c) = self.capture.as_mut() {
-                        c.push((now, s, buf[..n].to_vec()));
-                    }
-                    self.link.send(now, s, &buf[..n]);
-                    did = true;
+                if buf.len() < MAX_FRAME_LEN {
+                    buf.resize(MAX_FRAME_LEN, 0);
                 }
-                self.buf = buf;
-                if sent.is_none() {
-                    break;
+                match self.dev(s).poll_transmit(now, &mut buf) {
+                    Some(n) => {
+                        buf.truncate(n);
+                        if let Some(c) = self.capture.as_mut() {
+                            c.push((now, s, buf.clone()));
+                        }
+                        self.link.send_owned(now, s, buf);
+                        self.buf = self.link.take_buffer();
+                        did = true;
+                    }
+                    None => {
+                        self.buf = buf;
+                        break;
+                    }
                 }
             }
         }

@@ -122,14 +122,11 @@ impl Floor {
     }
 }
 
-fn time_per_packet(mut f: impl FnMut(), pkts: u64) -> f64 {
-    f(); // warm up
-    let rounds = 20;
+/// Nanoseconds per packet of one call of `f`.
+fn once(f: &mut impl FnMut(), pkts: u64) -> f64 {
     let t = Instant::now();
-    for _ in 0..rounds {
-        f();
-    }
-    t.elapsed().as_nanos() as f64 / (rounds as f64 * pkts as f64)
+    f();
+    t.elapsed().as_nanos() as f64 / pkts as f64
 }
 
 fn report() {
@@ -137,22 +134,26 @@ fn report() {
         let mut b = setup(mtu);
         let mut fl = Floor::new(mtu);
         let pk = packets(mtu);
-        let engine = time_per_packet(|| b.run_batch(), pk);
-        let floor = time_per_packet(
-            || {
-                fl.run_batch();
-            },
-            pk,
-        );
-        let frames = b.pair.link.stats.frames_sent;
+        let mut engine_run = || b.run_batch();
+        let mut floor_run = || {
+            fl.run_batch();
+        };
+        engine_run();
+        floor_run();
+        // Alternate the two and keep each one's best round: on a shared machine the
+        // minimum is the figure least disturbed by other work.
+        let (mut engine, mut floor) = (f64::MAX, f64::MAX);
+        for _ in 0..30 {
+            engine = engine.min(once(&mut engine_run, pk));
+            floor = floor.min(once(&mut floor_run, pk));
+        }
         eprintln!(
-            "transport: 64 KiB WRITE, MTU {}: engine {:.0} ns/packet ({:.2} Mpps), floor {:.0} ns/packet, ratio {:.2} (goal <= 2); {} frames incl. ACKs",
+            "transport: 64 KiB WRITE, MTU {}: engine {:.0} ns/packet ({:.2} Mpps), floor {:.0} ns/packet, ratio {:.2} (goal <= 2)",
             mtu.bytes(),
             engine,
             1e3 / engine,
             floor,
             engine / floor,
-            frames
         );
     }
     let mut d = Rnic::new(Config::default());

@@ -8,8 +8,8 @@
 //! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
 
 use crate::wire::{
-    BthRepr, EthRepr, FrameRepr, FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, Service,
-    UdpRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameRepr,
+    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, RoceRepr, Service, UdpRepr,
 };
 
 use super::completer;
@@ -421,14 +421,16 @@ impl Rnic {
             self.dev.icrc_errors += 1;
             return;
         }
-        let repr = view.repr();
-        if repr.eth.dst != self.cfg.mac {
+        // Only the fields the transport needs are read, straight from the checked frame
+        // (`view.repr()` would rebuild every header).
+        let b = view.bytes();
+        if b.get(0..6) != Some(&self.cfg.mac[..]) {
             self.dev.wrong_address_dropped += 1;
             return;
         }
-        let (src_gid, dst_gid) = match repr.ip {
-            IpRepr::V4 { src, dst, .. } => (super::qp::ipv4_gid(src), super::qp::ipv4_gid(dst)),
-            IpRepr::V6 { src, dst, .. } => (src, dst),
+        let Some((src_gid, dst_gid)) = ip_addresses(b, view.is_ipv6()) else {
+            self.dev.malformed_frames_dropped += 1;
+            return;
         };
         if !self.cfg.gids.contains(&dst_gid) {
             self.dev.wrong_address_dropped += 1;
@@ -439,7 +441,21 @@ impl Rnic {
             self.dev.unsupported_dropped += 1;
             return;
         }
-        let bth = repr.roce.bth;
+        let bth = BthRepr::from_view(&view.bth());
+        let mut ext = ExtHeaders::default();
+        for e in info.exts.iter() {
+            let Some(h) = view.ext_bytes(e) else { continue };
+            match e {
+                Ext::Reth => ext.reth = Some(RethRepr::parse(h)),
+                Ext::AtomicEth => ext.atomic = Some(AtomicEthRepr::parse(h)),
+                Ext::ImmDt => ext.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+                Ext::Ieth => ext.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
+                Ext::Aeth => ext.aeth = Some(AethRepr::parse(h)),
+                Ext::AtomicAckEth => ext.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
+                // RC opcodes carry none of the others.
+                Ext::Deth | Ext::Feth | Ext::CnpPad => {}
+            }
+        }
         let Some((qp, mut ctx)) = self.split(bth.dest_qp, now) else {
             self.dev.unknown_qp_dropped += 1;
             return;
@@ -454,19 +470,11 @@ impl Rnic {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
-        let payload = repr.roce.payload;
+        let payload = view.payload();
         if info.is_request() {
-            responder::handle_request(
-                qp,
-                &mut ctx,
-                info,
-                bth.psn,
-                bth.ack_req,
-                &repr.roce.ext,
-                payload,
-            );
+            responder::handle_request(qp, &mut ctx, info, bth.psn, bth.ack_req, &ext, payload);
         } else {
-            handle_response(qp, &mut ctx, info, bth.psn, &repr.roce.ext, payload);
+            handle_response(qp, &mut ctx, info, bth.psn, &ext, payload);
         }
     }
 
@@ -646,6 +654,23 @@ impl Rnic {
             }
         }
         None
+    }
+}
+
+/// Source and destination GIDs of a parsed frame (IPv4 addresses as IPv4-mapped GIDs).
+fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
+    // 802.1Q adds four bytes before the IP header.
+    let ip = if b.get(12..14)? == [0x81, 0x00] { 18 } else { 14 };
+    if ipv6 {
+        Some((
+            b.get(ip + 8..ip + 24)?.try_into().ok()?,
+            b.get(ip + 24..ip + 40)?.try_into().ok()?,
+        ))
+    } else {
+        let v4 = |r: core::ops::Range<usize>| -> Option<[u8; 16]> {
+            Some(super::qp::ipv4_gid(b.get(r)?.try_into().ok()?))
+        };
+        Some((v4(ip + 12..ip + 16)?, v4(ip + 16..ip + 20)?))
     }
 }
 

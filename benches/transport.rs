@@ -42,11 +42,23 @@ fn setup(mtu: Mtu) -> Bench {
             ..ConnectOpts::default()
         })
         .unwrap();
-    let src = pair.a.reg_mr(c.pd_a, (MSG as u64 * BATCH) as usize, Access::LOCAL_WRITE).unwrap();
-    for (i, b) in pair.a.mr_bytes_mut(src.lkey).unwrap().iter_mut().enumerate() {
+    let src = pair
+        .a
+        .reg_mr(c.pd_a, (MSG as u64 * BATCH) as usize, Access::LOCAL_WRITE)
+        .unwrap();
+    for (i, b) in pair
+        .a
+        .mr_bytes_mut(src.lkey)
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
         *b = i as u8;
     }
-    let dst = pair.b.reg_mr(c.pd_b, (MSG as u64 * BATCH) as usize, Access::ALL).unwrap();
+    let dst = pair
+        .b
+        .reg_mr(c.pd_b, (MSG as u64 * BATCH) as usize, Access::ALL)
+        .unwrap();
     let wrs = (0..BATCH)
         .map(|i| {
             let mut w = SendWr::new(i, WrOpcode::RdmaWrite);
@@ -104,7 +116,9 @@ struct Floor {
 impl Floor {
     fn new(mtu: Mtu) -> Self {
         Floor {
-            src: (0..MSG as usize * BATCH as usize).map(|i| i as u8).collect(),
+            src: (0..MSG as usize * BATCH as usize)
+                .map(|i| i as u8)
+                .collect(),
             frame: vec![0u8; 54 + mtu.bytes() as usize + 4],
             mtu: mtu.bytes() as usize,
         }
@@ -183,9 +197,13 @@ fn bench(c: &mut Criterion) {
     for mtu in [Mtu::Mtu1024, Mtu::Mtu4096] {
         g.throughput(Throughput::Elements(packets(mtu)));
         let mut b = setup(mtu);
-        g.bench_function(format!("engine_mtu{}", mtu.bytes()), |bn| bn.iter(|| b.run_batch()));
+        g.bench_function(format!("engine_mtu{}", mtu.bytes()), |bn| {
+            bn.iter(|| b.run_batch())
+        });
         let mut fl = Floor::new(mtu);
-        g.bench_function(format!("floor_mtu{}", mtu.bytes()), |bn| bn.iter(|| fl.run_batch()));
+        g.bench_function(format!("floor_mtu{}", mtu.bytes()), |bn| {
+            bn.iter(|| fl.run_batch())
+        });
     }
     g.finish();
 }

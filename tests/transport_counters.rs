@@ -120,7 +120,11 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     let mut ttl = good.clone();
     ttl[14 + 8] ^= 1;
     match xrnic::wire::FrameView::parse(&ttl) {
-        Err(xrnic::wire::Error::Ipv4Checksum { offset, expected, found }) => {
+        Err(xrnic::wire::Error::Ipv4Checksum {
+            offset,
+            expected,
+            found,
+        }) => {
             assert_eq!(offset, 14);
             assert_eq!(found, u16::from_be_bytes([good[24], good[25]]));
             assert_ne!(expected, found);

@@ -660,7 +660,11 @@ impl Rnic {
 /// Source and destination GIDs of a parsed frame (IPv4 addresses as IPv4-mapped GIDs).
 fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
     // 802.1Q adds four bytes before the IP header.
-    let ip = if b.get(12..14)? == [0x81, 0x00] { 18 } else { 14 };
+    let ip = if b.get(12..14)? == [0x81, 0x00] {
+        18
+    } else {
+        14
+    };
     if ipv6 {
         Some((
             b.get(ip + 8..ip + 24)?.try_into().ok()?,

@@ -722,8 +722,9 @@ fn do_atomic(
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-    // §9.4.5: the target must be 8-byte aligned; a misaligned one is an access error
-    // (rxe and ConnectX NAK it as such).
+    // The target must be 8-byte aligned (IBTA §9.4.5). xrnic NAKs a misaligned one as a
+    // remote access error, as the transport issue specifies; note that rxe sends NAK
+    // invalid request instead (`RESPST_ERR_MISALIGNED_ATOMIC`), see docs/transport.md.
     if a.va % 8 != 0 {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }

@@ -397,7 +397,10 @@ fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Er
 fn ones_complement_sum(b: &[u8]) -> u16 {
     let words = b.chunks_exact(2);
     let odd = words.remainder().first().map_or(0, |&x| u32::from(x) << 8);
-    let mut sum: u32 = odd + words.map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum::<u32>();
+    let mut sum: u32 = odd
+        + words
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum::<u32>();
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }

@@ -287,7 +287,7 @@ impl<'a> FrameRepr<'a> {
             } => {
                 let total_len = u16::try_from(Ipv4Header::MIN_LEN + ip_payload)
                     .map_err(|_| Error::TooLong { len: total })?;
-                let mut h = Ipv4Header {
+                let h = Ipv4Header {
                     dscp: IpDscp::try_new(tos >> 2).unwrap_or(IpDscp::ZERO),
                     ecn: IpEcn::try_new(tos & 3).unwrap_or(IpEcn::ZERO),
                     total_len,
@@ -302,8 +302,11 @@ impl<'a> FrameRepr<'a> {
                     destination: dst,
                     ..Default::default()
                 };
-                h.header_checksum = h.calc_header_checksum();
-                out[off..off + Ipv4Header::MIN_LEN].copy_from_slice(&h.to_bytes());
+                // Serialized with a zero checksum, then the RFC 1071 sum over the bytes.
+                let mut hb = h.to_bytes();
+                let sum = !ones_complement_sum(&hb);
+                hb[10..12].copy_from_slice(&sum.to_be_bytes());
+                out[off..off + Ipv4Header::MIN_LEN].copy_from_slice(&hb);
                 off += Ipv4Header::MIN_LEN;
             }
             IpRepr::V6 {

@@ -1,10 +1,10 @@
 //! The requester: turns send work requests into request packets (IBTA vol. 1 §9.7.1 PSNs,
 //! §9.7.2 segmentation, §9.7.4 requester behaviour; rxe's `rxe_req.c` plays this role).
 //!
-//! Contract: [`Requester::next_packet`] returns the next request packet to put on the wire,
+//! Contract: `Requester::next_packet` returns the next request packet to put on the wire,
 //! or `None` when nothing may be sent now (queue empty, window full, max_rd_atomic reached,
 //! fence, credits, RNR wait, SQ draining). It never completes work requests: the completer
-//! does, in posting order. Retransmission is Go-Back-N: [`Requester::rewind`] moves the
+//! does, in posting order. Retransmission is Go-Back-N: `Requester::rewind` moves the
 //! transmit point back to a PSN and packets from there are emitted again with the PSNs
 //! they had the first time.
 

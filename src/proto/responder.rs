@@ -2,11 +2,11 @@
 //! §9.7.5 responder behaviour, §9.7.5.1 validation, §9.7.5.2 responses; rxe's
 //! `rxe_resp.c` plays this role).
 //!
-//! Contract: [`handle_request`] checks one request packet in the order the spec gives
+//! Contract: `handle_request` checks one request packet in the order the spec gives
 //! (PSN, opcode sequence, length, receive WQE, R_Key/bounds/rights), then either executes
 //! it or turns the fault into a NAK; it never panics on peer input. Responses (ACK, NAK,
 //! RNR NAK, READ responses, atomic ACKs) go into an ordered queue drained by
-//! [`Responder::next_response`], so that they leave in PSN order: an ACK for a later PSN
+//! `Responder::next_response`, so that they leave in PSN order: an ACK for a later PSN
 //! must never overtake an earlier READ response, or the requester would see an implied
 //! NAK. Consecutive plain ACKs coalesce into the newest.
 

@@ -146,6 +146,34 @@ fn duplicate_atomics_are_answered_from_the_cache_not_executed_again() {
 }
 
 #[test]
+fn a_duplicate_atomic_with_other_operands_is_an_invalid_request() {
+    let (mut p, c, src, dst) = setup();
+    let mut w = send_wr(1, WrOpcode::AtomicFetchAndAdd, sge(&src, 0, 8));
+    w.atomic.remote_addr = dst.addr;
+    w.atomic.rkey = dst.rkey;
+    w.atomic.compare_add = 5;
+    p.a.post_send(c.qp_a, w).unwrap();
+    let f = drain(&mut p, Side::A);
+    p.b.handle_frame(0, &f[0]);
+    let mut other = FrameRepr::parse(&f[0]).unwrap();
+    other.roce.ext.atomic.as_mut().unwrap().swap_add = 6;
+    let mut buf = vec![0u8; MAX_FRAME_LEN];
+    let n = other.emit(&mut buf).unwrap();
+    p.b.handle_frame(0, &buf[..n]);
+    let out = drain(&mut p, Side::B);
+    assert_eq!(info(&out[0]).0, Opcode::RC_ATOMIC_ACK);
+    assert_eq!(
+        info(&out[1]).2,
+        Some(Syndrome::Nak(NakCode::InvalidRequest))
+    );
+    assert_eq!(p.b.qp_counters(c.qp_b).unwrap().atomics_executed, 1);
+    assert_eq!(
+        u64::from_ne_bytes(p.b.mr_bytes(dst.lkey).unwrap()[..8].try_into().unwrap()),
+        5
+    );
+}
+
+#[test]
 fn duplicate_read_is_answered_again_from_the_psn_asked_for() {
     let (mut p, c, src, dst) = setup();
     for (i, b) in p.b.mr_bytes_mut(dst.lkey).unwrap().iter_mut().enumerate() {

@@ -42,7 +42,7 @@ pub struct Config {
     /// The requester asks for an ACK at least every this many packets, and the responder
     /// sends one at least this often (rxe: 64).
     pub ack_every: u32,
-    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7.2). Off by default,
+    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7). Off by default,
     /// like rxe, which ignores them.
     pub honour_credits: bool,
     /// Advertise the receive queue depth as credits instead of "unlimited" (0x1F).
@@ -298,7 +298,7 @@ impl Rnic {
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
             QpState::Err => {
-                // Posting to a QP in ERR is legal; the WR completes flushed (§10.3.1).
+                // Posting to a QP in ERR is legal; the WR completes flushed (§10.3).
                 let wc = WorkCompletion {
                     wr_id: wr.wr_id,
                     status: WcStatus::WrFlushErr,
@@ -462,7 +462,7 @@ impl Rnic {
         };
         qp.counters.packets_received += 1;
         qp.counters.bytes_received += frame.len() as u64;
-        // An RC QP talks to one peer only (§9.6.1.x): frames from elsewhere are not ours.
+        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
         if qp.state == QpState::Reset
             || qp.state == QpState::Init
             || qp.attr.ah_attr.dgid != src_gid

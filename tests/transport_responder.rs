@@ -263,3 +263,27 @@ fn new_message_inside_a_send_is_an_invalid_request() {
     );
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap().invalid_requests, 1);
 }
+
+#[test]
+fn solicited_event_is_set_on_the_last_packet_only() {
+    let (mut p, c, src, _) = setup();
+    let mut w = send_wr(1, WrOpcode::SendWithImm, sge(&src, 0, 2500));
+    w.send_flags = w.send_flags | xrnic::proto::SendFlags::SOLICITED;
+    p.a.post_send(c.qp_a, w).unwrap();
+    let f = drain(&mut p, Side::A);
+    let se: Vec<_> = f
+        .iter()
+        .map(|x| {
+            let r = FrameRepr::parse(x).unwrap();
+            (r.roce.bth.opcode, r.roce.bth.solicited, r.roce.ext.immdt)
+        })
+        .collect();
+    assert_eq!(
+        se,
+        [
+            (Opcode::RC_SEND_FIRST, false, None),
+            (Opcode::RC_SEND_MIDDLE, false, None),
+            (Opcode::RC_SEND_LAST_IMM, true, Some(0))
+        ]
+    );
+}

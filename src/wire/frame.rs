@@ -409,9 +409,6 @@ fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Er
     }
 }
 
-/// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
-/// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero. `hdr` is the
-/// whole header, options included (at most 60 bytes, so the sum cannot overflow).
 /// The ones' complement of the ones' complement sum of `words` (RFC 1071), for a header
 /// of at most a few hundred words.
 fn ones_complement(words: &[u16]) -> u16 {
@@ -422,6 +419,9 @@ fn ones_complement(words: &[u16]) -> u16 {
     !(sum as u16)
 }
 
+/// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
+/// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero. `hdr` is the
+/// whole header, options included (at most 60 bytes, so the sum cannot overflow).
 fn ipv4_checksum(hdr: &[u8]) -> u16 {
     // Sum every word, then take the checksum field back out: exact, since the sum holds it.
     let mut sum: u32 = hdr

@@ -21,6 +21,7 @@
 //! [`device`] with the engine type [`Rnic`] that owns them all.
 
 pub mod completer;
+pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;

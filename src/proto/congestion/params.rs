@@ -115,7 +115,7 @@ pub const PARAMS: &[ParamInfo] = &[
         rp_ai_rate,
         None,
         "Mb/s",
-        0,
+        1,
         MAX_MBPS,
         "R_AI: target-rate step of each additive-increase event"
     ),
@@ -123,7 +123,7 @@ pub const PARAMS: &[ParamInfo] = &[
         rp_hai_rate,
         None,
         "Mb/s",
-        0,
+        1,
         MAX_MBPS,
         "R_HAI: hyper increase adds i × R_HAI to the target, i = min(timer, byte events) − F"
     ),

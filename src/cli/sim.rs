@@ -624,13 +624,14 @@ pub fn simulate(p: &SimParams) -> SimSummary {
 
 /// `xrnic sim`: run, print, and return the exit code (0 all verified, 1 otherwise).
 pub fn run(args: &SimArgs) -> i32 {
+    use std::io::Write;
     let s = simulate(&SimParams::from(args));
-    println!(
-        "xrnic sim: {} of {} messages completed, {} errors, {} mismatches, {} bytes verified",
+    let mut text = format!(
+        "xrnic sim: {} of {} messages completed, {} errors, {} mismatches, {} bytes verified\n",
         s.messages_completed, s.messages, s.errors, s.mismatches, s.bytes_verified
     );
-    println!(
-        "  packets sent {}, retransmitted {}, NAKs {}, RNR NAKs {}, duplicates {}, malformed dropped {}",
+    text += &format!(
+        "  packets sent {}, retransmitted {}, NAKs {}, RNR NAKs {}, duplicates {}, malformed dropped {}\n",
         s.packets_sent,
         s.retransmitted_packets,
         s.naks_sent,
@@ -638,8 +639,8 @@ pub fn run(args: &SimArgs) -> i32 {
         s.duplicates_received,
         s.malformed_frames_dropped
     );
-    println!(
-        "  link: {} frames, {} lost, {} duplicated, {} reordered, {} corrupted; virtual time {} us",
+    text += &format!(
+        "  link: {} frames, {} lost, {} duplicated, {} reordered, {} corrupted; virtual time {} us\n",
         s.link.frames_sent,
         s.link.lost,
         s.link.duplicated,
@@ -648,20 +649,22 @@ pub fn run(args: &SimArgs) -> i32 {
         s.virtual_time_us
     );
     if let Some(why) = &s.stalled {
-        println!("  stopped early: {why}");
+        text += &format!("  stopped early: {why}\n");
     }
     if let Some(e) = &s.first_error {
-        println!("  first error completion: {e}");
+        text += &format!("  first error completion: {e}\n");
     }
     if args.json {
         match serde_json::to_string(&s) {
-            Ok(j) => println!("{j}"),
+            Ok(j) => text += &format!("{j}\n"),
             Err(e) => {
                 eprintln!("xrnic sim: cannot encode the summary: {e}");
                 return 1;
             }
         }
     }
+    // A closed pipe (`| head`) is not a reason to panic; the exit code still tells.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
     if s.ok { 0 } else { 1 }
 }
 

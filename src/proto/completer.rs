@@ -66,6 +66,9 @@ pub(crate) fn handle_response(
                 }
                 Some(Syndrome::Nak(code)) => {
                     qp.counters.naks_received += 1;
+                    if code == NakCode::PsnSequenceError {
+                        qp.counters.packet_seq_err += 1;
+                    }
                     // A NAK acknowledges every PSN before its own (§9.7.5.2.2).
                     if psn != una && ack_through(qp, ctx, psn.sub(1)) {
                         return;
@@ -75,7 +78,6 @@ pub(crate) fn handle_response(
                     }
                     match code {
                         NakCode::PsnSequenceError => {
-                            qp.counters.packet_seq_err += 1;
                             if qp.req.rnr_until.is_some() {
                                 return;
                             }

@@ -444,6 +444,8 @@ impl Rnic {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += frame.len() as u64;
         // An RC QP talks to one peer only (§9.6.1.x): frames from elsewhere are not ours.
         if qp.state == QpState::Reset
             || qp.state == QpState::Init
@@ -452,8 +454,6 @@ impl Rnic {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
-        qp.counters.packets_received += 1;
-        qp.counters.bytes_received += frame.len() as u64;
         let payload = repr.roce.payload;
         if info.is_request() {
             responder::handle_request(

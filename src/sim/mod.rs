@@ -229,6 +229,9 @@ pub struct Pair {
     pub link: Link,
     /// Virtual time in nanoseconds.
     pub now: u64,
+    /// When set, every frame a side transmits is recorded here (time, sender, bytes),
+    /// before the link impairs it: a capture of the wire for tests.
+    pub capture: Option<Vec<(u64, Side, Vec<u8>)>>,
     buf: Vec<u8>,
 }
 
@@ -259,6 +262,7 @@ impl Pair {
             b: Rnic::new(b),
             link: Link::new(link, seed),
             now: 0,
+            capture: None,
             buf: vec![0; MAX_FRAME_LEN],
         }
     }
@@ -296,6 +300,9 @@ impl Pair {
                 let mut buf = std::mem::take(&mut self.buf);
                 let sent = self.dev(s).poll_transmit(now, &mut buf);
                 if let Some(n) = sent {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.push((now, s, buf[..n].to_vec()));
+                    }
                     self.link.send(now, s, &buf[..n]);
                     did = true;
                 }

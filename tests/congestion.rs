@@ -726,3 +726,36 @@ fn docs_table_matches_the_code() {
     }
     assert_eq!(rows, xrnic::proto::congestion::PARAMS.len());
 }
+
+/// What the engine drives: CNPs owed are queued once per QP, a QP refused by its pacer is
+/// remembered so that `poll_timeout` wakes the engine when it may send.
+#[test]
+fn engine_surface_cnp_queue_and_held_qps() {
+    let mut cc = CongestionControl::new(
+        Algorithm::Dcqcn(DcqcnParams::connectx()),
+        1_000_000_000,
+        4096,
+    );
+    let (q1, q2) = (Qpn::new(0x11), Qpn::new(0x12));
+    cc.add_qp(0, q1);
+    cc.add_qp(0, q2);
+    assert!(cc.on_received(0, q2, 3));
+    assert!(cc.on_received(0, q1, 3));
+    assert!(!cc.on_received(1, q1, 3), "within the interval");
+    assert_eq!(cc.poll_cnp(), Some(q2));
+    assert_eq!(cc.poll_cnp(), Some(q1));
+    assert_eq!(cc.poll_cnp(), None);
+    // Held: 4096 bytes at 1 Gb/s refill in 32768 ns.
+    assert_eq!(cc.poll_timeout(), None);
+    assert!(cc.may_send(0, q1, 4096));
+    cc.on_sent(0, q1, 4096);
+    assert!(!cc.may_send(10, q1, 4096));
+    assert_eq!(cc.poll_timeout(), Some(32_768));
+    cc.handle_timeout(32_768);
+    assert_eq!(cc.poll_timeout(), None);
+    assert!(cc.may_send(32_768, q1, 4096));
+    // A removed QP owes nothing.
+    assert!(cc.on_received(100_000, q1, 3));
+    cc.remove_qp(q1);
+    assert_eq!(cc.poll_cnp(), None);
+}

@@ -25,7 +25,7 @@ pub mod np;
 pub mod pacer;
 pub mod params;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::wire::{FrameView, Opcode, Qpn};
 
@@ -98,6 +98,8 @@ struct QpCc {
     pacer: Pacer,
     handled: u64,
     ignored: u64,
+    /// Refused by [`CongestionControl::may_send`] until then (for `poll_timeout`).
+    held_until: Option<u64>,
 }
 
 impl QpCc {
@@ -114,6 +116,8 @@ pub struct CongestionControl {
     burst: u64,
     qps: BTreeMap<Qpn, QpCc>,
     np: NotificationPoint,
+    /// Local QPs that owe their peer a CNP, oldest first.
+    cnps: VecDeque<Qpn>,
     handled: u64,
     ignored: u64,
 }
@@ -133,6 +137,7 @@ impl CongestionControl {
             burst: burst_bytes,
             qps: BTreeMap::new(),
             np: NotificationPoint::new(np_params.np_interval_ns()),
+            cnps: VecDeque::new(),
             handled: 0,
             ignored: 0,
         }
@@ -166,6 +171,7 @@ impl CongestionControl {
                 pacer: Pacer::new(now, rate, self.burst),
                 handled: 0,
                 ignored: 0,
+                held_until: None,
             },
         );
     }
@@ -174,6 +180,7 @@ impl CongestionControl {
     pub fn remove_qp(&mut self, qpn: Qpn) {
         self.qps.remove(&qpn);
         self.np.remove_qp(qpn);
+        self.cnps.retain(|&q| q != qpn);
     }
 
     fn sync(q: &mut QpCc, now: u64, line: u64) {
@@ -222,9 +229,35 @@ impl CongestionControl {
     }
 
     /// Local QP `qpn` received a RoCE packet with IP ECN field `ecn` at `now`: true when a
-    /// CNP must go back to its peer now (see [`build_cnp`]).
+    /// CNP must go back to its peer now. The QP is then also queued for [`Self::poll_cnp`].
     pub fn on_received(&mut self, now: u64, qpn: Qpn, ecn: u8) -> bool {
-        self.np.on_packet(now, qpn, ecn)
+        let send = self.np.on_packet(now, qpn, ecn);
+        if send && !self.cnps.contains(&qpn) {
+            self.cnps.push_back(qpn);
+        }
+        send
+    }
+
+    /// The next local QP whose peer must get a CNP (build it with [`build_cnp`], DestQP =
+    /// the QP's remote QPN, marking from [`Self::cnp_marking`]).
+    pub fn poll_cnp(&mut self) -> Option<Qpn> {
+        self.cnps.pop_front()
+    }
+
+    /// May QP `qpn` send a frame of `len` bytes at `now`? When not, the QP is remembered
+    /// as held until its pacer allows it, and [`Self::poll_timeout`] includes that time.
+    pub fn may_send(&mut self, now: u64, qpn: Qpn, len: usize) -> bool {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return true;
+        };
+        let t = q.pacer.next_send_time(now, len);
+        if t <= now {
+            q.held_until = None;
+            true
+        } else {
+            q.held_until = Some(t);
+            false
+        }
     }
 
     /// When QP `qpn` may send a frame of `len` bytes: `now` if it may now. Unknown QPs are
@@ -239,6 +272,7 @@ impl CongestionControl {
     pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
         let line = self.line_rate_bps;
         if let Some(q) = self.qps.get_mut(&qpn) {
+            q.held_until = None;
             q.pacer.consume(now, len);
             if let Some(cc) = q.cc.as_mut() {
                 cc.on_bytes_sent(now, len as u64);
@@ -247,11 +281,12 @@ impl CongestionControl {
         }
     }
 
-    /// The earliest rate-controller timer.
+    /// The earliest rate-controller timer or pacer release of a held QP.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.qps
             .values()
-            .filter_map(|q| q.cc.as_ref()?.poll_timeout())
+            .flat_map(|q| [q.cc.as_ref().and_then(|c| c.poll_timeout()), q.held_until])
+            .flatten()
             .min()
     }
 
@@ -259,6 +294,10 @@ impl CongestionControl {
     pub fn handle_timeout(&mut self, now: u64) {
         let line = self.line_rate_bps;
         for q in self.qps.values_mut() {
+            if q.held_until.is_some_and(|t| t <= now) {
+                // Released: the engine asks `may_send` again when it next transmits.
+                q.held_until = None;
+            }
             let due =
                 q.cc.as_ref()
                     .and_then(|c| c.poll_timeout())

@@ -5,7 +5,7 @@
 //! Contract: a [`DcqcnParams`] only ever holds values inside each parameter's range
 //! ([`DcqcnParams::set`] refuses anything else), so the algorithm never has to re-check.
 //! Every parameter is listed once in [`PARAMS`] with its unit, range and meaning; the
-//! parser, the docs table in docs/congestion.md and the tests all read that table.
+//! parser reads that table, and a test checks the table of docs/congestion.md against it.
 //!
 //! What each value *means* in xrnic is decided in [`PARAMS`] and in
 //! [`super::dcqcn`]; where NVIDIA's documentation does not pin the meaning down the entry

@@ -13,6 +13,7 @@ use crate::wire::{
 };
 
 use super::completer;
+use super::congestion::{CongestionControl, build_cnp};
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::memory::{Access, MemTable, MrInfo, Pd};
@@ -25,6 +26,10 @@ use super::{Ctx, completer::handle_response};
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
 /// largest extension headers + 4096 bytes of payload + ICRC, rounded up.
 pub const MAX_FRAME_LEN: usize = 4096 + 256;
+
+/// Bytes beyond the path MTU a data frame may carry (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
+/// ImmDt, ICRC), so the pacer is asked for a whole frame before one is built.
+const PACING_HEADROOM: usize = 128;
 
 /// The first QPN handed out (rxe starts at 17 too; 0 and 1 are special).
 const FIRST_QPN: u32 = 0x11;
@@ -77,6 +82,8 @@ pub struct Rnic {
     /// Round-robin start for `poll_transmit`.
     rr: usize,
     scratch: Vec<u8>,
+    /// Congestion control (DCQCN), when enabled.
+    cc: Option<CongestionControl>,
 }
 
 impl Rnic {
@@ -90,7 +97,22 @@ impl Rnic {
             dev: DeviceCounters::default(),
             rr: 0,
             scratch: Vec::new(),
+            cc: None,
         }
+    }
+
+    /// Turn on congestion control: CNPs received cut the rate of their QP, requester
+    /// frames are paced, CE-marked packets are answered with CNPs.
+    pub fn enable_congestion_control(&mut self, mut cc: CongestionControl) {
+        for q in self.qps.iter().flatten() {
+            cc.add_qp(0, q.qpn);
+        }
+        self.cc = Some(cc);
+    }
+
+    /// The congestion-control state (rates, α, counters), when enabled.
+    pub fn congestion(&self) -> Option<&CongestionControl> {
+        self.cc.as_ref()
     }
 
     pub fn config(&self) -> &Config {
@@ -186,6 +208,9 @@ impl Rnic {
         };
         let qpn = Qpn::new(FIRST_QPN + slot as u32);
         self.qps[slot] = Some(Qp::new(qpn, pd, *init));
+        if let Some(cc) = self.cc.as_mut() {
+            cc.add_qp(0, qpn);
+        }
         Ok(qpn)
     }
 
@@ -193,6 +218,9 @@ impl Rnic {
         let i = self.slot(qpn).ok_or(VerbsError::NotFound("QP"))?;
         if let Some(q) = self.qps[i].take() {
             self.retired.add(&q.counters);
+        }
+        if let Some(cc) = self.cc.as_mut() {
+            cc.remove_qp(qpn);
         }
         Ok(())
     }
@@ -437,6 +465,16 @@ impl Rnic {
             return;
         }
         let info = view.info();
+        if info.service == Service::Cnp {
+            // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
+            match self.cc.as_mut() {
+                Some(cc) => {
+                    cc.handle_cnp_frame(now, &view);
+                }
+                None => self.dev.unsupported_dropped += 1,
+            }
+            return;
+        }
         if info.service != Service::Rc {
             self.dev.unsupported_dropped += 1;
             return;
@@ -476,20 +514,29 @@ impl Rnic {
         } else {
             handle_response(qp, &mut ctx, info, bth.psn, &ext, payload);
         }
+        // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
+        if let Some(cc) = self.cc.as_mut() {
+            cc.on_received(now, bth.dest_qp, view.ip_ecn());
+        }
     }
 
     /// The earliest time `handle_timeout` has work, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
+        let cc = self.cc.as_ref().and_then(|c| c.poll_timeout());
         self.qps
             .iter()
             .flatten()
             .flat_map(|q| [q.req.retry_deadline, q.req.rnr_until])
+            .chain([cc])
             .flatten()
             .min()
     }
 
     /// Run every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
+        if let Some(cc) = self.cc.as_mut() {
+            cc.handle_timeout(now);
+        }
         for i in 0..self.qps.len() {
             let Some(qp) = self.qps[i].as_mut() else {
                 continue;
@@ -516,6 +563,10 @@ impl Rnic {
         if buf.len() < MAX_FRAME_LEN {
             return None;
         }
+        // CNPs go first and unpaced: they are what slows the congestion down.
+        if let Some(len) = self.transmit_cnp(buf) {
+            return Some(len);
+        }
         let n = self.qps.len();
         for k in 0..n {
             let i = (self.rr + k) % n;
@@ -528,7 +579,30 @@ impl Rnic {
         None
     }
 
+    /// Emit the next CNP owed to a peer, if any.
+    fn transmit_cnp(&mut self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            let qpn = self.cc.as_mut()?.poll_cnp()?;
+            let (dscp, prio) = self.cc.as_ref()?.cnp_marking();
+            let Some(qp) = self.slot(qpn).and_then(|i| self.qps[i].as_ref()) else {
+                continue;
+            };
+            // Only a QP with an address vector (RTR onwards) knows its peer.
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                continue;
+            }
+            let (eth, ip) = frame_addrs(&self.cfg, qp);
+            let frame = build_cnp(eth, ip, qp.attr.dest_qp_num, dscp, prio);
+            if let Ok(n) = frame.emit(buf) {
+                return Some(n);
+            }
+        }
+    }
+
     fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<usize> {
+        // With congestion control on, data is ECN-capable so that switches mark it CE
+        // instead of dropping it (ConnectX and hiroce send ECT(0), REFERENCE §4).
+        let ect = self.cc.is_some();
         let qp = self.qps[i].as_mut()?;
         if !matches!(
             qp.state,
@@ -588,7 +662,9 @@ impl Rnic {
                     _ => Some(&[][..]),
                 };
                 let len = match payload {
-                    Some(pl) => emit(&self.cfg, qp, p.opcode, p.psn, false, false, p.ext, pl, buf),
+                    Some(pl) => emit(
+                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, p.ext, pl, buf,
+                    ),
                     None => {
                         // The region went away while its READ responses were queued.
                         qp.counters.remote_access_errors += 1;
@@ -615,6 +691,12 @@ impl Rnic {
                     ack_every: self.cfg.ack_every,
                     draining: qp.state == QpState::Sqd,
                 };
+                // DCQCN: the requester's frames leave at the QP's current rate.
+                if let Some(cc) = self.cc.as_mut() {
+                    if !cc.may_send(now, qp.qpn, mtu as usize + PACING_HEADROOM) {
+                        continue;
+                    }
+                }
                 let Some(p) = qp.req.next_packet(
                     &lim,
                     ctx.mem,
@@ -639,6 +721,7 @@ impl Rnic {
                 let len = emit(
                     &self.cfg,
                     qp,
+                    ect,
                     p.opcode,
                     p.psn,
                     p.ack_req,
@@ -650,6 +733,9 @@ impl Rnic {
                 if let Some(l) = len {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
+                    if let Some(cc) = self.cc.as_mut() {
+                        cc.on_sent(now, qp.qpn, l);
+                    }
                     return Some(l);
                 }
             }
@@ -684,6 +770,7 @@ fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
 fn emit(
     cfg: &Config,
     qp: &Qp,
+    ect: bool,
     opcode: Opcode,
     psn: Psn,
     ack_req: bool,
@@ -692,6 +779,46 @@ fn emit(
     payload: &[u8],
     buf: &mut [u8],
 ) -> Option<usize> {
+    let (eth, mut ip) = frame_addrs(cfg, qp);
+    if ect {
+        match &mut ip {
+            IpRepr::V4 { tos: tc, .. }
+            | IpRepr::V6 {
+                traffic_class: tc, ..
+            } => *tc = (*tc & !3) | super::congestion::np::ECN_ECT0,
+        }
+    }
+    let frame = FrameRepr {
+        eth,
+        ip,
+        udp: UdpRepr {
+            src_port: qp.src_port,
+            checksum: 0,
+        },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode,
+                solicited,
+                mig_req: false,
+                pad_count: 0,
+                pkey: PKey::DEFAULT,
+                fecn: false,
+                becn: false,
+                resv6: 0,
+                dest_qp: qp.attr.dest_qp_num,
+                ack_req,
+                resv7: 0,
+                psn,
+            },
+            ext,
+            payload,
+        },
+    };
+    frame.emit(buf).ok()
+}
+
+/// The Ethernet and IP addressing of `qp`'s frames to its peer.
+fn frame_addrs(cfg: &Config, qp: &Qp) -> (EthRepr, IpRepr) {
     let av = &qp.attr.ah_attr;
     let sgid = cfg
         .gids
@@ -721,35 +848,10 @@ fn emit(
             hop_limit: hop,
         }
     };
-    let frame = FrameRepr {
-        eth: EthRepr {
-            dst: av.dmac,
-            src: cfg.mac,
-            vlan_tci: av.vlan_tci,
-        },
-        ip,
-        udp: UdpRepr {
-            src_port: qp.src_port,
-            checksum: 0,
-        },
-        roce: RoceRepr {
-            bth: BthRepr {
-                opcode,
-                solicited,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: qp.attr.dest_qp_num,
-                ack_req,
-                resv7: 0,
-                psn,
-            },
-            ext,
-            payload,
-        },
+    let eth = EthRepr {
+        dst: av.dmac,
+        src: cfg.mac,
+        vlan_tci: av.vlan_tci,
     };
-    frame.emit(buf).ok()
+    (eth, ip)
 }

@@ -17,10 +17,12 @@
 //!   error completions and counters.
 //!
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
-//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], and
-//! [`device`] with the engine type [`Rnic`] that owns them all.
+//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`],
+//! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
+//! [`Rnic`] that owns them all.
 
 pub mod completer;
+pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;

@@ -1,0 +1,336 @@
+//! Congestion control for RoCE v2, sans-IO: DCQCN (Zhu et al., SIGCOMM 2015) as ConnectX
+//! runs it, with the three roles of REFERENCE §6 — the switch (CP) marks ECN CE, the
+//! receiver's notification point ([`np`]) answers CE marks with CNPs, the sender's reaction
+//! point ([`dcqcn`]) cuts and recovers the QP's rate, and a [`pacer`] holds the QP's frames
+//! to that rate.
+//!
+//! Contract:
+//! - No I/O, no clock: every input carries `now` in nanoseconds; outputs are rates,
+//!   "send now / not before t" answers, CNP decisions and [`CongestionControl::poll_timeout`].
+//! - [`CongestionControl`] is the one object an engine embeds: it owns, per local QP, a
+//!   [`RateController`] and a [`Pacer`] that always runs at the controller's current rate,
+//!   and the device's [`NotificationPoint`]. Rate changes reach the pacer within the same
+//!   call that caused them.
+//! - Bad input never panics: a CNP for an unknown QP, or a frame that is not a CNP, is
+//!   counted in `rp_cnp_ignored` and otherwise ignored.
+//! - Counters carry the mlx5 names users know: `np_cnp_sent`, `np_ecn_marked_roce_packets`,
+//!   `rp_cnp_handled`, `rp_cnp_ignored`; per QP the current rate, target rate and α are
+//!   readable at any time ([`CongestionControl::qp_status`]).
+//!
+//! Other algorithms plug in through [`RateController`] (one file each, like [`dcqcn`]) and
+//! a variant of [`Algorithm`].
+
+pub mod dcqcn;
+pub mod np;
+pub mod pacer;
+pub mod params;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::wire::{FrameView, Opcode, Qpn};
+
+pub use dcqcn::{Dcqcn, Phase};
+pub use np::{NotificationPoint, NpCounters, build_cnp};
+pub use pacer::Pacer;
+pub use params::{DcqcnParams, PARAMS, ParamError, ParamInfo};
+
+/// What a reaction point did with a CNP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CnpVerdict {
+    /// The rate was cut (counted in `rp_cnp_handled`).
+    Handled,
+    /// Nothing changed: too soon after the last cut, for an unknown QP, or not a CNP
+    /// (counted in `rp_cnp_ignored`).
+    Ignored,
+}
+
+/// The sending side of one congestion-control algorithm for one QP.
+pub trait RateController: core::fmt::Debug + Send {
+    /// A CNP for this QP arrived at `now`.
+    fn on_cnp(&mut self, now: u64) -> CnpVerdict;
+    /// `bytes` of this QP left at `now`.
+    fn on_bytes_sent(&mut self, now: u64, bytes: u64);
+    /// Run whatever fell due up to `now`; harmless to call early.
+    fn on_timer(&mut self, now: u64);
+    /// When `on_timer` has work next.
+    fn poll_timeout(&self) -> Option<u64>;
+    /// The rate the QP may send at now, bit/s.
+    fn rate_bps(&self) -> u64;
+    /// The rate the controller is heading for, bit/s.
+    fn target_bps(&self) -> u64;
+    /// DCQCN's α, for algorithms that have one.
+    fn alpha(&self) -> Option<f64>;
+    /// Short name for tools (`dcqcn`).
+    fn name(&self) -> &'static str;
+}
+
+/// Which algorithm new QPs get.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Algorithm {
+    /// No congestion control: QPs send at line rate (CE marks are still answered with
+    /// CNPs, as a ConnectX NP does regardless of its RP).
+    None,
+    Dcqcn(DcqcnParams),
+}
+
+/// Device-wide congestion counters (mlx5 names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CongestionCounters {
+    pub np_cnp_sent: u64,
+    pub np_ecn_marked_roce_packets: u64,
+    pub rp_cnp_handled: u64,
+    pub rp_cnp_ignored: u64,
+}
+
+/// One QP's rate state, readable at any time.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct QpRateStatus {
+    pub rate_bps: u64,
+    pub target_bps: u64,
+    pub alpha: Option<f64>,
+    pub rp_cnp_handled: u64,
+    pub rp_cnp_ignored: u64,
+}
+
+#[derive(Debug)]
+struct QpCc {
+    cc: Option<Box<dyn RateController>>,
+    pacer: Pacer,
+    handled: u64,
+    ignored: u64,
+    /// Refused by [`CongestionControl::may_send`] until then (for `poll_timeout`).
+    held_until: Option<u64>,
+}
+
+impl QpCc {
+    fn rate(&self, line: u64) -> u64 {
+        self.cc.as_ref().map_or(line, |c| c.rate_bps())
+    }
+}
+
+/// Congestion control of one device: a reaction point and pacer per QP, and the NP.
+#[derive(Debug)]
+pub struct CongestionControl {
+    algorithm: Algorithm,
+    line_rate_bps: u64,
+    burst: u64,
+    qps: BTreeMap<Qpn, QpCc>,
+    np: NotificationPoint,
+    /// Local QPs that owe their peer a CNP, oldest first.
+    cnps: VecDeque<Qpn>,
+    handled: u64,
+    ignored: u64,
+}
+
+impl CongestionControl {
+    /// Congestion control for a port of `line_rate_bps`, pacers with `burst_bytes`
+    /// buckets. The NP interval and CNP DSCP come from the DCQCN parameters (ConnectX
+    /// defaults with [`Algorithm::None`]).
+    pub fn new(algorithm: Algorithm, line_rate_bps: u64, burst_bytes: u64) -> Self {
+        let np_params = match algorithm {
+            Algorithm::Dcqcn(p) => p,
+            Algorithm::None => DcqcnParams::connectx(),
+        };
+        CongestionControl {
+            algorithm,
+            line_rate_bps,
+            burst: burst_bytes,
+            qps: BTreeMap::new(),
+            np: NotificationPoint::new(np_params.np_interval_ns()),
+            cnps: VecDeque::new(),
+            handled: 0,
+            ignored: 0,
+        }
+    }
+
+    /// The algorithm new QPs get.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The DSCP and 802.1p priority our CNPs carry.
+    pub fn cnp_marking(&self) -> (u8, u8) {
+        let p = match self.algorithm {
+            Algorithm::Dcqcn(p) => p,
+            Algorithm::None => DcqcnParams::connectx(),
+        };
+        (p.np_cnp_dscp as u8, p.np_cnp_prio as u8)
+    }
+
+    /// Start tracking local QP `qpn` (unthrottled, full pacer bucket).
+    pub fn add_qp(&mut self, now: u64, qpn: Qpn) {
+        let cc: Option<Box<dyn RateController>> = match self.algorithm {
+            Algorithm::None => None,
+            Algorithm::Dcqcn(p) => Some(Box::new(Dcqcn::new(p, self.line_rate_bps))),
+        };
+        let rate = cc.as_ref().map_or(self.line_rate_bps, |c| c.rate_bps());
+        self.qps.insert(
+            qpn,
+            QpCc {
+                cc,
+                pacer: Pacer::new(now, rate, self.burst),
+                handled: 0,
+                ignored: 0,
+                held_until: None,
+            },
+        );
+    }
+
+    /// Stop tracking a destroyed QP.
+    pub fn remove_qp(&mut self, qpn: Qpn) {
+        self.qps.remove(&qpn);
+        self.np.remove_qp(qpn);
+        self.cnps.retain(|&q| q != qpn);
+    }
+
+    fn sync(q: &mut QpCc, now: u64, line: u64) {
+        let r = q.rate(line);
+        if r != q.pacer.rate_bps() {
+            q.pacer.set_rate(now, r);
+        }
+    }
+
+    /// A CNP for local QP `qpn` arrived at `now`.
+    pub fn on_cnp(&mut self, now: u64, qpn: Qpn) -> CnpVerdict {
+        let line = self.line_rate_bps;
+        let v = match self.qps.get_mut(&qpn) {
+            Some(q) => {
+                let v = match q.cc.as_mut() {
+                    Some(cc) => cc.on_cnp(now),
+                    // No reaction point: a CNP changes nothing.
+                    None => CnpVerdict::Ignored,
+                };
+                match v {
+                    CnpVerdict::Handled => q.handled += 1,
+                    CnpVerdict::Ignored => q.ignored += 1,
+                }
+                Self::sync(q, now, line);
+                v
+            }
+            None => CnpVerdict::Ignored,
+        };
+        match v {
+            CnpVerdict::Handled => self.handled += 1,
+            CnpVerdict::Ignored => self.ignored += 1,
+        }
+        v
+    }
+
+    /// A received frame that may be a CNP (already parsed; the caller verified its ICRC).
+    /// Returns `None` when it is not a CNP at all, so the caller can go on with it.
+    pub fn handle_cnp_frame(&mut self, now: u64, frame: &FrameView<'_>) -> Option<CnpVerdict> {
+        let bth = frame.bth();
+        if bth.opcode() != Opcode::CNP {
+            return None;
+        }
+        // Accepted with or without BECN: the annex asks senders to set it, and we are
+        // liberal in what we accept (REFERENCE §4).
+        Some(self.on_cnp(now, bth.dest_qp()))
+    }
+
+    /// Local QP `qpn` received a RoCE packet with IP ECN field `ecn` at `now`: true when a
+    /// CNP must go back to its peer now. The QP is then also queued for [`Self::poll_cnp`].
+    pub fn on_received(&mut self, now: u64, qpn: Qpn, ecn: u8) -> bool {
+        let send = self.np.on_packet(now, qpn, ecn);
+        if send && !self.cnps.contains(&qpn) {
+            self.cnps.push_back(qpn);
+        }
+        send
+    }
+
+    /// The next local QP whose peer must get a CNP (build it with [`build_cnp`], DestQP =
+    /// the QP's remote QPN, marking from [`Self::cnp_marking`]).
+    pub fn poll_cnp(&mut self) -> Option<Qpn> {
+        self.cnps.pop_front()
+    }
+
+    /// May QP `qpn` send a frame of `len` bytes at `now`? When not, the QP is remembered
+    /// as held until its pacer allows it, and [`Self::poll_timeout`] includes that time.
+    pub fn may_send(&mut self, now: u64, qpn: Qpn, len: usize) -> bool {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return true;
+        };
+        let t = q.pacer.next_send_time(now, len);
+        if t <= now {
+            q.held_until = None;
+            true
+        } else {
+            q.held_until = Some(t);
+            false
+        }
+    }
+
+    /// When QP `qpn` may send a frame of `len` bytes: `now` if it may now. Unknown QPs are
+    /// not paced.
+    pub fn next_send_time(&self, now: u64, qpn: Qpn, len: usize) -> u64 {
+        self.qps
+            .get(&qpn)
+            .map_or(now, |q| q.pacer.next_send_time(now, len))
+    }
+
+    /// QP `qpn` sent a frame of `len` bytes at `now`.
+    pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
+        let line = self.line_rate_bps;
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            q.held_until = None;
+            q.pacer.consume(now, len);
+            if let Some(cc) = q.cc.as_mut() {
+                cc.on_bytes_sent(now, len as u64);
+            }
+            Self::sync(q, now, line);
+        }
+    }
+
+    /// The earliest rate-controller timer or pacer release of a held QP.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.qps
+            .values()
+            .flat_map(|q| [q.cc.as_ref().and_then(|c| c.poll_timeout()), q.held_until])
+            .flatten()
+            .min()
+    }
+
+    /// Run every rate-controller timer due at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        let line = self.line_rate_bps;
+        for q in self.qps.values_mut() {
+            if q.held_until.is_some_and(|t| t <= now) {
+                // Released: the engine asks `may_send` again when it next transmits.
+                q.held_until = None;
+            }
+            let due =
+                q.cc.as_ref()
+                    .and_then(|c| c.poll_timeout())
+                    .is_some_and(|t| t <= now);
+            if due {
+                if let Some(cc) = q.cc.as_mut() {
+                    cc.on_timer(now);
+                }
+                Self::sync(q, now, line);
+            }
+        }
+    }
+
+    /// Rate, target and α of QP `qpn`.
+    pub fn qp_status(&self, qpn: Qpn) -> Option<QpRateStatus> {
+        let q = self.qps.get(&qpn)?;
+        Some(QpRateStatus {
+            rate_bps: q.rate(self.line_rate_bps),
+            target_bps: q.cc.as_ref().map_or(self.line_rate_bps, |c| c.target_bps()),
+            alpha: q.cc.as_ref().and_then(|c| c.alpha()),
+            rp_cnp_handled: q.handled,
+            rp_cnp_ignored: q.ignored,
+        })
+    }
+
+    /// The device counters.
+    pub fn counters(&self) -> CongestionCounters {
+        let np = self.np.counters();
+        CongestionCounters {
+            np_cnp_sent: np.np_cnp_sent,
+            np_ecn_marked_roce_packets: np.np_ecn_marked_roce_packets,
+            rp_cnp_handled: self.handled,
+            rp_cnp_ignored: self.ignored,
+        }
+    }
+}

@@ -1,0 +1,761 @@
+//! DCQCN acceptance tests: the reaction point against the paper's equations computed here
+//! step by step (independently of the implementation), the notification point and CNP
+//! frame against the ConnectX-4 Lx capture, and the pacer's rate bound over a long run.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use xrnic::capture;
+use xrnic::proto::congestion::{
+    Algorithm, CnpVerdict, CongestionControl, Dcqcn, DcqcnParams, Pacer, Phase, build_cnp,
+};
+use xrnic::wire::{EthRepr, Ext, FrameRepr, FrameView, IpRepr, Opcode, Psn, Qpn};
+
+const US: u64 = 1_000;
+const MB: f64 = 1e6;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+#[track_caller]
+fn assert_state(rp: &Dcqcn, rc: f64, rt: f64, alpha: f64, what: &str) {
+    assert!(
+        close(rp.rate(), rc),
+        "{what}: Rc {} != expected {rc}",
+        rp.rate()
+    );
+    assert!(
+        close(rp.target(), rt),
+        "{what}: Rt {} != expected {rt}",
+        rp.target()
+    );
+    assert!(
+        close(rp.alpha(), alpha),
+        "{what}: α {} != expected {alpha}",
+        rp.alpha()
+    );
+}
+
+// ----- reaction point -------------------------------------------------------------------
+
+/// Paper profile, timer only: the CNP cut (Rt ← Rc, Rc ← Rc(1 − α/2), α ← (1 − g)α + g),
+/// F = 5 fast-recovery rounds (Rc ← (Rt + Rc)/2), then additive increase (Rt += 40 Mb/s)
+/// — never hyper, since the byte counter never fires.
+#[test]
+fn paper_cut_then_fast_recovery_then_additive_on_the_timer() {
+    let line = 40e9;
+    let p = DcqcnParams::paper();
+    let t_period = 300 * US; // rp_time_reset, kept from ConnectX in the paper profile
+    let g = 1.0 / 256.0;
+    let k = 55 * US;
+    let mut rp = Dcqcn::new(p, line as u64);
+    assert_state(&rp, line, line, 1.0, "start");
+
+    let t0 = 1_000 * US;
+    assert_eq!(rp.on_cnp(t0), CnpVerdict::Handled);
+    // α starts at 1: the first cut halves the rate; α stays 1.
+    let (mut rc, mut rt) = (line / 2.0, line);
+    let mut alpha = (1.0 - g) * 1.0 + g;
+    assert_state(&rp, rc, rt, alpha, "first cut");
+
+    // A second CNP 20 µs later (paper: no monitor period) cuts again, from α = 1.
+    assert_eq!(rp.on_cnp(t0 + 20 * US), CnpVerdict::Handled);
+    rt = rc;
+    rc *= 1.0 - alpha / 2.0;
+    alpha = (1.0 - g) * alpha + g;
+    assert_state(&rp, rc, rt, alpha, "second cut");
+    let t1 = t0 + 20 * US;
+
+    // Timer events at t1 + n·T; α decays once per K since t1.
+    for n in 1..=30u64 {
+        let now = t1 + n * t_period;
+        rp.on_timer(now);
+        let phase = if n <= 5 {
+            Phase::FastRecovery
+        } else {
+            rt += 40.0 * MB;
+            Phase::AdditiveIncrease
+        };
+        rc = (rt + rc) / 2.0;
+        let periods = (n * t_period) / k;
+        let mut a = alpha;
+        for _ in 0..periods {
+            a *= 1.0 - g;
+        }
+        assert_eq!(rp.phase(), phase, "event {n}");
+        assert_state(&rp, rc, rt, a, &format!("timer event {n}"));
+        assert_eq!(rp.stage_counts(), (n as u32, 0));
+    }
+}
+
+/// α decays by (1 − g) once per full K without a CNP, and a later cut uses the decayed α.
+#[test]
+fn alpha_decays_without_cnps_and_the_next_cut_uses_it() {
+    let p = DcqcnParams::paper();
+    let g = 1.0 / 256.0;
+    let line = 25e9;
+    let mut rp = Dcqcn::new(p, line as u64);
+    rp.on_cnp(0);
+    let (mut rc, mut rt) = (line / 2.0, line);
+    // Every 5 µs up to 250 µs (before the first timer event at 300 µs): α changes exactly
+    // at multiples of K = 55 µs.
+    let mut expected = 1.0;
+    let mut last_period = 0;
+    for step in 1..=50u64 {
+        let now = step * 5 * US;
+        rp.on_timer(now);
+        let period = now / (55 * US);
+        while last_period < period {
+            expected *= 1.0 - g;
+            last_period += 1;
+        }
+        assert!(close(rp.alpha(), expected), "α at {now} ns");
+    }
+    let mut alpha = expected;
+    // A cut at 250 µs + 4 periods more: α decays 4 more times first.
+    let now = 250 * US + 4 * 55 * US; // 470 µs: one timer event (300 µs) happened
+    rp.on_timer(now);
+    for _ in (250 * US / (55 * US))..(now / (55 * US)) {
+        alpha *= 1.0 - g;
+    }
+    rc = (rt + rc) / 2.0; // the fast-recovery round at 300 µs
+    assert_state(&rp, rc, rt, alpha, "before the second cut");
+    rp.on_cnp(now);
+    rt = rc;
+    rc *= 1.0 - alpha / 2.0;
+    alpha = (1.0 - g) * alpha + g;
+    assert_state(&rp, rc, rt, alpha, "second cut with decayed α");
+}
+
+/// The byte counter alone (the timer set to its longest period so it never fires):
+/// F fast-recovery rounds, then additive increase.
+#[test]
+fn byte_counter_alone_drives_the_increase() {
+    let mut p = DcqcnParams::paper();
+    p.rp_time_reset = 131_071;
+    let b = 32767 * 64; // rp_byte_reset in 64-byte units
+    let line = 100e9;
+    let mut rp = Dcqcn::new(p, line as u64);
+    // Two cuts (α = 1 both times) so that the target is below the line rate.
+    rp.on_cnp(0);
+    rp.on_cnp(0);
+    let (mut rc, mut rt) = (line / 4.0, line / 2.0);
+    // Sending half a counter at a time: an event every second call.
+    let mut events = 0;
+    for call in 1..=40u64 {
+        let now = call * US;
+        rp.on_bytes_sent(now, b / 2);
+        if call % 2 == 0 {
+            events += 1;
+            if events > 5 {
+                rt += 40.0 * MB;
+            }
+            rc = (rt + rc) / 2.0;
+        }
+        assert!(
+            close(rp.rate(), rc),
+            "call {call}: Rc {} vs {rc}",
+            rp.rate()
+        );
+        assert!(close(rp.target(), rt), "call {call}");
+        assert_eq!(rp.stage_counts(), (0, events));
+    }
+    assert_eq!(rp.phase(), Phase::AdditiveIncrease);
+    // One call with many counters' worth of bytes runs every event it contains.
+    rp.on_bytes_sent(41 * US, 3 * b);
+    for _ in 0..3 {
+        rt += 40.0 * MB;
+        rc = (rt + rc) / 2.0;
+    }
+    assert!(close(rp.rate(), rc) && close(rp.target(), rt));
+}
+
+/// Timer and byte counter interleaved: once both counts pass F the RP is in hyper increase
+/// with Rt += i·R_HAI, i = min(T, BC) − F.
+#[test]
+fn hyper_increase_when_both_counters_pass_f() {
+    let p = DcqcnParams::paper(); // F = 5, R_AI 40 Mb/s, R_HAI 50 Mb/s, T 300 µs
+    let b = 32767 * 64;
+    let line = 100e9;
+    let mut rp = Dcqcn::new(p, line as u64);
+    rp.on_cnp(0);
+    rp.on_cnp(0);
+    let (mut rc, mut rt) = (line / 4.0, line / 2.0);
+    // Per round k: a byte event at k·T − 1 µs, then the timer event at k·T.
+    // Expected phases written out by hand for F = 5:
+    //   BC1 T1 … BC5 T5: fast recovery (max count ≤ 5)
+    //   BC6 (T=5, BC=6): additive
+    //   T6 (6,6): hyper i=1, BC7 (6,7): hyper i=1, T7 (7,7): hyper i=2, BC8: i=2, …
+    let mut script = Vec::new();
+    for _ in 0..10 {
+        script.push((Phase::FastRecovery, 0.0));
+    }
+    script.push((Phase::AdditiveIncrease, 40.0 * MB));
+    for i in 1..=8 {
+        script.push((Phase::HyperIncrease, i as f64 * 50.0 * MB)); // T event
+        script.push((Phase::HyperIncrease, i as f64 * 50.0 * MB)); // BC event
+    }
+    let mut idx = 0;
+    for k in 1..=14u64 {
+        for is_timer in [false, true] {
+            if idx >= script.len() {
+                break;
+            }
+            if is_timer {
+                rp.on_timer(k * 300 * US);
+            } else {
+                rp.on_bytes_sent(k * 300 * US - US, b);
+            }
+            let (phase, step) = script[idx];
+            rt = (rt + step).min(line);
+            rc = (rt + rc) / 2.0;
+            assert_eq!(rp.phase(), phase, "event {idx}");
+            assert!(
+                close(rp.rate(), rc),
+                "event {idx}: Rc {} vs {rc}",
+                rp.rate()
+            );
+            assert!(
+                close(rp.target(), rt),
+                "event {idx}: Rt {} vs {rt}",
+                rp.target()
+            );
+            idx += 1;
+        }
+    }
+    assert_eq!(idx, script.len());
+}
+
+/// ConnectX profile: α from 1023/1024 with g = 5/1024 per 1 µs period, cuts bounded by
+/// rp_min_dec_fac, the monitor period, the target kept until the timer raised the rate
+/// (rp_clamp_tgt_rate_after_time_inc), and the 1 Mb/s floor.
+#[test]
+fn connectx_cuts_down_to_the_min_rate_floor() {
+    let p = DcqcnParams::connectx();
+    let line = 10e9;
+    let g = 5.0 / 1024.0;
+    let mut rp = Dcqcn::new(p, line as u64);
+    let mut rc = line;
+    let rt = line;
+    let mut alpha: f64 = 1023.0 / 1024.0;
+    let mut handled = 0;
+    let mut ignored = 0;
+    // CNPs every 3 µs: every other one falls inside the 4 µs monitor period.
+    let mut last_cut: Option<u64> = None;
+    for n in 0..120u64 {
+        let now = 10 * US + n * 3 * US;
+        let v = rp.on_cnp(now);
+        let expect_cut = last_cut.is_none_or(|t| now - t >= 4 * US);
+        if !expect_cut {
+            assert_eq!(v, CnpVerdict::Ignored, "CNP {n}");
+            ignored += 1;
+            continue;
+        }
+        assert_eq!(v, CnpVerdict::Handled, "CNP {n}");
+        handled += 1;
+        if let Some(t) = last_cut {
+            for _ in 0..(now - t) / US {
+                alpha *= 1.0 - g;
+            }
+        }
+        // rp_gd 11: factor α/2; rp_min_dec_fac 50 %: at most half.
+        let factor = (alpha / 2.0).min(0.5);
+        rc = (rc * (1.0 - factor)).max(1e6);
+        alpha = (1.0 - g) * alpha + g;
+        last_cut = Some(now);
+        // No timer event yet (300 µs), so the target stays at line rate.
+        assert_state(&rp, rc, rt, alpha, &format!("CNP {n}"));
+    }
+    assert_eq!(rp.rate_bps(), 1_000_000, "floor reached");
+    assert_eq!(rp.cnp_counts(), (handled, ignored));
+    assert!(ignored > 0 && handled > 0);
+
+    // After a timer event, the next cut clamps the target to the current rate.
+    let t = last_cut.unwrap();
+    rp.on_timer(t + 300 * US);
+    // Fast recovery (F = 1): Rc ← (Rt + Rc)/2.
+    rc = (rt + rc) / 2.0;
+    assert!(close(rp.rate(), rc));
+    rp.on_cnp(t + 301 * US);
+    assert!(close(rp.target(), rc), "Rt ← Rc after a timer increase");
+}
+
+/// The maximum rate caps Rt and Rc; back at the cap the QP is unthrottled exactly there.
+#[test]
+fn max_rate_cap_and_line_rate_cap() {
+    for (max_mbps, line) in [(2000u32, 10e9), (0, 1e9)] {
+        let mut p = DcqcnParams::connectx();
+        p.rp_max_rate = max_mbps;
+        let cap = if max_mbps == 0 {
+            line
+        } else {
+            f64::from(max_mbps) * MB
+        };
+        let mut rp = Dcqcn::new(p, line as u64);
+        assert!(close(rp.rate(), cap));
+        rp.on_cnp(0);
+        assert!(rp.rate() < cap);
+        assert!(
+            close(rp.target(), cap),
+            "no timer increase yet: target kept"
+        );
+        // After a timer increase the next cut clamps Rt ← Rc below the cap, so additive
+        // and hyper increases must be capped on the way back.
+        rp.on_timer(300 * US);
+        rp.on_cnp(301 * US);
+        assert!(rp.target() < cap);
+        let mut now = 301 * US;
+        let mut events = 0;
+        while rp.is_throttled() {
+            now += 10 * US;
+            rp.on_bytes_sent(now, 32767 * 64);
+            rp.on_timer(now);
+            assert!(
+                rp.target() <= cap && rp.rate() <= cap,
+                "never above the cap"
+            );
+            events += 1;
+            assert!(events < 100_000, "never recovered");
+        }
+        assert_eq!(rp.rate_bps(), cap as u64);
+        assert_eq!(rp.target_bps(), cap as u64);
+        assert_eq!(rp.poll_timeout(), None);
+    }
+}
+
+// ----- congestion control of a device ---------------------------------------------------
+
+#[test]
+fn pacer_follows_the_reaction_point() {
+    let line = 10_000_000_000;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
+    let q = Qpn::new(0x11);
+    cc.add_qp(0, q);
+    cc.on_sent(0, q, 16384); // empty the bucket
+    let before = cc.next_send_time(0, q, 4096);
+    assert_eq!(cc.on_cnp(0, q), CnpVerdict::Handled);
+    let status = cc.qp_status(q).unwrap();
+    // α = 1023/1024, rp_gd 11: the rate is cut by α/2.
+    let expect_rate = line as f64 * (1.0 - 1023.0 / 2048.0);
+    assert!((status.rate_bps as f64 - expect_rate).abs() <= 1.0);
+    let after = cc.next_send_time(0, q, 4096);
+    // The same 4096 bytes at about half the rate take about twice as long.
+    assert!(after > before, "cut applies to the next frame");
+    let expect = (4096u64 * 8 * 1_000_000_000).div_ceil(status.rate_bps);
+    assert!(after.abs_diff(expect) <= 1, "{after} vs {expect}");
+    // The timer brings the rate back up and the pacer with it.
+    let t = cc.poll_timeout().unwrap();
+    cc.handle_timeout(t);
+    assert!(cc.qp_status(q).unwrap().rate_bps > status.rate_bps);
+    assert!(cc.next_send_time(t, q, 4096) <= t.max(after));
+    // Unknown QPs: a CNP is counted as ignored, sending is not paced.
+    assert_eq!(cc.on_cnp(t, Qpn::new(0x99)), CnpVerdict::Ignored);
+    assert_eq!(cc.next_send_time(5, Qpn::new(0x99), 9000), 5);
+    let c = cc.counters();
+    assert_eq!((c.rp_cnp_handled, c.rp_cnp_ignored), (1, 1));
+}
+
+// ----- notification point and the CNP frame ---------------------------------------------
+
+#[test]
+fn np_one_cnp_per_interval_per_qp_interleaved() {
+    let p = DcqcnParams::connectx(); // 4 µs
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), 25_000_000_000, 16384);
+    let qps: Vec<Qpn> = (0x11..0x19).map(Qpn::new).collect();
+    for &q in &qps {
+        cc.add_qp(0, q);
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let mut last: HashMap<Qpn, u64> = HashMap::new();
+    let (mut marked, mut sent) = (0, 0);
+    let mut now = 0u64;
+    for _ in 0..20_000 {
+        now += rng.random_range(0..1500); // packets 0-1.5 µs apart, QPs interleaved
+        let q = qps[rng.random_range(0..qps.len())];
+        let ecn = rng.random_range(0..4u8);
+        let cnp = cc.on_received(now, q, ecn);
+        let expect = ecn == 3 && last.get(&q).is_none_or(|&t| now - t >= 4 * US);
+        assert_eq!(cnp, expect, "QP {q:?} at {now}");
+        if ecn == 3 {
+            marked += 1;
+        }
+        if cnp {
+            sent += 1;
+            last.insert(q, now);
+        }
+    }
+    let c = cc.counters();
+    assert_eq!(c.np_ecn_marked_roce_packets, marked);
+    assert_eq!(c.np_cnp_sent, sent);
+    assert!(sent > 1000 && sent < marked, "both outcomes exercised");
+}
+
+fn vectors_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
+    if d.is_dir() {
+        Some(d)
+    } else if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("../shared/vectors is missing under CI=true");
+    } else {
+        eprintln!("skipping: {} not found", d.display());
+        None
+    }
+}
+
+fn connectx_cnp() -> Option<Vec<u8>> {
+    let f = vectors_dir()?.join("single/scapy_cx4lx_cnp.pcap");
+    let frames = capture::read_file(&f).expect("read the ConnectX CNP capture");
+    assert_eq!(frames.len(), 1);
+    Some(frames.into_iter().next().unwrap().data)
+}
+
+#[test]
+fn our_cnp_has_the_connectx_layout() {
+    let Some(cx) = connectx_cnp() else {
+        return;
+    };
+    let cxv = FrameView::parse(&cx).unwrap();
+    cxv.verify_icrc().unwrap();
+    let cxr = cxv.repr();
+
+    let (dscp, prio) = {
+        let p = DcqcnParams::connectx();
+        (p.np_cnp_dscp as u8, p.np_cnp_prio as u8)
+    };
+    // Our CNP to the same peer, from the addresses of our data frames to it.
+    let IpRepr::V4 { src, dst, .. } = cxr.ip else {
+        panic!("the vector is IPv4")
+    };
+    let ours = build_cnp(
+        EthRepr {
+            dst: cxr.eth.dst,
+            src: cxr.eth.src,
+            vlan_tci: None,
+        },
+        IpRepr::V4 {
+            src,
+            dst,
+            tos: 0,
+            identification: 0x1234,
+            dont_fragment: true,
+            ttl: 64,
+        },
+        cxr.roce.bth.dest_qp,
+        dscp,
+        prio,
+    );
+    let mut buf = [0u8; 256];
+    let n = ours.emit(&mut buf).unwrap();
+    let v = FrameView::parse(&buf[..n]).unwrap();
+    v.verify_icrc().unwrap();
+    let r = v.repr();
+
+    // Field by field against ConnectX.
+    assert_eq!(v.bth().opcode(), Opcode::CNP);
+    assert_eq!(v.bth().opcode(), cxv.bth().opcode());
+    assert!(v.bth().becn() && cxv.bth().becn());
+    assert_eq!(v.bth().fecn(), cxv.bth().fecn());
+    assert_eq!(v.bth().psn(), Psn::new(0));
+    assert_eq!(v.bth().psn(), cxv.bth().psn());
+    assert_eq!(v.bth().pkey(), cxv.bth().pkey());
+    assert_eq!(v.bth().dest_qp(), cxv.bth().dest_qp());
+    assert_eq!(v.bth().ack_req(), cxv.bth().ack_req());
+    let pad = v.ext_bytes(Ext::CnpPad).unwrap();
+    assert_eq!(pad, &[0u8; 16]);
+    assert_eq!(pad, cxv.ext_bytes(Ext::CnpPad).unwrap());
+    let (
+        IpRepr::V4 {
+            tos, dont_fragment, ..
+        },
+        IpRepr::V4 {
+            tos: cx_tos,
+            dont_fragment: cx_df,
+            ..
+        },
+    ) = (r.ip, cxr.ip)
+    else {
+        panic!("IPv4")
+    };
+    assert_eq!(tos, 0xc2);
+    assert_eq!(tos, cx_tos);
+    assert_eq!(dont_fragment, cx_df);
+    assert_eq!(r.udp.src_port, 0);
+    assert_eq!(r.udp, cxr.udp);
+    assert_eq!(n, cx.len());
+    // Byte for byte, except the IP identification, the IP checksum that covers it, and
+    // the ICRC (which covers the identification too).
+    for (i, (a, b)) in buf[..n].iter().zip(&cx).enumerate() {
+        let masked = (18..20).contains(&i) || (24..26).contains(&i) || i >= n - 4;
+        if !masked {
+            assert_eq!(a, b, "byte {i}");
+        }
+    }
+}
+
+#[test]
+fn connectx_cnp_is_accepted_by_the_reaction_point() {
+    let Some(cx) = connectx_cnp() else {
+        return;
+    };
+    let view = FrameView::parse(&cx).unwrap();
+    let qpn = view.bth().dest_qp();
+    let line = 25_000_000_000;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
+    cc.add_qp(0, qpn);
+    assert_eq!(
+        cc.handle_cnp_frame(100 * US, &view),
+        Some(CnpVerdict::Handled)
+    );
+    let s = cc.qp_status(qpn).unwrap();
+    assert!(s.rate_bps < line, "rate cut by the ConnectX CNP");
+    assert_eq!(s.target_bps, line);
+    assert_eq!(s.rp_cnp_handled, 1);
+    // Not for a QP we have.
+    cc.remove_qp(qpn);
+    assert_eq!(
+        cc.handle_cnp_frame(200 * US, &view),
+        Some(CnpVerdict::Ignored)
+    );
+    assert_eq!(cc.counters().rp_cnp_ignored, 1);
+    // A frame that is not a CNP is left to the transport.
+    let mut other = build_cnp(
+        EthRepr::default(),
+        IpRepr::V4 {
+            src: [192, 0, 2, 1],
+            dst: [192, 0, 2, 2],
+            tos: 0,
+            identification: 0,
+            dont_fragment: true,
+            ttl: 64,
+        },
+        qpn,
+        48,
+        6,
+    );
+    other.roce.bth.opcode = Opcode::RC_SEND_ONLY;
+    let mut buf = [0u8; 128];
+    let n = other.emit(&mut buf).unwrap();
+    let v = FrameView::parse(&buf[..n]).unwrap();
+    assert_eq!(cc.handle_cnp_frame(300 * US, &v), None);
+}
+
+/// NP on one side, RP on the other: a CE mark turns into a CNP frame that cuts the sender.
+#[test]
+fn ce_mark_to_cnp_to_rate_cut() {
+    let p = DcqcnParams::connectx();
+    let line = 10_000_000_000;
+    let mut sender = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
+    let mut receiver = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
+    let (sq, rq) = (Qpn::new(0x11), Qpn::new(0x22));
+    sender.add_qp(0, sq);
+    receiver.add_qp(0, rq);
+    assert!(receiver.on_received(10 * US, rq, 3));
+    let (dscp, prio) = receiver.cnp_marking();
+    let cnp = build_cnp(
+        EthRepr::default(),
+        IpRepr::V6 {
+            src: [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            dst: [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        },
+        sq,
+        dscp,
+        prio,
+    );
+    let mut buf = [0u8; 128];
+    let n = cnp.emit(&mut buf).unwrap();
+    assert_eq!(FrameRepr::parse(&buf[..n]).unwrap(), cnp);
+    let v = FrameView::parse(&buf[..n]).unwrap();
+    assert_eq!(v.ip_ecn(), 2, "CNPs are ECT(0) like ConnectX's");
+    assert_eq!(
+        sender.handle_cnp_frame(12 * US, &v),
+        Some(CnpVerdict::Handled)
+    );
+    assert!(sender.qp_status(sq).unwrap().rate_bps < line);
+}
+
+// ----- pacer ---------------------------------------------------------------------------
+
+/// A greedy sender with random frame sizes over a long virtual run at rate R, with a rate
+/// change mid-run: at every send, bytes ≤ ∫R dt + burst; at the end, bytes ≥ ∫R dt − one
+/// frame − burst. Integer bookkeeping in units of 10⁻⁹ bit (rate in bit/s × ns).
+#[test]
+fn pacer_keeps_the_rate_over_a_long_run() {
+    let mut rng = ChaCha8Rng::seed_from_u64(42);
+    let burst: u64 = 16 * 1024;
+    let rates = [
+        (0u64, 1_000_000_000u64),
+        (400_000_000, 300_000_000),
+        (700_000_000, 7_000_000_000),
+    ];
+    let end = 1_000_000_000u64; // 1 s of virtual time
+    let mut pacer = Pacer::new(0, rates[0].1, burst);
+    let mut seg = 0;
+    // ∫R dt up to `t`, in 10⁻⁹ bit.
+    let integral = |t: u64| -> u128 {
+        let mut acc = 0u128;
+        for (i, &(start, r)) in rates.iter().enumerate() {
+            let stop = rates.get(i + 1).map_or(u64::MAX, |x| x.0);
+            if t > start {
+                acc += u128::from(r) * u128::from(t.min(stop) - start);
+            }
+        }
+        acc
+    };
+    let to_units = |bytes: u64| u128::from(bytes) * 8 * 1_000_000_000;
+    let mut now = 0u64;
+    let mut sent = 0u64;
+    let mut frames = 0u64;
+    let mut max_frame = 0u64;
+    let mut len = rng.random_range(64..=4200usize);
+    loop {
+        let mut at = pacer.next_send_time(now, len);
+        // A rate change that comes before the frame may leave applies first.
+        if let Some(&(t, r)) = rates.get(seg + 1) {
+            if at >= t {
+                pacer.set_rate(t, r);
+                seg += 1;
+                now = t;
+                continue;
+            }
+        }
+        assert!(at >= now);
+        if at > end {
+            break;
+        }
+        // Never earlier than allowed: one ns before, it must refuse.
+        if at > now {
+            assert!(!pacer.may_send(at - 1, len));
+        }
+        at = at.max(now);
+        pacer.consume(at, len);
+        sent += len as u64;
+        frames += 1;
+        max_frame = max_frame.max(len as u64);
+        now = at;
+        assert!(
+            to_units(sent) <= integral(now) + to_units(burst),
+            "{sent} bytes by {now} ns exceed R·t + burst"
+        );
+        len = rng.random_range(64..=4200usize);
+    }
+    assert!(
+        to_units(sent + max_frame + burst) >= integral(end),
+        "{sent} bytes by the end: under R·t − frame − burst"
+    );
+    assert!(frames > 100_000, "a long run ({frames} frames)");
+}
+
+/// A sender that pauses now and then: after a pause the bucket holds at most the burst, so
+/// from the end of any pause to any later send, bytes ≤ R·Δt + burst.
+#[test]
+fn pacer_banks_at_most_the_burst_while_idle() {
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let burst: u64 = 16 * 1024;
+    let rate: u64 = 2_000_000_000;
+    let mut pacer = Pacer::new(0, rate, burst);
+    let mut now = 0u64;
+    let mut sent = 0u64;
+    let (mut win_start, mut win_sent) = (0u64, 0u64);
+    let mut pauses = 0;
+    for _ in 0..200_000 {
+        if rng.random_range(0..100) == 0 {
+            now += rng.random_range(1..3_000_000);
+            (win_start, win_sent) = (now, sent);
+            pauses += 1;
+        }
+        let len = rng.random_range(64..=4200usize);
+        now = pacer.next_send_time(now, len).max(now);
+        pacer.consume(now, len);
+        sent += len as u64;
+        let window_bits = u128::from(sent - win_sent) * 8 * 1_000_000_000;
+        let allowed =
+            u128::from(rate) * u128::from(now - win_start) + u128::from(burst) * 8 * 1_000_000_000;
+        assert!(
+            window_bits <= allowed,
+            "{} bytes since the pause at {win_start}",
+            sent - win_sent
+        );
+    }
+    assert!(pauses > 1000);
+}
+
+/// docs/congestion.md's parameter table says what the code does: same names, units,
+/// defaults of both profiles and ranges, one row per parameter.
+#[test]
+fn docs_table_matches_the_code() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/congestion.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/congestion.md");
+    let (cx, paper) = (DcqcnParams::connectx(), DcqcnParams::paper());
+    let mut rows = 0;
+    let section = doc
+        .split("## Parameters")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Parameters section");
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cols[1].trim_matches('`');
+        let info = xrnic::proto::congestion::PARAMS
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("docs row for unknown parameter {name}"));
+        assert_eq!(cols[2], info.unit, "{name} unit");
+        assert_eq!(
+            cols[3],
+            cx.get(name).unwrap().to_string(),
+            "{name} ConnectX"
+        );
+        assert_eq!(
+            cols[4],
+            paper.get(name).unwrap().to_string(),
+            "{name} paper"
+        );
+        assert_eq!(
+            cols[5],
+            format!("{}…{}", info.min, info.max),
+            "{name} range"
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, xrnic::proto::congestion::PARAMS.len());
+}
+
+/// What the engine drives: CNPs owed are queued once per QP, a QP refused by its pacer is
+/// remembered so that `poll_timeout` wakes the engine when it may send.
+#[test]
+fn engine_surface_cnp_queue_and_held_qps() {
+    let mut cc = CongestionControl::new(
+        Algorithm::Dcqcn(DcqcnParams::connectx()),
+        1_000_000_000,
+        4096,
+    );
+    let (q1, q2) = (Qpn::new(0x11), Qpn::new(0x12));
+    cc.add_qp(0, q1);
+    cc.add_qp(0, q2);
+    assert!(cc.on_received(0, q2, 3));
+    assert!(cc.on_received(0, q1, 3));
+    assert!(!cc.on_received(1, q1, 3), "within the interval");
+    assert_eq!(cc.poll_cnp(), Some(q2));
+    assert_eq!(cc.poll_cnp(), Some(q1));
+    assert_eq!(cc.poll_cnp(), None);
+    // Held: 4096 bytes at 1 Gb/s refill in 32768 ns.
+    assert_eq!(cc.poll_timeout(), None);
+    assert!(cc.may_send(0, q1, 4096));
+    cc.on_sent(0, q1, 4096);
+    assert!(!cc.may_send(10, q1, 4096));
+    assert_eq!(cc.poll_timeout(), Some(32_768));
+    cc.handle_timeout(32_768);
+    assert_eq!(cc.poll_timeout(), None);
+    assert!(cc.may_send(32_768, q1, 4096));
+    // A removed QP owes nothing.
+    assert!(cc.on_received(100_000, q1, 3));
+    cc.remove_qp(q1);
+    assert_eq!(cc.poll_cnp(), None);
+}

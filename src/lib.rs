@@ -4,4 +4,5 @@
 //! sans-IO transport) ← `verbs` / driver → `io` (AF_XDP, simulated link, captures).
 
 pub mod capture;
+pub mod cli;
 pub mod wire;

@@ -1,5 +1,32 @@
-//! The `xrnic` command line (subcommands are added as they are built).
-fn main() {
-    eprintln!("xrnic: no subcommands yet");
-    std::process::exit(2);
+//! The `xrnic` command line. Each subcommand lives in `xrnic::cli`; this file only parses
+//! arguments (clap: usage mistakes print a message and exit with status 2).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// xrnic: a RoCE v2 software RNIC in user space over AF_XDP.
+#[derive(Debug, Parser)]
+#[command(name = "xrnic", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Decode the RoCE v2 packets of a pcap/pcapng capture: one line (or JSON object) per
+    /// packet with BTH, extended headers, payload length and ICRC check.
+    ///
+    /// Exit status: 0 when the file was read (even if some packets are bad, unless
+    /// --strict), 1 when the file cannot be read or --strict found a bad ICRC or a
+    /// malformed packet, 2 for usage errors.
+    Decode(xrnic::cli::decode::DecodeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Decode(args) => xrnic::cli::decode::run(&args),
+    }
 }

@@ -1,0 +1,54 @@
+# xrnic: the commands a newcomer needs. Every target first installs the Debian packages it
+# needs and lacks (scripts/install-deps.sh: idempotent, silent when all are present), so it
+# works on a fresh Debian 12 machine as root. A Rust toolchain (stable; nightly for `fuzz`)
+# is assumed.
+#
+#   make demo        build a capture of an RC exchange with the wire layer and decode it
+#   make test        build, all tests (tshark comparison included), clippy, rustfmt
+#   make bench-wire  wire-layer benchmarks (criterion)
+#   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
+
+SHELL := /bin/bash
+CARGO ?= cargo
+DEPS := scripts/install-deps.sh
+
+# gcc links Rust binaries (and builds libFuzzer's C++ for `fuzz`).
+DEB_BUILD := gcc g++ make
+# tshark: tests/tshark.rs compares our decoding with Wireshark's (required under CI=true).
+DEB_TEST := tshark
+
+DEMO_PCAP ?= target/demo.pcapng
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= frame decode_pcap
+
+.PHONY: help demo test bench-wire fuzz
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+demo:
+	@$(DEPS) $(DEB_BUILD)
+	$(CARGO) build --quiet --bin xrnic --example write_capture
+	$(CARGO) run --quiet --example write_capture -- $(DEMO_PCAP)
+	@# --strict: exit 1 unless every packet parses and carries a correct ICRC.
+	$(CARGO) run --quiet --bin xrnic -- decode --strict $(DEMO_PCAP)
+	@echo "demo: all ICRCs ok (also try: cargo run -q -- decode --json $(DEMO_PCAP))"
+
+test:
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) test --workspace
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) fmt --all --check
+
+bench-wire:
+	@$(DEPS) $(DEB_BUILD)
+	$(CARGO) bench --bench wire
+
+fuzz:
+	@$(DEPS) $(DEB_BUILD)
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+		$(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done

@@ -57,7 +57,9 @@ xri_guest_start() {
 	: >"$log"
 	# The host-side limit covers boot (about 6 s under TCG) and poweroff on top of the
 	# scenario's own timeout, enforced inside the guest.
-	xri_ns timeout -k 5 $((timeout + 90)) \
+	# Called directly (not via xri_ns) so that $! is the process chain ip -> timeout -> qemu
+	# and xri_kill_pid reaches qemu through timeout, which forwards the signal.
+	ip netns exec "$XRI_NS" timeout -k 5 $((timeout + 90)) \
 		qemu-system-x86_64 -accel tcg -m "$XRI_GUEST_MEM" -smp 1 \
 		-nodefaults -no-user-config -display none -monitor none -no-reboot \
 		-serial "file:$log" \

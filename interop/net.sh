@@ -75,7 +75,9 @@ xri_net_capture_start() {
 	local file=$1 filter=${2:-udp port 4791 or arp or icmp6}
 	local log=$file.tshark.log
 	rm -f "$file"
-	xri_ns dumpcap -q -i "$XRI_BR" -f "$filter" -w "$file" >"$log" 2>&1 &
+	# `ip netns exec` execs dumpcap, so $! is dumpcap itself (a shell function here would
+	# put a subshell in between, and killing that would leave dumpcap running).
+	ip netns exec "$XRI_NS" dumpcap -q -i "$XRI_BR" -f "$filter" -w "$file" >"$log" 2>&1 &
 	XRI_CAPTURE_PID=$!
 	# dumpcap is ready once it reports the interface; before that, frames would be lost.
 	if ! xri_wait_for_pattern "$log" "Capturing on" 20 "$XRI_CAPTURE_PID"; then

@@ -3,10 +3,13 @@
 # other, one scenario per boot, while the bridge is captured; each capture is then checked
 # with `xrnic decode --strict` (every RoCE packet parses and carries a valid ICRC).
 #
-#   interop/run-rxe-pair.sh [-o OUTDIR] [-l] [SCENARIO-GLOB...]
+#   interop/run-rxe-pair.sh [-o OUTDIR] [-l] [-s SPEC]... [SCENARIO-GLOB...]
 #     -o OUTDIR  where captures, consoles and report.txt go (default interop/out/DATE)
 #     -l         list the scenarios and exit
+#     -s SPEC    run this scenario instead of the built-in list (repeatable); SPEC is
+#                'name|mtu|command[|client command[|client setup]]' as in SCENARIOS below
 #   e.g.  interop/run-rxe-pair.sh 'rc_pingpong*' write_bw_loss
+#         interop/run-rxe-pair.sh -s 'lat|1500|ib_send_lat -d rxe0 -x $XR_GID4 -F -n 100'
 #
 # Guest A (192.0.2.11, fd00::11) is the server, guest B (192.0.2.12, fd00::12) the client.
 # Exit status: 0 when every selected scenario passed, 1 otherwise.
@@ -47,22 +50,32 @@ SCENARIOS=(
 )
 
 usage() {
-	sed -n '2,12s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
 OUT=
 LIST=
-while getopts "o:lh" opt; do
+CUSTOM=()
+while getopts "o:ls:h" opt; do
 	case $opt in
 	o) OUT=$OPTARG ;;
 	l) LIST=1 ;;
+	s) CUSTOM+=("$OPTARG") ;;
 	*) usage ;;
 	esac
 done
 shift $((OPTIND - 1))
 PATTERNS=("$@")
 ((${#PATTERNS[@]})) || PATTERNS=('*')
+if ((${#CUSTOM[@]})); then
+	for spec in "${CUSTOM[@]}"; do
+		IFS='|' read -r n m c _ <<<"$spec"
+		[[ -n $n && -n $c && ($m == 1500 || $m == 9000) ]] ||
+			xri_die "bad -s spec '$spec' (want 'name|1500 or 9000|command[|client[|setup]]')"
+	done
+	SCENARIOS=("${CUSTOM[@]}")
+fi
 
 selected() {
 	local p

@@ -196,6 +196,8 @@ main() {
 		t0=$(xri_now)
 		build_image "$image"
 		xri_log "built in $(xri_elapsed "$t0") s, $(du -h "$image" | cut -f1)"
+		# Older images (other inputs) are never used again.
+		find "$XRI_CACHE" -maxdepth 1 -name 'initramfs-*.cpio.gz' ! -path "$image" -delete
 	fi
 	echo "XRI_KERNEL=$KROOT/vmlinux"
 	echo "XRI_BASE=$image"

@@ -8,9 +8,11 @@
 [[ -n ${XRI_LIB_LOADED:-} ]] && return 0
 XRI_LIB_LOADED=1
 
+# shellcheck disable=SC2034  # used by the scripts that source this file
 XRI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Kernel, extracted packages and built initramfs images. Outside the work tree so a fresh
 # checkout reuses them; override with XRNIC_INTEROP_CACHE.
+# shellcheck disable=SC2034
 XRI_CACHE=${XRNIC_INTEROP_CACHE:-/var/cache/xrnic-interop}
 
 xri_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -39,8 +41,12 @@ xri_run_cleanup() {
 	done
 	XRI_CLEANUP=()
 }
+xri_exit_trap() {
+	xri_run_cleanup
+	exit "$1"
+}
 xri_trap_cleanup() {
-	trap 'rc=$?; xri_run_cleanup; exit $rc' EXIT
+	trap 'xri_exit_trap $?' EXIT
 	# Ctrl-C and kill: clean up, then exit with the conventional 128+signal status.
 	trap 'xri_log "interrupted"; xri_run_cleanup; exit 130' INT
 	trap 'xri_log "terminated"; xri_run_cleanup; exit 143' TERM

@@ -27,6 +27,7 @@ SCENARIO_TIMEOUT=${XRI_SCENARIO_TIMEOUT:-150}
 # client command if it differs | client setup run before the client starts.
 # $XR_GID4 / $XR_GID6 are the GID table indexes of the guest's IPv4 / IPv6 RoCE v2 GIDs
 # (found by the guest's init in sysfs); $XR_PEER4 is the server's IPv4 address.
+# shellcheck disable=SC2016  # expanded inside the guest, not here
 SCENARIOS=(
 	'rc_pingpong_v4_s1|1500|ibv_rc_pingpong -d rxe0 -g $XR_GID4 -s 1 -n 20'
 	'rc_pingpong_v4_s4096|1500|ibv_rc_pingpong -d rxe0 -g $XR_GID4 -s 4096 -n 20'

@@ -196,8 +196,8 @@ main() {
 		t0=$(xri_now)
 		build_image "$image"
 		xri_log "built in $(xri_elapsed "$t0") s, $(du -h "$image" | cut -f1)"
-		# Older images (other inputs) are never used again.
-		find "$XRI_CACHE" -maxdepth 1 -name 'initramfs-*.cpio.gz' ! -path "$image" -delete
+		# Images of other inputs, unused for a day (a run in progress may still use one).
+		find "$XRI_CACHE" -maxdepth 1 -name 'initramfs-*.cpio.gz' ! -path "$image" -mtime +1 -delete
 	fi
 	echo "XRI_KERNEL=$KROOT/vmlinux"
 	echo "XRI_BASE=$image"

@@ -1,3 +1,4 @@
+# shellcheck shell=dash
 # Helpers for scenario scripts inside the guest (busybox sh). Sourced by /init and by
 # /scenario.sh.
 
@@ -21,7 +22,7 @@ xr_gid_index() {
 	for d in /sys/class/infiniband/rxe0/ports/1/gids/*; do
 		g=$(cat "$d" 2>/dev/null) || continue
 		[ "$g" = "$want" ] || continue
-		t=$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/${d##*/} 2>/dev/null)
+		t=$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/"${d##*/}" 2>/dev/null)
 		case $t in *v2*) echo "${d##*/}"; return 0 ;; esac
 	done
 }

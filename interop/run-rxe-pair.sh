@@ -20,6 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/guest.sh"
 
 A_IP4=192.0.2.11/24 A_IP6=fd00::11/64
 B_IP4=192.0.2.12/24 B_IP6=fd00::12/64
+# A host-side endpoint on a veth port of the bridge, in namespace $XRI_NS-h1: where xrnic
+# will run; today the guests only check they reach it.
+H_IP4=192.0.2.100/24 H_IP6=fd00::100/64
 # Seconds a scenario may run inside the guest (boot time comes on top).
 SCENARIO_TIMEOUT=${XRI_SCENARIO_TIMEOUT:-150}
 
@@ -47,7 +50,10 @@ SCENARIOS=(
 	'atomic_fetch_add_v4|1500|ib_atomic_bw -d rxe0 -x $XR_GID4 -F -A FETCH_AND_ADD -n 200'
 	'atomic_cmp_swap_v6|1500|ib_atomic_bw -d rxe0 -x $XR_GID6 -F -A CMP_AND_SWAP -n 200'
 	'write_bw_loss|1500|ib_write_bw -d rxe0 -x $XR_GID4 -F -s 65536 -n 200||tc qdisc add dev eth0 root netem loss 2%'
-	'rping_v4|1500|rping -s -a ${XR_IP4%/*} -C 10 -S 4096 -v|rping -c -a $XR_PEER4 -C 10 -S 4096 -v'
+	'rping_v4|1500|rping -s -a ${XR_IP4%/*} -C 10 -S 4096|rping -c -a $XR_PEER4 -C 10 -S 4096'
+	# The client guest reaches the host-side veth endpoint (where xrnic will sit) over IPv4
+	# with jumbo frames and IPv6, then RoCE between the guests.
+	'veth_endpoint_reach|9000|ibv_rc_pingpong -d rxe0 -g $XR_GID4 -s 64 -n 5||ping -c 2 -W 3 -s 8000 $XR_HOST4 && ping -c 2 -W 3 $XR_HOST6'
 )
 
 usage() {
@@ -111,13 +117,14 @@ xri_log "kernel $XRI_KVER, base image $(basename "$XRI_BASE"), output in $OUT"
 xri_net_create 1500
 xri_net_add_tap tapA 1500
 xri_net_add_tap tapB 1500
+xri_net_add_veth h1 1500 "$H_IP4" "$H_IP6"
 
 # write_scenario FILE ROLE COMMAND SETUP: the script each guest runs as /scenario.sh.
 write_scenario() {
 	local file=$1 role=$2 cmd=$3 setup=$4
 	{
 		echo '. /usr/lib/xr-funcs.sh'
-		echo "XR_PEER4=${A_IP4%/*} XR_PEER6=${A_IP6%/*}"
+		echo "XR_PEER4=${A_IP4%/*} XR_PEER6=${A_IP6%/*} XR_HOST4=${H_IP4%/*} XR_HOST6=${H_IP6%/*}"
 		if [[ -n $setup ]]; then
 			echo "echo '+ $setup'"
 			echo "$setup || exit 99"
@@ -152,6 +159,8 @@ for entry in "${SCENARIOS[@]}"; do
 	xri_ns ip link set br0 mtu "$mtu"
 	xri_ns ip link set tapA mtu "$mtu"
 	xri_ns ip link set tapB mtu "$mtu"
+	xri_ns ip link set h1 mtu "$mtu"
+	ip netns exec "$XRI_NS-h1" ip link set eth0 mtu "$mtu"
 	write_scenario "$dir/server.sh" server "$cmd" ""
 	write_scenario "$dir/client.sh" client "$client_cmd" "$setup"
 

@@ -53,7 +53,11 @@ xr_client() {
 		rc=$?
 		cat "$out"
 		[ $rc -eq 0 ] && return 0
-		grep -qiE "couldn't connect|unable to open file descriptor|connection refused|failed to connect|establish connection" "$out" || return $rc
+		# What ibv_*_pingpong / perftest ("Couldn't connect to ADDR:PORT", "Unable to open
+		# file descriptor for socket connection") and rping (a CM REJECT: no listener yet)
+		# print when the server is not listening. "Couldn't connect to remote QP" (a
+		# failed QP transition) does not match: that is a real failure.
+		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED" "$out" || return $rc
 		i=$((i + 1))
 		[ $i -lt 30 ] || return $rc
 		echo "xr: server not listening yet, retry $i"

@@ -120,7 +120,7 @@ fn request_streams(pkts: &[Pkt]) -> HashMap<(IpAddr, Qpn), Vec<&Pkt>> {
     m
 }
 
-/// PSN order of each request stream (IBTA 9.7.1): a new PSN is always the highest so far
+/// PSN order of each request stream (IBTA vol. 1 §9.7, reliable service): a new PSN is always the highest so far
 /// plus one, never a gap, and new packets form whole messages (FIRST, MIDDLE..., LAST, or
 /// ONLY). A PSN at or below the highest is a retransmission (go-back-N resend). Returns the
 /// number of retransmitted packets.
@@ -156,7 +156,7 @@ fn check_psn_order(name: &str, pkts: &[Pkt]) -> usize {
     resent
 }
 
-/// FIRST and MIDDLE packets carry exactly the path MTU (IBTA 9.7.4.1.3 / REFERENCE §1).
+/// FIRST and MIDDLE packets carry exactly the path MTU (REFERENCE §1).
 fn assert_mtu_sized(name: &str, pkts: &[Pkt], pmtu: usize) -> usize {
     let mut middles = 0;
     for p in pkts.iter().filter(|p| p.operation != Operation::Ack) {
@@ -232,9 +232,16 @@ fn rxe_header_conventions_hold_in_every_capture() {
             {
                 assert_eq!(credit_code, 31, "{f} frame {}", p.number);
             }
-            // rxe's source port is 0xC000 | (hash of the QP) & 0x3FFF.
+            // rxe's source port is 0xC000 | a 14-bit value derived from the QP pair.
             assert_eq!(p.udp_src_port & 0xC000, 0xC000, "{f} frame {}", p.number);
         }
+        // Each capture holds one RC QP pair, and both directions use the same port.
+        let rc_ports: BTreeSet<u16> = pkts
+            .iter()
+            .filter(|p| p.opcode.0 < 0x20)
+            .map(|p| p.udp_src_port)
+            .collect();
+        assert_eq!(rc_ports.len(), 1, "{f}: RC source ports {rc_ports:?}");
     }
 }
 
@@ -249,7 +256,7 @@ fn acks(pkts: &[Pkt]) -> Vec<&Pkt> {
 /// rxe asks for an ACK only on the last packet of a message (AckReq on LAST/ONLY; messages
 /// here are shorter than its 64-packet limit), and its responder answers each AckReq with
 /// one ACK carrying that packet's PSN: one ACK per message, never one per packet
-/// (IBTA 9.7.5.1.3 allows coalescing). Returns how many ACKs matched a request in the cut.
+/// (the IBTA reliable service allows one ACK to cover many PSNs). Returns how many ACKs matched a request in the cut.
 fn assert_one_ack_per_message(name: &str, pkts: &[Pkt]) -> usize {
     for p in pkts.iter().filter(|p| p.is_request) {
         let ends = matches!(p.segment, Segment::Last | Segment::Only);
@@ -288,7 +295,7 @@ fn rc_pingpong_one_byte_send_only_with_pad() {
         BTreeSet::from([Opcode::RC_SEND_ONLY.0, Opcode::RC_ACK.0])
     );
     for p in pkts.iter().filter(|p| p.is_request) {
-        // 1 byte of payload, padded to a 4-byte multiple: PadCnt 3 (IBTA 9.2.2).
+        // 1 byte of payload, padded to a 4-byte multiple: PadCnt 3 (BTH, REFERENCE §1).
         assert_eq!((p.payload_len, p.pad), (1, 3), "{name} frame {}", p.number);
     }
     assert!(pkts.iter().all(|p| !is_ipv6(p)));
@@ -305,7 +312,7 @@ fn rc_pingpong_one_byte_send_only_with_pad() {
 
 /// Under TCG the responding guest is sometimes slower than the requester's local ACK
 /// timeout (ibv_rc_pingpong: timeout 14 = 67 ms), so rxe resends a request that was not
-/// lost. The responder treats it as a duplicate (IBTA 9.7.5.1.1 / 9.9.2.1): it
+/// lost. The responder treats it as a duplicate (IBTA vol. 1 §9.7, duplicate requests): it
 /// acknowledges it again with the same PSN and the same MSN, and does not deliver it twice
 /// (the MSN of the next new request's ACK goes up by exactly one).
 #[test]
@@ -409,7 +416,7 @@ fn write_bw_over_ipv6() {
     assert!(assert_one_ack_per_message(name, &pkts) >= 5);
 }
 
-/// READ: each request consumes one PSN per response packet (IBTA 9.7.1.1.2, 4096 B at PMTU
+/// READ: each request consumes one PSN per response packet (4096 B at PMTU
 /// 1024 = 4 PSNs); the responses carry exactly those PSNs, FIRST and LAST with an AETH,
 /// MIDDLE without; the responses are the only acknowledgement (no ACK packets).
 #[test]
@@ -469,7 +476,7 @@ fn read_bw_over_ipv6_responses_use_the_requests_psns() {
 }
 
 /// Atomics: one request packet, no payload; the responder answers each with an ATOMIC
-/// ACKNOWLEDGE of the same PSN carrying the original value (AtomicAckETH, IBTA 9.5.3).
+/// ACKNOWLEDGE of the same PSN carrying the original value (AtomicAckETH).
 fn assert_atomics(name: &str, op: Opcode, ipv6: bool) {
     let pkts = load(name);
     assert_eq!(
@@ -511,7 +518,7 @@ fn atomic_cmp_swap_over_ipv6() {
 
 /// netem dropped 2 % of the writer's packets before the bridge: the responder answers the
 /// first out-of-order packet with a NAK "PSN sequence error" naming the PSN it expects
-/// (IBTA 9.7.5.2.1), and the requester goes back to exactly that PSN and resends from
+/// (REFERENCE §3, NAK code 0), and the requester goes back to exactly that PSN and resends from
 /// there, so PSNs after the gap appear twice (go-back-N, rxe_comp.c / rxe_req.c).
 #[test]
 fn write_bw_loss_shows_nak_and_go_back_n_retransmission() {

@@ -73,7 +73,7 @@ xri_net_add_veth() {
 # xri_net_capture_start FILE [BPF-FILTER]: dumpcap (tshark's capture engine); RoCE v2 (UDP 4791), ARP and ICMPv6 (ND) only.
 xri_net_capture_start() {
 	local file=$1 filter=${2:-udp port 4791 or arp or icmp6}
-	local log=$file.tshark.log
+	local log=$file.dumpcap.log
 	rm -f "$file"
 	# `ip netns exec` execs dumpcap, so $! is dumpcap itself (a shell function here would
 	# put a subshell in between, and killing that would leave dumpcap running).

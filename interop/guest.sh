@@ -25,6 +25,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/net.sh"
 
 declare -gA XRI_GUEST_PID=() XRI_GUEST_LOG=() XRI_GUEST_RC=()
 XRI_GUEST_MEM=${XRI_GUEST_MEM:-512}
+# Extra kernel command line for every guest (e.g. clocksource=hpet), from the environment.
+XRI_GUEST_APPEND=${XRI_GUEST_APPEND:-}
 
 xri_guest_init() {
 	[[ -n ${XRI_BASE:-} && -f ${XRI_BASE:-} ]] && return 0
@@ -64,7 +66,7 @@ xri_guest_start() {
 		-nodefaults -no-user-config -display none -monitor none -no-reboot \
 		-serial "file:$log" \
 		-kernel "$XRI_KERNEL" -initrd "$initrd" \
-		-append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off xr.name=$name xr.ip4=$ip4 xr.ip6=$ip6 xr.mtu=$mtu xr.timeout=$timeout" \
+		-append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off ${XRI_GUEST_APPEND:-} xr.name=$name xr.ip4=$ip4 xr.ip6=$ip6 xr.mtu=$mtu xr.timeout=$timeout" \
 		-netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" \
 		-device "virtio-net-pci,netdev=n0,mac=$(xri_guest_mac "$ip4")" \
 		>"$outdir/$name.qemu.log" 2>&1 &

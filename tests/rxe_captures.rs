@@ -313,9 +313,12 @@ fn rc_pingpong_one_byte_send_only_with_pad() {
     assert_eq!(senders.len(), 2);
 }
 
-/// Under TCG the responding guest is sometimes slower than the requester's local ACK
-/// timeout (ibv_rc_pingpong: timeout 14 = 67 ms), so rxe resends a request that was not
-/// lost. The responder treats it as a duplicate (IBTA vol. 1 §9.7, duplicate requests): it
+/// rxe resends requests that were not lost: its requester arms the retransmit timer
+/// (ibv_rc_pingpong: timeout 14 = 67 ms) only when the timer is not already pending, and an
+/// ACK re-arms it only while packets are outstanding; so a timer armed by an earlier ping
+/// can expire while the next ping waits for its ACK, and that message is sent again
+/// (rxe_req.c update_state, rxe_comp.c; its comments call such timeouts spurious). The
+/// responder treats the copy as a duplicate (IBTA vol. 1 §9.7, duplicate requests): it
 /// acknowledges it again with the same PSN and the same MSN, and does not deliver it twice
 /// (the MSN of the next new request's ACK goes up by exactly one).
 #[test]

@@ -6,25 +6,34 @@
 #   make demo        build a capture of an RC exchange with the wire layer and decode it
 #   make test        build, all tests (tshark comparison included), clippy, rustfmt
 #   make bench-wire  wire-layer benchmarks (criterion)
+#   make bench-net   AF_XDP benchmarks on a veth pair (root; so far the raw AF_XDP baseline)
+#   make deps        only install the Debian packages the build and tests need
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
 CARGO ?= cargo
 DEPS := scripts/install-deps.sh
 
-# gcc links Rust binaries (and builds libFuzzer's C++ for `fuzz`).
-DEB_BUILD := gcc g++ make
+# gcc links Rust binaries (and builds libFuzzer's C++ for `fuzz`). clang/llvm and the
+# libbpf headers compile bpf/xrnic.bpf.c (build.rs); m4, libelf, zlib and pkg-config build
+# the vendored libbpf/libxdp of libbpf-sys / libxdp-sys (xsk-rs, libbpf-rs).
+DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-config \
+	linux-libc-dev libbpf-dev
 # tshark: tests/tshark.rs compares our decoding with Wireshark's (required under CI=true).
-DEB_TEST := tshark
+# iproute2 (ip netns, veth), ping and setpriv: the AF_XDP / XDP / namespace tests (root).
+DEB_TEST := tshark iproute2 iputils-ping util-linux
 
 DEMO_PCAP ?= target/demo.pcapng
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help demo test bench-wire fuzz
+.PHONY: help deps demo test bench-wire bench-net fuzz
 
 help:
 	@sed -n 's/^#   //p' Makefile
+
+deps:
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 
 demo:
 	@$(DEPS) $(DEB_BUILD)
@@ -44,6 +53,10 @@ test:
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)
 	$(CARGO) bench --bench wire
+
+bench-net:
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+	$(CARGO) bench --bench afxdp_raw
 
 fuzz:
 	@$(DEPS) $(DEB_BUILD)

@@ -14,7 +14,7 @@
 //! - IPv6 on VLAN 100, fd00::1 QP 0x21 → fd00::2 QP 0x22: SEND ONLY with immediate
 //!   (37 bytes, so PadCnt 3) + an ACK with a real credit count, as Huawei hardware sends.
 //!
-//! The frame-building functions are also used by tests/cli_decode.rs.
+//! The frame-building functions are also used by tests/cli_decode.rs and tests/tshark.rs.
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -278,7 +278,7 @@ pub fn exchange() -> Vec<(Duration, Vec<u8>)> {
         &[],
     ));
 
-    // A SEND with no receive WQE posted: RNR NAK (IBTA 9.7.5.2.8), timer code 14
+    // A SEND with no receive WQE posted: RNR NAK (IBTA vol. 1 §9.7.5), timer code 14
     // (1.28 ms); the requester waits and sends the same PSN again.
     let msg = data(128, 3);
     out.push(frame(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use pcap_file::DataLink;
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 
 /// One captured frame.
@@ -96,9 +97,26 @@ fn read_pcap(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
     Ok(out)
 }
 
+/// Convert a pcapng timestamp counted in the interface's units (`if_tsresol`, pcapng
+/// §4.2: MSB clear = 10^-v s, MSB set = 2^-v s; default 10^-6) to a Duration.
+/// pcap-file hands the raw 64-bit count over as if it were nanoseconds.
+fn scale_timestamp(raw: Duration, tsresol: u8) -> Duration {
+    let units = raw.as_nanos();
+    let v = u32::from(tsresol & 0x7f);
+    let nanos = if tsresol & 0x80 != 0 {
+        units.saturating_mul(1_000_000_000) >> v.min(127)
+    } else if v <= 9 {
+        units.saturating_mul(10u128.pow(9 - v))
+    } else {
+        units / 10u128.checked_pow(v - 9).unwrap_or(u128::MAX)
+    };
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
 fn read_pcapng(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
     let mut reader = PcapNgReader::new(r)?;
-    let mut links: Vec<DataLink> = Vec::new();
+    // Per interface: link type and timestamp resolution.
+    let mut links: Vec<(DataLink, u8)> = Vec::new();
     let mut out = Vec::new();
     while let Some(b) = reader.next_block() {
         let (iface, timestamp, data) = match b? {
@@ -107,19 +125,32 @@ fn read_pcapng(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
                 continue;
             }
             Block::InterfaceDescription(i) => {
-                links.push(i.linktype);
+                let tsresol = i
+                    .options
+                    .iter()
+                    .find_map(|o| match o {
+                        InterfaceDescriptionOption::IfTsResol(r) => Some(*r),
+                        _ => None,
+                    })
+                    .unwrap_or(6);
+                links.push((i.linktype, tsresol));
                 continue;
             }
             Block::EnhancedPacket(p) => (p.interface_id as usize, p.timestamp, p.data.into_owned()),
             Block::SimplePacket(p) => (0, Duration::ZERO, p.data.into_owned()),
             Block::Packet(p) => (
                 usize::from(p.interface_id),
-                Duration::from_micros(p.timestamp),
+                Duration::from_nanos(p.timestamp),
                 p.data.into_owned(),
             ),
             _ => continue,
         };
-        let ethernet = links.get(iface).is_some_and(|l| *l == DataLink::ETHERNET);
+        // An unknown interface id leaves the frame "not Ethernet": it is counted, not decoded.
+        let (ethernet, tsresol) = match links.get(iface) {
+            Some((link, tsresol)) => (*link == DataLink::ETHERNET, *tsresol),
+            None => (false, 6),
+        };
+        let timestamp = scale_timestamp(timestamp, tsresol);
         out.push(CapturedFrame {
             number: out.len() + 1,
             timestamp,
@@ -133,6 +164,28 @@ fn read_pcapng(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pcapng_timestamps_follow_if_tsresol() {
+        let raw = Duration::from_nanos(1_700_000_000_123_456);
+        // Default microseconds: the raw count is µs.
+        assert_eq!(
+            scale_timestamp(raw, 6),
+            Duration::from_micros(1_700_000_000_123_456)
+        );
+        assert_eq!(scale_timestamp(raw, 9), raw);
+        assert_eq!(
+            scale_timestamp(Duration::from_nanos(3_000), 12),
+            Duration::from_nanos(3)
+        );
+        // 2^-10 s units: 1024 units are one second.
+        assert_eq!(
+            scale_timestamp(Duration::from_nanos(2048), 0x80 | 10),
+            Duration::from_secs(2)
+        );
+        let _ = scale_timestamp(Duration::from_nanos(u64::MAX), 0xff);
+        let _ = scale_timestamp(Duration::from_nanos(u64::MAX), 0x7f);
+    }
 
     #[test]
     fn garbage_is_a_clear_error() {

@@ -5,4 +5,6 @@
 
 pub mod capture;
 pub mod cli;
+pub mod io;
+pub mod oob;
 pub mod wire;

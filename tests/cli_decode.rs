@@ -251,11 +251,20 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
     // Unknown opcode (RD is not implemented).
     let mut rd = ack.clone();
     rd[14 + 20 + 8] = 0x40;
-    let path = pcapng_of("malformed.pcapng", &[cut, short_reth, other_port, rd, send]);
+    // TTL changed in flight without fixing the IPv4 header checksum.
+    let mut ttl = send.clone();
+    ttl[14 + 8] -= 1;
+    // The same corruption on a TCP segment is not ours: skipped.
+    let mut tcp = ttl.clone();
+    tcp[14 + 9] = 6;
+    let path = pcapng_of(
+        "malformed.pcapng",
+        &[cut, short_reth, other_port, rd, send.clone(), ttl, tcp],
+    );
 
     let p = decode_json(&path);
     let frames: Vec<_> = p.iter().map(|p| p["frame"].as_u64().unwrap()).collect();
-    assert_eq!(frames, [1, 2, 4, 5]);
+    assert_eq!(frames, [1, 2, 4, 5, 6]);
     let total = send_and_ack().0.len() - 14;
     assert_eq!(
         p[0]["error"],
@@ -275,6 +284,12 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
     assert_eq!(p[2]["error"], "BTH at offset 42: unknown opcode 0x40");
     assert_eq!(p[2]["opcode_name"], "unknown");
     assert_eq!(p[3]["icrc_ok"], true);
+    let err = p[4]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with("IPv4 at offset 14: header checksum 0x"),
+        "{err}"
+    );
+    assert_eq!(p[4]["psn"], 77);
 
     let o = xrnic(&["decode", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
@@ -286,10 +301,47 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
         "{out}"
     );
     assert!(out.contains("unknown(0x40) qp 0x000011"), "{out}");
-    assert!(out.ends_with("summary: 5 packets, 4 RoCE, 0 bad ICRC, 3 malformed\n"));
+    assert!(out.ends_with("summary: 7 packets, 5 RoCE, 0 bad ICRC, 4 malformed\n"));
     let o = xrnic(&["decode", "--strict", "--json", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("0 RoCE packet(s) with a bad ICRC, 3 malformed"));
+    assert!(stderr(&o).contains("0 RoCE packet(s) with a bad ICRC, 4 malformed"));
+}
+
+#[test]
+fn classic_pcap_is_read_and_non_ethernet_links_are_skipped() {
+    use pcap_file::DataLink;
+    use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+    use std::time::Duration;
+    let (send, ack) = send_and_ack();
+    let write = |name: &str, datalink| {
+        let path = scratch(name);
+        let header = PcapHeader {
+            datalink,
+            ..Default::default()
+        };
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = PcapWriter::with_header(file, header).unwrap();
+        for f in [&send, &ack] {
+            w.write_packet(&PcapPacket::new(Duration::from_secs(1), f.len() as u32, f))
+                .unwrap();
+        }
+        path
+    };
+    let eth = write("eth.pcap", DataLink::ETHERNET);
+    let o = xrnic(&["decode", eth.to_str().unwrap()]);
+    assert!(
+        stdout(&o).ends_with("summary: 2 packets, 2 RoCE, 0 bad ICRC, 0 malformed\n"),
+        "{}",
+        stdout(&o)
+    );
+    // Linux cooked capture (tcpdump -i any) is not decoded yet: said, not guessed at.
+    let sll = write("sll.pcap", DataLink::LINUX_SLL);
+    let o = xrnic(&["decode", "--strict", sll.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(
+        stdout(&o),
+        "summary: 2 packets, 0 RoCE, 0 bad ICRC, 0 malformed, 2 not Ethernet (skipped)\n"
+    );
 }
 
 #[test]

@@ -163,7 +163,8 @@ pub struct RethJson {
     pub dma_len: u32,
 }
 
-/// AETH (IBTA 9.3.5, table 44): the syndrome split into its meaning, and the MSN.
+/// AETH (IBTA vol. 1 §9.3.5; syndrome encoding REFERENCE §3): the syndrome split into its
+/// meaning, and the MSN.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AethJson {
     /// The raw syndrome byte.

@@ -80,6 +80,15 @@ impl Ext {
     }
 }
 
+// `Ext::bit` numbers headers by declaration order; `ExtSet::len` relies on it matching ORDER.
+const _: () = {
+    let mut i = 0;
+    while i < Ext::ORDER.len() {
+        assert!(Ext::ORDER[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// A set of extension headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ExtSet(u16);
@@ -106,13 +115,13 @@ impl ExtSet {
 
     /// Total length of the headers in the set.
     pub const fn len(self) -> usize {
+        // Walk the set bits only (a packet has at most two extension headers): this runs
+        // per received packet. Bit i is ORDER[i], which the assertion above keeps true.
+        let mut bits = self.0;
         let mut n = 0;
-        let mut i = 0;
-        while i < Ext::ORDER.len() {
-            if self.has(Ext::ORDER[i]) {
-                n += Ext::ORDER[i].wire_len();
-            }
-            i += 1;
+        while bits != 0 {
+            n += Ext::ORDER[bits.trailing_zeros() as usize].wire_len();
+            bits &= bits - 1;
         }
         n
     }

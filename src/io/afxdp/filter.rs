@@ -1,0 +1,196 @@
+//! The XDP program `bpf/xrnic.bpf.c`, loaded with libbpf-rs: RoCE v2 (UDP 4791 over IPv4
+//! or IPv6, optionally 802.1Q-tagged) goes to the AF_XDP socket registered for the receive
+//! queue; everything else goes to the kernel stack.
+//!
+//! The object file is compiled by `build.rs` (libbpf-cargo) into `OUT_DIR` and embedded
+//! here. Each [`RoceFilter`] is its own copy of the program and its maps; the attachment
+//! is a bpf_link, so the program leaves the interface when the filter is dropped (or the
+//! process dies).
+
+use std::os::fd::RawFd;
+
+use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, ProgramInput};
+
+use super::Error;
+
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xrnic.bpf.o"));
+
+const PROG: &str = "xrnic_filter";
+const XSKS: &str = "xsks";
+const STATS: &str = "stats";
+/// `max_entries` of the XSKMAP: the highest receive queue index plus one.
+pub const MAX_QUEUES: u32 = 64;
+
+/// The program's verdict on a frame, as the kernel reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpAction {
+    Aborted,
+    Drop,
+    Pass,
+    Tx,
+    Redirect,
+    Other(u32),
+}
+
+impl From<u32> for XdpAction {
+    fn from(v: u32) -> Self {
+        match v {
+            0 => XdpAction::Aborted,
+            1 => XdpAction::Drop,
+            2 => XdpAction::Pass,
+            3 => XdpAction::Tx,
+            4 => XdpAction::Redirect,
+            o => XdpAction::Other(o),
+        }
+    }
+}
+
+/// The program's per-CPU counters, summed over CPUs (indices as in `bpf/xrnic.bpf.c`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// RoCE v2 frames handed to an AF_XDP socket.
+    pub redirected: u64,
+    /// RoCE v2 frames that found no socket on their queue, passed to the kernel.
+    pub no_socket: u64,
+    /// Other traffic, passed to the kernel.
+    pub not_roce: u64,
+    /// Frames shorter than their headers, or IPv4 fragments, passed to the kernel.
+    pub malformed: u64,
+}
+
+/// One loaded copy of the XDP filter, optionally attached to one interface.
+pub struct RoceFilter {
+    // Field order is drop order: detach before the object (and its maps) goes.
+    link: Option<Link>,
+    obj: Object,
+}
+
+impl std::fmt::Debug for RoceFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoceFilter")
+            .field("attached", &self.link.is_some())
+            .finish()
+    }
+}
+
+impl RoceFilter {
+    /// Load the program and its maps into the kernel (not attached anywhere yet).
+    pub fn load() -> Result<Self, Error> {
+        super::sys::require_root("loading the XDP program")?;
+        let open = ObjectBuilder::default()
+            .open_memory(OBJECT)
+            .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
+        let obj = open
+            .load()
+            .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
+        let f = RoceFilter { link: None, obj };
+        // Fail now, not at first use, if the object lacks what we expect.
+        f.find_prog()?;
+        f.find_map(XSKS)?;
+        f.find_map(STATS)?;
+        Ok(f)
+    }
+
+    fn find_prog(&self) -> Result<libbpf_rs::ProgramMut<'_>, Error> {
+        self.obj
+            .progs_mut()
+            .find(|p| p.name() == PROG)
+            .ok_or_else(|| Error::LoadProgram(format!("program {PROG} missing from the object")))
+    }
+
+    fn find_map(&self, name: &str) -> Result<libbpf_rs::Map<'_>, Error> {
+        self.obj
+            .maps()
+            .find(|m| m.name() == name)
+            .ok_or_else(|| Error::LoadProgram(format!("map {name} missing from the object")))
+    }
+
+    /// Attach to the interface `ifindex` (native XDP where the driver has it, as veth
+    /// does). Replaces an earlier attachment of this filter.
+    pub fn attach(&mut self, ifindex: u32, ifname: &str) -> Result<(), Error> {
+        self.link = None;
+        let idx = i32::try_from(ifindex).map_err(|_| Error::AttachRefused {
+            ifname: ifname.to_string(),
+            reason: format!("interface index {ifindex} out of range"),
+        })?;
+        let prog = self.find_prog()?;
+        let link = super::sys::retry_busy(|| prog.attach_xdp(idx), super::sys::is_busy_libbpf)
+            .map_err(|e| Error::AttachRefused {
+                ifname: ifname.to_string(),
+                reason: format!(
+                    "{e:#} (another XDP program attached? an MTU too large for the driver's XDP?)"
+                ),
+            })?;
+        self.link = Some(link);
+        Ok(())
+    }
+
+    /// Is the program attached to an interface?
+    pub fn is_attached(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// Send RoCE frames arriving on receive queue `queue` to the AF_XDP socket `fd`.
+    pub fn register_socket(&self, queue: u32, fd: RawFd) -> Result<(), Error> {
+        let err = |reason: String| Error::RegisterSocket { queue, reason };
+        if queue >= MAX_QUEUES {
+            return Err(err(format!(
+                "queue index above the map's {MAX_QUEUES} slots"
+            )));
+        }
+        self.find_map(XSKS)?
+            .update(&queue.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| err(format!("{e:#}")))
+    }
+
+    /// Stop redirecting queue `queue`; its RoCE frames go to the kernel again.
+    pub fn unregister_socket(&self, queue: u32) -> Result<(), Error> {
+        match self.find_map(XSKS)?.delete(&queue.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::RegisterSocket {
+                queue,
+                reason: format!("{e:#}"),
+            }),
+        }
+    }
+
+    /// The program's counters, summed over CPUs.
+    pub fn stats(&self) -> Result<FilterStats, Error> {
+        let map = self.find_map(STATS)?;
+        let mut sum = [0u64; 4];
+        for (i, slot) in sum.iter_mut().enumerate() {
+            let key = (i as u32).to_ne_bytes();
+            let per_cpu = map
+                .lookup_percpu(&key, MapFlags::ANY)
+                .map_err(|e| Error::LoadProgram(format!("reading the stats map: {e:#}")))?
+                .unwrap_or_default();
+            *slot = per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8).and_then(|b| b.try_into().ok()))
+                .map(u64::from_ne_bytes)
+                .sum();
+        }
+        Ok(FilterStats {
+            redirected: sum[0],
+            no_socket: sum[1],
+            not_roce: sum[2],
+            malformed: sum[3],
+        })
+    }
+
+    /// Run the program once on `frame` with BPF_PROG_TEST_RUN (receive queue 0) and return
+    /// its verdict. Nothing is redirected for real. The kernel itself refuses frames shorter
+    /// than an Ethernet header (EINVAL), which the error reports.
+    pub fn test_run(&self, frame: &[u8]) -> Result<XdpAction, Error> {
+        let prog = self.find_prog()?;
+        let input = ProgramInput {
+            data_in: Some(frame),
+            ..Default::default()
+        };
+        let out = prog
+            .test_run(input)
+            .map_err(|e| Error::Io(std::io::Error::other(format!("BPF_PROG_TEST_RUN: {e:#}"))))?;
+        Ok(XdpAction::from(out.return_value))
+    }
+}

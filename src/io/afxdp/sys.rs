@@ -1,0 +1,166 @@
+//! Small system look-ups the port needs before it touches AF_XDP: privileges, the
+//! interface index, and a mounted bpffs.
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::fs::statfs;
+use rustix::io::Errno;
+use rustix::mount::{MountFlags, mount};
+use rustix::net::{AddressFamily, SocketType, netdevice, socket};
+
+use super::Error;
+
+/// `BPF_FS_MAGIC` from <linux/magic.h>.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// Fails with [`Error::NotRoot`] unless the effective user is root.
+pub fn require_root(what: &'static str) -> Result<(), Error> {
+    if rustix::process::geteuid().is_root() {
+        Ok(())
+    } else {
+        Err(Error::NotRoot { what })
+    }
+}
+
+/// The index of `ifname` in the calling thread's network namespace.
+pub fn ifindex(ifname: &str) -> Result<u32, Error> {
+    let missing = |source: io::Error| Error::InterfaceMissing {
+        ifname: ifname.to_string(),
+        source,
+    };
+    if ifname.is_empty() || ifname.len() >= 16 || ifname.contains(['/', '\0', ' ']) {
+        return Err(missing(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a valid interface name",
+        )));
+    }
+    // SIOCGIFINDEX needs some socket of the namespace; a UDP one is always allowed.
+    let fd = socket(AddressFamily::INET, SocketType::DGRAM, None).map_err(io::Error::from)?;
+    netdevice::name_to_index(&fd, ifname).map_err(|e| missing(e.into()))
+}
+
+/// How long [`retry_busy`] keeps trying.
+const BUSY_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Does `e` or any error beneath it say EBUSY?
+pub fn is_busy(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            if io.raw_os_error() == Some(Errno::BUSY.raw_os_error()) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// Does a libbpf-rs error say EBUSY? Its chain keeps the `io::Error` behind a private
+/// type, and its `ErrorKind` has no "busy", so compare with the text an `io::Error` for
+/// EBUSY renders, which libbpf-rs prints as the innermost cause.
+pub fn is_busy_libbpf(e: &libbpf_rs::Error) -> bool {
+    let busy = io::Error::from_raw_os_error(Errno::BUSY.raw_os_error()).to_string();
+    format!("{e:#}").contains(&busy)
+}
+
+/// Run `op` again while it fails with EBUSY, for up to a second.
+///
+/// Closing an AF_XDP socket or an XDP link does not free the device queue at once: the
+/// kernel releases the socket's buffer pool from a workqueue (`xp_put_pool`), and a
+/// child being spawned by another thread holds copies of our descriptors until its
+/// exec. So a port re-opened right after the previous one closed can briefly see EBUSY
+/// where a moment later it succeeds.
+pub fn retry_busy<T, E>(
+    mut op: impl FnMut() -> Result<T, E>,
+    busy: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let deadline = Instant::now() + BUSY_PATIENCE;
+    loop {
+        match op() {
+            Err(e) if busy(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Is a bpffs mounted on /sys/fs/bpf?
+// `f_type` is i64 on x86_64 but narrower on some other architectures.
+#[allow(clippy::unnecessary_cast)]
+pub fn bpffs_mounted() -> bool {
+    statfs(BPFFS).is_ok_and(|s| s.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// Mount bpffs on /sys/fs/bpf unless it already is. libxdp keeps its dispatcher state
+/// there and falls back to single-program mode without it (REFERENCE §7).
+pub fn ensure_bpffs() -> Result<(), Error> {
+    if bpffs_mounted() {
+        return Ok(());
+    }
+    if !Path::new(BPFFS).is_dir() {
+        std::fs::create_dir_all(BPFFS).map_err(Error::BpffsMount)?;
+    }
+    match mount("bpf", BPFFS, "bpf", MountFlags::empty(), None) {
+        Ok(()) => Ok(()),
+        // Another thread or process mounted it in between.
+        Err(_) if bpffs_mounted() => Ok(()),
+        Err(e) => Err(Error::BpffsMount(e.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy() -> io::Error {
+        io::Error::from_raw_os_error(Errno::BUSY.raw_os_error())
+    }
+
+    #[test]
+    fn retry_busy_retries_only_ebusy() {
+        let mut calls = 0;
+        let r: Result<u32, io::Error> = retry_busy(
+            || {
+                calls += 1;
+                if calls < 3 { Err(busy()) } else { Ok(7) }
+            },
+            |e| is_busy(e),
+        );
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(calls, 3);
+
+        let mut calls = 0;
+        let r: Result<u32, io::Error> = retry_busy(
+            || {
+                calls += 1;
+                Err(io::Error::from_raw_os_error(Errno::NODEV.raw_os_error()))
+            },
+            |e| is_busy(e),
+        );
+        assert!(r.is_err());
+        assert_eq!(calls, 1);
+    }
+
+    #[test]
+    fn is_busy_sees_ebusy_in_libbpf_errors() {
+        let e = libbpf_rs::Error::from(busy());
+        assert!(is_busy_libbpf(&e));
+        let e = libbpf_rs::Error::from(io::Error::from_raw_os_error(Errno::PERM.raw_os_error()));
+        assert!(!is_busy_libbpf(&e));
+    }
+
+    #[test]
+    fn bad_interface_names_are_refused_before_any_syscall() {
+        for name in ["", "a/b", "sixteen-chars-xx", "a b"] {
+            match ifindex(name) {
+                Err(Error::InterfaceMissing { ifname, .. }) => assert_eq!(ifname, name),
+                other => panic!("{name:?}: {other:?}"),
+            }
+        }
+    }
+}

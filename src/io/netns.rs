@@ -1,0 +1,213 @@
+//! A pair of network namespaces joined by a veth pair, for tests, benchmarks and demos.
+//!
+//! Side A: `192.0.2.1/24`, `fd00::1/64`; side B: `192.0.2.2/24`, `fd00::2/64` (documentation
+//! and unique-local ranges: nothing leaves the pair). Names carry the process id and a
+//! counter, so parallel tests and processes do not collide. Everything is removed on drop
+//! (deleting a namespace deletes its veth end), also when a test panics.
+//!
+//! Code runs inside a namespace on a fresh thread that first calls setns(2)
+//! ([`VethPair::run_in`]): sockets and XDP attachments created there stay bound to that
+//! namespace when the values move back to the caller's thread. Commands run through
+//! `ip netns exec` ([`VethPair::exec`]).
+
+use std::fs::File;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// One end of the pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    A,
+    B,
+}
+
+/// Addresses and names of one end.
+#[derive(Clone, Debug)]
+pub struct End {
+    pub netns: String,
+    pub ifname: String,
+    pub mac: [u8; 6],
+    pub ipv4: Ipv4Addr,
+    pub ipv6: Ipv6Addr,
+}
+
+/// Two namespaces and the veth pair between them; removed on drop.
+#[derive(Debug)]
+pub struct VethPair {
+    a: End,
+    b: End,
+    mtu: u32,
+}
+
+fn run(cmd: &mut Command) -> io::Result<Output> {
+    let out = cmd.output().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "running {:?}: {e} (is iproute2 installed?)",
+                cmd.get_program()
+            ),
+        )
+    })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(io::Error::other(format!(
+            "{:?} failed ({}): {}",
+            cmd,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+fn ip(args: &[&str]) -> io::Result<Output> {
+    run(Command::new("ip").args(args))
+}
+
+impl VethPair {
+    /// Create the namespaces, the veth pair with `mtu` on both ends, and the addresses.
+    /// Needs root.
+    pub fn new(mtu: u32) -> io::Result<Self> {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        let mk = |side: char, ipv4: Ipv4Addr, ipv6: Ipv6Addr| End {
+            netns: format!("xrnic-{pid}-{n}-{side}"),
+            // IFNAMSIZ is 16 with the NUL: "xr" + pid (<= 7 digits) + "-" + n (< 1000) +
+            // side is at most 14. Each end is created right inside its own namespace, so
+            // the names only need to be readable, not globally unique.
+            ifname: format!("xr{pid}-{}{side}", n % 1000),
+            mac: [0; 6],
+            ipv4,
+            ipv6,
+        };
+        let mut pair = VethPair {
+            a: mk(
+                'a',
+                Ipv4Addr::new(192, 0, 2, 1),
+                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+            ),
+            b: mk(
+                'b',
+                Ipv4Addr::new(192, 0, 2, 2),
+                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+            ),
+            mtu,
+        };
+        // From here on, Drop removes whatever was created, also on an early return.
+        ip(&["netns", "add", &pair.a.netns])?;
+        ip(&["netns", "add", &pair.b.netns])?;
+        ip(&[
+            "link",
+            "add",
+            &pair.a.ifname,
+            "netns",
+            &pair.a.netns,
+            "mtu",
+            &mtu.to_string(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pair.b.ifname,
+            "netns",
+            &pair.b.netns,
+            "mtu",
+            &mtu.to_string(),
+        ])?;
+        for end in [&pair.a, &pair.b] {
+            let ns = end.netns.as_str();
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{}/24", end.ipv4),
+                "dev",
+                &end.ifname,
+            ])?;
+            // nodad: usable at once, no duplicate-address probe to wait for.
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{}/64", end.ipv6),
+                "dev",
+                &end.ifname,
+                "nodad",
+            ])?;
+            ip(&["-n", ns, "link", "set", &end.ifname, "up"])?;
+        }
+        pair.a.mac = super::link::mac_of(&pair.a.netns, &pair.a.ifname)?;
+        pair.b.mac = super::link::mac_of(&pair.b.netns, &pair.b.ifname)?;
+        Ok(pair)
+    }
+
+    pub fn end(&self, side: Side) -> &End {
+        match side {
+            Side::A => &self.a,
+            Side::B => &self.b,
+        }
+    }
+
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Run `f` on a new thread inside `side`'s network namespace and return its result.
+    /// A panic in `f` is resumed on the caller's thread.
+    pub fn run_in<T, F>(&self, side: Side, f: F) -> io::Result<T>
+    where
+        T: Send,
+        F: FnOnce() -> T + Send,
+    {
+        let path = format!("/run/netns/{}", self.end(side).netns);
+        let ns = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        std::thread::scope(|s| {
+            let h = s.spawn(move || -> io::Result<T> {
+                // setns(2) changes the network namespace of this thread only.
+                move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(LinkNameSpaceType::Network),
+                )
+                .map_err(|e| {
+                    io::Error::new(io::Error::from(e).kind(), format!("setns {path}: {e}"))
+                })?;
+                Ok(f())
+            });
+            match h.join() {
+                Ok(r) => r,
+                Err(p) => std::panic::resume_unwind(p),
+            }
+        })
+    }
+
+    /// Run a command inside `side`'s namespace (`ip netns exec`); returns its output
+    /// whatever its exit status.
+    pub fn exec(&self, side: Side, cmd: &[&str]) -> io::Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", &self.end(side).netns])
+            .args(cmd)
+            .output()
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for end in [&self.a, &self.b] {
+            // Best effort: a namespace that was never created fails harmlessly.
+            let _ = Command::new("ip")
+                .args(["netns", "del", &end.netns])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}

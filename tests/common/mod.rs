@@ -1,0 +1,223 @@
+//! Helpers shared by the privileged AF_XDP tests: the root/CI gate, the vector folder and
+//! frame builders (RoCE frames through `wire::FrameRepr::emit`, other traffic through
+//! etherparse).
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::PathBuf;
+
+use etherparse::PacketBuilder;
+use xrnic::wire::{
+    BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, UdpRepr,
+};
+
+pub fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// True when the test may go on: root. Not root: panics under CI=true (the test must run
+/// there), otherwise prints why it skips.
+pub fn require_root(test: &str) -> bool {
+    if rustix::process::geteuid().is_root() {
+        return true;
+    }
+    if under_ci() {
+        panic!("{test}: needs root (AF_XDP, XDP programs, network namespaces) and CI=true");
+    }
+    eprintln!("skipping {test}: needs root (AF_XDP, XDP programs, network namespaces)");
+    false
+}
+
+/// ../shared/vectors, or None (skip) — a failure under CI=true.
+pub fn vectors_dir() -> Option<PathBuf> {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
+    if d.is_dir() {
+        Some(d)
+    } else if under_ci() {
+        panic!("{} is missing under CI=true", d.display());
+    } else {
+        eprintln!("skipping vector frames: {} not found", d.display());
+        None
+    }
+}
+
+/// Every frame of every capture in the vector folder, with its file name.
+pub fn vector_frames() -> Vec<(String, Vec<u8>)> {
+    let Some(d) = vectors_dir() else {
+        return vec![];
+    };
+    let mut files = Vec::new();
+    for sub in std::fs::read_dir(&d).expect("read vectors") {
+        let sub = sub.expect("dir entry").path();
+        if sub.is_dir() {
+            for f in std::fs::read_dir(&sub).expect("read vector subdir") {
+                files.push(f.expect("dir entry").path());
+            }
+        }
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let frames =
+            xrnic::capture::read_file(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        for fr in frames {
+            out.push((format!("{} #{}", f.display(), fr.number), fr.data));
+        }
+    }
+    out
+}
+
+pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0a];
+pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0b];
+pub const IP4_A: [u8; 4] = [192, 0, 2, 1];
+pub const IP4_B: [u8; 4] = [192, 0, 2, 2];
+pub const IP6_A: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+pub const IP6_B: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2];
+
+/// Addressing of a test RoCE frame.
+#[derive(Clone, Copy, Debug)]
+pub struct Addr {
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub ipv6: bool,
+    pub vlan: Option<u16>,
+}
+
+impl Addr {
+    pub fn a_to_b(ipv6: bool) -> Self {
+        Addr {
+            src_mac: MAC_A,
+            dst_mac: MAC_B,
+            ipv6,
+            vlan: None,
+        }
+    }
+}
+
+/// An RC SEND ONLY frame carrying `payload`, emitted by `wire::FrameRepr::emit`.
+pub fn roce_frame(addr: Addr, psn: u32, payload: &[u8]) -> Vec<u8> {
+    let repr = roce_repr(addr, psn, payload);
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).expect("emit test frame");
+    buf.truncate(n);
+    buf
+}
+
+/// The [`FrameRepr`] behind [`roce_frame`].
+pub fn roce_repr(addr: Addr, psn: u32, payload: &[u8]) -> FrameRepr<'_> {
+    let ip = if addr.ipv6 {
+        IpRepr::V6 {
+            src: IP6_A,
+            dst: IP6_B,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        }
+    } else {
+        IpRepr::V4 {
+            src: IP4_A,
+            dst: IP4_B,
+            tos: 0,
+            identification: 0,
+            dont_fragment: true,
+            ttl: 64,
+        }
+    };
+    FrameRepr {
+        eth: EthRepr {
+            dst: addr.dst_mac,
+            src: addr.src_mac,
+            vlan_tci: addr.vlan,
+        },
+        ip,
+        udp: UdpRepr {
+            src_port: 0xc000 | (psn as u16 & 0x3fff),
+            checksum: 0,
+        },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode: Opcode::RC_SEND_ONLY,
+                solicited: false,
+                mig_req: true,
+                pad_count: 0,
+                pkey: PKey::DEFAULT,
+                fecn: false,
+                becn: false,
+                resv6: 0,
+                dest_qp: Qpn::new(0x11),
+                ack_req: true,
+                resv7: 0,
+                psn: Psn::new(psn),
+            },
+            ext: ExtHeaders::default(),
+            payload,
+        },
+    }
+}
+
+/// A recognisable payload: byte i of frame `seq` is `seq * 31 + i`.
+pub fn payload(seq: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seq.wrapping_mul(31) as usize + i) as u8)
+        .collect()
+}
+
+/// UDP to `dst_port` (not RoCE unless 4791).
+pub fn udp_frame(ipv6: bool, dst_port: u16, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_A, MAC_B);
+    let b = if ipv6 {
+        b.ipv6(IP6_A, IP6_B, 64).udp(5000, dst_port)
+    } else {
+        b.ipv4(IP4_A, IP4_B, 64).udp(5000, dst_port)
+    };
+    let mut v = Vec::with_capacity(b.size(payload.len()));
+    b.write(&mut v, payload).expect("write udp");
+    v
+}
+
+pub fn tcp_frame(dst_port: u16) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_A, MAC_B)
+        .ipv4(IP4_A, IP4_B, 64)
+        .tcp(40000, dst_port, 1, 65535);
+    let mut v = Vec::with_capacity(b.size(0));
+    b.write(&mut v, &[]).expect("write tcp");
+    v
+}
+
+pub fn icmp_echo_frame() -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(MAC_A, MAC_B)
+        .ipv4(IP4_A, IP4_B, 64)
+        .icmpv4_echo_request(1, 1);
+    let mut v = Vec::with_capacity(b.size(8));
+    b.write(&mut v, &[0u8; 8]).expect("write icmp");
+    v
+}
+
+/// IPv6 neighbour solicitation for fd00::2 (ICMPv6 type 135, RFC 4861 4.3).
+pub fn nd_solicit_frame() -> Vec<u8> {
+    // Solicited-node multicast fd00::2 -> ff02::1:ff00:2, MAC 33:33:ff:00:00:02.
+    let dst_ip = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 2];
+    let b = PacketBuilder::ethernet2(MAC_A, [0x33, 0x33, 0xff, 0, 0, 2])
+        .ipv6(IP6_A, dst_ip, 255)
+        .icmpv6_raw(135, 0, [0; 4]);
+    // Target address, then the source link-layer address option.
+    let mut body = IP6_B.to_vec();
+    body.extend_from_slice(&[1, 1]);
+    body.extend_from_slice(&MAC_A);
+    let mut v = Vec::with_capacity(b.size(body.len()));
+    b.write(&mut v, &body).expect("write nd");
+    v
+}
+
+/// ARP request "who has 192.0.2.2, tell 192.0.2.1" (RFC 826).
+pub fn arp_request_frame() -> Vec<u8> {
+    let mut v = Vec::with_capacity(42);
+    v.extend_from_slice(&[0xff; 6]);
+    v.extend_from_slice(&MAC_A);
+    v.extend_from_slice(&[0x08, 0x06]); // ARP
+    v.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]); // Ethernet/IPv4, request
+    v.extend_from_slice(&MAC_A);
+    v.extend_from_slice(&IP4_A);
+    v.extend_from_slice(&[0; 6]);
+    v.extend_from_slice(&IP4_B);
+    v
+}

@@ -5,6 +5,7 @@
 //! the frames back, so the bottleneck queue stays short; without it, the queue sits at the
 //! transport's window. Ratios are against the run without congestion control.
 
+#[path = "transport_common/mod.rs"]
 mod common;
 
 use std::cmp::Reverse;

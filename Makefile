@@ -8,6 +8,8 @@
 #   make bench-wire  wire-layer benchmarks (criterion)
 #   make bench-net   AF_XDP benchmarks on a veth pair (root; so far the raw AF_XDP baseline)
 #   make deps        only install the Debian packages the build and tests need
+#   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
+#                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -27,7 +29,7 @@ DEMO_PCAP ?= target/demo.pcapng
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo test bench-wire bench-net fuzz
+.PHONY: help deps demo test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -65,3 +67,15 @@ fuzz:
 		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 		$(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
+
+# The rxe interop harness (docs/interop.md). interop/setup.sh installs its own packages
+# (qemu, busybox, rdma-core tools, ...) and builds the guest image, cached.
+interop-setup:
+	interop/setup.sh >/dev/null
+
+interop-selftest: interop-setup
+	interop/net.sh selftest 1500 && interop/net.sh selftest 9000
+
+interop-rxe: interop-setup
+	$(CARGO) build --quiet --bin xrnic
+	interop/run-rxe-pair.sh -o target/interop

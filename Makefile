@@ -26,7 +26,7 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 DEB_TEST := tshark iproute2 iputils-ping util-linux
 
 DEMO_PCAP ?= target/demo.pcapng
-FUZZ_SECONDS ?= 60
+FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
 .PHONY: help deps demo test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe
@@ -60,12 +60,15 @@ bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 	$(CARGO) bench --bench afxdp_raw
 
+# One target at a time at the lowest priority (shared machine); corpora seeded from
+# ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).
 fuzz:
-	@$(DEPS) $(DEB_BUILD)
+	@$(DEPS) $(DEB_BUILD) python3
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	fuzz/seed.sh
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-		$(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+		nice -n 19 $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
 
 # The rxe interop harness (docs/interop.md). interop/setup.sh installs its own packages

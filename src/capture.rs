@@ -1,13 +1,12 @@
 //! Capture files: read pcap and pcapng (through the `pcap-file` crate) into frames.
 
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
 use pcap_file::DataLink;
-use pcap_file::pcap::PcapReader;
+use pcap_file::pcap::PcapParser;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption;
-use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::pcapng::{Block, PcapNgParser};
 
 /// One captured frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +50,10 @@ impl From<pcap_file::PcapError> for CaptureError {
     fn from(e: pcap_file::PcapError) -> Self {
         match e {
             pcap_file::PcapError::IoError(io) => CaptureError::Io(io),
+            // The in-memory parsers say "need more bytes" where a reader would hit EOF.
+            pcap_file::PcapError::IncompleteBuffer => {
+                CaptureError::Io(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))
+            }
             other => CaptureError::Format(other),
         }
     }
@@ -81,12 +84,16 @@ pub fn read_bytes(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
     }
 }
 
-fn read_pcap(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
-    let mut reader = PcapReader::new(r)?;
-    let ethernet = reader.header().datalink == DataLink::ETHERNET;
+// The parsers work on the bytes in memory: no reader buffer, no copy but the frame's own.
+
+fn read_pcap(mut rest: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let (after_header, parser) = PcapParser::new(rest)?;
+    rest = after_header;
+    let ethernet = parser.header().datalink == DataLink::ETHERNET;
     let mut out = Vec::new();
-    while let Some(p) = reader.next_packet() {
-        let p = p?;
+    while !rest.is_empty() {
+        let (after, p) = parser.next_packet(rest)?;
+        rest = after;
         out.push(CapturedFrame {
             number: out.len() + 1,
             timestamp: p.timestamp,
@@ -113,13 +120,16 @@ fn scale_timestamp(raw: Duration, tsresol: u8) -> Duration {
     Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
 }
 
-fn read_pcapng(r: impl Read) -> Result<Vec<CapturedFrame>, CaptureError> {
-    let mut reader = PcapNgReader::new(r)?;
+fn read_pcapng(mut rest: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
+    let (after_header, mut parser) = PcapNgParser::new(rest)?;
+    rest = after_header;
     // Per interface: link type and timestamp resolution.
     let mut links: Vec<(DataLink, u8)> = Vec::new();
     let mut out = Vec::new();
-    while let Some(b) = reader.next_block() {
-        let (iface, timestamp, data) = match b? {
+    while !rest.is_empty() {
+        let (after, block) = parser.next_block(rest)?;
+        rest = after;
+        let (iface, timestamp, data) = match block {
             Block::SectionHeader(_) => {
                 links.clear();
                 continue;

@@ -7,4 +7,6 @@ pub mod capture;
 pub mod cli;
 pub mod io;
 pub mod oob;
+pub mod proto;
+pub mod sim;
 pub mod wire;

@@ -6,3 +6,4 @@
 //! is a value the binary turns into a clear message on stderr and a non-zero exit code.
 
 pub mod decode;
+pub mod sim;

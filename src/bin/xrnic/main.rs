@@ -22,11 +22,15 @@ enum Command {
     /// --strict), 1 when the file cannot be read or --strict found a bad ICRC or a
     /// malformed packet, 2 for usage errors.
     Decode(xrnic::cli::decode::DecodeArgs),
+    /// Run two RC QPs over a simulated lossy link (virtual time) and verify every byte and
+    /// completion. Exit status 1 when data or completions are wrong.
+    Sim(xrnic::cli::sim::SimArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => xrnic::cli::decode::run(&args),
+        Command::Sim(args) => ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1)),
     }
 }

@@ -1,0 +1,314 @@
+//! The completer: processes ACKs, NAKs, RNR NAKs, READ responses and atomic ACKs, completes
+//! send work requests in order, and drives retransmission (IBTA vol. 1 §9.7.4.1 requester
+//! response handling, §9.7.5.2 ACK/NAK semantics, §9.7.6 timers; rxe's `rxe_comp.c`).
+//!
+//! Contract: completions leave strictly in posting order. A response for PSN `p` implicitly
+//! acknowledges every PSN before it (§9.7.5.2.1 coalesced ACKs); when that skips over a
+//! READ or atomic whose response has not arrived, it is an implied NAK (§9.7.4.1.4) and
+//! the requester goes back to the missing PSN. Each Go-Back-N cause (sequence NAK,
+//! implied NAK) retransmits once per PSN until progress; timeouts always do. retry_cnt
+//! bounds timeouts and sequence NAKs, rnr_retry bounds RNR NAKs (7 = forever); both are
+//! refilled by progress. Exhaustion or a fatal NAK completes the WR in error and moves the
+//! QP to ERR, which flushes the rest.
+
+use crate::wire::{
+    ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits, rnr_timer_ns,
+};
+
+use super::Ctx;
+use super::cq::WcStatus;
+use super::qp::{Qp, QpState};
+use super::requester::scatter;
+use super::timers::local_ack_timeout_ns;
+
+/// Why the completer goes back.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Cause {
+    SeqNak,
+    Implied,
+}
+
+/// Handle one response packet (ACK, atomic ACK, READ response) addressed to `qp`.
+pub(crate) fn handle_response(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        qp.counters.dropped_wrong_state += 1;
+        return;
+    }
+    let una = qp.req.una();
+    if !psn.before(qp.req.high_psn) {
+        // A response to something never sent: ignore it (§9.7.5.2.x ghost ACK).
+        qp.counters.dropped_wrong_state += 1;
+        return;
+    }
+    let syndrome = ext.aeth.map(|a| a.syndrome);
+    if let Some(Syndrome::Ack { credit_code }) = syndrome {
+        if ctx.cfg.honour_credits {
+            qp.req.credits = aeth_credits(credit_code);
+        }
+    }
+    if psn.before(una) {
+        qp.counters.duplicate_response += 1;
+        return;
+    }
+    match info.operation {
+        Operation::Ack => {
+            match syndrome {
+                Some(Syndrome::Ack { .. }) => {
+                    qp.counters.acks_received += 1;
+                    ack_through(qp, ctx, psn);
+                }
+                Some(Syndrome::Nak(code)) => {
+                    qp.counters.naks_received += 1;
+                    if code == NakCode::PsnSequenceError {
+                        qp.counters.packet_seq_err += 1;
+                    }
+                    // A NAK acknowledges every PSN before its own (§9.7.5.2.2).
+                    if psn != una && ack_through(qp, ctx, psn.sub(1)) {
+                        return;
+                    }
+                    if !qp.state_ok() {
+                        return;
+                    }
+                    match code {
+                        NakCode::PsnSequenceError => {
+                            if qp.req.rnr_until.is_some() {
+                                return;
+                            }
+                            go_back(qp, ctx, psn, Cause::SeqNak);
+                        }
+                        NakCode::InvalidRequest => fail(qp, ctx, WcStatus::RemInvReqErr),
+                        NakCode::RemoteAccessError => fail(qp, ctx, WcStatus::RemAccessErr),
+                        _ => fail(qp, ctx, WcStatus::RemOpErr),
+                    }
+                }
+                Some(Syndrome::RnrNak { timer }) => {
+                    qp.counters.rnr_naks_received += 1;
+                    if psn != una && ack_through(qp, ctx, psn.sub(1)) {
+                        return;
+                    }
+                    if !qp.state_ok() {
+                        return;
+                    }
+                    // rnr_retry 7 = retry forever (§9.7.5.2.8).
+                    if qp.attr.rnr_retry != 7 {
+                        if qp.req.rnr_left == 0 {
+                            qp.counters.rnr_nak_retry_err += 1;
+                            fail(qp, ctx, WcStatus::RnrRetryExcErr);
+                            return;
+                        }
+                        qp.req.rnr_left -= 1;
+                    }
+                    // Wait the responder's timer (table 45), then resend from the NAKed PSN.
+                    // The ACK timer stops meanwhile: the peer told us why it is silent.
+                    qp.req.rnr_until = Some(ctx.now + rnr_timer_ns(timer));
+                    qp.req.retry_deadline = None;
+                    qp.req.gbn_from = None;
+                    qp.req.rewind(psn);
+                }
+                _ => qp.counters.dropped_wrong_state += 1,
+            }
+        }
+        Operation::AtomicAck => {
+            if !before_response(qp, ctx, psn) {
+                return;
+            }
+            let Some(w) = qp.req.sq.front() else { return };
+            if !(w.wr.opcode.is_atomic() && w.first_psn == psn) {
+                return;
+            }
+            let orig = ext.atomic_ack.map(|a| a.orig).unwrap_or(0);
+            let ok = match &w.segs {
+                Ok(segs) => scatter(ctx.mem, segs, 0, &orig.to_ne_bytes()),
+                Err(_) => false,
+            };
+            qp.counters.acks_received += 1;
+            if ok {
+                qp.req.sq[0].acked_pkts = 1;
+                progress(qp, ctx);
+                qp.complete_send_front(ctx, WcStatus::Success, 8);
+            } else {
+                fail(qp, ctx, WcStatus::LocProtErr);
+            }
+        }
+        Operation::ReadResponse => {
+            if !before_response(qp, ctx, psn) {
+                return;
+            }
+            let mtu = qp.attr.path_mtu.bytes();
+            let Some(w) = qp.req.sq.front() else { return };
+            if w.wr.opcode != super::requester::WrOpcode::RdmaRead || !w.holds(psn) {
+                return;
+            }
+            let expected = w.first_psn.add(w.acked_pkts);
+            if psn.after(expected) {
+                // Responses missing within this READ: ask again from the first missing one.
+                qp.counters.implied_nak_seq_err += 1;
+                go_back(qp, ctx, expected, Cause::Implied);
+                return;
+            }
+            if psn.before(expected) {
+                qp.counters.duplicate_response += 1;
+                return;
+            }
+            let k = w.acked_pkts;
+            // A READ retried from the middle is answered by a new FIRST..LAST run, and
+            // late packets of the old run may still arrive; both carry the same bytes for
+            // the same PSN, so only "last or not" and the length are checked.
+            let last = k + 1 == w.npkts;
+            let off = k as usize * mtu as usize;
+            let want_len = (w.len as usize - off.min(w.len as usize)).min(mtu as usize);
+            if info.segment.ends() != last || payload.len() != want_len {
+                // A response that does not fit the request: the responder is broken;
+                // treat it as a remote operational error.
+                fail(qp, ctx, WcStatus::RemOpErr);
+                return;
+            }
+            let ok = match &w.segs {
+                Ok(segs) => scatter(ctx.mem, segs, off, payload),
+                Err(_) => false,
+            };
+            if !ok {
+                fail(qp, ctx, WcStatus::LocProtErr);
+                return;
+            }
+            let w = &mut qp.req.sq[0];
+            w.acked_pkts += 1;
+            let done = w.acked_pkts == w.npkts;
+            let len = w.len;
+            progress(qp, ctx);
+            if done {
+                qp.complete_send_front(ctx, WcStatus::Success, len);
+            }
+        }
+        _ => qp.counters.dropped_wrong_state += 1,
+    }
+}
+
+/// Complete what a READ response or atomic ACK for `psn` implies before it. Returns false
+/// when the packet must be dropped (an implied NAK was raised or the QP failed).
+fn before_response(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
+    loop {
+        let Some(w) = qp.req.sq.front() else {
+            return false;
+        };
+        if !w.started || w.holds(psn) {
+            return qp.state_ok();
+        }
+        if !w.last_psn().before(psn) {
+            return false;
+        }
+        if w.wr.opcode.is_read_or_atomic() {
+            let p = w.first_psn.add(w.acked_pkts);
+            qp.counters.implied_nak_seq_err += 1;
+            go_back(qp, ctx, p, Cause::Implied);
+            return false;
+        }
+        let len = w.len;
+        progress(qp, ctx);
+        qp.complete_send_front(ctx, WcStatus::Success, len);
+    }
+}
+
+/// A positive ACK for `p`: complete every SEND/WRITE up to it. Returns true when an
+/// implied NAK was raised (a READ/atomic before `p` lacks its response).
+fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
+    if p.before(qp.req.una()) {
+        return false;
+    }
+    loop {
+        let Some(w) = qp.req.sq.front() else {
+            return false;
+        };
+        if !w.started {
+            return false;
+        }
+        if !w.last_psn().after(p) {
+            if w.wr.opcode.is_read_or_atomic() {
+                let q = w.first_psn.add(w.acked_pkts);
+                qp.counters.implied_nak_seq_err += 1;
+                go_back(qp, ctx, q, Cause::Implied);
+                return true;
+            }
+            let len = w.len;
+            progress(qp, ctx);
+            qp.complete_send_front(ctx, WcStatus::Success, len);
+        } else {
+            if !w.wr.opcode.is_read_or_atomic() && !w.first_psn.after(p) {
+                let n = p.diff(w.first_psn) as u32 + 1;
+                if n > w.acked_pkts {
+                    qp.req.sq[0].acked_pkts = n;
+                    progress(qp, ctx);
+                }
+            }
+            return false;
+        }
+    }
+}
+
+/// Forward progress: refill the retry budgets and restart the ACK timer (§9.7.6.1.3).
+fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
+    qp.req.retry_left = qp.attr.retry_cnt;
+    qp.req.rnr_left = qp.attr.rnr_retry;
+    qp.req.gbn_from = None;
+    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+}
+
+fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
+    if qp.req.gbn_from == Some(p) {
+        return;
+    }
+    if cause == Cause::SeqNak {
+        if qp.req.retry_left == 0 {
+            qp.counters.retry_exceeded_err += 1;
+            fail(qp, ctx, WcStatus::RetryExcErr);
+            return;
+        }
+        qp.req.retry_left -= 1;
+    }
+    qp.req.gbn_from = Some(p);
+    qp.req.rewind(p);
+}
+
+/// The retransmission timer or the RNR wait expired.
+pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        qp.req.retry_deadline = None;
+        qp.req.rnr_until = None;
+        return;
+    }
+    if qp.req.rnr_until.is_some_and(|t| t <= ctx.now) {
+        qp.req.rnr_until = None;
+    }
+    if qp.req.retry_deadline.is_some_and(|t| t <= ctx.now) {
+        if !qp.req.outstanding() {
+            qp.req.retry_deadline = None;
+            return;
+        }
+        // §9.7.6.1.3: no response within the local ACK timeout: resend from the oldest
+        // unacknowledged PSN, at most retry_cnt times.
+        qp.counters.local_ack_timeout_err += 1;
+        if qp.req.retry_left == 0 {
+            qp.counters.retry_exceeded_err += 1;
+            fail(qp, ctx, WcStatus::RetryExcErr);
+            return;
+        }
+        qp.req.retry_left -= 1;
+        let una = qp.req.una();
+        qp.req.gbn_from = None;
+        qp.req.rewind(una);
+        qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+    }
+}
+
+/// The head WR failed: complete it with `status`, move the QP to ERR, flush the rest.
+fn fail(qp: &mut Qp, ctx: &mut Ctx<'_>, status: WcStatus) {
+    qp.complete_send_front(ctx, status, 0);
+    qp.enter_error(ctx);
+}

@@ -1,0 +1,109 @@
+//! Counters per QP and per device, named like the mlx5 / rdma-core hw counters users know
+//! (`rdma statistic show`, `/sys/class/infiniband/*/ports/*/hw_counters`).
+//!
+//! Contract: plain `u64` fields, only ever incremented; readable at any time by copy.
+
+use serde::Serialize;
+
+/// Counters of one QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct QpCounters {
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    pub packets_received: u64,
+    pub bytes_received: u64,
+    /// Requester packets sent again (Go-Back-N after a NAK, a timeout or an implied NAK).
+    pub retransmitted_packets: u64,
+    /// NAKs (sequence error, invalid request, access or operational error) sent.
+    pub naks_sent: u64,
+    pub naks_received: u64,
+    pub rnr_naks_sent: u64,
+    pub rnr_naks_received: u64,
+    pub acks_sent: u64,
+    pub acks_received: u64,
+    /// Responder: a request with a PSN after the expected one (mlx5 `out_of_sequence`).
+    pub out_of_sequence: u64,
+    /// Requester: NAK PSN sequence error received (mlx5 `packet_seq_err`).
+    pub packet_seq_err: u64,
+    /// Responder: a request with a PSN before the expected one (mlx5 `duplicate_request`).
+    pub duplicate_request: u64,
+    /// Requester: responses for PSNs already acknowledged.
+    pub duplicate_response: u64,
+    /// Requester: the retransmission timer expired (mlx5 `local_ack_timeout_err`).
+    pub local_ack_timeout_err: u64,
+    /// Requester: rnr_retry exhausted (mlx5 `rnr_nak_retry_err`).
+    pub rnr_nak_retry_err: u64,
+    /// Requester: retry_cnt exhausted.
+    pub retry_exceeded_err: u64,
+    /// Requester: a response for a later PSN showed a read/atomic response missing
+    /// (mlx5 `implied_nak_seq_err`).
+    pub implied_nak_seq_err: u64,
+    /// Responder: a SEND found no receive WQE (mlx5 `out_of_buffer`).
+    pub out_of_buffer: u64,
+    /// Responder: R_Key, bounds, PD, permission or alignment violations.
+    pub remote_access_errors: u64,
+    /// Responder: malformed or out-of-order opcodes, length errors.
+    pub invalid_requests: u64,
+    /// Responses or requests that arrived in a state that cannot take them.
+    pub dropped_wrong_state: u64,
+    /// Atomic operations executed (never twice for one PSN).
+    pub atomics_executed: u64,
+    /// Duplicate READ / atomic requests answered from the response cache.
+    pub responses_replayed: u64,
+}
+
+impl QpCounters {
+    /// Add every field of `o` to `self`.
+    pub fn add(&mut self, o: &QpCounters) {
+        macro_rules! sum {
+            ($($f:ident),*) => { $( self.$f += o.$f; )* };
+        }
+        sum!(
+            packets_sent,
+            bytes_sent,
+            packets_received,
+            bytes_received,
+            retransmitted_packets,
+            naks_sent,
+            naks_received,
+            rnr_naks_sent,
+            rnr_naks_received,
+            acks_sent,
+            acks_received,
+            out_of_sequence,
+            packet_seq_err,
+            duplicate_request,
+            duplicate_response,
+            local_ack_timeout_err,
+            rnr_nak_retry_err,
+            retry_exceeded_err,
+            implied_nak_seq_err,
+            out_of_buffer,
+            remote_access_errors,
+            invalid_requests,
+            dropped_wrong_state,
+            atomics_executed,
+            responses_replayed
+        );
+    }
+}
+
+/// Counters of a device: the sum over its QPs (live and destroyed) plus frame-level drops
+/// that belong to no QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceCounters {
+    pub qp: QpCounters,
+    /// Frames every layer below the transport refused (truncated, bad lengths, bad IPv4
+    /// checksum, not RoCE, unknown opcode, bad pad), plus bad ICRCs.
+    pub malformed_frames_dropped: u64,
+    /// Of those, frames whose ICRC was wrong.
+    pub icrc_errors: u64,
+    /// Frames addressed to another MAC or IP address.
+    pub wrong_address_dropped: u64,
+    /// Frames for a QP that does not exist, or from a peer that is not the QP's.
+    pub unknown_qp_dropped: u64,
+    /// Well-formed frames of a service this engine does not run (UC, UD, CNP).
+    pub unsupported_dropped: u64,
+    /// Completions lost to full CQs.
+    pub cq_overruns: u64,
+}

@@ -1,0 +1,149 @@
+//! Completion queues and ibverbs-style work completions.
+//!
+//! Contract: a CQ is a bounded FIFO. Completions are pushed by the engine in the order the
+//! work requests finish (per queue, in posting order, IBTA §10.8 / C10-?? ordering) and
+//! popped by `poll_cq`. A push to a full CQ is an overrun: the completion is dropped and
+//! `overruns` counts it (ibverbs reports IBV_EVENT_CQ_ERR; there is no event channel
+//! here yet).
+
+use std::collections::VecDeque;
+
+use crate::wire::{Qpn, Rkey};
+
+/// Work completion status, named and numbered as `enum ibv_wc_status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum WcStatus {
+    Success = 0,
+    LocLenErr = 1,
+    LocQpOpErr = 2,
+    LocProtErr = 4,
+    WrFlushErr = 5,
+    RemInvReqErr = 9,
+    RemAccessErr = 10,
+    RemOpErr = 11,
+    RetryExcErr = 12,
+    RnrRetryExcErr = 13,
+    GeneralErr = 21,
+}
+
+impl WcStatus {
+    /// The libibverbs `ibv_wc_status_str` spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+/// What finished, as `enum ibv_wc_opcode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum WcOpcode {
+    Send,
+    RdmaWrite,
+    RdmaRead,
+    CompSwap,
+    FetchAdd,
+    Recv,
+    RecvRdmaWithImm,
+}
+
+/// One work completion (`struct ibv_wc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    pub status: WcStatus,
+    pub opcode: WcOpcode,
+    /// Bytes received (receive completions) or transferred (RDMA READ, atomics: 8).
+    pub byte_len: u32,
+    /// Immediate data of SEND/WRITE with immediate, host order.
+    pub imm_data: Option<u32>,
+    /// The R_Key a SEND with invalidate invalidated.
+    pub invalidated_rkey: Option<Rkey>,
+    /// The local QP.
+    pub qp_num: Qpn,
+    /// The remote QP (the QP's destination QP for RC).
+    pub src_qp: Qpn,
+}
+
+/// A completion queue handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cq(pub(crate) u32);
+
+#[derive(Debug)]
+pub(crate) struct CompletionQueue {
+    entries: VecDeque<WorkCompletion>,
+    capacity: usize,
+    pub(crate) overruns: u64,
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        CompletionQueue {
+            entries: VecDeque::new(),
+            capacity,
+            overruns: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, wc: WorkCompletion) {
+        if self.entries.len() >= self.capacity {
+            self.overruns += 1;
+        } else {
+            self.entries.push_back(wc);
+        }
+    }
+
+    pub(crate) fn poll(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        let n = max.min(self.entries.len());
+        out.extend(self.entries.drain(..n));
+        n
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            qp_num: Qpn::new(1),
+            src_qp: Qpn::new(2),
+        }
+    }
+
+    #[test]
+    fn fifo_bounded_with_overrun_count() {
+        let mut cq = CompletionQueue::new(2);
+        for i in 0..3 {
+            cq.push(wc(i));
+        }
+        assert_eq!(cq.overruns, 1);
+        let mut out = vec![];
+        assert_eq!(cq.poll(&mut out, 10), 2);
+        assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(cq.len(), 0);
+        assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
+        assert_eq!(WcStatus::WrFlushErr.as_str(), "Work Request Flushed Error");
+    }
+}

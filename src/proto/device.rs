@@ -1,0 +1,725 @@
+//! The engine: one RNIC device owning its PDs, MRs, CQs and QPs, with the sans-IO surface
+//! (`handle_frame`, `poll_transmit`, `poll_timeout`, `handle_timeout`).
+//!
+//! Contract: see the module documentation of [`crate::proto`]. Frames are whole
+//! Ethernet/IP/UDP/BTH frames; addresses come from the device [`Config`] (source MAC and
+//! GID table) and from each QP's address vector (given at RTR, like `ah_attr`). IPv4 is
+//! used when the destination GID is IPv4-mapped (`::ffff:a.b.c.d`), IPv6 otherwise; IPv4
+//! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
+
+use crate::wire::{
+    BthRepr, EthRepr, FrameRepr, FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, Service,
+    UdpRepr,
+};
+
+use super::completer;
+use super::counters::{DeviceCounters, QpCounters};
+use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
+use super::memory::{Access, MemTable, MrInfo, Pd};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify, gid_is_ipv4};
+use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
+use super::responder::{self, RecvWqe};
+use super::timers::local_ack_timeout_ns;
+use super::{Ctx, completer::handle_response};
+
+/// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
+/// largest extension headers + 4096 bytes of payload + ICRC, rounded up.
+pub const MAX_FRAME_LEN: usize = 4096 + 256;
+
+/// The first QPN handed out (rxe starts at 17 too; 0 and 1 are special).
+const FIRST_QPN: u32 = 0x11;
+
+/// Device configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Our MAC address: the source of every frame, and the only destination accepted.
+    pub mac: [u8; 6],
+    /// The GID table; an address vector's `sgid_index` picks the source. Frames to other
+    /// IP addresses are dropped.
+    pub gids: Vec<[u8; 16]>,
+    /// At most this many PSNs unacknowledged (rxe: 128).
+    pub max_unacked_psns: u32,
+    /// The requester asks for an ACK at least every this many packets, and the responder
+    /// sends one at least this often (rxe: 64).
+    pub ack_every: u32,
+    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7.2). Off by default,
+    /// like rxe, which ignores them.
+    pub honour_credits: bool,
+    /// Advertise the receive queue depth as credits instead of "unlimited" (0x1F).
+    pub advertise_credits: bool,
+    /// Largest number of WRs per work queue.
+    pub max_qp_wr: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mac: [0x02, 0, 0, 0, 0, 1],
+            gids: vec![super::qp::ipv4_gid([192, 0, 2, 1])],
+            max_unacked_psns: 128,
+            ack_every: 64,
+            honour_credits: false,
+            advertise_credits: false,
+            max_qp_wr: 16384,
+        }
+    }
+}
+
+/// A software RNIC.
+#[derive(Debug)]
+pub struct Rnic {
+    cfg: Config,
+    mem: MemTable,
+    cqs: Vec<Option<CompletionQueue>>,
+    qps: Vec<Option<Qp>>,
+    retired: QpCounters,
+    dev: DeviceCounters,
+    /// Round-robin start for `poll_transmit`.
+    rr: usize,
+    scratch: Vec<u8>,
+}
+
+impl Rnic {
+    pub fn new(cfg: Config) -> Self {
+        Rnic {
+            cfg,
+            mem: MemTable::new(),
+            cqs: Vec::new(),
+            qps: Vec::new(),
+            retired: QpCounters::default(),
+            dev: DeviceCounters::default(),
+            rr: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    // ----- verbs -------------------------------------------------------------------
+
+    pub fn alloc_pd(&mut self) -> Pd {
+        self.mem.alloc_pd()
+    }
+
+    pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), VerbsError> {
+        if self.qps.iter().flatten().any(|q| q.pd == pd) {
+            return Err(VerbsError::Resource("protection domain still has QPs"));
+        }
+        self.mem.dealloc_pd(pd).map_err(VerbsError::Resource)
+    }
+
+    /// Register a zeroed memory region of `length` bytes owned by the engine.
+    pub fn reg_mr(&mut self, pd: Pd, length: usize, access: Access) -> Result<MrInfo, VerbsError> {
+        self.mem
+            .reg_mr(pd, length, access)
+            .map_err(VerbsError::Resource)
+    }
+
+    pub fn dereg_mr(&mut self, lkey: crate::wire::Lkey) -> Result<(), VerbsError> {
+        self.mem.dereg_mr(lkey).map_err(VerbsError::Resource)
+    }
+
+    /// A region's bytes, for the application.
+    pub fn mr_bytes(&self, lkey: crate::wire::Lkey) -> Option<&[u8]> {
+        self.mem.mr_bytes(lkey)
+    }
+
+    /// A region's bytes, writable, for the application.
+    pub fn mr_bytes_mut(&mut self, lkey: crate::wire::Lkey) -> Option<&mut [u8]> {
+        self.mem.mr_bytes_mut(lkey)
+    }
+
+    pub fn create_cq(&mut self, cqe: usize) -> Cq {
+        self.cqs.push(Some(CompletionQueue::new(cqe.max(1))));
+        Cq(self.cqs.len() as u32 - 1)
+    }
+
+    pub fn destroy_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
+        if self
+            .qps
+            .iter()
+            .flatten()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(VerbsError::Resource("completion queue still used by a QP"));
+        }
+        match self.cqs.get_mut(cq.0 as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                Ok(())
+            }
+            _ => Err(VerbsError::NotFound("completion queue")),
+        }
+    }
+
+    /// Drain up to `max` completions into `out`; returns how many.
+    pub fn poll_cq(&mut self, cq: Cq, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        match self.cqs.get_mut(cq.0 as usize) {
+            Some(Some(q)) => q.poll(out, max),
+            _ => 0,
+        }
+    }
+
+    /// Create an RC QP in RESET.
+    pub fn create_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
+        if !self.mem.pd_exists(pd) {
+            return Err(VerbsError::NotFound("protection domain"));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if !matches!(self.cqs.get(cq.0 as usize), Some(Some(_))) {
+                return Err(VerbsError::NotFound("completion queue"));
+            }
+        }
+        if init.max_send_wr > self.cfg.max_qp_wr || init.max_recv_wr > self.cfg.max_qp_wr {
+            return Err(VerbsError::InvalidValue(
+                "max_send_wr/max_recv_wr above max_qp_wr",
+            ));
+        }
+        let slot = match self.qps.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.qps.push(None);
+                self.qps.len() - 1
+            }
+        };
+        let qpn = Qpn::new(FIRST_QPN + slot as u32);
+        self.qps[slot] = Some(Qp::new(qpn, pd, *init));
+        Ok(qpn)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), VerbsError> {
+        let i = self.slot(qpn).ok_or(VerbsError::NotFound("QP"))?;
+        if let Some(q) = self.qps[i].take() {
+            self.retired.add(&q.counters);
+        }
+        Ok(())
+    }
+
+    fn slot(&self, qpn: Qpn) -> Option<usize> {
+        let i = qpn.value().checked_sub(FIRST_QPN)? as usize;
+        matches!(self.qps.get(i), Some(Some(_))).then_some(i)
+    }
+
+    fn split(&mut self, qpn: Qpn, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+        let i = self.slot(qpn)?;
+        let qp = self.qps[i].as_mut()?;
+        Some((
+            qp,
+            Ctx {
+                mem: &mut self.mem,
+                cqs: &mut self.cqs,
+                cfg: &self.cfg,
+                now,
+            },
+        ))
+    }
+
+    /// `ibv_modify_qp` for RC: see [`super::qp::check_modify`] for the rules.
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        let ngids = self.cfg.gids.len();
+        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        let to = check_modify(qp.state, attr, mask)?;
+        if mask.contains(AttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= ngids {
+            return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
+        }
+        let a = &mut qp.attr;
+        macro_rules! take {
+            ($m:ident, $f:ident) => {
+                if mask.contains(AttrMask::$m) {
+                    a.$f = attr.$f;
+                }
+            };
+        }
+        take!(ACCESS_FLAGS, qp_access_flags);
+        take!(PKEY_INDEX, pkey_index);
+        take!(PORT, port_num);
+        take!(AV, ah_attr);
+        take!(PATH_MTU, path_mtu);
+        take!(DEST_QPN, dest_qp_num);
+        take!(TIMEOUT, timeout);
+        take!(RETRY_CNT, retry_cnt);
+        take!(RNR_RETRY, rnr_retry);
+        take!(MIN_RNR_TIMER, min_rnr_timer);
+        take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
+        take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        if mask.contains(AttrMask::RQ_PSN) {
+            a.rq_psn = attr.rq_psn;
+            qp.resp.epsn = attr.rq_psn;
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            a.sq_psn = attr.sq_psn;
+            qp.req.next_psn = attr.sq_psn;
+            qp.req.high_psn = attr.sq_psn;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            qp.req.retry_left = attr.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            qp.req.rnr_left = attr.rnr_retry;
+        }
+        match to {
+            QpState::Reset => qp.reset(),
+            QpState::Err => {
+                if qp.state != QpState::Err {
+                    qp.enter_error(&mut ctx);
+                }
+            }
+            s => {
+                qp.state = s;
+                qp.attr.qp_state = s;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the current attributes.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<QpAttr, VerbsError> {
+        let q = self
+            .slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .ok_or(VerbsError::NotFound("QP"))?;
+        let mut a = q.attr;
+        a.qp_state = q.state;
+        a.cur_qp_state = q.state;
+        a.sq_psn = q.req.next_psn;
+        a.rq_psn = q.resp.epsn;
+        a.sq_draining = q.state == QpState::Sqd && q.req.outstanding();
+        Ok(a)
+    }
+
+    /// `ibv_post_send`. Malformed requests are refused here (like EINVAL/ENOMEM); a bad
+    /// local key completes the WR with LOC_PROT_ERR when it reaches the queue head.
+    pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        let max_wr = self.cfg.max_qp_wr;
+        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        match qp.state {
+            QpState::Rts | QpState::Sqd => {}
+            QpState::Err => {
+                // Posting to a QP in ERR is legal; the WR completes flushed (§10.3.1).
+                let wc = WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: wr.opcode.wc_opcode(),
+                    byte_len: 0,
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    qp_num: qp.qpn,
+                    src_qp: qp.attr.dest_qp_num,
+                };
+                ctx.complete(qp.send_cq, wc);
+                return Ok(());
+            }
+            s => return Err(VerbsError::WrongState(s)),
+        }
+        if qp.req.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        if wr.opcode.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
+            return Err(VerbsError::InvalidValue(
+                "READ/atomic on a QP with max_rd_atomic 0",
+            ));
+        }
+        let need = if wr.opcode.is_read_or_atomic() {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        let mut segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, need);
+        // Message size limit 2^31 (§9.7.2 / ibv_devinfo max_msg_sz); atomics move exactly
+        // eight bytes.
+        if len64 > 1 << 31 || (wr.opcode.is_atomic() && len64 != 8) {
+            segs = Err(WcStatus::LocLenErr);
+        }
+        qp.req.sq.push_back(SendWqe {
+            wr,
+            segs,
+            len: len64.min(1 << 31) as u32,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            started: false,
+            acked_pkts: 0,
+        });
+        Ok(())
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), VerbsError> {
+        let max_wr = self.cfg.max_qp_wr;
+        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        match qp.state {
+            QpState::Reset => return Err(VerbsError::WrongState(QpState::Reset)),
+            QpState::Err => {
+                let wc = WorkCompletion {
+                    wr_id: wr.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    byte_len: 0,
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    qp_num: qp.qpn,
+                    src_qp: qp.attr.dest_qp_num,
+                };
+                ctx.complete(qp.recv_cq, wc);
+                return Ok(());
+            }
+            _ => {}
+        }
+        if qp.resp.rq.len() >= qp.init.max_recv_wr.min(max_wr) as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        let len = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        let segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, Access::LOCAL_WRITE);
+        qp.resp.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            segs,
+            len,
+        });
+        Ok(())
+    }
+
+    /// Counters of one QP.
+    pub fn qp_counters(&self, qpn: Qpn) -> Option<QpCounters> {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.counters)
+    }
+
+    /// Device counters: the sum over all QPs ever created plus frame-level drops.
+    pub fn counters(&self) -> DeviceCounters {
+        let mut d = self.dev;
+        d.qp = self.retired;
+        for q in self.qps.iter().flatten() {
+            d.qp.add(&q.counters);
+        }
+        d.cq_overruns = self.cqs.iter().flatten().map(|c| c.overruns).sum();
+        d
+    }
+
+    /// Memory one QP occupies now (see `Qp::memory_bytes`).
+    pub fn qp_memory_bytes(&self, qpn: Qpn) -> Option<usize> {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.memory_bytes())
+    }
+
+    // ----- sans-IO surface ----------------------------------------------------------
+
+    /// Take one received frame. Never panics; everything refused is counted.
+    pub fn handle_frame(&mut self, now: u64, frame: &[u8]) {
+        let view = match FrameView::parse(frame) {
+            Ok(v) => v,
+            Err(_) => {
+                self.dev.malformed_frames_dropped += 1;
+                return;
+            }
+        };
+        if view.verify_icrc().is_err() {
+            self.dev.malformed_frames_dropped += 1;
+            self.dev.icrc_errors += 1;
+            return;
+        }
+        let repr = view.repr();
+        if repr.eth.dst != self.cfg.mac {
+            self.dev.wrong_address_dropped += 1;
+            return;
+        }
+        let (src_gid, dst_gid) = match repr.ip {
+            IpRepr::V4 { src, dst, .. } => (super::qp::ipv4_gid(src), super::qp::ipv4_gid(dst)),
+            IpRepr::V6 { src, dst, .. } => (src, dst),
+        };
+        if !self.cfg.gids.contains(&dst_gid) {
+            self.dev.wrong_address_dropped += 1;
+            return;
+        }
+        let info = view.info();
+        if info.service != Service::Rc {
+            self.dev.unsupported_dropped += 1;
+            return;
+        }
+        let bth = repr.roce.bth;
+        let Some((qp, mut ctx)) = self.split(bth.dest_qp, now) else {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        };
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += frame.len() as u64;
+        // An RC QP talks to one peer only (§9.6.1.x): frames from elsewhere are not ours.
+        if qp.state == QpState::Reset
+            || qp.state == QpState::Init
+            || qp.attr.ah_attr.dgid != src_gid
+        {
+            qp.counters.dropped_wrong_state += 1;
+            return;
+        }
+        let payload = repr.roce.payload;
+        if info.is_request() {
+            responder::handle_request(
+                qp,
+                &mut ctx,
+                info,
+                bth.psn,
+                bth.ack_req,
+                &repr.roce.ext,
+                payload,
+            );
+        } else {
+            handle_response(qp, &mut ctx, info, bth.psn, &repr.roce.ext, payload);
+        }
+    }
+
+    /// The earliest time `handle_timeout` has work, if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.qps
+            .iter()
+            .flatten()
+            .flat_map(|q| [q.req.retry_deadline, q.req.rnr_until])
+            .flatten()
+            .min()
+    }
+
+    /// Run every timer that is due at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        for i in 0..self.qps.len() {
+            let Some(qp) = self.qps[i].as_mut() else {
+                continue;
+            };
+            let due = [qp.req.retry_deadline, qp.req.rnr_until]
+                .into_iter()
+                .flatten()
+                .any(|t| t <= now);
+            if due {
+                let mut ctx = Ctx {
+                    mem: &mut self.mem,
+                    cqs: &mut self.cqs,
+                    cfg: &self.cfg,
+                    now,
+                };
+                completer::handle_timeout(qp, &mut ctx);
+            }
+        }
+    }
+
+    /// Write the next frame to send into `buf` and return its length. `buf` must hold
+    /// [`MAX_FRAME_LEN`] bytes; a shorter buffer gets nothing.
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if buf.len() < MAX_FRAME_LEN {
+            return None;
+        }
+        let n = self.qps.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            if let Some(len) = self.transmit_qp(i, now, buf) {
+                self.rr = i;
+                return Some(len);
+            }
+        }
+        None
+    }
+
+    fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<usize> {
+        let qp = self.qps[i].as_mut()?;
+        if !matches!(
+            qp.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Err
+        ) {
+            return None;
+        }
+        let mut ctx = Ctx {
+            mem: &mut self.mem,
+            cqs: &mut self.cqs,
+            cfg: &self.cfg,
+            now,
+        };
+        // A WR whose local check failed completes in error once it heads the queue.
+        if matches!(qp.state, QpState::Rts | QpState::Sqd)
+            && qp.req.tx_idx == 0
+            && qp
+                .req
+                .sq
+                .front()
+                .is_some_and(|w| !w.started && w.segs.is_err())
+        {
+            let st = qp.req.sq[0]
+                .segs
+                .as_ref()
+                .err()
+                .copied()
+                .unwrap_or(WcStatus::GeneralErr);
+            qp.complete_send_front(&mut ctx, st, 0);
+            qp.enter_error(&mut ctx);
+            return None;
+        }
+        let mtu = qp.attr.path_mtu.bytes();
+        let resp_first = qp.tx_turn;
+        for pass in 0..2 {
+            let responder_turn = (pass == 0) == resp_first;
+            if responder_turn {
+                if qp.state == QpState::Err {
+                    continue;
+                }
+                let Some(p) = qp.resp.next_response(mtu, self.cfg.advertise_credits) else {
+                    continue;
+                };
+                qp.tx_turn = false;
+                if p.replay {
+                    qp.counters.retransmitted_packets += 1;
+                }
+                if p.is_nak {
+                    qp.counters.naks_sent += 1;
+                } else if p.is_rnr {
+                    qp.counters.rnr_naks_sent += 1;
+                } else if p.opcode == Opcode::RC_ACK {
+                    qp.counters.acks_sent += 1;
+                }
+                let payload = match p.payload {
+                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
+                    _ => Some(&[][..]),
+                };
+                let len = match payload {
+                    Some(pl) => emit(&self.cfg, qp, p.opcode, p.psn, false, false, p.ext, pl, buf),
+                    None => {
+                        // The region went away while its READ responses were queued.
+                        qp.counters.remote_access_errors += 1;
+                        qp.resp.out.clear();
+                        None
+                    }
+                };
+                if qp.resp.fatal && qp.resp.out.is_empty() {
+                    qp.enter_error(&mut ctx);
+                }
+                if let Some(l) = len {
+                    qp.counters.packets_sent += 1;
+                    qp.counters.bytes_sent += l as u64;
+                    return Some(l);
+                }
+            } else {
+                if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+                    continue;
+                }
+                let lim = ReqLimits {
+                    mtu,
+                    max_rd_atomic: u32::from(qp.attr.max_rd_atomic),
+                    max_unacked: self.cfg.max_unacked_psns,
+                    ack_every: self.cfg.ack_every,
+                    draining: qp.state == QpState::Sqd,
+                };
+                let Some(p) = qp.req.next_packet(
+                    &lim,
+                    ctx.mem,
+                    &mut self.scratch,
+                    self.cfg.honour_credits,
+                    now,
+                ) else {
+                    continue;
+                };
+                qp.tx_turn = true;
+                if p.retransmit {
+                    qp.counters.retransmitted_packets += 1;
+                }
+                if qp.req.retry_deadline.is_none() {
+                    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+                }
+                let payload = match p.payload {
+                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len).unwrap_or(&[]),
+                    Payload::Scratch(n) => &self.scratch[..n],
+                    Payload::None => &[],
+                };
+                let len = emit(
+                    &self.cfg,
+                    qp,
+                    p.opcode,
+                    p.psn,
+                    p.ack_req,
+                    p.solicited,
+                    p.ext,
+                    payload,
+                    buf,
+                );
+                if let Some(l) = len {
+                    qp.counters.packets_sent += 1;
+                    qp.counters.bytes_sent += l as u64;
+                    return Some(l);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Frame one packet of `qp` into `buf`.
+#[allow(clippy::too_many_arguments)]
+fn emit(
+    cfg: &Config,
+    qp: &Qp,
+    opcode: Opcode,
+    psn: Psn,
+    ack_req: bool,
+    solicited: bool,
+    ext: crate::wire::ExtHeaders,
+    payload: &[u8],
+    buf: &mut [u8],
+) -> Option<usize> {
+    let av = &qp.attr.ah_attr;
+    let sgid = cfg
+        .gids
+        .get(usize::from(av.sgid_index))
+        .copied()
+        .unwrap_or_default();
+    let hop = if av.hop_limit == 0 { 64 } else { av.hop_limit };
+    let ip = if gid_is_ipv4(&av.dgid) {
+        let mut src = [0u8; 4];
+        let mut dst = [0u8; 4];
+        src.copy_from_slice(&sgid[12..]);
+        dst.copy_from_slice(&av.dgid[12..]);
+        IpRepr::V4 {
+            src,
+            dst,
+            tos: av.traffic_class,
+            identification: 0,
+            dont_fragment: true,
+            ttl: hop,
+        }
+    } else {
+        IpRepr::V6 {
+            src: sgid,
+            dst: av.dgid,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            hop_limit: hop,
+        }
+    };
+    let frame = FrameRepr {
+        eth: EthRepr {
+            dst: av.dmac,
+            src: cfg.mac,
+            vlan_tci: av.vlan_tci,
+        },
+        ip,
+        udp: UdpRepr {
+            src_port: qp.src_port,
+            checksum: 0,
+        },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode,
+                solicited,
+                mig_req: false,
+                pad_count: 0,
+                pkey: PKey::DEFAULT,
+                fecn: false,
+                becn: false,
+                resv6: 0,
+                dest_qp: qp.attr.dest_qp_num,
+                ack_req,
+                resv7: 0,
+                psn,
+            },
+            ext,
+            payload,
+        },
+    };
+    frame.emit(buf).ok()
+}

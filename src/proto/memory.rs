@@ -1,0 +1,347 @@
+//! Protection domains and memory regions (IBTA vol. 1 §10.6 "memory management" and
+//! §9.4.5 / §9.7.5.1 for the remote checks made by the responder).
+//!
+//! Contract: the engine owns every memory region's bytes. `reg_mr` allocates them (zeroed)
+//! and hands out an address range (`addr`, an I/O virtual address chosen by the engine,
+//! page aligned, never overlapping another region), an L_Key and an R_Key. The user reads
+//! and writes region bytes through the engine. This keeps the protocol core in safe Rust: a
+//! packet can only ever touch bytes of a region whose key, PD, bounds and access flags
+//! were checked here. Every check returns an error value; nothing here panics on bad input.
+
+use crate::wire::{Lkey, Rkey};
+
+/// Memory access rights, with the libibverbs `IBV_ACCESS_*` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub struct Access(pub u32);
+
+impl Access {
+    pub const NONE: Access = Access(0);
+    pub const LOCAL_WRITE: Access = Access(1);
+    pub const REMOTE_WRITE: Access = Access(2);
+    pub const REMOTE_READ: Access = Access(4);
+    pub const REMOTE_ATOMIC: Access = Access(8);
+    /// All four.
+    pub const ALL: Access = Access(15);
+
+    /// True when every right in `other` is in `self`.
+    pub const fn contains(self, other: Access) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl core::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+/// A protection domain handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Pd(pub(crate) u32);
+
+/// What `reg_mr` returns: the keys and the address range of the new region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    pub lkey: Lkey,
+    pub rkey: Rkey,
+    /// First byte's address; scatter/gather elements and RETH VAs are in this space.
+    pub addr: u64,
+    pub length: usize,
+    pub pd: Pd,
+    pub access: Access,
+}
+
+/// Why an access was refused. The responder turns all of these into NAK remote access
+/// error (IBTA §9.7.5.1.3 / C9-?? R_Key violations); the requester into LOC_PROT_ERR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessError {
+    /// No valid region has this key.
+    BadKey,
+    /// The region belongs to another protection domain.
+    WrongPd,
+    /// The range is not inside the region.
+    OutOfBounds,
+    /// The region (or the QP) lacks the needed right.
+    NoPermission,
+    /// Atomic operations need an 8-byte aligned address (IBTA §9.4.5).
+    Misaligned,
+}
+
+#[derive(Debug)]
+struct Region {
+    pd: u32,
+    addr: u64,
+    access: Access,
+    key: u32,
+    data: Vec<u8>,
+}
+
+/// A checked reference to bytes of one region: key plus offset, re-validated on use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemRef {
+    pub(crate) key: u32,
+    pub(crate) offset: usize,
+}
+
+/// The table of protection domains and memory regions of one device.
+#[derive(Debug, Default)]
+pub struct MemTable {
+    regions: Vec<Option<Region>>,
+    generation: u8,
+    next_addr: u64,
+    next_pd: u32,
+    live_pds: Vec<u32>,
+}
+
+const PAGE: u64 = 4096;
+/// Where the first region's address range starts; nonzero so that 0 is never valid.
+const ADDR_BASE: u64 = 0x1_0000_0000;
+
+impl MemTable {
+    pub fn new() -> Self {
+        MemTable {
+            next_addr: ADDR_BASE,
+            ..Default::default()
+        }
+    }
+
+    pub fn alloc_pd(&mut self) -> Pd {
+        self.next_pd += 1;
+        self.live_pds.push(self.next_pd);
+        Pd(self.next_pd)
+    }
+
+    /// Free a PD; fails while a region still uses it (like `ibv_dealloc_pd`'s EBUSY).
+    pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), &'static str> {
+        if self.regions.iter().flatten().any(|r| r.pd == pd.0) {
+            return Err("protection domain still has memory regions");
+        }
+        let before = self.live_pds.len();
+        self.live_pds.retain(|&p| p != pd.0);
+        if self.live_pds.len() == before {
+            return Err("no such protection domain");
+        }
+        Ok(())
+    }
+
+    pub fn pd_exists(&self, pd: Pd) -> bool {
+        self.live_pds.contains(&pd.0)
+    }
+
+    /// Register a zeroed region of `length` bytes. As `ibv_reg_mr`, remote write or
+    /// remote atomic access requires local write (IBTA §10.6.3.1, C10-10 style rule).
+    pub fn reg_mr(
+        &mut self,
+        pd: Pd,
+        length: usize,
+        access: Access,
+    ) -> Result<MrInfo, &'static str> {
+        if !self.pd_exists(pd) {
+            return Err("no such protection domain");
+        }
+        if (access.contains(Access::REMOTE_WRITE) || access.contains(Access::REMOTE_ATOMIC))
+            && !access.contains(Access::LOCAL_WRITE)
+        {
+            return Err("remote write or atomic access needs local write");
+        }
+        if access.0 & !Access::ALL.0 != 0 {
+            return Err("unknown access flag");
+        }
+        let slot = match self.regions.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.regions.push(None);
+                self.regions.len() - 1
+            }
+        };
+        if slot >= 0x00ff_ffff {
+            return Err("too many memory regions");
+        }
+        // The low byte of a key is a generation count, so that a stale key of a freed
+        // region does not name its successor in the same slot.
+        self.generation = self.generation.wrapping_add(1);
+        let key = ((slot as u32 + 1) << 8) | u32::from(self.generation);
+        let addr = self.next_addr;
+        let span = (length as u64).div_ceil(PAGE).max(1) * PAGE;
+        // One unmapped page between regions, so that an overrun never lands in a neighbour.
+        self.next_addr = self.next_addr.saturating_add(span + PAGE);
+        self.regions[slot] = Some(Region {
+            pd: pd.0,
+            addr,
+            access,
+            key,
+            data: vec![0; length],
+        });
+        Ok(MrInfo {
+            lkey: Lkey(key),
+            rkey: Rkey(key),
+            addr,
+            length,
+            pd,
+            access,
+        })
+    }
+
+    pub fn dereg_mr(&mut self, lkey: Lkey) -> Result<(), &'static str> {
+        let slot = self.slot_of(lkey.0).ok_or("no such memory region")?;
+        self.regions[slot] = None;
+        Ok(())
+    }
+
+    fn slot_of(&self, key: u32) -> Option<usize> {
+        let slot = (key >> 8).checked_sub(1)? as usize;
+        match self.regions.get(slot) {
+            Some(Some(r)) if r.key == key => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn region(&self, key: u32) -> Option<&Region> {
+        self.slot_of(key).and_then(|s| self.regions[s].as_ref())
+    }
+
+    /// Check an access by a key at `addr..addr+len` for `need` rights on behalf of a QP
+    /// in `pd`; on success returns where the bytes are.
+    pub fn check(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<MemRef, AccessError> {
+        let r = self.region(key).ok_or(AccessError::BadKey)?;
+        if r.pd != pd.0 {
+            return Err(AccessError::WrongPd);
+        }
+        let end = addr.checked_add(len).ok_or(AccessError::OutOfBounds)?;
+        if addr < r.addr || end > r.addr + r.data.len() as u64 {
+            return Err(AccessError::OutOfBounds);
+        }
+        if !r.access.contains(need) {
+            return Err(AccessError::NoPermission);
+        }
+        Ok(MemRef {
+            key,
+            offset: (addr - r.addr) as usize,
+        })
+    }
+
+    /// Bytes `len` at a checked reference plus `skip`; `None` if the region went away.
+    pub fn bytes(&self, m: MemRef, skip: usize, len: usize) -> Option<&[u8]> {
+        let r = self.region(m.key)?;
+        let start = m.offset.checked_add(skip)?;
+        r.data.get(start..start.checked_add(len)?)
+    }
+
+    /// Mutable bytes at a checked reference plus `skip`.
+    pub fn bytes_mut(&mut self, m: MemRef, skip: usize, len: usize) -> Option<&mut [u8]> {
+        let slot = self.slot_of(m.key)?;
+        let r = self.regions[slot].as_mut()?;
+        let start = m.offset.checked_add(skip)?;
+        r.data.get_mut(start..start.checked_add(len)?)
+    }
+
+    /// All bytes of the region named by `lkey` (for the user).
+    pub fn mr_bytes(&self, lkey: Lkey) -> Option<&[u8]> {
+        self.region(lkey.0).map(|r| r.data.as_slice())
+    }
+
+    /// All bytes of the region named by `lkey`, writable (for the user).
+    pub fn mr_bytes_mut(&mut self, lkey: Lkey) -> Option<&mut [u8]> {
+        let slot = self.slot_of(lkey.0)?;
+        self.regions[slot].as_mut().map(|r| r.data.as_mut_slice())
+    }
+
+    /// Invalidate the region named by `rkey` (SEND with invalidate, IBTA §10.6.6). Only a
+    /// region of the QP's PD can be invalidated.
+    pub fn invalidate(&mut self, pd: Pd, rkey: Rkey) -> Result<(), AccessError> {
+        let slot = self.slot_of(rkey.0).ok_or(AccessError::BadKey)?;
+        if self.regions[slot].as_ref().is_some_and(|r| r.pd != pd.0) {
+            return Err(AccessError::WrongPd);
+        }
+        self.regions[slot] = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_bounds_pd_and_permissions_are_checked() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let other = m.alloc_pd();
+        let mr = m
+            .reg_mr(pd, 100, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let k = mr.rkey.0;
+        assert!(m.check(pd, k, mr.addr, 100, Access::REMOTE_READ).is_ok());
+        assert_eq!(
+            m.check(pd, k, mr.addr + 1, 100, Access::REMOTE_READ),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(pd, k, mr.addr - 1, 1, Access::REMOTE_READ),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(pd, k, u64::MAX, 2, Access::REMOTE_READ),
+            Err(AccessError::OutOfBounds)
+        );
+        assert_eq!(
+            m.check(pd, k, mr.addr, 8, Access::REMOTE_WRITE),
+            Err(AccessError::NoPermission)
+        );
+        assert_eq!(
+            m.check(other, k, mr.addr, 8, Access::REMOTE_READ),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            m.check(pd, k ^ 1, mr.addr, 8, Access::REMOTE_READ),
+            Err(AccessError::BadKey)
+        );
+        assert_eq!(
+            m.check(pd, 0, mr.addr, 8, Access::NONE),
+            Err(AccessError::BadKey)
+        );
+    }
+
+    #[test]
+    fn remote_write_needs_local_write_and_stale_keys_die() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        assert!(m.reg_mr(pd, 8, Access::REMOTE_WRITE).is_err());
+        assert!(m.reg_mr(pd, 8, Access::REMOTE_ATOMIC).is_err());
+        assert!(m.reg_mr(Pd(99), 8, Access::NONE).is_err());
+        let a = m.reg_mr(pd, 8, Access::ALL).unwrap();
+        assert!(m.dealloc_pd(pd).is_err());
+        m.dereg_mr(a.lkey).unwrap();
+        let b = m.reg_mr(pd, 8, Access::ALL).unwrap();
+        assert_ne!(a.lkey, b.lkey, "same slot, new generation");
+        assert!(m.mr_bytes(a.lkey).is_none());
+        assert!(m.mr_bytes(b.lkey).is_some());
+        assert!(
+            b.addr >= a.addr + 2 * PAGE,
+            "regions never share an address"
+        );
+    }
+
+    #[test]
+    fn bytes_follow_checked_refs() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let mr = m.reg_mr(pd, 16, Access::ALL).unwrap();
+        let r = m
+            .check(pd, mr.lkey.0, mr.addr + 4, 8, Access::LOCAL_WRITE)
+            .unwrap();
+        m.bytes_mut(r, 2, 2).unwrap().copy_from_slice(&[7, 9]);
+        assert_eq!(&m.mr_bytes(mr.lkey).unwrap()[6..8], &[7, 9]);
+        assert!(m.bytes(r, 10, 4).is_none());
+        m.invalidate(pd, mr.rkey).unwrap();
+        assert!(m.bytes(r, 0, 1).is_none());
+    }
+}

@@ -1,0 +1,67 @@
+//! The RC transport core, sans-IO (IBTA vol. 1 chapters 9 and 10, RoCE v2 annex A17).
+//!
+//! Contract:
+//! - No I/O, no clock, no threads. Time is a `u64` of nanoseconds passed into every call
+//!   that needs it (`now`); the engine only compares and adds such values. Given the same
+//!   calls with the same arguments it produces the same frames, deadlines and completions.
+//! - Input: [`Rnic::handle_frame`] takes one whole Ethernet frame. It parses it with
+//!   `FrameView::parse`, verifies the ICRC and drops (and counts) anything malformed or not
+//!   for us; it never panics on any input. [`Rnic::handle_timeout`] takes the passage of time.
+//! - Output: [`Rnic::poll_transmit`] writes the next frame (built with `FrameRepr::emit`)
+//!   into the caller's buffer; [`Rnic::poll_timeout`] says when to call `handle_timeout`;
+//!   [`Rnic::poll_cq`] drains work completions.
+//! - Verbs: `alloc_pd`, `reg_mr`, `create_cq`, `create_qp`, `modify_qp`, `query_qp`,
+//!   `post_send`, `post_recv`, `poll_cq` behave like their libibverbs namesakes for RC QPs.
+//!   The engine owns the bytes of every memory region (see [`memory`]).
+//! - Protocol faults never surface as `Err` to the caller: they become NAKs on the wire,
+//!   error completions and counters.
+//!
+//! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
+//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], and
+//! [`device`] with the engine type [`Rnic`] that owns them all.
+
+pub mod completer;
+pub mod counters;
+pub mod cq;
+pub mod device;
+pub mod memory;
+pub mod qp;
+pub mod requester;
+pub mod responder;
+pub mod timers;
+
+pub use counters::{DeviceCounters, QpCounters};
+pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
+pub use device::{Config, MAX_FRAME_LEN, Rnic};
+pub use memory::{Access, AccessError, MrInfo, Pd};
+pub use qp::{
+    AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, VerbsError, gid_is_ipv4, ipv4_gid,
+};
+pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+
+use crate::wire::NakCode;
+
+/// What went wrong with a request at the responder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// No receive WQE: RNR NAK.
+    Rnr,
+    /// A NAK with this code.
+    Nak(NakCode),
+}
+
+/// What the requester, responder and completer may touch besides their QP.
+pub(crate) struct Ctx<'a> {
+    pub mem: &'a mut memory::MemTable,
+    pub cqs: &'a mut [Option<cq::CompletionQueue>],
+    pub cfg: &'a Config,
+    pub now: u64,
+}
+
+impl Ctx<'_> {
+    pub fn complete(&mut self, cq: Cq, wc: WorkCompletion) {
+        if let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize) {
+            q.push(wc);
+        }
+    }
+}

@@ -1,0 +1,694 @@
+//! The requester: turns send work requests into request packets (IBTA vol. 1 §9.7.1 PSNs,
+//! §9.7.2 segmentation, §9.7.4 requester behaviour; rxe's `rxe_req.c` plays this role).
+//!
+//! Contract: [`Requester::next_packet`] returns the next request packet to put on the wire,
+//! or `None` when nothing may be sent now (queue empty, window full, max_rd_atomic reached,
+//! fence, credits, RNR wait, SQ draining). It never completes work requests: the completer
+//! does, in posting order. Retransmission is Go-Back-N: [`Requester::rewind`] moves the
+//! transmit point back to a PSN and packets from there are emitted again with the PSNs
+//! they had the first time.
+
+use std::collections::VecDeque;
+
+use crate::wire::{AtomicEthRepr, ExtHeaders, Lkey, Opcode, Psn, RethRepr, Rkey};
+
+use super::cq::{WcOpcode, WcStatus};
+use super::memory::{Access, MemRef, MemTable, Pd};
+
+/// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sge {
+    pub addr: u64,
+    pub length: u32,
+    pub lkey: Lkey,
+}
+
+/// Send work request opcodes (`enum ibv_wr_opcode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    Send,
+    SendWithImm,
+    SendWithInv,
+    RdmaWrite,
+    RdmaWriteWithImm,
+    RdmaRead,
+    AtomicCmpAndSwp,
+    AtomicFetchAndAdd,
+}
+
+impl WrOpcode {
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    pub const fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+    /// The message consumes a receive WQE at the responder.
+    pub const fn consumes_recv(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
+        )
+    }
+    pub(crate) const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// Send flags, with the `IBV_SEND_*` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    pub const FENCE: SendFlags = SendFlags(1);
+    pub const SIGNALED: SendFlags = SendFlags(2);
+    pub const SOLICITED: SendFlags = SendFlags(4);
+    pub const fn contains(self, o: SendFlags) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    fn bitor(self, o: SendFlags) -> SendFlags {
+        SendFlags(self.0 | o.0)
+    }
+}
+
+/// RDMA target of a WRITE or READ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct RdmaInfo {
+    pub remote_addr: u64,
+    pub rkey: Rkey,
+}
+
+/// Target and operands of an atomic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AtomicInfo {
+    pub remote_addr: u64,
+    pub rkey: Rkey,
+    /// Compare value (CmpSwap) or add value (FetchAdd).
+    pub compare_add: u64,
+    /// Swap value (CmpSwap).
+    pub swap: u64,
+}
+
+/// A send work request (`struct ibv_send_wr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub opcode: WrOpcode,
+    pub sg_list: Vec<Sge>,
+    pub send_flags: SendFlags,
+    /// Immediate data (host order) for the *_WITH_IMM opcodes.
+    pub imm_data: u32,
+    /// The remote R_Key to invalidate for SEND_WITH_INV.
+    pub invalidate_rkey: Rkey,
+    pub rdma: RdmaInfo,
+    pub atomic: AtomicInfo,
+}
+
+impl SendWr {
+    /// A signaled work request with no data and no remote target.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list: Vec::new(),
+            send_flags: SendFlags::SIGNALED,
+            imm_data: 0,
+            invalidate_rkey: Rkey(0),
+            rdma: RdmaInfo::default(),
+            atomic: AtomicInfo::default(),
+        }
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sg_list: Vec<Sge>,
+}
+
+/// A scatter/gather element after its key, PD, bounds and rights were checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalSeg {
+    pub mem: MemRef,
+    pub len: u32,
+}
+
+/// Check a scatter/gather list for a QP in `pd`; `need` is LOCAL_WRITE where the engine
+/// will write (receive buffers, READ and atomic results). Local reads need no right.
+pub(crate) fn resolve_sges(
+    mem: &MemTable,
+    pd: Pd,
+    sges: &[Sge],
+    need: Access,
+) -> Result<Vec<LocalSeg>, WcStatus> {
+    let mut out = Vec::with_capacity(sges.len());
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let m = mem
+            .check(pd, s.lkey.0, s.addr, u64::from(s.length), need)
+            .map_err(|_| WcStatus::LocProtErr)?;
+        out.push(LocalSeg {
+            mem: m,
+            len: s.length,
+        });
+    }
+    Ok(out)
+}
+
+/// Where a run of message bytes lies in the scatter/gather list: (segment, offset in it).
+pub(crate) fn locate(segs: &[LocalSeg], mut off: usize) -> Option<(usize, usize)> {
+    for (i, s) in segs.iter().enumerate() {
+        if off < s.len as usize {
+            return Some((i, off));
+        }
+        off -= s.len as usize;
+    }
+    None
+}
+
+/// Copy `data` into the scatter/gather list at message offset `off`.
+pub(crate) fn scatter(mem: &mut MemTable, segs: &[LocalSeg], off: usize, data: &[u8]) -> bool {
+    if data.is_empty() {
+        return true;
+    }
+    let Some((mut i, mut o)) = locate(segs, off) else {
+        return false;
+    };
+    let mut rest = data;
+    while !rest.is_empty() {
+        let Some(s) = segs.get(i) else {
+            return false;
+        };
+        let n = rest.len().min(s.len as usize - o);
+        match mem.bytes_mut(s.mem, o, n) {
+            Some(dst) => dst.copy_from_slice(&rest[..n]),
+            None => return false,
+        }
+        rest = &rest[n..];
+        i += 1;
+        o = 0;
+    }
+    true
+}
+
+/// One send work request in the send queue.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Checked scatter/gather list, or the local error the WR will complete with when it
+    /// reaches the head of the queue (so completions stay in order).
+    pub segs: Result<Vec<LocalSeg>, WcStatus>,
+    pub len: u32,
+    /// PSN of the first packet (requests) or first response (READ), once started.
+    pub first_psn: Psn,
+    /// PSNs the message occupies: packets for SEND/WRITE, response packets for READ.
+    pub npkts: u32,
+    pub started: bool,
+    /// Packets acknowledged (SEND/WRITE) or response packets received (READ).
+    pub acked_pkts: u32,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+    /// True when `p` is one of this message's PSNs.
+    pub fn holds(&self, p: Psn) -> bool {
+        self.started && !p.before(self.first_psn) && !p.after(self.last_psn())
+    }
+}
+
+/// Where a packet's payload comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Payload {
+    None,
+    /// Contiguous bytes of one region.
+    Mem {
+        mem: MemRef,
+        skip: usize,
+        len: usize,
+    },
+    /// The first `len` bytes of the engine's gather buffer.
+    Scratch(usize),
+}
+
+/// A request packet, before addressing and framing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReqPacket {
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub solicited: bool,
+    pub ext: ExtHeaders,
+    pub payload: Payload,
+    /// A PSN sent before: counts as a retransmission.
+    pub retransmit: bool,
+}
+
+/// Limits the requester obeys, from the QP attributes and the device configuration.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReqLimits {
+    pub mtu: u32,
+    pub max_rd_atomic: u32,
+    pub max_unacked: u32,
+    pub ack_every: u32,
+    /// SQD: do not start new work requests.
+    pub draining: bool,
+}
+
+/// Requester state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// The next PSN a new message gets (sq_psn).
+    pub next_psn: Psn,
+    /// The first PSN never sent: packets before it are retransmissions.
+    pub high_psn: Psn,
+    /// Index in `sq` of the WR being transmitted (`sq.len()` = none).
+    pub tx_idx: usize,
+    /// Packet index in that WR.
+    pub tx_pkt: u32,
+    /// READ/atomic WRs started and not completed.
+    pub rd_atomic_outstanding: u32,
+    /// Receive-consuming messages started and not completed (for credits).
+    pub recv_msgs_inflight: u32,
+    /// Credits from the last ACK when honoured; `None` = unlimited.
+    pub credits: Option<u32>,
+    pub pkts_since_ack_req: u32,
+    /// The retransmission (local ACK timeout) deadline.
+    pub retry_deadline: Option<u64>,
+    /// Sending is suspended until this time after an RNR NAK.
+    pub rnr_until: Option<u64>,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
+    /// a burst of out-of-order responses triggers one retransmission, not one each.
+    pub gbn_from: Option<Psn>,
+}
+
+impl Requester {
+    /// Oldest PSN not yet acknowledged (or the next new PSN when nothing is outstanding).
+    pub fn una(&self) -> Psn {
+        match self.sq.front() {
+            Some(w) if w.started => w.first_psn.add(w.acked_pkts),
+            _ => self.next_psn,
+        }
+    }
+
+    /// True when some started WR waits for an acknowledgement.
+    pub fn outstanding(&self) -> bool {
+        self.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// Move the transmit point back to PSN `p` (Go-Back-N, IBTA §9.7.4.1.x).
+    pub fn rewind(&mut self, p: Psn) {
+        match self.sq.iter().position(|w| w.holds(p)) {
+            Some(i) => {
+                self.tx_idx = i;
+                self.tx_pkt = p.diff(self.sq[i].first_psn) as u32;
+            }
+            None => {
+                self.tx_idx = self
+                    .sq
+                    .iter()
+                    .position(|w| !w.started)
+                    .unwrap_or(self.sq.len());
+                self.tx_pkt = 0;
+            }
+        }
+    }
+
+    /// The next request packet, advancing the transmit point.
+    pub fn next_packet(
+        &mut self,
+        lim: &ReqLimits,
+        mem: &MemTable,
+        scratch: &mut Vec<u8>,
+        honour_credits: bool,
+        now: u64,
+    ) -> Option<ReqPacket> {
+        if self.rnr_until.is_some_and(|t| now < t) {
+            return None;
+        }
+        let una = self.una();
+        let idx = self.tx_idx;
+        let w = self.sq.get(idx)?;
+        if idx == 0 && w.started && self.tx_pkt < w.acked_pkts {
+            // Acknowledged while we were going back: skip what the peer already has.
+            self.tx_pkt = w.acked_pkts;
+        }
+        if !w.started {
+            // Starting a new message: every limit applies (IBTA §9.7.4.1.6 max_rd_atomic,
+            // §9.7.7.2 credits, the FENCE rule of §10.8.3.3).
+            if lim.draining || w.segs.is_err() {
+                return None;
+            }
+            let op = w.wr.opcode;
+            if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
+                return None;
+            }
+            if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
+                return None;
+            }
+            if honour_credits && op.consumes_recv() {
+                if let Some(c) = self.credits {
+                    // With no credit one message may still go, as a probe (§9.7.7.2.5).
+                    if self.recv_msgs_inflight >= c.max(1) {
+                        return None;
+                    }
+                }
+            }
+            if self.next_psn.diff(una) >= lim.max_unacked as i32 {
+                return None;
+            }
+            let npkts = match op {
+                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+                _ => w.len.div_ceil(lim.mtu).max(1),
+            };
+            let first = self.next_psn;
+            let w = &mut self.sq[idx];
+            w.first_psn = first;
+            w.npkts = npkts;
+            w.started = true;
+            w.acked_pkts = 0;
+            self.next_psn = first.add(npkts);
+            if op.is_read_or_atomic() {
+                self.rd_atomic_outstanding += 1;
+            }
+            if op.consumes_recv() {
+                self.recv_msgs_inflight += 1;
+            }
+            self.tx_pkt = 0;
+        }
+        let w = &self.sq[idx];
+        let k = self.tx_pkt;
+        let psn = w.first_psn.add(k);
+        if psn != una && psn.diff(una) >= lim.max_unacked as i32 {
+            return None;
+        }
+        let op = w.wr.opcode;
+        let mut ext = ExtHeaders::default();
+        let mut payload = Payload::None;
+        let mut end = true;
+        let opcode = match op {
+            WrOpcode::RdmaRead => {
+                // A retried READ asks only for the responses still missing (§9.7.4.1.4).
+                let off = u64::from(k) * u64::from(lim.mtu);
+                ext.reth = Some(RethRepr {
+                    va: w.wr.rdma.remote_addr.wrapping_add(off),
+                    rkey: w.wr.rdma.rkey,
+                    dma_len: w.len - off as u32,
+                });
+                Opcode::RC_READ_REQUEST
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let a = &w.wr.atomic;
+                ext.atomic = Some(if op == WrOpcode::AtomicCmpAndSwp {
+                    AtomicEthRepr {
+                        va: a.remote_addr,
+                        rkey: a.rkey,
+                        swap_add: a.swap,
+                        compare: a.compare_add,
+                    }
+                } else {
+                    AtomicEthRepr {
+                        va: a.remote_addr,
+                        rkey: a.rkey,
+                        swap_add: a.compare_add,
+                        compare: 0,
+                    }
+                });
+                if op == WrOpcode::AtomicCmpAndSwp {
+                    Opcode::RC_CMP_SWAP
+                } else {
+                    Opcode::RC_FETCH_ADD
+                }
+            }
+            _ => {
+                let off = k as usize * lim.mtu as usize;
+                let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
+                payload = gather(mem, w.segs.as_deref().unwrap_or(&[]), off, len, scratch);
+                let only = w.npkts == 1;
+                let first = k == 0;
+                end = k + 1 == w.npkts;
+                let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+                if end && imm {
+                    ext.immdt = Some(w.wr.imm_data);
+                }
+                if end && op == WrOpcode::SendWithInv {
+                    ext.ieth = Some(w.wr.invalidate_rkey);
+                }
+                let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
+                if write && first {
+                    ext.reth = Some(RethRepr {
+                        va: w.wr.rdma.remote_addr,
+                        rkey: w.wr.rdma.rkey,
+                        dma_len: w.len,
+                    });
+                }
+                segment_opcode(op, only, first, end)
+            }
+        };
+        let solicited = end
+            && w.wr.send_flags.contains(SendFlags::SOLICITED)
+            && matches!(
+                op,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWriteWithImm
+            );
+        // AckReq (§9.7.2.1 / rxe): on the last packet of every message, at least every
+        // `ack_every` packets, and when the window is about to close.
+        self.pkts_since_ack_req += 1;
+        let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;
+        let ack_req = end || self.pkts_since_ack_req >= lim.ack_every || window_edge;
+        if ack_req {
+            self.pkts_since_ack_req = 0;
+        }
+        let retransmit = psn.before(self.high_psn);
+        // Advance the transmit point. A READ request stands for all its response PSNs.
+        let reserve_end = if op == WrOpcode::RdmaRead {
+            w.first_psn.add(w.npkts)
+        } else {
+            psn.add(1)
+        };
+        if op.is_read_or_atomic() || end {
+            self.tx_idx += 1;
+            self.tx_pkt = 0;
+        } else {
+            self.tx_pkt += 1;
+        }
+        if reserve_end.after(self.high_psn) {
+            self.high_psn = reserve_end;
+        }
+        Some(ReqPacket {
+            opcode,
+            psn,
+            ack_req,
+            solicited,
+            ext,
+            payload,
+            retransmit,
+        })
+    }
+}
+
+fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
+    use WrOpcode as W;
+    match (op, only, first, end) {
+        (W::Send, true, ..) => Opcode::RC_SEND_ONLY,
+        (W::SendWithImm, true, ..) => Opcode::RC_SEND_ONLY_IMM,
+        (W::SendWithInv, true, ..) => Opcode::RC_SEND_ONLY_INV,
+        (W::Send | W::SendWithImm | W::SendWithInv, false, true, _) => Opcode::RC_SEND_FIRST,
+        (W::Send, false, false, true) => Opcode::RC_SEND_LAST,
+        (W::SendWithImm, false, false, true) => Opcode::RC_SEND_LAST_IMM,
+        (W::SendWithInv, false, false, true) => Opcode::RC_SEND_LAST_INV,
+        (W::Send | W::SendWithImm | W::SendWithInv, ..) => Opcode::RC_SEND_MIDDLE,
+        (W::RdmaWrite, true, ..) => Opcode::RC_WRITE_ONLY,
+        (W::RdmaWriteWithImm, true, ..) => Opcode::RC_WRITE_ONLY_IMM,
+        (_, false, true, _) => Opcode::RC_WRITE_FIRST,
+        (W::RdmaWrite, false, false, true) => Opcode::RC_WRITE_LAST,
+        (W::RdmaWriteWithImm, false, false, true) => Opcode::RC_WRITE_LAST_IMM,
+        _ => Opcode::RC_WRITE_MIDDLE,
+    }
+}
+
+/// Find `len` message bytes at `off`: borrowed in place when one segment holds them all,
+/// else copied into `scratch`.
+fn gather(
+    mem: &MemTable,
+    segs: &[LocalSeg],
+    off: usize,
+    len: usize,
+    scratch: &mut Vec<u8>,
+) -> Payload {
+    if len == 0 {
+        return Payload::None;
+    }
+    let Some((i, o)) = locate(segs, off) else {
+        return Payload::None;
+    };
+    if o + len <= segs[i].len as usize {
+        return Payload::Mem {
+            mem: segs[i].mem,
+            skip: o,
+            len,
+        };
+    }
+    scratch.clear();
+    let (mut i, mut o) = (i, o);
+    while scratch.len() < len {
+        let Some(s) = segs.get(i) else { break };
+        let n = (len - scratch.len()).min(s.len as usize - o);
+        match mem.bytes(s.mem, o, n) {
+            Some(b) => scratch.extend_from_slice(b),
+            None => break,
+        }
+        i += 1;
+        o = 0;
+    }
+    // A region freed under a posted WR leaves zeros, never a panic.
+    scratch.resize(len, 0);
+    Payload::Scratch(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_opcodes() {
+        use WrOpcode as W;
+        assert_eq!(
+            segment_opcode(W::Send, true, true, true),
+            Opcode::RC_SEND_ONLY
+        );
+        assert_eq!(
+            segment_opcode(W::Send, false, true, false),
+            Opcode::RC_SEND_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithImm, false, false, false),
+            Opcode::RC_SEND_MIDDLE
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithImm, false, false, true),
+            Opcode::RC_SEND_LAST_IMM
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithInv, false, false, true),
+            Opcode::RC_SEND_LAST_INV
+        );
+        assert_eq!(
+            segment_opcode(W::SendWithInv, true, true, true),
+            Opcode::RC_SEND_ONLY_INV
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, true, false),
+            Opcode::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, false, true, false),
+            Opcode::RC_WRITE_FIRST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, false, false),
+            Opcode::RC_WRITE_MIDDLE
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWrite, false, false, true),
+            Opcode::RC_WRITE_LAST
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, false, false, true),
+            Opcode::RC_WRITE_LAST_IMM
+        );
+        assert_eq!(
+            segment_opcode(W::RdmaWriteWithImm, true, true, true),
+            Opcode::RC_WRITE_ONLY_IMM
+        );
+    }
+
+    #[test]
+    fn gather_borrows_or_copies_across_segments() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        m.mr_bytes_mut(a.lkey)
+            .unwrap()
+            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        m.mr_bytes_mut(b.lkey)
+            .unwrap()
+            .copy_from_slice(&[8, 9, 10, 11, 12, 13, 14, 15]);
+        let sges = [
+            Sge {
+                addr: a.addr + 2,
+                length: 6,
+                lkey: a.lkey,
+            },
+            Sge {
+                addr: b.addr,
+                length: 0,
+                lkey: Lkey(0),
+            },
+            Sge {
+                addr: b.addr,
+                length: 8,
+                lkey: b.lkey,
+            },
+        ];
+        let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
+        assert_eq!(segs.len(), 2, "empty SGEs are skipped, even with a bad key");
+        let mut scratch = vec![];
+        assert!(matches!(
+            gather(&m, &segs, 1, 3, &mut scratch),
+            Payload::Mem {
+                skip: 1,
+                len: 3,
+                ..
+            }
+        ));
+        assert!(matches!(
+            gather(&m, &segs, 4, 4, &mut scratch),
+            Payload::Scratch(4)
+        ));
+        assert_eq!(scratch, [6, 7, 8, 9]);
+        assert!(scatter(&mut m, &segs, 5, &[0xaa, 0xbb, 0xcc]));
+        assert_eq!(m.mr_bytes(a.lkey).unwrap()[7], 0xaa);
+        assert_eq!(m.mr_bytes(b.lkey).unwrap()[..4], [0xbb, 0xcc, 10, 11]);
+        assert!(!scatter(&mut m, &segs, 13, &[1, 2]), "past the end");
+        let bad = [Sge {
+            addr: a.addr,
+            length: 9,
+            lkey: a.lkey,
+        }];
+        assert_eq!(
+            resolve_sges(&m, pd, &bad, Access::NONE),
+            Err(WcStatus::LocProtErr)
+        );
+    }
+}

@@ -1,0 +1,759 @@
+//! The responder: executes inbound requests and queues their responses (IBTA vol. 1
+//! §9.7.5 responder behaviour, §9.7.5.1 validation, §9.7.5.2 responses; rxe's
+//! `rxe_resp.c` plays this role).
+//!
+//! Contract: [`handle_request`] checks one request packet in the order the spec gives
+//! (PSN, opcode sequence, length, receive WQE, R_Key/bounds/rights), then either executes
+//! it or turns the fault into a NAK; it never panics on peer input. Responses (ACK, NAK,
+//! RNR NAK, READ responses, atomic ACKs) go into an ordered queue drained by
+//! [`Responder::next_response`], so that they leave in PSN order: an ACK for a later PSN
+//! must never overtake an earlier READ response, or the requester would see an implied
+//! NAK. Consecutive plain ACKs coalesce into the newest.
+
+use std::collections::VecDeque;
+
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Segment,
+    Syndrome, aeth_credits,
+};
+
+use super::cq::{WcOpcode, WcStatus, WorkCompletion};
+use super::memory::{Access, AccessError, MemRef};
+use super::qp::{Qp, QpState};
+use super::requester::{LocalSeg, Payload, scatter};
+use super::{Ctx, Fault};
+
+/// A posted receive.
+#[derive(Debug)]
+pub(crate) struct RecvWqe {
+    pub wr_id: u64,
+    pub segs: Result<Vec<LocalSeg>, WcStatus>,
+    pub len: u64,
+}
+
+/// A multi-packet message being received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InProgress {
+    None,
+    /// SEND FIRST/MIDDLE seen; bytes written into the head receive WQE.
+    Send {
+        written: u32,
+    },
+    /// WRITE FIRST/MIDDLE seen.
+    Write {
+        mem: Option<MemRef>,
+        dma_len: u32,
+        written: u32,
+    },
+}
+
+/// A READ or atomic kept for answering duplicates (§9.7.5.1.2 / C9-?? responder resources).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cached {
+    pub first_psn: Psn,
+    pub npkts: u32,
+    pub msn: Msn,
+    /// For READs: the region the R_Key named; for atomics, the original value.
+    pub kind: CachedKind,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CachedKind {
+    Read { rkey: u32 },
+    Atomic { orig: u64 },
+}
+
+/// One queued response.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RespOut {
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+    },
+    Read {
+        first_psn: Psn,
+        npkts: u32,
+        sent: u32,
+        mem: MemRef,
+        len: u32,
+        msn: Msn,
+        replay: bool,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+    },
+}
+
+/// A response packet, before addressing and framing.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RespPacket {
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ext: ExtHeaders,
+    pub payload: Payload,
+    pub is_nak: bool,
+    pub is_rnr: bool,
+    /// A READ response sent again for a duplicate request.
+    pub replay: bool,
+}
+
+/// Responder state of one QP.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    pub rq: VecDeque<RecvWqe>,
+    /// Expected PSN.
+    pub epsn: Psn,
+    pub msn: Msn,
+    /// A PSN sequence error NAK was sent and the expected PSN has not arrived since
+    /// (§9.7.5.1.1: one NAK per sequence error).
+    pub nak_seq_sent: bool,
+    pub cur: Option<InProgress>,
+    pub cache: VecDeque<Cached>,
+    pub out: VecDeque<RespOut>,
+    pub pkts_since_ack: u32,
+    /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
+    pub fatal: bool,
+}
+
+impl Responder {
+    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn) {
+        // Coalesce: a newer plain ACK replaces a queued plain ACK (never a NAK).
+        if let Syndrome::Ack { .. } = syndrome {
+            if let Some(RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }) = self.out.back()
+            {
+                self.out.pop_back();
+            }
+        }
+        self.out.push_back(RespOut::Ack { psn, syndrome, msn });
+        self.pkts_since_ack = 0;
+    }
+
+    /// The syndrome of a positive ACK: unlimited credits like rxe, or the receive
+    /// queue's real depth when `advertise` is on (IBTA table 46 credit codes).
+    pub fn ack_syndrome(&self, advertise: bool) -> Syndrome {
+        if !advertise {
+            return Syndrome::ACK_UNLIMITED;
+        }
+        let have = self.rq.len() as u32;
+        let mut code = 0u8;
+        for c in 0..31u8 {
+            if aeth_credits(c).is_some_and(|n| n <= have) {
+                code = c;
+            }
+        }
+        Syndrome::Ack { credit_code: code }
+    }
+
+    /// The next response packet to send, advancing the queue.
+    pub fn next_response(&mut self, mtu: u32, advertise: bool) -> Option<RespPacket> {
+        let ack_syn = self.ack_syndrome(advertise);
+        let front = self.out.front_mut()?;
+        let mut ext = ExtHeaders::default();
+        let pkt = match front {
+            RespOut::Ack { psn, syndrome, msn } => {
+                let syndrome = match syndrome {
+                    Syndrome::Ack { .. } => ack_syn,
+                    s => *s,
+                };
+                ext.aeth = Some(AethRepr {
+                    syndrome,
+                    msn: *msn,
+                });
+                let p = RespPacket {
+                    opcode: Opcode::RC_ACK,
+                    psn: *psn,
+                    ext,
+                    payload: Payload::None,
+                    is_nak: matches!(syndrome, Syndrome::Nak(_)),
+                    is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
+                    replay: false,
+                };
+                self.out.pop_front();
+                p
+            }
+            RespOut::Atomic { psn, orig, msn } => {
+                ext.aeth = Some(AethRepr {
+                    syndrome: ack_syn,
+                    msn: *msn,
+                });
+                ext.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
+                let p = RespPacket {
+                    opcode: Opcode::RC_ATOMIC_ACK,
+                    psn: *psn,
+                    ext,
+                    payload: Payload::None,
+                    is_nak: false,
+                    is_rnr: false,
+                    replay: false,
+                };
+                self.out.pop_front();
+                p
+            }
+            RespOut::Read {
+                first_psn,
+                npkts,
+                sent,
+                mem,
+                len,
+                msn,
+                replay,
+            } => {
+                let k = *sent;
+                let off = k as usize * mtu as usize;
+                let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
+                let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
+                    (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
+                    (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
+                    (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
+                    _ => Opcode::RC_READ_RESPONSE_MIDDLE,
+                };
+                if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
+                    ext.aeth = Some(AethRepr {
+                        syndrome: ack_syn,
+                        msn: *msn,
+                    });
+                }
+                let p = RespPacket {
+                    opcode,
+                    psn: first_psn.add(k),
+                    ext,
+                    payload: if n == 0 {
+                        Payload::None
+                    } else {
+                        Payload::Mem {
+                            mem: *mem,
+                            skip: off,
+                            len: n,
+                        }
+                    },
+                    is_nak: false,
+                    is_rnr: false,
+                    replay: *replay,
+                };
+                *sent += 1;
+                if *sent >= *npkts {
+                    self.out.pop_front();
+                }
+                p
+            }
+        };
+        Some(pkt)
+    }
+}
+
+fn nak(qp: &mut Qp, psn: Psn, code: NakCode) {
+    let msn = qp.resp.msn;
+    qp.resp.push_ack(psn, Syndrome::Nak(code), msn);
+    if code != NakCode::PsnSequenceError {
+        // Class A (invalid request) and class C (access) errors are fatal for the
+        // responder QP too (§9.9.3.1, rxe `do_class_ac_error`).
+        qp.resp.fatal = true;
+        qp.resp.cur = None;
+    }
+}
+
+/// Handle one request packet addressed to `qp`.
+pub(crate) fn handle_request(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    ack_req: bool,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) {
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || qp.resp.fatal {
+        qp.counters.dropped_wrong_state += 1;
+        return;
+    }
+    let mtu = qp.attr.path_mtu.bytes();
+    let d = psn.diff(qp.resp.epsn);
+    if d > 0 {
+        // §9.7.5.1.1: out of sequence: NAK once, drop until the expected PSN arrives.
+        qp.counters.out_of_sequence += 1;
+        if !qp.resp.nak_seq_sent {
+            qp.resp.nak_seq_sent = true;
+            let e = qp.resp.epsn;
+            nak(qp, e, NakCode::PsnSequenceError);
+        }
+        return;
+    }
+    if d < 0 {
+        duplicate(qp, ctx, info, psn, ext);
+        return;
+    }
+    qp.resp.nak_seq_sent = false;
+
+    // Opcode sequence (§9.7.5.1.2 / C9-??): a FIRST/MIDDLE must be followed by MIDDLE or
+    // LAST of the same operation; a new message may not start in the middle of one.
+    let cur = qp.resp.cur.unwrap_or(InProgress::None);
+    let seq_ok = match (cur, info.operation, info.segment) {
+        (InProgress::None, _, s) => {
+            s.starts() || !matches!(info.operation, Operation::Send | Operation::Write)
+        }
+        (InProgress::Send { .. }, Operation::Send, s) => !s.starts(),
+        (InProgress::Write { .. }, Operation::Write, s) => !s.starts(),
+        _ => false,
+    };
+    // Length rule (§9.7.5.1.2): FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU,
+    // ONLY 0..=MTU.
+    let n = payload.len();
+    let len_ok = match info.segment {
+        Segment::First | Segment::Middle => n == mtu as usize,
+        Segment::Last => (1..=mtu as usize).contains(&n),
+        Segment::Only => n <= mtu as usize,
+    };
+    if !seq_ok || !len_ok {
+        qp.counters.invalid_requests += 1;
+        nak(qp, psn, NakCode::InvalidRequest);
+        return;
+    }
+    let result = match info.operation {
+        Operation::Send => do_send(qp, ctx, info, ext, payload),
+        Operation::Write => do_write(qp, ctx, info, ext, payload),
+        Operation::ReadRequest => do_read(qp, ctx, psn, ext),
+        Operation::CmpSwap | Operation::FetchAdd => do_atomic(qp, ctx, info, psn, ext),
+        // FLUSH and ATOMIC WRITE are not offered by this engine (no device cap bit).
+        _ => Err(Fault::Nak(NakCode::InvalidRequest)),
+    };
+    match result {
+        Ok(npsn) => {
+            qp.resp.epsn = qp.resp.epsn.add(npsn);
+            qp.resp.pkts_since_ack += 1;
+            let responded = matches!(
+                info.operation,
+                Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
+            );
+            if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
+                let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
+                qp.resp.push_ack(psn, s, m);
+            }
+        }
+        Err(Fault::Rnr) => {
+            // §9.7.5.1.5: no receive WQE: RNR NAK with our min_rnr_timer; the PSN is not
+            // consumed, the requester resends it after the timer.
+            qp.counters.out_of_buffer += 1;
+            // Later packets of the same burst are out of sequence now; they must not add a
+            // sequence-error NAK that would cut the requester's RNR wait short.
+            qp.resp.nak_seq_sent = true;
+            let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
+            qp.resp.push_ack(psn, Syndrome::RnrNak { timer: t }, m);
+        }
+        Err(Fault::Nak(code)) => {
+            match code {
+                NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
+                _ => qp.counters.invalid_requests += 1,
+            }
+            nak(qp, psn, code);
+        }
+    }
+}
+
+fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtHeaders) {
+    qp.counters.duplicate_request += 1;
+    match info.operation {
+        Operation::ReadRequest => {
+            // §9.7.5.1.2 duplicate READ: answer again from the PSN asked for; memory is
+            // re-read (READs are idempotent), with the R_Key checked again.
+            let Some(reth) = ext.reth else { return };
+            let hit = qp
+                .resp
+                .cache
+                .iter()
+                .find(|c| {
+                    matches!(c.kind, CachedKind::Read { .. }) && {
+                        let d = psn.diff(c.first_psn);
+                        d >= 0 && (d as u32) < c.npkts
+                    }
+                })
+                .copied();
+            let Some(c) = hit else { return };
+            let CachedKind::Read { rkey } = c.kind else {
+                return;
+            };
+            if rkey != reth.rkey.0
+                || qp.resp.out.len() > 2 * qp.attr.max_dest_rd_atomic as usize + 4
+            {
+                return;
+            }
+            let len = reth.dma_len;
+            let npkts = len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+            if psn.add(npkts) != c.first_psn.add(c.npkts) {
+                return;
+            }
+            let mem = if len == 0 {
+                MemRef {
+                    key: rkey,
+                    offset: 0,
+                }
+            } else {
+                match ctx
+                    .mem
+                    .check(qp.pd, rkey, reth.va, u64::from(len), Access::REMOTE_READ)
+                {
+                    Ok(m) => m,
+                    Err(_) => return,
+                }
+            };
+            qp.counters.responses_replayed += 1;
+            let end = psn.add(npkts);
+            let fresh = RespOut::Read {
+                first_psn: psn,
+                npkts,
+                sent: 0,
+                mem,
+                len,
+                msn: c.msn,
+                replay: true,
+            };
+            // Still sending that READ's responses: restart them in place (keeps the PSN
+            // order of the queue) instead of sending both runs.
+            let queued = qp.resp.out.iter_mut().find(
+                |o| matches!(o, RespOut::Read { first_psn, npkts, .. } if first_psn.add(*npkts) == end),
+            );
+            match queued {
+                Some(o) => *o = fresh,
+                None => qp.resp.out.push_back(fresh),
+            }
+        }
+        Operation::CmpSwap | Operation::FetchAdd => {
+            // Never execute an atomic twice: replay the saved original value (§9.7.5.1.2).
+            let hit = qp
+                .resp
+                .cache
+                .iter()
+                .find(|c| c.first_psn == psn && matches!(c.kind, CachedKind::Atomic { .. }))
+                .copied();
+            if let Some(Cached {
+                kind: CachedKind::Atomic { orig },
+                msn,
+                ..
+            }) = hit
+            {
+                qp.counters.responses_replayed += 1;
+                qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+            }
+        }
+        _ => {
+            // Duplicate SEND/WRITE: not executed again; ACK the newest PSN received so
+            // the requester learns how far we are (§9.7.5.1.2).
+            let (p, m) = (qp.resp.epsn.sub(1), qp.resp.msn);
+            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m);
+        }
+    }
+}
+
+fn remote_check(
+    ctx: &Ctx<'_>,
+    qp: &Qp,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: Access,
+) -> Result<MemRef, Fault> {
+    // The QP's own access flags gate remote operations too (§10.2.3 / ibv qp_access_flags).
+    if !qp.attr.qp_access_flags.contains(need) {
+        return Err(Fault::Nak(NakCode::RemoteAccessError));
+    }
+    ctx.mem
+        .check(qp.pd, rkey, va, len, need)
+        .map_err(|_: AccessError| Fault::Nak(NakCode::RemoteAccessError))
+}
+
+fn complete_recv(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<u32>,
+    inv: Option<crate::wire::Rkey>,
+) {
+    let Some(wqe) = qp.resp.rq.pop_front() else {
+        return;
+    };
+    let wc = WorkCompletion {
+        wr_id: wqe.wr_id,
+        status,
+        opcode,
+        byte_len,
+        imm_data: imm,
+        invalidated_rkey: inv,
+        qp_num: qp.qpn,
+        src_qp: qp.attr.dest_qp_num,
+    };
+    ctx.complete(qp.recv_cq, wc);
+}
+
+fn do_send(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) -> Result<u32, Fault> {
+    let written = match qp.resp.cur {
+        Some(InProgress::Send { written }) => written,
+        _ => 0,
+    };
+    let Some(wqe) = qp.resp.rq.front() else {
+        return Err(Fault::Rnr);
+    };
+    let segs = match &wqe.segs {
+        Ok(s) => s,
+        Err(st) => {
+            // A receive with a bad local key: it completes in error and the requester
+            // sees a remote operational error (§9.7.5.2.4, class B).
+            let st = *st;
+            complete_recv(qp, ctx, st, WcOpcode::Recv, 0, None, None);
+            return Err(Fault::Nak(NakCode::RemoteOperationalError));
+        }
+    };
+    if u64::from(written) + payload.len() as u64 > wqe.len {
+        // The message is longer than the receive buffer: LOC_LEN_ERR here, invalid
+        // request at the requester (rxe, §9.7.5.1.2 C9-??).
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::LocLenErr,
+            WcOpcode::Recv,
+            written,
+            None,
+            None,
+        );
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    if !scatter(ctx.mem, segs, written as usize, payload) {
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::LocProtErr,
+            WcOpcode::Recv,
+            written,
+            None,
+            None,
+        );
+        return Err(Fault::Nak(NakCode::RemoteOperationalError));
+    }
+    let written = written + payload.len() as u32;
+    if info.segment.ends() {
+        let mut inv = None;
+        if let Some(rkey) = ext.ieth {
+            if ctx.mem.invalidate(qp.pd, rkey).is_err() {
+                complete_recv(
+                    qp,
+                    ctx,
+                    WcStatus::RemInvReqErr,
+                    WcOpcode::Recv,
+                    written,
+                    None,
+                    None,
+                );
+                return Err(Fault::Nak(NakCode::InvalidRequest));
+            }
+            inv = Some(rkey);
+        }
+        qp.resp.cur = None;
+        qp.resp.msn = qp.resp.msn.next();
+        complete_recv(
+            qp,
+            ctx,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            written,
+            ext.immdt,
+            inv,
+        );
+    } else {
+        qp.resp.cur = Some(InProgress::Send { written });
+    }
+    Ok(1)
+}
+
+fn do_write(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) -> Result<u32, Fault> {
+    let (mem, dma_len, written) = match (qp.resp.cur, ext.reth) {
+        (
+            Some(InProgress::Write {
+                mem,
+                dma_len,
+                written,
+            }),
+            _,
+        ) => (mem, dma_len, written),
+        (_, Some(reth)) => {
+            // A zero-length WRITE touches nothing and checks no R_Key (§9.4.1.1 / C9-??).
+            let mem = if reth.dma_len == 0 {
+                None
+            } else {
+                Some(remote_check(
+                    ctx,
+                    qp,
+                    reth.rkey.0,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_WRITE,
+                )?)
+            };
+            (mem, reth.dma_len, 0)
+        }
+        _ => return Err(Fault::Nak(NakCode::InvalidRequest)),
+    };
+    let n = payload.len() as u32;
+    let total = written
+        .checked_add(n)
+        .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+    // More bytes than the RETH announced, or fewer at the end: invalid request (C9-??).
+    if total > dma_len || (info.segment.ends() && total != dma_len) {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let imm = info.exts.has(crate::wire::Ext::ImmDt);
+    if imm && qp.resp.rq.is_empty() {
+        // WRITE with immediate needs a receive WQE for its completion.
+        return Err(Fault::Rnr);
+    }
+    if n > 0 {
+        let m = mem.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+        match ctx.mem.bytes_mut(m, written as usize, n as usize) {
+            Some(dst) => dst.copy_from_slice(payload),
+            None => return Err(Fault::Nak(NakCode::RemoteAccessError)),
+        }
+    }
+    if info.segment.ends() {
+        qp.resp.cur = None;
+        qp.resp.msn = qp.resp.msn.next();
+        if imm {
+            complete_recv(
+                qp,
+                ctx,
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                total,
+                ext.immdt,
+                None,
+            );
+        }
+    } else {
+        qp.resp.cur = Some(InProgress::Write {
+            mem,
+            dma_len,
+            written: total,
+        });
+    }
+    Ok(1)
+}
+
+/// Make room in the response cache: it holds at most max_dest_rd_atomic entries; the
+/// requester never has more outstanding, so the oldest is no longer needed.
+fn cache_push(qp: &mut Qp, c: Cached) {
+    let cap = usize::from(qp.attr.max_dest_rd_atomic.max(1));
+    while qp.resp.cache.len() >= cap {
+        qp.resp.cache.pop_front();
+    }
+    qp.resp.cache.push_back(c);
+}
+
+fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result<u32, Fault> {
+    if qp.attr.max_dest_rd_atomic == 0 {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let reth = ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+    if reth.dma_len > 1 << 31 {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let mem = if reth.dma_len == 0 {
+        MemRef {
+            key: reth.rkey.0,
+            offset: 0,
+        }
+    } else {
+        remote_check(
+            ctx,
+            qp,
+            reth.rkey.0,
+            reth.va,
+            u64::from(reth.dma_len),
+            Access::REMOTE_READ,
+        )?
+    };
+    let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+    qp.resp.msn = qp.resp.msn.next();
+    let msn = qp.resp.msn;
+    cache_push(
+        qp,
+        Cached {
+            first_psn: psn,
+            npkts,
+            msn,
+            kind: CachedKind::Read { rkey: reth.rkey.0 },
+        },
+    );
+    qp.resp.out.push_back(RespOut::Read {
+        first_psn: psn,
+        npkts,
+        sent: 0,
+        mem,
+        len: reth.dma_len,
+        msn,
+        replay: false,
+    });
+    Ok(npkts)
+}
+
+fn do_atomic(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    ext: &ExtHeaders,
+) -> Result<u32, Fault> {
+    if qp.attr.max_dest_rd_atomic == 0 {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
+    // §9.4.5: the target must be 8-byte aligned; a misaligned one is an access error
+    // (rxe and ConnectX NAK it as such).
+    if a.va % 8 != 0 {
+        return Err(Fault::Nak(NakCode::RemoteAccessError));
+    }
+    let m = remote_check(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
+    let word = ctx
+        .mem
+        .bytes_mut(m, 0, 8)
+        .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
+    // Atomics act on a 64-bit word in host byte order, as the CPU would see it.
+    let mut b = [0u8; 8];
+    b.copy_from_slice(word);
+    let orig = u64::from_ne_bytes(b);
+    let new = if info.operation == Operation::CmpSwap {
+        if orig == a.compare { a.swap_add } else { orig }
+    } else {
+        orig.wrapping_add(a.swap_add)
+    };
+    word.copy_from_slice(&new.to_ne_bytes());
+    qp.counters.atomics_executed += 1;
+    qp.resp.msn = qp.resp.msn.next();
+    let msn = qp.resp.msn;
+    cache_push(
+        qp,
+        Cached {
+            first_psn: psn,
+            npkts: 1,
+            msn,
+            kind: CachedKind::Atomic { orig },
+        },
+    );
+    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+    Ok(1)
+}

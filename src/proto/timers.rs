@@ -1,0 +1,41 @@
+//! Transport timers as plain numbers of virtual nanoseconds.
+//!
+//! Contract: the engine never reads a clock. Every deadline is `now + duration` computed
+//! from the `now` the caller passed in, and the caller learns the earliest deadline from
+//! `Rnic::poll_timeout`.
+
+/// The local ACK timeout of IBTA §9.7.6.1.3 / §11.2.4.2: 4.096 µs × 2^timeout; 0 means
+/// "infinite" (no retransmission timer).
+pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
+    if timeout == 0 {
+        None
+    } else {
+        // 4096 ns × 2^t, t ≤ 31: at most 8.8e12 ns, no overflow.
+        Some(4096u64 << (timeout & 0x1f))
+    }
+}
+
+/// The RNR NAK timer (IBTA table 45), re-exported from the wire layer for one place to look.
+pub use crate::wire::rnr_timer_ns;
+
+/// `rnr_retry` and `retry_cnt` counters; rnr_retry 7 means "retry forever" (IBTA
+/// §9.7.5.2.8; retry_cnt 7 means seven retries, as on hardware, unlike rxe).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryBudget {
+    pub retry_left: u8,
+    pub rnr_left: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_timeout_table() {
+        assert_eq!(local_ack_timeout_ns(0), None);
+        assert_eq!(local_ack_timeout_ns(1), Some(8192));
+        // 14 → 67.1 ms, the common setting.
+        assert_eq!(local_ack_timeout_ns(14), Some(67_108_864));
+        assert_eq!(rnr_timer_ns(12), 640_000);
+    }
+}

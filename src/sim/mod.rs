@@ -1,0 +1,566 @@
+//! A simulated Ethernet link and a two-device harness, on virtual time.
+//!
+//! Contract: [`Link`] carries real frame bytes (as emitted by `FrameRepr::emit`) between two
+//! sides, with seeded loss, reordering, duplication, single-bit corruption, a fixed
+//! propagation delay and a serialization rate. The PRNG is `rand_chacha::ChaCha8Rng`
+//! seeded explicitly: the same seed and the same sequence of calls give the same run.
+//! Corruption flips one uniformly chosen bit anywhere in the frame. The receiver drops it
+//! by structure (Ethernet address, IP checksum, lengths), or by the ICRC; a flip in a field
+//! that neither covers (source MAC, UDP checksum, IPv6 traffic class/flow label/hop limit,
+//! BTH byte 4 FECN/BECN/reserved) is harmless by design of RoCE v2 and goes through.
+//!
+//! [`Pair`] runs two [`Rnic`]s over one link: it delivers due frames, runs due timers and
+//! lets each side transmit only when its side of the link is free (a NIC's transmit queue
+//! is drained at line rate, so in-flight data is bounded by the bandwidth-delay product,
+//! not by how fast the engine can produce frames). It never reads a clock.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::proto::{
+    Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,
+    QpState, Rnic, VerbsError, ipv4_gid,
+};
+use crate::wire::{Psn, Qpn};
+
+/// One end of the link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    A,
+    B,
+}
+
+impl Side {
+    pub fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+    fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+/// Link impairments. Probabilities are per frame, in `0.0..=1.0`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkConfig {
+    pub loss: f64,
+    pub reorder: f64,
+    pub dup: f64,
+    pub corrupt: f64,
+    /// One-way propagation delay.
+    pub delay_ns: u64,
+    /// A reordered frame is held back by up to this much extra.
+    pub reorder_extra_ns: u64,
+    /// Serialization rate in bits per second; 0 = infinite.
+    pub bandwidth_bps: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            loss: 0.0,
+            reorder: 0.0,
+            dup: 0.0,
+            corrupt: 0.0,
+            delay_ns: 2_000,
+            reorder_extra_ns: 20_000,
+            bandwidth_bps: 25_000_000_000,
+        }
+    }
+}
+
+/// What the link did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LinkStats {
+    pub frames_sent: u64,
+    pub frames_delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub corrupted: u64,
+    pub reordered: u64,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    at: u64,
+    seq: u64,
+    to: Side,
+    bytes: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// A lossy, delaying, rate-limited full-duplex link.
+#[derive(Debug)]
+pub struct Link {
+    pub cfg: LinkConfig,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    busy_until: [u64; 2],
+    seq: u64,
+    pool: Vec<Vec<u8>>,
+    pub stats: LinkStats,
+}
+
+impl Link {
+    pub fn new(cfg: LinkConfig, seed: u64) -> Self {
+        Link {
+            cfg,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            busy_until: [0; 2],
+            seq: 0,
+            pool: Vec::new(),
+            stats: LinkStats::default(),
+        }
+    }
+
+    /// When side `from` may start sending its next frame.
+    pub fn ready_at(&self, from: Side) -> u64 {
+        self.busy_until[from.idx()]
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random_bool(p.min(1.0))
+    }
+
+    fn buffer(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(data);
+        v
+    }
+
+    /// Give a delivered frame's buffer back for reuse.
+    pub fn recycle(&mut self, v: Vec<u8>) {
+        if self.pool.len() < 1024 {
+            self.pool.push(v);
+        }
+    }
+
+    /// Put a frame on the wire from `from` at `now`.
+    pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) {
+        self.stats.frames_sent += 1;
+        let start = now.max(self.busy_until[from.idx()]);
+        let ser = if self.cfg.bandwidth_bps == 0 {
+            0
+        } else {
+            (frame.len() as u64 * 8 * 1_000_000_000).div_ceil(self.cfg.bandwidth_bps)
+        };
+        self.busy_until[from.idx()] = start + ser;
+        if self.chance(self.cfg.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if self.chance(self.cfg.dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut at = start + ser + self.cfg.delay_ns;
+            if self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0 {
+                self.stats.reordered += 1;
+                at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
+            }
+            let mut bytes = self.buffer(frame);
+            if self.chance(self.cfg.corrupt) && !bytes.is_empty() {
+                self.stats.corrupted += 1;
+                let bit = self.rng.random_range(0..bytes.len() * 8);
+                bytes[bit / 8] ^= 1 << (bit % 8);
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight {
+                at,
+                seq: self.seq,
+                to: from.other(),
+                bytes,
+            }));
+        }
+    }
+
+    /// When the next frame arrives somewhere.
+    pub fn next_delivery(&self) -> Option<u64> {
+        self.queue.peek().map(|r| r.0.at)
+    }
+
+    /// A frame due at `now`, with the side it arrives at.
+    pub fn pop_due(&mut self, now: u64) -> Option<(Side, Vec<u8>)> {
+        if self.next_delivery()? > now {
+            return None;
+        }
+        let f = self.queue.pop()?.0;
+        self.stats.frames_delivered += 1;
+        Some((f.to, f.bytes))
+    }
+
+    /// Frames still in flight.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// Two devices joined by a [`Link`], stepping virtual time.
+#[derive(Debug)]
+pub struct Pair {
+    pub a: Rnic,
+    pub b: Rnic,
+    pub link: Link,
+    /// Virtual time in nanoseconds.
+    pub now: u64,
+    /// When set, every frame a side transmits is recorded here (time, sender, bytes),
+    /// before the link impairs it: a capture of the wire for tests.
+    pub capture: Option<Vec<(u64, Side, Vec<u8>)>>,
+    buf: Vec<u8>,
+}
+
+/// The MAC addresses and GIDs the pair uses: 192.0.2.1 / fd00::1 for A, .2 / ::2 for B.
+pub fn side_config(side: Side) -> Config {
+    let n = match side {
+        Side::A => 1,
+        Side::B => 2,
+    };
+    let mut v6 = [0u8; 16];
+    v6[0] = 0xfd;
+    v6[15] = n;
+    Config {
+        mac: [0x02, 0, 0, 0, 0, n],
+        gids: vec![ipv4_gid([192, 0, 2, n]), v6],
+        ..Config::default()
+    }
+}
+
+impl Pair {
+    pub fn new(link: LinkConfig, seed: u64) -> Self {
+        Self::with_configs(side_config(Side::A), side_config(Side::B), link, seed)
+    }
+
+    pub fn with_configs(a: Config, b: Config, link: LinkConfig, seed: u64) -> Self {
+        Pair {
+            a: Rnic::new(a),
+            b: Rnic::new(b),
+            link: Link::new(link, seed),
+            now: 0,
+            capture: None,
+            buf: vec![0; MAX_FRAME_LEN],
+        }
+    }
+
+    pub fn dev(&mut self, s: Side) -> &mut Rnic {
+        match s {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+
+    /// Do everything due at `now`; returns true if anything happened.
+    fn work_now(&mut self) -> bool {
+        let mut did = false;
+        while let Some((to, bytes)) = self.link.pop_due(self.now) {
+            let now = self.now;
+            self.dev(to).handle_frame(now, &bytes);
+            self.link.recycle(bytes);
+            did = true;
+        }
+        for s in [Side::A, Side::B] {
+            let now = self.now;
+            if self.dev(s).poll_timeout().is_some_and(|t| t <= now) {
+                self.dev(s).handle_timeout(now);
+                did = true;
+            }
+        }
+        for s in [Side::A, Side::B] {
+            // Transmit while the wire is free; with infinite bandwidth, drain (bounded).
+            for _ in 0..4096 {
+                if self.link.ready_at(s) > self.now {
+                    break;
+                }
+                let now = self.now;
+                let mut buf = std::mem::take(&mut self.buf);
+                let sent = self.dev(s).poll_transmit(now, &mut buf);
+                if let Some(n) = sent {
+                    if let Some(c) = self.capture.as_mut() {
+                        c.push((now, s, buf[..n].to_vec()));
+                    }
+                    self.link.send(now, s, &buf[..n]);
+                    did = true;
+                }
+                self.buf = buf;
+                if sent.is_none() {
+                    break;
+                }
+            }
+        }
+        did
+    }
+
+    /// Advance: do what is due now, else move time to the next event. Returns false when
+    /// nothing is left to happen (no frame in flight, no timer, nothing to send).
+    pub fn step(&mut self) -> bool {
+        if self.work_now() {
+            return true;
+        }
+        let mut next = [
+            self.link.next_delivery(),
+            self.a.poll_timeout(),
+            self.b.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        // A side held back by the wire may have more to send once it is free.
+        for s in [Side::A, Side::B] {
+            let r = self.link.ready_at(s);
+            if r > self.now {
+                next = Some(next.map_or(r, |n| n.min(r)));
+            }
+        }
+        match next {
+            Some(t) if t > self.now => {
+                self.now = t;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Step until `done` holds, nothing is left to do, or virtual time passes `limit_ns`.
+    /// Returns whether `done` held.
+    pub fn run_until(&mut self, limit_ns: u64, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > limit_ns || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    /// Create and connect one RC QP on each side (RESET → INIT → RTR → RTS).
+    pub fn connect(&mut self, o: &ConnectOpts) -> Result<RcPair, VerbsError> {
+        let mut ends = Vec::new();
+        for s in [Side::A, Side::B] {
+            let d = self.dev(s);
+            let pd = d.alloc_pd();
+            let cq = d.create_cq(o.cq_size);
+            let init = QpInitAttr {
+                send_cq: cq,
+                recv_cq: cq,
+                max_send_wr: o.max_wr,
+                max_recv_wr: o.max_wr,
+                sq_sig_all: false,
+            };
+            let qpn = d.create_qp(pd, &init)?;
+            ends.push((pd, cq, qpn));
+        }
+        let (pa, ca, qa) = ends[0];
+        let (pb, cb, qb) = ends[1];
+        for (s, me, peer) in [(Side::A, qa, qb), (Side::B, qb, qa)] {
+            let peer_side = s.other();
+            let pcfg = side_config(peer_side);
+            let gi = usize::from(o.ipv6);
+            let av = AddressVector {
+                dmac: pcfg.mac,
+                dgid: pcfg.gids[gi],
+                sgid_index: gi as u8,
+                traffic_class: o.traffic_class,
+                hop_limit: 64,
+                flow_label: 0,
+                vlan_tci: None,
+            };
+            let (sq_psn, rq_psn) = match s {
+                Side::A => (o.psn_a, o.psn_b),
+                Side::B => (o.psn_b, o.psn_a),
+            };
+            let d = self.dev(s);
+            let mut attr = QpAttr {
+                qp_state: QpState::Init,
+                qp_access_flags: o.access,
+                pkey_index: 0,
+                port_num: 1,
+                ..QpAttr::default()
+            };
+            d.modify_qp(
+                me,
+                &attr,
+                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+            )?;
+            attr.qp_state = QpState::Rtr;
+            attr.ah_attr = av;
+            attr.path_mtu = o.mtu;
+            attr.dest_qp_num = peer;
+            attr.rq_psn = rq_psn;
+            attr.max_dest_rd_atomic = o.max_rd_atomic;
+            attr.min_rnr_timer = o.min_rnr_timer;
+            d.modify_qp(
+                me,
+                &attr,
+                AttrMask::STATE
+                    | AttrMask::AV
+                    | AttrMask::PATH_MTU
+                    | AttrMask::DEST_QPN
+                    | AttrMask::RQ_PSN
+                    | AttrMask::MAX_DEST_RD_ATOMIC
+                    | AttrMask::MIN_RNR_TIMER,
+            )?;
+            attr.qp_state = QpState::Rts;
+            attr.timeout = o.timeout;
+            attr.retry_cnt = o.retry_cnt;
+            attr.rnr_retry = o.rnr_retry;
+            attr.sq_psn = sq_psn;
+            attr.max_rd_atomic = o.max_rd_atomic;
+            d.modify_qp(
+                me,
+                &attr,
+                AttrMask::STATE
+                    | AttrMask::TIMEOUT
+                    | AttrMask::RETRY_CNT
+                    | AttrMask::RNR_RETRY
+                    | AttrMask::SQ_PSN
+                    | AttrMask::MAX_QP_RD_ATOMIC,
+            )?;
+        }
+        Ok(RcPair {
+            pd_a: pa,
+            pd_b: pb,
+            cq_a: ca,
+            cq_b: cb,
+            qp_a: qa,
+            qp_b: qb,
+        })
+    }
+}
+
+/// Options of [`Pair::connect`].
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectOpts {
+    pub mtu: Mtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub access: Access,
+    pub ipv6: bool,
+    pub traffic_class: u8,
+    pub psn_a: Psn,
+    pub psn_b: Psn,
+    pub max_wr: u32,
+    pub cq_size: usize,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        ConnectOpts {
+            mtu: Mtu::Mtu1024,
+            // 4.096 µs × 2^8 ≈ 1 ms: quick retries on a simulated link.
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            access: Access::ALL,
+            ipv6: false,
+            traffic_class: 0,
+            psn_a: Psn::new(0x10_0000),
+            psn_b: Psn::new(0xff_fff0),
+            max_wr: 4096,
+            cq_size: 65536,
+        }
+    }
+}
+
+/// The objects [`Pair::connect`] created.
+#[derive(Clone, Copy, Debug)]
+pub struct RcPair {
+    pub pd_a: Pd,
+    pub pd_b: Pd,
+    pub cq_a: Cq,
+    pub cq_b: Cq,
+    pub qp_a: Qpn,
+    pub qp_b: Qpn,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_is_deterministic_and_impairs() {
+        let cfg = LinkConfig {
+            loss: 0.1,
+            reorder: 0.1,
+            dup: 0.1,
+            corrupt: 0.1,
+            ..LinkConfig::default()
+        };
+        let run = |seed| {
+            let mut l = Link::new(cfg, seed);
+            let mut out = vec![];
+            for i in 0..2000u64 {
+                l.send(i * 1000, Side::A, &[i as u8; 100]);
+            }
+            while let Some((to, b)) = l.pop_due(u64::MAX) {
+                assert_eq!(to, Side::B);
+                out.push(b);
+            }
+            (l.stats, out)
+        };
+        let (s1, o1) = run(7);
+        let (s2, o2) = run(7);
+        assert_eq!(s1, s2);
+        assert_eq!(o1, o2);
+        assert!(s1.lost > 100 && s1.lost < 300, "{s1:?}");
+        assert!(s1.duplicated > 100 && s1.corrupted > 100 && s1.reordered > 100);
+        assert_eq!(s1.frames_delivered, 2000 - s1.lost + s1.duplicated);
+        let flipped = o1
+            .iter()
+            .filter(|b| b.iter().filter(|&&x| x != b[0]).count() == 1)
+            .count();
+        assert!(flipped > 100, "corrupted frames differ in one byte");
+        let (s3, _) = run(8);
+        assert_ne!(s1, s3, "another seed, another run");
+    }
+
+    #[test]
+    fn bandwidth_and_delay_set_arrival_time() {
+        let mut l = Link::new(
+            LinkConfig {
+                delay_ns: 1000,
+                bandwidth_bps: 8_000_000_000,
+                ..LinkConfig::default()
+            },
+            1,
+        );
+        l.send(0, Side::A, &[0; 1000]);
+        assert_eq!(l.ready_at(Side::A), 1000);
+        l.send(0, Side::A, &[0; 1000]);
+        assert_eq!(l.ready_at(Side::A), 2000);
+        assert_eq!(l.next_delivery(), Some(2000));
+        assert!(l.pop_due(1999).is_none());
+        assert!(l.pop_due(2000).is_some());
+        assert_eq!(l.next_delivery(), Some(3000));
+    }
+}

@@ -1,0 +1,164 @@
+//! Counters per QP and per device, on a lossy link and with hand-made bad frames.
+
+#[path = "transport_common/mod.rs"]
+mod common;
+
+use common::*;
+use xrnic::proto::{Access, WcStatus, WrOpcode};
+use xrnic::sim::{ConnectOpts, LinkConfig, Side};
+use xrnic::wire::Opcode;
+
+#[test]
+fn lossy_run_counts_what_happened() {
+    let link = LinkConfig {
+        loss: 0.03,
+        reorder: 0.03,
+        dup: 0.03,
+        corrupt: 0.03,
+        ..LinkConfig::default()
+    };
+    let (mut p, c) = pair(link, &ConnectOpts::default());
+    let src = mr(&mut p, Side::A, &c, 1 << 20, Access::LOCAL_WRITE);
+    let dst = mr(&mut p, Side::B, &c, 1 << 20, Access::ALL);
+    p.b.mr_bytes_mut(dst.lkey).unwrap().fill(3);
+    let n = 120u64;
+    for i in 0..n {
+        let op = if i % 2 == 0 {
+            WrOpcode::RdmaWrite
+        } else {
+            WrOpcode::RdmaRead
+        };
+        let mut w = send_wr(i, op, sge(&src, (i % 16) * 65536, 8192));
+        w.rdma.remote_addr = dst.addr + (i % 16) * 65536;
+        w.rdma.rkey = dst.rkey;
+        p.a.post_send(c.qp_a, w).unwrap();
+    }
+    let mut wcs = vec![];
+    run_for_wcs(&mut p, Side::A, &c, n as usize, 10_000_000_000, &mut wcs);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+    p.run_until(p.now + 100_000_000, |pr| pr.link.in_flight() == 0);
+
+    let (a, b) = (p.a.counters(), p.b.counters());
+    let (qa, qb) = (
+        p.a.qp_counters(c.qp_a).unwrap(),
+        p.b.qp_counters(c.qp_b).unwrap(),
+    );
+    // One QP per device: the device sums equal the QP counters.
+    assert_eq!(a.qp, qa);
+    assert_eq!(b.qp, qb);
+    // Every frame the link carried was sent by a QP, and every delivered frame was
+    // received by a QP or dropped and counted at the device.
+    let l = p.link.stats;
+    assert_eq!(qa.packets_sent + qb.packets_sent, l.frames_sent);
+    let dropped = |d: &xrnic::proto::DeviceCounters| {
+        d.malformed_frames_dropped
+            + d.wrong_address_dropped
+            + d.unknown_qp_dropped
+            + d.unsupported_dropped
+    };
+    assert_eq!(
+        qa.packets_received + qb.packets_received + dropped(&a) + dropped(&b),
+        l.frames_delivered
+    );
+    assert!(a.malformed_frames_dropped + b.malformed_frames_dropped > 0);
+    assert!(
+        a.icrc_errors + b.icrc_errors > 0,
+        "bit flips in covered fields fail the ICRC"
+    );
+    assert!(dropped(&a) + dropped(&b) <= l.corrupted);
+    // Loss and reordering: the responder saw gaps and NAKed, the requester went back.
+    assert!(qb.out_of_sequence > 0);
+    assert!(qb.naks_sent > 0 && qa.packet_seq_err > 0);
+    assert!(qa.packet_seq_err <= qb.naks_sent);
+    assert_eq!(qa.naks_received, qa.packet_seq_err);
+    assert!(qb.duplicate_request > 0);
+    assert!(qa.retransmitted_packets > 0);
+    assert!(qb.retransmitted_packets > 0, "READ responses replayed");
+    assert!(qb.responses_replayed > 0);
+    // Lost READ responses show up as implied NAKs or timeouts at the requester.
+    assert!(qa.implied_nak_seq_err + qa.local_ack_timeout_err > 0);
+    assert!(qa.implied_nak_seq_err > 0);
+    assert_eq!(qa.rnr_naks_received + qb.rnr_naks_sent, 0);
+    assert!(qa.acks_received > 0 && qb.acks_sent >= qa.acks_received);
+    assert!(qa.bytes_sent > n / 2 * 8192);
+}
+
+#[test]
+fn bad_frames_are_dropped_and_counted_never_panicking() {
+    let (mut p, c) = pair(LinkConfig::default(), &ConnectOpts::default());
+    p.capture = Some(Vec::new());
+    let src = mr(&mut p, Side::A, &c, 64, Access::LOCAL_WRITE);
+    let dst = mr(&mut p, Side::B, &c, 64, Access::ALL);
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(&src, 0, 64));
+    w.rdma.remote_addr = dst.addr;
+    w.rdma.rkey = dst.rkey;
+    p.a.post_send(c.qp_a, w).unwrap();
+    let mut wcs = vec![];
+    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000, &mut wcs);
+    let good = p
+        .capture
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|f| f.1 == Side::A)
+        .unwrap()
+        .2
+        .clone();
+    let before = p.b.counters();
+    let bq = p.b.qp_counters(c.qp_b).unwrap();
+
+    let now = p.now;
+    p.b.handle_frame(now, &[]);
+    p.b.handle_frame(now, &[0xff; 7]);
+    for cut in [14, 30, 50, good.len() - 1] {
+        p.b.handle_frame(now, &good[..cut]);
+    }
+    let mut bad_icrc = good.clone();
+    let last = bad_icrc.len() - 5;
+    bad_icrc[last] ^= 0x40; // payload bit
+    p.b.handle_frame(now, &bad_icrc);
+    let mut bad_mac = good.clone();
+    bad_mac[0] ^= 1;
+    p.b.handle_frame(now, &bad_mac);
+    // Every single-bit flip of a real frame: never a panic, never executed.
+    for bit in 0..good.len() * 8 {
+        let mut f = good.clone();
+        f[bit / 8] ^= 1 << (bit % 8);
+        p.b.handle_frame(now, &f);
+    }
+    let after = p.b.counters();
+    assert!(after.icrc_errors > before.icrc_errors);
+    assert!(after.malformed_frames_dropped >= before.malformed_frames_dropped + 7);
+    assert!(after.wrong_address_dropped > before.wrong_address_dropped);
+    // The valid duplicates among the flips (bits the ICRC does not cover) are duplicates
+    // at the responder: nothing is written twice, no new completion.
+    let aq = p.b.qp_counters(c.qp_b).unwrap();
+    assert_eq!(aq.remote_access_errors, bq.remote_access_errors);
+    assert!(poll(&mut p, Side::B, &c).is_empty());
+    // Unknown QPN.
+    let mut f = xrnic::wire::FrameRepr::parse(&good).unwrap();
+    f.roce.bth.dest_qp = xrnic::wire::Qpn::new(0x777);
+    let mut buf = vec![0u8; 2000];
+    let n = f.emit(&mut buf).unwrap();
+    p.b.handle_frame(now, &buf[..n]);
+    assert_eq!(
+        p.b.counters().unknown_qp_dropped,
+        after.unknown_qp_dropped + 1
+    );
+    // A UD frame: well-formed but not RC.
+    let mut ud = xrnic::wire::FrameRepr::parse(&good).unwrap();
+    ud.roce.bth.opcode = Opcode::UD_SEND_ONLY;
+    ud.roce.ext = xrnic::wire::ExtHeaders {
+        deth: Some(xrnic::wire::DethRepr {
+            qkey: 0x8001_0000,
+            src_qp: xrnic::wire::Qpn::new(1),
+        }),
+        ..Default::default()
+    };
+    let n = ud.emit(&mut buf).unwrap();
+    p.b.handle_frame(now, &buf[..n]);
+    assert_eq!(
+        p.b.counters().unsupported_dropped,
+        after.unsupported_dropped + 1
+    );
+}

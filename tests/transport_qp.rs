@@ -409,3 +409,43 @@ fn credits_are_advertised_and_honoured_when_configured() {
     assert_eq!(sent[0], 8, "{sent:?}");
     assert!(sent[1] < sent[0], "{sent:?}");
 }
+
+#[test]
+fn qps_of_one_device_take_turns_on_the_wire() {
+    let mut p = Pair::new(LinkConfig::default(), 1);
+    p.capture = Some(Vec::new());
+    let c1 = p.connect(&ConnectOpts::default()).unwrap();
+    let c2 = p.connect(&ConnectOpts::default()).unwrap();
+    for c in [&c1, &c2] {
+        let src = mr(&mut p, Side::A, c, 65536, Access::LOCAL_WRITE);
+        let dst = mr(&mut p, Side::B, c, 65536, Access::ALL);
+        let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(&src, 0, 65536));
+        w.rdma.remote_addr = dst.addr;
+        w.rdma.rkey = dst.rkey;
+        p.a.post_send(c.qp_a, w).unwrap();
+    }
+    let mut w1 = vec![];
+    let mut w2 = vec![];
+    p.run_until(1_000_000_000, |pr| {
+        pr.a.poll_cq(c1.cq_a, 8, &mut w1);
+        pr.a.poll_cq(c2.cq_a, 8, &mut w2);
+        !w1.is_empty() && !w2.is_empty()
+    });
+    assert_eq!(
+        (w1[0].status, w2[0].status),
+        (WcStatus::Success, WcStatus::Success)
+    );
+    let dests: Vec<_> = p
+        .capture
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|f| f.1 == Side::A)
+        .map(|f| FrameRepr::parse(&f.2).unwrap().roce.bth.dest_qp)
+        .take(40)
+        .collect();
+    // Both QPs have 64 packets to send; they alternate instead of one draining first.
+    for pair in dests.chunks(2) {
+        assert_ne!(pair[0], pair[1], "{dests:?}");
+    }
+}

@@ -1,10 +1,10 @@
 //! The completer: processes ACKs, NAKs, RNR NAKs, READ responses and atomic ACKs, completes
-//! send work requests in order, and drives retransmission (IBTA vol. 1 §9.7.4.1 requester
-//! response handling, §9.7.5.2 ACK/NAK semantics, §9.7.6 timers; rxe's `rxe_comp.c`).
+//! send work requests in order, and drives retransmission (IBTA vol. 1 §9.7.4 requester
+//! response handling, §9.7.5 ACK/NAK semantics, §9.7.6 timers; rxe's `rxe_comp.c`).
 //!
 //! Contract: completions leave strictly in posting order. A response for PSN `p` implicitly
-//! acknowledges every PSN before it (§9.7.5.2.1 coalesced ACKs); when that skips over a
-//! READ or atomic whose response has not arrived, it is an implied NAK (§9.7.4.1.4) and
+//! acknowledges every PSN before it (§9.7.5 coalesced ACKs); when that skips over a
+//! READ or atomic whose response has not arrived, it is an implied NAK (§9.7.4) and
 //! the requester goes back to the missing PSN. Each Go-Back-N cause (sequence NAK,
 //! implied NAK) retransmits once per PSN until progress; timeouts always do. retry_cnt
 //! bounds timeouts and sequence NAKs, rnr_retry bounds RNR NAKs (7 = forever); both are
@@ -43,7 +43,7 @@ pub(crate) fn handle_response(
     }
     let una = qp.req.una();
     if !psn.before(qp.req.high_psn) {
-        // A response to something never sent: ignore it (§9.7.5.2.x ghost ACK).
+        // A response to something never sent: ignore it (a "ghost" ACK, IBTA §9.7.4 response PSN validation).
         qp.counters.dropped_wrong_state += 1;
         return;
     }
@@ -69,7 +69,7 @@ pub(crate) fn handle_response(
                     if code == NakCode::PsnSequenceError {
                         qp.counters.packet_seq_err += 1;
                     }
-                    // A NAK acknowledges every PSN before its own (§9.7.5.2.2).
+                    // A NAK acknowledges every PSN before its own (§9.7.5).
                     if psn != una && ack_through(qp, ctx, psn.sub(1)) {
                         return;
                     }
@@ -96,7 +96,7 @@ pub(crate) fn handle_response(
                     if !qp.state_ok() {
                         return;
                     }
-                    // rnr_retry 7 = retry forever (§9.7.5.2.8).
+                    // rnr_retry 7 = retry forever (§9.7.5).
                     if qp.attr.rnr_retry != 7 {
                         if qp.req.rnr_left == 0 {
                             qp.counters.rnr_nak_retry_err += 1;
@@ -252,7 +252,7 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
     }
 }
 
-/// Forward progress: refill the retry budgets and restart the ACK timer (§9.7.6.1.3).
+/// Forward progress: refill the retry budgets and restart the ACK timer (§9.7.6).
 fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
@@ -291,7 +291,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             qp.req.retry_deadline = None;
             return;
         }
-        // §9.7.6.1.3: no response within the local ACK timeout: resend from the oldest
+        // §9.7.6: no response within the local ACK timeout: resend from the oldest
         // unacknowledged PSN, at most retry_cnt times.
         qp.counters.local_ack_timeout_err += 1;
         if qp.req.retry_left == 0 {

@@ -1,7 +1,7 @@
 //! Completion queues and ibverbs-style work completions.
 //!
 //! Contract: a CQ is a bounded FIFO. Completions are pushed by the engine in the order the
-//! work requests finish (per queue, in posting order, IBTA §10.8 / C10-?? ordering) and
+//! work requests finish (per queue, in posting order, IBTA vol. 1 §10.8 work request ordering) and
 //! popped by `poll_cq`. A push to a full CQ is an overrun: the completion is dropped and
 //! `overruns` counts it (ibverbs reports IBV_EVENT_CQ_ERR; there is no event channel
 //! here yet).

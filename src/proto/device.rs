@@ -8,8 +8,8 @@
 //! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
 
 use crate::wire::{
-    BthRepr, EthRepr, FrameRepr, FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, Service,
-    UdpRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameRepr,
+    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, RoceRepr, Service, UdpRepr,
 };
 
 use super::completer;
@@ -42,7 +42,7 @@ pub struct Config {
     /// The requester asks for an ACK at least every this many packets, and the responder
     /// sends one at least this often (rxe: 64).
     pub ack_every: u32,
-    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7.2). Off by default,
+    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7). Off by default,
     /// like rxe, which ignores them.
     pub honour_credits: bool,
     /// Advertise the receive queue depth as credits instead of "unlimited" (0x1F).
@@ -298,7 +298,7 @@ impl Rnic {
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
             QpState::Err => {
-                // Posting to a QP in ERR is legal; the WR completes flushed (§10.3.1).
+                // Posting to a QP in ERR is legal; the WR completes flushed (§10.3).
                 let wc = WorkCompletion {
                     wr_id: wr.wr_id,
                     status: WcStatus::WrFlushErr,
@@ -421,14 +421,16 @@ impl Rnic {
             self.dev.icrc_errors += 1;
             return;
         }
-        let repr = view.repr();
-        if repr.eth.dst != self.cfg.mac {
+        // Only the fields the transport needs are read, straight from the checked frame
+        // (`view.repr()` would rebuild every header).
+        let b = view.bytes();
+        if b.get(0..6) != Some(&self.cfg.mac[..]) {
             self.dev.wrong_address_dropped += 1;
             return;
         }
-        let (src_gid, dst_gid) = match repr.ip {
-            IpRepr::V4 { src, dst, .. } => (super::qp::ipv4_gid(src), super::qp::ipv4_gid(dst)),
-            IpRepr::V6 { src, dst, .. } => (src, dst),
+        let Some((src_gid, dst_gid)) = ip_addresses(b, view.is_ipv6()) else {
+            self.dev.malformed_frames_dropped += 1;
+            return;
         };
         if !self.cfg.gids.contains(&dst_gid) {
             self.dev.wrong_address_dropped += 1;
@@ -439,14 +441,28 @@ impl Rnic {
             self.dev.unsupported_dropped += 1;
             return;
         }
-        let bth = repr.roce.bth;
+        let bth = BthRepr::from_view(&view.bth());
+        let mut ext = ExtHeaders::default();
+        for e in info.exts.iter() {
+            let Some(h) = view.ext_bytes(e) else { continue };
+            match e {
+                Ext::Reth => ext.reth = Some(RethRepr::parse(h)),
+                Ext::AtomicEth => ext.atomic = Some(AtomicEthRepr::parse(h)),
+                Ext::ImmDt => ext.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+                Ext::Ieth => ext.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
+                Ext::Aeth => ext.aeth = Some(AethRepr::parse(h)),
+                Ext::AtomicAckEth => ext.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
+                // RC opcodes carry none of the others.
+                Ext::Deth | Ext::Feth | Ext::CnpPad => {}
+            }
+        }
         let Some((qp, mut ctx)) = self.split(bth.dest_qp, now) else {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
         qp.counters.packets_received += 1;
         qp.counters.bytes_received += frame.len() as u64;
-        // An RC QP talks to one peer only (§9.6.1.x): frames from elsewhere are not ours.
+        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
         if qp.state == QpState::Reset
             || qp.state == QpState::Init
             || qp.attr.ah_attr.dgid != src_gid
@@ -454,19 +470,11 @@ impl Rnic {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
-        let payload = repr.roce.payload;
+        let payload = view.payload();
         if info.is_request() {
-            responder::handle_request(
-                qp,
-                &mut ctx,
-                info,
-                bth.psn,
-                bth.ack_req,
-                &repr.roce.ext,
-                payload,
-            );
+            responder::handle_request(qp, &mut ctx, info, bth.psn, bth.ack_req, &ext, payload);
         } else {
-            handle_response(qp, &mut ctx, info, bth.psn, &repr.roce.ext, payload);
+            handle_response(qp, &mut ctx, info, bth.psn, &ext, payload);
         }
     }
 
@@ -512,7 +520,8 @@ impl Rnic {
         for k in 0..n {
             let i = (self.rr + k) % n;
             if let Some(len) = self.transmit_qp(i, now, buf) {
-                self.rr = i;
+                // Next time start after this QP: packet-by-packet round robin.
+                self.rr = (i + 1) % n;
                 return Some(len);
             }
         }
@@ -646,6 +655,27 @@ impl Rnic {
             }
         }
         None
+    }
+}
+
+/// Source and destination GIDs of a parsed frame (IPv4 addresses as IPv4-mapped GIDs).
+fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
+    // 802.1Q adds four bytes before the IP header.
+    let ip = if b.get(12..14)? == [0x81, 0x00] {
+        18
+    } else {
+        14
+    };
+    if ipv6 {
+        Some((
+            b.get(ip + 8..ip + 24)?.try_into().ok()?,
+            b.get(ip + 24..ip + 40)?.try_into().ok()?,
+        ))
+    } else {
+        let v4 = |r: core::ops::Range<usize>| -> Option<[u8; 16]> {
+            Some(super::qp::ipv4_gid(b.get(r)?.try_into().ok()?))
+        };
+        Some((v4(ip + 12..ip + 16)?, v4(ip + 16..ip + 20)?))
     }
 }
 

@@ -1,5 +1,5 @@
 //! Protection domains and memory regions (IBTA vol. 1 §10.6 "memory management" and
-//! §9.4.5 / §9.7.5.1 for the remote checks made by the responder).
+//! §9.4 / §9.7.5 for the remote checks made by the responder).
 //!
 //! Contract: the engine owns every memory region's bytes. `reg_mr` allocates them (zeroed)
 //! and hands out an address range (`addr`, an I/O virtual address chosen by the engine,
@@ -53,7 +53,7 @@ pub struct MrInfo {
 }
 
 /// Why an access was refused. The responder turns all of these into NAK remote access
-/// error (IBTA §9.7.5.1.3 / C9-?? R_Key violations); the requester into LOC_PROT_ERR.
+/// error (IBTA §9.7.5, R_Key validation); the requester into LOC_PROT_ERR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AccessError {
     /// No valid region has this key.
@@ -64,7 +64,7 @@ pub enum AccessError {
     OutOfBounds,
     /// The region (or the QP) lacks the needed right.
     NoPermission,
-    /// Atomic operations need an 8-byte aligned address (IBTA §9.4.5).
+    /// Atomic operations need an 8-byte aligned address (IBTA §9.4).
     Misaligned,
 }
 
@@ -130,7 +130,7 @@ impl MemTable {
     }
 
     /// Register a zeroed region of `length` bytes. As `ibv_reg_mr`, remote write or
-    /// remote atomic access requires local write (IBTA §10.6.3.1, C10-10 style rule).
+    /// remote atomic access requires local write (IBTA §10.6, C10-10 style rule).
     pub fn reg_mr(
         &mut self,
         pd: Pd,
@@ -254,7 +254,7 @@ impl MemTable {
         self.regions[slot].as_mut().map(|r| r.data.as_mut_slice())
     }
 
-    /// Invalidate the region named by `rkey` (SEND with invalidate, IBTA §10.6.6). Only a
+    /// Invalidate the region named by `rkey` (SEND with invalidate, IBTA §10.6). Only a
     /// region of the QP's PD can be invalidated.
     pub fn invalidate(&mut self, pd: Pd, rkey: Rkey) -> Result<(), AccessError> {
         let slot = self.slot_of(rkey.0).ok_or(AccessError::BadKey)?;

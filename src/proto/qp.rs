@@ -2,7 +2,7 @@
 //!
 //! Contract: [`check_modify`] decides, from the current state, the requested state and the
 //! attribute mask, whether a modification is legal, exactly as `ibv_modify_qp(3)` documents
-//! for RC QPs (the required/optional attribute table of IBTA vol. 1 §10.3.1, table 91-ish,
+//! for RC QPs (the required/optional attributes per transition of IBTA vol. 1 §10.3,
 //! as the Linux `ib_modify_qp_is_ok` table encodes it). It changes nothing; the engine
 //! applies an accepted modification and performs the state's side effects (flush on ERR,
 //! wipe on RESET, drain on SQD).
@@ -11,7 +11,7 @@ use crate::wire::{Psn, Qpn};
 
 use super::memory::Access;
 
-/// QP states (IBTA §10.3.1, `enum ibv_qp_state`).
+/// QP states (IBTA §10.3, `enum ibv_qp_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum QpState {
     Reset,
@@ -258,7 +258,7 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask
     use QpState::*;
     let none = M(0);
     Some(match (from, to) {
-        // Any state may go to RESET or ERR with no other attribute (IBTA §10.3.1).
+        // Any state may go to RESET or ERR with no other attribute (IBTA §10.3).
         (_, Reset) | (_, Err) => (none, none),
         (Reset, Init) => (M::of(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), none),
         (Init, Init) => (none, M::of(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS])),
@@ -626,7 +626,7 @@ impl Qp {
         }
     }
 
-    /// Move to ERR: every posted WR completes with WR_FLUSH_ERR, in order (§10.3.1 C10-??,
+    /// Move to ERR: every posted WR completes with WR_FLUSH_ERR, in order (IBTA §10.3,
     /// `ibv_modify_qp` to IBV_QPS_ERR).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         self.state = QpState::Err;

@@ -1,10 +1,10 @@
 //! The requester: turns send work requests into request packets (IBTA vol. 1 §9.7.1 PSNs,
 //! §9.7.2 segmentation, §9.7.4 requester behaviour; rxe's `rxe_req.c` plays this role).
 //!
-//! Contract: [`Requester::next_packet`] returns the next request packet to put on the wire,
+//! Contract: `Requester::next_packet` returns the next request packet to put on the wire,
 //! or `None` when nothing may be sent now (queue empty, window full, max_rd_atomic reached,
 //! fence, credits, RNR wait, SQ draining). It never completes work requests: the completer
-//! does, in posting order. Retransmission is Go-Back-N: [`Requester::rewind`] moves the
+//! does, in posting order. Retransmission is Go-Back-N: `Requester::rewind` moves the
 //! transmit point back to a PSN and packets from there are emitted again with the PSNs
 //! they had the first time.
 
@@ -322,7 +322,7 @@ impl Requester {
         self.sq.front().is_some_and(|w| w.started)
     }
 
-    /// Move the transmit point back to PSN `p` (Go-Back-N, IBTA §9.7.4.1.x).
+    /// Move the transmit point back to PSN `p` (Go-Back-N, IBTA §9.7.4 requester retry).
     pub fn rewind(&mut self, p: Psn) {
         match self.sq.iter().position(|w| w.holds(p)) {
             Some(i) => {
@@ -360,8 +360,8 @@ impl Requester {
             self.tx_pkt = w.acked_pkts;
         }
         if !w.started {
-            // Starting a new message: every limit applies (IBTA §9.7.4.1.6 max_rd_atomic,
-            // §9.7.7.2 credits, the FENCE rule of §10.8.3.3).
+            // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
+            // §9.7.7 credits, the FENCE rule of §10.8).
             if lim.draining || w.segs.is_err() {
                 return None;
             }
@@ -374,7 +374,7 @@ impl Requester {
             }
             if honour_credits && op.consumes_recv() {
                 if let Some(c) = self.credits {
-                    // With no credit one message may still go, as a probe (§9.7.7.2.5).
+                    // With no credit one message may still go, as a probe (§9.7.7).
                     if self.recv_msgs_inflight >= c.max(1) {
                         return None;
                     }
@@ -414,7 +414,7 @@ impl Requester {
         let mut end = true;
         let opcode = match op {
             WrOpcode::RdmaRead => {
-                // A retried READ asks only for the responses still missing (§9.7.4.1.4).
+                // A retried READ asks only for the responses still missing (§9.7.4).
                 let off = u64::from(k) * u64::from(lim.mtu);
                 ext.reth = Some(RethRepr {
                     va: w.wr.rdma.remote_addr.wrapping_add(off),
@@ -480,7 +480,7 @@ impl Requester {
                     | WrOpcode::SendWithInv
                     | WrOpcode::RdmaWriteWithImm
             );
-        // AckReq (§9.7.2.1 / rxe): on the last packet of every message, at least every
+        // AckReq (§9.7.2 / rxe): on the last packet of every message, at least every
         // `ack_every` packets, and when the window is about to close.
         self.pkts_since_ack_req += 1;
         let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;

@@ -1,20 +1,20 @@
 //! The responder: executes inbound requests and queues their responses (IBTA vol. 1
-//! §9.7.5 responder behaviour, §9.7.5.1 validation, §9.7.5.2 responses; rxe's
+//! §9.7.5 responder behaviour, §9.7.5 validation, §9.7.5 responses; rxe's
 //! `rxe_resp.c` plays this role).
 //!
-//! Contract: [`handle_request`] checks one request packet in the order the spec gives
+//! Contract: `handle_request` checks one request packet in the order the spec gives
 //! (PSN, opcode sequence, length, receive WQE, R_Key/bounds/rights), then either executes
 //! it or turns the fault into a NAK; it never panics on peer input. Responses (ACK, NAK,
 //! RNR NAK, READ responses, atomic ACKs) go into an ordered queue drained by
-//! [`Responder::next_response`], so that they leave in PSN order: an ACK for a later PSN
+//! `Responder::next_response`, so that they leave in PSN order: an ACK for a later PSN
 //! must never overtake an earlier READ response, or the requester would see an implied
 //! NAK. Consecutive plain ACKs coalesce into the newest.
 
 use std::collections::VecDeque;
 
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Segment,
-    Syndrome, aeth_credits,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation,
+    Psn, Segment, Syndrome, aeth_credits,
 };
 
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
@@ -47,7 +47,7 @@ pub(crate) enum InProgress {
     },
 }
 
-/// A READ or atomic kept for answering duplicates (§9.7.5.1.2 / C9-?? responder resources).
+/// A READ or atomic kept for answering duplicates (IBTA §9.7.5: responder resources for RDMA READ and atomics).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cached {
     pub first_psn: Psn,
@@ -59,8 +59,15 @@ pub(crate) struct Cached {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CachedKind {
-    Read { rkey: u32 },
-    Atomic { orig: u64 },
+    Read {
+        rkey: u32,
+    },
+    /// The original value, and the request itself: a duplicate must match it exactly.
+    Atomic {
+        orig: u64,
+        req: AtomicEthRepr,
+        cmp_swap: bool,
+    },
 }
 
 /// One queued response.
@@ -108,7 +115,7 @@ pub(crate) struct Responder {
     pub epsn: Psn,
     pub msn: Msn,
     /// A PSN sequence error NAK was sent and the expected PSN has not arrived since
-    /// (§9.7.5.1.1: one NAK per sequence error).
+    /// (§9.7.5: one NAK per sequence error).
     pub nak_seq_sent: bool,
     pub cur: Option<InProgress>,
     pub cache: VecDeque<Cached>,
@@ -252,7 +259,7 @@ fn nak(qp: &mut Qp, psn: Psn, code: NakCode) {
     qp.resp.push_ack(psn, Syndrome::Nak(code), msn);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
-        // responder QP too (§9.9.3.1, rxe `do_class_ac_error`).
+        // responder QP too (§9.9, rxe `do_class_ac_error`).
         qp.resp.fatal = true;
         qp.resp.cur = None;
     }
@@ -275,7 +282,7 @@ pub(crate) fn handle_request(
     let mtu = qp.attr.path_mtu.bytes();
     let d = psn.diff(qp.resp.epsn);
     if d > 0 {
-        // §9.7.5.1.1: out of sequence: NAK once, drop until the expected PSN arrives.
+        // §9.7.5: out of sequence: NAK once, drop until the expected PSN arrives.
         qp.counters.out_of_sequence += 1;
         if !qp.resp.nak_seq_sent {
             qp.resp.nak_seq_sent = true;
@@ -290,7 +297,7 @@ pub(crate) fn handle_request(
     }
     qp.resp.nak_seq_sent = false;
 
-    // Opcode sequence (§9.7.5.1.2 / C9-??): a FIRST/MIDDLE must be followed by MIDDLE or
+    // Opcode sequence (IBTA §9.7.5, validation of the request opcode sequence): a FIRST/MIDDLE must be followed by MIDDLE or
     // LAST of the same operation; a new message may not start in the middle of one.
     let cur = qp.resp.cur.unwrap_or(InProgress::None);
     let seq_ok = match (cur, info.operation, info.segment) {
@@ -301,7 +308,7 @@ pub(crate) fn handle_request(
         (InProgress::Write { .. }, Operation::Write, s) => !s.starts(),
         _ => false,
     };
-    // Length rule (§9.7.5.1.2): FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU,
+    // Length rule (§9.7.5): FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU,
     // ONLY 0..=MTU.
     let n = payload.len();
     let len_ok = match info.segment {
@@ -336,7 +343,7 @@ pub(crate) fn handle_request(
             }
         }
         Err(Fault::Rnr) => {
-            // §9.7.5.1.5: no receive WQE: RNR NAK with our min_rnr_timer; the PSN is not
+            // §9.7.5: no receive WQE: RNR NAK with our min_rnr_timer; the PSN is not
             // consumed, the requester resends it after the timer.
             qp.counters.out_of_buffer += 1;
             // Later packets of the same burst are out of sequence now; they must not add a
@@ -359,7 +366,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
     qp.counters.duplicate_request += 1;
     match info.operation {
         Operation::ReadRequest => {
-            // §9.7.5.1.2 duplicate READ: answer again from the PSN asked for; memory is
+            // §9.7.5 duplicate READ: answer again from the PSN asked for; memory is
             // re-read (READs are idempotent), with the R_Key checked again.
             let Some(reth) = ext.reth else { return };
             let hit = qp
@@ -423,7 +430,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             }
         }
         Operation::CmpSwap | Operation::FetchAdd => {
-            // Never execute an atomic twice: replay the saved original value (§9.7.5.1.2).
+            // Never execute an atomic twice: replay the saved original value (§9.7.5).
+            // The duplicate must be the same request (same operation and operands).
             let hit = qp
                 .resp
                 .cache
@@ -431,18 +439,30 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                 .find(|c| c.first_psn == psn && matches!(c.kind, CachedKind::Atomic { .. }))
                 .copied();
             if let Some(Cached {
-                kind: CachedKind::Atomic { orig },
+                kind:
+                    CachedKind::Atomic {
+                        orig,
+                        req,
+                        cmp_swap,
+                    },
                 msn,
                 ..
             }) = hit
             {
-                qp.counters.responses_replayed += 1;
-                qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+                let same =
+                    Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
+                if same {
+                    qp.counters.responses_replayed += 1;
+                    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+                } else {
+                    qp.counters.invalid_requests += 1;
+                    nak(qp, psn, NakCode::InvalidRequest);
+                }
             }
         }
         _ => {
             // Duplicate SEND/WRITE: not executed again; ACK the newest PSN received so
-            // the requester learns how far we are (§9.7.5.1.2).
+            // the requester learns how far we are (§9.7.5).
             let (p, m) = (qp.resp.epsn.sub(1), qp.resp.msn);
             qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m);
         }
@@ -457,7 +477,7 @@ fn remote_check(
     len: u64,
     need: Access,
 ) -> Result<MemRef, Fault> {
-    // The QP's own access flags gate remote operations too (§10.2.3 / ibv qp_access_flags).
+    // The QP's own access flags gate remote operations too (§10.2 / ibv qp_access_flags).
     if !qp.attr.qp_access_flags.contains(need) {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
@@ -509,7 +529,7 @@ fn do_send(
         Ok(s) => s,
         Err(st) => {
             // A receive with a bad local key: it completes in error and the requester
-            // sees a remote operational error (§9.7.5.2.4, class B).
+            // sees a remote operational error (§9.7.5, class B).
             let st = *st;
             complete_recv(qp, ctx, st, WcOpcode::Recv, 0, None, None);
             return Err(Fault::Nak(NakCode::RemoteOperationalError));
@@ -517,7 +537,7 @@ fn do_send(
     };
     if u64::from(written) + payload.len() as u64 > wqe.len {
         // The message is longer than the receive buffer: LOC_LEN_ERR here, invalid
-        // request at the requester (rxe, §9.7.5.1.2 C9-??).
+        // request at the requester (as rxe does).
         complete_recv(
             qp,
             ctx,
@@ -593,7 +613,7 @@ fn do_write(
             _,
         ) => (mem, dma_len, written),
         (_, Some(reth)) => {
-            // A zero-length WRITE touches nothing and checks no R_Key (§9.4.1.1 / C9-??).
+            // A zero-length WRITE touches nothing and checks no R_Key (rxe and hardware designs skip the R_Key check for a zero-length WRITE).
             let mem = if reth.dma_len == 0 {
                 None
             } else {
@@ -614,7 +634,7 @@ fn do_write(
     let total = written
         .checked_add(n)
         .ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-    // More bytes than the RETH announced, or fewer at the end: invalid request (C9-??).
+    // More bytes than the RETH announced, or fewer at the end: invalid request (IBTA §9.7.5 length validation).
     if total > dma_len || (info.segment.ends() && total != dma_len) {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
@@ -722,8 +742,9 @@ fn do_atomic(
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-    // §9.4.5: the target must be 8-byte aligned; a misaligned one is an access error
-    // (rxe and ConnectX NAK it as such).
+    // The target must be 8-byte aligned (IBTA §9.4). xrnic NAKs a misaligned one as a
+    // remote access error, as the transport issue specifies; note that rxe sends NAK
+    // invalid request instead (`RESPST_ERR_MISALIGNED_ATOMIC`), see docs/transport.md.
     if a.va % 8 != 0 {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
@@ -751,7 +772,11 @@ fn do_atomic(
             first_psn: psn,
             npkts: 1,
             msn,
-            kind: CachedKind::Atomic { orig },
+            kind: CachedKind::Atomic {
+                orig,
+                req: a,
+                cmp_swap: info.operation == Operation::CmpSwap,
+            },
         },
     );
     qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });

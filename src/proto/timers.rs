@@ -4,7 +4,7 @@
 //! from the `now` the caller passed in, and the caller learns the earliest deadline from
 //! `Rnic::poll_timeout`.
 
-/// The local ACK timeout of IBTA §9.7.6.1.3 / §11.2.4.2: 4.096 µs × 2^timeout; 0 means
+/// The local ACK timeout of IBTA §9.7.6 / §11.2: 4.096 µs × 2^timeout; 0 means
 /// "infinite" (no retransmission timer).
 pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     if timeout == 0 {
@@ -19,7 +19,7 @@ pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
 pub use crate::wire::rnr_timer_ns;
 
 /// `rnr_retry` and `retry_cnt` counters; rnr_retry 7 means "retry forever" (IBTA
-/// §9.7.5.2.8; retry_cnt 7 means seven retries, as on hardware, unlike rxe).
+/// §9.7.5; retry_cnt 7 means seven retries, as on hardware, unlike rxe).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetryBudget {
     pub retry_left: u8,

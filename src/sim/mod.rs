@@ -91,6 +91,8 @@ struct InFlight {
     seq: u64,
     to: Side,
     bytes: Vec<u8>,
+    /// The frame is `bytes[..len]`; buffers keep their full size to be reused as is.
+    len: usize,
 }
 
 impl PartialEq for InFlight {
@@ -115,7 +117,11 @@ impl Ord for InFlight {
 pub struct Link {
     pub cfg: LinkConfig,
     rng: ChaCha8Rng,
+    /// Frames held back for reordering, by arrival time.
     queue: BinaryHeap<Reverse<InFlight>>,
+    /// All other frames, per destination: their arrival times only grow (the sender's
+    /// side of the wire is serialized and the delay is constant), so a FIFO suffices.
+    fifo: [std::collections::VecDeque<InFlight>; 2],
     busy_until: [u64; 2],
     seq: u64,
     pool: Vec<Vec<u8>>,
@@ -128,6 +134,7 @@ impl Link {
             cfg,
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: BinaryHeap::new(),
+            fifo: Default::default(),
             busy_until: [0; 2],
             seq: 0,
             pool: Vec::new(),
@@ -146,8 +153,10 @@ impl Link {
 
     fn buffer(&mut self, data: &[u8]) -> Vec<u8> {
         let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
-        v.extend_from_slice(data);
+        if v.len() < data.len() {
+            v.resize(data.len(), 0);
+        }
+        v[..data.len()].copy_from_slice(data);
         v
     }
 
@@ -158,66 +167,105 @@ impl Link {
         }
     }
 
+    /// A buffer for the next frame, reused from delivered frames (any length).
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
     /// Put a frame on the wire from `from` at `now`.
     pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) {
+        let b = self.buffer(frame);
+        self.send_owned(now, from, b, frame.len());
+    }
+
+    /// Put the frame `buf[..len]` on the wire, handing over the buffer (no copy).
+    pub fn send_owned(&mut self, now: u64, from: Side, buf: Vec<u8>, len: usize) {
+        let len = len.min(buf.len());
         self.stats.frames_sent += 1;
         let start = now.max(self.busy_until[from.idx()]);
         let ser = if self.cfg.bandwidth_bps == 0 {
             0
         } else {
-            (frame.len() as u64 * 8 * 1_000_000_000).div_ceil(self.cfg.bandwidth_bps)
+            (len as u64 * 8 * 1_000_000_000).div_ceil(self.cfg.bandwidth_bps)
         };
         self.busy_until[from.idx()] = start + ser;
         if self.chance(self.cfg.loss) {
             self.stats.lost += 1;
+            self.recycle(buf);
             return;
         }
-        let copies = if self.chance(self.cfg.dup) {
+        let dup = if self.chance(self.cfg.dup) {
             self.stats.duplicated += 1;
-            2
+            Some(self.buffer(&buf[..len]))
         } else {
-            1
+            None
         };
-        for _ in 0..copies {
+        for mut bytes in std::iter::once(buf).chain(dup) {
             let mut at = start + ser + self.cfg.delay_ns;
-            if self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0 {
+            let reordered = self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0;
+            if reordered {
                 self.stats.reordered += 1;
                 at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
             }
-            let mut bytes = self.buffer(frame);
-            if self.chance(self.cfg.corrupt) && !bytes.is_empty() {
+            if self.chance(self.cfg.corrupt) && len > 0 {
                 self.stats.corrupted += 1;
-                let bit = self.rng.random_range(0..bytes.len() * 8);
+                let bit = self.rng.random_range(0..len * 8);
                 bytes[bit / 8] ^= 1 << (bit % 8);
             }
             self.seq += 1;
-            self.queue.push(Reverse(InFlight {
+            let f = InFlight {
                 at,
                 seq: self.seq,
                 to: from.other(),
                 bytes,
-            }));
+                len,
+            };
+            if reordered {
+                self.queue.push(Reverse(f));
+            } else {
+                self.fifo[from.other().idx()].push_back(f);
+            }
         }
+    }
+
+    /// The queue holding the earliest frame: 0/1 the FIFOs, 2 the reorder heap.
+    fn earliest(&self) -> Option<(usize, u64)> {
+        let key = |f: &InFlight| (f.at, f.seq);
+        [
+            self.fifo[0].front().map(key),
+            self.fifo[1].front().map(key),
+            self.queue.peek().map(|r| key(&r.0)),
+        ]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, k)| k.map(|k| (i, k)))
+        .min_by_key(|&(_, k)| k)
+        .map(|(i, (at, _))| (i, at))
     }
 
     /// When the next frame arrives somewhere.
     pub fn next_delivery(&self) -> Option<u64> {
-        self.queue.peek().map(|r| r.0.at)
+        self.earliest().map(|(_, at)| at)
     }
 
-    /// A frame due at `now`, with the side it arrives at.
-    pub fn pop_due(&mut self, now: u64) -> Option<(Side, Vec<u8>)> {
-        if self.next_delivery()? > now {
+    /// A frame due at `now`: the side it arrives at, its buffer and its length
+    /// (the frame is `buf[..len]`; give the buffer back with [`Link::recycle`]).
+    pub fn pop_due(&mut self, now: u64) -> Option<(Side, Vec<u8>, usize)> {
+        let (q, at) = self.earliest()?;
+        if at > now {
             return None;
         }
-        let f = self.queue.pop()?.0;
+        let f = match q {
+            0 | 1 => self.fifo[q].pop_front()?,
+            _ => self.queue.pop()?.0,
+        };
         self.stats.frames_delivered += 1;
-        Some((f.to, f.bytes))
+        Some((f.to, f.bytes, f.len))
     }
 
     /// Frames still in flight.
     pub fn in_flight(&self) -> usize {
-        self.queue.len()
+        self.queue.len() + self.fifo[0].len() + self.fifo[1].len()
     }
 }
 
@@ -277,9 +325,9 @@ impl Pair {
     /// Do everything due at `now`; returns true if anything happened.
     fn work_now(&mut self) -> bool {
         let mut did = false;
-        while let Some((to, bytes)) = self.link.pop_due(self.now) {
+        while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
             let now = self.now;
-            self.dev(to).handle_frame(now, &bytes);
+            self.dev(to).handle_frame(now, &bytes[..len]);
             self.link.recycle(bytes);
             did = true;
         }
@@ -298,17 +346,22 @@ impl Pair {
                 }
                 let now = self.now;
                 let mut buf = std::mem::take(&mut self.buf);
-                let sent = self.dev(s).poll_transmit(now, &mut buf);
-                if let Some(n) = sent {
-                    if let Some(c) = self.capture.as_mut() {
-                        c.push((now, s, buf[..n].to_vec()));
-                    }
-                    self.link.send(now, s, &buf[..n]);
-                    did = true;
+                if buf.len() < MAX_FRAME_LEN {
+                    buf.resize(MAX_FRAME_LEN, 0);
                 }
-                self.buf = buf;
-                if sent.is_none() {
-                    break;
+                match self.dev(s).poll_transmit(now, &mut buf) {
+                    Some(n) => {
+                        if let Some(c) = self.capture.as_mut() {
+                            c.push((now, s, buf[..n].to_vec()));
+                        }
+                        self.link.send_owned(now, s, buf, n);
+                        self.buf = self.link.take_buffer();
+                        did = true;
+                    }
+                    None => {
+                        self.buf = buf;
+                        break;
+                    }
                 }
             }
         }
@@ -484,7 +537,8 @@ impl Default for ConnectOpts {
             access: Access::ALL,
             ipv6: false,
             traffic_class: 0,
-            psn_a: Psn::new(0x10_0000),
+            // Both start close to the 2^24 wrap, so every run crosses it.
+            psn_a: Psn::new(0xff_ff00),
             psn_b: Psn::new(0xff_fff0),
             max_wr: 4096,
             cq_size: 65536,
@@ -522,9 +576,9 @@ mod tests {
             for i in 0..2000u64 {
                 l.send(i * 1000, Side::A, &[i as u8; 100]);
             }
-            while let Some((to, b)) = l.pop_due(u64::MAX) {
+            while let Some((to, b, n)) = l.pop_due(u64::MAX) {
                 assert_eq!(to, Side::B);
-                out.push(b);
+                out.push(b[..n].to_vec());
             }
             (l.stats, out)
         };

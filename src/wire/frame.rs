@@ -287,7 +287,7 @@ impl<'a> FrameRepr<'a> {
             } => {
                 let total_len = u16::try_from(Ipv4Header::MIN_LEN + ip_payload)
                     .map_err(|_| Error::TooLong { len: total })?;
-                let mut h = Ipv4Header {
+                let h = Ipv4Header {
                     dscp: IpDscp::try_new(tos >> 2).unwrap_or(IpDscp::ZERO),
                     ecn: IpEcn::try_new(tos & 3).unwrap_or(IpEcn::ZERO),
                     total_len,
@@ -302,8 +302,11 @@ impl<'a> FrameRepr<'a> {
                     destination: dst,
                     ..Default::default()
                 };
-                h.header_checksum = h.calc_header_checksum();
-                out[off..off + Ipv4Header::MIN_LEN].copy_from_slice(&h.to_bytes());
+                // Serialized with a zero checksum, then the RFC 1071 sum over the bytes.
+                let mut hb = h.to_bytes();
+                let sum = !ones_complement_sum(&hb);
+                hb[10..12].copy_from_slice(&sum.to_be_bytes());
+                out[off..off + Ipv4Header::MIN_LEN].copy_from_slice(&hb);
                 off += Ipv4Header::MIN_LEN;
             }
             IpRepr::V6 {
@@ -393,6 +396,20 @@ fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Er
     }
 }
 
+/// The 16-bit ones' complement sum of `b` (RFC 1071), folded.
+fn ones_complement_sum(b: &[u8]) -> u16 {
+    let words = b.chunks_exact(2);
+    let odd = words.remainder().first().map_or(0, |&x| u32::from(x) << 8);
+    let mut sum: u32 = odd
+        + words
+            .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+            .sum::<u32>();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -447,8 +464,10 @@ impl<'a> FrameView<'a> {
                     return Err(truncated(Layer::Ipv4, off, total, buf.len() - off));
                 }
                 let found = h.header_checksum();
-                let expected = h.to_header().calc_header_checksum();
-                if found != expected {
+                // RFC 1071: a correct header sums to 0xffff in ones' complement. Checked
+                // on the bytes; the expected value is only rebuilt for the error.
+                if ones_complement_sum(h.slice()) != 0xffff {
+                    let expected = h.to_header().calc_header_checksum();
                     return Err(Error::Ipv4Checksum {
                         offset: off,
                         expected,

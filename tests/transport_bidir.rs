@@ -1,6 +1,7 @@
 //! Both QPs as requester and responder at once, scatter/gather lists on both ends, PSNs
 //! crossing the 2^24 wrap, over a lossy link.
 
+#[path = "transport_common/mod.rs"]
 mod common;
 
 use common::*;

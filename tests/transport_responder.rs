@@ -1,6 +1,7 @@
 //! Responder behaviour seen frame by frame: frames of A are handed to B by hand (no link),
 //! in chosen orders, and B's answers are read back.
 
+#[path = "transport_common/mod.rs"]
 mod common;
 
 use common::*;

@@ -52,6 +52,8 @@ const BATCH: usize = 64;
 const STRIDE: usize = MAX_FRAME_LEN.div_ceil(64) * 64;
 /// How long to back off when the port's transmit ring is full.
 const TX_BACKOFF: Duration = Duration::from_micros(50);
+/// Most kicks per iteration to drain the port's transmit ring.
+const MAX_KICKS: usize = 64;
 
 /// Frame I/O below the driver: whole Ethernet frames in and out, and a descriptor that
 /// `poll(2)` reports readable when frames wait.
@@ -62,6 +64,9 @@ pub trait FrameIo: Send {
     fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
     /// Readable when frames can be received.
     fn poll_fd(&self) -> BorrowedFd<'_>;
+    /// Push queued frames out and reclaim finished ones; returns how many frames the
+    /// port still has on its way out.
+    fn flush(&mut self) -> io::Result<u32>;
     /// Counters of the port.
     fn io_stats(&self) -> IoStats;
 }
@@ -87,6 +92,15 @@ impl FrameIo for XskPort {
     }
     fn poll_fd(&self) -> BorrowedFd<'_> {
         self.as_fd()
+    }
+    fn flush(&mut self) -> io::Result<u32> {
+        // Reap first: in copy mode the kernel completes frames inside the kick itself, so
+        // most of the time nothing is left and no extra system call is needed.
+        self.reap_completions();
+        if self.frame_counts().in_tx == 0 {
+            return Ok(0);
+        }
+        XskPort::flush(self).map_err(io::Error::other)
     }
     fn io_stats(&self) -> IoStats {
         let s = self.stats();
@@ -160,6 +174,9 @@ impl FrameIo for SimIo {
     }
     fn poll_fd(&self) -> BorrowedFd<'_> {
         self.sock.as_fd()
+    }
+    fn flush(&mut self) -> io::Result<u32> {
+        Ok(0)
     }
     fn io_stats(&self) -> IoStats {
         self.stats
@@ -377,6 +394,7 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
     let mut next_stat = epoch;
     let mut stop = false;
     loop {
+        let mut deadline_short = false;
         if shared.stop.load(Ordering::SeqCst) {
             stop = true;
         }
@@ -451,6 +469,21 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         if stalled {
             shared.lock().stats.tx_stalls += 1;
         }
+        // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
+        // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
+        // until the ring is empty or stops draining, so that nothing waits there while
+        // this thread sleeps (a stuck READ response costs a retransmission timeout).
+        let mut in_flight = io.flush().unwrap_or(0);
+        for _ in 0..MAX_KICKS {
+            if in_flight == 0 {
+                break;
+            }
+            let left = io.flush().unwrap_or(in_flight);
+            if left >= in_flight {
+                break;
+            }
+            in_flight = left;
+        }
 
         // Port counters cost system calls (XDP_STATISTICS, a map look-up): refresh them
         // with the snapshot only.
@@ -471,12 +504,19 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         if !idle {
             continue;
         }
+        if in_flight > 0 {
+            // Frames still leaving (zero-copy drivers complete asynchronously): look again
+            // soon, while still waking for received frames and kicks.
+            deadline_short = true;
+        }
         // Sleep until a frame arrives, the API kicks, the engine's next deadline, or the
         // next snapshot is due.
         let mut wait = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
-        if opts.stat_path.is_some() {
-            let s = next_stat.saturating_duration_since(now_i);
-            wait = Some(wait.map_or(s, |w| w.min(s)));
+        // Wake for the next port-counter refresh / snapshot too.
+        let s = next_stat.saturating_duration_since(now_i);
+        wait = Some(wait.map_or(s, |w| w.min(s)));
+        if deadline_short {
+            wait = wait.map(|w| w.min(TX_BACKOFF));
         }
         let ts = wait.map(|w| Timespec {
             tv_sec: w.as_secs() as i64,

@@ -279,13 +279,19 @@ fn device_reports_gids_and_mtu_like_rxe_and_refuses_a_too_large_path_mtu() {
         .iter()
         .map(xrnic::verbs::netdev::gid_text)
         .collect();
-    let ll = format!(
-        "fe80::{:x}:{:x}ff:fe{:x}:{:x}",
-        u16::from_be_bytes([mac[0] ^ 2, mac[1]]),
-        mac[2],
-        mac[3],
-        u16::from_be_bytes([mac[4], mac[5]])
-    );
+    // RFC 4291 appendix A: modified EUI-64 of the MAC (U/L bit flipped, ff:fe inserted).
+    let w = |x: u8, y: u8| u16::from_be_bytes([x, y]);
+    let ll = std::net::Ipv6Addr::new(
+        0xfe80,
+        0,
+        0,
+        0,
+        w(mac[0] ^ 2, mac[1]),
+        w(mac[2], 0xff),
+        w(0xfe, mac[3]),
+        w(mac[4], mac[5]),
+    )
+    .to_string();
     assert_eq!(t, [ll, "::ffff:192.0.2.1".into(), "fd00::1".into()]);
     let p = da.query_port();
     assert_eq!((p.active_mtu, p.netdev_mtu), (Mtu::Mtu1024, 1500));

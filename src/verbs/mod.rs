@@ -986,10 +986,9 @@ impl Qp {
     /// `ibv_post_recv` (one work request).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let s = self.dev().shared();
+        // No kick: a new receive WQE gives the driver nothing to send (a peer that got an
+        // RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
         s.lock().rnic.post_recv(self.qpn, wr)?;
-        // A receive can unblock a peer waiting out an RNR NAK only through the peer's
-        // retry; nothing to send here, but the QP may owe an ACK: let the driver look.
-        s.kick();
         Ok(())
     }
 

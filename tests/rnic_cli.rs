@@ -249,7 +249,13 @@ fn stat_shows_a_live_device_of_another_process() {
         "{}",
         text(&st)
     );
-    let _ = std::fs::remove_file(format!("/run/xrnic/{ifb}.json"));
+    let file = pair
+        .run_in(Side::B, || {
+            xrnic::verbs::stat_file(std::path::Path::new("/run/xrnic"), &ifb).unwrap()
+        })
+        .unwrap();
+    assert!(file.exists(), "{}", file.display());
+    std::fs::remove_file(&file).unwrap();
     let st = netns_cmd(&pair, Side::B, &["stat", "--netdev", &ifb])
         .output()
         .unwrap();
@@ -366,7 +372,13 @@ fn rc_pingpong_errors_are_clear() {
     let _ = first.wait();
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains(&ifb), "{t}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!(
+            "{ifb} already has an XDP program attached: is an xrnic device open on it"
+        )),
+        "{t}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{t}");
     // Not root: re-run as nobody.
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])

@@ -297,7 +297,7 @@ fn injected_loss_is_repaired_and_snapshots_are_written() {
         assert!(da.driver_stats().fault_dropped + db.driver_stats().fault_dropped > 0);
         assert!(a.qp.counters().retransmitted_packets > 0);
         // A live snapshot lists the QP.
-        let path = dir.join("sim0.json");
+        let path = xrnic::verbs::stat_file(&dir, "sim0").unwrap();
         let mut listed = false;
         for _ in 0..500 {
             if let Ok(t) = std::fs::read(&path) {
@@ -309,10 +309,15 @@ fn injected_loss_is_repaired_and_snapshots_are_written() {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(listed, "a running snapshot with the RTS QP");
+        assert!(
+            listed,
+            "a running snapshot with the RTS QP in {}: {:?}",
+            path.display(),
+            std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        );
     }
     // Closed: the last snapshot says so and keeps the totals.
-    let t = std::fs::read(dir.join("sim0.json")).unwrap();
+    let t = std::fs::read(xrnic::verbs::stat_file(&dir, "sim0").unwrap()).unwrap();
     let s: xrnic::driver::Snapshot = serde_json::from_slice(&t).unwrap();
     assert!(!s.running);
     assert!(s.qps.is_empty());

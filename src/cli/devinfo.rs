@@ -165,6 +165,7 @@ mod tests {
                 mtu: 1500,
                 addrs,
                 up: true,
+                xdp_attached: false,
             },
             attr: DeviceAttr {
                 fw_ver: "0.1.0".into(),

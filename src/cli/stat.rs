@@ -1,7 +1,9 @@
 //! `xrnic stat`: device and per-QP counters of an xrnic device running in another process.
 //!
 //! Contract: the device's driver thread writes a JSON snapshot
-//! ([`crate::driver::Snapshot`]) to `<dir>/<netdev>.json` every stat interval (500 ms) and
+//! ([`crate::driver::Snapshot`]) to `<dir>/<netdev>.<netns inode>.json`
+//! ([`crate::verbs::stat_file`]: run `xrnic stat` in the device's namespace) every stat
+//! interval (500 ms) and
 //! once more when the device closes (`"running": false`); the file is replaced
 //! atomically (write + rename), so a reader never sees half of one. `xrnic stat` reads it
 //! and prints it in the spirit of `rdma statistic show` (one `name value` list per
@@ -77,7 +79,13 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
 /// `xrnic stat`.
 pub fn run(args: &StatArgs) -> ExitCode {
     use std::io::Write;
-    let path = args.dir.join(format!("{}.json", args.netdev));
+    let path = match crate::verbs::stat_file(&args.dir, &args.netdev) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xrnic stat: cannot name this network namespace: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let text = match std::fs::read(&path) {
         Ok(t) => t,
         Err(e) => {

@@ -114,6 +114,8 @@ pub enum Error {
     PathMtuTooLarge { requested: u32, active: u32 },
     /// Source and destination GIDs of different IP versions.
     GidFamilyMismatch { sgid_index: u8 },
+    /// The interface already has an XDP program: another device is open on it.
+    XdpBusy { ifname: String },
     /// A range outside a memory region.
     OutOfBounds {
         offset: usize,
@@ -140,6 +142,11 @@ impl core::fmt::Display for Error {
             Error::GidFamilyMismatch { sgid_index } => write!(
                 f,
                 "source GID {sgid_index} and the destination GID are not both IPv4 or both IPv6"
+            ),
+            Error::XdpBusy { ifname } => write!(
+                f,
+                "{ifname} already has an XDP program attached: is an xrnic device open on it \
+                 in another process? (`ip link show dev {ifname}` shows the program)"
             ),
             Error::OutOfBounds { offset, len, size } => write!(
                 f,
@@ -181,7 +188,7 @@ pub struct DeviceOptions {
     /// Fault injection: drop this fraction of received frames (see [`DriverOptions`]).
     pub rx_drop: f64,
     pub seed: u64,
-    /// Write stat snapshots to `<dir>/<netdev>.json` (`xrnic stat` reads them).
+    /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
 }
@@ -201,6 +208,15 @@ impl Default for DeviceOptions {
 
 /// The directory `xrnic` tools write stat snapshots to.
 pub const STAT_DIR: &str = "/run/xrnic";
+
+/// The stat snapshot file of `netdev` in the calling thread's network namespace:
+/// `<dir>/<netdev>.<netns inode>.json`. The inode keeps two namespaces' `eth0` apart;
+/// `xrnic stat` run in the same namespace finds the same file.
+pub fn stat_file(dir: &std::path::Path, netdev: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata("/proc/thread-self/ns/net")?.ino();
+    Ok(dir.join(format!("{netdev}.{ino}.json")))
+}
 
 /// Device attributes (`struct ibv_device_attr`, the fields xrnic has values for).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -374,6 +390,13 @@ impl Device {
     pub fn open_with(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
         afxdp::sys::require_root("opening an xrnic device (AF_XDP and XDP)")?;
         let info = query_netdev(netdev)?;
+        // Checked first so that the answer is immediate: attaching would be refused with
+        // EBUSY only after the port's retries (meant for a queue still being released).
+        if info.netdev.xdp_attached {
+            return Err(Error::XdpBusy {
+                ifname: netdev.to_string(),
+            });
+        }
         let ns = netdev::NetNs::current()?;
         let port = XskPort::open(netdev, opts.queue, opts.port)?;
         let cfg = Config {
@@ -387,7 +410,8 @@ impl Device {
             stat_path: opts
                 .stat_dir
                 .as_ref()
-                .map(|d| d.join(format!("{netdev}.json"))),
+                .map(|d| stat_file(d, netdev))
+                .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: netdev.to_string(),
         };
@@ -464,7 +488,8 @@ impl Device {
             stat_path: opts
                 .stat_dir
                 .as_ref()
-                .map(|d| d.join(format!("{name}.json"))),
+                .map(|d| stat_file(d, &name))
+                .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: name.clone(),
         };

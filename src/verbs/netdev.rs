@@ -120,11 +120,15 @@ pub struct NetdevInfo {
     /// The link is up (operstate UP, or UNKNOWN with the interface administratively up,
     /// as for devices that do not report carrier).
     pub up: bool,
+    /// An XDP program is attached (another xrnic device, or another XDP user).
+    pub xdp_attached: bool,
 }
 
 #[derive(serde::Deserialize)]
 struct JsonLinkState {
     operstate: Option<String>,
+    /// Present when an XDP program is attached.
+    xdp: Option<serde_json::Value>,
     #[serde(default)]
     flags: Vec<String>,
 }
@@ -141,6 +145,7 @@ pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
         .args(["-j", "link", "show", "dev", ifname])
         .output()?;
     let states: Vec<JsonLinkState> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let xdp_attached = states.first().is_some_and(|s| s.xdp.is_some());
     let up = states.first().is_some_and(|s| {
         let admin_up = s.flags.iter().any(|f| f == "UP");
         let lower_up = s.flags.iter().any(|f| f == "LOWER_UP");
@@ -157,6 +162,7 @@ pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
         mtu: l.mtu,
         addrs: l.addrs.into_iter().map(|(a, _)| a).collect(),
         up,
+        xdp_attached,
     })
 }
 

@@ -31,7 +31,8 @@ enum Command {
     /// Without SERVER, wait for a client; with it, connect to that server.
     RcPingpong(xrnic::cli::pingpong::PingpongArgs),
     /// Device and per-QP counters of an xrnic device running in another process (from
-    /// the snapshot its driver writes to /run/xrnic/<netdev>.json).
+    /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
+    /// the device's network namespace).
     Stat(xrnic::cli::stat::StatArgs),
 }
 

@@ -49,15 +49,24 @@ fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
 
 /// Server on B, client on A; returns (server output, client output).
 fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {
+    pingpong_named(pair, extra, port, false)
+}
+
+/// [`pingpong`], naming the devices the ibv_rc_pingpong way (`-d xrnic_IF`) if `ib_dev`.
+fn pingpong_named(pair: &VethPair, extra: &[&str], port: u16, ib_dev: bool) -> (Output, Output) {
     let port_s = port.to_string();
-    let mut args_b = vec![
-        "rc-pingpong",
-        "--netdev",
-        &pair.end(Side::B).ifname,
-        "-p",
-        &port_s,
-        "--verify",
-    ];
+    let dev_b = format!("xrnic_{}", pair.end(Side::B).ifname);
+    let dev_a = format!("xrnic_{}", pair.end(Side::A).ifname);
+    let (flag, name_b, name_a) = if ib_dev {
+        ("-d", dev_b.as_str(), dev_a.as_str())
+    } else {
+        (
+            "--netdev",
+            pair.end(Side::B).ifname.as_str(),
+            pair.end(Side::A).ifname.as_str(),
+        )
+    };
+    let mut args_b = vec!["rc-pingpong", flag, name_b, "-p", &port_s, "--verify"];
     args_b.extend_from_slice(extra);
     let mut server = netns_cmd(pair, Side::B, &args_b)
         .stdout(Stdio::piped())
@@ -65,14 +74,7 @@ fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {
         .spawn()
         .expect("start server");
     wait_listening(pair, Side::B, port, &mut server);
-    let mut args_a = vec![
-        "rc-pingpong",
-        "--netdev",
-        &pair.end(Side::A).ifname,
-        "-p",
-        &port_s,
-        "--verify",
-    ];
+    let mut args_a = vec!["rc-pingpong", flag, name_a, "-p", &port_s, "--verify"];
     args_a.extend_from_slice(extra);
     args_a.push("192.0.2.2");
     let client = netns_cmd(pair, Side::A, &args_a)
@@ -171,6 +173,22 @@ fn rc_pingpong_at_path_mtu_4096_on_a_9000_veth() {
     let acks = v["device"]["qp"]["acks_sent"].as_u64().unwrap();
     assert_eq!(sent - acks, 1600, "{v}");
     assert_eq!(v["running"], false);
+}
+
+#[test]
+fn rc_pingpong_takes_ibv_rc_pingpong_device_options() {
+    if !require_root("rc_pingpong_takes_ibv_rc_pingpong_device_options") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let (srv, cli) = pingpong_named(
+        &pair,
+        &["-i", "1", "-e", "-l", "0", "-n", "20"],
+        18650,
+        true,
+    );
+    check_run(&cli, 4096, 20, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
+    check_run(&srv, 4096, 20, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
 }
 
 #[test]

@@ -11,7 +11,8 @@
 //!   receives are reposted when at most one is left, `parse_single_wc`), and the same
 //!   output lines ("local address: ...", "remote address: ...", "N bytes in S seconds =
 //!   R Mbit/sec", "N iters in S seconds = U usec/iter").
-//! - Differences: `--netdev IF` names the device; `-g` defaults to the first IPv4 GID
+//! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the device; `-e` and `-l` are
+//!   accepted and change nothing; `-g` defaults to the first IPv4 GID
 //!   (RoCE needs one, the stock default of none does not work on RoCE); completions are
 //!   waited for on a condition variable unless `--busy-poll` (the stock default spins).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
@@ -47,8 +48,26 @@ const SILENCE: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, clap::Args)]
 pub struct PingpongArgs {
     /// The network interface the device runs on.
-    #[arg(long, value_name = "IF")]
-    pub netdev: String,
+    #[arg(long, value_name = "IF", required_unless_present = "ib_dev")]
+    pub netdev: Option<String>,
+    /// The device, as ibv_rc_pingpong names it: `xrnic_<IF>` (or just IF).
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        value_name = "DEV",
+        conflicts_with = "netdev"
+    )]
+    pub ib_dev: Option<String>,
+    /// Port of the device (there is one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
+    pub ib_port: u8,
+    /// Sleep on CQ events (accepted for compatibility: xrnic always does unless
+    /// --busy-poll).
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// Service level (accepted for compatibility; RoCE v2 has no SL on the wire).
+    #[arg(short = 'l', long, default_value_t = 0)]
+    pub sl: u8,
     /// Listen on / connect to this TCP port.
     #[arg(short, long, default_value_t = 18515)]
     pub port: u16,
@@ -116,26 +135,34 @@ fn gid_text(g: &[u8; 16]) -> String {
 /// The whole run; prints like rc_pingpong and returns what it measured.
 pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     let size = args.size as usize;
+    let ifname = args
+        .netdev
+        .clone()
+        .or_else(|| {
+            args.ib_dev
+                .as_ref()
+                .map(|d| d.strip_prefix("xrnic_").unwrap_or(d).to_string())
+        })
+        .ok_or("no device: give --netdev IF or -d xrnic_IF")?;
     let opts = DeviceOptions {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
         ..DeviceOptions::default()
     };
-    let dev = Device::open_with(&args.netdev, &opts).map_err(|e| e.to_string())?;
+    let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
     let gidx = match args.gid_idx {
         Some(g) => g,
         None => dev
             .gid_table()
             .iter()
             .position(crate::proto::gid_is_ipv4)
-            .ok_or_else(|| format!("{} has no IPv4 address: choose a GID with -g", args.netdev))?
+            .ok_or_else(|| format!("{ifname} has no IPv4 address: choose a GID with -g"))?
             as u8,
     };
     let my_gid = dev.query_gid(gidx.into()).ok_or_else(|| {
         format!(
-            "can't read sgid of index {gidx} ({} has {} GIDs)",
-            args.netdev,
+            "can't read sgid of index {gidx} ({ifname} has {} GIDs)",
             dev.gid_table().len()
         )
     })?;

@@ -3,7 +3,7 @@
 //! reads the clock for the transport.
 //!
 //! Contract:
-//! - The engine lives behind one `Mutex` ([`Shared::engine`]); the application (the
+//! - The engine lives behind one `Mutex` (in [`Shared`]); the application (the
 //!   [`crate::verbs`] API) and the driver thread both lock it for short, bounded work. A
 //!   mutex rather than a command channel because the verbs are synchronous in libibverbs
 //!   (`ibv_post_send` returns the outcome of its checks, `ibv_poll_cq` returns what is there

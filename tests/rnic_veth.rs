@@ -580,3 +580,41 @@ fn dropping_the_device_stops_the_driver_and_detaches_xdp() {
     drop(again);
     assert!(!has_xdp());
 }
+
+#[test]
+fn a_vanished_interface_does_not_make_the_driver_spin() {
+    if !require_root("a_vanished_interface_does_not_make_the_driver_spin") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let da = open(&pair, Side::A, &DeviceOptions::default());
+    let db = open(&pair, Side::B, &DeviceOptions::default());
+    let a = end(da);
+    let b = end(db);
+    connect(&a, &b, 1, Mtu::Mtu1024);
+    // Delete the veth pair under the running devices. (An unbound AF_XDP socket polls as
+    // "nothing to read", not as an error, so the driver simply sleeps.)
+    let out = pair
+        .exec(Side::A, &["ip", "link", "del", &pair.end(Side::A).ifname])
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    let before = a.dev.driver_stats();
+    let t0 = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = a.dev.driver_stats();
+    let elapsed_ms = t0.elapsed().as_millis() as u64;
+    let iterations = after.iterations - before.iterations;
+    assert!(
+        iterations <= elapsed_ms / 500 + 2,
+        "{iterations} iterations in {elapsed_ms} ms: {after:?}"
+    );
+    // Work posted now fails cleanly: the retries run out into an error completion.
+    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
+    wr.sg_list = vec![a.mr.sge(0, 8)];
+    wr.rdma.remote_addr = b.mr.addr();
+    wr.rdma.rkey = b.mr.rkey();
+    a.qp.post_send(wr).unwrap();
+    let r = wait_n(&a.cq, 1)[0];
+    assert_eq!(r.status, WcStatus::RetryExcErr, "{r:?}");
+}

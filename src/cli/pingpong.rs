@@ -14,7 +14,10 @@
 //! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the device; `-e` and `-l` are
 //!   accepted and change nothing; `-g` defaults to the first IPv4 GID
 //!   (RoCE needs one, the stock default of none does not work on RoCE); completions are
-//!   waited for on a condition variable unless `--busy-poll` (the stock default spins).
+//!   waited for on a condition variable unless `--busy-poll` (the stock default spins);
+//!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
+//!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
+//!   exits at once, and its peer's last send can then fail on a lossy link).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first
@@ -42,6 +45,11 @@ const SEND_WRID: u64 = 2;
 pub const FILL: u8 = 0x7b;
 /// A stock client with `-c` writes 0 at each multiple of this (its page size).
 const PAGE: usize = 4096;
+/// How long the QP must be silent before the device closes (twice rc_pingpong's local
+/// ACK timeout, 4.096 µs × 2^14 ≈ 67 ms, plus margin).
+const QUIET: Duration = Duration::from_millis(150);
+/// The longest the device stays up after the run.
+const LINGER_MAX: Duration = Duration::from_secs(3);
 /// Give up when no completion arrived for this long (the stock tool spins forever).
 const SILENCE: Duration = Duration::from_secs(30);
 
@@ -354,6 +362,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6;
+    linger(&qp);
     let bytes = u64::from(args.size) * u64::from(args.iters) * 2;
     println!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
@@ -374,6 +383,23 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         usec,
         verified,
     })
+}
+
+/// Keep the device up until the QP has received nothing for [`QUIET`] (at most
+/// [`LINGER_MAX`]): if our last ACK was lost, the peer retransmits after its ACK timeout
+/// and must still get an answer, or its last send fails with RETRY_EXC_ERR.
+fn linger(qp: &verbs::Qp) {
+    let mut last = qp.counters().packets_received;
+    let mut waited = Duration::ZERO;
+    while waited < LINGER_MAX {
+        std::thread::sleep(QUIET);
+        waited += QUIET;
+        let now = qp.counters().packets_received;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
 }
 
 fn print_remote(rem: &PingpongDest) {

@@ -618,3 +618,123 @@ fn a_vanished_interface_does_not_make_the_driver_spin() {
     let r = wait_n(&a.cq, 1)[0];
     assert_eq!(r.status, WcStatus::RetryExcErr, "{r:?}");
 }
+
+/// The RoCE part (BTH .. ICRC) of an IPv6 frame from fd00::2 port `sport` to fd00::1:4791,
+/// with an ICRC valid for the headers the kernel will build (over IPv6 the ICRC masks
+/// traffic class, flow label, hop limit and the UDP checksum, and there is no IP ID), so
+/// a plain UDP socket can put well-formed RoCE packets on the wire.
+fn roce_payload_v6(sport: u16, opcode: xrnic::wire::Opcode, dest_qp: u32) -> Vec<u8> {
+    use xrnic::wire::{
+        BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, PKey, Psn, Qpn, RoceRepr, UdpRepr,
+    };
+    let ip = |n: u8| {
+        let mut a = [0u8; 16];
+        a[0] = 0xfd;
+        a[15] = n;
+        a
+    };
+    let payload = [0x5a; 32];
+    let repr = FrameRepr {
+        eth: EthRepr {
+            dst: [0; 6],
+            src: [0; 6],
+            vlan_tci: None,
+        },
+        ip: IpRepr::V6 {
+            src: ip(2),
+            dst: ip(1),
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        },
+        udp: UdpRepr {
+            src_port: sport,
+            checksum: 0,
+        },
+        roce: RoceRepr {
+            bth: BthRepr {
+                opcode,
+                solicited: false,
+                mig_req: false,
+                pad_count: 0,
+                pkey: PKey::DEFAULT,
+                fecn: false,
+                becn: false,
+                resv6: 0,
+                dest_qp: Qpn::new(dest_qp),
+                ack_req: true,
+                resv7: 0,
+                psn: Psn::new(0),
+            },
+            ext: ExtHeaders::default(),
+            payload: &payload,
+        },
+    };
+    let mut buf = vec![0u8; repr.buffer_len()];
+    let n = repr.emit(&mut buf).expect("emit");
+    // Ethernet (14) + IPv6 (40) + UDP (8) are the kernel's to build.
+    buf[62..n].to_vec()
+}
+
+#[test]
+fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
+    if !require_root("foreign_frames_with_valid_icrcs_are_dropped_and_counted") {
+        return;
+    }
+    use xrnic::wire::Opcode;
+    let pair = VethPair::new(1500).expect("veth pair");
+    let da = open(&pair, Side::A, &DeviceOptions::default());
+    let db = open(&pair, Side::B, &DeviceOptions::default());
+    let a = end(da);
+    let b = end(db);
+    // Connected over the IPv4 GIDs: the QP's peer is ::ffff:192.0.2.2, not fd00::2.
+    connect(&a, &b, 1, Mtu::Mtu1024);
+    let qpn = a.qp.qp_num().value();
+    let before = a.dev.counters();
+    let qp_before = a.qp.counters();
+    let frames = [
+        roce_payload_v6(5555, Opcode::RC_SEND_ONLY, 0x99), // no such QP
+        roce_payload_v6(5555, Opcode::RC_SEND_ONLY, qpn),  // our QP, not its peer
+        roce_payload_v6(5555, Opcode(0x24), qpn),          // UC SEND ONLY: not RC
+    ];
+    pair.run_in(Side::B, || {
+        let s = UdpSocket::bind("[fd00::2]:5555").unwrap();
+        for f in &frames {
+            s.send_to(f, "[fd00::1]:4791").unwrap();
+        }
+    })
+    .unwrap();
+    let mut after = a.dev.counters();
+    for _ in 0..500 {
+        if after.unknown_qp_dropped > before.unknown_qp_dropped
+            && after.unsupported_dropped > before.unsupported_dropped
+            && a.qp.counters().dropped_wrong_state > qp_before.dropped_wrong_state
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        after = a.dev.counters();
+    }
+    assert_eq!(
+        after.unknown_qp_dropped - before.unknown_qp_dropped,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(
+        after.unsupported_dropped - before.unsupported_dropped,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(
+        a.qp.counters().dropped_wrong_state - qp_before.dropped_wrong_state,
+        1,
+        "a frame from another address than the QP's peer"
+    );
+    // Their ICRCs were right: nothing counted as malformed.
+    assert_eq!(after.icrc_errors, before.icrc_errors, "{after:?}");
+    assert_eq!(
+        after.malformed_frames_dropped,
+        before.malformed_frames_dropped
+    );
+    every_send_still_works(&a, &b);
+}

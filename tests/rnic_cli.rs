@@ -30,6 +30,33 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Removes the stat snapshots the tools wrote for the pair's interfaces (also when the
+/// test fails), so that /run/xrnic does not collect files of deleted interfaces.
+struct StatFiles(Vec<String>);
+
+impl StatFiles {
+    fn of(pair: &VethPair) -> Self {
+        StatFiles(vec![
+            pair.end(Side::A).ifname.clone(),
+            pair.end(Side::B).ifname.clone(),
+        ])
+    }
+}
+
+impl Drop for StatFiles {
+    fn drop(&mut self) {
+        let Ok(dir) = std::fs::read_dir(xrnic::verbs::STAT_DIR) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if self.0.iter().any(|i| name.starts_with(&format!("{i}."))) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 /// Wait (bounded) until something listens on TCP `port` in `side`'s namespace.
 fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
     for _ in 0..1000 {
@@ -121,6 +148,7 @@ fn rc_pingpong_client_and_server_pair_ipv4_and_ipv6_sizes_1_4096_65536() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let mut port = 18515;
     for (gid, a, b) in [
         ("1", "::ffff:192.0.2.1", "::ffff:192.0.2.2"),
@@ -144,6 +172,7 @@ fn rc_pingpong_at_path_mtu_4096_on_a_9000_veth() {
         return;
     }
     let pair = VethPair::new(9000).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let (srv, cli) = pingpong(&pair, &["-m", "4096", "-s", "65536", "-n", "100"], 18600);
     check_run(&cli, 65536, 100, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
     check_run(&srv, 65536, 100, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
@@ -181,6 +210,7 @@ fn rc_pingpong_takes_ibv_rc_pingpong_device_options() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let (srv, cli) = pingpong_named(
         &pair,
         &["-i", "1", "-e", "-l", "0", "-n", "20"],
@@ -197,6 +227,7 @@ fn rc_pingpong_repairs_injected_loss() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let (srv, cli) = pingpong(
         &pair,
         &["-s", "8192", "-n", "200", "--rx-drop", "0.02"],
@@ -231,6 +262,7 @@ fn stat_shows_a_live_device_of_another_process() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     // A server that waits for a client forever: its device and QP stay up meanwhile.
     let ifb = pair.end(Side::B).ifname.clone();
     let mut server = netns_cmd(
@@ -291,6 +323,7 @@ fn devinfo_on_a_veth_end() {
         return;
     }
     let pair = VethPair::new(9000).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let ifa = pair.end(Side::A).ifname.clone();
     let o = netns_cmd(&pair, Side::A, &["devinfo", "-v", "--netdev", &ifa])
         .output()
@@ -323,6 +356,7 @@ fn rc_pingpong_errors_are_clear() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
     let ifb = pair.end(Side::B).ifname.clone();
     let run = |args: &[&str]| netns_cmd(&pair, Side::B, args).output().unwrap();
     let expect = |o: Output, code: i32, msg: &str| {

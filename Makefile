@@ -7,6 +7,7 @@
 #   make test        build, all tests (tshark comparison included), clippy, rustfmt
 #   make bench-wire  wire-layer benchmarks (criterion)
 #   make bench-net   AF_XDP benchmarks on a veth pair (root; so far the raw AF_XDP baseline)
+#   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
@@ -29,7 +30,7 @@ DEMO_PCAP ?= target/demo.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe
+.PHONY: help deps demo demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -44,6 +45,11 @@ demo:
 	@# --strict: exit 1 unless every packet parses and carries a correct ICRC.
 	$(CARGO) run --quiet --bin xrnic -- decode --strict $(DEMO_PCAP)
 	@echo "demo: all ICRCs ok (also try: cargo run -q -- decode --json $(DEMO_PCAP))"
+
+demo-rnic:
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+	$(CARGO) run --quiet --example rnic_veth
+	$(CARGO) run --quiet --example rnic_veth -- 6 9000
 
 test:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)

@@ -5,8 +5,10 @@
 
 pub mod capture;
 pub mod cli;
+pub mod driver;
 pub mod io;
 pub mod oob;
 pub mod proto;
 pub mod sim;
+pub mod verbs;
 pub mod wire;

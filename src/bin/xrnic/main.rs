@@ -25,12 +25,24 @@ enum Command {
     /// Run two RC QPs over a simulated lossy link (virtual time) and verify every byte and
     /// completion. Exit status 1 when data or completions are wrong.
     Sim(xrnic::cli::sim::SimArgs),
+    /// Show the xrnic device of a network interface like `ibv_devinfo` (no root needed).
+    Devinfo(xrnic::cli::devinfo::DevinfoArgs),
+    /// RC ping-pong like `ibv_rc_pingpong`, interoperable with it (root: AF_XDP).
+    /// Without SERVER, wait for a client; with it, connect to that server.
+    RcPingpong(xrnic::cli::pingpong::PingpongArgs),
+    /// Device and per-QP counters of an xrnic device running in another process (from
+    /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
+    /// the device's network namespace).
+    Stat(xrnic::cli::stat::StatArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => xrnic::cli::decode::run(&args),
+        Command::Devinfo(args) => xrnic::cli::devinfo::run(&args),
+        Command::RcPingpong(args) => xrnic::cli::pingpong::run(&args),
+        Command::Stat(args) => xrnic::cli::stat::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

@@ -23,7 +23,7 @@
 
 use std::io::Write;
 use std::num::NonZeroU32;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 use xsk_rs::config::{
@@ -168,6 +168,17 @@ impl std::fmt::Debug for XskPort {
 
 fn queue_size(n: u32, what: &str) -> Result<QueueSize, Error> {
     QueueSize::new(n).map_err(|e| Error::Config(format!("{what} {n}: {e}")))
+}
+
+/// The socket's descriptor, for `poll(2)` together with other descriptors (the driver
+/// waits on it and on its wake-up eventfd at once). Readable when the rx ring has frames.
+impl AsFd for XskPort {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the descriptor is the socket owned by `self.rx_q` (xsk-rs closes it when
+        // the queue drops); the returned borrow cannot outlive `self`, so it stays open for
+        // as long as the borrow exists.
+        unsafe { BorrowedFd::borrow_raw(self.rx_q.fd().as_raw_fd()) }
+    }
 }
 
 impl XskPort {

@@ -1,0 +1,438 @@
+//! `xrnic rc-pingpong`: `ibv_rc_pingpong` on an xrnic device (rdma-core
+//! libibverbs/examples/rc_pingpong.c), so that it pairs with itself and with the stock
+//! tool on rxe or hardware.
+//!
+//! Contract:
+//! - Same options and defaults (`-p 18515 -s 4096 -n 1000 -m 1024 -r 500 -g`), the same
+//!   TCP exchange ([`crate::oob::pingpong`]), the same QP setup (`pp_connect_ctx`: RTR with
+//!   `min_rnr_timer 12`, `max_dest_rd_atomic 1`, hop limit 1; RTS with `timeout 14`,
+//!   `retry_cnt 7`, `rnr_retry 7`), a random 24-bit PSN, the same ping-pong (the client
+//!   sends first; each side sends again once its previous send and a receive completed;
+//!   receives are reposted when at most one is left, `parse_single_wc`), and the same
+//!   output lines ("local address: ...", "remote address: ...", "N bytes in S seconds =
+//!   R Mbit/sec", "N iters in S seconds = U usec/iter").
+//! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the device; `-e` and `-l` are
+//!   accepted and change nothing; `-g` defaults to the first IPv4 GID
+//!   (RoCE needs one, the stock default of none does not work on RoCE); completions are
+//!   waited for on a condition variable unless `--busy-poll` (the stock default spins);
+//!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
+//!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
+//!   exits at once, and its peer's last send can then fail on a lossy link).
+//! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
+//!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
+//!   the one exception it makes is a stock client run with `-c`, which zeroes the first
+//!   byte of each 4 KiB page before sending, so 0x00 is accepted there. The stock tool
+//!   does not verify what it receives (its `-c` check is of its own buffer). We send 0x7b
+//!   too, from a buffer separate from the receive buffer, and clear the receive buffer
+//!   after each check so a message that never arrived cannot pass as the old one.
+//! - Exit status 0 on success, 1 on any failure (with the reason on stderr), 2 for usage
+//!   errors.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+use crate::oob::pingpong::{PingpongDest, Server, client_exchange};
+use crate::proto::{Access, AttrMask, Mtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode};
+use crate::verbs::{self, ConnectOpts, Device, DeviceOptions, Remote, netdev};
+use crate::wire::Psn;
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+/// What ibv_rc_pingpong fills its buffer with.
+pub const FILL: u8 = 0x7b;
+/// A stock client with `-c` writes 0 at each multiple of this (its page size).
+const PAGE: usize = 4096;
+/// How long the QP must be silent before the device closes (twice rc_pingpong's local
+/// ACK timeout, 4.096 µs × 2^14 ≈ 67 ms, plus margin).
+const QUIET: Duration = Duration::from_millis(150);
+/// The longest the device stays up after the run.
+const LINGER_MAX: Duration = Duration::from_secs(3);
+/// Give up when no completion arrived for this long (the stock tool spins forever).
+const SILENCE: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct PingpongArgs {
+    /// The network interface the device runs on.
+    #[arg(long, value_name = "IF", required_unless_present = "ib_dev")]
+    pub netdev: Option<String>,
+    /// The device, as ibv_rc_pingpong names it: `xrnic_<IF>` (or just IF).
+    #[arg(
+        short = 'd',
+        long = "ib-dev",
+        value_name = "DEV",
+        conflicts_with = "netdev"
+    )]
+    pub ib_dev: Option<String>,
+    /// Port of the device (there is one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=1))]
+    pub ib_port: u8,
+    /// Sleep on CQ events (accepted for compatibility: xrnic always does unless
+    /// --busy-poll).
+    #[arg(short = 'e', long)]
+    pub events: bool,
+    /// Service level (accepted for compatibility; RoCE v2 has no SL on the wire).
+    #[arg(short = 'l', long, default_value_t = 0)]
+    pub sl: u8,
+    /// Listen on / connect to this TCP port.
+    #[arg(short, long, default_value_t = 18515)]
+    pub port: u16,
+    /// Size of each message.
+    #[arg(short, long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+    pub size: u32,
+    /// Path MTU.
+    #[arg(short, long, default_value_t = 1024, value_parser = parse_mtu)]
+    pub mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short, long = "rx-depth", default_value_t = 500, value_parser = clap::value_parser!(u32).range(2..=16384))]
+    pub rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Local GID index (default: the first IPv4-mapped GID).
+    #[arg(short, long = "gid-idx")]
+    pub gid_idx: Option<u8>,
+    /// Check every received message (see the module documentation).
+    #[arg(long)]
+    pub verify: bool,
+    /// Spin on the CQ instead of sleeping until the driver signals a completion.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Testing: drop this fraction of received frames in the driver.
+    #[arg(long, hide = true, default_value_t = 0.0)]
+    pub rx_drop: f64,
+    /// Do not write stat snapshots to /run/xrnic.
+    #[arg(long)]
+    pub no_stat: bool,
+    /// Connect to this server; without it, be the server.
+    pub server: Option<String>,
+}
+
+fn parse_mtu(s: &str) -> Result<u32, String> {
+    let v: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    Mtu::from_bytes(v)
+        .map(|_| v)
+        .ok_or_else(|| format!("{v} is not an IB MTU (256, 512, 1024, 2048 or 4096)"))
+}
+
+/// What a run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    pub bytes: u64,
+    pub usec: f64,
+    pub verified: u64,
+}
+
+/// `xrnic rc-pingpong`.
+pub fn run(args: &PingpongArgs) -> ExitCode {
+    match pingpong(args) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xrnic rc-pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn gid_text(g: &[u8; 16]) -> String {
+    netdev::gid_text(g)
+}
+
+/// The whole run; prints like rc_pingpong and returns what it measured.
+pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
+    let size = args.size as usize;
+    let ifname = args
+        .netdev
+        .clone()
+        .or_else(|| {
+            args.ib_dev
+                .as_ref()
+                .map(|d| d.strip_prefix("xrnic_").unwrap_or(d).to_string())
+        })
+        .ok_or("no device: give --netdev IF or -d xrnic_IF")?;
+    let opts = DeviceOptions {
+        rx_drop: args.rx_drop,
+        seed: u64::from(std::process::id()),
+        stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        ..DeviceOptions::default()
+    };
+    let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
+    let gidx = match args.gid_idx {
+        Some(g) => g,
+        None => dev
+            .gid_table()
+            .iter()
+            .position(crate::proto::gid_is_ipv4)
+            .ok_or_else(|| format!("{ifname} has no IPv4 address: choose a GID with -g"))?
+            as u8,
+    };
+    let my_gid = dev.query_gid(gidx.into()).ok_or_else(|| {
+        format!(
+            "can't read sgid of index {gidx} ({ifname} has {} GIDs)",
+            dev.gid_table().len()
+        )
+    })?;
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |err: verbs::Error| format!("{what}: {err}")
+    };
+    let pd = dev.alloc_pd().map_err(e("Couldn't allocate PD"))?;
+    // [0, size): what we send; [size, 2 size): where receives land.
+    let mr = pd
+        .reg_mr(2 * size, Access::LOCAL_WRITE)
+        .map_err(e("Couldn't register MR"))?;
+    mr.with_mut(|b| b[..size].fill(FILL))
+        .map_err(e("Couldn't fill the buffer"))?;
+    let cq = dev
+        .create_cq(args.rx_depth as usize + 1)
+        .map_err(e("Couldn't create CQ"))?;
+    let qp = pd
+        .create_qp(&verbs::QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            max_send_wr: 1,
+            max_recv_wr: args.rx_depth,
+            sq_sig_all: false,
+        })
+        .map_err(e("Couldn't create QP"))?;
+    qp.modify(
+        &QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: Access::NONE,
+            pkey_index: 0,
+            port_num: 1,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+    )
+    .map_err(e("Failed to modify QP to INIT"))?;
+    let recv_wr = RecvWr {
+        wr_id: RECV_WRID,
+        sg_list: vec![mr.sge(size, args.size)],
+    };
+    let post_recv = |n: u32| -> u32 {
+        (0..n)
+            .take_while(|_| qp.post_recv(recv_wr.clone()).is_ok())
+            .count() as u32
+    };
+    let mut routs = post_recv(args.rx_depth);
+    if routs < args.rx_depth {
+        return Err(format!("Couldn't post receive ({routs})"));
+    }
+
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let my_psn = rand_chacha::ChaCha8Rng::seed_from_u64(seed).random_range(0..=Psn::MAX);
+    let mine = PingpongDest {
+        lid: 0,
+        qpn: qp.qp_num(),
+        psn: Psn::new(my_psn),
+        gid: my_gid,
+    };
+    println!(
+        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        0,
+        mine.qpn.value(),
+        my_psn,
+        gid_text(&my_gid)
+    );
+
+    let connect = |rem: &PingpongDest| -> Result<(), String> {
+        if !rem.has_gid() {
+            return Err(
+                "the peer announced no GID: RoCE needs one (run ibv_rc_pingpong with -g)".into(),
+            );
+        }
+        qp.connect(
+            &Remote {
+                qpn: rem.qpn,
+                psn: rem.psn.value(),
+                gid: rem.gid,
+            },
+            my_psn,
+            gidx,
+            &ConnectOpts {
+                path_mtu: Mtu::from_bytes(args.mtu).unwrap_or_default(),
+                ..ConnectOpts::default()
+            },
+        )
+        .map_err(|err| format!("Couldn't connect to remote QP: {err}"))
+    };
+    match &args.server {
+        Some(host) => {
+            let host_ip: Option<IpAddr> = host.parse().ok();
+            let rem = match host_ip {
+                Some(ip) => client_exchange((ip, args.port), &mine, crate::oob::DEFAULT_TIMEOUT),
+                None => client_exchange(
+                    (host.as_str(), args.port),
+                    &mine,
+                    crate::oob::DEFAULT_TIMEOUT,
+                ),
+            }
+            .map_err(|err| format!("Couldn't connect to {host}:{}: {err}", args.port))?;
+            print_remote(&rem);
+            connect(&rem)?;
+        }
+        None => {
+            let server = Server::bind(("::", args.port))
+                .or_else(|_| Server::bind(("0.0.0.0", args.port)))
+                .map_err(|err| match err.kind() {
+                    std::io::ErrorKind::AddrInUse => {
+                        format!("Couldn't listen to port {}: TCP port in use", args.port)
+                    }
+                    _ => format!("Couldn't listen to port {}: {err}", args.port),
+                })?;
+            let pending = server
+                .accept()
+                .map_err(|err| format!("Couldn't read remote address: {err}"))?;
+            let rem = *pending.remote();
+            connect(&rem)?;
+            pending
+                .reply(&mine)
+                .map_err(|err| format!("Couldn't send/recv local address: {err}"))?;
+            print_remote(&rem);
+        }
+    }
+
+    let send_wr = {
+        let mut w = SendWr::new(SEND_WRID, WrOpcode::Send);
+        w.sg_list = vec![mr.sge(0, args.size)];
+        w
+    };
+    let mut pending = RECV_WRID;
+    if args.server.is_some() {
+        qp.post_send(send_wr.clone())
+            .map_err(|err| format!("Couldn't post send: {err}"))?;
+        pending |= SEND_WRID;
+    }
+    let start = Instant::now();
+    let (mut rcnt, mut scnt, mut verified) = (0u32, 0u32, 0u64);
+    let mut wcs = Vec::with_capacity(2);
+    while rcnt < args.iters || scnt < args.iters {
+        wcs.clear();
+        if args.busy_poll {
+            let spin_start = Instant::now();
+            while cq.poll_into(2, &mut wcs) == 0 {
+                if spin_start.elapsed() > SILENCE {
+                    return Err(format!("no completion for {SILENCE:?}"));
+                }
+                std::hint::spin_loop();
+            }
+        } else if cq.wait_into(2, SILENCE, &mut wcs) == 0 {
+            return Err(format!("no completion for {SILENCE:?}"));
+        }
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status.as_str(),
+                    wc.status as u32,
+                    wc.wr_id
+                ));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    if args.verify {
+                        check(&mr, size, wc.byte_len, rcnt)?;
+                        verified += 1;
+                    }
+                    routs -= 1;
+                    if routs <= 1 {
+                        routs += post_recv(args.rx_depth - routs);
+                        if routs < args.rx_depth {
+                            return Err(format!("Couldn't post receive ({routs})"));
+                        }
+                    }
+                    rcnt += 1;
+                }
+                other => return Err(format!("Completion for unknown wr_id {other}")),
+            }
+            pending &= !wc.wr_id;
+            if scnt < args.iters && pending == 0 {
+                qp.post_send(send_wr.clone())
+                    .map_err(|err| format!("Couldn't post send: {err}"))?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    linger(&qp);
+    let bytes = u64::from(args.size) * u64::from(args.iters) * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        args.iters,
+        usec / 1e6,
+        usec / f64::from(args.iters)
+    );
+    if args.verify {
+        println!("verify: {verified} messages received, every byte as sent");
+    }
+    Ok(Outcome {
+        bytes,
+        usec,
+        verified,
+    })
+}
+
+/// Keep the device up until the QP has received nothing for [`QUIET`] (at most
+/// [`LINGER_MAX`]): if our last ACK was lost, the peer retransmits after its ACK timeout
+/// and must still get an answer, or its last send fails with RETRY_EXC_ERR.
+fn linger(qp: &verbs::Qp) {
+    let mut last = qp.counters().packets_received;
+    let mut waited = Duration::ZERO;
+    while waited < LINGER_MAX {
+        std::thread::sleep(QUIET);
+        waited += QUIET;
+        let now = qp.counters().packets_received;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+fn print_remote(rem: &PingpongDest) {
+    println!(
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        rem.lid,
+        rem.qpn.value(),
+        rem.psn.value(),
+        gid_text(&rem.gid)
+    );
+}
+
+/// Check the message in the receive half and clear it for the next one.
+fn check(mr: &verbs::Mr, size: usize, byte_len: u32, n: u32) -> Result<(), String> {
+    if byte_len as usize != size {
+        return Err(format!(
+            "verify: message {n} has {byte_len} bytes, expected {size}"
+        ));
+    }
+    mr.with_mut(|b| {
+        let msg = &mut b[size..2 * size];
+        let bad = msg
+            .iter()
+            .enumerate()
+            .find(|&(i, &x)| !(x == FILL || (x == 0 && i % PAGE == 0)));
+        let r = match bad {
+            Some((i, &x)) => Err(format!(
+                "verify: message {n} byte {i} is 0x{x:02x}, expected 0x{FILL:02x}"
+            )),
+            None => Ok(()),
+        };
+        msg.fill(0);
+        r
+    })
+    .map_err(|e| e.to_string())?
+}

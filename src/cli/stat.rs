@@ -1,0 +1,152 @@
+//! `xrnic stat`: device and per-QP counters of an xrnic device running in another process.
+//!
+//! Contract: the device's driver thread writes a JSON snapshot
+//! ([`crate::driver::Snapshot`]) to `<dir>/<netdev>.<netns inode>.json`
+//! ([`crate::verbs::stat_file`]: run `xrnic stat` in the device's namespace) every stat
+//! interval (500 ms) and
+//! once more when the device closes (`"running": false`); the file is replaced
+//! atomically (write + rename), so a reader never sees half of one. `xrnic stat` reads it
+//! and prints it in the spirit of `rdma statistic show` (one `name value` list per
+//! object), or the raw JSON with `--json`. The default directory is
+//! [`crate::verbs::STAT_DIR`] (`/run/xrnic`). No snapshot, or an unreadable one, is a
+//! clear message and exit 1. A snapshot whose writer is gone (no `/proc/<pid>`) while it
+//! says running is reported as stale.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::driver::Snapshot;
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct StatArgs {
+    /// The network interface the device runs on.
+    #[arg(long, value_name = "IF")]
+    pub netdev: String,
+    /// Print the snapshot as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where the snapshots are.
+    #[arg(long, value_name = "DIR", default_value = crate::verbs::STAT_DIR)]
+    pub dir: PathBuf,
+}
+
+fn fields(v: &serde_json::Value) -> String {
+    let mut s = String::new();
+    if let Some(o) = v.as_object() {
+        for (k, x) in o {
+            if x.is_object() {
+                continue;
+            }
+            let _ = write!(s, " {k} {x}");
+        }
+    }
+    s
+}
+
+/// The text `xrnic stat` prints for a snapshot. `alive`: whether the writer still runs.
+pub fn render(s: &Snapshot, alive: bool) -> String {
+    let mut t = String::new();
+    let status = match (s.running, alive) {
+        (true, true) => "running".to_string(),
+        (true, false) => "stale: the process is gone without closing the device".to_string(),
+        (false, _) => "closed".to_string(),
+    };
+    let _ = writeln!(
+        t,
+        "link xrnic_{}/1 netdev {} pid {} ({status})",
+        s.netdev, s.netdev, s.pid
+    );
+    let _ = writeln!(t, "  device:{}", fields(&s.device));
+    if let Some(qp) = s.device.get("qp") {
+        let _ = writeln!(t, "  all qps:{}", fields(qp));
+    }
+    let _ = writeln!(t, "  driver:{}", fields(&s.driver));
+    let _ = writeln!(t, "  port:{}", fields(&s.port));
+    for q in &s.qps {
+        let _ = writeln!(
+            t,
+            "qp {} state {} dest_qpn {}\n {}",
+            q.qpn,
+            q.state,
+            q.dest_qpn,
+            fields(&q.counters)
+        );
+    }
+    t
+}
+
+/// `xrnic stat`.
+pub fn run(args: &StatArgs) -> ExitCode {
+    use std::io::Write;
+    let path = match crate::verbs::stat_file(&args.dir, &args.netdev) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xrnic stat: cannot name this network namespace: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "xrnic stat: no counters for {} ({}: {e}); is an xrnic program running on it?",
+                args.netdev,
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let snap: Snapshot = match serde_json::from_slice(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xrnic stat: {}: not a stat snapshot: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let alive = std::path::Path::new(&format!("/proc/{}", snap.pid)).exists();
+    let out = if args.json {
+        String::from_utf8_lossy(&text).into_owned() + "\n"
+    } else {
+        render(&snap, alive)
+    };
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::QpSnapshot;
+
+    #[test]
+    fn render_lists_device_driver_and_qps() {
+        let s = Snapshot {
+            netdev: "eth0".into(),
+            pid: 42,
+            running: true,
+            written_at: 0.0,
+            device: serde_json::json!({"malformed_frames_dropped": 3, "qp": {"packets_sent": 9}}),
+            driver: serde_json::json!({"iterations": 5}),
+            port: serde_json::json!({"rx_frames": 7}),
+            qps: vec![QpSnapshot {
+                qpn: 17,
+                state: "RTS".into(),
+                dest_qpn: 18,
+                counters: serde_json::json!({"packets_sent": 9}),
+            }],
+        };
+        let t = render(&s, true);
+        assert!(
+            t.starts_with("link xrnic_eth0/1 netdev eth0 pid 42 (running)\n"),
+            "{t}"
+        );
+        assert!(t.contains("  device: malformed_frames_dropped 3\n"), "{t}");
+        assert!(t.contains("  all qps: packets_sent 9\n"), "{t}");
+        assert!(
+            t.contains("qp 17 state RTS dest_qpn 18\n  packets_sent 9\n"),
+            "{t}"
+        );
+        assert!(render(&s, false).contains("(stale"));
+    }
+}

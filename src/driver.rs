@@ -1,0 +1,656 @@
+//! The driver: one thread per device that joins the sans-IO engine ([`Rnic`]) to a frame
+//! I/O port (AF_XDP, or an in-process simulated link), and the only place in xrnic that
+//! reads the clock for the transport.
+//!
+//! Contract:
+//! - The engine lives behind one `Mutex` (in [`Shared`]); the application (the
+//!   [`crate::verbs`] API) and the driver thread both lock it for short, bounded work. A
+//!   mutex rather than a command channel because the verbs are synchronous in libibverbs
+//!   (`ibv_post_send` returns the outcome of its checks, `ibv_poll_cq` returns what is there
+//!   now) and because MR bytes are owned by the engine: a channel would need a round trip
+//!   per call and a copy per MR access.
+//! - Each iteration: read the clock once, receive a batch of frames into `handle_frame`,
+//!   run due timers (`handle_timeout`), drain `poll_transmit` into a batch of 64-byte
+//!   aligned buffers, unlock, send the batch. The responder and the ACK side therefore run
+//!   while the application never calls in (one-sided WRITE/READ into a passive server).
+//! - When there is nothing to do the thread sleeps in `poll(2)` on the port's descriptor
+//!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
+//!   snapshot. The API writes the eventfd only when the driver announced it is going to
+//!   sleep (a flag set under the engine lock), so a busy application pays no system call.
+//! - Completions wake [`Shared::wait_cq`] through a `Condvar`, notified only while
+//!   somebody waits.
+//! - Optional fault injection drops a seeded fraction of received frames before
+//!   `handle_frame` (this host kernel has no netem).
+//! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
+//!   `xrnic stat`).
+//! - Dropping the [`Driver`] stops and joins the thread, then drops the port (which
+//!   detaches the XDP filter). Nothing else is touched (namespaces stay).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
+use serde::Serialize;
+
+use crate::io::afxdp::XskPort;
+use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
+use crate::wire::Qpn;
+
+/// Frames moved per batch (receive and transmit).
+const BATCH: usize = 64;
+/// Stride of the transmit buffers: `MAX_FRAME_LEN` rounded up to 64 bytes, so that every
+/// buffer starts 64-byte aligned (glibc's slow misaligned `rep movsb`, REFERENCE §7).
+const STRIDE: usize = MAX_FRAME_LEN.div_ceil(64) * 64;
+/// How long to back off when the port's transmit ring is full.
+const TX_BACKOFF: Duration = Duration::from_micros(50);
+/// Most kicks per iteration to drain the port's transmit ring.
+const MAX_KICKS: usize = 64;
+
+/// Frame I/O below the driver: whole Ethernet frames in and out, and a descriptor that
+/// `poll(2)` reports readable when frames wait.
+pub trait FrameIo: Send {
+    /// Hand every waiting frame (at most a bounded batch) to `f`; never blocks.
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+    /// Queue frames in order; returns how many of the leading ones were taken.
+    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
+    /// Readable when frames can be received.
+    fn poll_fd(&self) -> BorrowedFd<'_>;
+    /// Push queued frames out and reclaim finished ones; returns how many frames the
+    /// port still has on its way out.
+    fn flush(&mut self) -> io::Result<u32>;
+    /// Counters of the port.
+    fn io_stats(&self) -> IoStats;
+}
+
+/// Port counters for the stat snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct IoStats {
+    pub rx_frames: u64,
+    pub tx_frames: u64,
+    pub tx_backpressure: u64,
+    /// Frames the kernel dropped because the rx or fill ring was full (AF_XDP only).
+    pub kernel_rx_dropped: u64,
+    /// RoCE v2 frames the XDP filter redirected to the socket (AF_XDP only).
+    pub filter_redirected: u64,
+}
+
+impl FrameIo for XskPort {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        XskPort::recv_batch(self, f).map_err(io::Error::other)
+    }
+    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        XskPort::send_batch(self, frames).map_err(io::Error::other)
+    }
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+    fn flush(&mut self) -> io::Result<u32> {
+        // Reap first: in copy mode the kernel completes frames inside the kick itself, so
+        // most of the time nothing is left and no extra system call is needed.
+        self.reap_completions();
+        if self.frame_counts().in_tx == 0 {
+            return Ok(0);
+        }
+        XskPort::flush(self).map_err(io::Error::other)
+    }
+    fn io_stats(&self) -> IoStats {
+        let s = self.stats();
+        IoStats {
+            rx_frames: s.rx_frames,
+            tx_frames: s.tx_frames,
+            tx_backpressure: s.tx_backpressure,
+            kernel_rx_dropped: self.kernel_stats().map(|k| k.rx_dropped).unwrap_or(0),
+            filter_redirected: self
+                .filter_stats()
+                .and_then(Result::ok)
+                .map(|f| f.redirected)
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// One end of an in-process link: a Unix datagram socket pair carries one frame per
+/// datagram. For the runnable examples and for tests of the API without root.
+#[derive(Debug)]
+pub struct SimIo {
+    sock: UnixDatagram,
+    buf: Vec<u8>,
+    stats: IoStats,
+}
+
+/// Two connected [`SimIo`] ends.
+pub fn sim_link() -> io::Result<(SimIo, SimIo)> {
+    let (a, b) = UnixDatagram::pair()?;
+    let mk = |s: UnixDatagram| -> io::Result<SimIo> {
+        s.set_nonblocking(true)?;
+        Ok(SimIo {
+            sock: s,
+            buf: vec![0; MAX_FRAME_LEN + 64],
+            stats: IoStats::default(),
+        })
+    };
+    Ok((mk(a)?, mk(b)?))
+}
+
+impl FrameIo for SimIo {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < BATCH {
+            match self.sock.recv(&mut self.buf) {
+                Ok(len) => {
+                    f(&self.buf[..len]);
+                    n += 1;
+                    self.stats.rx_frames += 1;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        for (i, f) in frames.iter().enumerate() {
+            match self.sock.send(f) {
+                Ok(_) => self.stats.tx_frames += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.stats.tx_backpressure += 1;
+                    return Ok(i);
+                }
+                // The other end is gone: the frame is lost, like on a cut cable.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(frames.len())
+    }
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn flush(&mut self) -> io::Result<u32> {
+        Ok(0)
+    }
+    fn io_stats(&self) -> IoStats {
+        self.stats
+    }
+}
+
+/// Options of the driver thread.
+#[derive(Clone, Debug)]
+pub struct DriverOptions {
+    /// Fault injection: drop this fraction (0.0..=1.0) of received frames before the engine
+    /// sees them.
+    pub rx_drop: f64,
+    /// Seed of the fault injector's PRNG (ChaCha8): the same seed drops the same frames of
+    /// the same sequence.
+    pub seed: u64,
+    /// Where to write the JSON stat snapshot, if anywhere.
+    pub stat_path: Option<PathBuf>,
+    /// How often to rewrite the snapshot.
+    pub stat_interval: Duration,
+    /// The device's network interface name, for the snapshot.
+    pub netdev: String,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            rx_drop: 0.0,
+            seed: 0,
+            stat_path: None,
+            stat_interval: Duration::from_millis(500),
+            netdev: String::new(),
+        }
+    }
+}
+
+/// What the driver thread counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DriverStats {
+    /// Loop iterations.
+    pub iterations: u64,
+    /// Times the thread went to sleep in `poll(2)`.
+    pub sleeps: u64,
+    /// Wake-ups requested by the application through the eventfd.
+    pub app_wakeups: u64,
+    /// Received frames dropped by the fault injector.
+    pub fault_dropped: u64,
+    /// Frames given to the engine.
+    pub frames_in: u64,
+    /// Frames the engine produced.
+    pub frames_out: u64,
+    /// Times the port refused frames for lack of room (they were sent later).
+    pub tx_stalls: u64,
+    /// I/O errors of the port (the thread carries on).
+    pub io_errors: u64,
+}
+
+/// The engine and the bookkeeping the API and the stat snapshot need, behind one lock.
+#[derive(Debug)]
+pub struct Engine {
+    pub rnic: Rnic,
+    /// Live QPs, for listing them (the engine has no iterator over its QPs).
+    pub qps: BTreeMap<Qpn, ()>,
+    pub stats: DriverStats,
+    pub io: IoStats,
+}
+
+/// State shared by the driver thread and the API.
+#[derive(Debug)]
+pub struct Shared {
+    engine: Mutex<Engine>,
+    completions: Condvar,
+    waiters: AtomicUsize,
+    /// The driver is (about to be) asleep: the API must write `wake`.
+    sleeping: AtomicBool,
+    wake: OwnedFd,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    /// Lock the engine. A panic of another holder does not make the engine unusable for
+    /// reading counters; the lock is taken over.
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tell the driver thread there may be something to send. Call after posting work,
+    /// with the engine lock released or held (either is fine).
+    pub fn kick(&self) {
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            // An eventfd write of 1 only fails when the counter would overflow, which
+            // cannot happen: the driver reads it back on every wake-up.
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Poll up to `max` completions of `cq` into `out`, waiting up to `timeout` for the
+    /// first one. Returns how many were added.
+    pub fn wait_cq(
+        &self,
+        cq: Cq,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Duration,
+    ) -> usize {
+        let g = self.lock();
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut n = 0;
+        let r = self.completions.wait_timeout_while(g, timeout, |e| {
+            n = e.rnic.poll_cq(cq, max, out);
+            n == 0
+        });
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(r);
+        n
+    }
+
+    fn notify(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.completions.notify_all();
+        }
+    }
+}
+
+/// The driver thread of one device.
+#[derive(Debug)]
+pub struct Driver {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Start the thread. `io` moves into it and is dropped (XDP detached) when the
+    /// driver is dropped.
+    pub fn start(rnic: Rnic, io: Box<dyn FrameIo>, opts: DriverOptions) -> io::Result<Driver> {
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(Engine {
+                rnic,
+                qps: BTreeMap::new(),
+                stats: DriverStats::default(),
+                io: IoStats::default(),
+            }),
+            completions: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            sleeping: AtomicBool::new(false),
+            wake,
+            stop: AtomicBool::new(false),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("xrnic-{}", opts.netdev))
+            .spawn(move || run(&s, io, &opts))?;
+        Ok(Driver {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.sleeping.store(true, Ordering::SeqCst);
+        self.shared.kick();
+        if let Some(t) = self.thread.take() {
+            // A panic in the thread has already been printed; nothing more to do here.
+            let _ = t.join();
+        }
+    }
+}
+
+/// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
+struct TxBufs {
+    mem: Vec<u8>,
+    off: usize,
+    lens: Vec<usize>,
+}
+
+impl TxBufs {
+    fn new() -> Self {
+        let mem = vec![0u8; BATCH * STRIDE + 64];
+        let off = mem.as_ptr().align_offset(64).min(64);
+        TxBufs {
+            mem,
+            off,
+            lens: Vec::with_capacity(BATCH),
+        }
+    }
+    fn slot(&mut self, i: usize) -> &mut [u8] {
+        let at = self.off + i * STRIDE;
+        &mut self.mem[at..at + STRIDE]
+    }
+    fn frames(&self) -> Vec<&[u8]> {
+        self.lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                let at = self.off + i * STRIDE;
+                &self.mem[at..at + l]
+            })
+            .collect()
+    }
+}
+
+fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
+    let epoch = Instant::now();
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let mut bufs = TxBufs::new();
+    // Frames the port refused, sent before anything new.
+    let mut backlog: Vec<Vec<u8>> = Vec::new();
+    let mut next_stat = epoch;
+    let mut stop = false;
+    loop {
+        let mut deadline_short = false;
+        if shared.stop.load(Ordering::SeqCst) {
+            stop = true;
+        }
+        let now_i = Instant::now();
+        let now = now_i.duration_since(epoch).as_nanos() as u64;
+        let mut g = shared.lock();
+        let e = &mut *g;
+        e.stats.iterations += 1;
+        let mut progressed = false;
+        let (mut got, mut dropped) = (0u64, 0u64);
+        let rx = io.recv_batch(&mut |frame| {
+            if opts.rx_drop > 0.0 && rng.random_bool(opts.rx_drop.min(1.0)) {
+                dropped += 1;
+                return;
+            }
+            e.rnic.handle_frame(now, frame);
+            got += 1;
+        });
+        if rx.is_err() {
+            e.stats.io_errors += 1;
+        }
+        e.stats.frames_in += got;
+        e.stats.fault_dropped += dropped;
+        progressed |= got > 0;
+        if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
+            e.rnic.handle_timeout(now);
+            progressed = true;
+        }
+        bufs.lens.clear();
+        if backlog.is_empty() {
+            while bufs.lens.len() < BATCH {
+                let i = bufs.lens.len();
+                match e.rnic.poll_transmit(now, bufs.slot(i)) {
+                    Some(len) => bufs.lens.push(len),
+                    None => break,
+                }
+            }
+        }
+        e.stats.frames_out += bufs.lens.len() as u64;
+        let deadline = e.rnic.poll_timeout();
+        let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && backlog.is_empty();
+        if idle {
+            // Announced under the lock: a post made after this sees the flag and kicks.
+            shared.sleeping.store(true, Ordering::SeqCst);
+        }
+        drop(g);
+        if progressed || !bufs.lens.is_empty() {
+            shared.notify();
+        }
+
+        // Send: the backlog first, then this batch.
+        let mut stalled = false;
+        if !backlog.is_empty() {
+            let refs: Vec<&[u8]> = backlog.iter().map(Vec::as_slice).collect();
+            let n = io.send_batch(&refs).unwrap_or_else(|_| {
+                shared.lock().stats.io_errors += 1;
+                refs.len()
+            });
+            backlog.drain(..n);
+            stalled = !backlog.is_empty();
+        } else if !bufs.lens.is_empty() {
+            let frames = bufs.frames();
+            let n = io.send_batch(&frames).unwrap_or_else(|_| {
+                shared.lock().stats.io_errors += 1;
+                frames.len()
+            });
+            if n < frames.len() {
+                backlog.extend(frames[n..].iter().map(|f| f.to_vec()));
+                stalled = true;
+            }
+        }
+        if stalled {
+            shared.lock().stats.tx_stalls += 1;
+        }
+        // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
+        // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
+        // until the ring is empty or stops draining, so that nothing waits there while
+        // this thread sleeps (a stuck READ response costs a retransmission timeout).
+        let mut in_flight = io.flush().unwrap_or(0);
+        for _ in 0..MAX_KICKS {
+            if in_flight == 0 {
+                break;
+            }
+            let left = io.flush().unwrap_or(in_flight);
+            if left >= in_flight {
+                break;
+            }
+            in_flight = left;
+        }
+
+        // Port counters cost system calls (XDP_STATISTICS, a map look-up): refresh them
+        // with the snapshot only.
+        if now_i >= next_stat || stop {
+            shared.lock().io = io.io_stats();
+            if let Some(path) = &opts.stat_path {
+                write_snapshot(shared, opts, path, !stop);
+            }
+            next_stat = now_i + opts.stat_interval;
+        }
+        if stop {
+            break;
+        }
+        if stalled {
+            std::thread::sleep(TX_BACKOFF);
+            continue;
+        }
+        if !idle {
+            continue;
+        }
+        if in_flight > 0 {
+            // Frames still leaving (zero-copy drivers complete asynchronously): look again
+            // soon, while still waking for received frames and kicks.
+            deadline_short = true;
+        }
+        // Sleep until a frame arrives, the API kicks, the engine's next deadline, or the
+        // next snapshot is due.
+        let mut wait = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+        // Wake for the next port-counter refresh / snapshot too.
+        let s = next_stat.saturating_duration_since(now_i);
+        wait = Some(wait.map_or(s, |w| w.min(s)));
+        if deadline_short {
+            wait = wait.map(|w| w.min(TX_BACKOFF));
+        }
+        let ts = wait.map(|w| Timespec {
+            tv_sec: w.as_secs() as i64,
+            tv_nsec: i64::from(w.subsec_nanos()),
+        });
+        shared.lock().stats.sleeps += 1;
+        let mut fds = [
+            PollFd::from_borrowed_fd(io.poll_fd(), PollFlags::IN),
+            PollFd::new(&shared.wake, PollFlags::IN),
+        ];
+        let _ = poll(&mut fds, ts.as_ref());
+        let kicked = !fds[1].revents().is_empty();
+        shared.sleeping.store(false, Ordering::SeqCst);
+        if kicked {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&shared.wake, &mut b);
+            shared.lock().stats.app_wakeups += 1;
+        }
+    }
+    drop(io);
+}
+
+/// The stat snapshot `xrnic stat` reads (see docs/rnic.md).
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    pub netdev: String,
+    pub pid: u32,
+    /// False in the last snapshot, written when the device closed.
+    pub running: bool,
+    /// Seconds since the Unix epoch when written.
+    pub written_at: f64,
+    pub device: serde_json::Value,
+    pub driver: serde_json::Value,
+    pub port: serde_json::Value,
+    pub qps: Vec<QpSnapshot>,
+}
+
+/// One QP in the snapshot.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct QpSnapshot {
+    pub qpn: u32,
+    pub state: String,
+    pub dest_qpn: u32,
+    pub counters: serde_json::Value,
+}
+
+fn snapshot(e: &Engine, opts: &DriverOptions, running: bool) -> Snapshot {
+    let dev: DeviceCounters = e.rnic.counters();
+    let qps = e
+        .qps
+        .keys()
+        .filter_map(|&q| {
+            let a = e.rnic.query_qp(q).ok()?;
+            let c: QpCounters = e.rnic.qp_counters(q)?;
+            Some(QpSnapshot {
+                qpn: q.value(),
+                state: state_name(a.qp_state).to_string(),
+                dest_qpn: a.dest_qp_num.value(),
+                counters: serde_json::to_value(c).unwrap_or_default(),
+            })
+        })
+        .collect();
+    Snapshot {
+        netdev: opts.netdev.clone(),
+        pid: std::process::id(),
+        running,
+        written_at: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+        device: serde_json::to_value(dev).unwrap_or_default(),
+        driver: serde_json::to_value(e.stats).unwrap_or_default(),
+        port: serde_json::to_value(e.io).unwrap_or_default(),
+        qps,
+    }
+}
+
+/// The libibverbs spelling of a QP state (`ibv_qp_state`, as `rdma resource show` prints).
+pub fn state_name(s: QpState) -> &'static str {
+    match s {
+        QpState::Reset => "RESET",
+        QpState::Init => "INIT",
+        QpState::Rtr => "RTR",
+        QpState::Rts => "RTS",
+        QpState::Sqd => "SQD",
+        QpState::Sqe => "SQE",
+        QpState::Err => "ERR",
+    }
+}
+
+/// Write the snapshot atomically (a temporary file renamed over the old one), so that a
+/// reader never sees half a file. Failures are ignored: stats are best effort.
+fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path, running: bool) {
+    let snap = snapshot(&shared.lock(), opts, running);
+    let Ok(text) = serde_json::to_vec_pretty(&snap) else {
+        return;
+    };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tx_buffers_are_aligned_and_large_enough() {
+        let mut b = TxBufs::new();
+        for i in 0..BATCH {
+            let s = b.slot(i);
+            assert_eq!(s.as_ptr() as usize % 64, 0, "slot {i}");
+            assert!(s.len() >= MAX_FRAME_LEN);
+        }
+    }
+
+    #[test]
+    fn sim_link_carries_whole_frames_both_ways() {
+        let (mut a, mut b) = sim_link().unwrap();
+        let f1 = vec![1u8; 60];
+        let f2 = vec![2u8; MAX_FRAME_LEN];
+        assert_eq!(a.send_batch(&[&f1, &f2]).unwrap(), 2);
+        let mut got = vec![];
+        b.recv_batch(&mut |f| got.push(f.to_vec())).unwrap();
+        assert_eq!(got, vec![f1.clone(), f2]);
+        assert_eq!(b.send_batch(&[&f1]).unwrap(), 1);
+        let mut n = 0;
+        a.recv_batch(&mut |_| n += 1).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(a.io_stats().tx_frames, 2);
+        assert_eq!(a.io_stats().rx_frames, 1);
+    }
+}

@@ -1,0 +1,441 @@
+//! The `xrnic` tools on a veth pair: `rc-pingpong` client and server as two processes in
+//! two namespaces (`ip netns exec`), sizes 1 / 4096 / 65536, IPv4 and IPv6 GIDs, path MTU
+//! 1024 and 4096, with `--verify`; `devinfo` on a veth end; `stat` reading the snapshot
+//! of a device in another process; clear errors (not root, no interface, TCP port in
+//! use, device already open). Needs root: skips otherwise, fails under CI=true.
+
+mod common;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use common::require_root;
+use xrnic::io::netns::{Side, VethPair};
+
+const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
+
+fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &pair.end(side).netns, BIN])
+        .args(args);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Removes the stat snapshots the tools wrote for the pair's interfaces (also when the
+/// test fails), so that /run/xrnic does not collect files of deleted interfaces.
+struct StatFiles(Vec<String>);
+
+impl StatFiles {
+    fn of(pair: &VethPair) -> Self {
+        StatFiles(vec![
+            pair.end(Side::A).ifname.clone(),
+            pair.end(Side::B).ifname.clone(),
+        ])
+    }
+}
+
+impl Drop for StatFiles {
+    fn drop(&mut self) {
+        let Ok(dir) = std::fs::read_dir(xrnic::verbs::STAT_DIR) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if self.0.iter().any(|i| name.starts_with(&format!("{i}."))) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Wait (bounded) until something listens on TCP `port` in `side`'s namespace.
+fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
+    for _ in 0..1000 {
+        let out = pair
+            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
+            .expect("ss");
+        if !out.stdout.is_empty() {
+            return;
+        }
+        if let Ok(Some(st)) = server.try_wait() {
+            panic!("the server exited early: {st}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// Server on B, client on A; returns (server output, client output).
+fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {
+    pingpong_named(pair, extra, port, false)
+}
+
+/// [`pingpong`], naming the devices the ibv_rc_pingpong way (`-d xrnic_IF`) if `ib_dev`.
+fn pingpong_named(pair: &VethPair, extra: &[&str], port: u16, ib_dev: bool) -> (Output, Output) {
+    let port_s = port.to_string();
+    let dev_b = format!("xrnic_{}", pair.end(Side::B).ifname);
+    let dev_a = format!("xrnic_{}", pair.end(Side::A).ifname);
+    let (flag, name_b, name_a) = if ib_dev {
+        ("-d", dev_b.as_str(), dev_a.as_str())
+    } else {
+        (
+            "--netdev",
+            pair.end(Side::B).ifname.as_str(),
+            pair.end(Side::A).ifname.as_str(),
+        )
+    };
+    let mut args_b = vec!["rc-pingpong", flag, name_b, "-p", &port_s, "--verify"];
+    args_b.extend_from_slice(extra);
+    let mut server = netns_cmd(pair, Side::B, &args_b)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    wait_listening(pair, Side::B, port, &mut server);
+    let mut args_a = vec!["rc-pingpong", flag, name_a, "-p", &port_s, "--verify"];
+    args_a.extend_from_slice(extra);
+    args_a.push("192.0.2.2");
+    let client = netns_cmd(pair, Side::A, &args_a)
+        .output()
+        .expect("run client");
+    let server = server.wait_with_output().expect("server output");
+    (server, client)
+}
+
+fn check_run(o: &Output, size: u64, iters: u64, gid: &str, peer_gid: &str) {
+    let t = text(o);
+    assert!(o.status.success(), "{t}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("  local address:  LID 0x0000, QPN 0x")
+            && lines[0].ends_with(&format!("GID {gid}")),
+        "{t}"
+    );
+    assert!(
+        lines[1].starts_with("  remote address: LID 0x0000, QPN 0x")
+            && lines[1].ends_with(&format!("GID {peer_gid}")),
+        "{t}"
+    );
+    assert!(
+        lines[2].starts_with(&format!("{} bytes in ", size * iters * 2))
+            && lines[2].ends_with(" Mbit/sec"),
+        "{t}"
+    );
+    assert!(
+        lines[3].starts_with(&format!("{iters} iters in ")) && lines[3].ends_with(" usec/iter"),
+        "{t}"
+    );
+    assert_eq!(
+        lines[4],
+        format!("verify: {iters} messages received, every byte as sent"),
+        "{t}"
+    );
+}
+
+#[test]
+fn rc_pingpong_client_and_server_pair_ipv4_and_ipv6_sizes_1_4096_65536() {
+    if !require_root("rc_pingpong_client_and_server_pair_ipv4_and_ipv6_sizes_1_4096_65536") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let mut port = 18515;
+    for (gid, a, b) in [
+        ("1", "::ffff:192.0.2.1", "::ffff:192.0.2.2"),
+        ("2", "fd00::1", "fd00::2"),
+    ] {
+        for size in [1u64, 4096, 65536] {
+            let s = size.to_string();
+            let (srv, cli) = pingpong(&pair, &["-g", gid, "-s", &s, "-n", "200"], port);
+            check_run(&cli, size, 200, a, b);
+            check_run(&srv, size, 200, b, a);
+            // Each run opens and closes both devices: the next one must find the
+            // interfaces free again (and the TCP port: use a fresh one anyway).
+            port += 1;
+        }
+    }
+}
+
+#[test]
+fn rc_pingpong_at_path_mtu_4096_on_a_9000_veth() {
+    if !require_root("rc_pingpong_at_path_mtu_4096_on_a_9000_veth") {
+        return;
+    }
+    let pair = VethPair::new(9000).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let (srv, cli) = pingpong(&pair, &["-m", "4096", "-s", "65536", "-n", "100"], 18600);
+    check_run(&cli, 65536, 100, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
+    check_run(&srv, 65536, 100, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
+    // After a clean exit the last snapshot says closed and holds the traffic.
+    let st = netns_cmd(
+        &pair,
+        Side::A,
+        &["stat", "--netdev", &pair.end(Side::A).ifname],
+    )
+    .output()
+    .unwrap();
+    let t = text(&st);
+    assert!(st.status.success(), "{t}");
+    let out = String::from_utf8_lossy(&st.stdout);
+    assert!(out.contains("(closed)"), "{t}");
+    // 100 messages of 64 KiB at 4096 bytes per packet: 1600 SEND packets.
+    assert!(out.contains(" packets_sent "), "{t}");
+    let json = netns_cmd(
+        &pair,
+        Side::A,
+        &["stat", "--json", "--netdev", &pair.end(Side::A).ifname],
+    )
+    .output()
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("stat --json");
+    let sent = v["device"]["qp"]["packets_sent"].as_u64().unwrap();
+    let acks = v["device"]["qp"]["acks_sent"].as_u64().unwrap();
+    assert_eq!(sent - acks, 1600, "{v}");
+    assert_eq!(v["running"], false);
+}
+
+#[test]
+fn rc_pingpong_takes_ibv_rc_pingpong_device_options() {
+    if !require_root("rc_pingpong_takes_ibv_rc_pingpong_device_options") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let (srv, cli) = pingpong_named(
+        &pair,
+        &["-i", "1", "-e", "-l", "0", "-n", "20"],
+        18650,
+        true,
+    );
+    check_run(&cli, 4096, 20, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
+    check_run(&srv, 4096, 20, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
+}
+
+#[test]
+fn rc_pingpong_repairs_injected_loss() {
+    if !require_root("rc_pingpong_repairs_injected_loss") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let (srv, cli) = pingpong(
+        &pair,
+        &["-s", "8192", "-n", "200", "--rx-drop", "0.02"],
+        18700,
+    );
+    check_run(&cli, 8192, 200, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
+    check_run(&srv, 8192, 200, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
+    // Both final snapshots: frames were dropped, and the losses were repaired by
+    // retransmission (every byte was verified above).
+    let (mut dropped, mut retx) = (0, 0);
+    for side in [Side::A, Side::B] {
+        let o = netns_cmd(
+            &pair,
+            side,
+            &["stat", "--json", "--netdev", &pair.end(side).ifname],
+        )
+        .output()
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stat --json");
+        dropped += v["driver"]["fault_dropped"].as_u64().unwrap();
+        retx += v["device"]["qp"]["retransmitted_packets"].as_u64().unwrap();
+    }
+    assert!(
+        dropped > 0 && retx > 0,
+        "dropped {dropped}, retransmitted {retx}"
+    );
+}
+
+#[test]
+fn stat_shows_a_live_device_of_another_process() {
+    if !require_root("stat_shows_a_live_device_of_another_process") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    // A server that waits for a client forever: its device and QP stay up meanwhile.
+    let ifb = pair.end(Side::B).ifname.clone();
+    let mut server = netns_cmd(
+        &pair,
+        Side::B,
+        &["rc-pingpong", "--netdev", &ifb, "-p", "18800"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_listening(&pair, Side::B, 18800, &mut server);
+    let mut out = String::new();
+    for _ in 0..300 {
+        let st = netns_cmd(&pair, Side::B, &["stat", "--netdev", &ifb])
+            .output()
+            .unwrap();
+        out = String::from_utf8_lossy(&st.stdout).into_owned();
+        if out.contains("state INIT") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.contains("(running)"), "{out}");
+    assert!(out.contains("qp 17 state INIT dest_qpn 0"), "{out}");
+    // Killed without closing: the last snapshot still says running, so stat says stale.
+    let st = netns_cmd(&pair, Side::B, &["stat", "--netdev", &ifb])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&st.stdout).contains("(stale"),
+        "{}",
+        text(&st)
+    );
+    let file = pair
+        .run_in(Side::B, || {
+            xrnic::verbs::stat_file(std::path::Path::new("/run/xrnic"), &ifb).unwrap()
+        })
+        .unwrap();
+    assert!(file.exists(), "{}", file.display());
+    std::fs::remove_file(&file).unwrap();
+    let st = netns_cmd(&pair, Side::B, &["stat", "--netdev", &ifb])
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(1), "{}", text(&st));
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains("is an xrnic program running on it?"),
+        "{}",
+        text(&st)
+    );
+}
+
+#[test]
+fn devinfo_on_a_veth_end() {
+    if !require_root("devinfo_on_a_veth_end") {
+        return;
+    }
+    let pair = VethPair::new(9000).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let ifa = pair.end(Side::A).ifname.clone();
+    let o = netns_cmd(&pair, Side::A, &["devinfo", "-v", "--netdev", &ifa])
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.starts_with(&format!("hca_id:\txrnic_{ifa}\n")), "{t}");
+    assert!(out.contains("\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"), "{t}");
+    assert!(out.contains("\t\t\tactive_mtu:\t\t4096 (5)\n"), "{t}");
+    assert!(
+        out.contains("\t\t\tGID[  1]:\t\t::ffff:192.0.2.1, RoCE v2\n"),
+        "{t}"
+    );
+    assert!(out.contains("\t\t\tGID[  2]:\t\tfd00::1, RoCE v2\n"), "{t}");
+    let o = netns_cmd(&pair, Side::A, &["devinfo", "--netdev", "nosuch0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("interface nosuch0"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn rc_pingpong_errors_are_clear() {
+    if !require_root("rc_pingpong_errors_are_clear") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let ifb = pair.end(Side::B).ifname.clone();
+    let run = |args: &[&str]| netns_cmd(&pair, Side::B, args).output().unwrap();
+    let expect = |o: Output, code: i32, msg: &str| {
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(code), "{t}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(msg),
+            "want {msg:?}: {t}"
+        );
+    };
+    expect(
+        run(&["rc-pingpong", "--netdev", "nosuch0"]),
+        1,
+        "interface nosuch0",
+    );
+    expect(
+        run(&["rc-pingpong", "--netdev", &ifb, "-m", "1500"]),
+        2,
+        "not an IB MTU",
+    );
+    expect(
+        run(&["rc-pingpong", "--netdev", &ifb, "-g", "9"]),
+        1,
+        "can't read sgid of index 9",
+    );
+    expect(
+        run(&[
+            "rc-pingpong",
+            "--netdev",
+            &ifb,
+            "-m",
+            "4096",
+            "192.0.2.1",
+            "-p",
+            "1",
+        ]),
+        1,
+        "Couldn't connect to 192.0.2.1:1",
+    );
+    // The TCP port is taken by another program.
+    let holder = pair
+        .run_in(Side::B, || {
+            std::net::TcpListener::bind("[::]:18900").unwrap()
+        })
+        .unwrap();
+    expect(
+        run(&["rc-pingpong", "--netdev", &ifb, "-p", "18900"]),
+        1,
+        "TCP port in use",
+    );
+    drop(holder);
+    // The device is already open in another process.
+    let mut first = netns_cmd(
+        &pair,
+        Side::B,
+        &["rc-pingpong", "--netdev", &ifb, "-p", "18901"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    wait_listening(&pair, Side::B, 18901, &mut first);
+    let o = run(&["rc-pingpong", "--netdev", &ifb, "-p", "18902"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(&format!(
+            "{ifb} already has an XDP program attached: is an xrnic device open on it"
+        )),
+        "{t}"
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{t}");
+    // Not root: re-run as nobody.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["rc-pingpong", "--netdev", "lo"])
+        .output()
+        .expect("setpriv");
+    expect(o, 1, "needs root");
+}

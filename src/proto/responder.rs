@@ -21,6 +21,7 @@ use super::cq::{WcOpcode, WcStatus, WorkCompletion};
 use super::memory::{Access, AccessError, MemRef};
 use super::qp::{Qp, QpState};
 use super::requester::{LocalSeg, Payload, scatter};
+use super::trace::{TxReason, qp_event};
 use super::{Ctx, Fault};
 
 /// A posted receive.
@@ -77,6 +78,8 @@ pub(crate) enum RespOut {
         psn: Psn,
         syndrome: Syndrome,
         msn: Msn,
+        /// The answer to a duplicate SEND/WRITE.
+        dup: bool,
     },
     Read {
         first_psn: Psn,
@@ -91,6 +94,8 @@ pub(crate) enum RespOut {
         psn: Psn,
         orig: u64,
         msn: Msn,
+        /// Replayed from the cache for a duplicate request.
+        replay: bool,
     },
 }
 
@@ -105,6 +110,8 @@ pub(crate) struct RespPacket {
     pub is_rnr: bool,
     /// A READ response sent again for a duplicate request.
     pub replay: bool,
+    /// Why it is sent.
+    pub reason: TxReason,
 }
 
 /// Responder state of one QP.
@@ -126,19 +133,29 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
-    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn) {
+    /// Queue an ACK/NAK; returns the PSN of a queued plain ACK it replaced, if any.
+    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn, dup: bool) -> Option<Psn> {
         // Coalesce: a newer plain ACK replaces a queued plain ACK (never a NAK).
+        let mut replaced = None;
         if let Syndrome::Ack { .. } = syndrome {
-            if let Some(RespOut::Ack {
+            if let Some(&RespOut::Ack {
                 syndrome: Syndrome::Ack { .. },
+                psn: old,
                 ..
             }) = self.out.back()
             {
                 self.out.pop_back();
+                replaced = Some(old);
             }
         }
-        self.out.push_back(RespOut::Ack { psn, syndrome, msn });
+        self.out.push_back(RespOut::Ack {
+            psn,
+            syndrome,
+            msn,
+            dup,
+        });
         self.pkts_since_ack = 0;
+        replaced
     }
 
     /// The syndrome of a positive ACK: unlimited credits like rxe, or the receive
@@ -163,7 +180,12 @@ impl Responder {
         let front = self.out.front_mut()?;
         let mut ext = ExtHeaders::default();
         let pkt = match front {
-            RespOut::Ack { psn, syndrome, msn } => {
+            RespOut::Ack {
+                psn,
+                syndrome,
+                msn,
+                dup,
+            } => {
                 let syndrome = match syndrome {
                     Syndrome::Ack { .. } => ack_syn,
                     s => *s,
@@ -180,11 +202,22 @@ impl Responder {
                     is_nak: matches!(syndrome, Syndrome::Nak(_)),
                     is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
                     replay: false,
+                    reason: match syndrome {
+                        Syndrome::Nak(c) => TxReason::Nak(c),
+                        Syndrome::RnrNak { .. } => TxReason::RnrNak,
+                        _ if *dup => TxReason::DuplicateAck,
+                        _ => TxReason::Ack,
+                    },
                 };
                 self.out.pop_front();
                 p
             }
-            RespOut::Atomic { psn, orig, msn } => {
+            RespOut::Atomic {
+                psn,
+                orig,
+                msn,
+                replay,
+            } => {
                 ext.aeth = Some(AethRepr {
                     syndrome: ack_syn,
                     msn: *msn,
@@ -198,6 +231,11 @@ impl Responder {
                     is_nak: false,
                     is_rnr: false,
                     replay: false,
+                    reason: if *replay {
+                        TxReason::DuplicateResponse
+                    } else {
+                        TxReason::AtomicAck
+                    },
                 };
                 self.out.pop_front();
                 p
@@ -242,6 +280,11 @@ impl Responder {
                     is_nak: false,
                     is_rnr: false,
                     replay: *replay,
+                    reason: if *replay {
+                        TxReason::DuplicateResponse
+                    } else {
+                        TxReason::ReadResponse
+                    },
                 };
                 *sent += 1;
                 if *sent >= *npkts {
@@ -254,9 +297,10 @@ impl Responder {
     }
 }
 
-fn nak(qp: &mut Qp, psn: Psn, code: NakCode) {
+fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
     let msn = qp.resp.msn;
-    qp.resp.push_ack(psn, Syndrome::Nak(code), msn);
+    qp.resp.push_ack(psn, Syndrome::Nak(code), msn, false);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
         // responder QP too (§9.9, rxe `do_class_ac_error`).
@@ -287,7 +331,7 @@ pub(crate) fn handle_request(
         if !qp.resp.nak_seq_sent {
             qp.resp.nak_seq_sent = true;
             let e = qp.resp.epsn;
-            nak(qp, e, NakCode::PsnSequenceError);
+            nak(qp, ctx, e, NakCode::PsnSequenceError);
         }
         return;
     }
@@ -318,7 +362,7 @@ pub(crate) fn handle_request(
     };
     if !seq_ok || !len_ok {
         qp.counters.invalid_requests += 1;
-        nak(qp, psn, NakCode::InvalidRequest);
+        nak(qp, ctx, psn, NakCode::InvalidRequest);
         return;
     }
     let result = match info.operation {
@@ -339,7 +383,16 @@ pub(crate) fn handle_request(
             );
             if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
                 let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
-                qp.resp.push_ack(psn, s, m);
+                let coalesced = qp.resp.push_ack(psn, s, m, false);
+                qp_event!(
+                    ctx.now,
+                    ctx.dev,
+                    qp.qpn,
+                    "ack_queued",
+                    psn = psn.value(),
+                    ack_req = ack_req,
+                    replaces_psn = coalesced.map(|p| p.value())
+                );
             }
         }
         Err(Fault::Rnr) => {
@@ -350,20 +403,37 @@ pub(crate) fn handle_request(
             // sequence-error NAK that would cut the requester's RNR wait short.
             qp.resp.nak_seq_sent = true;
             let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
-            qp.resp.push_ack(psn, Syndrome::RnrNak { timer: t }, m);
+            qp.resp
+                .push_ack(psn, Syndrome::RnrNak { timer: t }, m, false);
+            qp_event!(
+                ctx.now,
+                ctx.dev,
+                qp.qpn,
+                "rnr_nak_queued",
+                psn = psn.value(),
+                timer_code = t
+            );
         }
         Err(Fault::Nak(code)) => {
             match code {
                 NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
                 _ => qp.counters.invalid_requests += 1,
             }
-            nak(qp, psn, code);
+            nak(qp, ctx, psn, code);
         }
     }
 }
 
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtHeaders) {
     qp.counters.duplicate_request += 1;
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "duplicate_request",
+        psn = psn.value(),
+        opcode = info.name
+    );
     match info.operation {
         Operation::ReadRequest => {
             // §9.7.5 duplicate READ: answer again from the PSN asked for; memory is
@@ -453,10 +523,15 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                     Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
                 if same {
                     qp.counters.responses_replayed += 1;
-                    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+                    qp.resp.out.push_back(RespOut::Atomic {
+                        psn,
+                        orig,
+                        msn,
+                        replay: true,
+                    });
                 } else {
                     qp.counters.invalid_requests += 1;
-                    nak(qp, psn, NakCode::InvalidRequest);
+                    nak(qp, ctx, psn, NakCode::InvalidRequest);
                 }
             }
         }
@@ -464,7 +539,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             // Duplicate SEND/WRITE: not executed again; ACK the newest PSN received so
             // the requester learns how far we are (§9.7.5).
             let (p, m) = (qp.resp.epsn.sub(1), qp.resp.msn);
-            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m);
+            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m, true);
         }
     }
 }
@@ -498,6 +573,16 @@ fn complete_recv(
     let Some(wqe) = qp.resp.rq.pop_front() else {
         return;
     };
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "wqe_completed",
+        queue = "rq",
+        wr_id = wqe.wr_id,
+        status = ?status,
+        byte_len = byte_len
+    );
     let wc = WorkCompletion {
         wr_id: wqe.wr_id,
         status,
@@ -779,6 +864,11 @@ fn do_atomic(
             },
         },
     );
-    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+    qp.resp.out.push_back(RespOut::Atomic {
+        psn,
+        orig,
+        msn,
+        replay: false,
+    });
     Ok(1)
 }

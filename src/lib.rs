@@ -7,6 +7,8 @@ pub mod capture;
 pub mod cli;
 pub mod io;
 pub mod oob;
+pub mod pcap_out;
 pub mod proto;
 pub mod sim;
+pub mod trace_out;
 pub mod wire;

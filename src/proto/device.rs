@@ -477,6 +477,55 @@ impl Rnic {
         d
     }
 
+    /// A snapshot of every QP, MR and CQ, like `rdma resource show` (see
+    /// [`super::resources`]).
+    pub fn resources(&self) -> super::resources::Resources {
+        use super::resources::{CqResource, QpResource, Resources};
+        Resources {
+            dev: self.name.to_string(),
+            qps: self
+                .qps
+                .iter()
+                .flatten()
+                .map(|q| QpResource {
+                    qpn: q.qpn.value(),
+                    pd: q.pd.0,
+                    state: q.state,
+                    dest_qpn: q.attr.dest_qp_num.value(),
+                    path_mtu: q.attr.path_mtu.bytes(),
+                    sq_psn: q.req.next_psn.value(),
+                    una_psn: q.req.una().value(),
+                    rq_psn: q.resp.epsn.value(),
+                    sq_wrs: q.req.sq.len(),
+                    sq_started: q.req.sq.iter().filter(|w| w.started).count(),
+                    rq_wrs: q.resp.rq.len(),
+                    retry_left: q.req.retry_left,
+                    rnr_left: q.req.rnr_left,
+                    rnr_wait_until_ns: q.req.rnr_until,
+                    ack_deadline_ns: q.req.retry_deadline,
+                    packets_sent: q.counters.packets_sent,
+                    retransmitted_packets: q.counters.retransmitted_packets,
+                })
+                .collect(),
+            mrs: self.mem.regions().map(Into::into).collect(),
+            cqs: self
+                .cqs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    let c = c.as_ref()?;
+                    let (queued, cqe) = c.depth();
+                    Some(CqResource {
+                        cqn: i as u32,
+                        cqe,
+                        queued,
+                        overruns: c.overruns,
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// Memory one QP occupies now (see `Qp::memory_bytes`).
     pub fn qp_memory_bytes(&self, qpn: Qpn) -> Option<usize> {
         self.slot(qpn)

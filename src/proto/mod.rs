@@ -29,6 +29,7 @@ pub mod device;
 pub mod memory;
 pub mod qp;
 pub mod requester;
+pub mod resources;
 pub mod responder;
 pub mod timers;
 pub mod trace;

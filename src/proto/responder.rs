@@ -230,7 +230,9 @@ impl Responder {
                     payload: Payload::None,
                     is_nak: false,
                     is_rnr: false,
-                    replay: false,
+                    // A replayed atomic ACK is a retransmitted packet like a replayed
+                    // READ response.
+                    replay: *replay,
                     reason: if *replay {
                         TxReason::DuplicateResponse
                     } else {

@@ -6,4 +6,6 @@
 //! is a value the binary turns into a clear message on stderr and a non-zero exit code.
 
 pub mod decode;
+pub mod explain;
+pub mod explain_svg;
 pub mod sim;

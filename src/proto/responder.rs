@@ -88,7 +88,8 @@ pub(crate) enum RespOut {
         mem: MemRef,
         len: u32,
         msn: Msn,
-        replay: bool,
+        /// Responses before this PSN were sent before: they count as retransmitted.
+        replay_end: Psn,
     },
     Atomic {
         psn: Psn,
@@ -249,9 +250,10 @@ impl Responder {
                 mem,
                 len,
                 msn,
-                replay,
+                replay_end,
             } => {
                 let k = *sent;
+                let replay = first_psn.add(k).before(*replay_end);
                 let off = k as usize * mtu as usize;
                 let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
                 let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
@@ -281,8 +283,8 @@ impl Responder {
                     },
                     is_nak: false,
                     is_rnr: false,
-                    replay: *replay,
-                    reason: if *replay {
+                    replay,
+                    reason: if replay {
                         TxReason::DuplicateResponse
                     } else {
                         TxReason::ReadResponse
@@ -482,22 +484,39 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             };
             qp.counters.responses_replayed += 1;
             let end = psn.add(npkts);
-            let fresh = RespOut::Read {
+            let mut fresh = RespOut::Read {
                 first_psn: psn,
                 npkts,
                 sent: 0,
                 mem,
                 len,
                 msn: c.msn,
-                replay: true,
+                replay_end: end,
             };
             // Still sending that READ's responses: restart them in place (keeps the PSN
-            // order of the queue) instead of sending both runs.
+            // order of the queue) instead of sending both runs. Only the responses that
+            // already left are retransmissions; the rest go out for the first time.
             let queued = qp.resp.out.iter_mut().find(
                 |o| matches!(o, RespOut::Read { first_psn, npkts, .. } if first_psn.add(*npkts) == end),
             );
             match queued {
-                Some(o) => *o = fresh,
+                Some(o) => {
+                    if let (
+                        RespOut::Read {
+                            first_psn,
+                            sent,
+                            replay_end: old_end,
+                            ..
+                        },
+                        RespOut::Read { replay_end, .. },
+                    ) = (&*o, &mut fresh)
+                    {
+                        // Sent before: by this run so far, or by an earlier one it replaced.
+                        let here = first_psn.add(*sent);
+                        *replay_end = if old_end.after(here) { *old_end } else { here };
+                    }
+                    *o = fresh;
+                }
                 None => qp.resp.out.push_back(fresh),
             }
         }
@@ -813,7 +832,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         mem,
         len: reth.dma_len,
         msn,
-        replay: false,
+        replay_end: psn,
     });
     Ok(npkts)
 }

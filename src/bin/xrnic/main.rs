@@ -25,12 +25,17 @@ enum Command {
     /// Run two RC QPs over a simulated lossy link (virtual time) and verify every byte and
     /// completion. Exit status 1 when data or completions are wrong.
     Sim(xrnic::cli::sim::SimArgs),
+    /// Explain a capture: per QP pair, a ladder diagram (who sent what, PSNs, ACK/NAK,
+    /// gaps, retransmissions, RNR waits, CNPs) and a summary. Exit status 1 when the file
+    /// cannot be read.
+    Explain(xrnic::cli::explain::ExplainArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Decode(args) => xrnic::cli::decode::run(&args),
+        Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

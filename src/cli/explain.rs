@@ -100,7 +100,7 @@ impl Summary {
 #[derive(Clone, Debug, Serialize)]
 pub struct Step {
     pub frame: usize,
-    /// Microseconds since the first frame of the file.
+    /// Microseconds since the first RoCE packet of the file.
     pub time_us: f64,
     /// Sent by the left end of the pair.
     pub from_left: bool,
@@ -169,7 +169,7 @@ pub fn explain_frames(
     let mut keys: Vec<FlowKey> = Vec::new();
     let mut index: HashMap<FlowKey, usize> = HashMap::new();
     let mut pkts: Vec<Pkt> = Vec::new();
-    let t0 = frames.first().map_or(0.0, |f| f.timestamp.as_secs_f64());
+    let mut t0: Option<f64> = None;
     for (i, f) in frames.iter().enumerate() {
         let Outcome::Roce(p) = decode_frame(f) else {
             continue;
@@ -188,7 +188,9 @@ pub fn explain_frames(
             keys.len() - 1
         });
         let mut p = *p;
-        p.time = (p.time - t0) * 1e6;
+        // Times count from the first RoCE packet of the file.
+        let start = *t0.get_or_insert(p.time);
+        p.time = (p.time - start) * 1e6;
         pkts.push(Pkt {
             flow,
             p,
@@ -272,14 +274,12 @@ fn pair_flows(keys: &[FlowKey], pkts: &[Pkt]) -> Vec<(usize, Option<usize>)> {
             }
         }
     }
-    let mut out = Vec::new();
-    for x in 0..n {
-        match partner[x] {
-            Some(y) if y < x => {}
-            p => out.push((x, p)),
-        }
-    }
-    out
+    partner
+        .iter()
+        .enumerate()
+        .filter(|&(x, p)| p.is_none_or(|y| y > x))
+        .map(|(x, &p)| (x, p))
+        .collect()
 }
 
 /// Per-direction state while walking a pair.
@@ -420,11 +420,16 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
                     if let Some(e) = dir.expect {
                         if psn.after(e) {
                             s.gaps += 1;
-                            notes.push(format!(
-                                "gap: psn {}..{} not in the capture",
-                                e.value(),
-                                psn.sub(1).value()
-                            ));
+                            let last = psn.sub(1);
+                            notes.push(if last == e {
+                                format!("gap: psn {} not in the capture", e.value())
+                            } else {
+                                format!(
+                                    "gap: psn {}..{} not in the capture",
+                                    e.value(),
+                                    last.value()
+                                )
+                            });
                         }
                     }
                     s.payload_bytes += plen as u64;
@@ -501,9 +506,11 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
 fn collapse(steps: Vec<Step>) -> Vec<Step> {
     let mut out: Vec<Step> = Vec::with_capacity(steps.len());
     let middle = |s: &Step| {
-        s.kind == StepKind::Request || s.kind == StepKind::Response
-    } && s.notes.is_empty()
-        && s.label.contains("MIDDLE");
+        matches!(
+            s.kind,
+            StepKind::Request | StepKind::Response | StepKind::Retransmission
+        ) && s.label.contains("MIDDLE")
+    };
     let mut i = 0;
     while i < steps.len() {
         let s = &steps[i];
@@ -538,7 +545,12 @@ fn collapse(steps: Vec<Step>) -> Vec<Step> {
                 (Some(a), Some(b)) => Psn::new(a).add(1).value() == b,
                 _ => false,
             };
-            if middle(t) && t.label.starts_with(&name) && consecutive {
+            if middle(t)
+                && t.label.starts_with(&name)
+                && consecutive
+                && t.kind == s.kind
+                && t.notes == s.notes
+            {
                 run.push(j);
                 j += 1;
             } else {
@@ -554,9 +566,13 @@ fn collapse(steps: Vec<Step>) -> Vec<Step> {
         let first = psn_of(&steps[run[1]]).unwrap_or(0);
         let last = psn_of(&steps[*run.last().unwrap_or(&i)]).unwrap_or(0);
         let mut c = steps[run[1]].clone();
-        c.kind = StepKind::Collapsed;
         c.count = run.len() - 1;
         c.label = format!("… {} more {name} psn {first}..{last}", run.len() - 1);
+        c.kind = if s.kind == StepKind::Retransmission {
+            StepKind::Retransmission
+        } else {
+            StepKind::Collapsed
+        };
         out.push(c);
         for &o in &others {
             out.push(steps[o].clone());

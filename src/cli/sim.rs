@@ -142,6 +142,10 @@ pub struct SimArgs {
     /// makes B answer with RNR NAKs.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub recv_depth: Option<u32>,
+    /// B's application reposts a receive buffer this many microseconds after its
+    /// completion (a slow consumer: SENDs that find no receive WQE get RNR NAKs).
+    #[arg(long, default_value_t = 0)]
+    pub recv_delay_us: u64,
     /// Probability that the link marks an ECN-capable frame CE (a congested switch).
     #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
     pub ecn_mark: f64,
@@ -156,6 +160,8 @@ pub struct SimArgs {
 pub struct SimOptions {
     /// Receive WRs B keeps posted (default: the depth).
     pub recv_depth: Option<u32>,
+    /// B reposts a consumed receive this long (virtual ns) after its completion.
+    pub recv_delay_ns: u64,
     /// DCQCN on both devices.
     pub dcqcn: bool,
     /// Write a pcapng of every transmitted frame here.
@@ -399,6 +405,7 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
     let mut recv_expect: std::collections::VecDeque<Msg> = Default::default();
     let mut next_id = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::new();
+    let mut reposts: std::collections::VecDeque<(u64, u64)> = Default::default();
     let mut scratch = vec![0u8; MAX_SIZE as usize];
     let limit_ns = 3_600_000_000_000u64;
     let mtu = p.mtu.bytes();
@@ -633,6 +640,13 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
                 }
                 _ => s.mismatches += 1,
             }
+            reposts.push_back((pair.now + o.recv_delay_ns, slot));
+        }
+        // The application gives receive buffers back after its delay.
+        while reposts.front().is_some_and(|&(t, _)| t <= pair.now) {
+            let Some((_, slot)) = reposts.pop_front() else {
+                break;
+            };
             let wr = RecvWr {
                 wr_id: slot,
                 sg_list: vec![Sge {
@@ -659,7 +673,13 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
             ));
             break;
         }
-        if !pair.step() && !room_freed {
+        let stepped = pair.step();
+        if !stepped && !room_freed {
+            if let Some(&(t, _)) = reposts.front() {
+                // Nothing happens until the next repost: jump there.
+                pair.now = pair.now.max(t);
+                continue;
+            }
             s.stalled = Some(format!(
                 "no progress possible with {} outstanding",
                 in_flight.len()
@@ -726,6 +746,7 @@ pub fn run(args: &SimArgs) -> i32 {
     use std::io::Write;
     let opts = SimOptions {
         recv_depth: args.recv_depth,
+        recv_delay_ns: args.recv_delay_us.saturating_mul(1000),
         dcqcn: args.dcqcn,
         pcap: args.pcap.clone(),
     };

@@ -395,7 +395,7 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
                 if again {
                     s.retransmitted_packets += 1;
                     kind = StepKind::Retransmission;
-                    notes.push("retransmission: this response PSN was sent before".into());
+                    notes.push("retransmission (PSN answered before)".into());
                 } else {
                     s.payload_bytes += plen as u64;
                 }
@@ -415,7 +415,7 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
                 if again {
                     s.retransmitted_packets += 1;
                     kind = StepKind::Retransmission;
-                    notes.push("retransmission: this PSN was used before".into());
+                    notes.push("retransmission (PSN used before)".into());
                 } else {
                     if let Some(e) = dir.expect {
                         if psn.after(e) {
@@ -478,7 +478,26 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
             notes.push("CE".into());
         }
         if let Some(c) = &k.comment {
-            notes.push(c.clone());
+            // Keep what the label does not already say.
+            for part in c.split("; ") {
+                let said = match kind {
+                    StepKind::Nak => part.starts_with("NAK "),
+                    StepKind::RnrNak => part.starts_with("RNR NAK"),
+                    StepKind::Cnp => part.starts_with("CNP"),
+                    _ => false,
+                };
+                if said {
+                    continue;
+                }
+                match part.strip_prefix("retransmission: ") {
+                    Some(why) if kind == StepKind::Retransmission => {
+                        // The sender's reason replaces the generic note.
+                        notes.retain(|n| !n.starts_with("retransmission ("));
+                        notes.push(why.to_string());
+                    }
+                    _ => notes.push(part.to_string()),
+                }
+            }
         }
         steps.push(Step {
             frame: p.frame,

@@ -581,3 +581,28 @@ fn failed_sim_exit_code_is_not_success_on_bad_pcap_path() {
     );
     assert!(!s.ok && s.stalled.unwrap().contains("cannot create"));
 }
+
+#[test]
+fn ce_marks_on_ipv6_frames_reach_the_notification_point() {
+    let mut p = lossy();
+    p.ipv6 = true;
+    p.link = LinkConfig {
+        ce_mark: 0.1,
+        ..LinkConfig::default()
+    };
+    p.ops = Ops::Write;
+    p.size = SizeSpec::Fixed(8192);
+    p.messages = 30;
+    let opts = SimOptions {
+        dcqcn: true,
+        ..SimOptions::default()
+    };
+    let (s, out) = simulate_with(&p, &opts);
+    assert!(s.ok, "{s:#?}");
+    // Marked frames still pass the ICRC (ECN is masked) and are answered with CNPs.
+    assert_eq!(s.malformed_frames_dropped, 0);
+    assert!(s.link.ce_marked > 0 && out.cnps_sent > 0, "{s:#?} {out:?}");
+    // Without DCQCN nothing is ECN-capable: nothing gets marked.
+    let (s, out) = simulate_with(&p, &SimOptions::default());
+    assert_eq!((s.link.ce_marked, out.cnps_sent), (0, 0));
+}

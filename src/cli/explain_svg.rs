@@ -3,7 +3,8 @@
 //! Contract: [`render`] returns a standalone SVG 1.1 document (hand-written text, no
 //! dependency: the drawing is two lifelines per QP pair and one arrow per ladder step).
 //! Request arrows are blue, responses and ACKs green, NAKs and RNR NAKs orange,
-//! retransmissions red, CNPs purple, collapsed runs grey and dashed. All text is
+//! retransmissions red, CNPs purple, collapsed runs grey and dashed (SVG 1.1 only, so the
+//! arrow heads are grey for all). All text is
 //! XML-escaped.
 
 use std::fmt::Write as _;
@@ -51,7 +52,7 @@ pub fn render(ladders: &[Ladder]) -> String {
     );
     let _ = writeln!(
         o,
-        r#"<defs><marker id="arr" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="context-stroke"/></marker></defs>"#
+        r##"<defs><marker id="arr" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>"##
     );
     let _ = writeln!(o, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let mut y = 20.0;

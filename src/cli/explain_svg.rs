@@ -4,8 +4,7 @@
 //! dependency: the drawing is two lifelines per QP pair and one arrow per ladder step).
 //! Request arrows are blue, responses and ACKs green, NAKs and RNR NAKs orange,
 //! retransmissions red, CNPs purple, collapsed runs grey and dashed (SVG 1.1 only, so the
-//! arrow heads are grey for all). All text is
-//! XML-escaped.
+//! arrow heads are grey for all). All text is XML-escaped.
 
 use std::fmt::Write as _;
 

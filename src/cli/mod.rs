@@ -7,6 +7,8 @@
 
 pub mod decode;
 pub mod devinfo;
+pub mod explain;
+pub mod explain_svg;
 pub mod pingpong;
 pub mod sim;
 pub mod stat;

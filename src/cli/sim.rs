@@ -128,6 +128,57 @@ pub struct SimArgs {
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     pub json: bool,
+    /// Write every frame both devices send to this pcapng file (virtual-time timestamps,
+    /// a comment on each frame that is not the obvious next one).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Write the engines' per-QP events to this file as JSON lines.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<std::path::PathBuf>,
+    /// Print the QPs, MRs and CQs of both devices at the end (like `rdma resource show`).
+    #[arg(long)]
+    pub res: bool,
+    /// Receive WRs B keeps posted (default: --depth); fewer than --depth SENDs in flight
+    /// makes B answer with RNR NAKs.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub recv_depth: Option<u32>,
+    /// B's application reposts a receive buffer this many microseconds after its
+    /// completion (a slow consumer: SENDs that find no receive WQE get RNR NAKs).
+    #[arg(long, default_value_t = 0)]
+    pub recv_delay_us: u64,
+    /// Probability that the link marks an ECN-capable frame CE (a congested switch).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    pub ecn_mark: f64,
+    /// Turn DCQCN congestion control on in both devices (data becomes ECN-capable).
+    #[arg(long)]
+    pub dcqcn: bool,
+}
+
+/// What [`simulate_with`] does besides [`SimParams`]: options that do not change the
+/// workload's checks.
+#[derive(Clone, Debug, Default)]
+pub struct SimOptions {
+    /// Receive WRs B keeps posted (default: the depth).
+    pub recv_depth: Option<u32>,
+    /// B reposts a consumed receive this long (virtual ns) after its completion.
+    pub recv_delay_ns: u64,
+    /// DCQCN on both devices.
+    pub dcqcn: bool,
+    /// Write a pcapng of every transmitted frame here.
+    pub pcap: Option<std::path::PathBuf>,
+}
+
+/// What [`simulate_with`] leaves besides the summary.
+#[derive(Clone, Debug, Default)]
+pub struct SimOutputs {
+    /// The resources of A and B at the end.
+    pub resources: Vec<crate::proto::resources::Resources>,
+    /// Frames written to the pcapng.
+    pub pcap_packets: u64,
+    /// Frames whose pcapng comment names a retransmission.
+    pub pcap_retransmission_comments: u64,
+    /// CNPs sent by either device (congestion counters).
+    pub cnps_sent: u64,
 }
 
 /// Everything [`simulate`] needs.
@@ -157,6 +208,7 @@ impl From<&SimArgs> for SimParams {
                 corrupt: a.corrupt,
                 delay_ns: a.delay_us.saturating_mul(1000),
                 bandwidth_bps: a.bandwidth_gbps.saturating_mul(1_000_000_000),
+                ce_mark: a.ecn_mark,
                 ..LinkConfig::default()
             },
             seed: a.seed,
@@ -259,12 +311,51 @@ fn pick_size(spec: SizeSpec, mtu: u32, r: &mut Rng) -> u32 {
 
 /// Run the workload; never panics on any parameters.
 pub fn simulate(p: &SimParams) -> SimSummary {
+    simulate_with(p, &SimOptions::default()).0
+}
+
+/// [`simulate`] with the extra options; a pcapng that cannot be written stops the run
+/// (`stalled` says why).
+pub fn simulate_with(p: &SimParams, o: &SimOptions) -> (SimSummary, SimOutputs) {
+    let mut out = SimOutputs::default();
+    let s = simulate_inner(p, o, &mut out);
+    (s, out)
+}
+
+fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSummary {
     let mut s = SimSummary {
         messages: p.messages,
         ..Default::default()
     };
     let depth = u64::from(p.depth.clamp(1, 256));
     let mut pair = Pair::new(p.link, p.seed);
+    pair.a.set_name("A");
+    pair.b.set_name("B");
+    if let Some(path) = &o.pcap {
+        match crate::sim::SimPcap::create(path) {
+            Ok(c) => pair.pcap = Some(c),
+            Err(e) => {
+                s.stalled = Some(e);
+                return s;
+            }
+        }
+    }
+    if o.dcqcn {
+        use crate::proto::congestion::{Algorithm, CongestionControl, DcqcnParams};
+        let line = if p.link.bandwidth_bps == 0 {
+            100_000_000_000
+        } else {
+            p.link.bandwidth_bps
+        };
+        for d in [&mut pair.a, &mut pair.b] {
+            d.enable_congestion_control(CongestionControl::new(
+                Algorithm::Dcqcn(DcqcnParams::connectx()),
+                line,
+                crate::proto::congestion::Pacer::DEFAULT_BURST,
+            ));
+        }
+    }
+    let recv_depth = u64::from(o.recv_depth.unwrap_or(p.depth).clamp(1, 256)).min(depth);
     let opts = ConnectOpts {
         mtu: p.mtu,
         ipv6: p.ipv6,
@@ -294,7 +385,7 @@ pub fn simulate(p: &SimParams) -> SimSummary {
             return s;
         }
     };
-    for slot in 0..depth {
+    for slot in 0..recv_depth {
         let wr = RecvWr {
             wr_id: slot,
             sg_list: vec![Sge {
@@ -314,6 +405,7 @@ pub fn simulate(p: &SimParams) -> SimSummary {
     let mut recv_expect: std::collections::VecDeque<Msg> = Default::default();
     let mut next_id = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::new();
+    let mut reposts: std::collections::VecDeque<(u64, u64)> = Default::default();
     let mut scratch = vec![0u8; MAX_SIZE as usize];
     let limit_ns = 3_600_000_000_000u64;
     let mtu = p.mtu.bytes();
@@ -548,6 +640,13 @@ pub fn simulate(p: &SimParams) -> SimSummary {
                 }
                 _ => s.mismatches += 1,
             }
+            reposts.push_back((pair.now + o.recv_delay_ns, slot));
+        }
+        // The application gives receive buffers back after its delay.
+        while reposts.front().is_some_and(|&(t, _)| t <= pair.now) {
+            let Some((_, slot)) = reposts.pop_front() else {
+                break;
+            };
             let wr = RecvWr {
                 wr_id: slot,
                 sg_list: vec![Sge {
@@ -574,7 +673,13 @@ pub fn simulate(p: &SimParams) -> SimSummary {
             ));
             break;
         }
-        if !pair.step() && !room_freed {
+        let stepped = pair.step();
+        if !stepped && !room_freed {
+            if let Some(&(t, _)) = reposts.front() {
+                // Nothing happens until the next repost: jump there.
+                pair.now = pair.now.max(t);
+                continue;
+            }
             s.stalled = Some(format!(
                 "no progress possible with {} outstanding",
                 in_flight.len()
@@ -617,6 +722,18 @@ pub fn simulate(p: &SimParams) -> SimSummary {
     if s.atomics_executed != s.atomics_posted {
         s.mismatches += 1;
     }
+    out.resources = vec![pair.a.resources(), pair.b.resources()];
+    out.cnps_sent = [&pair.a, &pair.b]
+        .iter()
+        .filter_map(|d| d.congestion().map(|c| c.counters().np_cnp_sent))
+        .sum();
+    if let Some(pc) = pair.pcap.take() {
+        out.pcap_retransmission_comments = pc.retransmission_comments;
+        match pc.finish() {
+            Ok(n) => out.pcap_packets = n,
+            Err(e) => s.stalled = Some(format!("cannot write the pcapng: {e}")),
+        }
+    }
     s.ok = s.stalled.is_none()
         && s.errors == 0
         && s.mismatches == 0
@@ -627,7 +744,23 @@ pub fn simulate(p: &SimParams) -> SimSummary {
 /// `xrnic sim`: run, print, and return the exit code (0 all verified, 1 otherwise).
 pub fn run(args: &SimArgs) -> i32 {
     use std::io::Write;
-    let s = simulate(&SimParams::from(args));
+    let opts = SimOptions {
+        recv_depth: args.recv_depth,
+        recv_delay_ns: args.recv_delay_us.saturating_mul(1000),
+        dcqcn: args.dcqcn,
+        pcap: args.pcap.clone(),
+    };
+    let params = SimParams::from(args);
+    let (s, out) = match &args.trace {
+        Some(path) => match crate::trace_out::json_lines(path) {
+            Ok(sub) => tracing::subscriber::with_default(sub, || simulate_with(&params, &opts)),
+            Err(e) => {
+                eprintln!("xrnic sim: {e}");
+                return 1;
+            }
+        },
+        None => simulate_with(&params, &opts),
+    };
     let mut text = format!(
         "xrnic sim: {} of {} messages completed, {} errors, {} mismatches, {} bytes verified\n",
         s.messages_completed, s.messages, s.errors, s.mismatches, s.bytes_verified
@@ -650,6 +783,27 @@ pub fn run(args: &SimArgs) -> i32 {
         s.link.corrupted,
         s.virtual_time_us
     );
+    if let Some(p) = &args.pcap {
+        text += &format!(
+            "  pcapng: {} frames written to {}, {} with a retransmission comment\n",
+            out.pcap_packets,
+            p.display(),
+            out.pcap_retransmission_comments
+        );
+    }
+    if args.dcqcn || args.ecn_mark > 0.0 {
+        text += &format!(
+            "  congestion: {} frames marked CE by the link, {} CNPs sent\n",
+            s.link.ce_marked, out.cnps_sent
+        );
+    }
+    if args.res {
+        for r in &out.resources {
+            text += &r.qp_lines();
+            text += &r.mr_lines();
+            text += &r.cq_lines();
+        }
+    }
     if let Some(why) = &s.stalled {
         text += &format!("  stopped early: {why}\n");
     }

@@ -20,6 +20,7 @@ use super::cq::WcStatus;
 use super::qp::{Qp, QpState};
 use super::requester::scatter;
 use super::timers::local_ack_timeout_ns;
+use super::trace::{TxReason, qp_event};
 
 /// Why the completer goes back.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -66,6 +67,7 @@ pub(crate) fn handle_response(
                 }
                 Some(Syndrome::Nak(code)) => {
                     qp.counters.naks_received += 1;
+                    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_received", psn = psn.value(), syndrome = ?code);
                     if code == NakCode::PsnSequenceError {
                         qp.counters.packet_seq_err += 1;
                     }
@@ -90,6 +92,14 @@ pub(crate) fn handle_response(
                 }
                 Some(Syndrome::RnrNak { timer }) => {
                     qp.counters.rnr_naks_received += 1;
+                    qp_event!(
+                        ctx.now,
+                        ctx.dev,
+                        qp.qpn,
+                        "rnr_nak_received",
+                        psn = psn.value(),
+                        timer_code = timer
+                    );
                     if psn != una && ack_through(qp, ctx, psn.sub(1)) {
                         return;
                     }
@@ -110,7 +120,17 @@ pub(crate) fn handle_response(
                     qp.req.rnr_until = Some(ctx.now + rnr_timer_ns(timer));
                     qp.req.retry_deadline = None;
                     qp.req.gbn_from = None;
+                    qp.req.resend_reason = TxReason::RnrRetry;
                     qp.req.rewind(psn);
+                    qp_event!(
+                        ctx.now,
+                        ctx.dev,
+                        qp.qpn,
+                        "rnr_wait",
+                        from_psn = psn.value(),
+                        wait_ns = rnr_timer_ns(timer),
+                        until_ns = ctx.now + rnr_timer_ns(timer)
+                    );
                 }
                 _ => qp.counters.dropped_wrong_state += 1,
             }
@@ -258,6 +278,15 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gbn_from = None;
     qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "psn_window",
+        una = qp.req.una().value(),
+        next_psn = qp.req.next_psn.value(),
+        ack_deadline_ns = qp.req.retry_deadline
+    );
 }
 
 fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
@@ -273,7 +302,12 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
         qp.req.retry_left -= 1;
     }
     qp.req.gbn_from = Some(p);
+    qp.req.resend_reason = match cause {
+        Cause::SeqNak => TxReason::RetransmitNak,
+        Cause::Implied => TxReason::RetransmitImplied,
+    };
     qp.req.rewind(p);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, "go_back_n", from_psn = p.value(), cause = ?cause);
 }
 
 /// The retransmission timer or the RNR wait expired.
@@ -285,6 +319,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     }
     if qp.req.rnr_until.is_some_and(|t| t <= ctx.now) {
         qp.req.rnr_until = None;
+        qp_event!(ctx.now, ctx.dev, qp.qpn, "timer_fired", timer = "rnr");
     }
     if qp.req.retry_deadline.is_some_and(|t| t <= ctx.now) {
         if !qp.req.outstanding() {
@@ -294,6 +329,14 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         // §9.7.6: no response within the local ACK timeout: resend from the oldest
         // unacknowledged PSN, at most retry_cnt times.
         qp.counters.local_ack_timeout_err += 1;
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qp.qpn,
+            "timer_fired",
+            timer = "ack",
+            retry_left = qp.req.retry_left
+        );
         if qp.req.retry_left == 0 {
             qp.counters.retry_exceeded_err += 1;
             fail(qp, ctx, WcStatus::RetryExcErr);
@@ -302,8 +345,18 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         qp.req.retry_left -= 1;
         let una = qp.req.una();
         qp.req.gbn_from = None;
+        qp.req.resend_reason = TxReason::RetransmitTimeout;
         qp.req.rewind(una);
         qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qp.qpn,
+            "go_back_n",
+            from_psn = una.value(),
+            cause = "Timeout",
+            ack_deadline_ns = qp.req.retry_deadline
+        );
     }
 }
 

@@ -103,6 +103,11 @@ impl CompletionQueue {
         }
     }
 
+    /// Completions waiting to be polled, and the capacity.
+    pub(crate) fn depth(&self) -> (usize, usize) {
+        (self.entries.len(), self.capacity)
+    }
+
     pub(crate) fn poll(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let n = max.min(self.entries.len());
         out.extend(self.entries.drain(..n));

@@ -21,6 +21,7 @@ use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_mod
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
+use super::trace::{TxReason, qp_event};
 use super::{Ctx, completer::handle_response};
 
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
@@ -84,6 +85,10 @@ pub struct Rnic {
     scratch: Vec<u8>,
     /// Congestion control (DCQCN), when enabled.
     cc: Option<CongestionControl>,
+    /// The name trace events carry.
+    name: &'static str,
+    /// The `now` of the latest sans-IO call: the time verbs' trace events carry.
+    last_now: u64,
 }
 
 impl Rnic {
@@ -98,7 +103,22 @@ impl Rnic {
             rr: 0,
             scratch: Vec::new(),
             cc: None,
+            name: "xrnic0",
+            last_now: 0,
         }
+    }
+
+    /// Name the device in trace events (default "xrnic0").
+    pub fn set_name(&mut self, name: &'static str) {
+        self.name = name;
+        if let Some(cc) = self.cc.as_mut() {
+            cc.dev = name;
+        }
+    }
+
+    /// The device name trace events carry.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Turn on congestion control: CNPs received cut the rate of their QP, requester
@@ -107,6 +127,7 @@ impl Rnic {
         for q in self.qps.iter().flatten() {
             cc.add_qp(0, q.qpn);
         }
+        cc.dev = self.name;
         self.cc = Some(cc);
     }
 
@@ -240,6 +261,7 @@ impl Rnic {
                 cqs: &mut self.cqs,
                 cfg: &self.cfg,
                 now,
+                dev: self.name,
             },
         ))
     }
@@ -247,7 +269,9 @@ impl Rnic {
     /// `ibv_modify_qp` for RC: see [`super::qp::check_modify`] for the rules.
     pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
         let ngids = self.cfg.gids.len();
-        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        let (qp, mut ctx) = self
+            .split(qpn, self.last_now)
+            .ok_or(VerbsError::NotFound("QP"))?;
         let to = check_modify(qp.state, attr, mask)?;
         if mask.contains(AttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= ngids {
             return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
@@ -287,6 +311,10 @@ impl Rnic {
         if mask.contains(AttrMask::RNR_RETRY) {
             qp.req.rnr_left = attr.rnr_retry;
         }
+        // Entering ERR is traced by `enter_error`, whatever drives the QP there.
+        if to != qp.state && to != QpState::Err {
+            qp_event!(ctx.now, ctx.dev, qpn, "state", from = ?qp.state, to = ?to);
+        }
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => {
@@ -321,7 +349,9 @@ impl Rnic {
     /// local key completes the WR with LOC_PROT_ERR when it reaches the queue head.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let max_wr = self.cfg.max_qp_wr;
-        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        let (qp, mut ctx) = self
+            .split(qpn, self.last_now)
+            .ok_or(VerbsError::NotFound("QP"))?;
         let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
@@ -361,6 +391,16 @@ impl Rnic {
         if len64 > 1 << 31 || (wr.opcode.is_atomic() && len64 != 8) {
             segs = Err(WcStatus::LocLenErr);
         }
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qpn,
+            "wqe_posted",
+            queue = "sq",
+            wr_id = wr.wr_id,
+            opcode = ?wr.opcode,
+            len = len64
+        );
         qp.req.sq.push_back(SendWqe {
             wr,
             segs,
@@ -376,7 +416,9 @@ impl Rnic {
     /// `ibv_post_recv`.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), VerbsError> {
         let max_wr = self.cfg.max_qp_wr;
-        let (qp, mut ctx) = self.split(qpn, 0).ok_or(VerbsError::NotFound("QP"))?;
+        let (qp, mut ctx) = self
+            .split(qpn, self.last_now)
+            .ok_or(VerbsError::NotFound("QP"))?;
         match qp.state {
             QpState::Reset => return Err(VerbsError::WrongState(QpState::Reset)),
             QpState::Err => {
@@ -400,6 +442,15 @@ impl Rnic {
         }
         let len = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         let segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, Access::LOCAL_WRITE);
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qpn,
+            "wqe_posted",
+            queue = "rq",
+            wr_id = wr.wr_id,
+            len = len
+        );
         qp.resp.rq.push_back(RecvWqe {
             wr_id: wr.wr_id,
             segs,
@@ -426,6 +477,55 @@ impl Rnic {
         d
     }
 
+    /// A snapshot of every QP, MR and CQ, like `rdma resource show` (see
+    /// [`super::resources`]).
+    pub fn resources(&self) -> super::resources::Resources {
+        use super::resources::{CqResource, QpResource, Resources};
+        Resources {
+            dev: self.name.to_string(),
+            qps: self
+                .qps
+                .iter()
+                .flatten()
+                .map(|q| QpResource {
+                    qpn: q.qpn.value(),
+                    pd: q.pd.0,
+                    state: q.state,
+                    dest_qpn: q.attr.dest_qp_num.value(),
+                    path_mtu: q.attr.path_mtu.bytes(),
+                    sq_psn: q.req.next_psn.value(),
+                    una_psn: q.req.una().value(),
+                    rq_psn: q.resp.epsn.value(),
+                    sq_wrs: q.req.sq.len(),
+                    sq_started: q.req.sq.iter().filter(|w| w.started).count(),
+                    rq_wrs: q.resp.rq.len(),
+                    retry_left: q.req.retry_left,
+                    rnr_left: q.req.rnr_left,
+                    rnr_wait_until_ns: q.req.rnr_until,
+                    ack_deadline_ns: q.req.retry_deadline,
+                    packets_sent: q.counters.packets_sent,
+                    retransmitted_packets: q.counters.retransmitted_packets,
+                })
+                .collect(),
+            mrs: self.mem.regions().map(Into::into).collect(),
+            cqs: self
+                .cqs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    let c = c.as_ref()?;
+                    let (queued, cqe) = c.depth();
+                    Some(CqResource {
+                        cqn: i as u32,
+                        cqe,
+                        queued,
+                        overruns: c.overruns,
+                    })
+                })
+                .collect(),
+        }
+    }
+
     /// Memory one QP occupies now (see `Qp::memory_bytes`).
     pub fn qp_memory_bytes(&self, qpn: Qpn) -> Option<usize> {
         self.slot(qpn)
@@ -437,6 +537,7 @@ impl Rnic {
 
     /// Take one received frame. Never panics; everything refused is counted.
     pub fn handle_frame(&mut self, now: u64, frame: &[u8]) {
+        self.last_now = now;
         let view = match FrameView::parse(frame) {
             Ok(v) => v,
             Err(_) => {
@@ -469,7 +570,8 @@ impl Rnic {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
             match self.cc.as_mut() {
                 Some(cc) => {
-                    cc.handle_cnp_frame(now, &view);
+                    let v = cc.handle_cnp_frame(now, &view);
+                    qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
                 }
                 None => self.dev.unsupported_dropped += 1,
             }
@@ -534,6 +636,7 @@ impl Rnic {
 
     /// Run every timer that is due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
+        self.last_now = now;
         if let Some(cc) = self.cc.as_mut() {
             cc.handle_timeout(now);
         }
@@ -551,6 +654,7 @@ impl Rnic {
                     cqs: &mut self.cqs,
                     cfg: &self.cfg,
                     now,
+                    dev: self.name,
                 };
                 completer::handle_timeout(qp, &mut ctx);
             }
@@ -560,20 +664,30 @@ impl Rnic {
     /// Write the next frame to send into `buf` and return its length. `buf` must hold
     /// [`MAX_FRAME_LEN`] bytes; a shorter buffer gets nothing.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        self.poll_transmit_with_reason(now, buf).map(|(n, _)| n)
+    }
+
+    /// [`Self::poll_transmit`], also telling why the frame is sent (see [`TxReason`]).
+    pub fn poll_transmit_with_reason(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+    ) -> Option<(usize, TxReason)> {
+        self.last_now = now;
         if buf.len() < MAX_FRAME_LEN {
             return None;
         }
         // CNPs go first and unpaced: they are what slows the congestion down.
         if let Some(len) = self.transmit_cnp(buf) {
-            return Some(len);
+            return Some((len, TxReason::Cnp));
         }
         let n = self.qps.len();
         for k in 0..n {
             let i = (self.rr + k) % n;
-            if let Some(len) = self.transmit_qp(i, now, buf) {
+            if let Some(r) = self.transmit_qp(i, now, buf) {
                 // Next time start after this QP: packet-by-packet round robin.
                 self.rr = (i + 1) % n;
-                return Some(len);
+                return Some(r);
             }
         }
         None
@@ -593,13 +707,20 @@ impl Rnic {
             }
             let (eth, ip) = frame_addrs(&self.cfg, qp);
             let frame = build_cnp(eth, ip, qp.attr.dest_qp_num, dscp, prio);
+            qp_event!(
+                self.last_now,
+                self.name,
+                qpn,
+                "cnp_sent",
+                dest_qp = qp.attr.dest_qp_num.value()
+            );
             if let Ok(n) = frame.emit(buf) {
                 return Some(n);
             }
         }
     }
 
-    fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<usize> {
+    fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<(usize, TxReason)> {
         // With congestion control on, data is ECN-capable so that switches mark it CE
         // instead of dropping it (ConnectX and hiroce send ECT(0), REFERENCE §4).
         let ect = self.cc.is_some();
@@ -615,6 +736,7 @@ impl Rnic {
             cqs: &mut self.cqs,
             cfg: &self.cfg,
             now,
+            dev: self.name,
         };
         // A WR whose local check failed completes in error once it heads the queue.
         if matches!(qp.state, QpState::Rts | QpState::Sqd)
@@ -678,7 +800,7 @@ impl Rnic {
                 if let Some(l) = len {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
-                    return Some(l);
+                    return Some((l, p.reason));
                 }
             } else {
                 if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
@@ -707,11 +829,31 @@ impl Rnic {
                     continue;
                 };
                 qp.tx_turn = true;
+                if let Some(wr_id) = p.started_wr {
+                    qp_event!(
+                        now,
+                        self.name,
+                        qp.qpn,
+                        "wqe_started",
+                        wr_id = wr_id,
+                        first_psn = p.psn.value()
+                    );
+                }
                 if p.retransmit {
                     qp.counters.retransmitted_packets += 1;
                 }
                 if qp.req.retry_deadline.is_none() {
                     qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+                    if let Some(at) = qp.req.retry_deadline {
+                        qp_event!(
+                            now,
+                            self.name,
+                            qp.qpn,
+                            "timer_armed",
+                            timer = "ack",
+                            at_ns = at
+                        );
+                    }
                 }
                 let payload = match p.payload {
                     Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len).unwrap_or(&[]),
@@ -736,7 +878,7 @@ impl Rnic {
                     if let Some(cc) = self.cc.as_mut() {
                         cc.on_sent(now, qp.qpn, l);
                     }
-                    return Some(l);
+                    return Some((l, p.reason));
                 }
             }
         }

@@ -183,6 +183,18 @@ impl MemTable {
         })
     }
 
+    /// Every registered region, in key order (for resource listings).
+    pub fn regions(&self) -> impl Iterator<Item = MrInfo> + '_ {
+        self.regions.iter().flatten().map(|r| MrInfo {
+            lkey: Lkey(r.key),
+            rkey: Rkey(r.key),
+            addr: r.addr,
+            length: r.data.len(),
+            pd: Pd(r.pd),
+            access: r.access,
+        })
+    }
+
     pub fn dereg_mr(&mut self, lkey: Lkey) -> Result<(), &'static str> {
         let slot = self.slot_of(lkey.0).ok_or("no such memory region")?;
         self.regions[slot] = None;

@@ -17,7 +17,7 @@
 //!   error completions and counters.
 //!
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
-//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`],
+//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
 //! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
 //! [`Rnic`] that owns them all.
 
@@ -29,8 +29,10 @@ pub mod device;
 pub mod memory;
 pub mod qp;
 pub mod requester;
+pub mod resources;
 pub mod responder;
 pub mod timers;
+pub mod trace;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
@@ -40,6 +42,7 @@ pub use qp::{
     AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, VerbsError, gid_is_ipv4, ipv4_gid,
 };
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+pub use trace::TxReason;
 
 use crate::wire::NakCode;
 
@@ -58,6 +61,8 @@ pub(crate) struct Ctx<'a> {
     pub cqs: &'a mut [Option<cq::CompletionQueue>],
     pub cfg: &'a Config,
     pub now: u64,
+    /// The device name, for trace events.
+    pub dev: &'static str,
 }
 
 impl Ctx<'_> {

@@ -611,6 +611,16 @@ impl Qp {
             || w.wr
                 .send_flags
                 .contains(super::requester::SendFlags::SIGNALED);
+        super::trace::qp_event!(
+            ctx.now,
+            ctx.dev,
+            self.qpn,
+            "wqe_completed",
+            queue = "sq",
+            wr_id = w.wr.wr_id,
+            status = ?status,
+            signaled = signaled
+        );
         if status != WcStatus::Success || signaled {
             let wc = WorkCompletion {
                 wr_id: w.wr.wr_id,
@@ -629,6 +639,9 @@ impl Qp {
     /// Move to ERR: every posted WR completes with WR_FLUSH_ERR, in order (IBTA §10.3,
     /// `ibv_modify_qp` to IBV_QPS_ERR).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state != QpState::Err {
+            super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, "state", from = ?self.state, to = ?QpState::Err);
+        }
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
         while !self.req.sq.is_empty() {

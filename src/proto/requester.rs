@@ -14,6 +14,7 @@ use crate::wire::{AtomicEthRepr, ExtHeaders, Lkey, Opcode, Psn, RethRepr, Rkey};
 
 use super::cq::{WcOpcode, WcStatus};
 use super::memory::{Access, MemRef, MemTable, Pd};
+use super::trace::TxReason;
 
 /// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -265,6 +266,10 @@ pub(crate) struct ReqPacket {
     pub payload: Payload,
     /// A PSN sent before: counts as a retransmission.
     pub retransmit: bool,
+    /// Why it is sent: `Request`, or the cause of the last rewind for a retransmission.
+    pub reason: TxReason,
+    /// The packet starts this work request (its wr_id), for the trace.
+    pub started_wr: Option<u64>,
 }
 
 /// Limits the requester obeys, from the QP attributes and the device configuration.
@@ -306,6 +311,8 @@ pub(crate) struct Requester {
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
     /// a burst of out-of-order responses triggers one retransmission, not one each.
     pub gbn_from: Option<Psn>,
+    /// Why the transmit point last went back: the reason retransmissions carry.
+    pub resend_reason: TxReason,
 }
 
 impl Requester {
@@ -359,6 +366,7 @@ impl Requester {
             // Acknowledged while we were going back: skip what the peer already has.
             self.tx_pkt = w.acked_pkts;
         }
+        let mut started_wr = None;
         if !w.started {
             // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
             // §9.7.7 credits, the FENCE rule of §10.8).
@@ -401,6 +409,7 @@ impl Requester {
                 self.recv_msgs_inflight += 1;
             }
             self.tx_pkt = 0;
+            started_wr = Some(w.wr.wr_id);
         }
         let w = &self.sq[idx];
         let k = self.tx_pkt;
@@ -512,6 +521,12 @@ impl Requester {
             ext,
             payload,
             retransmit,
+            reason: if retransmit {
+                self.resend_reason
+            } else {
+                TxReason::Request
+            },
+            started_wr,
         })
     }
 }

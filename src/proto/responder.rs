@@ -21,6 +21,7 @@ use super::cq::{WcOpcode, WcStatus, WorkCompletion};
 use super::memory::{Access, AccessError, MemRef};
 use super::qp::{Qp, QpState};
 use super::requester::{LocalSeg, Payload, scatter};
+use super::trace::{TxReason, qp_event};
 use super::{Ctx, Fault};
 
 /// A posted receive.
@@ -77,6 +78,8 @@ pub(crate) enum RespOut {
         psn: Psn,
         syndrome: Syndrome,
         msn: Msn,
+        /// The answer to a duplicate SEND/WRITE.
+        dup: bool,
     },
     Read {
         first_psn: Psn,
@@ -85,12 +88,15 @@ pub(crate) enum RespOut {
         mem: MemRef,
         len: u32,
         msn: Msn,
-        replay: bool,
+        /// Responses before this PSN were sent before: they count as retransmitted.
+        replay_end: Psn,
     },
     Atomic {
         psn: Psn,
         orig: u64,
         msn: Msn,
+        /// Replayed from the cache for a duplicate request.
+        replay: bool,
     },
 }
 
@@ -105,6 +111,8 @@ pub(crate) struct RespPacket {
     pub is_rnr: bool,
     /// A READ response sent again for a duplicate request.
     pub replay: bool,
+    /// Why it is sent.
+    pub reason: TxReason,
 }
 
 /// Responder state of one QP.
@@ -126,19 +134,29 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
-    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn) {
+    /// Queue an ACK/NAK; returns the PSN of a queued plain ACK it replaced, if any.
+    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn, dup: bool) -> Option<Psn> {
         // Coalesce: a newer plain ACK replaces a queued plain ACK (never a NAK).
+        let mut replaced = None;
         if let Syndrome::Ack { .. } = syndrome {
-            if let Some(RespOut::Ack {
+            if let Some(&RespOut::Ack {
                 syndrome: Syndrome::Ack { .. },
+                psn: old,
                 ..
             }) = self.out.back()
             {
                 self.out.pop_back();
+                replaced = Some(old);
             }
         }
-        self.out.push_back(RespOut::Ack { psn, syndrome, msn });
+        self.out.push_back(RespOut::Ack {
+            psn,
+            syndrome,
+            msn,
+            dup,
+        });
         self.pkts_since_ack = 0;
+        replaced
     }
 
     /// The syndrome of a positive ACK: unlimited credits like rxe, or the receive
@@ -163,7 +181,12 @@ impl Responder {
         let front = self.out.front_mut()?;
         let mut ext = ExtHeaders::default();
         let pkt = match front {
-            RespOut::Ack { psn, syndrome, msn } => {
+            RespOut::Ack {
+                psn,
+                syndrome,
+                msn,
+                dup,
+            } => {
                 let syndrome = match syndrome {
                     Syndrome::Ack { .. } => ack_syn,
                     s => *s,
@@ -180,11 +203,22 @@ impl Responder {
                     is_nak: matches!(syndrome, Syndrome::Nak(_)),
                     is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
                     replay: false,
+                    reason: match syndrome {
+                        Syndrome::Nak(c) => TxReason::Nak(c),
+                        Syndrome::RnrNak { .. } => TxReason::RnrNak,
+                        _ if *dup => TxReason::DuplicateAck,
+                        _ => TxReason::Ack,
+                    },
                 };
                 self.out.pop_front();
                 p
             }
-            RespOut::Atomic { psn, orig, msn } => {
+            RespOut::Atomic {
+                psn,
+                orig,
+                msn,
+                replay,
+            } => {
                 ext.aeth = Some(AethRepr {
                     syndrome: ack_syn,
                     msn: *msn,
@@ -197,7 +231,14 @@ impl Responder {
                     payload: Payload::None,
                     is_nak: false,
                     is_rnr: false,
-                    replay: false,
+                    // A replayed atomic ACK is a retransmitted packet like a replayed
+                    // READ response.
+                    replay: *replay,
+                    reason: if *replay {
+                        TxReason::DuplicateResponse
+                    } else {
+                        TxReason::AtomicAck
+                    },
                 };
                 self.out.pop_front();
                 p
@@ -209,9 +250,10 @@ impl Responder {
                 mem,
                 len,
                 msn,
-                replay,
+                replay_end,
             } => {
                 let k = *sent;
+                let replay = first_psn.add(k).before(*replay_end);
                 let off = k as usize * mtu as usize;
                 let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
                 let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
@@ -241,7 +283,12 @@ impl Responder {
                     },
                     is_nak: false,
                     is_rnr: false,
-                    replay: *replay,
+                    replay,
+                    reason: if replay {
+                        TxReason::DuplicateResponse
+                    } else {
+                        TxReason::ReadResponse
+                    },
                 };
                 *sent += 1;
                 if *sent >= *npkts {
@@ -254,9 +301,10 @@ impl Responder {
     }
 }
 
-fn nak(qp: &mut Qp, psn: Psn, code: NakCode) {
+fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
     let msn = qp.resp.msn;
-    qp.resp.push_ack(psn, Syndrome::Nak(code), msn);
+    qp.resp.push_ack(psn, Syndrome::Nak(code), msn, false);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
         // responder QP too (§9.9, rxe `do_class_ac_error`).
@@ -287,7 +335,7 @@ pub(crate) fn handle_request(
         if !qp.resp.nak_seq_sent {
             qp.resp.nak_seq_sent = true;
             let e = qp.resp.epsn;
-            nak(qp, e, NakCode::PsnSequenceError);
+            nak(qp, ctx, e, NakCode::PsnSequenceError);
         }
         return;
     }
@@ -318,7 +366,7 @@ pub(crate) fn handle_request(
     };
     if !seq_ok || !len_ok {
         qp.counters.invalid_requests += 1;
-        nak(qp, psn, NakCode::InvalidRequest);
+        nak(qp, ctx, psn, NakCode::InvalidRequest);
         return;
     }
     let result = match info.operation {
@@ -339,7 +387,16 @@ pub(crate) fn handle_request(
             );
             if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
                 let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
-                qp.resp.push_ack(psn, s, m);
+                let coalesced = qp.resp.push_ack(psn, s, m, false);
+                qp_event!(
+                    ctx.now,
+                    ctx.dev,
+                    qp.qpn,
+                    "ack_queued",
+                    psn = psn.value(),
+                    ack_req = ack_req,
+                    replaces_psn = coalesced.map(|p| p.value())
+                );
             }
         }
         Err(Fault::Rnr) => {
@@ -350,20 +407,37 @@ pub(crate) fn handle_request(
             // sequence-error NAK that would cut the requester's RNR wait short.
             qp.resp.nak_seq_sent = true;
             let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
-            qp.resp.push_ack(psn, Syndrome::RnrNak { timer: t }, m);
+            qp.resp
+                .push_ack(psn, Syndrome::RnrNak { timer: t }, m, false);
+            qp_event!(
+                ctx.now,
+                ctx.dev,
+                qp.qpn,
+                "rnr_nak_queued",
+                psn = psn.value(),
+                timer_code = t
+            );
         }
         Err(Fault::Nak(code)) => {
             match code {
                 NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
                 _ => qp.counters.invalid_requests += 1,
             }
-            nak(qp, psn, code);
+            nak(qp, ctx, psn, code);
         }
     }
 }
 
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtHeaders) {
     qp.counters.duplicate_request += 1;
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "duplicate_request",
+        psn = psn.value(),
+        opcode = info.name
+    );
     match info.operation {
         Operation::ReadRequest => {
             // §9.7.5 duplicate READ: answer again from the PSN asked for; memory is
@@ -410,22 +484,39 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             };
             qp.counters.responses_replayed += 1;
             let end = psn.add(npkts);
-            let fresh = RespOut::Read {
+            let mut fresh = RespOut::Read {
                 first_psn: psn,
                 npkts,
                 sent: 0,
                 mem,
                 len,
                 msn: c.msn,
-                replay: true,
+                replay_end: end,
             };
             // Still sending that READ's responses: restart them in place (keeps the PSN
-            // order of the queue) instead of sending both runs.
+            // order of the queue) instead of sending both runs. Only the responses that
+            // already left are retransmissions; the rest go out for the first time.
             let queued = qp.resp.out.iter_mut().find(
                 |o| matches!(o, RespOut::Read { first_psn, npkts, .. } if first_psn.add(*npkts) == end),
             );
             match queued {
-                Some(o) => *o = fresh,
+                Some(o) => {
+                    if let (
+                        RespOut::Read {
+                            first_psn,
+                            sent,
+                            replay_end: old_end,
+                            ..
+                        },
+                        RespOut::Read { replay_end, .. },
+                    ) = (&*o, &mut fresh)
+                    {
+                        // Sent before: by this run so far, or by an earlier one it replaced.
+                        let here = first_psn.add(*sent);
+                        *replay_end = if old_end.after(here) { *old_end } else { here };
+                    }
+                    *o = fresh;
+                }
                 None => qp.resp.out.push_back(fresh),
             }
         }
@@ -453,10 +544,15 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                     Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
                 if same {
                     qp.counters.responses_replayed += 1;
-                    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+                    qp.resp.out.push_back(RespOut::Atomic {
+                        psn,
+                        orig,
+                        msn,
+                        replay: true,
+                    });
                 } else {
                     qp.counters.invalid_requests += 1;
-                    nak(qp, psn, NakCode::InvalidRequest);
+                    nak(qp, ctx, psn, NakCode::InvalidRequest);
                 }
             }
         }
@@ -464,7 +560,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             // Duplicate SEND/WRITE: not executed again; ACK the newest PSN received so
             // the requester learns how far we are (§9.7.5).
             let (p, m) = (qp.resp.epsn.sub(1), qp.resp.msn);
-            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m);
+            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m, true);
         }
     }
 }
@@ -498,6 +594,16 @@ fn complete_recv(
     let Some(wqe) = qp.resp.rq.pop_front() else {
         return;
     };
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "wqe_completed",
+        queue = "rq",
+        wr_id = wqe.wr_id,
+        status = ?status,
+        byte_len = byte_len
+    );
     let wc = WorkCompletion {
         wr_id: wqe.wr_id,
         status,
@@ -726,7 +832,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         mem,
         len: reth.dma_len,
         msn,
-        replay: false,
+        replay_end: psn,
     });
     Ok(npkts)
 }
@@ -779,6 +885,11 @@ fn do_atomic(
             },
         },
     );
-    qp.resp.out.push_back(RespOut::Atomic { psn, orig, msn });
+    qp.resp.out.push_back(RespOut::Atomic {
+        psn,
+        orig,
+        msn,
+        replay: false,
+    });
     Ok(1)
 }

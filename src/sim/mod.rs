@@ -13,6 +13,14 @@
 //! lets each side transmit only when its side of the link is free (a NIC's transmit queue
 //! is drained at line rate, so in-flight data is bounded by the bandwidth-delay product,
 //! not by how fast the engine can produce frames). It never reads a clock.
+//!
+//! With [`Pair::pcap`] set, every frame a device transmits is written to a pcapng file on
+//! that device's interface (0 = A, 1 = B), as the device emitted it, before the link
+//! touches it, at the virtual time it was sent (nanoseconds since the start of the run, so
+//! Wireshark shows dates in January 1970). Frames are recorded once, at their sender:
+//! what each device received is what the other sent, minus what the comments say the
+//! link did (dropped, duplicated, corrupted, delayed past later frames). Every frame that
+//! is not the obvious next one carries a comment with the engine's [`TxReason`].
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -20,9 +28,10 @@ use std::collections::BinaryHeap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::pcap_out::{Direction, Interface, PcapNgOut};
 use crate::proto::{
     Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,
-    QpState, Rnic, VerbsError, ipv4_gid,
+    QpState, Rnic, TxReason, VerbsError, ipv4_gid,
 };
 use crate::wire::{Psn, Qpn};
 
@@ -58,6 +67,9 @@ pub struct LinkConfig {
     pub reorder_extra_ns: u64,
     /// Serialization rate in bits per second; 0 = infinite.
     pub bandwidth_bps: u64,
+    /// Probability that the link sets CE on an ECN-capable IPv4/IPv6 frame, as a
+    /// congested ECN switch would (RFC 3168); the ICRC does not cover the ECN bits.
+    pub ce_mark: f64,
 }
 
 impl Default for LinkConfig {
@@ -70,6 +82,7 @@ impl Default for LinkConfig {
             delay_ns: 2_000,
             reorder_extra_ns: 20_000,
             bandwidth_bps: 25_000_000_000,
+            ce_mark: 0.0,
         }
     }
 }
@@ -83,6 +96,7 @@ pub struct LinkStats {
     pub duplicated: u64,
     pub corrupted: u64,
     pub reordered: u64,
+    pub ce_marked: u64,
 }
 
 #[derive(Debug)]
@@ -207,6 +221,10 @@ impl Link {
                 self.stats.reordered += 1;
                 at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
             }
+            if self.cfg.ce_mark > 0.0 && self.chance(self.cfg.ce_mark) && mark_ce(&mut bytes[..len])
+            {
+                self.stats.ce_marked += 1;
+            }
             if self.chance(self.cfg.corrupt) && len > 0 {
                 self.stats.corrupted += 1;
                 let bit = self.rng.random_range(0..len * 8);
@@ -269,6 +287,51 @@ impl Link {
     }
 }
 
+/// Set CE on an ECN-capable (ECT(0) or ECT(1)) frame; fix the IPv4 header checksum.
+/// Returns whether the frame was marked.
+fn mark_ce(f: &mut [u8]) -> bool {
+    let ip = if f.get(12..14) == Some(&[0x81, 0x00]) {
+        18
+    } else {
+        14
+    };
+    let Some(et) = f.get(ip - 2..ip) else {
+        return false;
+    };
+    match [et[0], et[1]] {
+        [0x08, 0x00] if f.len() >= ip + 20 => {
+            if f[ip + 1] & 3 == 0 {
+                return false;
+            }
+            f[ip + 1] |= 3;
+            let ihl = usize::from(f[ip] & 0x0f) * 4;
+            if ihl < 20 || f.len() < ip + ihl {
+                return false;
+            }
+            f[ip + 10] = 0;
+            f[ip + 11] = 0;
+            let mut sum = 0u32;
+            for w in f[ip..ip + ihl].chunks(2) {
+                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            f[ip + 10..ip + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            true
+        }
+        [0x86, 0xdd] if f.len() >= ip + 40 => {
+            // Traffic class straddles bytes 0 and 1; ECN is its low two bits (byte 1, bits 5..4).
+            if (f[ip + 1] >> 4) & 3 == 0 {
+                return false;
+            }
+            f[ip + 1] |= 0x30;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Two devices joined by a [`Link`], stepping virtual time.
 #[derive(Debug)]
 pub struct Pair {
@@ -280,7 +343,67 @@ pub struct Pair {
     /// When set, every frame a side transmits is recorded here (time, sender, bytes),
     /// before the link impairs it: a capture of the wire for tests.
     pub capture: Option<Vec<(u64, Side, Vec<u8>)>>,
+    /// When set, every transmitted frame goes into this pcapng (see the module docs).
+    pub pcap: Option<SimPcap>,
     buf: Vec<u8>,
+}
+
+/// The pcapng output of a [`Pair`]: the writer, the first write error (writing stops
+/// there), and the number of comments that name a retransmission.
+#[derive(Debug)]
+pub struct SimPcap {
+    pub out: PcapNgOut<std::io::BufWriter<std::fs::File>>,
+    pub error: Option<String>,
+    pub retransmission_comments: u64,
+}
+
+impl SimPcap {
+    /// Create `path` with one interface per side.
+    pub fn create(path: &std::path::Path) -> Result<Self, String> {
+        let ifs = [Side::A, Side::B].map(|s| Interface {
+            name: format!("xrnic-sim-{s:?}"),
+            description: format!(
+                "xrnic sim device {s:?}: frames as it sent them, before the simulated link; \
+                 timestamps are virtual time since the start of the run"
+            ),
+        });
+        Ok(SimPcap {
+            out: PcapNgOut::create(path, &ifs)?,
+            error: None,
+            retransmission_comments: 0,
+        })
+    }
+
+    fn record(&mut self, at: u64, side: Side, frame: &[u8], reason: TxReason, fate: &[&str]) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut parts: Vec<String> = reason.comment().into_iter().collect();
+        parts.extend(fate.iter().map(|f| f.to_string()));
+        if reason.is_retransmission() || reason == TxReason::DuplicateResponse {
+            self.retransmission_comments += 1;
+        }
+        let comment = (!parts.is_empty()).then(|| parts.join("; "));
+        if let Err(e) = self.out.write(
+            side.idx() as u32,
+            at,
+            frame,
+            Some(Direction::Outbound),
+            comment.as_deref(),
+        ) {
+            self.error = Some(e.to_string());
+        }
+    }
+
+    /// Flush the file; the first error met while writing, if any.
+    pub fn finish(self) -> Result<u64, String> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let n = self.out.packets();
+        self.out.finish().map_err(|e| e.to_string())?;
+        Ok(n)
+    }
 }
 
 /// The MAC addresses and GIDs the pair uses: 192.0.2.1 / fd00::1 for A, .2 / ::2 for B.
@@ -311,6 +434,7 @@ impl Pair {
             link: Link::new(link, seed),
             now: 0,
             capture: None,
+            pcap: None,
             buf: vec![0; MAX_FRAME_LEN],
         }
     }
@@ -349,12 +473,34 @@ impl Pair {
                 if buf.len() < MAX_FRAME_LEN {
                     buf.resize(MAX_FRAME_LEN, 0);
                 }
-                match self.dev(s).poll_transmit(now, &mut buf) {
-                    Some(n) => {
+                match self.dev(s).poll_transmit_with_reason(now, &mut buf) {
+                    Some((n, reason)) => {
                         if let Some(c) = self.capture.as_mut() {
                             c.push((now, s, buf[..n].to_vec()));
                         }
+                        let before = self.link.stats;
+                        let copy = self.pcap.is_some().then(|| buf[..n].to_vec());
                         self.link.send_owned(now, s, buf, n);
+                        if let (Some(p), Some(frame)) = (self.pcap.as_mut(), copy) {
+                            let after = self.link.stats;
+                            let mut fate = Vec::new();
+                            if after.lost > before.lost {
+                                fate.push("the link drops this frame");
+                            }
+                            if after.duplicated > before.duplicated {
+                                fate.push("the link delivers this frame twice");
+                            }
+                            if after.corrupted > before.corrupted {
+                                fate.push("the link flips a bit of this frame on its way");
+                            }
+                            if after.ce_marked > before.ce_marked {
+                                fate.push("the link marks this frame CE (congestion experienced)");
+                            }
+                            if after.reordered > before.reordered {
+                                fate.push("the link delays this frame past later ones");
+                            }
+                            p.record(now, s, &frame, reason, &fate);
+                        }
                         self.buf = self.link.take_buffer();
                         did = true;
                     }

@@ -34,6 +34,10 @@ enum Command {
     /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
     /// the device's network namespace).
     Stat(xrnic::cli::stat::StatArgs),
+    /// Explain a capture: per QP pair, a ladder diagram (who sent what, PSNs, ACK/NAK,
+    /// gaps, retransmissions, RNR waits, CNPs) and a summary. Exit status 1 when the file
+    /// cannot be read.
+    Explain(xrnic::cli::explain::ExplainArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => xrnic::cli::devinfo::run(&args),
         Command::RcPingpong(args) => xrnic::cli::pingpong::run(&args),
         Command::Stat(args) => xrnic::cli::stat::run(&args),
+        Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

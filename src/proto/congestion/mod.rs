@@ -120,6 +120,8 @@ pub struct CongestionControl {
     cnps: VecDeque<Qpn>,
     handled: u64,
     ignored: u64,
+    /// The device name trace events carry.
+    pub(crate) dev: &'static str,
 }
 
 impl CongestionControl {
@@ -140,6 +142,7 @@ impl CongestionControl {
             cnps: VecDeque::new(),
             handled: 0,
             ignored: 0,
+            dev: "",
         }
     }
 
@@ -183,16 +186,31 @@ impl CongestionControl {
         self.cnps.retain(|&q| q != qpn);
     }
 
-    fn sync(q: &mut QpCc, now: u64, line: u64) {
+    fn sync(q: &mut QpCc, now: u64, line: u64, dev: &'static str, qpn: Qpn) {
         let r = q.rate(line);
         if r != q.pacer.rate_bps() {
             q.pacer.set_rate(now, r);
+            // A DCQCN update: rate, target and α after it.
+            if crate::proto::trace::enabled() {
+                let (target, alpha) =
+                    q.cc.as_ref()
+                        .map_or((line, None), |c| (c.target_bps(), c.alpha()));
+                crate::proto::trace::qp_event!(
+                    now,
+                    dev,
+                    qpn,
+                    "rate_update",
+                    rate_bps = r,
+                    target_bps = target,
+                    alpha = alpha.unwrap_or(0.0)
+                );
+            }
         }
     }
 
     /// A CNP for local QP `qpn` arrived at `now`.
     pub fn on_cnp(&mut self, now: u64, qpn: Qpn) -> CnpVerdict {
-        let line = self.line_rate_bps;
+        let (line, dev) = (self.line_rate_bps, self.dev);
         let v = match self.qps.get_mut(&qpn) {
             Some(q) => {
                 let v = match q.cc.as_mut() {
@@ -204,7 +222,7 @@ impl CongestionControl {
                     CnpVerdict::Handled => q.handled += 1,
                     CnpVerdict::Ignored => q.ignored += 1,
                 }
-                Self::sync(q, now, line);
+                Self::sync(q, now, line, dev, qpn);
                 v
             }
             None => CnpVerdict::Ignored,
@@ -270,14 +288,14 @@ impl CongestionControl {
 
     /// QP `qpn` sent a frame of `len` bytes at `now`.
     pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
-        let line = self.line_rate_bps;
+        let (line, dev) = (self.line_rate_bps, self.dev);
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.held_until = None;
             q.pacer.consume(now, len);
             if let Some(cc) = q.cc.as_mut() {
                 cc.on_bytes_sent(now, len as u64);
             }
-            Self::sync(q, now, line);
+            Self::sync(q, now, line, dev, qpn);
         }
     }
 
@@ -293,7 +311,8 @@ impl CongestionControl {
     /// Run every rate-controller timer due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
         let line = self.line_rate_bps;
-        for q in self.qps.values_mut() {
+        let dev = self.dev;
+        for (&qpn, q) in self.qps.iter_mut() {
             if q.held_until.is_some_and(|t| t <= now) {
                 // Released: the engine asks `may_send` again when it next transmits.
                 q.held_until = None;
@@ -306,7 +325,7 @@ impl CongestionControl {
                 if let Some(cc) = q.cc.as_mut() {
                     cc.on_timer(now);
                 }
-                Self::sync(q, now, line);
+                Self::sync(q, now, line, dev, qpn);
             }
         }
     }

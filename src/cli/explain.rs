@@ -1,0 +1,725 @@
+//! `xrnic explain FILE`: what the RDMA conversations of a capture did, per QP pair, as a
+//! text ladder diagram (or an SVG sequence diagram) with a summary.
+//!
+//! Contract:
+//! - Input is any pcap/pcapng (read with [`crate::capture`]); each RoCE packet is decoded
+//!   with [`super::decode::decode_frame`]. Packets that do not parse are counted
+//!   (`malformed`) and left out of the ladders; a bad ICRC is shown on its line.
+//! - A *flow* is one direction (source IP, destination IP, destination QPN). Two opposite
+//!   flows form a QP pair when the PSNs of one's responses match the other's requests
+//!   (the best-matching reverse flow wins); a flow with no match stands alone. CNPs name
+//!   the QP to slow down, so they land in the flow of that QP's responses.
+//! - Everything is derived from the capture alone. A request is a *retransmission* when
+//!   its PSN is before the highest PSN its flow has used so far: request PSNs, and the
+//!   response PSNs of its READs seen coming back. A READ response or atomic ACK is one when
+//!   its PSN was already answered in that direction. A request PSN beyond the next
+//!   expected one is a *gap* (packets missing from the capture). On a capture taken by
+//!   `xrnic sim --pcap` (every frame once, as sent) the retransmission count equals the
+//!   simulator's `retransmitted_packets`.
+//! - Runs of in-order MIDDLE packets collapse into one line unless `--full`.
+//! - pcapng packet comments (e.g. the reasons `xrnic sim --pcap` records) are shown.
+//! - `--json` prints one JSON object per QP pair and then a summary object
+//!   ([`Summary`]) as the last line. Exit status 1 when the file cannot be read or the
+//!   SVG cannot be written.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use super::decode::{Outcome, Packet, decode_frame};
+use crate::wire::{Opcode, Operation, Psn, Segment};
+
+/// Arguments of `xrnic explain`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// A pcap or pcapng capture (Ethernet link type).
+    pub file: PathBuf,
+    /// Show every packet (do not collapse runs of in-order MIDDLE packets).
+    #[arg(long)]
+    pub full: bool,
+    /// Also draw the ladders as an SVG sequence diagram into this file.
+    #[arg(long, value_name = "OUT")]
+    pub svg: Option<PathBuf>,
+    /// JSON: one object per QP pair, then the summary object on the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Counts over the whole capture (and per QP pair).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// QP pairs (conversations; a flow without a reverse flow counts as one).
+    pub qps: usize,
+    /// Every frame in the file.
+    pub packets: usize,
+    /// RoCE packets placed in a ladder.
+    pub roce_packets: usize,
+    /// RoCE packets that did not parse.
+    pub malformed: usize,
+    /// RoCE packets whose ICRC is wrong.
+    pub bad_icrc: usize,
+    /// Messages started (first transmissions of SEND/WRITE ONLY or LAST, READ requests,
+    /// atomics).
+    pub messages: usize,
+    pub retransmitted_packets: usize,
+    /// NAKs other than RNR NAKs.
+    pub naks: usize,
+    pub rnr_naks: usize,
+    pub cnps: usize,
+    /// Request PSN gaps (packets missing from the capture).
+    pub gaps: usize,
+    /// Exchanges closed by a response: ACKs, NAKs, atomic ACKs, last READ responses.
+    pub round_trips: usize,
+    /// Payload bytes of first transmissions (requests and READ responses).
+    pub payload_bytes: u64,
+    /// Frame bytes of every RoCE packet.
+    pub frame_bytes: u64,
+}
+
+impl Summary {
+    fn add(&mut self, o: &Summary) {
+        self.messages += o.messages;
+        self.retransmitted_packets += o.retransmitted_packets;
+        self.naks += o.naks;
+        self.rnr_naks += o.rnr_naks;
+        self.cnps += o.cnps;
+        self.gaps += o.gaps;
+        self.round_trips += o.round_trips;
+        self.payload_bytes += o.payload_bytes;
+        self.frame_bytes += o.frame_bytes;
+        self.roce_packets += o.roce_packets;
+        self.bad_icrc += o.bad_icrc;
+    }
+}
+
+/// One line of a ladder.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub frame: usize,
+    /// Microseconds since the first RoCE packet of the file.
+    pub time_us: f64,
+    /// Sent by the left end of the pair.
+    pub from_left: bool,
+    pub label: String,
+    pub notes: Vec<String>,
+    pub kind: StepKind,
+    /// For a collapsed run: how many packets the line stands for.
+    pub count: usize,
+}
+
+/// How a step is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepKind {
+    Request,
+    Response,
+    Ack,
+    Nak,
+    RnrNak,
+    Cnp,
+    Retransmission,
+    Collapsed,
+    Other,
+}
+
+/// One QP pair's ladder.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ladder {
+    pub left: String,
+    pub right: String,
+    pub steps: Vec<Step>,
+    pub summary: Summary,
+}
+
+type FlowKey = (String, String, u32);
+
+struct Pkt {
+    flow: usize,
+    p: Packet,
+    comment: Option<String>,
+}
+
+fn info(p: &Packet) -> Option<&'static crate::wire::OpInfo> {
+    Opcode(p.opcode?).info()
+}
+
+fn is_response_psn(p: &Packet) -> bool {
+    info(p).is_some_and(|i| {
+        matches!(
+            i.operation,
+            Operation::ReadResponse | Operation::AtomicAck | Operation::Ack
+        )
+    })
+}
+
+/// Analyse decoded frames (with their pcapng comments, if any).
+pub fn explain_frames(
+    frames: &[crate::capture::CapturedFrame],
+    comments: &[Option<String>],
+    full: bool,
+) -> (Vec<Ladder>, Summary) {
+    let mut total = Summary {
+        packets: frames.len(),
+        ..Summary::default()
+    };
+    let mut keys: Vec<FlowKey> = Vec::new();
+    let mut index: HashMap<FlowKey, usize> = HashMap::new();
+    let mut pkts: Vec<Pkt> = Vec::new();
+    let mut t0: Option<f64> = None;
+    for (i, f) in frames.iter().enumerate() {
+        let Outcome::Roce(p) = decode_frame(f) else {
+            continue;
+        };
+        if p.error.is_some() {
+            total.malformed += 1;
+            continue;
+        }
+        let (Some(src), Some(dst), Some(dqp)) = (p.src.clone(), p.dst.clone(), p.dest_qp) else {
+            total.malformed += 1;
+            continue;
+        };
+        let key = (src, dst, dqp);
+        let flow = *index.entry(key.clone()).or_insert_with(|| {
+            keys.push(key);
+            keys.len() - 1
+        });
+        let mut p = *p;
+        // Times count from the first RoCE packet of the file.
+        let start = *t0.get_or_insert(p.time);
+        p.time = (p.time - start) * 1e6;
+        pkts.push(Pkt {
+            flow,
+            p,
+            comment: comments.get(i).cloned().flatten(),
+        });
+    }
+    let pairs = pair_flows(&keys, &pkts);
+    let mut ladders = Vec::new();
+    for (l, r) in pairs {
+        let lad = ladder(&keys, l, r, &pkts, full);
+        total.add(&lad.summary);
+        ladders.push(lad);
+    }
+    total.qps = ladders.len();
+    (ladders, total)
+}
+
+/// Pair each flow with the reverse flow whose responses best match its requests.
+fn pair_flows(keys: &[FlowKey], pkts: &[Pkt]) -> Vec<(usize, Option<usize>)> {
+    let n = keys.len();
+    let mut req: Vec<std::collections::HashSet<u32>> = vec![Default::default(); n];
+    let mut resp: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for k in pkts {
+        let Some(psn) = k.p.psn else { continue };
+        if is_response_psn(&k.p) {
+            resp[k.flow].push(psn);
+        } else if info(&k.p).is_some_and(|i| i.is_request()) {
+            req[k.flow].insert(psn);
+            // A READ's responses use the PSNs after it (at least 256 bytes each).
+            if let Some(r) = &k.p.reth {
+                if info(&k.p).is_some_and(|i| i.operation == Operation::ReadRequest) {
+                    for j in 1..r.dma_len.div_ceil(256).min(4096) {
+                        req[k.flow].insert(Psn::new(psn).add(j).value());
+                    }
+                }
+            }
+        }
+    }
+    let mut cands = Vec::new();
+    for x in 0..n {
+        for y in x + 1..n {
+            if keys[x].0 != keys[y].1 || keys[x].1 != keys[y].0 {
+                continue;
+            }
+            let s = resp[y].iter().filter(|p| req[x].contains(p)).count()
+                + resp[x].iter().filter(|p| req[y].contains(p)).count();
+            cands.push((s, x, y));
+        }
+    }
+    cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut partner: Vec<Option<usize>> = vec![None; n];
+    for &(s, x, y) in &cands {
+        if s > 0 && partner[x].is_none() && partner[y].is_none() {
+            partner[x] = Some(y);
+            partner[y] = Some(x);
+        }
+    }
+    // No PSN evidence (e.g. only CNPs one way): pair when the choice is unique.
+    for x in 0..n {
+        if partner[x].is_some() {
+            continue;
+        }
+        let free: Vec<usize> = (0..n)
+            .filter(|&y| {
+                y != x && partner[y].is_none() && keys[x].0 == keys[y].1 && keys[x].1 == keys[y].0
+            })
+            .collect();
+        if let [y] = free[..] {
+            let others = (0..n)
+                .filter(|&z| {
+                    z != x
+                        && z != y
+                        && partner[z].is_none()
+                        && keys[z].0 == keys[x].0
+                        && keys[z].1 == keys[x].1
+                })
+                .count();
+            if others == 0 {
+                partner[x] = Some(y);
+                partner[y] = Some(x);
+            }
+        }
+    }
+    partner
+        .iter()
+        .enumerate()
+        .filter(|&(x, p)| p.is_none_or(|y| y > x))
+        .map(|(x, &p)| (x, p))
+        .collect()
+}
+
+/// Per-direction state while walking a pair.
+#[derive(Default, Clone, Copy)]
+struct Dir {
+    /// One past the highest PSN used by this side's requests (including READ responses
+    /// seen coming back): a request before it is a retransmission.
+    req_high: Option<Psn>,
+    /// The next request PSN expected when nothing is missing; `None` after a READ of
+    /// unknown response count.
+    expect: Option<Psn>,
+    /// One past the highest READ response / atomic ACK PSN this side sent.
+    resp_high: Option<Psn>,
+}
+
+fn max_psn(a: Option<Psn>, b: Psn) -> Option<Psn> {
+    Some(match a {
+        Some(x) if !b.after(x) => x,
+        _ => b,
+    })
+}
+
+fn endpoint(k: &FlowKey, reverse: Option<&FlowKey>) -> (String, String) {
+    // The left end sends flow k: it is k's source; its own QPN is the destination QPN of
+    // the reverse flow (when there is one).
+    let l = match reverse {
+        Some(r) => format!("{} QP {}", k.0, r.2),
+        None => k.0.clone(),
+    };
+    let r = format!("{} QP {}", k.1, k.2);
+    (l, r)
+}
+
+fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool) -> Ladder {
+    let (left, right) = endpoint(&keys[l], r.map(|r| &keys[r]));
+    let mut s = Summary {
+        qps: 1,
+        ..Summary::default()
+    };
+    let mut dirs = [Dir::default(); 2];
+    let mut mtu: Option<u32> = None;
+    let mut steps: Vec<Step> = Vec::new();
+    for k in pkts.iter().filter(|k| k.flow == l || Some(k.flow) == r) {
+        let p = &k.p;
+        let d = usize::from(k.flow != l);
+        let from_left = d == 0;
+        s.roce_packets += 1;
+        s.frame_bytes += p.len as u64;
+        let psn = Psn::new(p.psn.unwrap_or(0));
+        let plen = p.payload_len.unwrap_or(0);
+        let name = p.opcode_name.unwrap_or("unknown").trim_start_matches("RC_");
+        let mut notes = Vec::new();
+        if p.icrc_ok == Some(false) {
+            s.bad_icrc += 1;
+            notes.push("bad ICRC: the receiver drops it".to_string());
+        }
+        let inf = info(p);
+        if let Some(i) = inf {
+            if matches!(i.segment, Segment::First | Segment::Middle) && i.has_payload && plen > 0 {
+                mtu = Some(mtu.map_or(plen as u32, |m| m.max(plen as u32)));
+            }
+        }
+        let mut kind = StepKind::Other;
+        let mut label = format!("{name} psn {}", psn.value());
+        match inf {
+            Some(i) if i.operation == Operation::Cnp => {
+                s.cnps += 1;
+                kind = StepKind::Cnp;
+                label = "CNP (slow down)".into();
+            }
+            Some(i) if i.operation == Operation::Ack => {
+                let a = p.aeth.as_ref();
+                let msn = a.map_or(0, |a| a.msn);
+                match a.map(|a| a.kind) {
+                    Some("NAK") => {
+                        s.naks += 1;
+                        s.round_trips += 1;
+                        kind = StepKind::Nak;
+                        label = format!(
+                            "NAK {} psn {} msn {msn}",
+                            a.and_then(|a| a.nak_name).unwrap_or("?"),
+                            psn.value()
+                        );
+                    }
+                    Some("RNR_NAK") => {
+                        s.rnr_naks += 1;
+                        s.round_trips += 1;
+                        kind = StepKind::RnrNak;
+                        label = format!(
+                            "RNR NAK psn {} msn {msn}, retry in {} ms",
+                            psn.value(),
+                            a.and_then(|a| a.rnr_timer_ms).unwrap_or(0.0)
+                        );
+                    }
+                    _ => {
+                        s.round_trips += 1;
+                        kind = StepKind::Ack;
+                        label = format!("ACK psn {} msn {msn}", psn.value());
+                    }
+                }
+            }
+            Some(i) if matches!(i.operation, Operation::ReadResponse | Operation::AtomicAck) => {
+                kind = StepKind::Response;
+                let dir = &mut dirs[d];
+                let again = dir.resp_high.is_some_and(|h| psn.before(h));
+                dir.resp_high = max_psn(dir.resp_high, psn.add(1));
+                // The requester (other side) has now used this PSN.
+                let o = &mut dirs[1 - d];
+                o.req_high = max_psn(o.req_high, psn.add(1));
+                if o.expect.is_none_or(|e| psn.add(1).after(e)) {
+                    o.expect = Some(psn.add(1));
+                }
+                if again {
+                    s.retransmitted_packets += 1;
+                    kind = StepKind::Retransmission;
+                    notes.push("retransmission (PSN answered before)".into());
+                } else {
+                    s.payload_bytes += plen as u64;
+                }
+                if i.segment.ends() {
+                    s.round_trips += 1;
+                }
+                label = format!("{name} psn {}", psn.value());
+                if plen > 0 {
+                    let _ = write!(label, " {plen} B");
+                }
+            }
+            Some(i) if i.is_request() => {
+                let op = i.operation;
+                kind = StepKind::Request;
+                let dir = &mut dirs[d];
+                let again = dir.req_high.is_some_and(|h| psn.before(h));
+                if again {
+                    s.retransmitted_packets += 1;
+                    kind = StepKind::Retransmission;
+                    notes.push("retransmission (PSN used before)".into());
+                } else {
+                    if let Some(e) = dir.expect {
+                        if psn.after(e) {
+                            s.gaps += 1;
+                            let last = psn.sub(1);
+                            notes.push(if last == e {
+                                format!("gap: psn {} not in the capture", e.value())
+                            } else {
+                                format!(
+                                    "gap: psn {}..{} not in the capture",
+                                    e.value(),
+                                    last.value()
+                                )
+                            });
+                        }
+                    }
+                    s.payload_bytes += plen as u64;
+                    let msg_end = i.segment.ends()
+                        || matches!(
+                            op,
+                            Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
+                        );
+                    if msg_end {
+                        s.messages += 1;
+                    }
+                }
+                dir.req_high = max_psn(dir.req_high, psn.add(1));
+                let next = if op == Operation::ReadRequest {
+                    let len = p.reth.map_or(0, |r| r.dma_len);
+                    match (len, mtu) {
+                        (0, _) => Some(psn.add(1)),
+                        (l, Some(m)) if m > 0 => Some(psn.add(l.div_ceil(m))),
+                        _ => None,
+                    }
+                } else {
+                    Some(psn.add(1))
+                };
+                dir.expect = match (dir.expect, next) {
+                    (Some(e), Some(n)) if e.after(n) => Some(e),
+                    (_, n) => n,
+                };
+                if plen > 0 {
+                    let _ = write!(label, " {plen} B");
+                }
+                if let Some(r) = p.reth {
+                    if op == Operation::ReadRequest {
+                        let _ = write!(label, " (read {} B)", r.dma_len);
+                    }
+                }
+                if let Some(imm) = p.immdt {
+                    let _ = write!(label, " imm 0x{:08x}", imm.data);
+                }
+                if p.ack_req == Some(true) && op != Operation::ReadRequest {
+                    label.push_str(" A");
+                }
+            }
+            _ => {}
+        }
+        if p.ecn == Some(3) {
+            notes.push("CE".into());
+        }
+        if let Some(c) = &k.comment {
+            // Keep what the label does not already say.
+            for part in c.split("; ") {
+                let said = match kind {
+                    StepKind::Nak => part.starts_with("NAK "),
+                    StepKind::RnrNak => part.starts_with("RNR NAK"),
+                    StepKind::Cnp => part.starts_with("CNP"),
+                    _ => false,
+                };
+                if said {
+                    continue;
+                }
+                match part.strip_prefix("retransmission: ") {
+                    Some(why) if kind == StepKind::Retransmission => {
+                        // The sender's reason replaces the generic note.
+                        notes.retain(|n| !n.starts_with("retransmission ("));
+                        notes.push(why.to_string());
+                    }
+                    _ => notes.push(part.to_string()),
+                }
+            }
+        }
+        steps.push(Step {
+            frame: p.frame,
+            time_us: p.time,
+            from_left,
+            label,
+            notes,
+            kind,
+            count: 1,
+        });
+    }
+    if !full {
+        steps = collapse(steps);
+    }
+    Ladder {
+        left,
+        right,
+        steps,
+        summary: s,
+    }
+}
+
+/// Merge runs of plain in-order MIDDLE packets from one side: keep the first, then one
+/// line "… N more NAME psn a..b".
+fn collapse(steps: Vec<Step>) -> Vec<Step> {
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len());
+    let middle = |s: &Step| {
+        matches!(
+            s.kind,
+            StepKind::Request | StepKind::Response | StepKind::Retransmission
+        ) && s.label.contains("MIDDLE")
+    };
+    let mut i = 0;
+    while i < steps.len() {
+        let s = &steps[i];
+        if !middle(s) {
+            out.push(s.clone());
+            i += 1;
+            continue;
+        }
+        let name = s.label.split(' ').next().unwrap_or("").to_string();
+        let psn_of = |s: &Step| {
+            s.label
+                .split(' ')
+                .nth(2)
+                .and_then(|x| x.parse::<u32>().ok())
+        };
+        // The run may interleave with the other side's packets (ACKs); those are kept.
+        let mut run = vec![i];
+        let mut others = Vec::new();
+        let mut j = i + 1;
+        while j < steps.len() {
+            let t = &steps[j];
+            if t.from_left != s.from_left {
+                if t.kind == StepKind::Ack && t.notes.is_empty() {
+                    others.push(j);
+                    j += 1;
+                    continue;
+                }
+                break;
+            }
+            let last = &steps[*run.last().unwrap_or(&i)];
+            let consecutive = match (psn_of(last), psn_of(t)) {
+                (Some(a), Some(b)) => Psn::new(a).add(1).value() == b,
+                _ => false,
+            };
+            if middle(t)
+                && t.label.starts_with(&name)
+                && consecutive
+                && t.kind == s.kind
+                && t.notes == s.notes
+            {
+                run.push(j);
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        if run.len() < 4 {
+            out.push(s.clone());
+            i += 1;
+            continue;
+        }
+        out.push(s.clone());
+        let first = psn_of(&steps[run[1]]).unwrap_or(0);
+        let last = psn_of(&steps[*run.last().unwrap_or(&i)]).unwrap_or(0);
+        let mut c = steps[run[1]].clone();
+        c.count = run.len() - 1;
+        c.label = format!("… {} more {name} psn {first}..{last}", run.len() - 1);
+        c.kind = if s.kind == StepKind::Retransmission {
+            StepKind::Retransmission
+        } else {
+            StepKind::Collapsed
+        };
+        out.push(c);
+        for &o in &others {
+            out.push(steps[o].clone());
+        }
+        i = j;
+    }
+    out
+}
+
+const COL: usize = 52;
+
+/// The text ladder of one pair.
+pub fn render_text(l: &Ladder) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "QP pair: {}  <->  {}", l.left, l.right);
+    let _ = writeln!(
+        o,
+        "{:>12}  {:<w$}  {}",
+        "time (us)",
+        l.left,
+        l.right,
+        w = COL + 4
+    );
+    for s in &l.steps {
+        let mut label = s.label.clone();
+        if !s.notes.is_empty() {
+            let _ = write!(label, "  [{}]", s.notes.join("; "));
+        }
+        if s.from_left {
+            let _ = writeln!(o, "{:>12.3}  {label} ---->", s.time_us);
+        } else {
+            let _ = writeln!(o, "{:>12.3}  {:w$}<---- {label}", s.time_us, "", w = COL);
+        }
+    }
+    let m = &l.summary;
+    let _ = writeln!(
+        o,
+        "  {} packets, {} messages, {} retransmitted, {} NAKs, {} RNR NAKs, {} CNPs, {} gaps, {} round trips, {} payload bytes, {} frame bytes{}",
+        m.roce_packets,
+        m.messages,
+        m.retransmitted_packets,
+        m.naks,
+        m.rnr_naks,
+        m.cnps,
+        m.gaps,
+        m.round_trips,
+        m.payload_bytes,
+        m.frame_bytes,
+        if m.bad_icrc > 0 {
+            format!(", {} bad ICRC", m.bad_icrc)
+        } else {
+            String::new()
+        }
+    );
+    o
+}
+
+/// `xrnic explain`.
+pub fn run(args: &ExplainArgs) -> ExitCode {
+    let bytes = match std::fs::read(&args.file) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("xrnic explain: cannot read {}: {e}", args.file.display());
+            return ExitCode::from(1);
+        }
+    };
+    let frames = match crate::capture::read_bytes(&bytes) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("xrnic explain: cannot read {}: {e}", args.file.display());
+            return ExitCode::from(1);
+        }
+    };
+    let comments = crate::pcap_out::packet_comments(&bytes);
+    let (ladders, sum) = explain_frames(&frames, &comments, args.full);
+    if let Some(svg) = &args.svg {
+        let text = super::explain_svg::render(&ladders);
+        if let Err(e) = std::fs::write(svg, text) {
+            eprintln!("xrnic explain: cannot write {}: {e}", svg.display());
+            return ExitCode::from(1);
+        }
+    }
+    let mut out = String::new();
+    if args.json {
+        for l in &ladders {
+            match serde_json::to_string(l) {
+                Ok(j) => {
+                    out += &j;
+                    out.push('\n');
+                }
+                Err(e) => {
+                    eprintln!("xrnic explain: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        match serde_json::to_string(&sum) {
+            Ok(j) => {
+                out += &j;
+                out.push('\n');
+            }
+            Err(e) => {
+                eprintln!("xrnic explain: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        for l in &ladders {
+            out += &render_text(l);
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "summary: {} QP pairs, {} packets ({} RoCE, {} malformed), {} messages, {} retransmitted, {} NAKs, {} RNR NAKs, {} CNPs, {} round trips, {} payload bytes",
+            sum.qps,
+            sum.packets,
+            sum.roce_packets,
+            sum.malformed,
+            sum.messages,
+            sum.retransmitted_packets,
+            sum.naks,
+            sum.rnr_naks,
+            sum.cnps,
+            sum.round_trips,
+            sum.payload_bytes
+        );
+    }
+    // A closed pipe is not worth a panic.
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}

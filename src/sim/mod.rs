@@ -324,13 +324,7 @@ impl Pair {
 
     /// Do everything due at `now`; returns true if anything happened.
     fn work_now(&mut self) -> bool {
-        let mut did = false;
-        while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
-            let now = self.now;
-            self.dev(to).handle_frame(now, &bytes[..len]);
-            self.link.recycle(bytes);
-            did = true;
-        }
+        let mut did = self.deliver_due();
         for s in [Side::A, Side::B] {
             let now = self.now;
             if self.dev(s).poll_timeout().is_some_and(|t| t <= now) {
@@ -357,6 +351,11 @@ impl Pair {
                         self.link.send_owned(now, s, buf, n);
                         self.buf = self.link.take_buffer();
                         did = true;
+                        // On a zero-delay link the frame is due already: hand it over
+                        // before the next one is built, as a wire would, rather than
+                        // after up to a window of frames (which also keeps the frame
+                        // buffers few and cache-warm; nothing changes when delay > 0).
+                        self.deliver_due();
                     }
                     None => {
                         self.buf = buf;
@@ -364,6 +363,18 @@ impl Pair {
                     }
                 }
             }
+        }
+        did
+    }
+
+    /// Hand every frame due now to its receiver; returns true if there was one.
+    fn deliver_due(&mut self) -> bool {
+        let mut did = false;
+        while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
+            let now = self.now;
+            self.dev(to).handle_frame(now, &bytes[..len]);
+            self.link.recycle(bytes);
+            did = true;
         }
         did
     }

@@ -452,12 +452,18 @@ fn ones_complement(words: &[u16]) -> u16 {
 /// whole header, options included (at most 60 bytes, so the sum cannot overflow).
 fn ipv4_checksum(hdr: &[u8]) -> u16 {
     // Sum every word, then take the checksum field back out: exact, since the sum holds it.
-    let mut sum: u32 = hdr
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+    // Summed as 32-bit words (an IPv4 header is a whole number of them): 2^16 ≡ 1 modulo
+    // 0xFFFF, so folding this sum gives the 16-bit ones' complement sum, in a quarter of
+    // the additions (it runs per received packet).
+    let mut sum: u64 = hdr
+        .chunks_exact(4)
+        .map(|w| u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]])))
         .sum();
+    if let [a, b, ..] = hdr.chunks_exact(4).remainder() {
+        sum += u64::from(u16::from_be_bytes([*a, *b])) << 16;
+    }
     if let Some(c) = hdr.get(10..12) {
-        sum -= u32::from(u16::from_be_bytes([c[0], c[1]]));
+        sum -= u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);

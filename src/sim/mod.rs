@@ -12,7 +12,9 @@
 //! [`Pair`] runs two [`Rnic`]s over one link: it delivers due frames, runs due timers and
 //! lets each side transmit only when its side of the link is free (a NIC's transmit queue
 //! is drained at line rate, so in-flight data is bounded by the bandwidth-delay product,
-//! not by how fast the engine can produce frames). It never reads a clock.
+//! not by how fast the engine can produce frames). A frame due as soon as it is sent (zero
+//! delay and infinite rate) reaches its receiver before the sender builds the next one.
+//! It never reads a clock.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

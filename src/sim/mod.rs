@@ -12,7 +12,9 @@
 //! [`Pair`] runs two [`Rnic`]s over one link: it delivers due frames, runs due timers and
 //! lets each side transmit only when its side of the link is free (a NIC's transmit queue
 //! is drained at line rate, so in-flight data is bounded by the bandwidth-delay product,
-//! not by how fast the engine can produce frames). It never reads a clock.
+//! not by how fast the engine can produce frames). A frame due as soon as it is sent (zero
+//! delay and infinite rate) reaches its receiver before the sender builds the next one.
+//! It never reads a clock.
 //!
 //! With [`Pair::pcap`] set, every frame a device transmits is written to a pcapng file on
 //! that device's interface (0 = A, 1 = B), as the device emitted it, before the link
@@ -448,13 +450,7 @@ impl Pair {
 
     /// Do everything due at `now`; returns true if anything happened.
     fn work_now(&mut self) -> bool {
-        let mut did = false;
-        while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
-            let now = self.now;
-            self.dev(to).handle_frame(now, &bytes[..len]);
-            self.link.recycle(bytes);
-            did = true;
-        }
+        let mut did = self.deliver_due();
         for s in [Side::A, Side::B] {
             let now = self.now;
             if self.dev(s).poll_timeout().is_some_and(|t| t <= now) {
@@ -503,6 +499,11 @@ impl Pair {
                         }
                         self.buf = self.link.take_buffer();
                         did = true;
+                        // On a zero-delay link the frame is due already: hand it over
+                        // before the next one is built, as a wire would, rather than
+                        // after up to a window of frames (which also keeps the frame
+                        // buffers few and cache-warm; nothing changes when delay > 0).
+                        self.deliver_due();
                     }
                     None => {
                         self.buf = buf;
@@ -510,6 +511,18 @@ impl Pair {
                     }
                 }
             }
+        }
+        did
+    }
+
+    /// Hand every frame due now to its receiver; returns true if there was one.
+    fn deliver_due(&mut self) -> bool {
+        let mut did = false;
+        while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
+            let now = self.now;
+            self.dev(to).handle_frame(now, &bytes[..len]);
+            self.link.recycle(bytes);
+            did = true;
         }
         did
     }

@@ -106,6 +106,19 @@ pub struct ExtHeaders {
 }
 
 impl ExtHeaders {
+    /// The headers present, as `ExtSet` bits (CnpPad, which carries nothing, is left out).
+    fn present_bits(&self) -> u16 {
+        let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };
+        b(self.deth.is_some(), Ext::Deth)
+            | b(self.feth.is_some(), Ext::Feth)
+            | b(self.reth.is_some(), Ext::Reth)
+            | b(self.atomic.is_some(), Ext::AtomicEth)
+            | b(self.immdt.is_some(), Ext::ImmDt)
+            | b(self.ieth.is_some(), Ext::Ieth)
+            | b(self.aeth.is_some(), Ext::Aeth)
+            | b(self.atomic_ack.is_some(), Ext::AtomicAckEth)
+    }
+
     /// Is header `e` present?
     pub fn has(&self, e: Ext) -> bool {
         match e {
@@ -182,6 +195,11 @@ impl RoceRepr<'_> {
             offset: 0,
             opcode: op.0,
         })?;
+        // One comparison on the send path; the walk below only names the culprit.
+        let want = info.exts.bits() & !Ext::CnpPad.bit();
+        if self.ext.present_bits() == want && (info.has_payload || self.payload.is_empty()) {
+            return Ok(info);
+        }
         for e in Ext::ORDER {
             if e == Ext::CnpPad {
                 continue;
@@ -254,7 +272,15 @@ impl<'a> FrameRepr<'a> {
     /// checksum, PadCnt and the ICRC. Returns the number of bytes written.
     pub fn emit(&self, out: &mut [u8]) -> Result<usize, Error> {
         let info = self.roce.check()?;
-        let total = self.buffer_len();
+        // Lengths from the row `check` found, once (buffer_len would look it up again).
+        let pad = self.roce.pad();
+        let roce_len = BTH_LEN + info.ext_len() + self.roce.payload.len() + pad + icrc::LEN;
+        let vlan_len = if self.eth.vlan_tci.is_some() {
+            VLAN_LEN
+        } else {
+            0
+        };
+        let total = ETH_LEN + vlan_len + self.ip.header_len() + UDP_LEN + roce_len;
         if out.len() < total {
             return Err(Error::BufferTooSmall {
                 needed: total,
@@ -279,7 +305,7 @@ impl<'a> FrameRepr<'a> {
         off += 2;
 
         let ip_off = off;
-        let ip_payload = UDP_LEN + self.roce.wire_len();
+        let ip_payload = UDP_LEN + roce_len;
         match self.ip {
             IpRepr::V4 {
                 src,
@@ -352,7 +378,7 @@ impl<'a> FrameRepr<'a> {
         off += UDP_LEN;
 
         let mut bth = self.roce.bth;
-        bth.pad_count = self.roce.pad() as u8;
+        bth.pad_count = pad as u8;
         // Straight into the frame: a copy from a temporary would read back bytes just
         // stored one by one, which stalls the store-to-load forwarding.
         let bth_out: &mut [u8; BTH_LEN] = (&mut out[off..off + BTH_LEN])
@@ -367,7 +393,6 @@ impl<'a> FrameRepr<'a> {
         let n = self.roce.payload.len();
         out[off..off + n].copy_from_slice(self.roce.payload);
         off += n;
-        let pad = self.roce.pad();
         out[off..off + pad].fill(0);
         off += pad;
         let crc = icrc::compute(
@@ -398,6 +423,9 @@ pub struct FrameView<'a> {
     payload_len: usize,
     icrc_off: usize,
     info: &'static OpInfo,
+    /// The ICRC over `buf[ip_off..icrc_off]`, computed by `parse` before it checks the
+    /// headers (see [`early_icrc`]), when its guess of those bounds proved right.
+    icrc: Option<u32>,
 }
 
 fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Error {
@@ -424,12 +452,18 @@ fn ones_complement(words: &[u16]) -> u16 {
 /// whole header, options included (at most 60 bytes, so the sum cannot overflow).
 fn ipv4_checksum(hdr: &[u8]) -> u16 {
     // Sum every word, then take the checksum field back out: exact, since the sum holds it.
-    let mut sum: u32 = hdr
-        .chunks_exact(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+    // Summed as 32-bit words (an IPv4 header is a whole number of them): 2^16 ≡ 1 modulo
+    // 0xFFFF, so folding this sum gives the 16-bit ones' complement sum, in a quarter of
+    // the additions (it runs per received packet).
+    let mut sum: u64 = hdr
+        .chunks_exact(4)
+        .map(|w| u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]])))
         .sum();
+    if let [a, b, ..] = hdr.chunks_exact(4).remainder() {
+        sum += u64::from(u16::from_be_bytes([*a, *b])) << 16;
+    }
     if let Some(c) = hdr.get(10..12) {
-        sum -= u32::from(u16::from_be_bytes([c[0], c[1]]));
+        sum -= u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -441,9 +475,48 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
+/// Where [`early_icrc`] assumed the ICRC input lies, to be confirmed by the parse.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct IcrcGuess {
+    ip_off: usize,
+    ipv6: bool,
+    ip_hdr_len: usize,
+    end: usize,
+}
+
+/// The ICRC of `buf`, computed before the headers are checked, assuming the common
+/// layout: an optional single 802.1Q tag, IPv4 without options or IPv6, and no Ethernet
+/// padding (the ICRC ends the frame).
+///
+/// Why: the CRC is a long dependency chain (each 128-byte fold waits for the previous
+/// one), while the header checks are many short independent ones. Started first and fed
+/// only by the frame's length and two header bytes, the CRC runs while the CPU executes the
+/// checks out of order in its shadow; started after them, it waits for the whole parse
+/// (benches/wire.rs, docs/performance.md). The guess only selects the input; `parse`
+/// keeps the value only when the guess equals what it found, so a frame of another layout
+/// (IPv4 options, padding) is still verified over the right bytes, by a second pass.
+fn early_icrc(buf: &[u8]) -> Option<(IcrcGuess, u32)> {
+    let tagged = buf.get(12..14)? == EtherType::VLAN_TAGGED_FRAME.0.to_be_bytes();
+    let ip_off = if tagged { ETH_LEN + VLAN_LEN } else { ETH_LEN };
+    let ipv6 = buf.get(ip_off - 2..ip_off)? == EtherType::IPV6.0.to_be_bytes();
+    let ip_hdr_len = if ipv6 { IPV6_LEN } else { IPV4_LEN };
+    let end = buf.len().checked_sub(icrc::LEN)?;
+    let span = buf.get(ip_off..end)?;
+    let guess = IcrcGuess {
+        ip_off,
+        ipv6,
+        ip_hdr_len,
+        end,
+    };
+    Some((guess, icrc::compute(ipv6, ip_hdr_len, span)))
+}
+
 impl<'a> FrameView<'a> {
-    /// Check a frame's structure (everything except the ICRC).
+    /// Check a frame's structure. The ICRC is computed here too, first, so that it
+    /// overlaps the checks (see [`early_icrc`]); it is compared only by
+    /// [`FrameView::verify_icrc`].
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
+        let early = early_icrc(buf);
         let eth = Ethernet2HeaderSlice::from_slice(buf)
             .map_err(|e| truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
         let mut off = ETH_LEN;
@@ -590,6 +663,14 @@ impl<'a> FrameView<'a> {
                 len: data_len,
             });
         }
+        let icrc_off = off + data_len;
+        let found = IcrcGuess {
+            ip_off,
+            ipv6,
+            ip_hdr_len,
+            end: icrc_off,
+        };
+        let icrc = early.and_then(|(guess, crc)| (guess == found).then_some(crc));
         Ok(FrameView {
             buf,
             vlan_tci,
@@ -600,8 +681,9 @@ impl<'a> FrameView<'a> {
             bth_off,
             payload_off: off,
             payload_len: data_len - pad,
-            icrc_off: off + data_len,
+            icrc_off,
             info,
+            icrc,
         })
     }
 
@@ -658,11 +740,14 @@ impl<'a> FrameView<'a> {
 
     /// The ICRC computed over the frame.
     pub fn icrc_computed(&self) -> u32 {
-        icrc::compute(
-            self.ipv6,
-            self.ip_hdr_len,
-            &self.buf[self.ip_off..self.icrc_off],
-        )
+        match self.icrc {
+            Some(crc) => crc,
+            None => icrc::compute(
+                self.ipv6,
+                self.ip_hdr_len,
+                &self.buf[self.ip_off..self.icrc_off],
+            ),
+        }
     }
 
     /// Check the ICRC.
@@ -818,6 +903,115 @@ mod tests {
         v.verify_icrc().unwrap();
         // The bit is not part of the repr: the frame otherwise reads as what was sent.
         assert_eq!(v.repr(), repr);
+    }
+
+    /// A WRITE ONLY frame with a 64-byte payload.
+    fn write_only_frame(ipv6: bool, vlan: bool) -> Vec<u8> {
+        use super::super::{Opcode, PKey, Psn, Qpn};
+        let payload: Vec<u8> = (0..64u8).collect();
+        let ip = if ipv6 {
+            IpRepr::V6 {
+                src: [0xfd; 16],
+                dst: [0xfe; 16],
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            }
+        } else {
+            IpRepr::V4 {
+                src: [192, 0, 2, 1],
+                dst: [192, 0, 2, 2],
+                tos: 0,
+                identification: 0,
+                dont_fragment: true,
+                ttl: 64,
+            }
+        };
+        let repr = FrameRepr {
+            eth: EthRepr {
+                vlan_tci: vlan.then_some(0x2005),
+                ..EthRepr::default()
+            },
+            ip,
+            udp: UdpRepr {
+                src_port: 0xc000,
+                checksum: 0,
+            },
+            roce: RoceRepr {
+                bth: BthRepr {
+                    opcode: Opcode::RC_WRITE_ONLY,
+                    solicited: false,
+                    mig_req: false,
+                    pad_count: 0,
+                    pkey: PKey::DEFAULT,
+                    fecn: false,
+                    becn: false,
+                    resv6: 0,
+                    dest_qp: Qpn::new(0x11),
+                    ack_req: true,
+                    resv7: 0,
+                    psn: Psn::new(5),
+                },
+                ext: ExtHeaders {
+                    reth: Some(RethRepr {
+                        va: 0x1000,
+                        rkey: Rkey(7),
+                        dma_len: 64,
+                    }),
+                    ..ExtHeaders::default()
+                },
+                payload: &payload,
+            },
+        };
+        let mut f = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut f).unwrap();
+        f
+    }
+
+    /// `parse` computes the ICRC before it knows the layout. Whether its guess holds (plain
+    /// frames, VLAN or not) or not (Ethernet padding, IPv4 options), `verify_icrc` must
+    /// accept the intact frame and reject one with a flipped payload bit.
+    #[test]
+    fn icrc_is_verified_over_the_right_bytes_whatever_the_layout() {
+        let check = |f: &[u8], early: bool, what: &str| {
+            let v = FrameView::parse(f).unwrap();
+            assert_eq!(v.icrc.is_some(), early, "{what}: early ICRC used");
+            v.verify_icrc().unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            let mut bad = f.to_vec();
+            bad[v.payload_off + 3] ^= 0x10;
+            let v = FrameView::parse(&bad).unwrap();
+            assert!(
+                matches!(v.verify_icrc(), Err(Error::Icrc { .. })),
+                "{what}: corrupted payload accepted"
+            );
+        };
+        for ipv6 in [false, true] {
+            for vlan in [false, true] {
+                let f = write_only_frame(ipv6, vlan);
+                let what = format!("ipv6 {ipv6} vlan {vlan}");
+                check(&f, true, &what);
+                // Ethernet padding after the ICRC (a short frame, or a driver's rounding).
+                let mut padded = f.clone();
+                padded.extend_from_slice(&[0u8; 6]);
+                check(&padded, false, &format!("{what}, padded"));
+            }
+        }
+        // IPv4 with 4 bytes of options (four NOPs): IHL 6, everything after moves.
+        let f = write_only_frame(false, false);
+        let mut o = f[..ETH_LEN + IPV4_LEN].to_vec();
+        o.extend_from_slice(&[1, 1, 1, 1]);
+        o.extend_from_slice(&f[ETH_LEN + IPV4_LEN..]);
+        let ip = &mut o[ETH_LEN..ETH_LEN + IPV4_LEN + 4];
+        ip[0] = 0x46;
+        let total = u16::from_be_bytes([ip[2], ip[3]]) + 4;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[10..12].fill(0);
+        let c = ipv4_checksum(ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        let n = o.len();
+        let crc = icrc::compute(false, IPV4_LEN + 4, &o[ETH_LEN..n - icrc::LEN]);
+        o[n - icrc::LEN..].copy_from_slice(&crc.to_le_bytes());
+        check(&o, false, "IPv4 options");
     }
 
     proptest! {

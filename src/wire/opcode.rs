@@ -126,6 +126,11 @@ impl ExtSet {
         n
     }
 
+    /// The set as bits, bit `i` standing for `Ext::ORDER[i]`.
+    pub(crate) const fn bits(self) -> u16 {
+        self.0
+    }
+
     /// True when the set is empty.
     pub const fn is_empty(self) -> bool {
         self.0 == 0
@@ -153,7 +158,17 @@ impl ExtSet {
 
     /// The headers in wire order.
     pub fn iter(self) -> impl Iterator<Item = Ext> {
-        Ext::ORDER.into_iter().filter(move |e| self.has(*e))
+        // Set bits only, lowest first: bit i is ORDER[i], so this is wire order. Runs per
+        // packet on both paths, where a packet has at most two extension headers.
+        let mut bits = self.0;
+        core::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let e = Ext::ORDER[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+            Some(e)
+        })
     }
 }
 

@@ -88,6 +88,12 @@ xri_net_capture_start() {
 
 xri_net_capture_stop() {
 	[[ -n $XRI_CAPTURE_PID ]] || return 0
+	# libpcap reads a TPACKET_V3 ring block by block, and a block is handed over only when
+	# full or when its retire timer (the read timeout) expires; on SIGTERM dumpcap does not
+	# drain a block still open, so frames of the last few hundred milliseconds were lost
+	# (measured: 28 of 602 pings 0.1 s before the stop, none after 0.4 s; xrnic ⟷ rxe runs
+	# lost the last iterations). Let the last block retire first.
+	sleep 1
 	# dumpcap finishes the pcapng cleanly on SIGTERM. (Not SIGINT: a non-interactive
 	# shell starts background jobs with SIGINT ignored.)
 	kill -TERM "$XRI_CAPTURE_PID" 2>/dev/null || true

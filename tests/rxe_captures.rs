@@ -23,6 +23,7 @@ use xrnic::wire::{
 struct Pkt {
     /// Frame number in the file (1-based, as Wireshark counts).
     number: usize,
+    eth_src: [u8; 6],
     src: IpAddr,
     ip: IpRepr,
     udp_src_port: u16,
@@ -83,6 +84,7 @@ fn load(name: &str) -> Vec<Pkt> {
         };
         out.push(Pkt {
             number: fr.number,
+            eth_src: repr.eth.src,
             src,
             ip: repr.ip,
             udp_src_port: repr.udp.src_port,
@@ -201,6 +203,10 @@ fn rxe_header_conventions_hold_in_every_capture() {
         // Fixtures stay small (cut with editcap, interop/captures/README.md).
         let size = std::fs::metadata(captures_dir().join(f)).unwrap().len();
         assert!(size < 100 * 1024, "{f} is {size} bytes");
+        // xrnic ⟷ rxe captures hold two stacks' conventions: checked below.
+        if f.starts_with(XRNIC_PREFIX) {
+            continue;
+        }
         let pkts = load(f);
         for p in &pkts {
             assert_eq!(p.udp_checksum, 0, "{f} frame {}", p.number);
@@ -610,5 +616,164 @@ fn rping_uses_cm_mads_on_qp1_then_rc() {
         Opcode::RC_READ_RESPONSE_FIRST,
     ] {
         assert!(ops.contains(&op.0), "{name}: no {op:?}");
+    }
+}
+
+// --- xrnic ⟷ rxe ---------------------------------------------------------------------
+
+/// Captures of xrnic talking to rxe (`interop/run-xrnic-rxe.sh`) are named `xrnic_*`.
+const XRNIC_PREFIX: &str = "xrnic_";
+/// Where run-xrnic-rxe.sh puts xrnic (192.0.2.100 / fd00::100) and the rxe guest (.11).
+const XRNIC_IPS: [&str; 2] = ["192.0.2.100", "fd00::100"];
+const RXE_IPS: [&str; 2] = ["192.0.2.11", "fd00::11"];
+
+fn xrnic_captures() -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(captures_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with(XRNIC_PREFIX) && n.ends_with(".pcapng"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Both stacks' packets are in each xrnic ⟷ rxe capture (each from its own MAC and
+/// address, requests and ACKs from both), every one parses, has a valid ICRC and re-emits
+/// byte for byte (`load`); both follow the same conventions on the wire: UDP checksum 0,
+/// TTL / hop limit 64 (ib_core gives rxe the route's, xrnic does the same), DSCP 0,
+/// flow label 0, DF, MigReq 0, unlimited credits, AckReq on the last packet of a message and
+/// one ACK per message, no PSN gap. The one header difference: each stack picks its own
+/// UDP source port in the 0xC000 range (rxe from the QP pair, xrnic from its own QPN),
+/// one per QP for all its packets (docs/interop.md).
+#[test]
+fn xrnic_and_rxe_both_on_the_wire_with_the_same_conventions() {
+    let files = xrnic_captures();
+    assert!(
+        files.len() >= 2,
+        "expected the committed xrnic ⟷ rxe captures, found {files:?}"
+    );
+    for f in &files {
+        let pkts = load(f);
+        let side = |p: &Pkt| -> &'static str {
+            let ip = p.src.to_string();
+            if XRNIC_IPS.contains(&ip.as_str()) {
+                "xrnic"
+            } else if RXE_IPS.contains(&ip.as_str()) {
+                "rxe"
+            } else {
+                panic!("{f} frame {}: unexpected source {ip}", p.number)
+            }
+        };
+        for who in ["xrnic", "rxe"] {
+            let mine: Vec<&Pkt> = pkts.iter().filter(|p| side(p) == who).collect();
+            assert!(
+                mine.iter().any(|p| p.is_request),
+                "{f}: no request from {who}"
+            );
+            assert!(
+                mine.iter().any(|p| p.operation == Operation::Ack),
+                "{f}: no ACK from {who}"
+            );
+            let macs: BTreeSet<[u8; 6]> = mine.iter().map(|p| p.eth_src).collect();
+            let ports: BTreeSet<u16> = mine.iter().map(|p| p.udp_src_port).collect();
+            assert_eq!(macs.len(), 1, "{f}: {who} MACs {macs:?}");
+            assert_eq!(ports.len(), 1, "{f}: {who} source ports {ports:?}");
+            let port = *ports.first().unwrap();
+            assert_eq!(port & 0xC000, 0xC000, "{f}: {who} port {port:#x}");
+        }
+        let mac_of = |who: &str| pkts.iter().find(|p| side(p) == who).unwrap().eth_src;
+        assert_ne!(mac_of("xrnic"), mac_of("rxe"), "{f}");
+        // rxe's qemu NIC (52:54:00 is qemu's prefix).
+        assert_eq!(mac_of("rxe")[..3], [0x52, 0x54, 0x00], "{f}");
+        for p in &pkts {
+            let at = format!("{f} frame {} ({})", p.number, side(p));
+            assert_eq!(p.udp_checksum, 0, "{at}");
+            assert!(!p.mig_req, "{at}");
+            match p.ip {
+                IpRepr::V4 {
+                    tos,
+                    ttl,
+                    dont_fragment,
+                    ..
+                } => assert_eq!((tos, ttl, dont_fragment), (0, 64, true), "{at}"),
+                IpRepr::V6 {
+                    traffic_class,
+                    flow_label,
+                    hop_limit,
+                    ..
+                } => assert_eq!((traffic_class, flow_label, hop_limit), (0, 0, 64), "{at}"),
+            }
+            if let Some(AethRepr {
+                syndrome: Syndrome::Ack { credit_code },
+                ..
+            }) = p.aeth
+            {
+                assert_eq!(credit_code, 31, "{at}");
+            }
+        }
+        check_psn_order(f, &pkts);
+        assert_one_ack_per_message(f, &pkts);
+    }
+}
+
+/// xrnic as the ibv_rc_pingpong client over IPv4 with 1-byte messages: SEND ONLY with
+/// PadCnt 3 from both stacks, xrnic first (the client sends first).
+#[test]
+fn xrnic_client_one_byte_pingpong_with_rxe() {
+    let name = "xrnic_client_v4_s1.pcapng";
+    let pkts = load(name);
+    assert_eq!(
+        opcodes(&pkts),
+        BTreeSet::from([Opcode::RC_SEND_ONLY.0, Opcode::RC_ACK.0])
+    );
+    let first = pkts.iter().find(|p| p.is_request).unwrap();
+    assert_eq!(
+        first.src.to_string(),
+        XRNIC_IPS[0],
+        "{name}: the client sends first"
+    );
+    for p in pkts.iter().filter(|p| p.is_request) {
+        assert_eq!((p.payload_len, p.pad), (1, 3), "{name} frame {}", p.number);
+    }
+    let senders: BTreeSet<IpAddr> = pkts
+        .iter()
+        .filter(|p| p.is_request)
+        .map(|p| p.src)
+        .collect();
+    assert_eq!(senders.len(), 2, "{name}");
+}
+
+/// xrnic as the ibv_rc_pingpong server over IPv6 GIDs at PMTU 1024: multi-packet SENDs
+/// with PMTU-sized FIRST / MIDDLE packets from both stacks, rxe first.
+#[test]
+fn xrnic_server_ipv6_pmtu_1024_pingpong_with_rxe() {
+    let name = "xrnic_server_v6_s4096.pcapng";
+    let pkts = load(name);
+    assert!(pkts.iter().all(is_ipv6), "{name}: IPv6 only");
+    let first = pkts.iter().find(|p| p.is_request).unwrap();
+    assert_eq!(
+        first.src.to_string(),
+        RXE_IPS[1],
+        "{name}: the client sends first"
+    );
+    assert!(
+        assert_mtu_sized(name, &pkts, 1024) > 0,
+        "{name}: MIDDLE packets"
+    );
+    for ip in [XRNIC_IPS[1], RXE_IPS[1]] {
+        let segs: BTreeSet<u8> = pkts
+            .iter()
+            .filter(|p| p.is_request && p.src.to_string() == ip)
+            .map(|p| p.opcode.0)
+            .collect();
+        assert_eq!(
+            segs,
+            BTreeSet::from([
+                Opcode::RC_SEND_FIRST.0,
+                Opcode::RC_SEND_MIDDLE.0,
+                Opcode::RC_SEND_LAST.0
+            ]),
+            "{name}: {ip}"
+        );
     }
 }

@@ -18,7 +18,8 @@
 //!   [`Mr::read`], [`Mr::write`], [`Mr::with`] and [`Mr::with_mut`].
 //! - `modify` to RTR with an address vector whose `dmac` is all zero resolves the MAC of
 //!   the destination GID through the kernel's neighbour table, like the kernel does for
-//!   rxe (`ib_resolve_eth_dmac`).
+//!   rxe (`ib_resolve_eth_dmac`); like that function it also replaces the hop limit with
+//!   the route's (64 by default) unless the destination GID is link-local.
 //!
 //! # Example
 //!
@@ -593,6 +594,31 @@ impl Device {
         self.inner.shared()
     }
 
+    /// The hop limit the kernel's routing gives packets to `gid` from this device's
+    /// interface: `net.ipv4.ip_default_ttl` or `net.ipv6.conf.IF.hop_limit` of its network
+    /// namespace (what `ip4_dst_hoplimit` / `ip6_dst_hoplimit` return without a route
+    /// metric); 64, the kernel's default, on the simulated link or when unreadable.
+    pub fn route_hop_limit(&self, gid: &Gid) -> u8 {
+        const DEFAULT: u8 = 64;
+        match &self.inner.addressing {
+            Addressing::Netdev { ns, ifname, .. } => {
+                let path = if gid_is_ipv4(gid) {
+                    "/proc/sys/net/ipv4/ip_default_ttl".to_string()
+                } else {
+                    format!("/proc/sys/net/ipv6/conf/{ifname}/hop_limit")
+                };
+                // /proc/sys/net shows the network namespace of the reading thread.
+                ns.run(|| std::fs::read_to_string(&path))
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .and_then(|t| t.trim().parse::<u8>().ok())
+                    .filter(|&h| h > 0)
+                    .unwrap_or(DEFAULT)
+            }
+            Addressing::Sim { .. } => DEFAULT,
+        }
+    }
+
     /// The MAC for `gid`, from the neighbour table (resolving it through the kernel when
     /// missing) or, on the simulated link, from the peer's addresses.
     pub fn resolve_dmac(&self, gid: &Gid) -> Result<[u8; 6]> {
@@ -860,7 +886,8 @@ pub struct ConnectOpts {
     pub rnr_retry: u8,
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
-    /// IP hop limit / TTL; rc_pingpong sets 1.
+    /// IP hop limit / TTL; rc_pingpong sets 1. Like ib_core, `modify` replaces it with
+    /// the route's hop limit unless the destination GID is link-local.
     pub hop_limit: u8,
     pub traffic_class: u8,
 }
@@ -924,6 +951,14 @@ impl Qp {
             }
             if av.dmac == [0; 6] {
                 av.dmac = dev.resolve_dmac(&av.dgid)?;
+            }
+            // ib_core's `ib_resolve_eth_dmac` (drivers/infiniband/core/verbs.c), run on
+            // every RoCE modify with an address vector of a connected QP, replaces the
+            // GRH hop limit with the route's (`rdma_addr_find_l2_eth_by_grh`) unless the
+            // destination GID is link-local. So rxe and ConnectX send TTL / hop limit 64
+            // where ibv_rc_pingpong asks for 1, and so do we (seen against rxe: ours was 1).
+            if !netdev::gid_is_link_local(&av.dgid) {
+                av.hop_limit = dev.route_hop_limit(&av.dgid);
             }
         }
         dev.shared().lock().rnic.modify_qp(self.qpn, &attr, mask)?;

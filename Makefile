@@ -9,6 +9,8 @@
 #   make bench-net   AF_XDP benchmarks on a veth pair (root; so far the raw AF_XDP baseline)
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
+#   make interop     xrnic rc-pingpong against the stock ibv_rc_pingpong on Linux rxe in a
+#                    qemu guest, both directions, IPv4/IPv6, MTU 1024/4096 (root, ~4 min)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
@@ -30,7 +32,7 @@ DEMO_PCAP ?= target/demo.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe
+.PHONY: help deps demo demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -88,3 +90,7 @@ interop-selftest: interop-setup
 interop-rxe: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-rxe-pair.sh -o target/interop
+
+interop: interop-setup
+	$(CARGO) build --quiet --bin xrnic
+	interop/run-xrnic-rxe.sh -o target/interop/xrnic

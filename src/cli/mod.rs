@@ -6,6 +6,7 @@
 //! is a value the binary turns into a clear message on stderr and a non-zero exit code.
 
 pub mod decode;
+pub mod demo;
 pub mod devinfo;
 pub mod pingpong;
 pub mod sim;

@@ -34,6 +34,11 @@ enum Command {
     /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
     /// the device's network namespace).
     Stat(xrnic::cli::stat::StatArgs),
+    /// Two xrnic devices on a veth pair in two network namespaces (root): rc-pingpong and
+    /// the verbs API's SEND, WRITE, READ and atomics, every byte verified, the traffic
+    /// captured and its ICRCs checked; the namespaces are removed afterwards (also on
+    /// Ctrl-C). Exit status 1 on any failure.
+    Demo(xrnic::cli::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +48,7 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => xrnic::cli::devinfo::run(&args),
         Command::RcPingpong(args) => xrnic::cli::pingpong::run(&args),
         Command::Stat(args) => xrnic::cli::stat::run(&args),
+        Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

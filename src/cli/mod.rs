@@ -7,6 +7,7 @@
 
 pub mod decode;
 pub mod devinfo;
+pub mod perf;
 pub mod pingpong;
 pub mod sim;
 pub mod stat;

@@ -44,6 +44,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use crate::oob::perftest::{BwReport, BwTest, Client, Config, PerftestDest, Server, Session};
+use crate::proto::qp::MAX_RD_ATOMIC;
 use crate::proto::{Access, Mtu, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 use crate::verbs::{self, ConnectOpts, Device, DeviceOptions, Mr, Qp, Remote, netdev};
 use crate::wire::Psn;
@@ -509,7 +510,12 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         .map_err(e("Couldn't create CQ"))?;
     let buf_len = u64::from(p.size).max(cycle) as usize;
     let out_reads = match p.test {
-        PerfTest::Read | PerfTest::Atomic => dev.query_device().max_qp_rd_atom.min(255) as u16,
+        // perftest announces the device's max_qp_rd_atom. Ours says 128 (like rxe) while
+        // the engine takes at most MAX_RD_ATOMIC (16) in modify_qp: announce what works.
+        PerfTest::Read | PerfTest::Atomic => dev
+            .query_device()
+            .max_qp_rd_atom
+            .min(u32::from(MAX_RD_ATOMIC)) as u16,
         _ => 1,
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
@@ -586,8 +592,10 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 path_mtu: Mtu::from_bytes(neg.mtu).unwrap_or_default(),
                 // perftest ctx_modify_qp_to_rtr/rts: the peer's out_reads is our
                 // max_rd_atomic, ours our max_dest_rd_atomic.
-                max_rd_atomic: r.out_reads.clamp(1, 255) as u8,
-                max_dest_rd_atomic: out_reads.clamp(1, 255) as u8,
+                // (rxe announces 128: we keep at most MAX_RD_ATOMIC in flight, which the
+                // peer allows.)
+                max_rd_atomic: r.out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
+                max_dest_rd_atomic: out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 hop_limit: 0xff,
                 ..ConnectOpts::default()
             },

@@ -667,7 +667,10 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         if args.verify {
             verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "send")?;
         }
-        (bw_report(u64::from(p.size), &run.measured, p.gbits), run.per_qp)
+        (
+            bw_report(u64::from(p.size), &run.measured, p.gbits),
+            run.per_qp,
+        )
     } else {
         // Passive: the driver answers; the client's report comes at the end.
         let peer = session
@@ -676,9 +679,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
             .unwrap_or_default();
         if args.verify {
             match p.test {
-                PerfTest::Write => {
-                    verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "write")?
-                }
+                PerfTest::Write => verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "write")?,
                 PerfTest::Atomic => verify_atomics(&lanes, geometry, &p)?,
                 _ => {}
             }
@@ -1261,7 +1262,10 @@ mod tests {
             (65536, Some(5000), 128, 1, false)
         );
         let p = plan(&args(&["atomic", "--netdev", "x", "1.2.3.4"])).unwrap();
-        assert_eq!((p.size, p.cq_mod, p.atomic), (8, 100, AtomicType::FetchAndAdd));
+        assert_eq!(
+            (p.size, p.cq_mod, p.atomic),
+            (8, 100, AtomicType::FetchAndAdd)
+        );
         let p = plan(&args(&["write", "--netdev", "x", "-s", "8", "-t", "16"])).unwrap();
         assert_eq!(p.cq_mod, 16);
         let p = plan(&args(&["send", "--netdev", "x", "-n", "100"])).unwrap();

@@ -8,6 +8,7 @@
 pub mod decode;
 pub mod demo;
 pub mod devinfo;
+pub mod perf;
 pub mod pingpong;
 pub mod sim;
 pub mod stat;

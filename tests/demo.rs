@@ -67,6 +67,10 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
     assert!(steps.iter().all(|l| l.ends_with("verified yes")), "{t}");
     for op in [
         "rc-pingpong 64 B",
+        "perf write",
+        "perf read",
+        "perf send",
+        "perf atomic",
         "IPv4",
         "IPv6",
         "SEND",

@@ -10,7 +10,9 @@
 //!   [`crate::io::netns`]).
 //! - Steps, one report line each: `rc-pingpong --verify` as two child processes of this
 //!   binary (`ip netns exec NS xrnic rc-pingpong ...`, what a user would type) for several
-//!   sizes with IPv4 and IPv6 GIDs; then a verbs step in this process (one device per
+//!   sizes with IPv4 and IPv6 GIDs; `xrnic perf write|read|send|atomic --verify` the same
+//!   way (the side holding the data checks every byte, or every atomic counter); then a
+//!   verbs step in this process (one device per
 //!   namespace on its own thread) that runs SEND, RDMA WRITE, RDMA READ, FETCH_ADD and
 //!   CMP_SWAP, checking every byte.
 //! - The capture (default `target/demo-wire.pcapng`, `--pcap`) is decoded with
@@ -156,45 +158,50 @@ fn preflight() -> Result<(), String> {
 }
 
 /// A child registered with the signal handler; killed and reaped on drop.
-struct Managed(Child);
+struct Managed(Option<Child>);
 
 impl Managed {
     fn spawn(cmd: &mut Command) -> Result<Self, String> {
+        // Under the lock: the handler either sees this child or runs before it exists.
         let mut c = cleanup_lock();
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
         c.children.push(child.id());
-        Ok(Managed(child))
+        Ok(Managed(Some(child)))
     }
 
-    fn forget(&self) {
-        let id = self.0.id();
-        cleanup_lock().children.retain(|&p| p != id);
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, Child::id)
+    }
+
+    fn child(&mut self) -> Result<&mut Child, String> {
+        // Only `output` takes the child out, and it consumes self.
+        self.0
+            .as_mut()
+            .ok_or_else(|| "the child was already waited for".to_string())
     }
 
     /// Wait for the exit, collecting stdout and stderr.
     fn output(mut self) -> Result<std::process::Output, String> {
-        let child = std::mem::replace(
-            &mut self.0,
-            // A placeholder that is never waited for: `true` exits at once.
-            Command::new("true").spawn().map_err(|e| e.to_string())?,
-        );
+        let child = self.0.take().ok_or("no child")?;
         let id = child.id();
         let out = child.wait_with_output().map_err(|e| e.to_string());
         cleanup_lock().children.retain(|&p| p != id);
-        let _ = self.0.wait();
         out
     }
 }
 
 impl Drop for Managed {
     fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            kill(self.0.id());
-            let _ = self.0.wait();
+        if let Some(mut child) = self.0.take() {
+            if let Ok(None) = child.try_wait() {
+                kill(child.id());
+                let _ = child.wait();
+            }
+            let id = child.id();
+            cleanup_lock().children.retain(|&p| p != id);
         }
-        self.forget();
     }
 }
 
@@ -256,6 +263,19 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         );
         steps.push(s);
     }
+    for (test, size, iters) in [
+        ("write", 65536u32, n * 5),
+        ("read", 65536, n * 5),
+        ("send", 65536, n * 5),
+        ("atomic", 8, n * 5),
+    ] {
+        let s = perf_step(&pair, &exe, test, size, iters)?;
+        println!(
+            "demo: {:<46} {:>10} bytes  {}  verified yes",
+            s.what, s.bytes, s.figure
+        );
+        steps.push(s);
+    }
     for s in verbs_steps(&pair)? {
         println!(
             "demo: {:<46} {:>10} bytes  {}  verified yes",
@@ -291,15 +311,19 @@ struct Capture {
 /// Start `dumpcap` on the observer port and wait until it captures.
 fn start_capture(pair: &VethPair, pcap: &Path) -> Result<Capture, String> {
     let (ns, port) = pair.observer().ok_or("the pair has no observer port")?;
+    // -B 64: a 64 MiB kernel buffer, so that fewer frames of a burst at veth speed are
+    // dropped (the default 2 MiB loses a few hundred in the 64 KiB steps).
     let mut child = Managed::spawn(
         Command::new("ip")
-            .args(["netns", "exec", ns, "dumpcap", "-q", "-i", port, "-w"])
+            .args([
+                "netns", "exec", ns, "dumpcap", "-q", "-B", "64", "-i", port, "-w",
+            ])
             .arg(pcap)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped()),
     )?;
-    let err = child.0.stderr.take().ok_or("dumpcap: no stderr")?;
+    let err = child.child()?.stderr.take().ok_or("dumpcap: no stderr")?;
     let (tx, rx) = std::sync::mpsc::channel();
     let stderr = std::thread::spawn(move || {
         let mut lines = Vec::new();
@@ -326,7 +350,7 @@ fn start_capture(pair: &VethPair, pcap: &Path) -> Result<Capture, String> {
 fn stop_capture(cap: Capture) -> Result<(u64, u64), String> {
     // Let the last ACKs pass the bridge before stopping.
     std::thread::sleep(Duration::from_millis(200));
-    if let Some(p) = rustix::process::Pid::from_raw(cap.child.0.id() as i32) {
+    if let Some(p) = rustix::process::Pid::from_raw(cap.child.pid() as i32) {
         let _ = rustix::process::kill_process(p, rustix::process::Signal::INT);
     }
     let out = cap.child.output()?;
@@ -389,12 +413,102 @@ fn wait_listening(pair: &VethPair, server: &mut Managed) -> Result<(), String> {
         if !out.stdout.is_empty() {
             return Ok(());
         }
-        if let Ok(Some(st)) = server.0.try_wait() {
+        if let Ok(Some(st)) = server.child()?.try_wait() {
             return Err(format!("the rc-pingpong server exited early ({st})"));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     Err(format!("the rc-pingpong server does not listen on {PORT}"))
+}
+
+/// Run `args` (a subcommand of this binary with its options) as a server in B and a client
+/// in A connecting to `peer`; both outputs, or an error naming the failed side.
+fn client_server(
+    pair: &VethPair,
+    exe: &Path,
+    args: &[String],
+    peer: &str,
+    what: &str,
+) -> Result<[std::process::Output; 2], String> {
+    let cmd = |side: Side| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &pair.end(side).netns])
+            .arg(exe)
+            .args(args)
+            .arg(format!("--netdev={}", pair.end(side).ifname))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let mut server = Managed::spawn(&mut cmd(Side::B))?;
+    wait_listening(pair, &mut server)?;
+    let client = Managed::spawn(cmd(Side::A).arg(peer))?;
+    let c_out = client.output()?;
+    let s_out = server.output()?;
+    for (who, o) in [("client", &c_out), ("server", &s_out)] {
+        if !o.status.success() {
+            return Err(format!(
+                "{what} {who} failed: {}{}",
+                String::from_utf8_lossy(&o.stdout).trim(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+    }
+    Ok([c_out, s_out])
+}
+
+/// `xrnic perf TEST --verify --json` between the namespaces (IPv4 GID, path MTU 4096).
+fn perf_step(
+    pair: &VethPair,
+    exe: &Path,
+    test: &str,
+    size: u32,
+    iters: u32,
+) -> Result<Step, String> {
+    let args = [
+        "perf".to_string(),
+        test.into(),
+        "--no-stat".into(),
+        "--verify".into(),
+        "--json".into(),
+        "--report_gbits".into(),
+        format!("--size={size}"),
+        format!("--iters={iters}"),
+        "--mtu=4096".into(),
+        format!("--gid-index={GID_IPV4}"),
+        format!("--port={PORT}"),
+    ];
+    let peer = pair.end(Side::B).ipv4.to_string();
+    let what = format!("perf {test}");
+    let outs = client_server(pair, exe, &args, &peer, &what)?;
+    let texts: Vec<String> = outs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .collect();
+    // --verify: the side that holds the data checks it (the server for write, send and
+    // atomic, the client for read) and says so; with a mismatch it exits 1 (above).
+    if !texts
+        .iter()
+        .any(|t| t.lines().any(|l| l == "verify: every byte as expected"))
+    {
+        return Err(format!("{what}: no side reported its verification"));
+    }
+    // The report: the client's JSON line (the send server measures on its own: take the
+    // client's too, it is what was sent).
+    let json: serde_json::Value = texts[0]
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| format!("{what} client: no JSON report"))?;
+    let gbps = json["bw_avg_gbps"].as_f64().unwrap_or(0.0);
+    let mpps = json["msg_rate_mpps"].as_f64().unwrap_or(0.0);
+    Ok(Step {
+        what: format!("perf {test} {size} B x {iters}, IPv4, mtu 4096"),
+        bytes: u64::from(size) * u64::from(iters),
+        ops: u64::from(iters),
+        figure: format!("{gbps:>8.3} Gbit/s {mpps:>7.4} Mmsg/s"),
+    })
 }
 
 fn pingpong_step(
@@ -415,38 +529,16 @@ fn pingpong_step(
         format!("--gid-idx={gid}"),
         format!("--port={PORT}"),
     ];
-    let cmd = |side: Side| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &pair.end(side).netns])
-            .arg(exe)
-            .args(&common)
-            .arg(format!("--netdev={}", pair.end(side).ifname))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    };
-    let mut server = Managed::spawn(&mut cmd(Side::B))?;
-    wait_listening(pair, &mut server)?;
     let peer = if gid == GID_IPV6 {
         pair.end(Side::B).ipv6.to_string()
     } else {
         pair.end(Side::B).ipv4.to_string()
     };
-    let client = Managed::spawn(cmd(Side::A).arg(&peer))?;
-    let c_out = client.output()?;
-    let s_out = server.output()?;
+    let [c_out, s_out] = client_server(pair, exe, &common, &peer, "rc-pingpong")?;
     let mut verified = 0;
     let mut usec = None;
     for (who, o) in [("client", &c_out), ("server", &s_out)] {
         let text = String::from_utf8_lossy(&o.stdout);
-        if !o.status.success() {
-            return Err(format!(
-                "rc-pingpong {who} (size {size}, mtu {mtu}) failed: {}{}",
-                text.trim(),
-                String::from_utf8_lossy(&o.stderr).trim()
-            ));
-        }
         // "verify: N messages received, every byte as sent"
         verified += text
             .lines()

@@ -264,9 +264,9 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         steps.push(s);
     }
     for (test, size, iters) in [
-        ("write", 65536u32, n * 5),
-        ("read", 65536, n * 5),
-        ("send", 65536, n * 5),
+        ("write", 65536u32, n),
+        ("read", 65536, n),
+        ("send", 65536, n),
         ("atomic", 8, n * 5),
     ] {
         let s = perf_step(&pair, &exe, test, size, iters)?;

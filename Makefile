@@ -44,8 +44,7 @@ deps:
 # `xrnic demo` ends with "demo: all data verified (...)" or exits non-zero.
 demo:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
-	$(CARGO) build --quiet --release --bin xrnic
-	target/release/xrnic demo --pcap $(DEMO_WIRE_PCAP)
+	$(CARGO) run --quiet --release --bin xrnic -- demo --pcap $(DEMO_WIRE_PCAP)
 
 demo-decode:
 	@$(DEPS) $(DEB_BUILD)

@@ -165,3 +165,41 @@ fn demo_without_root_says_so() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("needs root"), "{err}");
 }
+
+/// Without dumpcap on the PATH it names the package to install, exits 1 and creates
+/// nothing.
+#[test]
+fn demo_without_dumpcap_names_the_package() {
+    if !require_root("demo_without_dumpcap_names_the_package") {
+        return;
+    }
+    // A PATH with only `ip` and `ss` (where this machine has them).
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("demo-path-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for tool in ["ip", "ss"] {
+        let found = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("{tool} not found"));
+        let _ = std::os::unix::fs::symlink(found, dir.join(tool));
+    }
+    let child = Command::new(BIN)
+        .arg("demo")
+        .env("PATH", &dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xrnic demo");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("missing tools") && err.contains("tshark"),
+        "{err}"
+    );
+    assert_eq!(namespaces_of(pid), Vec::<String>::new());
+    let _ = std::fs::remove_dir_all(&dir);
+}

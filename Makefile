@@ -3,10 +3,12 @@
 # works on a fresh Debian 12 machine as root. A Rust toolchain (stable; nightly for `fuzz`)
 # is assumed.
 #
-#   make demo        build a capture of an RC exchange with the wire layer and decode it
+#   make demo        two xrnic devices in two namespaces: rc-pingpong, SEND/WRITE/READ/atomics,
+#                    every byte verified, the traffic captured and its ICRCs checked (root)
+#   make demo-decode build a capture of an RC exchange with the wire layer and decode it
 #   make test        build, all tests (tshark comparison included), clippy, rustfmt
 #   make bench-wire  wire-layer benchmarks (criterion)
-#   make bench-net   AF_XDP benchmarks on a veth pair (root; so far the raw AF_XDP baseline)
+#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root)
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong against the stock ibv_rc_pingpong on Linux rxe in a
@@ -29,10 +31,11 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 DEB_TEST := tshark iproute2 iputils-ping util-linux
 
 DEMO_PCAP ?= target/demo.pcapng
+DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop
+.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -40,7 +43,12 @@ help:
 deps:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 
+# `xrnic demo` ends with "demo: all data verified (...)" or exits non-zero.
 demo:
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+	$(CARGO) run --quiet --release --bin xrnic -- demo --pcap $(DEMO_WIRE_PCAP)
+
+demo-decode:
 	@$(DEPS) $(DEB_BUILD)
 	$(CARGO) build --quiet --bin xrnic --example write_capture
 	$(CARGO) run --quiet --example write_capture -- $(DEMO_PCAP)
@@ -66,7 +74,7 @@ bench-wire:
 
 bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
-	$(CARGO) bench --bench afxdp_raw
+	$(CARGO) bench --bench net
 
 # One target at a time at the lowest priority (shared machine); corpora seeded from
 # ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).

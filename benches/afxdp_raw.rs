@@ -10,7 +10,7 @@
 //! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000` (REFERENCE §7).
 
 #[path = "../tests/common/mod.rs"]
-mod common;
+pub(crate) mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,10 +20,26 @@ use common::{Addr, payload, roce_frame};
 use xrnic::io::afxdp::{PortOptions, XskPort};
 use xrnic::io::netns::{Side, VethPair};
 
+/// What one size measured.
+pub struct RawResult {
+    /// Frame length on the wire (Ethernet header to ICRC).
+    pub frame_len: usize,
+    /// RoCE payload received per second, in Gbit/s.
+    pub payload_gbps: f64,
+}
+
 struct RxResult {
     frames: u64,
     bytes: u64,
     elapsed: Duration,
+}
+
+/// The table header of [`run_one`]'s rows.
+pub fn header() {
+    println!(
+        "{:>8} {:>6} {:>10} {:>10} {:>7} {:>8} {:>10} {:>10}",
+        "payload", "frame", "sent", "received", "loss%", "Mpps", "Gbit/s", "payload"
+    );
 }
 
 fn main() {
@@ -50,10 +66,7 @@ fn main() {
         "afxdp_raw: veth mtu 9000, copy mode, {secs} s per size, GLIBC_TUNABLES={}",
         std::env::var("GLIBC_TUNABLES").unwrap_or_else(|_| "(unset)".into())
     );
-    println!(
-        "{:>8} {:>6} {:>10} {:>10} {:>7} {:>8} {:>10} {:>10}",
-        "payload", "frame", "sent", "received", "loss%", "Mpps", "Gbit/s", "payload"
-    );
+    header();
     for payload_len in [1024usize, 4096] {
         if let Err(e) = run_one(&pair, payload_len, Duration::from_secs_f64(secs)) {
             eprintln!("afxdp_raw: payload {payload_len}: {e}");
@@ -62,7 +75,9 @@ fn main() {
     }
 }
 
-fn run_one(pair: &VethPair, payload_len: usize, dur: Duration) -> Result<(), String> {
+/// Send SEND ONLY frames of `payload_len` from A to B for `dur`; print one table row
+/// (see [`header`]) and return the figures. `benches/net.rs` runs this too.
+pub fn run_one(pair: &VethPair, payload_len: usize, dur: Duration) -> Result<RawResult, String> {
     let open = |side: Side| {
         pair.run_in(side, || {
             XskPort::open(&pair.end(side).ifname, 0, PortOptions::default())
@@ -154,5 +169,8 @@ fn run_one(pair: &VethPair, payload_len: usize, dur: Duration) -> Result<(), Str
             "", ks.rx_dropped, ks.rx_ring_full, ks.rx_fill_ring_empty_descs
         );
     }
-    Ok(())
+    Ok(RawResult {
+        frame_len,
+        payload_gbps: (r.frames * payload_len as u64) as f64 * 8.0 / secs / 1e9,
+    })
 }

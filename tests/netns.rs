@@ -148,3 +148,49 @@ fn a_second_port_on_the_same_interface_is_refused_clearly() {
         .unwrap();
     assert!(third.is_ok(), "{:?}", third.err());
 }
+
+/// An observed pair: the ends reach each other through the bridge, a capture on the
+/// observer port sees the traffic of both directions, and all three namespaces go on drop.
+#[test]
+fn observed_pair_is_seen_in_the_middle_and_removed_on_drop() {
+    if !require_root("observed_pair_is_seen_in_the_middle_and_removed_on_drop") {
+        return;
+    }
+    let pair = VethPair::observed(9000).unwrap();
+    let names = pair.netns_names();
+    assert_eq!(names.len(), 3);
+    assert!(names.iter().all(|n| netns_exists(n)), "{names:?}");
+    let (mid_ns, port) = pair.observer().unwrap();
+    assert_eq!(mid_ns, names[2]);
+    // The middle namespace holds no address: the ends are neighbours on one segment.
+    let b = pair.end(Side::B);
+    let ping = pair
+        .exec(
+            Side::A,
+            &[
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "5",
+                "-s",
+                "8000",
+                &b.ipv4.to_string(),
+            ],
+        )
+        .unwrap();
+    assert!(ping.status.success(), "{ping:?}");
+    // Both directions cross the observer port: its rx and tx byte counters both grew by
+    // at least the 8000-byte echo request and reply.
+    let stats = |dir: &str| -> u64 {
+        let p = format!("/sys/class/net/{port}/statistics/{dir}_bytes");
+        let out = Command::new("ip")
+            .args(["netns", "exec", mid_ns, "cat", &p])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    };
+    assert!(stats("rx") >= 8000 && stats("tx") >= 8000);
+    drop(pair);
+    assert!(!names.iter().any(|n| netns_exists(n)), "{names:?}");
+}

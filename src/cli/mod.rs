@@ -6,9 +6,11 @@
 //! is a value the binary turns into a clear message on stderr and a non-zero exit code.
 
 pub mod decode;
+pub mod demo;
 pub mod devinfo;
 pub mod explain;
 pub mod explain_svg;
+pub mod perf;
 pub mod pingpong;
 pub mod sim;
 pub mod stat;

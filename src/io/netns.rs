@@ -5,6 +5,12 @@
 //! counter, so parallel tests and processes do not collide. Everything is removed on drop
 //! (deleting a namespace deletes its veth end), also when a test panics.
 //!
+//! [`VethPair::observed`] puts a third namespace between the two ends: each end's veth peer
+//! is a port of a Linux bridge there, and [`VethPair::observer`] names a port on which a
+//! packet capture sees both directions. A capture on an end itself sees no RoCE traffic:
+//! AF_XDP receives frames in the XDP hook, before the kernel's packet taps, and transmits
+//! them with `__dev_direct_xmit`, which skips the taps too.
+//!
 //! Code runs inside a namespace on a fresh thread that first calls setns(2)
 //! ([`VethPair::run_in`]): sockets and XDP attachments created there stay bound to that
 //! namespace when the values move back to the caller's thread. Commands run through
@@ -37,13 +43,22 @@ pub struct End {
     pub ipv6: Ipv6Addr,
 }
 
-/// Two namespaces and the veth pair between them; removed on drop.
+/// Two namespaces and the veth pair between them (or, [`VethPair::observed`], a bridge in a
+/// third namespace between them); removed on drop.
 #[derive(Debug)]
 pub struct VethPair {
     a: End,
     b: End,
     mtu: u32,
+    /// The middle namespace of an observed pair.
+    middle: Option<String>,
 }
+
+/// In the middle namespace of an observed pair: the bridge and its port towards side A
+/// (names are per namespace, so fixed names do not collide).
+const BRIDGE: &str = "br0";
+const PORT_A: &str = "to-a";
+const PORT_B: &str = "to-b";
 
 fn run(cmd: &mut Command) -> io::Result<Output> {
     let out = cmd.output().map_err(|e| {
@@ -75,6 +90,30 @@ impl VethPair {
     /// Create the namespaces, the veth pair with `mtu` on both ends, and the addresses.
     /// Needs root.
     pub fn new(mtu: u32) -> io::Result<Self> {
+        Self::build(mtu, false)
+    }
+
+    /// Like [`VethPair::new`], but A and B are each joined by a veth pair to a bridge in a
+    /// third namespace, where [`VethPair::observer`] can be captured. Same addresses,
+    /// same MTU everywhere; A and B are still neighbours on one Ethernet segment.
+    pub fn observed(mtu: u32) -> io::Result<Self> {
+        Self::build(mtu, true)
+    }
+
+    /// The namespace and interface where a capture sees the traffic of both directions
+    /// (observed pairs only).
+    pub fn observer(&self) -> Option<(&str, &str)> {
+        self.middle.as_deref().map(|ns| (ns, PORT_A))
+    }
+
+    /// The namespaces of this pair (two, or three when observed).
+    pub fn netns_names(&self) -> Vec<String> {
+        let mut v = vec![self.a.netns.clone(), self.b.netns.clone()];
+        v.extend(self.middle.clone());
+        v
+    }
+
+    fn build(mtu: u32, observed: bool) -> io::Result<Self> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let mk = |side: char, ipv4: Ipv4Addr, ipv6: Ipv6Addr| End {
@@ -99,28 +138,16 @@ impl VethPair {
                 Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
             ),
             mtu,
+            middle: observed.then(|| format!("xrnic-{pid}-{n}-m")),
         };
         // From here on, Drop removes whatever was created, also on an early return.
         ip(&["netns", "add", &pair.a.netns])?;
         ip(&["netns", "add", &pair.b.netns])?;
-        ip(&[
-            "link",
-            "add",
-            &pair.a.ifname,
-            "netns",
-            &pair.a.netns,
-            "mtu",
-            &mtu.to_string(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &pair.b.ifname,
-            "netns",
-            &pair.b.netns,
-            "mtu",
-            &mtu.to_string(),
-        ])?;
+        if let Some(m) = pair.middle.clone() {
+            pair.link_through_bridge(&m)?;
+        } else {
+            pair.link_direct()?;
+        }
         for end in [&pair.a, &pair.b] {
             let ns = end.netns.as_str();
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
@@ -149,6 +176,75 @@ impl VethPair {
         pair.a.mac = super::link::mac_of(&pair.a.netns, &pair.a.ifname)?;
         pair.b.mac = super::link::mac_of(&pair.b.netns, &pair.b.ifname)?;
         Ok(pair)
+    }
+
+    fn link_direct(&self) -> io::Result<()> {
+        let mtu = self.mtu.to_string();
+        ip(&[
+            "link",
+            "add",
+            &self.a.ifname,
+            "netns",
+            &self.a.netns,
+            "mtu",
+            &mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &self.b.ifname,
+            "netns",
+            &self.b.netns,
+            "mtu",
+            &mtu,
+        ])?;
+        Ok(())
+    }
+
+    fn link_through_bridge(&self, m: &str) -> io::Result<()> {
+        let mtu = self.mtu.to_string();
+        ip(&["netns", "add", m])?;
+        ip(&["-n", m, "link", "set", "lo", "up"])?;
+        // No STP, no forwarding delay: the ports forward as soon as they are up.
+        ip(&[
+            "-n",
+            m,
+            "link",
+            "add",
+            BRIDGE,
+            "mtu",
+            &mtu,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+        ])?;
+        for (end, port) in [(&self.a, PORT_A), (&self.b, PORT_B)] {
+            ip(&[
+                "link",
+                "add",
+                &end.ifname,
+                "netns",
+                &end.netns,
+                "mtu",
+                &mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                m,
+                "mtu",
+                &mtu,
+            ])?;
+            ip(&["-n", m, "link", "set", port, "master", BRIDGE])?;
+            ip(&["-n", m, "link", "set", port, "up"])?;
+        }
+        ip(&["-n", m, "link", "set", BRIDGE, "up"])?;
+        Ok(())
     }
 
     pub fn end(&self, side: Side) -> &End {
@@ -202,10 +298,10 @@ impl VethPair {
 
 impl Drop for VethPair {
     fn drop(&mut self) {
-        for end in [&self.a, &self.b] {
+        for ns in self.netns_names() {
             // Best effort: a namespace that was never created fails harmlessly.
             let _ = Command::new("ip")
-                .args(["netns", "del", &end.netns])
+                .args(["netns", "del", &ns])
                 .stderr(std::process::Stdio::null())
                 .status();
         }

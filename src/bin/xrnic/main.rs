@@ -30,6 +30,12 @@ enum Command {
     /// RC ping-pong like `ibv_rc_pingpong`, interoperable with it (root: AF_XDP).
     /// Without SERVER, wait for a client; with it, connect to that server.
     RcPingpong(xrnic::cli::pingpong::PingpongArgs),
+    /// perftest's bandwidth tests (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw),
+    /// interoperable with them (root: AF_XDP). Without SERVER, wait for a client; with it,
+    /// connect to that server and run the test.
+    ///
+    /// Exit status: 0 on success, 1 when the run fails, 2 for usage errors.
+    Perf(xrnic::cli::perf::PerfArgs),
     /// Device and per-QP counters of an xrnic device running in another process (from
     /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
     /// the device's network namespace).
@@ -38,6 +44,11 @@ enum Command {
     /// gaps, retransmissions, RNR waits, CNPs) and a summary. Exit status 1 when the file
     /// cannot be read.
     Explain(xrnic::cli::explain::ExplainArgs),
+    /// Two xrnic devices on a veth pair in two network namespaces (root): rc-pingpong and
+    /// the verbs API's SEND, WRITE, READ and atomics, every byte verified, the traffic
+    /// captured and its ICRCs checked; the namespaces are removed afterwards (also on
+    /// Ctrl-C). Exit status 1 on any failure.
+    Demo(xrnic::cli::demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,8 +57,10 @@ fn main() -> ExitCode {
         Command::Decode(args) => xrnic::cli::decode::run(&args),
         Command::Devinfo(args) => xrnic::cli::devinfo::run(&args),
         Command::RcPingpong(args) => xrnic::cli::pingpong::run(&args),
+        Command::Perf(args) => xrnic::cli::perf::run(&args),
         Command::Stat(args) => xrnic::cli::stat::run(&args),
         Command::Explain(args) => xrnic::cli::explain::run(&args),
+        Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

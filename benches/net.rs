@@ -1,0 +1,325 @@
+//! `make bench-net`: xrnic on the wire against its baselines, in one run on one veth pair
+//! (MTU 9000, two network namespaces):
+//!
+//! (a) raw AF_XDP goodput (`benches/afxdp_raw.rs`: SEND ONLY frames of 1024 and 4096 bytes
+//!     of payload, no transport), the ceiling;
+//! (b) `xrnic perf write`, `send` and `read` (perftest's ib_*_bw, in this process: server
+//!     on a thread in B, client in A, `-D` seconds) with 64 KiB messages at path MTU 1024
+//!     and 4096, so that WRITE's frames are the same size as (a)'s;
+//! (c) the message rate of 8-byte `perf write`;
+//! (d) the round trip of a 64-byte `rc-pingpong` beside a kernel UDP ping-pong (std
+//!     `UdpSocket`, one in each namespace) on the same veth pair.
+//!
+//! Prints a table, the ratios, and as its LAST line one JSON object (`raw_gbps_1024`,
+//! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
+//! `udp_rtt_us`, `rtt_ratio`). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
+//! frame size; rc-pingpong round trip below UDP's. Root: `cargo bench --bench net`;
+//! `XRNIC_BENCH_SECS` sets the seconds per measurement (default 3).
+
+#[allow(dead_code)]
+#[path = "afxdp_raw.rs"]
+mod raw;
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use raw::common;
+use xrnic::cli::perf::{PerfArgs, PerfError, PerfTest, perf};
+use xrnic::cli::pingpong::{PingpongArgs, pingpong};
+use xrnic::io::netns::{Side, VethPair};
+
+fn main() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("bench-net: skipped: needs root (AF_XDP, XDP, network namespaces)");
+        if common::under_ci() {
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Err(e) = run() {
+        eprintln!("bench-net: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let secs: f64 = std::env::var("XRNIC_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let dur = Duration::from_secs_f64(secs);
+    // perf -D needs whole seconds, plus its own warm-up and cool-down of a quarter each.
+    let perf_secs = (secs.ceil() as u64).max(1);
+    let pair = VethPair::new(9000).map_err(|e| format!("cannot create the veth pair: {e}"))?;
+    println!("bench-net: one veth pair, MTU 9000, copy-mode AF_XDP, {secs} s per measurement");
+
+    println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
+    raw::header();
+    let raw_1024 = raw::run_one(&pair, 1024, dur)?;
+    let raw_4096 = raw::run_one(&pair, 4096, dur)?;
+
+    println!("(b, c) xrnic perf, IPv4 GIDs, {perf_secs} s each (-D)");
+    let mut perf_rows = Vec::new();
+    for (test, size, mtu) in [
+        (PerfTest::Write, 65536u32, 1024u32),
+        (PerfTest::Write, 65536, 4096),
+        (PerfTest::Send, 65536, 1024),
+        (PerfTest::Send, 65536, 4096),
+        (PerfTest::Read, 65536, 1024),
+        (PerfTest::Read, 65536, 4096),
+        (PerfTest::Write, 8, 1024),
+    ] {
+        let r = perf_bw(&pair, test, size, mtu, perf_secs)?;
+        perf_rows.push((test, size, mtu, r));
+    }
+    let find = |t: PerfTest, size: u32, mtu: u32| {
+        perf_rows
+            .iter()
+            .find(|(a, b, c, _)| (*a, *b, *c) == (t, size, mtu))
+            .map(|(.., r)| r)
+            .ok_or_else(|| "missing perf row".to_string())
+    };
+    let w_1024 = find(PerfTest::Write, 65536, 1024)?;
+    let w_4096 = find(PerfTest::Write, 65536, 4096)?;
+    let w_8 = find(PerfTest::Write, 8, 1024)?;
+
+    println!("(d) round trip of 64 bytes");
+    let rtt_us = rc_pingpong_rtt(&pair, 64, 20_000)?;
+    let udp_rtt_us = udp_rtt(&pair, 64, 20_000)?;
+    println!("  rc-pingpong 64 B  {rtt_us:>8.2} us");
+    println!("  kernel UDP 64 B   {udp_rtt_us:>8.2} us");
+
+    let r1024 = w_1024.gbps / raw_1024.payload_gbps;
+    let r4096 = w_4096.gbps / raw_4096.payload_gbps;
+    println!();
+    println!(
+        "{:<34} {:>10} {:>10} {:>8} {:>6}",
+        "", "xrnic", "baseline", "ratio", "goal"
+    );
+    println!(
+        "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
+        format!("WRITE Gbit/s, {} B frames", raw_1024.frame_len),
+        w_1024.gbps,
+        raw_1024.payload_gbps,
+        r1024,
+        ">=0.7"
+    );
+    println!(
+        "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
+        format!("WRITE Gbit/s, {} B frames", raw_4096.frame_len),
+        w_4096.gbps,
+        raw_4096.payload_gbps,
+        r4096,
+        ">=0.7"
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2} {:>8.3} {:>6}",
+        "64 B round trip us (UDP baseline)",
+        rtt_us,
+        udp_rtt_us,
+        rtt_us / udp_rtt_us,
+        "<1"
+    );
+    println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8.mpps);
+    println!();
+    println!(
+        "{:<8} {:>6} {:>5} {:>10} {:>10} {:>11}",
+        "perf", "size", "mtu", "Gbit/s", "M msg/s", "vs raw"
+    );
+    for (test, size, mtu, r) in &perf_rows {
+        let base = if *mtu == 1024 { &raw_1024 } else { &raw_4096 };
+        println!(
+            "{:<8} {:>6} {:>5} {:>10.3} {:>10.4} {:>11.3}",
+            format!("{test:?}").to_lowercase(),
+            size,
+            mtu,
+            r.gbps,
+            r.mpps,
+            r.gbps / base.payload_gbps
+        );
+    }
+    let json = serde_json::json!({
+        "raw_gbps_1024": raw_1024.payload_gbps,
+        "write_gbps_1024": w_1024.gbps,
+        "write_ratio_1024": r1024,
+        "raw_gbps_4096": raw_4096.payload_gbps,
+        "write_gbps_4096": w_4096.gbps,
+        "write_ratio_4096": r4096,
+        "write_8b_mpps": w_8.mpps,
+        "rtt_us": rtt_us,
+        "udp_rtt_us": udp_rtt_us,
+        "rtt_ratio": rtt_us / udp_rtt_us,
+    });
+    println!("{json}");
+    Ok(())
+}
+
+struct PerfResult {
+    gbps: f64,
+    mpps: f64,
+}
+
+/// Wait (bounded) until something listens on TCP `port` in B.
+fn wait_listening(pair: &VethPair, port: u16) -> Result<(), String> {
+    for _ in 0..1000 {
+        let out = pair
+            .exec(Side::B, &["ss", "-Hltn", &format!("sport = :{port}")])
+            .map_err(|e| format!("ss: {e}"))?;
+        if !out.stdout.is_empty() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(format!("nothing listens on TCP port {port} in B"))
+}
+
+/// `xrnic perf TEST -s size -m mtu -D secs --report_gbits` (server in B, client in A,
+/// each on a thread in its namespace, IPv4 GIDs); the client's report.
+fn perf_bw(
+    pair: &VethPair,
+    test: PerfTest,
+    size: u32,
+    mtu: u32,
+    secs: u64,
+) -> Result<PerfResult, String> {
+    let args = |side: Side, server: Option<String>| PerfArgs {
+        test,
+        netdev: pair.end(side).ifname.clone(),
+        size: Some(size),
+        iters: None,
+        duration: Some(secs),
+        mtu: Some(mtu),
+        gid_index: None,
+        num_qps: 1,
+        port: 18515,
+        atomic_type: None,
+        tx_depth: 128,
+        rx_depth: 512,
+        report_gbits: true,
+        json: false,
+        verify: false,
+        no_stat: true,
+        server,
+    };
+    let peer = pair.end(Side::B).ipv4.to_string();
+    let err = |e: PerfError| match e {
+        PerfError::Usage(m) | PerfError::Run(m) => m,
+    };
+    std::thread::scope(|sc| {
+        let server = sc.spawn(|| {
+            pair.run_in(Side::B, || perf(&args(Side::B, None)))
+                .map_err(|e| e.to_string())?
+                .map_err(err)
+        });
+        wait_listening(pair, 18515)?;
+        let report = pair
+            .run_in(Side::A, || perf(&args(Side::A, Some(peer.clone()))))
+            .map_err(|e| e.to_string())?
+            .map_err(err)?;
+        server
+            .join()
+            .map_err(|_| "perf server thread panicked".to_string())??;
+        Ok(PerfResult {
+            gbps: report.bw_avg,
+            mpps: report.msg_rate_avg,
+        })
+    })
+}
+
+fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> PingpongArgs {
+    PingpongArgs {
+        netdev: Some(netdev.to_string()),
+        ib_dev: None,
+        ib_port: 1,
+        events: false,
+        sl: 0,
+        port: 18515,
+        size,
+        mtu: 1024,
+        rx_depth: 500,
+        iters,
+        gid_idx: None,
+        verify: true,
+        busy_poll: false,
+        rx_drop: 0.0,
+        no_stat: true,
+        server,
+    }
+}
+
+/// `rc-pingpong -s size -n iters --verify` with the server in B and the client in A,
+/// each on a thread in its namespace; the client's microseconds per iteration.
+fn rc_pingpong_rtt(pair: &VethPair, size: u32, iters: u32) -> Result<f64, String> {
+    let server_if = pair.end(Side::B).ifname.clone();
+    let client_if = pair.end(Side::A).ifname.clone();
+    let peer = pair.end(Side::B).ipv4.to_string();
+    std::thread::scope(|sc| {
+        let server = sc.spawn(|| {
+            pair.run_in(Side::B, || {
+                pingpong(&pp_args(&server_if, size, iters, None))
+            })
+            .map_err(|e| e.to_string())?
+        });
+        wait_listening(pair, 18515)?;
+        let o = pair
+            .run_in(Side::A, || {
+                pingpong(&pp_args(&client_if, size, iters, Some(peer.clone())))
+            })
+            .map_err(|e| e.to_string())??;
+        server
+            .join()
+            .map_err(|_| "server thread panicked".to_string())??;
+        Ok(o.usec / f64::from(iters))
+    })
+}
+
+/// A UDP echo of `size` bytes between B (server) and A (client); microseconds per round
+/// trip. Blocking sockets, like rc-pingpong's sleeping completion wait.
+fn udp_rtt(pair: &VethPair, size: usize, iters: u32) -> Result<f64, String> {
+    let b_addr = (pair.end(Side::B).ipv4, 9999);
+    let server = pair
+        .run_in(Side::B, || UdpSocket::bind(b_addr))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("udp bind: {e}"))?;
+    let client = pair
+        .run_in(Side::A, || UdpSocket::bind((pair.end(Side::A).ipv4, 0)))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("udp bind: {e}"))?;
+    for sock in [&server, &client] {
+        sock.set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+    }
+    client.connect(b_addr).map_err(|e| e.to_string())?;
+    std::thread::scope(|sc| {
+        let echo = sc.spawn(|| -> Result<(), String> {
+            let mut buf = vec![0u8; 65536];
+            for _ in 0..iters + 100 {
+                let (n, from) = server.recv_from(&mut buf).map_err(|e| e.to_string())?;
+                server.send_to(&buf[..n], from).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+        let msg = vec![0x7bu8; size];
+        let mut buf = vec![0u8; 65536];
+        let mut one = || -> Result<(), String> {
+            client.send(&msg).map_err(|e| e.to_string())?;
+            let n = client.recv(&mut buf).map_err(|e| e.to_string())?;
+            if buf[..n] != msg[..] {
+                return Err("UDP echo differs".into());
+            }
+            Ok(())
+        };
+        // Warm-up: neighbour resolution and caches.
+        for _ in 0..100 {
+            one()?;
+        }
+        let t = Instant::now();
+        for _ in 0..iters {
+            one()?;
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(iters);
+        echo.join()
+            .map_err(|_| "echo thread panicked".to_string())??;
+        Ok(us)
+    })
+}

@@ -10,5 +10,6 @@ pub mod devinfo;
 pub mod explain;
 pub mod explain_svg;
 pub mod pingpong;
+pub mod res;
 pub mod sim;
 pub mod stat;

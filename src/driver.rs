@@ -22,7 +22,7 @@
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
 //! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
-//!   `xrnic stat`).
+//!   `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it carries).
 //! - Dropping the [`Driver`] stops and joins the thread, then drops the port (which
 //!   detaches the XDP filter). Nothing else is touched (namespaces stay).
 
@@ -42,6 +42,7 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
+use crate::proto::resources::{Owner, Resources};
 use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
 use crate::wire::Qpn;
 
@@ -552,6 +553,10 @@ pub struct Snapshot {
     pub driver: serde_json::Value,
     pub port: serde_json::Value,
     pub qps: Vec<QpSnapshot>,
+    /// Every QP, MR and CQ (`Rnic::resources`), for `xrnic res`; absent in snapshots of
+    /// older xrnic versions.
+    #[serde(default)]
+    pub resources: Option<Resources>,
 }
 
 /// One QP in the snapshot.
@@ -563,8 +568,23 @@ pub struct QpSnapshot {
     pub counters: serde_json::Value,
 }
 
-fn snapshot(e: &Engine, opts: &DriverOptions, running: bool) -> Snapshot {
+/// This process's name as `rdma resource show` prints it (`comm`).
+fn process_name() -> String {
+    std::fs::read_to_string("/proc/self/comm")
+        .map(|c| c.trim_end().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Snapshot {
     let dev: DeviceCounters = e.rnic.counters();
+    let mut resources = e.rnic.resources();
+    // Named as the verbs API names the device (`ibv_get_device_name`), not as the
+    // engine's trace events do.
+    resources.dev = format!("xrnic_{}", opts.netdev);
+    resources.owner = Some(Owner {
+        pid: std::process::id(),
+        comm,
+    });
     let qps = e
         .qps
         .keys()
@@ -591,6 +611,7 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool) -> Snapshot {
         driver: serde_json::to_value(e.stats).unwrap_or_default(),
         port: serde_json::to_value(e.io).unwrap_or_default(),
         qps,
+        resources: Some(resources),
     }
 }
 
@@ -610,7 +631,9 @@ pub fn state_name(s: QpState) -> &'static str {
 /// Write the snapshot atomically (a temporary file renamed over the old one), so that a
 /// reader never sees half a file. Failures are ignored: stats are best effort.
 fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path, running: bool) {
-    let snap = snapshot(&shared.lock(), opts, running);
+    // Read before taking the lock: the engine lock is held for bounded in-memory work only.
+    let comm = process_name();
+    let snap = snapshot(&shared.lock(), opts, running, comm);
     let Ok(text) = serde_json::to_vec_pretty(&snap) else {
         return;
     };

@@ -12,5 +12,6 @@ pub mod explain;
 pub mod explain_svg;
 pub mod perf;
 pub mod pingpong;
+pub mod res;
 pub mod sim;
 pub mod stat;

@@ -135,6 +135,7 @@ mod tests {
                 dest_qpn: 18,
                 counters: serde_json::json!({"packets_sent": 9}),
             }],
+            resources: None,
         };
         let t = render(&s, true);
         assert!(

@@ -481,6 +481,16 @@ impl Rnic {
     /// [`super::resources`]).
     pub fn resources(&self) -> super::resources::Resources {
         use super::resources::{CqResource, QpResource, Resources};
+        // ib_core counts a QP once per role (`ib_qp_usecnt_inc`: send CQ, then receive
+        // CQ), so a QP with one CQ for both queues counts twice, as `rdma` shows it.
+        let mut users = vec![0u32; self.cqs.len()];
+        for q in self.qps.iter().flatten() {
+            for cq in [q.send_cq, q.recv_cq] {
+                if let Some(u) = users.get_mut(cq.0 as usize) {
+                    *u += 1;
+                }
+            }
+        }
         Resources {
             dev: self.name.to_string(),
             qps: self
@@ -518,11 +528,13 @@ impl Rnic {
                     Some(CqResource {
                         cqn: i as u32,
                         cqe,
+                        users: users.get(i).copied().unwrap_or(0),
                         queued,
                         overruns: c.overruns,
                     })
                 })
                 .collect(),
+            owner: None,
         }
     }
 

@@ -11,8 +11,10 @@ use crate::wire::{Psn, Qpn};
 
 use super::memory::Access;
 
-/// QP states (IBTA §10.3, `enum ibv_qp_state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+/// QP states (IBTA §10.3, `enum ibv_qp_state`). Serialized in capitals, as
+/// `rdma resource show` and `xrnic stat` spell them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum QpState {
     Reset,
     Init,

@@ -3,26 +3,40 @@
 //! Contract: [`Rnic::resources`](super::Rnic::resources) copies the state of every QP, MR
 //! and CQ at the time of the call (no references into the engine, serializable). The
 //! `Display` helpers print one line per object in the style of iproute2's `rdma resource
-//! show`, so the same formatting serves the simulator now and live devices later.
+//! show`, so the same formatting serves the simulator (`xrnic sim --res`) and live devices
+//! (`xrnic res`, which reads these structures back from the driver's JSON snapshot). When
+//! [`Resources::owner`] is set (live devices) every line ends with `pid P comm C`, as
+//! iproute2 prints the process that owns the object.
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::memory::MrInfo;
 use super::qp::QpState;
 
 /// Every object of one device.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Resources {
     pub dev: String,
     pub qps: Vec<QpResource>,
     pub mrs: Vec<MrResource>,
     pub cqs: Vec<CqResource>,
+    /// The process that owns the objects (a live device); `None` in the simulator.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// The process of a live device, as `rdma resource show` names it (`pid`, `comm`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    /// The process name (`/proc/<pid>/comm`).
+    pub comm: String,
 }
 
 /// One RC QP.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QpResource {
     pub qpn: u32,
     pub pd: u32,
@@ -50,7 +64,7 @@ pub struct QpResource {
 }
 
 /// One memory region; the engine owns (pins) its bytes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MrResource {
     pub lkey: u32,
     pub rkey: u32,
@@ -74,10 +88,14 @@ impl From<MrInfo> for MrResource {
 }
 
 /// One completion queue.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CqResource {
     pub cqn: u32,
     pub cqe: usize,
+    /// QPs attached, counted once as send and once as receive CQ: ib_core's `usecnt`,
+    /// which `rdma resource show cq` prints as `users`.
+    #[serde(default)]
+    pub users: u32,
     /// Completions waiting to be polled.
     pub queued: usize,
     pub overruns: u64,
@@ -96,13 +114,22 @@ fn state_name(s: QpState) -> &'static str {
 }
 
 impl Resources {
+    /// ` pid P comm C` when the owner is known, else nothing.
+    fn owner_suffix(&self) -> String {
+        self.owner
+            .as_ref()
+            .map(|o| format!(" pid {} comm {}", o.pid, o.comm))
+            .unwrap_or_default()
+    }
+
     /// `rdma resource show qp` lines.
     pub fn qp_lines(&self) -> String {
+        let owner = self.owner_suffix();
         let mut o = String::new();
         for q in &self.qps {
             let _ = writeln!(
                 o,
-                "link {}/1 lqpn {} rqpn {} type RC state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}",
+                "link {}/1 lqpn {} rqpn {} type RC state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
                 self.dev,
                 q.qpn,
                 q.dest_qpn,
@@ -132,11 +159,12 @@ impl Resources {
 
     /// `rdma resource show mr` lines.
     pub fn mr_lines(&self) -> String {
+        let owner = self.owner_suffix();
         let mut o = String::new();
         for m in &self.mrs {
             let _ = writeln!(
                 o,
-                "dev {} mrlen {} lkey 0x{:x} rkey 0x{:x} pdn {} iova 0x{:x} access 0x{:x} pinned {}",
+                "dev {} mrlen {} lkey 0x{:x} rkey 0x{:x} pdn {} iova 0x{:x} access 0x{:x} pinned {}{owner}",
                 self.dev, m.pinned_bytes, m.lkey, m.rkey, m.pd, m.addr, m.access, m.pinned_bytes
             );
         }
@@ -145,12 +173,13 @@ impl Resources {
 
     /// `rdma resource show cq` lines.
     pub fn cq_lines(&self) -> String {
+        let owner = self.owner_suffix();
         let mut o = String::new();
         for c in &self.cqs {
             let _ = writeln!(
                 o,
-                "dev {} cqn {} cqe {} queued {} overruns {}",
-                self.dev, c.cqn, c.cqe, c.queued, c.overruns
+                "dev {} cqn {} cqe {} users {} queued {} overruns {}{owner}",
+                self.dev, c.cqn, c.cqe, c.users, c.queued, c.overruns
             );
         }
         o

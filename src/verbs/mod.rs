@@ -214,9 +214,37 @@ pub const STAT_DIR: &str = "/run/xrnic";
 /// `<dir>/<netdev>.<netns inode>.json`. The inode keeps two namespaces' `eth0` apart;
 /// `xrnic stat` run in the same namespace finds the same file.
 pub fn stat_file(dir: &std::path::Path, netdev: &str) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata("/proc/thread-self/ns/net")?.ino();
+    let ino = netns_inode()?;
     Ok(dir.join(format!("{netdev}.{ino}.json")))
+}
+
+/// The inode of the calling thread's network namespace.
+fn netns_inode() -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
+/// Every stat snapshot of the calling thread's network namespace in `dir`, as
+/// `(netdev, path)` sorted by netdev: the devices `xrnic res` lists without `--netdev`.
+/// A missing `dir` is no snapshot, not an error.
+pub fn stat_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+    let suffix = format!(".{}.json", netns_inode()?);
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        // Interface names may hold dots (`eth0.100`): strip the suffix, not split.
+        if let Some(netdev) = name.strip_suffix(&suffix).filter(|n| !n.is_empty()) {
+            out.push((netdev.to_string(), e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Device attributes (`struct ibv_device_attr`, the fields xrnic has values for).

@@ -40,6 +40,11 @@ enum Command {
     /// the snapshot its driver writes to /run/xrnic/<netdev>.<netns inode>.json; run it in
     /// the device's network namespace).
     Stat(xrnic::cli::stat::StatArgs),
+    /// QPs, MRs or CQs of the xrnic devices running in this network namespace, like
+    /// `rdma resource show qp|mr|cq` (from the same snapshots as `stat`): QP state, PSNs,
+    /// outstanding WRs; MR keys and pinned length; CQ size and users. Exit status 1 when
+    /// a device has no snapshot.
+    Res(xrnic::cli::res::ResArgs),
     /// Explain a capture: per QP pair, a ladder diagram (who sent what, PSNs, ACK/NAK,
     /// gaps, retransmissions, RNR waits, CNPs) and a summary. Exit status 1 when the file
     /// cannot be read.
@@ -59,6 +64,7 @@ fn main() -> ExitCode {
         Command::RcPingpong(args) => xrnic::cli::pingpong::run(&args),
         Command::Perf(args) => xrnic::cli::perf::run(&args),
         Command::Stat(args) => xrnic::cli::stat::run(&args),
+        Command::Res(args) => xrnic::cli::res::run(&args),
         Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Sim(args) => {

@@ -510,8 +510,8 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         .map_err(e("Couldn't create CQ"))?;
     let buf_len = u64::from(p.size).max(cycle) as usize;
     let out_reads = match p.test {
-        // perftest announces the device's max_qp_rd_atom. Ours says 128 (like rxe) while
-        // the engine takes at most MAX_RD_ATOMIC (16) in modify_qp: announce what works.
+        // perftest announces the device's max_qp_rd_atom, which is MAX_RD_ATOMIC (16), the
+        // most modify_qp takes; the min() keeps that true if the two ever drift apart.
         PerfTest::Read | PerfTest::Atomic => dev
             .query_device()
             .max_qp_rd_atom

@@ -440,21 +440,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         ..DeviceOptions::default()
     };
     let dev = Device::open_with(ifname, &opts).map_err(|e| e.to_string())?;
-    let gidx = match args.gid_index {
-        Some(g) => g,
-        None => dev
-            .gid_table()
-            .iter()
-            .position(crate::proto::gid_is_ipv4)
-            .ok_or_else(|| format!("{ifname} has no IPv4 address: choose a GID with -x"))?
-            as u8,
-    };
-    let my_gid = dev.query_gid(gidx.into()).ok_or_else(|| {
-        format!(
-            "can't read sgid of index {gidx} ({ifname} has {} GIDs)",
-            dev.gid_table().len()
-        )
-    })?;
+    let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
     let active = dev.query_port().active_mtu.bytes();
     let mtu = args.mtu.unwrap_or(active);
     if mtu > active {

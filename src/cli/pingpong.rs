@@ -159,21 +159,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         ..DeviceOptions::default()
     };
     let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
-    let gidx = match args.gid_idx {
-        Some(g) => g,
-        None => dev
-            .gid_table()
-            .iter()
-            .position(crate::proto::gid_is_ipv4)
-            .ok_or_else(|| format!("{ifname} has no IPv4 address: choose a GID with -g"))?
-            as u8,
-    };
-    let my_gid = dev.query_gid(gidx.into()).ok_or_else(|| {
-        format!(
-            "can't read sgid of index {gidx} ({ifname} has {} GIDs)",
-            dev.gid_table().len()
-        )
-    })?;
+    let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
     let e = |what: &str| {
         let what = what.to_string();
         move |err: verbs::Error| format!("{what}: {err}")

@@ -199,6 +199,8 @@ fn perf_bw(
         json: false,
         verify: false,
         no_stat: true,
+        pcap: None,
+        rx_drop: 0.0,
         server,
     };
     let peer = pair.end(Side::B).ipv4.to_string();
@@ -243,6 +245,7 @@ fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> Pingp
         busy_poll: false,
         rx_drop: 0.0,
         no_stat: true,
+        pcap: None,
         server,
     }
 }

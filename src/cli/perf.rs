@@ -34,6 +34,8 @@
 //!   buffer with the pattern and the client checks what it read; an atomic server checks
 //!   that each 8-byte counter equals 1 × the number of FETCH_AND_ADDs that targeted it (0
 //!   for CMP_AND_SWAP). Not with `-D` (the number of messages is not known to the server).
+//! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
+//!   SIGINT/SIGTERM flush it before exiting with status 130.
 //! - Exit status 0 on success, 1 on a failed run (one line on stderr), 2 for usage errors.
 
 use std::net::IpAddr;
@@ -168,8 +170,23 @@ pub struct PerfArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// Write a pcapng of every frame the device sends and receives, taken inside the
+    /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
+    /// not the obvious next one (docs/observability.md).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Testing: drop this fraction of received frames in the driver.
+    #[arg(long, hide = true, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub rx_drop: f64,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a fraction between 0 and 1")),
+    }
 }
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
@@ -437,8 +454,13 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let opts = DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        pcap: args.pcap.clone(),
+        rx_drop: args.rx_drop,
         ..DeviceOptions::default()
     };
+    if opts.pcap.is_some() {
+        crate::pcap_tap::flush_on_signal("perf");
+    }
     let dev = Device::open_with(ifname, &opts).map_err(|e| e.to_string())?;
     let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
     let active = dev.query_port().active_mtu.bytes();

@@ -17,7 +17,9 @@
 //!   waited for on a condition variable unless `--busy-poll` (the stock default spins);
 //!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
 //!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
-//!   exits at once, and its peer's last send can then fail on a lossy link).
+//!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
+//!   FILE` writes the device's own capture ([`crate::pcap_tap`]); SIGINT/SIGTERM flush it
+//!   before exiting with status 130.
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first
@@ -106,6 +108,11 @@ pub struct PingpongArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// Write a pcapng of every frame the device sends and receives, taken inside the
+    /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
+    /// not the obvious next one (docs/observability.md).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
 }
@@ -156,8 +163,12 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        pcap: args.pcap.clone(),
         ..DeviceOptions::default()
     };
+    if opts.pcap.is_some() {
+        crate::pcap_tap::flush_on_signal("rc-pingpong");
+    }
     let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
     let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
     let e = |what: &str| {

@@ -192,6 +192,9 @@ pub struct DeviceOptions {
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
+    /// Capture every frame the device sends and receives into this pcapng file, with a
+    /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for DeviceOptions {
@@ -203,6 +206,7 @@ impl Default for DeviceOptions {
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
+            pcap: None,
         }
     }
 }
@@ -446,6 +450,7 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: netdev.to_string(),
+            pcap: opts.pcap.clone(),
         };
         let driver = Driver::start(Rnic::new(cfg), Box::new(port), dopts)?;
         Ok(Device {
@@ -524,6 +529,7 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: name.clone(),
+            pcap: opts.pcap.clone(),
         };
         let driver = Driver::start(Rnic::new(cfg), Box::new(io), dopts)?;
         let port = PortAttr {

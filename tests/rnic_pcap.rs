@@ -286,6 +286,10 @@ fn check_captures(pair: &VethPair, caps: [&Path; 2], from: SystemTime, to: Syste
         );
         assert_eq!(seen_side.fault_dropped, u(&drv["fault_dropped"]), "{s}");
         assert_eq!(seen_side.retransmissions, retx, "{side:?}: {s}");
+        eprintln!(
+            "{side:?}: {} frames ({} out, {} in), {retx} retransmissions, {} dropped by the fault injector",
+            seen_side.frames, seen_side.outbound, seen_side.inbound, seen_side.fault_dropped
+        );
         total_retx += retx;
         if tshark_present() {
             assert_eq!(tshark_count(cap, "infiniband"), seen_side.frames);
@@ -364,8 +368,8 @@ fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
 }
 
 #[test]
-fn perf_pcap_on_both_roles_with_a_lossy_requester() {
-    if !require_root("perf_pcap_on_both_roles_with_a_lossy_requester") {
+fn perf_pcap_on_both_roles_with_a_lossy_responder() {
+    if !require_root("perf_pcap_on_both_roles_with_a_lossy_responder") {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
@@ -384,10 +388,13 @@ fn perf_pcap_on_both_roles_with_a_lossy_requester() {
         &ib,
         "--pcap",
         cb.to_str().unwrap(),
+        "--rx-drop",
+        "0.03",
     ];
     b.extend_from_slice(&common);
-    // Only the requester loses frames (ACKs and NAKs): the server, a WRITE responder,
-    // never retransmits, so every retransmission in either capture is the client's.
+    // Only the responder loses frames (WRITE packets; it answers the next one with a NAK
+    // sequence error): the server, a WRITE responder, never retransmits, so every
+    // retransmission in either capture is the client's, the one device that retransmits.
     let mut a = vec![
         "perf",
         "write",
@@ -396,13 +403,13 @@ fn perf_pcap_on_both_roles_with_a_lossy_requester() {
         "--pcap",
         ca.to_str().unwrap(),
         "--json",
-        "--rx-drop",
-        "0.05",
     ];
     a.extend_from_slice(&common);
     let [client, _server] = client_server(&pair, 18960, &b, &a);
     let to = SystemTime::now();
     let retx = check_captures(&pair, [&ca, &cb], from, to);
+    // 4800 WRITE packets, 3 % dropped on receipt: each loss costs a Go-Back-N.
+    assert!(retx > 0, "no retransmission at all");
     // perf --json reports the same counters.
     let out = String::from_utf8_lossy(&client.stdout);
     let j: Value = serde_json::from_str(out.lines().last().unwrap()).expect("perf --json");

@@ -579,3 +579,39 @@ fn sim_pair_devices_capture_without_root() {
         let _ = std::fs::remove_file(cap);
     }
 }
+
+#[test]
+fn an_unwritable_pcap_path_is_a_clear_error() {
+    if !require_root("an_unwritable_pcap_path_is_a_clear_error") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let ifa = pair.end(Side::A).ifname.clone();
+    let bad = "/nonexistent-xrnic-dir/cap.pcapng";
+    // The second command opens the same interface: it gets the same error, not "XDP
+    // program already attached", so the first released the device.
+    for args in [
+        vec![
+            "rc-pingpong",
+            "--netdev",
+            &ifa,
+            "--pcap",
+            bad,
+            "-p",
+            "18980",
+        ],
+        vec![
+            "perf", "write", "--netdev", &ifa, "--pcap", bad, "-p", "18980",
+        ],
+    ] {
+        let o = netns_cmd(&pair, Side::A, &args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            err.contains(bad) && err.contains("cannot create"),
+            "{}",
+            text(&o)
+        );
+    }
+}

@@ -225,16 +225,6 @@ impl Tap {
         self.push(ts_ns, frame, Note::Rx(fate));
     }
 
-    /// Change the fate of the frame recorded last (the engine's verdict is known only
-    /// after the frame was handed to it).
-    pub fn set_last_fate(&mut self, fate: RxFate) {
-        if let Some(r) = self.batch.recs.last_mut() {
-            if matches!(r.note, Note::Rx(_)) {
-                r.note = Note::Rx(fate);
-            }
-        }
-    }
-
     fn push(&mut self, ts_ns: u64, frame: &[u8], note: Note) {
         self.batch.data.extend_from_slice(frame);
         self.batch.recs.push(Rec {
@@ -453,8 +443,7 @@ mod tests {
         let ts = t.timestamp(Instant::now());
         t.transmitted(ts, &[1; 60], TxReason::Request);
         t.transmitted(ts, &[2; 60], TxReason::RetransmitTimeout);
-        t.received(ts + 5, &[3; 70], RxFate::Taken);
-        t.set_last_fate(RxFate::UnknownQp);
+        t.received(ts + 5, &[3; 70], RxFate::UnknownQp);
         t.commit();
         t.received(ts + 9, &[4; 64], RxFate::FaultDropped);
         t.transmitted(ts + 9, &[5; 64], TxReason::Nak(NakCode::PsnSequenceError));
@@ -515,6 +504,30 @@ mod tests {
                 .unwrap()
                 .contains("2 frames before this one are missing")
         );
+    }
+
+    #[test]
+    fn the_counter_that_moved_names_the_fate() {
+        let before = DeviceCounters::default();
+        let mut a = before;
+        assert_eq!(rx_fate(&before, &a), RxFate::Taken);
+        a.malformed_frames_dropped = 1;
+        assert_eq!(rx_fate(&before, &a), RxFate::Malformed);
+        a.icrc_errors = 1;
+        assert_eq!(rx_fate(&before, &a), RxFate::BadIcrc);
+        for (f, want) in [
+            (
+                (|c: &mut DeviceCounters| c.wrong_address_dropped += 1) as fn(&mut DeviceCounters),
+                RxFate::WrongAddress,
+            ),
+            (|c| c.unknown_qp_dropped += 1, RxFate::UnknownQp),
+            (|c| c.unsupported_dropped += 1, RxFate::Unsupported),
+            (|c| c.qp.packets_received += 1, RxFate::Taken),
+        ] {
+            let mut a = before;
+            f(&mut a);
+            assert_eq!(rx_fate(&before, &a), want);
+        }
     }
 
     #[test]

@@ -615,3 +615,69 @@ fn an_unwritable_pcap_path_is_a_clear_error() {
         );
     }
 }
+
+#[test]
+fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
+    use xrnic::verbs::{Device, DeviceOptions};
+    if !require_root("frames_the_engine_refuses_are_in_the_capture_with_the_reason") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let cap = scratch("refused");
+    let opts = DeviceOptions {
+        pcap: Some(cap.clone()),
+        ..DeviceOptions::default()
+    };
+    let dev = pair
+        .run_in(Side::A, || {
+            Device::open_with(&pair.end(Side::A).ifname, &opts)
+        })
+        .expect("enter netns")
+        .expect("open device");
+    // B's kernel builds Ethernet/IP/UDP to port 4791 (the XDP filter redirects them to
+    // the device); the RoCE part is bad.
+    let bad: Vec<Vec<u8>> = vec![
+        vec![0x04],                                           // truncated BTH
+        vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0, 0, 0, 0], // BTH without ICRC
+        {
+            // SEND ONLY to QP 0x11 with a wrong ICRC.
+            let mut v = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1];
+            v.extend_from_slice(&[0xab; 20]);
+            v.extend_from_slice(&[1, 2, 3, 4]);
+            v
+        },
+    ];
+    pair.run_in(Side::B, || {
+        let s = std::net::UdpSocket::bind("192.0.2.2:0").unwrap();
+        for p in &bad {
+            s.send_to(p, "192.0.2.1:4791").unwrap();
+        }
+    })
+    .unwrap();
+    // Wait (bounded) until the driver has seen them, then close the device (the capture
+    // is complete once it is closed).
+    for _ in 0..500 {
+        if dev.counters().malformed_frames_dropped >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(dev.counters().malformed_frames_dropped, 3);
+    drop(dev);
+    let bytes = std::fs::read(&cap).unwrap();
+    let _ = std::fs::remove_file(&cap);
+    assert_eq!(directions(&bytes), [1, 1, 1], "three inbound frames");
+    let c = xrnic::pcap_out::packet_comments(&bytes);
+    let c: Vec<&str> = c.iter().map(|c| c.as_deref().unwrap_or("")).collect();
+    assert!(
+        c[0].contains("malformed") && c[1].contains("malformed"),
+        "{c:?}"
+    );
+    assert!(c[2].contains("bad ICRC"), "{c:?}");
+    // The frames are there byte for byte: the UDP payloads as sent, after Ethernet (14),
+    // IPv4 (20) and UDP (8).
+    let frames = xrnic::capture::read_bytes(&bytes).unwrap();
+    for (f, p) in frames.iter().zip(&bad) {
+        assert_eq!(f.data.get(42..42 + p.len()), Some(&p[..]), "{:?}", f.data);
+    }
+}

@@ -89,9 +89,9 @@ impl RxFate {
 /// Hand `frame` to the engine and record it with the engine's verdict, read from the
 /// device's drop counters (which of them moved).
 pub fn handle_frame_tapped(rnic: &mut Rnic, now: u64, frame: &[u8], tap: &mut Tap, ts_ns: u64) {
-    let before = rnic.counters();
+    let before = rnic.frame_drop_counters();
     rnic.handle_frame(now, frame);
-    let after = rnic.counters();
+    let after = rnic.frame_drop_counters();
     tap.received(ts_ns, frame, rx_fate(&before, &after));
 }
 

@@ -22,7 +22,8 @@
 //!   `.rnic-b.pcapng` (side B, the servers), `.pcapng` of FILE replaced. Each step writes
 //!   its own pair of files (`--pcap` of the tools, `DeviceOptions::pcap` in the verbs step)
 //!   into `<FILE>.rnic-steps/`; at the end they are merged, one pcapng interface per step,
-//!   checked like the wire capture, and the directory is removed.
+//!   checked like the wire capture, and the directory is removed (an interrupted demo
+//!   leaves it, with the steps so far).
 //! - The last line is `demo: all data verified (N bytes over M RDMA operations)` and the
 //!   exit status 0, or an error on stderr and exit status 1.
 //! - The namespaces are removed on success, on failure, and on SIGINT/SIGTERM/SIGHUP: a

@@ -122,9 +122,19 @@ pub struct PerfArgs {
     /// (ib_atomic_bw).
     #[arg(value_enum)]
     pub test: PerfTest,
-    /// The network interface the device runs on.
-    #[arg(long, value_name = "IF")]
-    pub netdev: String,
+    /// The network interface the software device runs on.
+    #[arg(long, value_name = "IF", required_unless_present = "device")]
+    pub netdev: Option<String>,
+    /// An RDMA device (rxe0, mlx5_0: the offload backend, through libibverbs), or
+    /// `xrnic_<IF>` for the software device on IF (perftest's -d / --ib-dev).
+    #[arg(
+        short = 'd',
+        long,
+        visible_alias = "ib-dev",
+        value_name = "DEV",
+        conflicts_with = "netdev"
+    )]
+    pub device: Option<String>,
     /// Message size in bytes (default 65536; atomic: 8, the only size).
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=8_388_608))]
     pub size: Option<u32>,
@@ -433,13 +443,13 @@ struct Lane {
 /// The whole run; prints like perftest and returns our report.
 pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let p = plan(args)?;
-    let ifname = args.netdev.as_str();
     let opts = DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
         ..DeviceOptions::default()
     };
-    let dev = Device::open_with(ifname, &opts).map_err(|e| e.to_string())?;
+    let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
+    let ifname = ifname.as_str();
     let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
     let active = dev.query_port().active_mtu.bytes();
     let mtu = args.mtu.unwrap_or(active);
@@ -708,16 +718,29 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
             "bw_peak_gbps": to_gbps(report.bw_peak, p.gbits),
             "msg_rate_mpps": report.msg_rate_avg,
             "qps": qps,
-            "counters": {
-                "device": dev.counters(),
-                "driver": dev.driver_stats(),
-                "port": dev.io_stats(),
-                "congestion": serde_json::Value::Null,
-            },
+            "counters": counters_json(&dev),
         });
         println!("{v}");
     }
     Ok(report)
+}
+
+/// The `counters` of `--json`: the engine's (software backend), or the kernel's counters
+/// of the RDMA device (offload backend: `hw`, from sysfs; null when it has none).
+fn counters_json(dev: &Device) -> serde_json::Value {
+    match dev.backend() {
+        verbs::Backend::Software => json!({
+            "device": dev.counters(),
+            "driver": dev.driver_stats(),
+            "port": dev.io_stats(),
+            "congestion": serde_json::Value::Null,
+        }),
+        verbs::Backend::Offload => json!({
+            "hw": verbs::hw_counters(dev.name())
+                .ok()
+                .map(|v| v.into_iter().map(|(k, n)| (k, json!(n))).collect::<serde_json::Map<_, _>>()),
+        }),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

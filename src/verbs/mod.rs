@@ -1218,6 +1218,11 @@ impl Qp {
         &self.dev
     }
 
+    /// The device this QP belongs to.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+
     /// `ibv_modify_qp`. With [`AttrMask::AV`] and an all-zero `dmac`, the MAC of `dgid` is
     /// looked up (and resolved) in the kernel's neighbour table first (software backend;
     /// the kernel does it for an RDMA device).

@@ -10,6 +10,9 @@
 #              byte verified (--verify on both sides)
 #   stock_*    xrnic --device rxe0 against the stock tools (ibv_rc_pingpong, ib_write_bw,
 #              ib_read_bw) on the same rxe0 in the guest, over loopback, both roles
+#   tools_*    in the guest: `xrnic devinfo` lists both kinds (xrnic_eth0 and rxe0),
+#              `xrnic stat -d rxe0` shows the kernel's counters after the traffic, and
+#              what the offload backend lacks (fault injection) is a clear error
 #
 #   interop/run-offload.sh [-o OUTDIR] [-t api|pair|all] [-l]
 #     -o OUTDIR  captures, consoles, logs and report.txt (default interop/out/offload-DATE)
@@ -54,6 +57,13 @@ STOCK_STEPS=(
 	'stock_read_xs|xrnic perf read -d rxe0 -s 4096 -n 200|ib_read_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200'
 )
 
+# Guest only: name | a shell command that must succeed.
+TOOL_STEPS=(
+	'tools_devinfo|xrnic devinfo >/tmp/d.txt && cat /tmp/d.txt && grep -q "^hca_id:.xrnic_eth0" /tmp/d.txt && grep -q "^hca_id:.rxe0" /tmp/d.txt && xrnic devinfo -v -d rxe0 | grep -q "GID\[  1\]:.*::ffff:192.0.2.11, RoCE v2"'
+	'tools_stat|xrnic stat -d rxe0 && xrnic stat -d rxe0 | grep -Eq " sent_pkts [1-9]" && xrnic stat -d rxe0 --json | grep -q "\"device\":\"rxe0\""'
+	'tools_errors|! xrnic rc-pingpong -d rxe0 --rx-drop 0.1 2>/tmp/e.txt; cat /tmp/e.txt; grep -q "not available on the offload" /tmp/e.txt && ! xrnic devinfo -d nosuch0 2>/tmp/e.txt; cat /tmp/e.txt; grep -q "no RDMA device nosuch0 (libibverbs finds: rxe0)" /tmp/e.txt'
+)
+
 usage() {
 	sed -n '2,28s/^# \{0,1\}//p' "$0" >&2
 	exit 2
@@ -71,14 +81,14 @@ done
 [[ $WHAT == api || $WHAT == pair || $WHAT == all ]] || usage
 if [[ -n $LIST ]]; then
 	echo "api|guest|verbs_api offload:: on rxe0"
-	printf '%s\n' "${PAIR_STEPS[@]}" "${STOCK_STEPS[@]}" | column -t -s'|'
+	printf '%s\n' "${PAIR_STEPS[@]}" "${STOCK_STEPS[@]}" "${TOOL_STEPS[@]}" | column -t -s'|'
 	exit 0
 fi
 # The step names in guest order.
 STEPS=()
 [[ $WHAT == pair ]] || STEPS+=(api)
 if [[ $WHAT != api ]]; then
-	for s in "${PAIR_STEPS[@]}" "${STOCK_STEPS[@]}"; do STEPS+=("${s%%|*}"); done
+	for s in "${PAIR_STEPS[@]}" "${STOCK_STEPS[@]}" "${TOOL_STEPS[@]}"; do STEPS+=("${s%%|*}"); done
 fi
 
 xri_need_root
@@ -152,6 +162,11 @@ scenario=$OUT/guest.sh
 			IFS='|' read -r n srv cli <<<"$s"
 			[[ $n == "$name" ]] || continue
 			echo "pair_local $n $port \"$srv\" \"$cli\"; step_end $n \$?"
+		done
+		for s in "${TOOL_STEPS[@]}"; do
+			IFS='|' read -r n cmd <<<"$s"
+			[[ $n == "$name" ]] || continue
+			printf '( %s ); step_end %s $?\n' "$cmd" "$n"
 		done
 	done
 	echo 'exit $failed'

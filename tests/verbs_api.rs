@@ -125,7 +125,10 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 fn device_and_port_are_described(a: &Device, _b: &Device) {
     let d = a.query_device();
     assert_eq!(d.phys_port_cnt, 1);
-    assert!(d.max_qp_wr >= 64 && d.max_sge >= 2 && d.max_cqe >= 256, "{d:?}");
+    assert!(
+        d.max_qp_wr >= 64 && d.max_sge >= 2 && d.max_cqe >= 256,
+        "{d:?}"
+    );
     let p = a.query_port();
     assert_eq!(p.state, xrnic::verbs::PortState::Active);
     assert!(p.active_mtu.bytes() >= 1024, "{p:?}");
@@ -151,11 +154,20 @@ fn send_with_immediate_and_two_sges(a: &Device, b: &Device) {
     let r = one(&y.cq);
     assert_eq!(
         (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data),
-        (77, WcStatus::Success, WcOpcode::Recv, 3000, Some(0xdead_beef))
+        (
+            77,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            3000,
+            Some(0xdead_beef)
+        )
     );
     assert_eq!(r.qp_num, y.qp.qp_num());
     let s = one(&x.cq);
-    assert_eq!((s.wr_id, s.status, s.opcode), (5, WcStatus::Success, WcOpcode::Send));
+    assert_eq!(
+        (s.wr_id, s.status, s.opcode),
+        (5, WcStatus::Success, WcOpcode::Send)
+    );
     let mut got = vec![0u8; 3000];
     y.mr.read(100, &mut got).unwrap();
     assert_eq!(got, msg);
@@ -172,7 +184,10 @@ fn write_and_write_with_immediate(a: &Device, b: &Device) {
     };
     x.qp.post_send(w).unwrap();
     let s = one(&x.cq);
-    assert_eq!((s.status, s.opcode), (WcStatus::Success, WcOpcode::RdmaWrite));
+    assert_eq!(
+        (s.status, s.opcode),
+        (WcStatus::Success, WcOpcode::RdmaWrite)
+    );
     let mut got = vec![0u8; 10_000];
     y.mr.read(2000, &mut got).unwrap();
     assert_eq!(got, data);
@@ -192,7 +207,12 @@ fn write_and_write_with_immediate(a: &Device, b: &Device) {
     let r = one(&y.cq);
     assert_eq!(
         (r.wr_id, r.status, r.opcode, r.imm_data),
-        (9, WcStatus::Success, WcOpcode::RecvRdmaWithImm, Some(0x0102_0304))
+        (
+            9,
+            WcStatus::Success,
+            WcOpcode::RecvRdmaWithImm,
+            Some(0x0102_0304)
+        )
     );
     assert_eq!(one(&x.cq).status, WcStatus::Success);
 }
@@ -245,7 +265,10 @@ fn atomics_return_the_old_value(a: &Device, b: &Device) {
     };
     x.qp.post_send(w).unwrap();
     let s = one(&x.cq);
-    assert_eq!((s.status, s.opcode), (WcStatus::Success, WcOpcode::CompSwap));
+    assert_eq!(
+        (s.status, s.opcode),
+        (WcStatus::Success, WcOpcode::CompSwap)
+    );
     x.mr.read(8, &mut old).unwrap();
     assert_eq!(u64::from_ne_bytes(old), 42);
     let mut now = [0u8; 8];
@@ -448,18 +471,29 @@ fn offload_in_rxe_guest() {
         eprintln!("skipped: the rxe guest needs root (CI=true makes this a failure)");
         return;
     }
-    assert!(root, "CI=true: offload_in_rxe_guest needs root to boot the rxe guest");
+    assert!(
+        root,
+        "CI=true: offload_in_rxe_guest needs root to boot the rxe guest"
+    );
     let dir = env!("CARGO_MANIFEST_DIR");
     let me = std::env::current_exe().unwrap();
     let out = std::process::Command::new(format!("{dir}/interop/run-offload.sh"))
-        .args(["-o", &format!("{dir}/target/interop/offload-api"), "-t", "api"])
+        .args([
+            "-o",
+            &format!("{dir}/target/interop/offload-api"),
+            "-t",
+            "api",
+        ])
         .env("XRNIC", env!("CARGO_BIN_EXE_xrnic"))
         .env("XRNIC_API_TEST", &me)
         .output()
         .expect("run interop/run-offload.sh");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the suite failed in the rxe guest:\n{text}");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the suite failed in the rxe guest:\n{text}"
+    );
     // The guest ran every case of the suite on rxe0, not zero of them.
     assert!(
         text.contains("test result: ok. 11 passed"),

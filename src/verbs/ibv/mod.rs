@@ -304,6 +304,9 @@ impl Mr {
     pub fn len(&self) -> usize {
         self.len
     }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 
     pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
         let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());

@@ -34,6 +34,10 @@
 //!   buffer with the pattern and the client checks what it read; an atomic server checks
 //!   that each 8-byte counter equals 1 × the number of FETCH_AND_ADDs that targeted it (0
 //!   for CMP_AND_SWAP). Not with `-D` (the number of messages is not known to the server).
+//! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
+//!   device through libibverbs (the offload backend, docs/offload.md; `xrnic_IF` names the
+//!   software device); with the offload backend `--json`'s `counters` are the kernel's
+//!   (`{"hw": {...}}`, sysfs hw_counters).
 //! - Exit status 0 on success, 1 on a failed run (one line on stderr), 2 for usage errors.
 
 use std::net::IpAddr;

@@ -5,7 +5,11 @@
 //!   attaches the XDP filter and an AF_XDP socket, builds the GID table and active MTU
 //!   from the interface ([`netdev`]), and starts the driver thread ([`crate::driver`]).
 //!   [`Device::open_sim_pair`] gives two devices joined by an in-process link, for
-//!   examples and tests without root.
+//!   examples and tests without root. [`Device::open_rdma`] opens an RDMA device
+//!   (`rxe0`, `mlx5_0`) through libibverbs instead: the offload backend (`offload.rs`,
+//!   [`ibv`], docs/offload.md). Every object below works the same on both; each handle
+//!   dispatches on its backend, and what the offload backend lacks is an
+//!   [`Error::Unsupported`] or a documented zero, never a made-up value.
 //! - Objects are named like their libibverbs counterparts: [`Device`] (`ibv_context`),
 //!   [`Pd`], [`Mr`], [`Cq`], [`Qp`] (RC), with `query_device`, `query_port`,
 //!   `query_gid`, `alloc_pd`, `reg_mr`, `create_cq`, `create_qp`, `modify`, `query`,

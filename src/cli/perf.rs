@@ -1268,6 +1268,22 @@ mod tests {
     }
 
     #[test]
+    fn the_device_is_a_netdev_or_an_rdma_device_never_both() {
+        use clap::Parser;
+        #[derive(clap::Parser, Debug)]
+        struct W {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        let a = args(&["write", "-d", "rxe0"]);
+        assert_eq!((a.device.as_deref(), a.netdev), (Some("rxe0"), None));
+        let a = args(&["read", "--ib-dev", "mlx5_0", "10.0.0.1"]);
+        assert_eq!(a.device.as_deref(), Some("mlx5_0"));
+        assert!(W::try_parse_from(["perf", "write", "-d", "rxe0", "--netdev", "eth0"]).is_err());
+        assert!(W::try_parse_from(["perf", "write"]).is_err());
+    }
+
+    #[test]
     fn plan_defaults_and_usage_errors() {
         let p = plan(&args(&["write", "--netdev", "x"])).unwrap();
         assert_eq!(

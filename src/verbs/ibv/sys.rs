@@ -363,11 +363,13 @@ pub struct Lib {
 pub const SONAME: &str = "libibverbs.so.1";
 
 impl Lib {
-    /// `dlopen` libibverbs and resolve the functions above.
+    /// `dlopen` libibverbs (`$XRNIC_LIBIBVERBS` if set, else [`SONAME`] through the
+    /// dynamic loader's search) and resolve the functions above.
     pub fn load() -> Result<Lib, libloading::Error> {
+        let path = std::env::var_os("XRNIC_LIBIBVERBS").unwrap_or_else(|| SONAME.into());
         // SAFETY: loading libibverbs runs its ELF constructors, which only set up its
         // internal tables (rdma-core libibverbs/init.c); it has no other load-time effects.
-        let lib = unsafe { libloading::Library::new(SONAME)? };
+        let lib = unsafe { libloading::Library::new(path)? };
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the symbol is the libibverbs function of that name, whose C

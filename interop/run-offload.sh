@@ -48,6 +48,7 @@ PAIR_STEPS=(
 	'atomic_gs|server|perf atomic -n 200'
 	'atomic_gc|client|perf atomic -n 200'
 	'pp_v6_gc|client|rc-pingpong -s 1024 -n 20 -g 2'
+	'write_q2_gs|server|perf write -s 8192 -n 100 -q 2 --json'
 )
 # Guest only: name | server command | client command (the client gets 127.0.0.1).
 STOCK_STEPS=(

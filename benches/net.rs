@@ -184,7 +184,8 @@ fn perf_bw(
 ) -> Result<PerfResult, String> {
     let args = |side: Side, server: Option<String>| PerfArgs {
         test,
-        netdev: pair.end(side).ifname.clone(),
+        netdev: Some(pair.end(side).ifname.clone()),
+        device: None,
         size: Some(size),
         iters: None,
         duration: Some(secs),

@@ -9,7 +9,8 @@
 #              directions (_gs: the guest serves, _gc: the guest is the client), every
 #              byte verified (--verify on both sides)
 #   stock_*    xrnic --device rxe0 against the stock tools (ibv_rc_pingpong, ib_write_bw,
-#              ib_read_bw) on the same rxe0 in the guest, over loopback, both roles
+#              ib_read_bw, ib_send_bw, ib_atomic_bw) on the same rxe0 in the guest, over
+#              loopback, both roles
 #   tools_*    in the guest: `xrnic devinfo` lists both kinds (xrnic_eth0 and rxe0),
 #              `xrnic stat -d rxe0` shows the kernel's counters after the traffic, and
 #              what the offload backend lacks (fault injection) is a clear error
@@ -56,6 +57,12 @@ STOCK_STEPS=(
 	'stock_pp_xs|xrnic rc-pingpong -d rxe0 --verify -s 4096 -n 50|ibv_rc_pingpong -d rxe0 -g $XR_GID4 -s 4096 -n 50'
 	'stock_write_xc|ib_write_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200|xrnic perf write -d rxe0 -s 4096 -n 200'
 	'stock_read_xs|xrnic perf read -d rxe0 -s 4096 -n 200|ib_read_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200'
+	'stock_write_xs|xrnic perf write -d rxe0 -s 4096 -n 200|ib_write_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200'
+	'stock_read_xc|ib_read_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200|xrnic perf read -d rxe0 -s 4096 -n 200'
+	'stock_send_xc|ib_send_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200|xrnic perf send -d rxe0 -s 4096 -n 200'
+	'stock_send_xs|xrnic perf send -d rxe0 -s 4096 -n 200|ib_send_bw -d rxe0 -x $XR_GID4 -s 4096 -n 200'
+	'stock_fadd_xc|ib_atomic_bw -d rxe0 -x $XR_GID4 -A FETCH_AND_ADD -n 200|xrnic perf atomic -d rxe0 -A FETCH_AND_ADD -n 200'
+	'stock_cswap_xs|xrnic perf atomic -d rxe0 -A CMP_AND_SWAP -n 200|ib_atomic_bw -d rxe0 -x $XR_GID4 -A CMP_AND_SWAP -n 200'
 )
 
 # Guest only: name | a shell command that must succeed.

@@ -838,7 +838,10 @@ pub struct Cq {
 }
 
 impl Cq {
-    /// `ibv_poll_cq`: up to `max` completions that are there now.
+    /// `ibv_poll_cq`: up to `max` completions that are there now. When there is none, the
+    /// calling thread receives waiting frames, runs due timers and transmits (busy
+    /// polling, see [`crate::driver::poll`]) and looks again, so a loop of `poll` needs
+    /// no other thread to wake up.
     pub fn poll(&self, max: usize) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
         self.poll_into(max, &mut v);
@@ -847,12 +850,12 @@ impl Cq {
 
     /// [`Cq::poll`] appending to `out`; returns how many were added.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        self.inner
-            .dev
-            .shared()
-            .lock()
-            .rnic
-            .poll_cq(self.inner.cq, max, out)
+        let s = self.inner.dev.shared();
+        let n = s.lock().rnic.poll_cq(self.inner.cq, max, out);
+        if n > 0 || !s.poll_progress() {
+            return n;
+        }
+        s.lock().rnic.poll_cq(self.inner.cq, max, out)
     }
 
     /// Wait up to `timeout` for completions, then return up to `max` of them (empty on
@@ -1066,11 +1069,12 @@ impl Qp {
         )
     }
 
-    /// `ibv_post_send` (one work request).
+    /// `ibv_post_send` (one work request). Rings the doorbell: the frames are built and
+    /// transmitted on the calling thread when no other thread is using the port.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let s = self.dev().shared();
         s.lock().rnic.post_send(self.qpn, wr)?;
-        s.kick();
+        s.doorbell();
         Ok(())
     }
 

@@ -328,11 +328,13 @@ impl Shared {
         n
     }
 
-    fn notify(&self) {
+    /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
+    /// the socket).
+    fn notify(&self, socket_waiter: bool) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
         }
-        if self.rx_waiter.load(Ordering::SeqCst) {
+        if socket_waiter && self.rx_waiter.load(Ordering::SeqCst) {
             // Cannot overflow: the socket waiter reads it back before each sleep.
             let _ = rustix::io::write(&self.cq_event, &1u64.to_ne_bytes());
         }

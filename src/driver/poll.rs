@@ -94,6 +94,9 @@ pub(super) enum Stepper {
     Driver { wake_limit: u64 },
     /// An application thread (doorbell or poll).
     App,
+    /// The thread asleep on the socket in [`Shared::wait_cq`]: it looks at its CQ right
+    /// after the step, so the step need not signal it.
+    Waiter,
 }
 
 /// What a step did and left.
@@ -138,7 +141,7 @@ impl Port {
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
-            Stepper::App => e.stats.app_steps += 1,
+            Stepper::App | Stepper::Waiter => e.stats.app_steps += 1,
         }
         let (mut got, mut dropped) = (0u64, 0u64);
         let (rng, rx_drop) = (&mut self.rng, self.rx_drop);
@@ -182,7 +185,7 @@ impl Port {
         }
         drop(g);
         if progressed || !bufs.lens.is_empty() {
-            shared.notify();
+            shared.notify(who != Stepper::Waiter);
         }
 
         // Send: the backlog first, then this batch.
@@ -243,13 +246,17 @@ impl Shared {
     /// One application step if no other thread is stepping; `None` if one is (that
     /// thread makes the progress).
     pub(super) fn app_step(&self) -> Option<Step> {
+        self.app_step_as(Stepper::App)
+    }
+
+    fn app_step_as(&self, who: Stepper) -> Option<Step> {
         let mut port = match self.port.try_lock() {
             Ok(p) => p,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
         let now = self.now();
-        let step = port.as_mut()?.step(self, now, Stepper::App);
+        let step = port.as_mut()?.step(self, now, who);
         drop(port);
         self.after_app_step(&step);
         Some(step)
@@ -317,10 +324,14 @@ impl Shared {
             .ok()?;
         let until = Instant::now() + timeout;
         let mut b = [0u8; 8];
+        let mut notified = false;
         let n = loop {
-            let _ = self.app_step();
-            // Read back the notifications before looking: one after the look wakes us.
-            let _ = rustix::io::read(&self.cq_event, &mut b);
+            let _ = self.app_step_as(Stepper::Waiter);
+            if notified {
+                // Read back the notifications before looking: one after the look wakes
+                // us. (A count left from before only costs one extra turn.)
+                let _ = rustix::io::read(&self.cq_event, &mut b);
+            }
             let n = self.lock().rnic.poll_cq(cq, max, out);
             let left = until.saturating_duration_since(Instant::now());
             if n > 0 || left.is_zero() {
@@ -335,6 +346,7 @@ impl Shared {
                 PollFd::new(&self.cq_event, PollFlags::IN),
             ];
             let _ = poll(&mut fds, Some(&ts));
+            notified = !fds[1].revents().is_empty();
         };
         let lease = self.now() + POLL_LEASE.as_nanos() as u64;
         self.poll_lease.fetch_max(lease, Ordering::SeqCst);

@@ -297,8 +297,27 @@ impl Shared {
         }
     }
 
+    /// [`Shared::wait_cq`], but the first thread to wait this way sleeps on the socket
+    /// itself and receives on its own thread (one wake-up per message, like a blocking
+    /// UDP socket) while the driver keeps the timers; further waiters sleep on the
+    /// condition variable. For request/response exchanges: a stream does better with
+    /// the driver thread receiving and batching beside the application.
+    pub fn wait_cq_receiving(
+        &self,
+        cq: Cq,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Duration,
+    ) -> usize {
+        match self.wait_on_socket(cq, max, out, timeout) {
+            Some(n) => n,
+            None => self.wait_cq(cq, max, out, timeout),
+        }
+    }
+
     /// Poll up to `max` completions of `cq` into `out`, waiting up to `timeout` for the
-    /// first one. Returns how many were added.
+    /// first one (asleep on a condition variable the driver signals). Returns how many
+    /// were added.
     pub fn wait_cq(
         &self,
         cq: Cq,
@@ -306,16 +325,8 @@ impl Shared {
         out: &mut Vec<WorkCompletion>,
         timeout: Duration,
     ) -> usize {
-        // One waiting thread sleeps on the socket itself and receives on its own thread
-        // (one wake-up per message, like a blocking UDP socket); others sleep on the
-        // condition variable.
-        if let Some(n) = self.wait_on_socket(cq, max, out, timeout) {
-            return n;
-        }
-        // About to sleep: the driver must watch the socket, and frames already waiting
-        // are taken in on this thread rather than after a wake-up.
+        // About to sleep: the driver must watch the socket again.
         self.end_lease();
-        let _ = self.app_step();
         let g = self.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut n = 0;

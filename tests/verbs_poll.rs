@@ -232,7 +232,13 @@ fn two_threads_waiting_on_two_cqs_of_one_device_both_wake() {
         })
         .unwrap();
     }
-    let wait = |cq: Cq| std::thread::spawn(move || cq.wait(4, PATIENCE));
+    let wait = |cq: Cq| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            cq.wait_receiving(4, PATIENCE, &mut v);
+            v
+        })
+    };
     let (w1, w2) = (wait(a1.cq.clone()), wait(a2.cq.clone()));
     // Both are (very likely) asleep by now, one of them on the socket.
     std::thread::sleep(Duration::from_millis(20));

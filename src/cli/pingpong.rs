@@ -13,7 +13,7 @@
 //!   R Mbit/sec", "N iters in S seconds = U usec/iter").
 //! - Completions: like the stock tool, polled by default (the empty polls receive and
 //!   transmit on this thread, see [`crate::driver::poll`]) and waited for with `-e`
-//!   (on a condition variable the driver thread signals). Unlike the stock tool, the
+//!   (asleep on the device's socket, receiving on this thread: `Cq::wait_receiving`). Unlike the stock tool, the
 //!   default polling backs off on a machine it shares: it spins for [`SPIN`], then yields
 //!   the CPU between polls up to [`YIELD`], then sleeps until the next completion;
 //!   `--busy-poll` never sleeps.
@@ -316,7 +316,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     while rcnt < args.iters || scnt < args.iters {
         wcs.clear();
         if args.events {
-            if cq.wait_into(2, SILENCE, &mut wcs) == 0 {
+            if cq.wait_receiving(2, SILENCE, &mut wcs) == 0 {
                 return Err(format!("no completion for {SILENCE:?}"));
             }
         } else {
@@ -403,7 +403,7 @@ fn poll_completions(
             // On a shared machine the peer, or this device's driver thread, may need
             // this CPU to produce what we wait for.
             std::thread::yield_now();
-        } else if cq.wait_into(2, SILENCE - idle, wcs) > 0 {
+        } else if cq.wait_receiving(2, SILENCE - idle, wcs) > 0 {
             return Ok(());
         }
     }

@@ -24,6 +24,11 @@
 //!   frame does not wake a second thread on a machine with few cores. The driver wakes
 //!   when the lease ends, and takes over at once when a thread starts waiting for a
 //!   completion ([`Shared::wait_cq`] ends the lease). Timers still wake the driver.
+//! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
+//!   outstanding work the driver is kicked and sends whole batches, as a stream of small
+//!   messages would otherwise cost one `sendto` each.
+//! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
+//!   own thread (request/response exchanges); it takes the poll lease when it returns.
 
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
@@ -94,7 +99,7 @@ pub(super) enum Stepper {
     Driver { wake_limit: u64 },
     /// An application thread (doorbell or poll).
     App,
-    /// The thread asleep on the socket in [`Shared::wait_cq`]: it looks at its CQ right
+    /// The thread asleep on the socket in [`Shared::wait_cq_receiving`]: it looks at its CQ right
     /// after the step, so the step need not signal it.
     Waiter,
 }

@@ -867,6 +867,23 @@ impl Cq {
         v
     }
 
+    /// [`Cq::wait`] for request/response exchanges (`rc-pingpong -e`): the calling
+    /// thread sleeps on the device's socket and receives on its own thread, saving the
+    /// driver thread's wake-up per message (when another thread already waits this way,
+    /// like [`Cq::wait`]). A stream of messages does better with [`Cq::wait`], where the
+    /// driver thread receives and batches beside the application.
+    pub fn wait_receiving(
+        &self,
+        max: usize,
+        timeout: Duration,
+        out: &mut Vec<WorkCompletion>,
+    ) -> usize {
+        self.inner
+            .dev
+            .shared()
+            .wait_cq_receiving(self.inner.cq, max, out, timeout)
+    }
+
     /// [`Cq::wait`] appending to `out`; returns how many were added.
     pub fn wait_into(&self, max: usize, timeout: Duration, out: &mut Vec<WorkCompletion>) -> usize {
         self.inner
@@ -1069,12 +1086,24 @@ impl Qp {
         )
     }
 
-    /// `ibv_post_send` (one work request). Rings the doorbell: the frames are built and
-    /// transmitted on the calling thread when no other thread is using the port.
+    /// `ibv_post_send` (one work request). On an idle send queue it rings the doorbell:
+    /// the frames are built and transmitted on the calling thread when no other thread
+    /// is using the port (the latency case: nothing else to wait for). Behind
+    /// outstanding work it kicks the driver instead, which sends whole batches (a stream
+    /// of small messages would otherwise cost a `sendto` each).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let s = self.dev().shared();
-        s.lock().rnic.post_send(self.qpn, wr)?;
-        s.doorbell();
+        let idle = {
+            let mut g = s.lock();
+            let idle = g.rnic.send_queue_len(self.qpn) == 0;
+            g.rnic.post_send(self.qpn, wr)?;
+            idle
+        };
+        if idle {
+            s.doorbell();
+        } else {
+            s.kick();
+        }
         Ok(())
     }
 

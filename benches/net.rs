@@ -7,12 +7,13 @@
 //!     on a thread in B, client in A, `-D` seconds) with 64 KiB messages at path MTU 1024
 //!     and 4096, so that WRITE's frames are the same size as (a)'s;
 //! (c) the message rate of 8-byte `perf write`;
-//! (d) the round trip of a 64-byte `rc-pingpong` beside a kernel UDP ping-pong (std
-//!     `UdpSocket`, one in each namespace) on the same veth pair.
+//! (d) the round trip of a 64-byte `rc-pingpong` (polling the CQ, its default, and with
+//!     `-e`, sleeping until the driver signals a completion) beside a kernel UDP ping-pong
+//!     (std `UdpSocket`, one in each namespace, blocking) on the same veth pair.
 //!
 //! Prints a table, the ratios, and as its LAST line one JSON object (`raw_gbps_1024`,
 //! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
-//! `udp_rtt_us`, `rtt_ratio`). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
+//! `udp_rtt_us`, `rtt_ratio`, `rtt_events_us`). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
 //! frame size; rc-pingpong round trip below UDP's. Root: `cargo bench --bench net`;
 //! `XRNIC_BENCH_SECS` sets the seconds per measurement (default 3).
 
@@ -84,10 +85,12 @@ fn run() -> Result<(), String> {
     let w_8 = find(PerfTest::Write, 8, 1024)?;
 
     println!("(d) round trip of 64 bytes");
-    let rtt_us = rc_pingpong_rtt(&pair, 64, 20_000)?;
+    let rtt_us = rc_pingpong_rtt(&pair, 64, 20_000, false)?;
+    let rtt_events_us = rc_pingpong_rtt(&pair, 64, 20_000, true)?;
     let udp_rtt_us = udp_rtt(&pair, 64, 20_000)?;
-    println!("  rc-pingpong 64 B  {rtt_us:>8.2} us");
-    println!("  kernel UDP 64 B   {udp_rtt_us:>8.2} us");
+    println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
+    println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
+    println!("  kernel UDP 64 B      {udp_rtt_us:>8.2} us");
 
     let r1024 = w_1024.gbps / raw_1024.payload_gbps;
     let r4096 = w_4096.gbps / raw_4096.payload_gbps;
@@ -120,6 +123,13 @@ fn run() -> Result<(), String> {
         rtt_us / udp_rtt_us,
         "<1"
     );
+    println!(
+        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+        "  same, rc-pingpong -e (events)",
+        rtt_events_us,
+        udp_rtt_us,
+        rtt_events_us / udp_rtt_us,
+    );
     println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8.mpps);
     println!();
     println!(
@@ -149,6 +159,7 @@ fn run() -> Result<(), String> {
         "rtt_us": rtt_us,
         "udp_rtt_us": udp_rtt_us,
         "rtt_ratio": rtt_us / udp_rtt_us,
+        "rtt_events_us": rtt_events_us,
     });
     println!("{json}");
     Ok(())
@@ -229,12 +240,18 @@ fn perf_bw(
     })
 }
 
-fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> PingpongArgs {
+fn pp_args(
+    netdev: &str,
+    size: u32,
+    iters: u32,
+    events: bool,
+    server: Option<String>,
+) -> PingpongArgs {
     PingpongArgs {
         netdev: Some(netdev.to_string()),
         ib_dev: None,
         ib_port: 1,
-        events: false,
+        events,
         sl: 0,
         port: 18515,
         size,
@@ -251,23 +268,29 @@ fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> Pingp
     }
 }
 
-/// `rc-pingpong -s size -n iters --verify` with the server in B and the client in A,
-/// each on a thread in its namespace; the client's microseconds per iteration.
-fn rc_pingpong_rtt(pair: &VethPair, size: u32, iters: u32) -> Result<f64, String> {
+/// `rc-pingpong -s size -n iters --verify [-e]` with the server in B and the client in
+/// A, each on a thread in its namespace; the client's microseconds per iteration.
+fn rc_pingpong_rtt(pair: &VethPair, size: u32, iters: u32, events: bool) -> Result<f64, String> {
     let server_if = pair.end(Side::B).ifname.clone();
     let client_if = pair.end(Side::A).ifname.clone();
     let peer = pair.end(Side::B).ipv4.to_string();
     std::thread::scope(|sc| {
         let server = sc.spawn(|| {
             pair.run_in(Side::B, || {
-                pingpong(&pp_args(&server_if, size, iters, None))
+                pingpong(&pp_args(&server_if, size, iters, events, None))
             })
             .map_err(|e| e.to_string())?
         });
         wait_listening(pair, 18515)?;
         let o = pair
             .run_in(Side::A, || {
-                pingpong(&pp_args(&client_if, size, iters, Some(peer.clone())))
+                pingpong(&pp_args(
+                    &client_if,
+                    size,
+                    iters,
+                    events,
+                    Some(peer.clone()),
+                ))
             })
             .map_err(|e| e.to_string())??;
         server

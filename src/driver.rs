@@ -13,6 +13,10 @@
 //!   run due timers (`handle_timeout`), drain `poll_transmit` into a batch of 64-byte
 //!   aligned buffers, unlock, send the batch. The responder and the ACK side therefore run
 //!   while the application never calls in (one-sided WRITE/READ into a passive server).
+//!   The same step also runs on application threads ([`poll`]): `post_send` transmits on
+//!   the caller's thread (the doorbell) and an empty `poll_cq` receives on it (busy
+//!   polling), so a busy application needs no thread wake-up per message; the port is
+//!   behind its own lock, taken before the engine's.
 //! - When there is nothing to do the thread sleeps in `poll(2)` on the port's descriptor
 //!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
@@ -34,23 +38,24 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
-use crate::pcap_tap::{RxFate, Tap, handle_frame_tapped};
+use crate::pcap_tap::Tap;
 use crate::proto::resources::{Owner, Resources};
-use crate::proto::{
-    Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, TxReason, WorkCompletion,
-};
+use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
 use crate::wire::Qpn;
+
+pub mod poll;
+
+pub use poll::POLL_LEASE;
+use poll::{Port, Stepper};
 
 /// Frames moved per batch (receive and transmit).
 const BATCH: usize = 64;
@@ -225,8 +230,10 @@ impl Default for DriverOptions {
 /// What the driver thread counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct DriverStats {
-    /// Loop iterations.
+    /// Loop iterations of the driver thread.
     pub iterations: u64,
+    /// Steps run on application threads (the `post_send` doorbell, busy `poll_cq`).
+    pub app_steps: u64,
     /// Times the thread went to sleep in `poll(2)`.
     pub sleeps: u64,
     /// Wake-ups requested by the application through the eventfd.
@@ -265,8 +272,23 @@ pub struct Shared {
     waiters: AtomicUsize,
     /// The driver is (about to be) asleep: the API must write `wake`.
     sleeping: AtomicBool,
+    /// When the sleeping driver wakes on its own (nanoseconds since `epoch`).
+    wake_at: AtomicU64,
+    /// An application busy-polls the port until then (nanoseconds since `epoch`).
+    poll_lease: AtomicU64,
+    /// A thread waits for a completion asleep on the socket ([`Shared::wait_cq`]).
+    rx_waiter: AtomicBool,
+    /// Written by `notify` while `rx_waiter`: a completion may be there.
+    cq_event: OwnedFd,
+    /// The port's descriptor (a duplicate, polled without the port's lock).
+    rx_fd: OwnedFd,
     wake: OwnedFd,
     stop: AtomicBool,
+    /// The frame I/O, stepped by the driver thread or an application thread
+    /// (`None` once the driver stopped). Locked before `engine`, never after.
+    port: Mutex<Option<Port>>,
+    /// Time zero of the engine's clock.
+    epoch: Instant,
 }
 
 impl Shared {
@@ -286,8 +308,27 @@ impl Shared {
         }
     }
 
+    /// [`Shared::wait_cq`], but the first thread to wait this way sleeps on the socket
+    /// itself and receives on its own thread (one wake-up per message, like a blocking
+    /// UDP socket) while the driver keeps the timers; further waiters sleep on the
+    /// condition variable. For request/response exchanges: a stream does better with
+    /// the driver thread receiving and batching beside the application.
+    pub fn wait_cq_receiving(
+        &self,
+        cq: Cq,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Duration,
+    ) -> usize {
+        match self.wait_on_socket(cq, max, out, timeout) {
+            Some(n) => n,
+            None => self.wait_cq(cq, max, out, timeout),
+        }
+    }
+
     /// Poll up to `max` completions of `cq` into `out`, waiting up to `timeout` for the
-    /// first one. Returns how many were added.
+    /// first one (asleep on a condition variable the driver signals). Returns how many
+    /// were added.
     pub fn wait_cq(
         &self,
         cq: Cq,
@@ -295,6 +336,8 @@ impl Shared {
         out: &mut Vec<WorkCompletion>,
         timeout: Duration,
     ) -> usize {
+        // About to sleep: the driver must watch the socket again.
+        self.end_lease();
         let g = self.lock();
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut n = 0;
@@ -307,9 +350,15 @@ impl Shared {
         n
     }
 
-    fn notify(&self) {
+    /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
+    /// the socket).
+    fn notify(&self, socket_waiter: bool) {
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
+        }
+        if socket_waiter && self.rx_waiter.load(Ordering::SeqCst) {
+            // Cannot overflow: the socket waiter reads it back before each sleep.
+            let _ = rustix::io::write(&self.cq_event, &1u64.to_ne_bytes());
         }
     }
 }
@@ -338,6 +387,9 @@ impl Driver {
             )?),
             None => None,
         };
+        // The driver sleeps on the socket without holding the port's lock: on its own
+        // descriptor (same open file, same readiness).
+        let rx_fd = io.poll_fd().try_clone_to_owned()?;
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 rnic,
@@ -348,13 +400,20 @@ impl Driver {
             completions: Condvar::new(),
             waiters: AtomicUsize::new(0),
             sleeping: AtomicBool::new(false),
+            wake_at: AtomicU64::new(0),
+            poll_lease: AtomicU64::new(0),
+            rx_waiter: AtomicBool::new(false),
+            cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
+            rx_fd,
             wake,
             stop: AtomicBool::new(false),
+            port: Mutex::new(Some(Port::new(io, opts.rx_drop, opts.seed, tap))),
+            epoch: Instant::now(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("xrnic-{}", opts.netdev))
-            .spawn(move || run(&s, io, &opts, tap))?;
+            .spawn(move || run(&s, &opts))?;
         Ok(Driver {
             shared,
             thread: Some(thread),
@@ -375,173 +434,61 @@ impl Drop for Driver {
             // A panic in the thread has already been printed; nothing more to do here.
             let _ = t.join();
         }
+        // Detach now, not when the last `Arc<Shared>` goes.
+        drop(self.shared.lock_port().take());
     }
 }
 
-/// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
-struct TxBufs {
-    mem: Vec<u8>,
-    off: usize,
-    lens: Vec<usize>,
-}
-
-impl TxBufs {
-    fn new() -> Self {
-        let mem = vec![0u8; BATCH * STRIDE + 64];
-        let off = mem.as_ptr().align_offset(64).min(64);
-        TxBufs {
-            mem,
-            off,
-            lens: Vec::with_capacity(BATCH),
-        }
-    }
-    fn slot(&mut self, i: usize) -> &mut [u8] {
-        let at = self.off + i * STRIDE;
-        &mut self.mem[at..at + STRIDE]
-    }
-    fn frames(&self) -> Vec<&[u8]> {
-        self.lens
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| {
-                let at = self.off + i * STRIDE;
-                &self.mem[at..at + l]
-            })
-            .collect()
+impl Shared {
+    /// Lock the port (a panic of another holder does not make it unusable).
+    fn lock_port(&self) -> MutexGuard<'_, Option<Port>> {
+        self.port.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions, mut tap: Option<Tap>) {
-    let epoch = Instant::now();
-    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
-    let mut bufs = TxBufs::new();
-    // Frames the port refused, sent before anything new.
-    let mut backlog: Vec<Vec<u8>> = Vec::new();
-    // Why each frame of `bufs` was sent (kept only with a capture tap).
-    let mut reasons: Vec<TxReason> = Vec::with_capacity(BATCH);
+fn run(shared: &Shared, opts: &DriverOptions) {
+    let epoch = shared.epoch;
     let mut next_stat = epoch;
     let mut stop = false;
     loop {
-        let mut deadline_short = false;
         if shared.stop.load(Ordering::SeqCst) {
             stop = true;
         }
         let now_i = Instant::now();
         let now = now_i.duration_since(epoch).as_nanos() as u64;
-        let ts = tap.as_ref().map_or(0, |t| t.timestamp(now_i));
-        let mut g = shared.lock();
-        let e = &mut *g;
-        e.stats.iterations += 1;
-        let mut progressed = false;
-        let (mut got, mut dropped) = (0u64, 0u64);
-        let rx = io.recv_batch(&mut |frame| {
-            if opts.rx_drop > 0.0 && rng.random_bool(opts.rx_drop.min(1.0)) {
-                if let Some(t) = tap.as_mut() {
-                    t.received(ts, frame, RxFate::FaultDropped);
-                }
-                dropped += 1;
-                return;
-            }
-            match tap.as_mut() {
-                None => e.rnic.handle_frame(now, frame),
-                Some(t) => handle_frame_tapped(&mut e.rnic, now, frame, t, ts),
-            }
-            got += 1;
+        // While an application busy-polls, it reads the receive ring: wake only when its
+        // lease ends (or it ends it), not for every frame.
+        let lease = shared.lease_until(now);
+        // A thread asleep on the socket receives too; look again after a lease.
+        let lease = lease.or_else(|| {
+            shared
+                .rx_waiter
+                .load(Ordering::SeqCst)
+                .then(|| now + POLL_LEASE.as_nanos() as u64)
         });
-        if rx.is_err() {
-            e.stats.io_errors += 1;
-        }
-        e.stats.frames_in += got;
-        e.stats.fault_dropped += dropped;
-        progressed |= got > 0;
-        if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
-            e.rnic.handle_timeout(now);
-            progressed = true;
-        }
-        bufs.lens.clear();
-        reasons.clear();
-        if backlog.is_empty() {
-            while bufs.lens.len() < BATCH {
-                let i = bufs.lens.len();
-                match e.rnic.poll_transmit_with_reason(now, bufs.slot(i)) {
-                    Some((len, why)) => {
-                        bufs.lens.push(len);
-                        if tap.is_some() {
-                            reasons.push(why);
-                        }
-                    }
-                    None => break,
-                }
+        let stat_at = next_stat.saturating_duration_since(epoch).as_nanos() as u64;
+        let wake_limit = lease.map_or(stat_at, |l| l.min(stat_at));
+        let step = {
+            let mut port = shared.lock_port();
+            match port.as_mut() {
+                Some(p) => p.step(shared, now, Stepper::Driver { wake_limit }),
+                None => break,
             }
-        }
-        e.stats.frames_out += bufs.lens.len() as u64;
-        let deadline = e.rnic.poll_timeout();
-        let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && backlog.is_empty();
-        if idle {
-            // Announced under the lock: a post made after this sees the flag and kicks.
-            shared.sleeping.store(true, Ordering::SeqCst);
-        }
-        drop(g);
-        if progressed || !bufs.lens.is_empty() {
-            shared.notify();
-        }
-        // Recorded as sent once the engine produced them, outside the lock.
-        if let Some(t) = tap.as_mut() {
-            for (f, &why) in bufs.frames().into_iter().zip(&reasons) {
-                t.transmitted(ts, f, why);
-            }
-            t.commit();
-        }
-
-        // Send: the backlog first, then this batch.
-        let mut stalled = false;
-        if !backlog.is_empty() {
-            let refs: Vec<&[u8]> = backlog.iter().map(Vec::as_slice).collect();
-            let n = io.send_batch(&refs).unwrap_or_else(|_| {
-                shared.lock().stats.io_errors += 1;
-                refs.len()
-            });
-            backlog.drain(..n);
-            stalled = !backlog.is_empty();
-        } else if !bufs.lens.is_empty() {
-            let frames = bufs.frames();
-            let n = io.send_batch(&frames).unwrap_or_else(|_| {
-                shared.lock().stats.io_errors += 1;
-                frames.len()
-            });
-            if n < frames.len() {
-                backlog.extend(frames[n..].iter().map(|f| f.to_vec()));
-                stalled = true;
-            }
-        }
-        if stalled {
-            shared.lock().stats.tx_stalls += 1;
-        }
-        // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
-        // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
-        // until the ring is empty or stops draining, so that nothing waits there while
-        // this thread sleeps (a stuck READ response costs a retransmission timeout).
-        let mut in_flight = io.flush().unwrap_or(0);
-        for _ in 0..MAX_KICKS {
-            if in_flight == 0 {
-                break;
-            }
-            let left = io.flush().unwrap_or(in_flight);
-            if left >= in_flight {
-                break;
-            }
-            in_flight = left;
-        }
+        };
 
         // Port counters cost system calls (XDP_STATISTICS, a map look-up): refresh them
         // with the snapshot only.
         if now_i >= next_stat || stop {
-            {
+            let io = shared.lock_port().as_ref().map(|p| {
+                let cap = p.tap.as_ref().map(|t| (t.recorded(), t.lost()));
+                (p.io.io_stats(), cap)
+            });
+            if let Some((io, cap)) = io {
                 let mut g = shared.lock();
-                g.io = io.io_stats();
-                if let Some(t) = &tap {
-                    g.stats.capture_frames = t.recorded();
-                    g.stats.capture_lost = t.lost();
+                g.io = io;
+                if let Some((frames, lost)) = cap {
+                    g.stats.capture_frames = frames;
+                    g.stats.capture_lost = lost;
                 }
             }
             if let Some(path) = &opts.stat_path {
@@ -552,49 +499,40 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions, mut tap:
         if stop {
             break;
         }
-        if stalled {
+        if step.stalled {
             std::thread::sleep(TX_BACKOFF);
             continue;
         }
-        if !idle {
+        if !step.idle {
             continue;
         }
-        if in_flight > 0 {
+        // Sleep until a frame arrives (unless an application polls), the API kicks, the
+        // engine's next deadline, the lease's end, or the next snapshot is due.
+        let wake_at = shared.wake_at.load(Ordering::SeqCst);
+        let mut wait = Duration::from_nanos(wake_at.saturating_sub(now));
+        if step.in_flight > 0 {
             // Frames still leaving (zero-copy drivers complete asynchronously): look again
             // soon, while still waking for received frames and kicks.
-            deadline_short = true;
+            wait = wait.min(TX_BACKOFF);
         }
-        // Sleep until a frame arrives, the API kicks, the engine's next deadline, or the
-        // next snapshot is due.
-        let mut wait = deadline.map(|d| Duration::from_nanos(d.saturating_sub(now)));
-        // Wake for the next port-counter refresh / snapshot too.
-        let s = next_stat.saturating_duration_since(now_i);
-        wait = Some(wait.map_or(s, |w| w.min(s)));
-        if deadline_short {
-            wait = wait.map(|w| w.min(TX_BACKOFF));
-        }
-        let ts = wait.map(|w| Timespec {
-            tv_sec: w.as_secs() as i64,
-            tv_nsec: i64::from(w.subsec_nanos()),
-        });
+        let ts = Timespec {
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
         shared.lock().stats.sleeps += 1;
         let mut fds = [
-            PollFd::from_borrowed_fd(io.poll_fd(), PollFlags::IN),
             PollFd::new(&shared.wake, PollFlags::IN),
+            PollFd::new(&shared.rx_fd, PollFlags::IN),
         ];
-        let _ = poll(&mut fds, ts.as_ref());
-        let kicked = !fds[1].revents().is_empty();
+        let n = if lease.is_some() { 1 } else { 2 };
+        let _ = poll(&mut fds[..n], Some(&ts));
+        let kicked = !fds[0].revents().is_empty();
         shared.sleeping.store(false, Ordering::SeqCst);
         if kicked {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut b);
             shared.lock().stats.app_wakeups += 1;
         }
-    }
-    drop(io);
-    if let Some(t) = tap {
-        // A write error was already reported on stderr by the writer.
-        let _ = t.finish();
     }
 }
 
@@ -710,7 +648,7 @@ mod tests {
 
     #[test]
     fn tx_buffers_are_aligned_and_large_enough() {
-        let mut b = TxBufs::new();
+        let mut b = poll::TxBufs::new();
         for i in 0..BATCH {
             let s = b.slot(i);
             assert_eq!(s.as_ptr() as usize % 64, 0, "slot {i}");

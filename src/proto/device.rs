@@ -459,6 +459,13 @@ impl Rnic {
         Ok(())
     }
 
+    /// Send work requests of `qpn` posted and not yet completed (0 for an unknown QP).
+    pub fn send_queue_len(&self, qpn: Qpn) -> usize {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map_or(0, |q| q.req.sq.len())
+    }
+
     /// Counters of one QP.
     pub fn qp_counters(&self, qpn: Qpn) -> Option<QpCounters> {
         self.slot(qpn)

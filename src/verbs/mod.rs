@@ -1087,7 +1087,10 @@ pub struct Cq {
 }
 
 impl Cq {
-    /// `ibv_poll_cq`: up to `max` completions that are there now.
+    /// `ibv_poll_cq`: up to `max` completions that are there now. When there is none, the
+    /// calling thread receives waiting frames, runs due timers and transmits (busy
+    /// polling, see [`crate::driver::poll`]) and looks again, so a loop of `poll` needs
+    /// no other thread to wake up.
     pub fn poll(&self, max: usize) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
         self.poll_into(max, &mut v);
@@ -1104,10 +1107,19 @@ impl Cq {
         })
     }
 
-    /// [`Cq::poll_into`] with the offload backend's errors.
+    /// [`Cq::poll_into`] with the offload backend's errors. On the software backend an
+    /// empty poll makes progress on the calling thread (busy polling, see
+    /// [`crate::driver::poll`]) and looks again.
     pub fn try_poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         match &self.kind {
-            CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.poll_cq(cq.cq, max, out)),
+            CqKind::Soft(cq) => {
+                let s = &cq.shared;
+                let n = s.lock().rnic.poll_cq(cq.cq, max, out);
+                if n > 0 || !s.poll_progress() {
+                    return Ok(n);
+                }
+                Ok(s.lock().rnic.poll_cq(cq.cq, max, out))
+            }
             CqKind::Verbs(cq) => cq.poll_into(max, out),
         }
     }
@@ -1120,6 +1132,24 @@ impl Cq {
         let mut v = Vec::new();
         self.wait_into(max, timeout, &mut v);
         v
+    }
+
+    /// [`Cq::wait`] for request/response exchanges (`rc-pingpong -e`): the calling
+    /// thread sleeps on the device's socket and receives on its own thread, saving the
+    /// driver thread's wake-up per message (when another thread already waits this way,
+    /// like [`Cq::wait`]). A stream of messages does better with [`Cq::wait`], where the
+    /// driver thread receives and batches beside the application. On the offload backend
+    /// it is [`Cq::wait_into`].
+    pub fn wait_receiving(
+        &self,
+        max: usize,
+        timeout: Duration,
+        out: &mut Vec<WorkCompletion>,
+    ) -> usize {
+        match &self.kind {
+            CqKind::Soft(cq) => cq.shared.wait_cq_receiving(cq.cq, max, out, timeout),
+            CqKind::Verbs(_) => self.wait_into(max, timeout, out),
+        }
     }
 
     /// [`Cq::wait`] appending to `out`; returns how many were added (errors as in
@@ -1353,12 +1383,26 @@ impl Qp {
         )
     }
 
-    /// `ibv_post_send` (one work request).
+    /// `ibv_post_send` (one work request). On an idle send queue it rings the doorbell:
+    /// the frames are built and transmitted on the calling thread when no other thread
+    /// is using the port (the latency case: nothing else to wait for). Behind
+    /// outstanding work it kicks the driver instead, which sends whole batches (a stream
+    /// of small messages would otherwise cost a `sendto` each).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         match &self.kind {
             QpKind::Soft { pd, .. } => {
-                pd.shared.lock().rnic.post_send(self.qpn, wr)?;
-                pd.shared.kick();
+                let s = &pd.shared;
+                let idle = {
+                    let mut g = s.lock();
+                    let idle = g.rnic.send_queue_len(self.qpn) == 0;
+                    g.rnic.post_send(self.qpn, wr)?;
+                    idle
+                };
+                if idle {
+                    s.doorbell();
+                } else {
+                    s.kick();
+                }
             }
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
         }

@@ -1,0 +1,392 @@
+//! Progress on whichever thread calls in: the driver thread, or an application thread
+//! that posts work (the doorbell) or polls a completion queue (busy polling), like a
+//! user-space RDMA provider whose `ibv_post_send` rings the doorbell and whose
+//! `ibv_poll_cq` reaps the hardware queues on the caller's thread.
+//!
+//! Contract:
+//! - The port (frame I/O, transmit buffers, refused frames, the fault injector) lives
+//!   behind its own `Mutex` in [`Shared`]; one [`Port::step`] at a time runs, on any
+//!   thread. Lock order: port, then engine; nothing locks the port while holding the
+//!   engine.
+//! - A step is one iteration of the old driver loop: receive a batch into `handle_frame`
+//!   (the fault injector drops before the engine sees them), run due timers, drain
+//!   `poll_transmit`, unlock the engine, notify completion waiters, send, kick the port
+//!   until its transmit ring drains.
+//! - Application threads only `try_lock` the port: when another thread is stepping, that
+//!   thread (or the driver, woken through the eventfd) makes the progress instead, so a
+//!   caller never waits behind another's system calls.
+//! - After an application step the driver is woken only when it has something to do
+//!   that it would otherwise miss: work left over (a full batch, refused frames, frames
+//!   still on the transmit ring) or an engine deadline earlier than the time the sleeping
+//!   driver set itself to wake. A ping-pong therefore costs no thread wake-up at all.
+//! - Busy polling takes a lease ([`POLL_LEASE`]): while it runs, the sleeping driver does
+//!   not watch the socket (the polling thread reads the receive ring), so a received
+//!   frame does not wake a second thread on a machine with few cores. The driver wakes
+//!   when the lease ends, and takes over at once when a thread starts waiting for a
+//!   completion ([`Shared::wait_cq`] ends the lease). Timers still wake the driver.
+//! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
+//!   outstanding work the driver is kicked and sends whole batches, as a stream of small
+//!   messages would otherwise cost one `sendto` each.
+//! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
+//!   own thread (request/response exchanges); it takes the poll lease when it returns.
+
+use std::sync::TryLockError;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
+use super::{BATCH, FrameIo, MAX_KICKS, STRIDE, Shared};
+use crate::pcap_tap::{RxFate, Tap, handle_frame_tapped};
+use crate::proto::{Cq, TxReason, WorkCompletion};
+
+/// How long one busy poll keeps the driver from watching the socket. Long compared with
+/// a round trip (tens of µs), short compared with the local ACK timeout (67 ms for
+/// ibv_rc_pingpong's `timeout 14`), so an application that stops polling delays a
+/// passive side's answer by at most this much.
+pub const POLL_LEASE: Duration = Duration::from_millis(2);
+
+/// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
+pub(super) struct TxBufs {
+    mem: Vec<u8>,
+    off: usize,
+    pub(super) lens: Vec<usize>,
+}
+
+impl TxBufs {
+    pub(super) fn new() -> Self {
+        let mem = vec![0u8; BATCH * STRIDE + 64];
+        let off = mem.as_ptr().align_offset(64).min(64);
+        TxBufs {
+            mem,
+            off,
+            lens: Vec::with_capacity(BATCH),
+        }
+    }
+    pub(super) fn slot(&mut self, i: usize) -> &mut [u8] {
+        let at = self.off + i * STRIDE;
+        &mut self.mem[at..at + STRIDE]
+    }
+    fn frames(&self) -> Vec<&[u8]> {
+        self.lens
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| {
+                let at = self.off + i * STRIDE;
+                &self.mem[at..at + l]
+            })
+            .collect()
+    }
+}
+
+/// The frame I/O side of a device, owned by whichever thread steps.
+pub(super) struct Port {
+    pub(super) io: Box<dyn FrameIo>,
+    bufs: TxBufs,
+    /// Frames the port refused, sent before anything new.
+    backlog: Vec<Vec<u8>>,
+    rng: ChaCha8Rng,
+    rx_drop: f64,
+    /// The capture tap (`--pcap`): every frame sent and received, on whichever thread
+    /// steps; frames are handed to its writer thread once per step.
+    pub(super) tap: Option<Tap>,
+    /// Why each frame of `bufs` was sent (kept only with a capture tap).
+    reasons: Vec<TxReason>,
+}
+
+/// Who runs a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stepper {
+    /// The driver thread; when the step finds nothing to do it announces its sleep
+    /// (under the engine lock), to wake at the engine's deadline or `wake_limit`
+    /// (nanoseconds since the epoch), whichever is first.
+    Driver { wake_limit: u64 },
+    /// An application thread (doorbell or poll).
+    App,
+    /// The thread asleep on the socket in [`Shared::wait_cq_receiving`]: it looks at its CQ right
+    /// after the step, so the step need not signal it.
+    Waiter,
+}
+
+/// What a step did and left.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Step {
+    /// Nothing received, nothing refused, less than a full batch produced: the engine
+    /// has nothing more to send right now.
+    pub(super) idle: bool,
+    /// The port refused frames (they wait in the backlog).
+    pub(super) stalled: bool,
+    /// The engine filled a whole batch: it may have more to send.
+    pub(super) full: bool,
+    /// Frames still on the port's transmit ring.
+    pub(super) in_flight: u32,
+    /// The engine's next deadline after the step.
+    pub(super) deadline: Option<u64>,
+}
+
+impl std::fmt::Debug for Port {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Port")
+            .field("backlog", &self.backlog.len())
+            .field("rx_drop", &self.rx_drop)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Port {
+    pub(super) fn new(io: Box<dyn FrameIo>, rx_drop: f64, seed: u64, tap: Option<Tap>) -> Port {
+        Port {
+            io,
+            bufs: TxBufs::new(),
+            backlog: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            rx_drop,
+            tap,
+            reasons: Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// One round of progress at `now` (nanoseconds since the driver's epoch).
+    pub(super) fn step(&mut self, shared: &Shared, now: u64, who: Stepper) -> Step {
+        let mut g = shared.lock();
+        let e = &mut *g;
+        match who {
+            Stepper::Driver { .. } => e.stats.iterations += 1,
+            Stepper::App | Stepper::Waiter => e.stats.app_steps += 1,
+        }
+        let (mut got, mut dropped) = (0u64, 0u64);
+        let ts = self
+            .tap
+            .as_ref()
+            .map_or(0, |t| t.timestamp(shared.epoch + Duration::from_nanos(now)));
+        let (rng, rx_drop, tap) = (&mut self.rng, self.rx_drop, &mut self.tap);
+        let rx = self.io.recv_batch(&mut |frame| {
+            if rx_drop > 0.0 && rng.random_bool(rx_drop.min(1.0)) {
+                if let Some(t) = tap.as_mut() {
+                    t.received(ts, frame, RxFate::FaultDropped);
+                }
+                dropped += 1;
+                return;
+            }
+            match tap.as_mut() {
+                None => e.rnic.handle_frame(now, frame),
+                Some(t) => handle_frame_tapped(&mut e.rnic, now, frame, t, ts),
+            }
+            got += 1;
+        });
+        if rx.is_err() {
+            e.stats.io_errors += 1;
+        }
+        e.stats.frames_in += got;
+        e.stats.fault_dropped += dropped;
+        let mut progressed = got > 0;
+        if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
+            e.rnic.handle_timeout(now);
+            progressed = true;
+        }
+        let bufs = &mut self.bufs;
+        bufs.lens.clear();
+        self.reasons.clear();
+        if self.backlog.is_empty() {
+            while bufs.lens.len() < BATCH {
+                let i = bufs.lens.len();
+                match e.rnic.poll_transmit_with_reason(now, bufs.slot(i)) {
+                    Some((len, why)) => {
+                        bufs.lens.push(len);
+                        if self.tap.is_some() {
+                            self.reasons.push(why);
+                        }
+                    }
+                    None => break,
+                }
+            }
+        }
+        e.stats.frames_out += bufs.lens.len() as u64;
+        let deadline = e.rnic.poll_timeout();
+        let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && self.backlog.is_empty();
+        if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
+            // Announced under the lock: a post made after this sees the flag and kicks.
+            let wake_at = deadline.map_or(wake_limit, |d| d.min(wake_limit));
+            shared.wake_at.store(wake_at, Ordering::SeqCst);
+            shared.sleeping.store(true, Ordering::SeqCst);
+        }
+        drop(g);
+        if progressed || !bufs.lens.is_empty() {
+            shared.notify(who != Stepper::Waiter);
+        }
+        // Recorded as sent once the engine produced them, outside the engine lock.
+        if let Some(t) = self.tap.as_mut() {
+            for (f, &why) in bufs.frames().into_iter().zip(&self.reasons) {
+                t.transmitted(ts, f, why);
+            }
+            t.commit();
+        }
+
+        // Send: the backlog first, then this batch.
+        let mut stalled = false;
+        if !self.backlog.is_empty() {
+            let refs: Vec<&[u8]> = self.backlog.iter().map(Vec::as_slice).collect();
+            let n = self.io.send_batch(&refs).unwrap_or_else(|_| {
+                shared.lock().stats.io_errors += 1;
+                refs.len()
+            });
+            self.backlog.drain(..n);
+            stalled = !self.backlog.is_empty();
+        } else if !bufs.lens.is_empty() {
+            let frames = bufs.frames();
+            let n = self.io.send_batch(&frames).unwrap_or_else(|_| {
+                shared.lock().stats.io_errors += 1;
+                frames.len()
+            });
+            if n < frames.len() {
+                self.backlog.extend(frames[n..].iter().map(|f| f.to_vec()));
+                stalled = true;
+            }
+        }
+        if stalled {
+            shared.lock().stats.tx_stalls += 1;
+        }
+        // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
+        // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
+        // until the ring is empty or stops draining, so that nothing waits there while
+        // nobody steps (a stuck READ response costs a retransmission timeout).
+        let mut in_flight = self.io.flush().unwrap_or(0);
+        for _ in 0..MAX_KICKS {
+            if in_flight == 0 {
+                break;
+            }
+            let left = self.io.flush().unwrap_or(in_flight);
+            if left >= in_flight {
+                break;
+            }
+            in_flight = left;
+        }
+        Step {
+            idle,
+            stalled,
+            full: bufs.lens.len() == BATCH,
+            in_flight,
+            deadline,
+        }
+    }
+}
+
+impl Shared {
+    /// Nanoseconds since the driver's epoch: the engine's clock.
+    pub fn now(&self) -> u64 {
+        Instant::now().duration_since(self.epoch).as_nanos() as u64
+    }
+
+    /// One application step if no other thread is stepping; `None` if one is (that
+    /// thread makes the progress).
+    pub(super) fn app_step(&self) -> Option<Step> {
+        self.app_step_as(Stepper::App)
+    }
+
+    fn app_step_as(&self, who: Stepper) -> Option<Step> {
+        let mut port = match self.port.try_lock() {
+            Ok(p) => p,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        let now = self.now();
+        let step = port.as_mut()?.step(self, now, who);
+        drop(port);
+        self.after_app_step(&step);
+        Some(step)
+    }
+
+    /// Wake the driver when the application's step left it something it would miss
+    /// asleep (see the module documentation).
+    fn after_app_step(&self, s: &Step) {
+        // Received frames are not left-over work here: they went to the engine, whose
+        // answers this step already sent.
+        let leftover = s.full || s.stalled || s.in_flight > 0;
+        let earlier = s
+            .deadline
+            .is_some_and(|d| d < self.wake_at.load(Ordering::SeqCst));
+        if leftover || earlier {
+            self.kick();
+        }
+    }
+
+    /// The doorbell, after posting send work: build and transmit the frames on the
+    /// calling thread when the port is free, otherwise leave them to the thread that
+    /// holds it (kicking the driver if it sleeps).
+    pub fn doorbell(&self) {
+        if self.app_step().is_none() {
+            self.kick();
+        }
+    }
+
+    /// Busy-polling progress (an empty `poll_cq`): receive, run timers and transmit on
+    /// the calling thread, and take the poll lease. Returns whether a step ran.
+    pub fn poll_progress(&self) -> bool {
+        let lease = self.now() + POLL_LEASE.as_nanos() as u64;
+        self.poll_lease.fetch_max(lease, Ordering::SeqCst);
+        self.app_step().is_some()
+    }
+
+    /// End the poll lease (a thread is about to sleep on a completion): the driver
+    /// watches the socket again from now on.
+    pub(super) fn end_lease(&self) {
+        if self.poll_lease.swap(0, Ordering::SeqCst) > self.now() {
+            self.kick();
+        }
+    }
+
+    /// Whether an application holds the poll lease at `now`.
+    pub(super) fn lease_until(&self, now: u64) -> Option<u64> {
+        let l = self.poll_lease.load(Ordering::SeqCst);
+        (l > now).then_some(l)
+    }
+
+    /// Wait for completions of `cq` asleep on the socket, receiving on this thread, if no
+    /// other thread does; `None` when one does (the caller sleeps on the condition
+    /// variable instead). The driver thread keeps the timers and leaves the socket to
+    /// this thread meanwhile; afterwards this thread keeps a poll lease, as it is likely
+    /// to post or wait again at once.
+    pub(super) fn wait_on_socket(
+        &self,
+        cq: Cq,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+        timeout: Duration,
+    ) -> Option<usize> {
+        self.rx_waiter
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()?;
+        let until = Instant::now() + timeout;
+        let mut b = [0u8; 8];
+        let mut notified = false;
+        let n = loop {
+            let _ = self.app_step_as(Stepper::Waiter);
+            if notified {
+                // Read back the notifications before looking: one after the look wakes
+                // us. (A count left from before only costs one extra turn.)
+                let _ = rustix::io::read(&self.cq_event, &mut b);
+            }
+            let n = self.lock().rnic.poll_cq(cq, max, out);
+            let left = until.saturating_duration_since(Instant::now());
+            if n > 0 || left.is_zero() {
+                break n;
+            }
+            let ts = Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [
+                PollFd::new(&self.rx_fd, PollFlags::IN),
+                PollFd::new(&self.cq_event, PollFlags::IN),
+            ];
+            let _ = poll(&mut fds, Some(&ts));
+            notified = !fds[1].revents().is_empty();
+        };
+        let lease = self.now() + POLL_LEASE.as_nanos() as u64;
+        self.poll_lease.fetch_max(lease, Ordering::SeqCst);
+        self.rx_waiter.store(false, Ordering::SeqCst);
+        Some(n)
+    }
+}

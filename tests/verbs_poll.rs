@@ -1,0 +1,255 @@
+//! Progress on application threads (src/driver/poll.rs), on the in-process simulated link
+//! (no root needed): busy polling alone moves every byte right through the fault
+//! injector's losses (its steps receive, retransmit on timers and transmit); a passive
+//! server's driver still answers one-sided WRITEs and READs while only the client polls;
+//! the driver takes the socket back when a poller stops calling; two threads waiting on
+//! two CQs of one device (one asleep on the socket, one on the condition variable) both
+//! get their completions.
+
+use std::time::{Duration, Instant};
+
+use xrnic::verbs::{
+    Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, RecvWr, Remote,
+    SendWr, WcStatus, WorkCompletion, WrOpcode,
+};
+
+/// A guard against hanging, not a performance bound.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct End {
+    dev: Device,
+    cq: Cq,
+    mr: Mr,
+    qp: Qp,
+}
+
+fn end(dev: &Device, len: usize) -> End {
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(1024).unwrap();
+    let mr = pd.reg_mr(len, Access::ALL).unwrap();
+    let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 512)).unwrap();
+    End {
+        dev: dev.clone(),
+        cq,
+        mr,
+        qp,
+    }
+}
+
+fn connect(a: &End, b: &End) {
+    let o = ConnectOpts {
+        access: Access::ALL,
+        path_mtu: Mtu::Mtu1024,
+        // 4.096 µs × 2^8 ≈ 1 ms: losses are repaired quickly.
+        timeout: 8,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        min_rnr_timer: 1,
+        ..ConnectOpts::default()
+    };
+    let g = |d: &Device| d.query_gid(1).unwrap();
+    a.qp.connect(
+        &Remote {
+            qpn: b.qp.qp_num(),
+            psn: 0x10,
+            gid: g(&b.dev),
+        },
+        0x20,
+        1,
+        &o,
+    )
+    .unwrap();
+    b.qp.connect(
+        &Remote {
+            qpn: a.qp.qp_num(),
+            psn: 0x20,
+            gid: g(&a.dev),
+        },
+        0x10,
+        1,
+        &o,
+    )
+    .unwrap();
+}
+
+/// Busy-poll `cq` (never sleeping) until `n` completions came.
+fn poll_n(cq: &Cq, n: usize) -> Vec<WorkCompletion> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{} of {n} completions: {out:?}",
+            out.len()
+        );
+        if cq.poll_into(n - out.len(), &mut out) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31) ^ seed.wrapping_mul(7)) as u8)
+        .collect()
+}
+
+#[test]
+fn busy_polling_alone_delivers_every_byte_through_losses() {
+    let lossy = |seed| DeviceOptions {
+        rx_drop: 0.05,
+        seed,
+        ..DeviceOptions::default()
+    };
+    let (da, db) = Device::open_sim_pair_with(&lossy(3), &lossy(4)).unwrap();
+    const MSG: usize = 3000; // three packets at path MTU 1024
+    const N: usize = 60;
+    let (a, b) = (end(&da, MSG * N), end(&db, MSG * N));
+    connect(&a, &b);
+    for i in 0..N {
+        a.mr.write(i * MSG, &pattern(i as u32, MSG)).unwrap();
+        b.qp.post_recv(RecvWr {
+            wr_id: i as u64,
+            sg_list: vec![b.mr.sge(i * MSG, MSG as u32)],
+        })
+        .unwrap();
+    }
+    // The sender polls in its own thread; each side only ever calls poll.
+    let sender = std::thread::spawn(move || {
+        for i in 0..N {
+            let mut wr = SendWr::new(i as u64, WrOpcode::Send);
+            wr.sg_list = vec![a.mr.sge(i * MSG, MSG as u32)];
+            wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+            a.qp.post_send(wr).unwrap();
+        }
+        let wcs = poll_n(&a.cq, N);
+        assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+        a
+    });
+    let wcs = poll_n(&b.cq, N);
+    let a = sender.join().unwrap();
+    for w in &wcs {
+        assert_eq!(
+            (w.status, w.byte_len),
+            (WcStatus::Success, MSG as u32),
+            "{w:?}"
+        );
+    }
+    let mut got = vec![0u8; MSG];
+    for i in 0..N {
+        b.mr.read(i * MSG, &mut got).unwrap();
+        assert!(got == pattern(i as u32, MSG), "message {i} differs");
+    }
+    let (sa, sb) = (da.driver_stats(), db.driver_stats());
+    assert!(
+        sa.fault_dropped + sb.fault_dropped > 0,
+        "the injector dropped nothing: {sa:?} {sb:?}"
+    );
+    assert!(
+        a.qp.counters().retransmitted_packets > 0,
+        "{:?}",
+        a.qp.counters()
+    );
+    // The application threads did the work: their steps moved frames.
+    assert!(sa.app_steps > 0 && sb.app_steps > 0, "{sa:?} {sb:?}");
+}
+
+#[test]
+fn a_passive_server_answers_writes_and_reads_while_only_the_client_polls() {
+    let (da, db) = Device::open_sim_pair().unwrap();
+    const LEN: usize = 64 * 1024;
+    let (a, b) = (end(&da, 2 * LEN), end(&db, LEN));
+    connect(&a, &b);
+    let data = pattern(9, LEN);
+    a.mr.write(0, &data).unwrap();
+    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
+    wr.sg_list = vec![a.mr.sge(0, LEN as u32)];
+    wr.rdma.remote_addr = b.mr.addr();
+    wr.rdma.rkey = b.mr.rkey();
+    wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+    a.qp.post_send(wr).unwrap();
+    let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
+    rd.sg_list = vec![a.mr.sge(LEN, LEN as u32)];
+    rd.rdma.remote_addr = b.mr.addr();
+    rd.rdma.rkey = b.mr.rkey();
+    rd.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+    a.qp.post_send(rd).unwrap();
+    let wcs = poll_n(&a.cq, 2);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    let mut got = vec![0u8; LEN];
+    b.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "the WRITE's bytes differ at the server");
+    a.mr.read(LEN, &mut got).unwrap();
+    assert!(got == data, "the READ brought back other bytes");
+    // B's application made no call since connecting: its driver thread did B's part.
+    let sb = db.driver_stats();
+    assert_eq!(sb.app_steps, 0, "{sb:?}");
+    assert!(sb.frames_in > 0 && sb.frames_out > 0, "{sb:?}");
+}
+
+#[test]
+fn the_driver_takes_the_socket_back_when_a_poller_stops_calling() {
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    connect(&a, &b);
+    a.qp.post_recv(RecvWr {
+        wr_id: 5,
+        sg_list: vec![a.mr.sge(0, 64)],
+    })
+    .unwrap();
+    // A polls once (taking the poll lease), then never calls in again.
+    assert!(a.cq.poll(4).is_empty());
+    let steps = da.driver_stats().app_steps;
+    b.mr.write(0, b"to a passive poller").unwrap();
+    let mut wr = SendWr::new(6, WrOpcode::Send);
+    wr.sg_list = vec![b.mr.sge(0, 19)];
+    b.qp.post_send(wr).unwrap();
+    // Reading counters takes no step: only A's driver thread can receive the SEND.
+    let start = Instant::now();
+    while a.qp.counters().packets_received == 0 {
+        assert!(start.elapsed() < PATIENCE, "A's driver never received");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(da.driver_stats().app_steps, steps);
+    let wc = a.cq.poll(4);
+    assert_eq!(wc.len(), 1, "{wc:?}");
+    assert_eq!((wc[0].wr_id, wc[0].byte_len), (5, 19));
+}
+
+#[test]
+fn two_threads_waiting_on_two_cqs_of_one_device_both_wake() {
+    let (da, db) = Device::open_sim_pair().unwrap();
+    // Two connections between the same two devices, each with its own CQ on A.
+    let (a1, b1) = (end(&da, 4096), end(&db, 4096));
+    let (a2, b2) = (end(&da, 4096), end(&db, 4096));
+    connect(&a1, &b1);
+    connect(&a2, &b2);
+    for (a, id) in [(&a1, 11u64), (&a2, 22)] {
+        a.qp.post_recv(RecvWr {
+            wr_id: id,
+            sg_list: vec![a.mr.sge(0, 64)],
+        })
+        .unwrap();
+    }
+    let wait = |cq: Cq| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            cq.wait_receiving(4, PATIENCE, &mut v);
+            v
+        })
+    };
+    let (w1, w2) = (wait(a1.cq.clone()), wait(a2.cq.clone()));
+    // Both are (very likely) asleep by now, one of them on the socket.
+    std::thread::sleep(Duration::from_millis(20));
+    for (b, len) in [(&b2, 7u32), (&b1, 9)] {
+        let mut wr = SendWr::new(1, WrOpcode::Send);
+        wr.sg_list = vec![b.mr.sge(0, len)];
+        b.qp.post_send(wr).unwrap();
+    }
+    let (g1, g2) = (w1.join().unwrap(), w2.join().unwrap());
+    assert_eq!(g1.len(), 1, "{g1:?}");
+    assert_eq!(g2.len(), 1, "{g2:?}");
+    assert_eq!((g1[0].wr_id, g1[0].byte_len), (11, 9));
+    assert_eq!((g2[0].wr_id, g2[0].byte_len), (22, 7));
+}

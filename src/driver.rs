@@ -471,7 +471,14 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         let step = {
             let mut port = shared.lock_port();
             match port.as_mut() {
-                Some(p) => p.step(shared, now, Stepper::Driver { wake_limit }),
+                // The clock is read again under the port lock: an application thread
+                // may have stepped at a later time while this one waited for the lock,
+                // and the engine (and the capture) must see time move forward only.
+                Some(p) => p.step(
+                    shared,
+                    shared.now().max(now),
+                    Stepper::Driver { wake_limit },
+                ),
                 None => break,
             }
         };

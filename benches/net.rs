@@ -198,6 +198,7 @@ fn perf_bw(
         report_gbits: true,
         json: false,
         verify: false,
+        verify_stock: false,
         no_stat: true,
         server,
     };

@@ -819,7 +819,7 @@ fn xrnic_perf_read_client_over_link_local_gids() {
         let IpRepr::V6 { src, dst, .. } = p.ip else {
             panic!("{at}: not IPv6")
         };
-        for a in [src, dst] {
+        for a in [src, dst].map(std::net::Ipv6Addr::from) {
             assert_eq!(a.segments()[0], 0xfe80, "{at}: {a}");
             // The interface ID is the MAC's EUI-64 (ff:fe in the middle).
             assert_eq!(a.octets()[11..13], [0xff, 0xfe], "{at}: {a}");
@@ -862,4 +862,121 @@ fn xrnic_perf_read_client_over_link_local_gids() {
         "{name}: READs in flight before the first response"
     );
     assert!(answered >= 16, "{name}: {answered} responses");
+}
+
+/// The RNR NAKs of a capture sent by `who`: (the NAK, its RNR timer code).
+fn rnr_naks<'a>(name: &str, pkts: &'a [Pkt], who: &str) -> Vec<(&'a Pkt, u8)> {
+    pkts.iter()
+        .filter(|p| side_of(name, p) == who)
+        .filter_map(|p| match p.aeth.map(|a| a.syndrome) {
+            Some(Syndrome::RnrNak { timer }) => Some((p, timer)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// After `nak` (an RNR NAK naming PSN P), the requester (`who`) sends P again, and the
+/// responder later acknowledges P or a PSN after it: the transfer went on.
+fn assert_rnr_retried(name: &str, pkts: &[Pkt], nak: &Pkt, requester: &str) {
+    let retry = pkts
+        .iter()
+        .find(|p| {
+            p.number > nak.number
+                && side_of(name, p) == requester
+                && p.is_request
+                && p.psn == nak.psn
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: no retry of PSN {:?} after frame {}",
+                nak.psn, nak.number
+            )
+        });
+    let acked = pkts.iter().find(|p| {
+        p.number > retry.number
+            && p.operation == Operation::Ack
+            && matches!(p.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
+            && p.psn.diff(nak.psn) >= 0
+    });
+    assert!(
+        acked.is_some(),
+        "{name}: PSN {:?} (retried at frame {}) never acknowledged",
+        nak.psn,
+        retry.number
+    );
+}
+
+/// `xrnic perf send -r 1` (one receive posted at a time) as the server of the stock
+/// `ib_send_bw`: rxe's SENDs arrive faster than xrnic reposts, so xrnic answers with RNR
+/// NAKs (AETH 0b001 + timer code 12 = 0.64 ms, the min_rnr_timer perftest and xrnic both
+/// use, IBTA vol. 1 §9.7.5.2.8) carrying the MSN of the last completed message; rxe waits,
+/// sends the NAKed PSN again and xrnic acknowledges it.
+#[test]
+fn xrnic_perf_send_server_rnr_naks_and_rxe_retries() {
+    let name = "xrnic_perf_rnr_server.pcapng";
+    let pkts = load(name);
+    for p in pkts.iter().filter(|p| side_of(name, p) == "rxe") {
+        assert_eq!(p.opcode, Opcode::RC_SEND_ONLY, "{name} frame {}", p.number);
+        assert_eq!(p.payload_len, 64, "{name} frame {}", p.number);
+    }
+    let naks = rnr_naks(name, &pkts, "xrnic");
+    assert!(
+        naks.len() >= 2,
+        "{name}: {} RNR NAKs from xrnic",
+        naks.len()
+    );
+    for &(nak, timer) in &naks {
+        assert_eq!(timer, 12, "{name} frame {}", nak.number);
+        // The MSN of an RNR NAK is that of the last ACK before it: nothing completed.
+        let prev = pkts
+            .iter()
+            .rev()
+            .find(|p| p.number < nak.number && side_of(name, p) == "xrnic")
+            .and_then(|p| p.aeth)
+            .unwrap_or_else(|| panic!("{name}: no ACK before frame {}", nak.number));
+        assert_eq!(
+            nak.aeth.unwrap().msn,
+            prev.msn,
+            "{name} frame {}",
+            nak.number
+        );
+    }
+    assert_rnr_retried(name, &pkts, naks[0].0, "rxe");
+    // xrnic itself never NAKs a sequence error here: it drops what follows the RNR-NAKed
+    // packet silently until the retry comes.
+    assert!(
+        pkts.iter()
+            .all(|p| !matches!(p.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)))),
+        "{name}: a NAK"
+    );
+}
+
+/// `xrnic perf send` as the client of the stock `ib_send_bw -r 1`: rxe answers the SEND
+/// it has no receive for with an RNR NAK (timer code 12) and, for the next packet already in
+/// flight, a NAK "PSN sequence error" naming the same PSN (rxe_resp.c: the packets after
+/// the RNR-NAKed one are out of sequence); xrnic goes back to that PSN, resends, and rxe
+/// acknowledges it once a receive is posted.
+#[test]
+fn xrnic_perf_send_client_retries_after_rxe_rnr_naks() {
+    let name = "xrnic_perf_rnr_client.pcapng";
+    let pkts = load(name);
+    let naks = rnr_naks(name, &pkts, "rxe");
+    assert!(!naks.is_empty(), "{name}: no RNR NAK from rxe");
+    for &(nak, timer) in &naks {
+        assert_eq!(timer, 12, "{name} frame {}", nak.number);
+        let next = pkts
+            .iter()
+            .find(|p| p.number > nak.number && side_of(name, p) == "rxe")
+            .unwrap_or_else(|| panic!("{name}: nothing from rxe after frame {}", nak.number));
+        assert_eq!(
+            (next.psn, next.aeth.map(|a| a.syndrome)),
+            (nak.psn, Some(Syndrome::Nak(NakCode::PsnSequenceError))),
+            "{name} frame {}",
+            next.number
+        );
+    }
+    assert_rnr_retried(name, &pkts, naks[0].0, "xrnic");
+    for p in pkts.iter().filter(|p| side_of(name, p) == "xrnic") {
+        assert_eq!(p.opcode, Opcode::RC_SEND_ONLY, "{name} frame {}", p.number);
+    }
 }

@@ -909,7 +909,7 @@ fn assert_rnr_retried(name: &str, pkts: &[Pkt], nak: &Pkt, requester: &str) {
 /// `xrnic perf send -r 1` (one receive posted at a time) as the server of the stock
 /// `ib_send_bw`: rxe's SENDs arrive faster than xrnic reposts, so xrnic answers with RNR
 /// NAKs (AETH 0b001 + timer code 12 = 0.64 ms, the min_rnr_timer perftest and xrnic both
-/// use, IBTA vol. 1 §9.7.5.2.8) carrying the MSN of the last completed message; rxe waits,
+/// use, IBTA vol. 1 §9.7.5) carrying the MSN of the last completed message; rxe waits,
 /// sends the NAKed PSN again and xrnic acknowledges it.
 #[test]
 fn xrnic_perf_send_server_rnr_naks_and_rxe_retries() {

@@ -111,7 +111,7 @@ EXTRA=(
 )
 
 usage() {
-	sed -n '2,21s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,24s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
@@ -199,6 +199,7 @@ write_guest() {
 		# -F: no warning about the CPU frequency governor (there is none in the guest).
 		cmd="ib_${tool}_bw -d rxe0 -x $gid -F ${opts#"$tool"} $gopts"
 	fi
+	# shellcheck disable=SC2016  # single quotes on purpose: the guest's shell expands these
 	{
 		echo '. /usr/lib/xr-funcs.sh'
 		if [[ $fam == 0 ]]; then

@@ -269,7 +269,7 @@ check_capture() {
 	nr=$(tshark -r "$f" -Y "udp.dstport == 4791 && eth.src == $G_MAC" 2>/dev/null | wc -l)
 	if [[ $fam == 0 && $icrc == ok ]]; then
 		nll=$(tshark -r "$f" -Y "udp.dstport == 4791 && ipv6.src == fe80::/64 && ipv6.dst == fe80::/64" 2>/dev/null | wc -l)
-		((nll == nx + nr)) || icrc=ll?
+		((nll == nx + nr)) || icrc='ll?'
 	fi
 	echo "$n $icrc $nx $nr"
 }

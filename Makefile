@@ -16,6 +16,9 @@
 #                    1024/4096, loss, RNR (root, ~12-15 min; CI runs it after make test)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
+#   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
+#                    the verbs API suite, rc-pingpong and perf against the software backend
+#                    on the host, both directions, and the stock tools (root, ~1 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -36,7 +39,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop
+.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -103,3 +106,7 @@ interop-rxe: interop-setup
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
+
+interop-offload: interop-setup
+	$(CARGO) build --quiet --bin xrnic
+	interop/run-offload.sh -o target/interop/offload

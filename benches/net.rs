@@ -184,7 +184,8 @@ fn perf_bw(
 ) -> Result<PerfResult, String> {
     let args = |side: Side, server: Option<String>| PerfArgs {
         test,
-        netdev: pair.end(side).ifname.clone(),
+        netdev: Some(pair.end(side).ifname.clone()),
+        device: None,
         size: Some(size),
         iters: None,
         duration: Some(secs),
@@ -200,6 +201,8 @@ fn perf_bw(
         verify: false,
         verify_stock: false,
         no_stat: true,
+        pcap: None,
+        rx_drop: 0.0,
         server,
     };
     let peer = pair.end(Side::B).ipv4.to_string();
@@ -244,6 +247,7 @@ fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> Pingp
         busy_poll: false,
         rx_drop: 0.0,
         no_stat: true,
+        pcap: None,
         server,
     }
 }

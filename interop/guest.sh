@@ -54,6 +54,11 @@ xri_guest_start() {
 	# Each archive must start 4-byte aligned (the kernel skips zero padding between them).
 	cp "$XRI_BASE" "$initrd"
 	truncate -s $((($(stat -c %s "$initrd") + 3) / 4 * 4)) "$initrd"
+	# XRI_GUEST_EXTRA: one more prepared cpio archive (run-offload.sh: xrnic's binaries).
+	if [[ -n ${XRI_GUEST_EXTRA:-} ]]; then
+		cat "$XRI_GUEST_EXTRA" >>"$initrd"
+		truncate -s $((($(stat -c %s "$initrd") + 3) / 4 * 4)) "$initrd"
+	fi
 	(cd "$tmp" && echo scenario.sh | cpio -o -H newc --quiet -R 0:0) >>"$initrd"
 	rm -rf "$tmp"
 	: >"$log"

@@ -23,6 +23,9 @@
 //!   `handle_frame` (this host kernel has no netem).
 //! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
 //!   `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it carries).
+//! - Optional capture tap ([`crate::pcap_tap`]): every frame received (before the fault
+//!   injector, with the engine's verdict) and sent (with its [`TxReason`]) goes to a
+//!   pcapng written by a thread of its own; off, it costs a branch per frame.
 //! - Dropping the [`Driver`] stops and joins the thread, then drops the port (which
 //!   detaches the XDP filter). Nothing else is touched (namespaces stay).
 
@@ -42,8 +45,11 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
+use crate::pcap_tap::{RxFate, Tap, handle_frame_tapped};
 use crate::proto::resources::{Owner, Resources};
-use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
+use crate::proto::{
+    Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, TxReason, WorkCompletion,
+};
 use crate::wire::Qpn;
 
 /// Frames moved per batch (receive and transmit).
@@ -199,6 +205,8 @@ pub struct DriverOptions {
     pub stat_interval: Duration,
     /// The device's network interface name, for the snapshot.
     pub netdev: String,
+    /// Capture every frame received and sent into this pcapng file ([`crate::pcap_tap`]).
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for DriverOptions {
@@ -209,6 +217,7 @@ impl Default for DriverOptions {
             stat_path: None,
             stat_interval: Duration::from_millis(500),
             netdev: String::new(),
+            pcap: None,
         }
     }
 }
@@ -232,6 +241,10 @@ pub struct DriverStats {
     pub tx_stalls: u64,
     /// I/O errors of the port (the thread carries on).
     pub io_errors: u64,
+    /// Frames handed to the capture tap's writer (`pcap`).
+    pub capture_frames: u64,
+    /// Frames the capture tap discarded because its writer fell behind.
+    pub capture_lost: u64,
 }
 
 /// The engine and the bookkeeping the API and the stat snapshot need, behind one lock.
@@ -313,6 +326,18 @@ impl Driver {
     /// driver is dropped.
     pub fn start(rnic: Rnic, io: Box<dyn FrameIo>, opts: DriverOptions) -> io::Result<Driver> {
         let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let tap = match &opts.pcap {
+            Some(p) => Some(Tap::create(
+                p,
+                &opts.netdev,
+                &format!(
+                    "xrnic device xrnic_{}: every frame its driver sent and received \
+                     (received frames before the fault injector); wall-clock timestamps",
+                    opts.netdev
+                ),
+            )?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 rnic,
@@ -329,7 +354,7 @@ impl Driver {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("xrnic-{}", opts.netdev))
-            .spawn(move || run(&s, io, &opts))?;
+            .spawn(move || run(&s, io, &opts, tap))?;
         Ok(Driver {
             shared,
             thread: Some(thread),
@@ -386,12 +411,14 @@ impl TxBufs {
     }
 }
 
-fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
+fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions, mut tap: Option<Tap>) {
     let epoch = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let mut bufs = TxBufs::new();
     // Frames the port refused, sent before anything new.
     let mut backlog: Vec<Vec<u8>> = Vec::new();
+    // Why each frame of `bufs` was sent (kept only with a capture tap).
+    let mut reasons: Vec<TxReason> = Vec::with_capacity(BATCH);
     let mut next_stat = epoch;
     let mut stop = false;
     loop {
@@ -401,6 +428,7 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         }
         let now_i = Instant::now();
         let now = now_i.duration_since(epoch).as_nanos() as u64;
+        let ts = tap.as_ref().map_or(0, |t| t.timestamp(now_i));
         let mut g = shared.lock();
         let e = &mut *g;
         e.stats.iterations += 1;
@@ -408,10 +436,16 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         let (mut got, mut dropped) = (0u64, 0u64);
         let rx = io.recv_batch(&mut |frame| {
             if opts.rx_drop > 0.0 && rng.random_bool(opts.rx_drop.min(1.0)) {
+                if let Some(t) = tap.as_mut() {
+                    t.received(ts, frame, RxFate::FaultDropped);
+                }
                 dropped += 1;
                 return;
             }
-            e.rnic.handle_frame(now, frame);
+            match tap.as_mut() {
+                None => e.rnic.handle_frame(now, frame),
+                Some(t) => handle_frame_tapped(&mut e.rnic, now, frame, t, ts),
+            }
             got += 1;
         });
         if rx.is_err() {
@@ -425,11 +459,17 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
             progressed = true;
         }
         bufs.lens.clear();
+        reasons.clear();
         if backlog.is_empty() {
             while bufs.lens.len() < BATCH {
                 let i = bufs.lens.len();
-                match e.rnic.poll_transmit(now, bufs.slot(i)) {
-                    Some(len) => bufs.lens.push(len),
+                match e.rnic.poll_transmit_with_reason(now, bufs.slot(i)) {
+                    Some((len, why)) => {
+                        bufs.lens.push(len);
+                        if tap.is_some() {
+                            reasons.push(why);
+                        }
+                    }
                     None => break,
                 }
             }
@@ -444,6 +484,13 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         drop(g);
         if progressed || !bufs.lens.is_empty() {
             shared.notify();
+        }
+        // Recorded as sent once the engine produced them, outside the lock.
+        if let Some(t) = tap.as_mut() {
+            for (f, &why) in bufs.frames().into_iter().zip(&reasons) {
+                t.transmitted(ts, f, why);
+            }
+            t.commit();
         }
 
         // Send: the backlog first, then this batch.
@@ -489,7 +536,14 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         // Port counters cost system calls (XDP_STATISTICS, a map look-up): refresh them
         // with the snapshot only.
         if now_i >= next_stat || stop {
-            shared.lock().io = io.io_stats();
+            {
+                let mut g = shared.lock();
+                g.io = io.io_stats();
+                if let Some(t) = &tap {
+                    g.stats.capture_frames = t.recorded();
+                    g.stats.capture_lost = t.lost();
+                }
+            }
             if let Some(path) = &opts.stat_path {
                 write_snapshot(shared, opts, path, !stop);
             }
@@ -538,6 +592,10 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         }
     }
     drop(io);
+    if let Some(t) = tap {
+        // A write error was already reported on stderr by the writer.
+        let _ = t.finish();
+    }
 }
 
 /// The stat snapshot `xrnic stat` reads (see docs/rnic.md).

@@ -9,6 +9,7 @@ pub mod driver;
 pub mod io;
 pub mod oob;
 pub mod pcap_out;
+pub mod pcap_tap;
 pub mod proto;
 pub mod sim;
 pub mod trace_out;

@@ -130,12 +130,75 @@ impl<W: Write> PcapNgOut<W> {
         self.packets
     }
 
+    /// Push what is buffered to the underlying writer (and flush it), keeping the file
+    /// open: readers then see every packet written so far.
+    pub fn flush(&mut self) -> Result<(), std::io::Error> {
+        self.w.get_mut().flush()
+    }
+
     /// Flush and hand back the underlying writer.
     pub fn finish(self) -> Result<W, std::io::Error> {
         let mut w = self.w.into_inner();
         w.flush()?;
         Ok(w)
     }
+}
+
+/// Concatenate pcapng files into one, each input becoming one interface of the output
+/// named `label` (its packets keep their timestamps, directions and comments). Inputs are
+/// written in the order given, so chronological inputs give a chronological file.
+/// Returns the number of packets written.
+pub fn merge(out: &Path, parts: &[(String, std::path::PathBuf)]) -> Result<u64, String> {
+    use pcap_file::pcapng::{Block, PcapNgReader};
+    let mut inputs = Vec::new();
+    for (label, path) in parts {
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        inputs.push((label, path, bytes));
+    }
+    let ifs: Vec<Interface> = inputs
+        .iter()
+        .map(|(label, path, _)| Interface {
+            name: label.to_string(),
+            description: format!("{label} (from {})", path.display()),
+        })
+        .collect();
+    let mut w = PcapNgOut::create(out, &ifs)?;
+    let bad = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
+    for (i, (_, path, bytes)) in inputs.iter().enumerate() {
+        let mut r = PcapNgReader::new(&bytes[..]).map_err(|e| bad(path, &e))?;
+        while let Some(b) = r.next_block() {
+            let Block::EnhancedPacket(p) = b.map_err(|e| bad(path, &e))? else {
+                continue;
+            };
+            let mut comment = None;
+            let mut dir = None;
+            for o in &p.options {
+                match o {
+                    EnhancedPacketOption::Comment(c) => comment = Some(c.to_string()),
+                    EnhancedPacketOption::Flags(f) => {
+                        dir = match f & 3 {
+                            1 => Some(Direction::Inbound),
+                            2 => Some(Direction::Outbound),
+                            _ => None,
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            w.write(
+                i as u32,
+                p.timestamp.as_nanos() as u64,
+                &p.data,
+                dir,
+                comment.as_deref(),
+            )
+            .map_err(|e| bad(out, &e))?;
+        }
+    }
+    let n = w.packets();
+    w.finish().map_err(|e| bad(out, &e))?;
+    Ok(n)
 }
 
 /// The comment of every packet of a pcapng image, in order (`None` for packets without
@@ -190,5 +253,47 @@ mod tests {
         assert_eq!(frames[0].data, [1, 2, 3]);
         assert!(frames[1].ethernet);
         assert_eq!(packet_comments(&bytes), vec![Some("why".to_string()), None]);
+    }
+
+    #[test]
+    fn merge_makes_one_interface_per_input_and_keeps_comments_and_times() {
+        let dir = std::env::temp_dir();
+        let tag = std::process::id();
+        let one = |n: &str, ts: u64, c: Option<&str>| {
+            let p = dir.join(format!("xrnic-merge-{tag}-{n}.pcapng"));
+            let ifs = [Interface {
+                name: n.into(),
+                description: n.into(),
+            }];
+            let mut o = PcapNgOut::create(&p, &ifs).unwrap();
+            o.write(0, ts, &[ts as u8; 60], Some(Direction::Inbound), c)
+                .unwrap();
+            o.write(0, ts + 1, &[1; 61], Some(Direction::Outbound), None)
+                .unwrap();
+            o.finish().unwrap();
+            p
+        };
+        let parts = vec![
+            ("step 1".to_string(), one("x", 1_000, Some("first"))),
+            ("step 2".to_string(), one("y", 2_000, None)),
+        ];
+        let out = dir.join(format!("xrnic-merge-{tag}-out.pcapng"));
+        assert_eq!(merge(&out, &parts), Ok(4));
+        let bytes = std::fs::read(&out).unwrap();
+        let frames = crate::capture::read_bytes(&bytes).unwrap();
+        let ts: Vec<u64> = frames
+            .iter()
+            .map(|f| f.timestamp.as_nanos() as u64)
+            .collect();
+        assert_eq!(ts, [1_000, 1_001, 2_000, 2_001]);
+        assert_eq!(
+            packet_comments(&bytes),
+            [Some("first".to_string()), None, None, None]
+        );
+        let missing = vec![("z".to_string(), dir.join("xrnic-merge-none.pcapng"))];
+        assert!(merge(&out, &missing).unwrap_err().contains("cannot read"));
+        for p in parts.iter().map(|p| &p.1).chain([&out]) {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }

@@ -91,7 +91,47 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
     )
     .expect("decode");
     assert!(sum.roce > 0 && sum.all_good(), "{sum:?}\n{t}");
+    let wire_roce = sum.roce;
     let _ = std::fs::remove_file(&pcap);
+    // The devices' own captures beside it (the capture taps), one interface per step:
+    // every ICRC valid, both directions, and the demo says where they are.
+    for side in ["a", "b"] {
+        let cap = xrnic::cli::demo::rnic_capture(&pcap, side);
+        assert!(
+            stdout.contains(&format!(
+                "demo: device {} capture {}: ",
+                side.to_uppercase(),
+                cap.display()
+            )),
+            "{t}"
+        );
+        let d = Command::new(BIN)
+            .args(["decode", "--strict"])
+            .arg(&cap)
+            .output()
+            .expect("decode");
+        assert!(d.status.success(), "{}: {d:?}", cap.display());
+        let frames = xrnic::capture::read_file(&cap).expect("the device capture");
+        let sum = xrnic::cli::decode::decode_frames(
+            &frames,
+            xrnic::cli::decode::Format::Text,
+            &mut std::io::sink(),
+        )
+        .expect("decode");
+        assert!(sum.roce > 0 && sum.all_good(), "{sum:?}");
+        // Each device sent or received every RoCE frame that crossed the link: when
+        // dumpcap lost none, the wire and each device capture hold the same number.
+        if stdout.contains(" captured, 0 dropped by dumpcap)") {
+            assert_eq!(sum.roce, wire_roce, "{}\n{t}", cap.display());
+        }
+        let _ = std::fs::remove_file(&cap);
+    }
+    let mut steps_dir = pcap.clone().into_os_string();
+    steps_dir.push(".rnic-steps");
+    assert!(
+        !std::path::Path::new(&steps_dir).exists(),
+        "the per-step captures were merged and removed"
+    );
 }
 
 #[test]
@@ -136,6 +176,10 @@ fn demo_interrupted_leaves_no_namespace() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.code(), Some(130), "{t}");
+    // The steps' device captures up to the signal stay for the user: clean them here.
+    let mut steps_dir = pcap.clone().into_os_string();
+    steps_dir.push(".rnic-steps");
+    let _ = std::fs::remove_dir_all(&steps_dir);
     assert!(
         !rest
             .iter()

@@ -17,6 +17,13 @@
 //!   CMP_SWAP, checking every byte.
 //! - The capture (default `target/demo-wire.pcapng`, `--pcap`) is decoded with
 //!   [`crate::cli::decode`]: it must hold RoCE packets, all parsed, all with valid ICRCs.
+//! - Beside it, each device's own capture ([`crate::pcap_tap`], with the comments saying
+//!   why a frame was sent or dropped): `<FILE>.rnic-a.pcapng` (side A, the clients) and
+//!   `.rnic-b.pcapng` (side B, the servers), `.pcapng` of FILE replaced. Each step writes
+//!   its own pair of files (`--pcap` of the tools, `DeviceOptions::pcap` in the verbs step)
+//!   into `<FILE>.rnic-steps/`; at the end they are merged, one pcapng interface per step,
+//!   checked like the wire capture, and the directory is removed (an interrupted demo
+//!   leaves it, with the steps so far).
 //! - The last line is `demo: all data verified (N bytes over M RDMA operations)` and the
 //!   exit status 0, or an error on stderr and exit status 1.
 //! - The namespaces are removed on success, on failure, and on SIGINT/SIGTERM/SIGHUP: a
@@ -71,6 +78,91 @@ const PORT: u16 = 18515;
 const GID_IPV4: u8 = 1;
 const GID_IPV6: u8 = 2;
 
+/// The devices' own captures, one pair per step, merged at the end.
+struct RnicCaps {
+    dir: PathBuf,
+    steps: Vec<(String, [PathBuf; 2])>,
+}
+
+impl RnicCaps {
+    /// The per-step files go to `<wire>.rnic-steps/` (emptied first).
+    fn new(wire: &Path) -> Result<Self, String> {
+        let mut d = wire.as_os_str().to_owned();
+        d.push(".rnic-steps");
+        let dir = PathBuf::from(d);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(RnicCaps {
+            dir,
+            steps: Vec::new(),
+        })
+    }
+
+    /// The files of the next step: `[A, B]`.
+    fn next(&mut self, what: &str) -> [PathBuf; 2] {
+        let n = self.steps.len() + 1;
+        let files = ["a", "b"].map(|s| self.dir.join(format!("{n:02}-{s}.pcapng")));
+        self.steps
+            .push((format!("step {n}: {what}"), files.clone()));
+        files
+    }
+
+    /// Merge each side's step files into `<wire stem>.rnic-a.pcapng` / `.rnic-b.pcapng`,
+    /// decode them like the wire capture, remove the step files; one report line each.
+    fn finish(self, wire: &Path) -> Result<(), String> {
+        for (i, side) in ["a", "b"].into_iter().enumerate() {
+            let out = rnic_capture(wire, side);
+            let parts: Vec<(String, PathBuf)> = self
+                .steps
+                .iter()
+                .map(|(what, f)| (what.clone(), f[i].clone()))
+                .collect();
+            let n = crate::pcap_out::merge(&out, &parts)?;
+            let frames =
+                crate::capture::read_file(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let sum = crate::cli::decode::decode_frames(
+                &frames,
+                crate::cli::decode::Format::Text,
+                &mut std::io::sink(),
+            )
+            .map_err(|e| e.to_string())?;
+            if sum.roce == 0 || !sum.all_good() {
+                return Err(format!(
+                    "{}: {} RoCE packets, {} with a bad ICRC, {} malformed",
+                    out.display(),
+                    sum.roce,
+                    sum.bad_icrc,
+                    sum.malformed
+                ));
+            }
+            let comments = crate::pcap_out::packet_comments(
+                &std::fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))?,
+            );
+            println!(
+                "demo: device {} capture {}: {n} packets sent and received over {} steps, \
+                 all ICRCs valid, {} with a comment (xrnic explain {} draws them)",
+                side.to_uppercase(),
+                out.display(),
+                self.steps.len(),
+                comments.iter().flatten().count(),
+                out.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+}
+
+/// `<wire>` with `.pcapng` replaced by `.rnic-<side>.pcapng`.
+pub fn rnic_capture(wire: &Path, side: &str) -> PathBuf {
+    let name = wire
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".pcapng").unwrap_or(&name);
+    wire.with_file_name(format!("{stem}.rnic-{side}.pcapng"))
+}
+
 /// One line of the report.
 struct Step {
     what: String,
@@ -107,6 +199,8 @@ fn on_signal() {
     for pid in c.children.drain(..) {
         kill(pid);
     }
+    // This process's own devices (the verbs step): their captures up to now.
+    crate::pcap_tap::flush_all(Duration::from_secs(5));
     for ns in c.netns.drain(..) {
         let _ = Command::new("ip")
             .args(["netns", "del", &ns])
@@ -247,6 +341,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     );
 
     let capture = start_capture(&pair, &pcap)?;
+    let mut caps = RnicCaps::new(&pcap)?;
     let mut steps = Vec::new();
     let n = args.iters;
     for (size, iters, mtu, gid) in [
@@ -256,7 +351,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         (4096, n, 4096, GID_IPV6),
         (65536, (n / 10).max(1), 4096, GID_IPV6),
     ] {
-        let s = pingpong_step(&pair, &exe, size, iters, mtu, gid)?;
+        let s = pingpong_step(&pair, &exe, &mut caps, size, iters, mtu, gid)?;
         println!(
             "demo: {:<46} {:>10} bytes  {}  verified yes",
             s.what, s.bytes, s.figure
@@ -269,14 +364,14 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         ("send", 65536, n),
         ("atomic", 8, n * 5),
     ] {
-        let s = perf_step(&pair, &exe, test, size, iters)?;
+        let s = perf_step(&pair, &exe, &mut caps, test, size, iters)?;
         println!(
             "demo: {:<46} {:>10} bytes  {}  verified yes",
             s.what, s.bytes, s.figure
         );
         steps.push(s);
     }
-    for s in verbs_steps(&pair)? {
+    for s in verbs_steps(&pair, &mut caps)? {
         println!(
             "demo: {:<46} {:>10} bytes  {}  verified yes",
             s.what, s.bytes, s.figure
@@ -285,6 +380,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     }
     let (roce, dropped) = stop_capture(capture)?;
     check_capture(&pcap, roce, dropped)?;
+    caps.finish(&pcap)?;
     drop(pair);
     cleanup_lock().netns.clear();
     let bytes: u64 = steps.iter().map(|s| s.bytes).sum();
@@ -426,16 +522,21 @@ fn wait_listening(pair: &VethPair, server: &mut Managed) -> Result<(), String> {
 fn client_server(
     pair: &VethPair,
     exe: &Path,
+    caps: &mut RnicCaps,
     args: &[String],
     peer: &str,
     what: &str,
 ) -> Result<[std::process::Output; 2], String> {
+    let files = caps.next(what);
     let cmd = |side: Side| {
         let mut c = Command::new("ip");
+        let file = &files[if side == Side::A { 0 } else { 1 }];
         c.args(["netns", "exec", &pair.end(side).netns])
             .arg(exe)
             .args(args)
             .arg(format!("--netdev={}", pair.end(side).ifname))
+            .arg("--pcap")
+            .arg(file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -462,6 +563,7 @@ fn client_server(
 fn perf_step(
     pair: &VethPair,
     exe: &Path,
+    caps: &mut RnicCaps,
     test: &str,
     size: u32,
     iters: u32,
@@ -481,7 +583,7 @@ fn perf_step(
     ];
     let peer = pair.end(Side::B).ipv4.to_string();
     let what = format!("perf {test}");
-    let outs = client_server(pair, exe, &args, &peer, &what)?;
+    let outs = client_server(pair, exe, caps, &args, &peer, &what)?;
     let texts: Vec<String> = outs
         .iter()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
@@ -514,6 +616,7 @@ fn perf_step(
 fn pingpong_step(
     pair: &VethPair,
     exe: &Path,
+    caps: &mut RnicCaps,
     size: u32,
     iters: u32,
     mtu: u32,
@@ -534,7 +637,11 @@ fn pingpong_step(
     } else {
         pair.end(Side::B).ipv4.to_string()
     };
-    let [c_out, s_out] = client_server(pair, exe, &common, &peer, "rc-pingpong")?;
+    let what = format!(
+        "rc-pingpong {size} B, IPv{}, mtu {mtu}",
+        if gid == GID_IPV6 { 6 } else { 4 }
+    );
+    let [c_out, s_out] = client_server(pair, exe, caps, &common, &peer, &what)?;
     let mut verified = 0;
     let mut usec = None;
     for (who, o) in [("client", &c_out), ("server", &s_out)] {
@@ -583,9 +690,14 @@ fn pingpong_step(
 }
 
 /// The verbs step: devices in this process, one per namespace.
-fn verbs_steps(pair: &VethPair) -> Result<Vec<Step>, String> {
+fn verbs_steps(pair: &VethPair, caps: &mut RnicCaps) -> Result<Vec<Step>, String> {
+    let files = caps.next("verbs SEND, WRITE, READ, atomics");
     let open = |side: Side| -> Result<Device, String> {
-        pair.run_in(side, || Device::open(&pair.end(side).ifname))
+        let opts = crate::verbs::DeviceOptions {
+            pcap: Some(files[if side == Side::A { 0 } else { 1 }].clone()),
+            ..crate::verbs::DeviceOptions::default()
+        };
+        pair.run_in(side, || Device::open_with(&pair.end(side).ifname, &opts))
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("device on {}: {e}", pair.end(side).ifname))
     };

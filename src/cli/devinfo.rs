@@ -3,22 +3,30 @@
 //! tab-aligned device fields, then per port the state, MTUs, LID and link layer, and with
 //! `-v` the long device list and the GID table (`GID[  i]: <address>, RoCE v2`).
 //!
-//! Contract: reads the interface's facts ([`crate::verbs::query_netdev`]) without opening
-//! the device: no root needed, no XDP attached, works while another process runs the
-//! device. Fields devinfo.c prints that have no meaning here (ODP, tag matching, device
-//! memory, ...) are left out. A missing interface is a message on stderr and exit 1.
+//! Contract: `--netdev IF` reads the software device's facts ([`crate::verbs::query_netdev`])
+//! without opening it: no root needed, no XDP attached, works while another process runs
+//! the device. `--device NAME` (`-d`) reads an RDMA device through libibverbs (the offload
+//! backend, [`crate::verbs::query_rdma`]) in the same format. With neither, every device of
+//! both kinds is printed (as `ibv_devinfo` prints every device), the software ones
+//! first; when libibverbs is missing or lists nothing, a line on stderr says so. Fields
+//! devinfo.c prints that have no meaning here (ODP, tag matching, device memory, ...) are
+//! left out; unused (all-zero) GID entries are skipped as devinfo.c skips them. A missing
+//! interface or device is a message on stderr and exit 1.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use crate::proto::Mtu;
-use crate::verbs::{DeviceInfo, PortState, netdev, query_netdev};
+use crate::verbs::{self, DeviceInfo, netdev, query_netdev};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct DevinfoArgs {
-    /// The network interface the device runs on.
-    #[arg(long, value_name = "IF")]
-    pub netdev: String,
+    /// The network interface a software device runs on.
+    #[arg(long, value_name = "IF", conflicts_with = "device")]
+    pub netdev: Option<String>,
+    /// An RDMA device (rxe0, mlx5_0, ...), read through libibverbs.
+    #[arg(short = 'd', long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Print all the attributes (ibv_devinfo -v).
     #[arg(short, long)]
     pub verbose: bool,
@@ -88,10 +96,7 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
         let _ = writeln!(s, "\tlocal_ca_ack_delay:\t\t{}", a.local_ca_ack_delay);
     }
     let _ = writeln!(s, "\t\tport:\t1");
-    let (st, stn) = match p.state {
-        PortState::Active => ("PORT_ACTIVE", 4),
-        PortState::Down => ("PORT_DOWN", 1),
-    };
+    let (st, stn) = (p.state.as_str(), p.state as u8);
     let _ = writeln!(s, "\t\t\tstate:\t\t\t{st} ({stn})");
     let _ = writeln!(
         s,
@@ -123,7 +128,11 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
         let _ = writeln!(s, "\t\t\tsubnet_timeout:\t\t0");
         let _ = writeln!(s, "\t\t\tinit_type_reply:\t0");
         for (i, g) in d.gids.iter().enumerate() {
-            let _ = writeln!(s, "\t\t\tGID[{i:3}]:\t\t{}, RoCE v2", netdev::gid_text(g));
+            if *g == [0; 16] {
+                continue;
+            }
+            let ty = d.gid_types.get(i).map_or("RoCE v2", |t| t.as_str());
+            let _ = writeln!(s, "\t\t\tGID[{i:3}]:\t\t{}, {ty}", netdev::gid_text(g));
         }
     }
     s.push('\n');
@@ -133,16 +142,63 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
 /// `xrnic devinfo`.
 pub fn run(args: &DevinfoArgs) -> ExitCode {
     use std::io::Write;
-    match query_netdev(&args.netdev) {
-        Ok(d) => {
-            let _ = std::io::stdout()
-                .lock()
-                .write_all(render(&d, args.verbose).as_bytes());
+    let one = match (&args.netdev, &args.device) {
+        (Some(n), _) => Some(query_netdev(n)),
+        (None, Some(d)) => Some(verbs::query_rdma(d)),
+        (None, None) => None,
+    };
+    let mut out = std::io::stdout().lock();
+    match one {
+        Some(Ok(d)) => {
+            let _ = out.write_all(render(&d, args.verbose).as_bytes());
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Some(Err(e)) => {
             eprintln!("xrnic devinfo: {e}");
             ExitCode::FAILURE
+        }
+        None => {
+            let list = verbs::list_devices();
+            let mut failed = false;
+            for n in &list.netdevs {
+                match query_netdev(n) {
+                    Ok(d) => {
+                        let _ = out.write_all(render(&d, args.verbose).as_bytes());
+                    }
+                    Err(e) => {
+                        eprintln!("xrnic devinfo: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            match &list.rdma {
+                Ok(names) if names.is_empty() => {
+                    eprintln!("xrnic devinfo: no RDMA device (libibverbs finds none)");
+                }
+                Ok(names) => {
+                    for n in names {
+                        match verbs::query_rdma(n) {
+                            Ok(d) => {
+                                let _ = out.write_all(render(&d, args.verbose).as_bytes());
+                            }
+                            Err(e) => {
+                                eprintln!("xrnic devinfo: {n}: {e}");
+                                failed = true;
+                            }
+                        }
+                    }
+                }
+                Err(e) => eprintln!("xrnic devinfo: no RDMA devices listed: {e}"),
+            }
+            if list.netdevs.is_empty() && !matches!(&list.rdma, Ok(v) if !v.is_empty()) {
+                eprintln!("xrnic devinfo: no device found");
+                return ExitCode::FAILURE;
+            }
+            if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
     }
 }
@@ -150,7 +206,7 @@ pub fn run(args: &DevinfoArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::{DeviceAttr, PortAttr};
+    use crate::verbs::{DeviceAttr, GidType, PortAttr, PortState};
 
     fn sample() -> DeviceInfo {
         let mac = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
@@ -158,7 +214,7 @@ mod tests {
         let gids = netdev::gid_table(mac, &addrs);
         DeviceInfo {
             name: "xrnic_eth0".into(),
-            netdev: netdev::NetdevInfo {
+            netdev: Some(netdev::NetdevInfo {
                 ifname: "eth0".into(),
                 ifindex: 2,
                 mac,
@@ -166,7 +222,7 @@ mod tests {
                 addrs,
                 up: true,
                 xdp_attached: false,
-            },
+            }),
             attr: DeviceAttr {
                 fw_ver: "0.1.0".into(),
                 node_guid: u64::from_be_bytes(netdev::eui64(mac)),
@@ -201,6 +257,7 @@ mod tests {
                 gid_tbl_len: gids.len() as u32,
                 pkey_tbl_len: 1,
             },
+            gid_types: vec![GidType::RoceV2; gids.len()],
             gids,
         }
     }
@@ -237,5 +294,25 @@ mod tests {
         assert!(t.contains("\t\t\tgid_tbl_len:\t\t3\n"));
         assert!(t.contains("\tmax_qp_wr:\t\t\t2\n"));
         assert!(t.contains("\tatomic_cap:\t\t\tATOMIC_HCA (1)\n"));
+    }
+
+    #[test]
+    fn rdma_device_tables_skip_empty_entries_and_name_types() {
+        let mut d = sample();
+        d.name = "mlx5_0".into();
+        d.gids.insert(1, [0; 16]);
+        d.gid_types = vec![
+            GidType::RoceV1,
+            GidType::Ib,
+            GidType::RoceV2,
+            GidType::RoceV2,
+        ];
+        d.port.state = PortState::Init;
+        let t = render(&d, true);
+        assert!(t.starts_with("hca_id:\tmlx5_0\n"), "{t}");
+        assert!(t.contains("\t\t\tGID[  0]:\t\tfe80::5054:ff:fe12:3456, RoCE v1\n"));
+        assert!(!t.contains("GID[  1]"), "{t}");
+        assert!(t.contains("\t\t\tGID[  2]:\t\t::ffff:192.0.2.1, RoCE v2\n"));
+        assert!(t.contains("\t\t\tstate:\t\t\tPORT_INIT (2)\n"));
     }
 }

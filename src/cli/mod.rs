@@ -28,10 +28,15 @@ pub(crate) fn pick_gid(
 ) -> Result<(u8, crate::verbs::Gid), String> {
     let gidx = match requested {
         Some(g) => g,
+        // RoCE v2 only: an RDMA device may list each address twice (v1 and v2).
         None => dev
             .gid_table()
             .iter()
-            .position(crate::proto::gid_is_ipv4)
+            .enumerate()
+            .position(|(i, g)| {
+                crate::proto::gid_is_ipv4(g)
+                    && dev.gid_type(i) == Some(crate::verbs::GidType::RoceV2)
+            })
             .ok_or_else(|| format!("{ifname} has no IPv4 address: choose a GID with {flag}"))?
             as u8,
     };
@@ -42,4 +47,55 @@ pub(crate) fn pick_gid(
         )
     })?;
     Ok((gidx, gid))
+}
+
+/// Open the device a traffic tool names: `--netdev IF` is the software device on IF;
+/// `--device NAME` (`-d`) an RDMA device through libibverbs (the offload backend), except
+/// that `xrnic_IF`, the software device's own name, is the software device on IF. Returns
+/// the device and how messages name it. Options only the software backend has (fault
+/// injection) are refused on the other with a clear message; stat snapshots are a
+/// software-backend feature (`xrnic stat --device` reads the kernel's counters).
+pub(crate) fn open_device(
+    netdev: Option<&str>,
+    device: Option<&str>,
+    opts: &crate::verbs::DeviceOptions,
+) -> Result<(crate::verbs::Device, String), String> {
+    use crate::verbs::{Device, Error};
+    let soft = netdev.or_else(|| device.and_then(|d| d.strip_prefix("xrnic_")));
+    match (soft, device) {
+        (Some(ifname), _) => Device::open_with(ifname, opts)
+            .map(|d| (d, ifname.to_string()))
+            .map_err(|e| e.to_string()),
+        (None, Some(name)) => {
+            if opts.rx_drop > 0.0 {
+                return Err(format!(
+                    "{name}: fault injection (--rx-drop) is not available on the {} backend",
+                    crate::verbs::Backend::Offload
+                ));
+            }
+            if opts.pcap.is_some() {
+                // The hardware's data path never passes through us: a capture would be
+                // empty, which is a wrong answer, not a capture.
+                return Err(format!(
+                    "{name}: --pcap captures inside the software RNIC's driver and is not \
+                     available on the {} backend (capture on the wire instead)",
+                    crate::verbs::Backend::Offload
+                ));
+            }
+            Device::open_rdma(name)
+                .map(|d| (d, name.to_string()))
+                .map_err(|e| match e {
+                    Error::NoRdmaDevice { .. }
+                        if std::path::Path::new("/sys/class/net").join(name).exists() =>
+                    {
+                        format!(
+                            "{e}; {name} is a network interface: use --netdev {name} (or -d \
+                             xrnic_{name}) for the software device on it"
+                        )
+                    }
+                    e => e.to_string(),
+                })
+        }
+        (None, None) => Err("no device: give --netdev IF or --device NAME".into()),
+    }
 }

@@ -41,6 +41,12 @@
 //!   searched near our clock and the whole expected content derived from it. An atomic
 //!   server checks its counters with `--verify` against the stock client too (perftest
 //!   adds 1, and compares 0 / swaps 0, like us).
+//! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
+//!   SIGINT/SIGTERM flush it before exiting with status 130.
+//! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
+//!   device through libibverbs (the offload backend, docs/offload.md; `xrnic_IF` names the
+//!   software device); with the offload backend `--json`'s `counters` are the kernel's
+//!   (`{"hw": {...}}`, sysfs hw_counters).
 //! - Exit status 0 on success, 1 on a failed run (one line on stderr), 2 for usage errors.
 
 use std::net::IpAddr;
@@ -129,9 +135,19 @@ pub struct PerfArgs {
     /// (ib_atomic_bw).
     #[arg(value_enum)]
     pub test: PerfTest,
-    /// The network interface the device runs on.
-    #[arg(long, value_name = "IF")]
-    pub netdev: String,
+    /// The network interface the software device runs on.
+    #[arg(long, value_name = "IF", required_unless_present = "device")]
+    pub netdev: Option<String>,
+    /// An RDMA device (rxe0, mlx5_0: the offload backend, through libibverbs), or
+    /// `xrnic_<IF>` for the software device on IF (perftest's -d / --ib-dev).
+    #[arg(
+        short = 'd',
+        long,
+        visible_alias = "ib-dev",
+        value_name = "DEV",
+        conflicts_with = "netdev"
+    )]
+    pub device: Option<String>,
     /// Message size in bytes (default 65536; atomic: 8, the only size).
     #[arg(short, long, value_parser = clap::value_parser!(u32).range(1..=8_388_608))]
     pub size: Option<u32>,
@@ -180,8 +196,23 @@ pub struct PerfArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// Write a pcapng of every frame the device sends and receives, taken inside the
+    /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
+    /// not the obvious next one (docs/observability.md).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Testing: drop this fraction of received frames in the driver.
+    #[arg(long, hide = true, default_value_t = 0.0, value_parser = parse_fraction)]
+    pub rx_drop: f64,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a fraction between 0 and 1")),
+    }
 }
 
 fn parse_mtu(s: &str) -> Result<u32, String> {
@@ -461,13 +492,18 @@ struct Lane {
 /// The whole run; prints like perftest and returns our report.
 pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let p = plan(args)?;
-    let ifname = args.netdev.as_str();
     let opts = DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        pcap: args.pcap.clone(),
+        rx_drop: args.rx_drop,
         ..DeviceOptions::default()
     };
-    let dev = Device::open_with(ifname, &opts).map_err(|e| e.to_string())?;
+    if opts.pcap.is_some() {
+        crate::pcap_tap::flush_on_signal("perf");
+    }
+    let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
+    let ifname = ifname.as_str();
     let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
     let active = dev.query_port().active_mtu.bytes();
     let mtu = args.mtu.unwrap_or(active);
@@ -748,16 +784,29 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
             "bw_peak_gbps": to_gbps(report.bw_peak, p.gbits),
             "msg_rate_mpps": report.msg_rate_avg,
             "qps": qps,
-            "counters": {
-                "device": dev.counters(),
-                "driver": dev.driver_stats(),
-                "port": dev.io_stats(),
-                "congestion": serde_json::Value::Null,
-            },
+            "counters": counters_json(&dev),
         });
         println!("{v}");
     }
     Ok(report)
+}
+
+/// The `counters` of `--json`: the engine's (software backend), or the kernel's counters
+/// of the RDMA device (offload backend: `hw`, from sysfs; null when it has none).
+fn counters_json(dev: &Device) -> serde_json::Value {
+    match dev.backend() {
+        verbs::Backend::Software => json!({
+            "device": dev.counters(),
+            "driver": dev.driver_stats(),
+            "port": dev.io_stats(),
+            "congestion": serde_json::Value::Null,
+        }),
+        verbs::Backend::Offload => json!({
+            "hw": verbs::hw_counters(dev.name())
+                .ok()
+                .map(|v| v.into_iter().map(|(k, n)| (k, json!(n))).collect::<serde_json::Map<_, _>>()),
+        }),
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1334,6 +1383,22 @@ mod tests {
         let mut all = vec!["perf"];
         all.extend_from_slice(v);
         W::try_parse_from(all).expect("parse").a
+    }
+
+    #[test]
+    fn the_device_is_a_netdev_or_an_rdma_device_never_both() {
+        use clap::Parser;
+        #[derive(clap::Parser, Debug)]
+        struct W {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        let a = args(&["write", "-d", "rxe0"]);
+        assert_eq!((a.device.as_deref(), a.netdev), (Some("rxe0"), None));
+        let a = args(&["read", "--ib-dev", "mlx5_0", "10.0.0.1"]);
+        assert_eq!(a.device.as_deref(), Some("mlx5_0"));
+        assert!(W::try_parse_from(["perf", "write", "-d", "rxe0", "--netdev", "eth0"]).is_err());
+        assert!(W::try_parse_from(["perf", "write"]).is_err());
     }
 
     #[test]

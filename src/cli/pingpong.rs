@@ -11,13 +11,17 @@
 //!   receives are reposted when at most one is left, `parse_single_wc`), and the same
 //!   output lines ("local address: ...", "remote address: ...", "N bytes in S seconds =
 //!   R Mbit/sec", "N iters in S seconds = U usec/iter").
-//! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the device; `-e` and `-l` are
+//! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the software device, `-d NAME`
+//!   (`--device NAME`) an RDMA device driven through libibverbs (the offload backend,
+//!   docs/offload.md); `-e` and `-l` are
 //!   accepted and change nothing; `-g` defaults to the first IPv4 GID
 //!   (RoCE needs one, the stock default of none does not work on RoCE); completions are
 //!   waited for on a condition variable unless `--busy-poll` (the stock default spins);
 //!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
 //!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
-//!   exits at once, and its peer's last send can then fail on a lossy link).
+//!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
+//!   FILE` writes the device's own capture ([`crate::pcap_tap`]); SIGINT/SIGTERM flush it
+//!   before exiting with status 130.
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first
@@ -36,7 +40,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::oob::pingpong::{PingpongDest, Server, client_exchange};
 use crate::proto::{Access, AttrMask, Mtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode};
-use crate::verbs::{self, ConnectOpts, Device, DeviceOptions, Remote, netdev};
+use crate::verbs::{self, ConnectOpts, DeviceOptions, Remote, netdev};
 use crate::wire::Psn;
 
 const RECV_WRID: u64 = 1;
@@ -55,13 +59,15 @@ const SILENCE: Duration = Duration::from_secs(30);
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct PingpongArgs {
-    /// The network interface the device runs on.
+    /// The network interface the software device runs on.
     #[arg(long, value_name = "IF", required_unless_present = "ib_dev")]
     pub netdev: Option<String>,
-    /// The device, as ibv_rc_pingpong names it: `xrnic_<IF>` (or just IF).
+    /// The device, as ibv_rc_pingpong names it: an RDMA device (rxe0, mlx5_0: the offload
+    /// backend), or `xrnic_<IF>` for the software device on IF.
     #[arg(
         short = 'd',
         long = "ib-dev",
+        visible_alias = "device",
         value_name = "DEV",
         conflicts_with = "netdev"
     )]
@@ -106,6 +112,11 @@ pub struct PingpongArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// Write a pcapng of every frame the device sends and receives, taken inside the
+    /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
+    /// not the obvious next one (docs/observability.md).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
 }
@@ -143,22 +154,17 @@ fn gid_text(g: &[u8; 16]) -> String {
 /// The whole run; prints like rc_pingpong and returns what it measured.
 pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     let size = args.size as usize;
-    let ifname = args
-        .netdev
-        .clone()
-        .or_else(|| {
-            args.ib_dev
-                .as_ref()
-                .map(|d| d.strip_prefix("xrnic_").unwrap_or(d).to_string())
-        })
-        .ok_or("no device: give --netdev IF or -d xrnic_IF")?;
     let opts = DeviceOptions {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        pcap: args.pcap.clone(),
         ..DeviceOptions::default()
     };
-    let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
+    if opts.pcap.is_some() {
+        crate::pcap_tap::flush_on_signal("rc-pingpong");
+    }
+    let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.ib_dev.as_deref(), &opts)?;
     let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
     let e = |what: &str| {
         let what = what.to_string();
@@ -375,6 +381,10 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
 /// [`LINGER_MAX`]): if our last ACK was lost, the peer retransmits after its ACK timeout
 /// and must still get an answer, or its last send fails with RETRY_EXC_ERR.
 fn linger(qp: &verbs::Qp) {
+    // An RDMA device has no per-QP receive counter to watch; like the stock tool, close.
+    if qp_backend_is_offload(qp) {
+        return;
+    }
     let mut last = qp.counters().packets_received;
     let mut waited = Duration::ZERO;
     while waited < LINGER_MAX {
@@ -386,6 +396,10 @@ fn linger(qp: &verbs::Qp) {
         }
         last = now;
     }
+}
+
+fn qp_backend_is_offload(qp: &verbs::Qp) -> bool {
+    qp.device().backend() == verbs::Backend::Offload
 }
 
 fn print_remote(rem: &PingpongDest) {

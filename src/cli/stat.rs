@@ -11,6 +11,13 @@
 //! [`crate::verbs::STAT_DIR`] (`/run/xrnic`). No snapshot, or an unreadable one, is a
 //! clear message and exit 1. A snapshot whose writer is gone (no `/proc/<pid>`) while it
 //! says running is reported as stale.
+//!
+//! `--device NAME` (an RDMA device, the offload backend) prints the kernel's counters of
+//! its port 1 instead ([`crate::verbs::hw_counters`]: sysfs `hw_counters/` and
+//! `counters/`, what `rdma statistic show` reads) in the same layout: a `link` line and
+//! one `port:` line of `name value` pairs (with `--json`, one object). Per-QP counters
+//! and the driver's exist only on the software backend; a device without counters in
+//! sysfs is a clear message and exit 1.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -20,9 +27,12 @@ use crate::driver::Snapshot;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct StatArgs {
-    /// The network interface the device runs on.
-    #[arg(long, value_name = "IF")]
-    pub netdev: String,
+    /// The network interface the software device runs on.
+    #[arg(long, value_name = "IF", required_unless_present = "device")]
+    pub netdev: Option<String>,
+    /// An RDMA device (offload backend): print the kernel's counters of its port 1.
+    #[arg(short = 'd', long, value_name = "NAME", conflicts_with = "netdev")]
+    pub device: Option<String>,
     /// Print the snapshot as JSON.
     #[arg(long)]
     pub json: bool,
@@ -76,10 +86,61 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
     t
 }
 
+/// The text `xrnic stat --device NAME` prints for an RDMA device's counters.
+pub fn render_hw(device: &str, netdev: Option<&str>, counters: &[(String, u64)]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "link {device}/1 netdev {} (kernel counters)",
+        netdev.unwrap_or("-")
+    );
+    let _ = write!(t, "  port:");
+    for (k, v) in counters {
+        let _ = write!(t, " {k} {v}");
+    }
+    t.push('\n');
+    t
+}
+
+fn run_hw(args: &StatArgs, device: &str) -> ExitCode {
+    use std::io::Write;
+    let counters = match crate::verbs::hw_counters(device) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xrnic stat: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ndev = std::fs::read_to_string(format!(
+        "/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs/0"
+    ))
+    .ok()
+    .map(|s| s.trim().to_string());
+    let out = if args.json {
+        let map: serde_json::Map<String, serde_json::Value> = counters
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        serde_json::json!({"device": device, "netdev": ndev, "port": map}).to_string() + "\n"
+    } else {
+        render_hw(device, ndev.as_deref(), &counters)
+    };
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}
+
 /// `xrnic stat`.
 pub fn run(args: &StatArgs) -> ExitCode {
     use std::io::Write;
-    let path = match crate::verbs::stat_file(&args.dir, &args.netdev) {
+    let netdev = match (&args.netdev, &args.device) {
+        (Some(n), _) => n.as_str(),
+        (None, Some(d)) => return run_hw(args, d),
+        (None, None) => {
+            eprintln!("xrnic stat: give --netdev IF or --device NAME");
+            return ExitCode::FAILURE;
+        }
+    };
+    let path = match crate::verbs::stat_file(&args.dir, netdev) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("xrnic stat: cannot name this network namespace: {e}");
@@ -91,7 +152,7 @@ pub fn run(args: &StatArgs) -> ExitCode {
         Err(e) => {
             eprintln!(
                 "xrnic stat: no counters for {} ({}: {e}); is an xrnic program running on it?",
-                args.netdev,
+                netdev,
                 path.display()
             );
             return ExitCode::FAILURE;
@@ -149,5 +210,14 @@ mod tests {
             "{t}"
         );
         assert!(render(&s, false).contains("(stale"));
+    }
+
+    #[test]
+    fn hw_counters_render_like_a_port_line() {
+        let c = vec![("rcvd_pkts".to_string(), 12), ("sent_pkts".to_string(), 10)];
+        assert_eq!(
+            render_hw("rxe0", Some("eth0"), &c),
+            "link rxe0/1 netdev eth0 (kernel counters)\n  port: rcvd_pkts 12 sent_pkts 10\n"
+        );
     }
 }

@@ -24,6 +24,21 @@ pub enum WcStatus {
     RetryExcErr = 12,
     RnrRetryExcErr = 13,
     GeneralErr = 21,
+    // The rest of `enum ibv_wc_status`: the engine never produces these, a hardware
+    // RNIC behind the offload backend (src/verbs/ibv) may.
+    LocEecOpErr = 3,
+    MwBindErr = 6,
+    BadRespErr = 7,
+    LocAccessErr = 8,
+    LocRddViolErr = 14,
+    RemInvRdReqErr = 15,
+    RemAbortErr = 16,
+    InvEecnErr = 17,
+    InvEecStateErr = 18,
+    FatalErr = 19,
+    RespTimeoutErr = 20,
+    TmErr = 22,
+    TmRndvIncomplete = 23,
 }
 
 impl WcStatus {
@@ -41,7 +56,57 @@ impl WcStatus {
             WcStatus::RetryExcErr => "transport retry counter exceeded",
             WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
             WcStatus::GeneralErr => "general error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::TmErr => "TM error",
+            WcStatus::TmRndvIncomplete => "TM software rendezvous",
         }
+    }
+
+    /// Every status, in `enum ibv_wc_status` order.
+    pub const ALL: [WcStatus; 24] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+        WcStatus::TmErr,
+        WcStatus::TmRndvIncomplete,
+    ];
+
+    /// The status of an `enum ibv_wc_status` value; values past the enum (a newer
+    /// libibverbs) are [`WcStatus::GeneralErr`].
+    pub fn from_ibv(v: u32) -> WcStatus {
+        WcStatus::ALL
+            .into_iter()
+            .find(|&s| s as u32 == v)
+            .unwrap_or(WcStatus::GeneralErr)
     }
 }
 
@@ -123,6 +188,15 @@ impl CompletionQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_are_numbered_as_ibv_wc_status() {
+        for (i, s) in WcStatus::ALL.into_iter().enumerate() {
+            assert_eq!(s as usize, i, "{s:?}");
+            assert_eq!(WcStatus::from_ibv(i as u32), s);
+        }
+        assert_eq!(WcStatus::from_ibv(99), WcStatus::GeneralErr);
+    }
 
     fn wc(id: u64) -> WorkCompletion {
         WorkCompletion {

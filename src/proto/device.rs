@@ -477,6 +477,14 @@ impl Rnic {
         d
     }
 
+    /// The device-level frame drop counters alone (malformed, ICRC, wrong address, unknown
+    /// QP, unsupported; `qp` and `cq_overruns` zero), without summing every QP and CQ as
+    /// [`Self::counters`] does: the driver's capture tap reads them around each received
+    /// frame to tell why the engine refused it.
+    pub fn frame_drop_counters(&self) -> DeviceCounters {
+        self.dev
+    }
+
     /// A snapshot of every QP, MR and CQ, like `rdma resource show` (see
     /// [`super::resources`]).
     pub fn resources(&self) -> super::resources::Resources {

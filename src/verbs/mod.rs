@@ -5,7 +5,11 @@
 //!   attaches the XDP filter and an AF_XDP socket, builds the GID table and active MTU
 //!   from the interface ([`netdev`]), and starts the driver thread ([`crate::driver`]).
 //!   [`Device::open_sim_pair`] gives two devices joined by an in-process link, for
-//!   examples and tests without root.
+//!   examples and tests without root. [`Device::open_rdma`] opens an RDMA device
+//!   (`rxe0`, `mlx5_0`) through libibverbs instead: the offload backend (`offload.rs`,
+//!   [`ibv`], docs/offload.md). Every object below works the same on both; each handle
+//!   dispatches on its backend, and what the offload backend lacks is an
+//!   [`Error::Unsupported`] or a documented zero, never a made-up value.
 //! - Objects are named like their libibverbs counterparts: [`Device`] (`ibv_context`),
 //!   [`Pd`], [`Mr`], [`Cq`], [`Qp`] (RC), with `query_device`, `query_port`,
 //!   `query_gid`, `alloc_pd`, `reg_mr`, `create_cq`, `create_qp`, `modify`, `query`,
@@ -77,7 +81,11 @@
 //! The same program runs on a real interface with `Device::open("eth0")` as root; see
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
+pub mod ibv;
 pub mod netdev;
+mod offload;
+
+pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -86,7 +94,7 @@ use std::time::Duration;
 
 use crate::driver::{Driver, DriverOptions, DriverStats, Shared, SimIo, sim_link};
 use crate::io::afxdp::{self, PortOptions, XskPort};
-use crate::proto::{self, Config, MrInfo, Rnic, gid_is_ipv4};
+use crate::proto::{self, Config, Rnic, gid_is_ipv4};
 
 pub use crate::driver::IoStats;
 pub use crate::proto::{
@@ -123,6 +131,23 @@ pub enum Error {
         len: usize,
         size: usize,
     },
+    /// libibverbs (`libibverbs.so.1`) could not be loaded: the offload backend needs
+    /// rdma-core's libibverbs1 package.
+    NoLibibverbs(String),
+    /// No RDMA device of that name (`found`: the ones libibverbs lists).
+    NoRdmaDevice { name: String, found: Vec<String> },
+    /// A libibverbs call failed.
+    Ibv {
+        call: &'static str,
+        err: std::io::Error,
+    },
+    /// The device's backend lacks this capability.
+    Unsupported {
+        what: &'static str,
+        backend: Backend,
+    },
+    /// Objects of two different devices (or backends) used together.
+    DeviceMismatch,
 }
 
 impl core::fmt::Display for Error {
@@ -154,6 +179,26 @@ impl core::fmt::Display for Error {
                 "bytes {offset}..{} are outside the {size}-byte memory region",
                 offset + len
             ),
+            Error::NoLibibverbs(e) => write!(
+                f,
+                "libibverbs is not available ({e}): RDMA devices need rdma-core's libibverbs1 \
+                 and a provider (ibverbs-providers)"
+            ),
+            Error::NoRdmaDevice { name, found } if found.is_empty() => {
+                write!(f, "no RDMA device {name}: libibverbs finds no RDMA device")
+            }
+            Error::NoRdmaDevice { name, found } => write!(
+                f,
+                "no RDMA device {name} (libibverbs finds: {})",
+                found.join(", ")
+            ),
+            Error::Ibv { call, err } => write!(f, "{call} failed: {err}"),
+            Error::Unsupported { what, backend } => {
+                write!(f, "{what} is not available on the {backend} backend")
+            }
+            Error::DeviceMismatch => {
+                write!(f, "objects of different devices cannot be used together")
+            }
         }
     }
 }
@@ -192,6 +237,9 @@ pub struct DeviceOptions {
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
+    /// Capture every frame the device sends and receives into this pcapng file, with a
+    /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
+    pub pcap: Option<PathBuf>,
 }
 
 impl Default for DeviceOptions {
@@ -203,6 +251,7 @@ impl Default for DeviceOptions {
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
+            pcap: None,
         }
     }
 }
@@ -279,8 +328,58 @@ pub struct DeviceAttr {
 /// Port states (`enum ibv_port_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortState {
+    Nop = 0,
     Down = 1,
+    Init = 2,
+    Armed = 3,
     Active = 4,
+    ActiveDefer = 5,
+}
+
+impl PortState {
+    /// The state of an `enum ibv_port_state` value (unknown values: [`PortState::Nop`]).
+    pub fn from_ibv(v: u32) -> PortState {
+        match v {
+            1 => PortState::Down,
+            2 => PortState::Init,
+            3 => PortState::Armed,
+            4 => PortState::Active,
+            5 => PortState::ActiveDefer,
+            _ => PortState::Nop,
+        }
+    }
+
+    /// `ibv_port_state_str`'s spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PortState::Nop => "PORT_NOP",
+            PortState::Down => "PORT_DOWN",
+            PortState::Init => "PORT_INIT",
+            PortState::Armed => "PORT_ARMED",
+            PortState::Active => "PORT_ACTIVE",
+            PortState::ActiveDefer => "PORT_ACTIVE_DEFER",
+        }
+    }
+}
+
+/// What kind of address a GID table entry is (`enum ibv_gid_type`): the software
+/// backend's are all RoCE v2; an RDMA device may list RoCE v1 entries too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GidType {
+    Ib,
+    RoceV1,
+    RoceV2,
+}
+
+impl GidType {
+    /// How `ibv_devinfo -v` names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GidType::Ib => "IB",
+            GidType::RoceV1 => "RoCE v1",
+            GidType::RoceV2 => "RoCE v2",
+        }
+    }
 }
 
 /// Port attributes (`struct ibv_port_attr`, RoCE subset).
@@ -317,14 +416,28 @@ struct DevInner {
     attr: DeviceAttr,
     port: PortAttr,
     gids: Vec<Gid>,
-    addressing: Addressing,
-    // Last: dropped after everything above, and it joins the thread and detaches XDP.
-    driver: Driver,
+    gid_types: Vec<GidType>,
+    // Last: dropped after everything above; the software driver joins its thread and
+    // detaches XDP, the verbs context closes the device.
+    backend: DevBackend,
+}
+
+#[derive(Debug)]
+enum DevBackend {
+    Soft {
+        addressing: Addressing,
+        driver: Driver,
+    },
+    Verbs(Arc<ibv::Context>),
 }
 
 impl DevInner {
-    fn shared(&self) -> &Shared {
-        self.driver.shared()
+    /// The engine of a software device.
+    fn soft(&self) -> Option<&Arc<Shared>> {
+        match &self.backend {
+            DevBackend::Soft { driver, .. } => Some(driver.shared()),
+            DevBackend::Verbs(_) => None,
+        }
     }
 }
 
@@ -335,14 +448,19 @@ pub struct Device {
     inner: Arc<DevInner>,
 }
 
-/// What [`Device::open`] reads from an interface, without opening it (`xrnic devinfo`).
+/// What [`Device::open`] reads from an interface without opening it, or
+/// [`Device::open_rdma`] from an RDMA device (`xrnic devinfo`).
 #[derive(Clone, Debug)]
 pub struct DeviceInfo {
     pub name: String,
-    pub netdev: netdev::NetdevInfo,
+    /// The interface (an RDMA device's: the one its GID 0 belongs to, when known).
+    pub netdev: Option<netdev::NetdevInfo>,
     pub attr: DeviceAttr,
     pub port: PortAttr,
+    /// The GID table by index; unused entries of an RDMA device's table are all zero.
     pub gids: Vec<Gid>,
+    /// The type of each entry of `gids`.
+    pub gid_types: Vec<GidType>,
 }
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): no PCI vendor.
@@ -406,8 +524,9 @@ pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
         name: format!("xrnic_{ifname}"),
         attr: device_attr(nd.mac, Config::default().max_qp_wr),
         port,
+        gid_types: vec![GidType::RoceV2; gids.len()],
         gids,
-        netdev: nd,
+        netdev: Some(nd),
     })
 }
 
@@ -422,9 +541,12 @@ impl Device {
     pub fn open_with(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
         afxdp::sys::require_root("opening an xrnic device (AF_XDP and XDP)")?;
         let info = query_netdev(netdev)?;
+        let Some(nd) = info.netdev.clone() else {
+            return Err(Error::Io(std::io::Error::other("no interface facts")));
+        };
         // Checked first so that the answer is immediate: attaching would be refused with
         // EBUSY only after the port's retries (meant for a queue still being released).
-        if info.netdev.xdp_attached {
+        if nd.xdp_attached {
             return Err(Error::XdpBusy {
                 ifname: netdev.to_string(),
             });
@@ -432,7 +554,7 @@ impl Device {
         let ns = netdev::NetNs::current()?;
         let port = XskPort::open(netdev, opts.queue, opts.port)?;
         let cfg = Config {
-            mac: info.netdev.mac,
+            mac: nd.mac,
             gids: info.gids.clone(),
             ..Config::default()
         };
@@ -446,22 +568,26 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: netdev.to_string(),
+            pcap: opts.pcap.clone(),
         };
         let driver = Driver::start(Rnic::new(cfg), Box::new(port), dopts)?;
         Ok(Device {
             inner: Arc::new(DevInner {
                 name: info.name,
                 netdev: netdev.to_string(),
-                mac: info.netdev.mac,
+                mac: nd.mac,
                 attr: info.attr,
                 port: info.port,
+                gid_types: info.gid_types,
                 gids: info.gids,
-                addressing: Addressing::Netdev {
-                    ns,
-                    ifname: netdev.to_string(),
-                    ifindex: info.netdev.ifindex,
+                backend: DevBackend::Soft {
+                    addressing: Addressing::Netdev {
+                        ns,
+                        ifname: netdev.to_string(),
+                        ifindex: nd.ifindex,
+                    },
+                    driver,
                 },
-                driver,
             }),
         })
     }
@@ -524,6 +650,7 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: name.clone(),
+            pcap: opts.pcap.clone(),
         };
         let driver = Driver::start(Rnic::new(cfg), Box::new(io), dopts)?;
         let port = PortAttr {
@@ -543,9 +670,12 @@ impl Device {
                 mac,
                 attr: device_attr(mac, Config::default().max_qp_wr),
                 port,
+                gid_types: vec![GidType::RoceV2; gids.len()],
                 gids,
-                addressing: Addressing::Sim { peer },
-                driver,
+                backend: DevBackend::Soft {
+                    addressing: Addressing::Sim { peer },
+                    driver,
+                },
             }),
         })
     }
@@ -579,50 +709,85 @@ impl Device {
         self.inner.gids.get(index).copied()
     }
 
-    /// The whole GID table (all entries are RoCE v2).
+    /// The whole GID table by index (software: all entries are RoCE v2; an RDMA
+    /// device's may hold RoCE v1 entries, see [`Device::gid_type`], and unused all-zero
+    /// ones).
     pub fn gid_table(&self) -> &[Gid] {
         &self.inner.gids
     }
 
+    /// The type of GID table entry `index`.
+    pub fn gid_type(&self, index: usize) -> Option<GidType> {
+        self.inner.gid_types.get(index).copied()
+    }
+
+    /// Which backend runs this device.
+    pub fn backend(&self) -> Backend {
+        match self.inner.backend {
+            DevBackend::Soft { .. } => Backend::Software,
+            DevBackend::Verbs(_) => Backend::Offload,
+        }
+    }
+
     /// `ibv_alloc_pd`.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let pd = self.inner.shared().lock().rnic.alloc_pd();
+        let kind = match &self.inner.backend {
+            DevBackend::Soft { driver, .. } => {
+                let shared = driver.shared().clone();
+                let pd = shared.lock().rnic.alloc_pd();
+                PdKind::Soft(Arc::new(PdInner {
+                    _dev: self.clone(),
+                    shared,
+                    pd,
+                }))
+            }
+            DevBackend::Verbs(ctx) => PdKind::Verbs(Arc::new(ibv::Pd::alloc(ctx)?)),
+        };
         Ok(Pd {
-            inner: Arc::new(PdInner {
-                dev: self.clone(),
-                pd,
-            }),
+            dev: self.clone(),
+            kind,
         })
     }
 
     /// `ibv_create_cq` with room for `cqe` completions.
     pub fn create_cq(&self, cqe: usize) -> Result<Cq> {
-        let cq = self.inner.shared().lock().rnic.create_cq(cqe);
-        Ok(Cq {
-            inner: Arc::new(CqInner {
-                dev: self.clone(),
-                cq,
-            }),
-        })
+        let kind = match &self.inner.backend {
+            DevBackend::Soft { driver, .. } => {
+                let shared = driver.shared().clone();
+                let cq = shared.lock().rnic.create_cq(cqe);
+                CqKind::Soft(Arc::new(CqInner {
+                    _dev: self.clone(),
+                    shared,
+                    cq,
+                }))
+            }
+            DevBackend::Verbs(ctx) => CqKind::Verbs(Arc::new(ibv::Cq::create(ctx, cqe)?)),
+        };
+        Ok(Cq { kind })
     }
 
-    /// Device counters (all QPs, live and destroyed, plus frame-level drops).
+    /// Device counters (all QPs, live and destroyed, plus frame-level drops). The
+    /// engine's counters: all zero on the offload backend, whose counters are the
+    /// kernel's ([`hw_counters`]).
     pub fn counters(&self) -> DeviceCounters {
-        self.inner.shared().lock().rnic.counters()
+        self.inner
+            .soft()
+            .map(|s| s.lock().rnic.counters())
+            .unwrap_or_default()
     }
 
-    /// What the driver thread counted.
+    /// What the driver thread counted (all zero on the offload backend: no driver).
     pub fn driver_stats(&self) -> DriverStats {
-        self.inner.shared().lock().stats
+        self.inner
+            .soft()
+            .map(|s| s.lock().stats)
+            .unwrap_or_default()
     }
 
-    /// The port's counters as of the last stat interval.
+    /// The port's counters as of the last stat interval (all zero on the offload
+    /// backend: see [`hw_counters`]).
     pub fn io_stats(&self) -> IoStats {
-        self.inner.shared().lock().io
-    }
-
-    fn shared(&self) -> &Shared {
-        self.inner.shared()
+        self.inner.soft().map(|s| s.lock().io).unwrap_or_default()
     }
 
     /// The hop limit the kernel's routing gives packets to `gid` from this device's
@@ -631,7 +796,11 @@ impl Device {
     /// metric); 64, the kernel's default, on the simulated link or when unreadable.
     pub fn route_hop_limit(&self, gid: &Gid) -> u8 {
         const DEFAULT: u8 = 64;
-        match &self.inner.addressing {
+        let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
+            // The kernel picks it for a hardware RNIC (ib_resolve_eth_dmac).
+            return DEFAULT;
+        };
+        match addressing {
             Addressing::Netdev { ns, ifname, .. } => {
                 let path = if gid_is_ipv4(gid) {
                     "/proc/sys/net/ipv4/ip_default_ttl".to_string()
@@ -654,7 +823,13 @@ impl Device {
     /// missing) or, on the simulated link, from the peer's addresses.
     pub fn resolve_dmac(&self, gid: &Gid) -> Result<[u8; 6]> {
         let ip = netdev::gid_ip(gid);
-        match &self.inner.addressing {
+        let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
+            return Err(Error::Unsupported {
+                what: "MAC resolution (the kernel resolves it for RDMA devices)",
+                backend: Backend::Offload,
+            });
+        };
+        match addressing {
             Addressing::Netdev {
                 ns,
                 ifname,
@@ -676,104 +851,159 @@ impl Device {
 
 #[derive(Debug)]
 struct PdInner {
-    dev: Device,
+    _dev: Device,
+    shared: Arc<Shared>,
     pd: proto::Pd,
 }
 
 impl Drop for PdInner {
     fn drop(&mut self) {
         // Every MR and QP of this PD holds this PdInner, so none is left: this succeeds.
-        let _ = self.dev.shared().lock().rnic.dealloc_pd(self.pd);
+        let _ = self.shared.lock().rnic.dealloc_pd(self.pd);
     }
+}
+
+#[derive(Clone, Debug)]
+enum PdKind {
+    Soft(Arc<PdInner>),
+    Verbs(Arc<ibv::Pd>),
 }
 
 /// A protection domain (`struct ibv_pd`).
 #[derive(Clone, Debug)]
 pub struct Pd {
-    inner: Arc<PdInner>,
+    dev: Device,
+    kind: PdKind,
 }
 
 impl Pd {
-    /// `ibv_reg_mr`: a zeroed region of `length` bytes owned by the device.
+    /// `ibv_reg_mr`: a zeroed region of `length` bytes owned by the device (software:
+    /// engine memory; offload: a page-aligned buffer registered with the RNIC).
     pub fn reg_mr(&self, length: usize, access: Access) -> Result<Mr> {
-        let info = self
-            .inner
-            .dev
-            .shared()
-            .lock()
-            .rnic
-            .reg_mr(self.inner.pd, length, access)?;
-        Ok(Mr {
-            pd: self.inner.clone(),
-            info,
-        })
+        match &self.kind {
+            PdKind::Soft(pd) => {
+                let info = pd.shared.lock().rnic.reg_mr(pd.pd, length, access)?;
+                Ok(Mr {
+                    lkey: info.lkey,
+                    rkey: info.rkey,
+                    addr: info.addr,
+                    length: info.length,
+                    kind: MrKind::Soft(pd.clone()),
+                })
+            }
+            PdKind::Verbs(pd) => {
+                let mr = ibv::Mr::reg(pd, length, access)?;
+                Ok(Mr {
+                    lkey: mr.lkey(),
+                    rkey: mr.rkey(),
+                    addr: mr.addr(),
+                    length: mr.len(),
+                    kind: MrKind::Verbs(mr),
+                })
+            }
+        }
     }
 
     /// `ibv_create_qp` for an RC QP; it starts in RESET.
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
-        let dev = &self.inner.dev;
-        let attr = proto::QpInitAttr {
-            send_cq: init.send_cq.inner.cq,
-            recv_cq: init.recv_cq.inner.cq,
-            max_send_wr: init.max_send_wr,
-            max_recv_wr: init.max_recv_wr,
-            sq_sig_all: init.sq_sig_all,
-        };
-        let qpn = {
-            let mut g = dev.shared().lock();
-            let q = g.rnic.create_qp(self.inner.pd, &attr)?;
-            g.qps.insert(q, ());
-            q
-        };
-        Ok(Qp {
-            qpn,
-            _cqs: [init.send_cq.inner.clone(), init.recv_cq.inner.clone()],
-            pd: self.inner.clone(),
-        })
+        match (&self.kind, &init.send_cq.kind, &init.recv_cq.kind) {
+            (PdKind::Soft(pd), CqKind::Soft(scq), CqKind::Soft(rcq)) => {
+                if !Arc::ptr_eq(&pd.shared, &scq.shared) || !Arc::ptr_eq(&pd.shared, &rcq.shared) {
+                    return Err(Error::DeviceMismatch);
+                }
+                let attr = proto::QpInitAttr {
+                    send_cq: scq.cq,
+                    recv_cq: rcq.cq,
+                    max_send_wr: init.max_send_wr,
+                    max_recv_wr: init.max_recv_wr,
+                    sq_sig_all: init.sq_sig_all,
+                };
+                let qpn = {
+                    let mut g = pd.shared.lock();
+                    let q = g.rnic.create_qp(pd.pd, &attr)?;
+                    g.qps.insert(q, ());
+                    q
+                };
+                Ok(Qp {
+                    qpn,
+                    dev: self.dev.clone(),
+                    kind: QpKind::Soft {
+                        pd: pd.clone(),
+                        _cqs: [scq.clone(), rcq.clone()],
+                    },
+                })
+            }
+            (PdKind::Verbs(pd), CqKind::Verbs(scq), CqKind::Verbs(rcq)) => {
+                let caps = ibv::QpCaps {
+                    max_send_wr: init.max_send_wr,
+                    max_recv_wr: init.max_recv_wr,
+                    // Enough for any list the CLI and tests build, within every RNIC's
+                    // limit (rxe 32, ConnectX-5 30).
+                    max_sge: self.dev.inner.attr.max_sge.min(16),
+                    sq_sig_all: init.sq_sig_all,
+                };
+                let qp = ibv::Qp::create(pd, scq, rcq, caps)?;
+                Ok(Qp {
+                    qpn: qp.qp_num(),
+                    dev: self.dev.clone(),
+                    kind: QpKind::Verbs(qp),
+                })
+            }
+            _ => Err(Error::DeviceMismatch),
+        }
     }
+}
+
+#[derive(Debug)]
+enum MrKind {
+    Soft(Arc<PdInner>),
+    Verbs(ibv::Mr),
 }
 
 /// A memory region (`struct ibv_mr`).
 #[derive(Debug)]
 pub struct Mr {
-    pd: Arc<PdInner>,
-    info: MrInfo,
+    lkey: Lkey,
+    rkey: Rkey,
+    addr: u64,
+    length: usize,
+    kind: MrKind,
 }
 
 impl Mr {
     pub fn lkey(&self) -> Lkey {
-        self.info.lkey
+        self.lkey
     }
     pub fn rkey(&self) -> Rkey {
-        self.info.rkey
+        self.rkey
     }
     /// The address of the first byte, in the device's address space (what SGEs, RETHs
     /// and atomic requests name).
     pub fn addr(&self) -> u64 {
-        self.info.addr
+        self.addr
     }
     pub fn len(&self) -> usize {
-        self.info.length
+        self.length
     }
     pub fn is_empty(&self) -> bool {
-        self.info.length == 0
+        self.length == 0
     }
 
     /// A scatter/gather element for bytes `offset..offset + length` of this region.
     pub fn sge(&self, offset: usize, length: u32) -> Sge {
         Sge {
-            addr: self.info.addr + offset as u64,
+            addr: self.addr + offset as u64,
             length,
-            lkey: self.info.lkey,
+            lkey: self.lkey,
         }
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).is_none_or(|e| e > self.info.length) {
+        if offset.checked_add(len).is_none_or(|e| e > self.length) {
             return Err(Error::OutOfBounds {
                 offset,
                 len,
-                size: self.info.length,
+                size: self.length,
             });
         }
         Ok(())
@@ -791,50 +1021,69 @@ impl Mr {
         self.with_mut(|b| b[offset..offset + data.len()].copy_from_slice(data))
     }
 
-    /// Look at the region's bytes (the device is locked meanwhile: keep it short).
+    /// Look at the region's bytes (the region is locked meanwhile: keep it short).
     pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
-        let g = self.pd.dev.shared().lock();
-        let b = g
-            .rnic
-            .mr_bytes(self.info.lkey)
-            .ok_or(VerbsError::NotFound("memory region"))?;
-        Ok(f(b))
+        match &self.kind {
+            MrKind::Soft(pd) => {
+                let g = pd.shared.lock();
+                let b = g
+                    .rnic
+                    .mr_bytes(self.lkey)
+                    .ok_or(VerbsError::NotFound("memory region"))?;
+                Ok(f(b))
+            }
+            MrKind::Verbs(mr) => Ok(mr.with(f)),
+        }
     }
 
-    /// Change the region's bytes (the device is locked meanwhile: keep it short).
+    /// Change the region's bytes (the region is locked meanwhile: keep it short).
     pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
-        let mut g = self.pd.dev.shared().lock();
-        let b = g
-            .rnic
-            .mr_bytes_mut(self.info.lkey)
-            .ok_or(VerbsError::NotFound("memory region"))?;
-        Ok(f(b))
+        match &self.kind {
+            MrKind::Soft(pd) => {
+                let mut g = pd.shared.lock();
+                let b = g
+                    .rnic
+                    .mr_bytes_mut(self.lkey)
+                    .ok_or(VerbsError::NotFound("memory region"))?;
+                Ok(f(b))
+            }
+            MrKind::Verbs(mr) => Ok(mr.with_mut(f)),
+        }
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        let _ = self.pd.dev.shared().lock().rnic.dereg_mr(self.info.lkey);
+        if let MrKind::Soft(pd) = &self.kind {
+            let _ = pd.shared.lock().rnic.dereg_mr(self.lkey);
+        }
     }
 }
 
 #[derive(Debug)]
 struct CqInner {
-    dev: Device,
+    _dev: Device,
+    shared: Arc<Shared>,
     cq: proto::Cq,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
         // Every QP using this CQ holds this CqInner, so none is left.
-        let _ = self.dev.shared().lock().rnic.destroy_cq(self.cq);
+        let _ = self.shared.lock().rnic.destroy_cq(self.cq);
     }
+}
+
+#[derive(Clone, Debug)]
+enum CqKind {
+    Soft(Arc<CqInner>),
+    Verbs(Arc<ibv::Cq>),
 }
 
 /// A completion queue (`struct ibv_cq`).
 #[derive(Clone, Debug)]
 pub struct Cq {
-    inner: Arc<CqInner>,
+    kind: CqKind,
 }
 
 impl Cq {
@@ -845,31 +1094,44 @@ impl Cq {
         v
     }
 
-    /// [`Cq::poll`] appending to `out`; returns how many were added.
+    /// [`Cq::poll`] appending to `out`; returns how many were added. A failing
+    /// `ibv_poll_cq` (offload backend: the CQ overran or the device died) is logged and
+    /// reads as no completion; [`Cq::try_poll_into`] returns it.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
-        self.inner
-            .dev
-            .shared()
-            .lock()
-            .rnic
-            .poll_cq(self.inner.cq, max, out)
+        self.try_poll_into(max, out).unwrap_or_else(|e| {
+            tracing::error!("poll_cq: {e}");
+            0
+        })
+    }
+
+    /// [`Cq::poll_into`] with the offload backend's errors.
+    pub fn try_poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        match &self.kind {
+            CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.poll_cq(cq.cq, max, out)),
+            CqKind::Verbs(cq) => cq.poll_into(max, out),
+        }
     }
 
     /// Wait up to `timeout` for completions, then return up to `max` of them (empty on
-    /// timeout). Sleeps on a condition variable the driver signals; no spinning. Like
-    /// `ibv_get_cq_event` + `ibv_poll_cq` in one call.
+    /// timeout). Sleeps on a condition variable the driver signals (software) or on the
+    /// CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
+    /// `ibv_poll_cq` in one call.
     pub fn wait(&self, max: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
         self.wait_into(max, timeout, &mut v);
         v
     }
 
-    /// [`Cq::wait`] appending to `out`; returns how many were added.
+    /// [`Cq::wait`] appending to `out`; returns how many were added (errors as in
+    /// [`Cq::poll_into`]).
     pub fn wait_into(&self, max: usize, timeout: Duration, out: &mut Vec<WorkCompletion>) -> usize {
-        self.inner
-            .dev
-            .shared()
-            .wait_cq(self.inner.cq, max, out, timeout)
+        match &self.kind {
+            CqKind::Soft(cq) => cq.shared.wait_cq(cq.cq, max, out, timeout),
+            CqKind::Verbs(cq) => cq.wait_into(max, timeout, out).unwrap_or_else(|e| {
+                tracing::error!("wait for completions: {e}");
+                0
+            }),
+        }
     }
 }
 
@@ -940,12 +1202,21 @@ impl Default for ConnectOpts {
     }
 }
 
+#[derive(Debug)]
+enum QpKind {
+    Soft {
+        pd: Arc<PdInner>,
+        _cqs: [Arc<CqInner>; 2],
+    },
+    Verbs(ibv::Qp),
+}
+
 /// An RC queue pair (`struct ibv_qp`).
 #[derive(Debug)]
 pub struct Qp {
     qpn: Qpn,
-    pd: Arc<PdInner>,
-    _cqs: [Arc<CqInner>; 2],
+    dev: Device,
+    kind: QpKind,
 }
 
 impl Qp {
@@ -954,11 +1225,17 @@ impl Qp {
     }
 
     fn dev(&self) -> &Device {
-        &self.pd.dev
+        &self.dev
+    }
+
+    /// The device this QP belongs to.
+    pub fn device(&self) -> &Device {
+        &self.dev
     }
 
     /// `ibv_modify_qp`. With [`AttrMask::AV`] and an all-zero `dmac`, the MAC of `dgid` is
-    /// looked up (and resolved) in the kernel's neighbour table first.
+    /// looked up (and resolved) in the kernel's neighbour table first (software backend;
+    /// the kernel does it for an RDMA device).
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
         let dev = self.dev();
         let mut attr = *attr;
@@ -980,26 +1257,37 @@ impl Qp {
                     });
                 }
             }
-            if av.dmac == [0; 6] {
-                av.dmac = dev.resolve_dmac(&av.dgid)?;
+            if let QpKind::Soft { .. } = self.kind {
+                if av.dmac == [0; 6] {
+                    av.dmac = dev.resolve_dmac(&av.dgid)?;
+                }
+                // ib_core's `ib_resolve_eth_dmac` (drivers/infiniband/core/verbs.c), run on
+                // every RoCE modify with an address vector of a connected QP, replaces the
+                // GRH hop limit with the route's (`ib_resolve_unicast_gid_dmac` →
+                // `rdma_addr_find_l2_eth_by_grh`); only a link-local destination from a
+                // RoCE v1 source GID keeps the caller's. Our GIDs are all RoCE v2, so
+                // always. So rxe and ConnectX send TTL / hop limit 64 where
+                // ibv_rc_pingpong asks for 1 and perftest for 255 (fe80:: GIDs too), and
+                // so do we (seen against rxe).
+                av.hop_limit = dev.route_hop_limit(&av.dgid);
             }
-            // ib_core's `ib_resolve_eth_dmac` (drivers/infiniband/core/verbs.c), run on
-            // every RoCE modify with an address vector of a connected QP, replaces the
-            // GRH hop limit with the route's (`ib_resolve_unicast_gid_dmac` →
-            // `rdma_addr_find_l2_eth_by_grh`); only a link-local destination from a RoCE
-            // v1 source GID keeps the caller's. Our GIDs are all RoCE v2, so always. So
-            // rxe and ConnectX send TTL / hop limit 64 where ibv_rc_pingpong asks for 1
-            // and perftest for 255 (fe80:: GIDs too), and so do we (seen against rxe).
-            av.hop_limit = dev.route_hop_limit(&av.dgid);
         }
-        dev.shared().lock().rnic.modify_qp(self.qpn, &attr, mask)?;
-        dev.shared().kick();
+        match &self.kind {
+            QpKind::Soft { pd, .. } => {
+                pd.shared.lock().rnic.modify_qp(self.qpn, &attr, mask)?;
+                pd.shared.kick();
+            }
+            QpKind::Verbs(qp) => qp.modify(&attr, mask)?,
+        }
         Ok(())
     }
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr> {
-        Ok(self.dev().shared().lock().rnic.query_qp(self.qpn)?)
+        match &self.kind {
+            QpKind::Soft { pd, .. } => Ok(pd.shared.lock().rnic.query_qp(self.qpn)?),
+            QpKind::Verbs(qp) => qp.query(),
+        }
     }
 
     /// RESET → INIT → RTR → RTS towards `remote`, like ibv_rc_pingpong (`pp_init_ctx`'s
@@ -1068,36 +1356,48 @@ impl Qp {
 
     /// `ibv_post_send` (one work request).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        let s = self.dev().shared();
-        s.lock().rnic.post_send(self.qpn, wr)?;
-        s.kick();
+        match &self.kind {
+            QpKind::Soft { pd, .. } => {
+                pd.shared.lock().rnic.post_send(self.qpn, wr)?;
+                pd.shared.kick();
+            }
+            QpKind::Verbs(qp) => qp.post_send(&wr)?,
+        }
         Ok(())
     }
 
     /// `ibv_post_recv` (one work request).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        let s = self.dev().shared();
-        // No kick: a new receive WQE gives the driver nothing to send (a peer that got an
-        // RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
-        s.lock().rnic.post_recv(self.qpn, wr)?;
+        match &self.kind {
+            // No kick: a new receive WQE gives the driver nothing to send (a peer that got
+            // an RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
+            QpKind::Soft { pd, .. } => pd.shared.lock().rnic.post_recv(self.qpn, wr)?,
+            QpKind::Verbs(qp) => qp.post_recv(&wr)?,
+        }
         Ok(())
     }
 
-    /// This QP's counters.
+    /// This QP's counters (the engine's: all zero on the offload backend, which has no
+    /// per-QP counters; see [`Device::backend`]).
     pub fn counters(&self) -> QpCounters {
-        self.dev()
-            .shared()
-            .lock()
-            .rnic
-            .qp_counters(self.qpn)
-            .unwrap_or_default()
+        match &self.kind {
+            QpKind::Soft { pd, .. } => pd
+                .shared
+                .lock()
+                .rnic
+                .qp_counters(self.qpn)
+                .unwrap_or_default(),
+            QpKind::Verbs(_) => QpCounters::default(),
+        }
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        let mut g = self.pd.dev.shared().lock();
-        let _ = g.rnic.destroy_qp(self.qpn);
-        g.qps.remove(&self.qpn);
+        if let QpKind::Soft { pd, .. } = &self.kind {
+            let mut g = pd.shared.lock();
+            let _ = g.rnic.destroy_qp(self.qpn);
+            g.qps.remove(&self.qpn);
+        }
     }
 }

@@ -1,0 +1,908 @@
+//! The offload backend's FFI: safe handles over rdma-core's libibverbs, loaded at run
+//! time ([`sys`]), for [`crate::verbs`] to dispatch to when a device is opened with
+//! [`crate::verbs::Device::open_rdma`].
+//!
+//! Contract:
+//! - This module and [`sys`] are the only places outside `src/io/afxdp` with `unsafe`;
+//!   every block says why it is sound. Each handle owns one libibverbs object and frees
+//!   it on drop, after everything made from it (a [`Qp`] holds its PD and CQs, an [`Mr`]
+//!   its PD, all of them the [`Context`]).
+//! - libibverbs objects may be used from any thread (libibverbs and its providers lock
+//!   internally; rdma-core `Documentation/libibverbs.md`, "Thread safety"), so the handles
+//!   are `Send + Sync`.
+//! - Memory regions are page-aligned, zeroed heap buffers this module allocates and
+//!   registers; the RNIC reads and writes them by DMA while the region is registered.
+//!   [`Mr::with`] / [`Mr::with_mut`] give the CPU's view under a per-region lock; like any
+//!   verbs program, a caller must not look at bytes a remote peer may be writing at the
+//!   same time (they are plain memory, not torn by Rust, but their value is undefined
+//!   until the completion that ends the transfer).
+//! - Failures are [`Error::Ibv`] with the call's name and `errno`.
+
+pub mod sys;
+
+use std::alloc::Layout;
+use std::ffi::{CStr, c_int};
+use std::os::fd::BorrowedFd;
+use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::{Error, Gid, Result};
+use crate::proto::{
+    Access, AddressVector, AttrMask, Mtu, QpAttr, QpState, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+use crate::wire::{Lkey, Psn, Qpn, Rkey};
+
+static LIB: OnceLock<std::result::Result<sys::Lib, String>> = OnceLock::new();
+
+/// libibverbs, loaded on first use.
+pub fn lib() -> Result<&'static sys::Lib> {
+    LIB.get_or_init(|| sys::Lib::load().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| Error::NoLibibverbs(e.clone()))
+}
+
+fn last_err(call: &'static str) -> Error {
+    Error::Ibv {
+        call,
+        err: std::io::Error::last_os_error(),
+    }
+}
+
+/// libibverbs functions returning an errno value (0 on success).
+fn check(call: &'static str, rc: c_int) -> Result<()> {
+    match rc {
+        0 => Ok(()),
+        // Some calls return -1 and set errno, others return the errno value itself.
+        r if r < 0 => Err(last_err(call)),
+        r => Err(Error::Ibv {
+            call,
+            err: std::io::Error::from_raw_os_error(r),
+        }),
+    }
+}
+
+/// ibv_get_device_list returned NULL: ENOSYS means the kernel has no RDMA support
+/// (no `/sys/class/infiniband_verbs`), which is no device rather than a failure.
+fn no_list() -> Result<Vec<String>> {
+    let e = last_err("ibv_get_device_list");
+    match &e {
+        Error::Ibv { err, .. } if err.raw_os_error() == Some(38) => Ok(Vec::new()),
+        _ => Err(e),
+    }
+}
+
+/// The names of the RDMA devices libibverbs finds (`ibv_devices`).
+pub fn device_names() -> Result<Vec<String>> {
+    let l = lib()?;
+    let mut n: c_int = 0;
+    // SAFETY: ibv_get_device_list writes the count to `n` and returns a NULL-terminated
+    // array of `n` device pointers (or NULL with errno set).
+    let list = unsafe { (l.fns.get_device_list)(&mut n) };
+    if list.is_null() {
+        return no_list();
+    }
+    let mut names = Vec::new();
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: `i < n` entries of the array are valid device pointers, and
+        // ibv_get_device_name returns a NUL-terminated string owned by the device.
+        let name = unsafe { CStr::from_ptr((l.fns.get_device_name)(*list.add(i))) };
+        names.push(name.to_string_lossy().into_owned());
+    }
+    // SAFETY: `list` came from ibv_get_device_list and is freed once.
+    unsafe { (l.fns.free_device_list)(list) };
+    Ok(names)
+}
+
+/// An open device (`struct ibv_context`).
+#[derive(Debug)]
+pub struct Context {
+    ctx: NonNull<sys::ibv_context>,
+    lib: &'static sys::Lib,
+}
+
+// SAFETY: libibverbs contexts are thread-safe (see the module doc); the pointer is only
+// passed to libibverbs.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// `ibv_open_device` on the device called `name`.
+    pub fn open(name: &str) -> Result<Context> {
+        let l = lib()?;
+        let mut n: c_int = 0;
+        // SAFETY: as in `device_names`.
+        let list = unsafe { (l.fns.get_device_list)(&mut n) };
+        if list.is_null() {
+            return no_list().and_then(|found| {
+                Err(Error::NoRdmaDevice {
+                    name: name.to_string(),
+                    found,
+                })
+            });
+        }
+        let mut found = Vec::new();
+        let mut ctx = ptr::null_mut();
+        let mut open_err = None;
+        for i in 0..usize::try_from(n).unwrap_or(0) {
+            // SAFETY: as in `device_names`; the device stays valid until the list is
+            // freed, and an opened context holds its own reference.
+            unsafe {
+                let dev = *list.add(i);
+                let dn = CStr::from_ptr((l.fns.get_device_name)(dev)).to_string_lossy();
+                if dn == name {
+                    ctx = (l.fns.open_device)(dev);
+                    if ctx.is_null() {
+                        open_err = Some(last_err("ibv_open_device"));
+                    }
+                }
+                found.push(dn.into_owned());
+            }
+        }
+        // SAFETY: `list` came from ibv_get_device_list and is freed once.
+        unsafe { (l.fns.free_device_list)(list) };
+        if let Some(e) = open_err {
+            return Err(e);
+        }
+        let ctx = NonNull::new(ctx).ok_or_else(|| Error::NoRdmaDevice {
+            name: name.to_string(),
+            found,
+        })?;
+        Ok(Context { ctx, lib: l })
+    }
+
+    fn fns(&self) -> &'static sys::Fns {
+        &self.lib.fns
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> Result<sys::ibv_device_attr> {
+        let mut a = std::mem::MaybeUninit::<sys::ibv_device_attr>::zeroed();
+        // SAFETY: the context is open; `a` is a writable ibv_device_attr.
+        check("ibv_query_device", unsafe {
+            (self.fns().query_device)(self.ctx.as_ptr(), a.as_mut_ptr())
+        })?;
+        // SAFETY: zero is a valid value of every field, and the call filled the rest.
+        Ok(unsafe { a.assume_init() })
+    }
+
+    /// `ibv_query_port`.
+    pub fn query_port(&self, port: u8) -> Result<sys::ibv_port_attr> {
+        let mut a = sys::ibv_port_attr::default();
+        // SAFETY: the context is open; `a` is a zeroed ibv_port_attr, as verbs.h's
+        // inline wrapper passes it.
+        check("ibv_query_port", unsafe {
+            (self.fns().query_port)(self.ctx.as_ptr(), port, &mut a)
+        })?;
+        Ok(a)
+    }
+
+    /// `ibv_query_gid`.
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+        let mut g: sys::ibv_gid = [0; 16];
+        let index = c_int::try_from(index).map_err(|_| Error::Ibv {
+            call: "ibv_query_gid",
+            err: std::io::Error::from_raw_os_error(22),
+        })?;
+        // SAFETY: the context is open; `g` is a 16-byte union ibv_gid.
+        check("ibv_query_gid", unsafe {
+            (self.fns().query_gid)(self.ctx.as_ptr(), port, index, &mut g)
+        })?;
+        Ok(g)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: every object made from the context holds an Arc of it, so none is left.
+        unsafe { (self.fns().close_device)(self.ctx.as_ptr()) };
+    }
+}
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Debug)]
+pub struct Pd {
+    pd: NonNull<sys::ibv_pd>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: see Context.
+unsafe impl Send for Pd {}
+// SAFETY: see Context.
+unsafe impl Sync for Pd {}
+
+impl Pd {
+    /// `ibv_alloc_pd`.
+    pub fn alloc(ctx: &Arc<Context>) -> Result<Pd> {
+        // SAFETY: the context is open.
+        let pd = unsafe { (ctx.fns().alloc_pd)(ctx.ctx.as_ptr()) };
+        Ok(Pd {
+            pd: NonNull::new(pd).ok_or_else(|| last_err("ibv_alloc_pd"))?,
+            ctx: ctx.clone(),
+        })
+    }
+}
+
+impl Drop for Pd {
+    fn drop(&mut self) {
+        // SAFETY: every MR and QP of this PD holds an Arc of it, so none is left.
+        unsafe { (self.ctx.fns().dealloc_pd)(self.pd.as_ptr()) };
+    }
+}
+
+/// A registered memory region over a buffer this handle owns.
+#[derive(Debug)]
+pub struct Mr {
+    mr: NonNull<sys::ibv_mr>,
+    buf: NonNull<u8>,
+    layout: Layout,
+    len: usize,
+    /// Serialises the CPU's views ([`Mr::with`], [`Mr::with_mut`]).
+    cpu: Mutex<()>,
+    pd: Arc<Pd>,
+}
+
+// SAFETY: the buffer is only reached through `with`/`with_mut` under `cpu`, the MR
+// pointer only by libibverbs (thread-safe).
+unsafe impl Send for Mr {}
+// SAFETY: as above.
+unsafe impl Sync for Mr {}
+
+const PAGE: usize = 4096;
+
+impl Mr {
+    /// Allocate `len` zeroed, page-aligned bytes and `ibv_reg_mr` them with `access`.
+    pub fn reg(pd: &Arc<Pd>, len: usize, access: Access) -> Result<Mr> {
+        // A zero-length allocation is not allowed; register at least one byte of a page.
+        let layout = Layout::from_size_align(len.max(1), PAGE).map_err(|_| Error::Ibv {
+            call: "ibv_reg_mr",
+            err: std::io::Error::from_raw_os_error(12),
+        })?;
+        // SAFETY: the layout has a non-zero size.
+        let buf = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).ok_or(Error::Ibv {
+            call: "ibv_reg_mr",
+            err: std::io::Error::from_raw_os_error(12),
+        })?;
+        // SAFETY: `buf` is `len` bytes we own until dereg (Drop deregisters first).
+        let mr = unsafe {
+            (pd.ctx.fns().reg_mr)(pd.pd.as_ptr(), buf.as_ptr().cast(), len, access.0 as c_int)
+        };
+        let Some(mr) = NonNull::new(mr) else {
+            let e = last_err("ibv_reg_mr");
+            // SAFETY: allocated above with this layout, not registered.
+            unsafe { std::alloc::dealloc(buf.as_ptr(), layout) };
+            return Err(e);
+        };
+        Ok(Mr {
+            mr,
+            buf,
+            layout,
+            len,
+            cpu: Mutex::new(()),
+            pd: pd.clone(),
+        })
+    }
+
+    fn raw(&self) -> &sys::ibv_mr {
+        // SAFETY: libibverbs keeps the ibv_mr valid until ibv_dereg_mr (in Drop) and never
+        // changes these fields.
+        unsafe { self.mr.as_ref() }
+    }
+    pub fn lkey(&self) -> Lkey {
+        Lkey(self.raw().lkey)
+    }
+    pub fn rkey(&self) -> Rkey {
+        Rkey(self.raw().rkey)
+    }
+    /// The buffer's virtual address: SGEs and remote addresses name it (ibv_reg_mr's
+    /// iova is the address).
+    pub fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `buf` holds `len` initialised bytes for as long as self lives; the lock
+        // keeps other CPU views out (DMA: see the module doc).
+        f(unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), self.len) })
+    }
+
+    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: as in `with`; the lock makes this the only CPU view.
+        f(unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) })
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: deregistered once, then the buffer (no longer reachable by the RNIC) is
+        // freed with the layout it was allocated with.
+        unsafe {
+            (self.pd.ctx.fns().dereg_mr)(self.mr.as_ptr());
+            std::alloc::dealloc(self.buf.as_ptr(), self.layout);
+        }
+    }
+}
+
+/// A completion queue with its own completion channel (for [`Cq::wait_into`]).
+#[derive(Debug)]
+pub struct Cq {
+    cq: NonNull<sys::ibv_cq>,
+    chan: NonNull<sys::ibv_comp_channel>,
+    /// Serialises waiters: one thread at a time reads the channel.
+    waiter: Mutex<()>,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: see Context.
+unsafe impl Send for Cq {}
+// SAFETY: see Context.
+unsafe impl Sync for Cq {}
+
+impl Cq {
+    /// `ibv_create_comp_channel` + `ibv_create_cq` with room for `cqe` completions.
+    pub fn create(ctx: &Arc<Context>, cqe: usize) -> Result<Cq> {
+        let cqe = c_int::try_from(cqe.max(1)).map_err(|_| Error::Ibv {
+            call: "ibv_create_cq",
+            err: std::io::Error::from_raw_os_error(22),
+        })?;
+        // SAFETY: the context is open.
+        let chan = unsafe { (ctx.fns().create_comp_channel)(ctx.ctx.as_ptr()) };
+        let chan = NonNull::new(chan).ok_or_else(|| last_err("ibv_create_comp_channel"))?;
+        // SAFETY: the context and channel are valid; no CQ context pointer, vector 0.
+        let cq = unsafe {
+            (ctx.fns().create_cq)(ctx.ctx.as_ptr(), cqe, ptr::null_mut(), chan.as_ptr(), 0)
+        };
+        let Some(cq) = NonNull::new(cq) else {
+            let e = last_err("ibv_create_cq");
+            // SAFETY: the channel has no CQ.
+            unsafe { (ctx.fns().destroy_comp_channel)(chan.as_ptr()) };
+            return Err(e);
+        };
+        Ok(Cq {
+            cq,
+            chan,
+            waiter: Mutex::new(()),
+            ctx: ctx.clone(),
+        })
+    }
+
+    fn ops(&self) -> &sys::ibv_context {
+        // SAFETY: the context outlives the CQ; its ops table is set at open and constant.
+        unsafe { self.ctx.ctx.as_ref() }
+    }
+
+    /// `ibv_poll_cq` for up to `max` completions, appended to `out`.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
+        let Some(poll) = self.ops().poll_cq else {
+            return Err(Error::Ibv {
+                call: "ibv_poll_cq",
+                err: std::io::Error::from_raw_os_error(95),
+            });
+        };
+        let mut wcs = [sys::ibv_wc::default(); 16];
+        let mut total = 0;
+        while total < max {
+            let want = (max - total).min(wcs.len()) as c_int;
+            // SAFETY: the CQ is valid and `wcs` has room for `want` entries.
+            let n = unsafe { poll(self.cq.as_ptr(), want, wcs.as_mut_ptr()) };
+            if n < 0 {
+                return Err(Error::Ibv {
+                    call: "ibv_poll_cq",
+                    err: std::io::Error::from_raw_os_error(-n),
+                });
+            }
+            let n = n as usize;
+            out.extend(wcs[..n].iter().map(wc_from_ibv));
+            total += n;
+            if n < want as usize {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    /// Poll; when nothing is there, arm the CQ and sleep on its channel until a
+    /// completion event or `timeout`.
+    pub fn wait_into(
+        &self,
+        max: usize,
+        timeout: Duration,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        let _w = self.waiter.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let n = self.poll_into(max, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let Some(notify) = self.ops().req_notify_cq else {
+                return Err(Error::Ibv {
+                    call: "ibv_req_notify_cq",
+                    err: std::io::Error::from_raw_os_error(95),
+                });
+            };
+            // SAFETY: the CQ is valid. Arm, then poll again: a completion that arrived
+            // before arming raises no event (the usual ibv_req_notify_cq race).
+            let rc = unsafe { notify(self.cq.as_ptr(), 0) };
+            check("ibv_req_notify_cq", rc)?;
+            let n = self.poll_into(max, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            // SAFETY: the channel's fd stays open while the channel exists (self).
+            let fd = unsafe { BorrowedFd::borrow_raw(self.chan.as_ref().fd) };
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::event::Timespec::try_from(left).unwrap_or(rustix::event::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            });
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    return Err(Error::Ibv {
+                        call: "poll(comp_channel)",
+                        err: e.into(),
+                    });
+                }
+            }
+            let mut ev_cq = ptr::null_mut();
+            let mut ev_ctx = ptr::null_mut();
+            // SAFETY: the channel is readable, so ibv_get_cq_event does not block; the
+            // event is for our CQ (the channel is ours alone) and is acknowledged at once,
+            // so ibv_destroy_cq never waits for it.
+            unsafe {
+                check(
+                    "ibv_get_cq_event",
+                    (self.ctx.fns().get_cq_event)(self.chan.as_ptr(), &mut ev_cq, &mut ev_ctx),
+                )?;
+                (self.ctx.fns().ack_cq_events)(self.cq.as_ptr(), 1);
+            }
+        }
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: every QP using this CQ holds an Arc of it, so none is left; all events
+        // were acknowledged; the channel is destroyed after its only CQ.
+        unsafe {
+            (self.ctx.fns().destroy_cq)(self.cq.as_ptr());
+            (self.ctx.fns().destroy_comp_channel)(self.chan.as_ptr());
+        }
+    }
+}
+
+/// What [`Qp::create`] asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_sge: u32,
+    pub sq_sig_all: bool,
+}
+
+/// An RC queue pair.
+#[derive(Debug)]
+pub struct Qp {
+    qp: NonNull<sys::ibv_qp>,
+    max_sge: u32,
+    pd: Arc<Pd>,
+    _cqs: [Arc<Cq>; 2],
+}
+
+// SAFETY: see Context.
+unsafe impl Send for Qp {}
+// SAFETY: see Context.
+unsafe impl Sync for Qp {}
+
+impl Qp {
+    /// `ibv_create_qp` for an RC QP.
+    pub fn create(pd: &Arc<Pd>, send_cq: &Arc<Cq>, recv_cq: &Arc<Cq>, caps: QpCaps) -> Result<Qp> {
+        let mut init = sys::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: send_cq.cq.as_ptr(),
+            recv_cq: recv_cq.cq.as_ptr(),
+            srq: ptr::null_mut(),
+            cap: sys::ibv_qp_cap {
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: caps.max_sge,
+                max_recv_sge: caps.max_sge,
+                max_inline_data: 0,
+            },
+            qp_type: sys::QPT_RC,
+            sq_sig_all: c_int::from(caps.sq_sig_all),
+        };
+        // SAFETY: PD and CQs are valid objects of one context; `init` is filled.
+        let qp = unsafe { (pd.ctx.fns().create_qp)(pd.pd.as_ptr(), &mut init) };
+        Ok(Qp {
+            qp: NonNull::new(qp).ok_or_else(|| last_err("ibv_create_qp"))?,
+            max_sge: caps.max_sge,
+            pd: pd.clone(),
+            _cqs: [send_cq.clone(), recv_cq.clone()],
+        })
+    }
+
+    pub fn qp_num(&self) -> Qpn {
+        // SAFETY: qp_num is set at creation and never changes.
+        Qpn::new(unsafe { self.qp.as_ref().qp_num })
+    }
+
+    fn ops(&self) -> &sys::ibv_context {
+        // SAFETY: the context outlives the QP (the PD holds it).
+        unsafe { self.pd.ctx.ctx.as_ref() }
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        let mut a = attr_to_ibv(attr);
+        // SAFETY: the QP is valid; `a` is a full ibv_qp_attr.
+        check("ibv_modify_qp", unsafe {
+            (self.pd.ctx.fns().modify_qp)(self.qp.as_ptr(), &mut a, mask.0 as c_int)
+        })
+    }
+
+    /// `ibv_query_qp` of every attribute [`QpAttr`] has.
+    pub fn query(&self) -> Result<QpAttr> {
+        let mut a = sys::ibv_qp_attr::default();
+        let mut init = sys::ibv_qp_init_attr {
+            qp_context: ptr::null_mut(),
+            send_cq: ptr::null_mut(),
+            recv_cq: ptr::null_mut(),
+            srq: ptr::null_mut(),
+            cap: sys::ibv_qp_cap::default(),
+            qp_type: 0,
+            sq_sig_all: 0,
+        };
+        let mask = AttrMask::STATE.0
+            | AttrMask::CUR_STATE.0
+            | AttrMask::ACCESS_FLAGS.0
+            | AttrMask::PKEY_INDEX.0
+            | AttrMask::PORT.0
+            | AttrMask::AV.0
+            | AttrMask::PATH_MTU.0
+            | AttrMask::TIMEOUT.0
+            | AttrMask::RETRY_CNT.0
+            | AttrMask::RNR_RETRY.0
+            | AttrMask::RQ_PSN.0
+            | AttrMask::MAX_QP_RD_ATOMIC.0
+            | AttrMask::MIN_RNR_TIMER.0
+            | AttrMask::SQ_PSN.0
+            | AttrMask::MAX_DEST_RD_ATOMIC.0
+            | AttrMask::DEST_QPN.0;
+        // SAFETY: the QP is valid; `a` and `init` are writable.
+        check("ibv_query_qp", unsafe {
+            (self.pd.ctx.fns().query_qp)(self.qp.as_ptr(), &mut a, mask as c_int, &mut init)
+        })?;
+        attr_from_ibv(&a)
+    }
+
+    /// `ibv_post_send` of one work request.
+    pub fn post_send(&self, wr: &SendWr) -> Result<()> {
+        let post = self.ops().post_send.ok_or(Error::Ibv {
+            call: "ibv_post_send",
+            err: std::io::Error::from_raw_os_error(95),
+        })?;
+        let mut sges = sges_to_ibv(&wr.sg_list, self.max_sge, "ibv_post_send")?;
+        // The `wr` union: atomics are {remote_addr, compare_add, swap, rkey}, RDMA
+        // {remote_addr, rkey} with rkey where compare_add would be.
+        let wr_u = if wr.opcode.is_atomic() {
+            sys::ibv_send_wr_wr {
+                remote_addr: wr.atomic.remote_addr,
+                word1: wr.atomic.compare_add,
+                swap: wr.atomic.swap,
+                atomic_rkey: wr.atomic.rkey.0,
+            }
+        } else {
+            sys::ibv_send_wr_wr {
+                remote_addr: wr.rdma.remote_addr,
+                word1: u64::from(wr.rdma.rkey.0),
+                swap: 0,
+                atomic_rkey: 0,
+            }
+        };
+        let mut w = sys::ibv_send_wr {
+            wr_id: wr.wr_id,
+            next: ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                ptr::null_mut()
+            } else {
+                sges.as_mut_ptr()
+            },
+            num_sge: sges.len() as c_int,
+            opcode: wr_opcode(wr.opcode),
+            send_flags: wr.send_flags.0,
+            imm_data: match wr.opcode {
+                WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => wr.imm_data.to_be(),
+                WrOpcode::SendWithInv => wr.invalidate_rkey.0,
+                _ => 0,
+            },
+            wr: wr_u,
+            qp_type: 0,
+            bind_mw: [0; 6],
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is valid; `w` and the SGEs it points to live across the call
+        // (the provider copies the WQE before returning).
+        check("ibv_post_send", unsafe {
+            post(self.qp.as_ptr(), &mut w, &mut bad)
+        })
+    }
+
+    /// `ibv_post_recv` of one work request.
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        let post = self.ops().post_recv.ok_or(Error::Ibv {
+            call: "ibv_post_recv",
+            err: std::io::Error::from_raw_os_error(95),
+        })?;
+        let mut sges = sges_to_ibv(&wr.sg_list, self.max_sge, "ibv_post_recv")?;
+        let mut w = sys::ibv_recv_wr {
+            wr_id: wr.wr_id,
+            next: ptr::null_mut(),
+            sg_list: if sges.is_empty() {
+                ptr::null_mut()
+            } else {
+                sges.as_mut_ptr()
+            },
+            num_sge: sges.len() as c_int,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: as in post_send.
+        check("ibv_post_recv", unsafe {
+            post(self.qp.as_ptr(), &mut w, &mut bad)
+        })
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: destroyed once; nothing else refers to it.
+        unsafe { (self.pd.ctx.fns().destroy_qp)(self.qp.as_ptr()) };
+    }
+}
+
+fn sges_to_ibv(
+    sg: &[crate::proto::Sge],
+    max: u32,
+    call: &'static str,
+) -> Result<Vec<sys::ibv_sge>> {
+    if sg.len() > max as usize {
+        // EINVAL, what the provider would answer for num_sge > max_send_sge.
+        return Err(Error::Ibv {
+            call,
+            err: std::io::Error::from_raw_os_error(22),
+        });
+    }
+    Ok(sg
+        .iter()
+        .map(|s| sys::ibv_sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey.0,
+        })
+        .collect())
+}
+
+fn wr_opcode(o: WrOpcode) -> u32 {
+    // enum ibv_wr_opcode.
+    match o {
+        WrOpcode::RdmaWrite => 0,
+        WrOpcode::RdmaWriteWithImm => 1,
+        WrOpcode::Send => 2,
+        WrOpcode::SendWithImm => 3,
+        WrOpcode::RdmaRead => 4,
+        WrOpcode::AtomicCmpAndSwp => 5,
+        WrOpcode::AtomicFetchAndAdd => 6,
+        WrOpcode::SendWithInv => 9,
+    }
+}
+
+/// `enum ibv_qp_state` value of a state.
+pub fn qp_state_ibv(s: QpState) -> u32 {
+    match s {
+        QpState::Reset => 0,
+        QpState::Init => 1,
+        QpState::Rtr => 2,
+        QpState::Rts => 3,
+        QpState::Sqd => 4,
+        QpState::Sqe => 5,
+        QpState::Err => 6,
+    }
+}
+
+fn qp_state_from(v: u32) -> Result<QpState> {
+    QpState::ALL
+        .into_iter()
+        .find(|&s| qp_state_ibv(s) == v)
+        .ok_or(Error::Verbs(crate::proto::VerbsError::InvalidValue(
+            "QP state from libibverbs",
+        )))
+}
+
+/// `enum ibv_mtu` value (1..=5).
+pub fn mtu_ibv(m: Mtu) -> u32 {
+    match m {
+        Mtu::Mtu256 => 1,
+        Mtu::Mtu512 => 2,
+        Mtu::Mtu1024 => 3,
+        Mtu::Mtu2048 => 4,
+        Mtu::Mtu4096 => 5,
+    }
+}
+
+/// The MTU of an `enum ibv_mtu` value.
+pub fn mtu_from(v: u32) -> Option<Mtu> {
+    1u32.checked_shl(v + 7).and_then(Mtu::from_bytes)
+}
+
+fn attr_to_ibv(a: &QpAttr) -> sys::ibv_qp_attr {
+    let av: &AddressVector = &a.ah_attr;
+    sys::ibv_qp_attr {
+        qp_state: qp_state_ibv(a.qp_state),
+        cur_qp_state: qp_state_ibv(a.cur_qp_state),
+        path_mtu: mtu_ibv(a.path_mtu),
+        qp_access_flags: a.qp_access_flags.0,
+        pkey_index: a.pkey_index,
+        port_num: a.port_num,
+        // RoCE: every address vector is global (GRH); the kernel resolves the MAC
+        // and takes the route's hop limit (ib_resolve_eth_dmac).
+        ah_attr: sys::ibv_ah_attr {
+            grh: sys::ibv_global_route {
+                dgid: av.dgid,
+                flow_label: av.flow_label,
+                sgid_index: av.sgid_index,
+                hop_limit: av.hop_limit,
+                traffic_class: av.traffic_class,
+            },
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: a.port_num.max(1),
+        },
+        dest_qp_num: a.dest_qp_num.value(),
+        rq_psn: a.rq_psn.value(),
+        sq_psn: a.sq_psn.value(),
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        min_rnr_timer: a.min_rnr_timer,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        ..sys::ibv_qp_attr::default()
+    }
+}
+
+fn attr_from_ibv(a: &sys::ibv_qp_attr) -> Result<QpAttr> {
+    let g = &a.ah_attr.grh;
+    Ok(QpAttr {
+        qp_state: qp_state_from(a.qp_state)?,
+        cur_qp_state: qp_state_from(a.cur_qp_state).unwrap_or(QpState::Reset),
+        path_mtu: mtu_from(a.path_mtu).unwrap_or_default(),
+        qp_access_flags: Access(a.qp_access_flags & Access::ALL.0),
+        pkey_index: a.pkey_index,
+        port_num: a.port_num,
+        ah_attr: AddressVector {
+            dmac: [0; 6],
+            dgid: g.dgid,
+            sgid_index: g.sgid_index,
+            traffic_class: g.traffic_class,
+            hop_limit: g.hop_limit,
+            flow_label: g.flow_label,
+            vlan_tci: None,
+        },
+        dest_qp_num: Qpn::new(a.dest_qp_num),
+        rq_psn: Psn::new(a.rq_psn),
+        sq_psn: Psn::new(a.sq_psn),
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        min_rnr_timer: a.min_rnr_timer,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        sq_draining: a.sq_draining != 0,
+    })
+}
+
+/// A work completion from `struct ibv_wc`.
+fn wc_from_ibv(w: &sys::ibv_wc) -> WorkCompletion {
+    let status = WcStatus::from_ibv(w.status);
+    // enum ibv_wc_opcode. libibverbs leaves the opcode undefined in error completions;
+    // those report SEND here (check `status` first, as with libibverbs).
+    let opcode = match w.opcode {
+        1 => WcOpcode::RdmaWrite,
+        2 => WcOpcode::RdmaRead,
+        3 => WcOpcode::CompSwap,
+        4 => WcOpcode::FetchAdd,
+        128 => WcOpcode::Recv,
+        129 => WcOpcode::RecvRdmaWithImm,
+        _ => WcOpcode::Send,
+    };
+    WorkCompletion {
+        wr_id: w.wr_id,
+        status,
+        opcode,
+        byte_len: w.byte_len,
+        imm_data: (w.wc_flags & sys::WC_WITH_IMM != 0).then(|| u32::from_be(w.imm_data)),
+        invalidated_rkey: (w.wc_flags & sys::WC_WITH_INV != 0).then_some(Rkey(w.imm_data)),
+        qp_num: Qpn::new(w.qp_num),
+        src_qp: Qpn::new(w.src_qp),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_values_are_libibverbs() {
+        assert_eq!(mtu_from(mtu_ibv(Mtu::Mtu4096)), Some(Mtu::Mtu4096));
+        assert_eq!(mtu_ibv(Mtu::Mtu256), 1);
+        assert_eq!(mtu_from(0), None);
+        assert_eq!(mtu_from(6), None);
+        assert_eq!(qp_state_from(3).unwrap(), QpState::Rts);
+        assert!(qp_state_from(7).is_err());
+        assert_eq!(wr_opcode(WrOpcode::SendWithInv), 9);
+        assert_eq!(wr_opcode(WrOpcode::AtomicFetchAndAdd), 6);
+    }
+
+    #[test]
+    fn completion_fields_convert() {
+        let w = sys::ibv_wc {
+            wr_id: 7,
+            status: 0,
+            opcode: 129,
+            byte_len: 12,
+            imm_data: 0x1234_5678u32.to_be(),
+            qp_num: 17,
+            src_qp: 18,
+            wc_flags: sys::WC_WITH_IMM,
+            ..Default::default()
+        };
+        let wc = wc_from_ibv(&w);
+        assert_eq!(wc.opcode, WcOpcode::RecvRdmaWithImm);
+        assert_eq!(wc.imm_data, Some(0x1234_5678));
+        assert_eq!(wc.invalidated_rkey, None);
+        assert_eq!((wc.qp_num.value(), wc.src_qp.value()), (17, 18));
+        let bad = sys::ibv_wc {
+            status: 13,
+            ..Default::default()
+        };
+        assert_eq!(wc_from_ibv(&bad).status, WcStatus::RnrRetryExcErr);
+    }
+
+    #[test]
+    fn rdma_rkey_lands_where_the_c_union_has_it() {
+        // struct { uint64_t remote_addr; uint32_t rkey; } rdma: rkey at offset 8.
+        let w = sys::ibv_send_wr_wr {
+            remote_addr: 1,
+            word1: u64::from(0xabcd_ef01u32),
+            swap: 0,
+            atomic_rkey: 0,
+        };
+        // SAFETY: reading the plain-old-data struct as bytes.
+        let bytes: [u8; 32] = unsafe { std::mem::transmute(w) };
+        assert_eq!(&bytes[8..12], &0xabcd_ef01u32.to_ne_bytes());
+    }
+}

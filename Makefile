@@ -11,8 +11,9 @@
 #   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root)
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
-#   make interop     xrnic rc-pingpong against the stock ibv_rc_pingpong on Linux rxe in a
-#                    qemu guest, both directions, IPv4/IPv6, MTU 1024/4096 (root, ~4 min)
+#   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
+#                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
+#                    1024/4096, loss, RNR (root, ~12-15 min; CI runs it after make test)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:

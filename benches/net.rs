@@ -210,6 +210,7 @@ fn perf_bw(
         report_gbits: true,
         json: false,
         verify: false,
+        verify_stock: false,
         no_stat: true,
         pcap: None,
         rx_drop: 0.0,

@@ -623,6 +623,8 @@ fn rping_uses_cm_mads_on_qp1_then_rc() {
 
 /// Captures of xrnic talking to rxe (`interop/run-xrnic-rxe.sh`) are named `xrnic_*`.
 const XRNIC_PREFIX: &str = "xrnic_";
+/// Those of `xrnic perf` against the perftest tools are named `xrnic_perf_*`.
+const XRNIC_PERF_PREFIX: &str = "xrnic_perf_";
 /// Where run-xrnic-rxe.sh puts xrnic (192.0.2.100 / fd00::100) and the rxe guest (.11).
 const XRNIC_IPS: [&str; 2] = ["192.0.2.100", "fd00::100"];
 const RXE_IPS: [&str; 2] = ["192.0.2.11", "fd00::11"];
@@ -654,24 +656,21 @@ fn xrnic_and_rxe_both_on_the_wire_with_the_same_conventions() {
     );
     for f in &files {
         let pkts = load(f);
-        let side = |p: &Pkt| -> &'static str {
-            let ip = p.src.to_string();
-            if XRNIC_IPS.contains(&ip.as_str()) {
-                "xrnic"
-            } else if RXE_IPS.contains(&ip.as_str()) {
-                "rxe"
-            } else {
-                panic!("{f} frame {}: unexpected source {ip}", p.number)
-            }
-        };
+        let side = |p: &Pkt| side_of(f, p);
+        // ibv_rc_pingpong captures: both stacks send and acknowledge. perftest captures
+        // (xrnic_perf_*): one requester, one responder.
+        let pingpong = !f.starts_with(XRNIC_PERF_PREFIX);
+        assert!(pkts.iter().any(|p| p.is_request), "{f}: no request");
+        assert!(pkts.iter().any(|p| !p.is_request), "{f}: no response");
         for who in ["xrnic", "rxe"] {
             let mine: Vec<&Pkt> = pkts.iter().filter(|p| side(p) == who).collect();
+            assert!(!mine.is_empty(), "{f}: nothing from {who}");
             assert!(
-                mine.iter().any(|p| p.is_request),
+                !pingpong || mine.iter().any(|p| p.is_request),
                 "{f}: no request from {who}"
             );
             assert!(
-                mine.iter().any(|p| p.operation == Operation::Ack),
+                !pingpong || mine.iter().any(|p| p.operation == Operation::Ack),
                 "{f}: no ACK from {who}"
             );
             let macs: BTreeSet<[u8; 6]> = mine.iter().map(|p| p.eth_src).collect();
@@ -711,8 +710,31 @@ fn xrnic_and_rxe_both_on_the_wire_with_the_same_conventions() {
                 assert_eq!(credit_code, 31, "{at}");
             }
         }
-        check_psn_order(f, &pkts);
-        assert_one_ack_per_message(f, &pkts);
+        // READ requests use several PSNs and RNR NAKs are not ACKs: the perftest captures
+        // check their own sequences below.
+        if pingpong {
+            check_psn_order(f, &pkts);
+            assert_one_ack_per_message(f, &pkts);
+        }
+    }
+}
+
+/// Which stack sent `p`: by address, and for link-local (fe80::) addresses by MAC (rxe's
+/// is qemu's, 52:54:00:...).
+fn side_of(f: &str, p: &Pkt) -> &'static str {
+    let ip = p.src.to_string();
+    if XRNIC_IPS.contains(&ip.as_str()) {
+        "xrnic"
+    } else if RXE_IPS.contains(&ip.as_str()) {
+        "rxe"
+    } else if ip.starts_with("fe80:") {
+        if p.eth_src[..3] == [0x52, 0x54, 0x00] {
+            "rxe"
+        } else {
+            "xrnic"
+        }
+    } else {
+        panic!("{f} frame {}: unexpected source {ip}", p.number)
     }
 }
 
@@ -775,5 +797,186 @@ fn xrnic_server_ipv6_pmtu_1024_pingpong_with_rxe() {
             ]),
             "{name}: {ip}"
         );
+    }
+}
+
+// --- xrnic perf ⟷ perftest ------------------------------------------------------------
+
+/// `xrnic perf read` as the client of the stock `ib_read_bw` over the link-local (fe80::)
+/// GIDs, index 0 on both sides: every packet goes between the two fe80:: addresses derived
+/// from the MACs; xrnic sends only READ requests, 4096 bytes each and 4 PSNs apart at PMTU
+/// 1024, at most 16 outstanding (its max_rd_atomic, below the 128 rxe offers); rxe answers
+/// each with READ RESPONSE FIRST / MIDDLE / MIDDLE / LAST on the request's PSNs, AETH on
+/// FIRST and LAST only.
+#[test]
+fn xrnic_perf_read_client_over_link_local_gids() {
+    let name = "xrnic_perf_read_client_ll.pcapng";
+    let pkts = load(name);
+    let mut requests: Vec<&Pkt> = Vec::new();
+    let mut answered = 0;
+    for p in &pkts {
+        let at = format!("{name} frame {}", p.number);
+        let IpRepr::V6 { src, dst, .. } = p.ip else {
+            panic!("{at}: not IPv6")
+        };
+        for a in [src, dst].map(std::net::Ipv6Addr::from) {
+            assert_eq!(a.segments()[0], 0xfe80, "{at}: {a}");
+            // The interface ID is the MAC's EUI-64 (ff:fe in the middle).
+            assert_eq!(a.octets()[11..13], [0xff, 0xfe], "{at}: {a}");
+        }
+        match side_of(name, p) {
+            "xrnic" => {
+                assert_eq!(p.operation, Operation::ReadRequest, "{at}");
+                assert_eq!(p.reth_len, Some(4096), "{at}");
+                if let Some(prev) = requests.last() {
+                    assert_eq!(p.psn, prev.psn.add(4), "{at}: 4 PSNs per READ");
+                }
+                requests.push(p);
+            }
+            _ => {
+                assert_eq!(p.operation, Operation::ReadResponse, "{at}");
+                let req = requests
+                    .iter()
+                    .find(|r| p.psn.diff(r.psn) >= 0 && p.psn.diff(r.psn) < 4)
+                    .unwrap_or_else(|| panic!("{at}: response to no captured request"));
+                let k = p.psn.diff(req.psn);
+                let want = match k {
+                    0 => Segment::First,
+                    3 => Segment::Last,
+                    _ => Segment::Middle,
+                };
+                assert_eq!(p.segment, want, "{at}");
+                assert_eq!(p.aeth.is_some(), k == 0 || k == 3, "{at}: AETH");
+                assert_eq!(p.payload_len, 1024, "{at}");
+                answered += 1;
+            }
+        }
+    }
+    let first_response = pkts.iter().position(|p| side_of(name, p) == "rxe").unwrap();
+    let ahead = pkts[..first_response]
+        .iter()
+        .filter(|p| side_of(name, p) == "xrnic")
+        .count();
+    assert_eq!(
+        ahead, 16,
+        "{name}: READs in flight before the first response"
+    );
+    assert!(answered >= 16, "{name}: {answered} responses");
+}
+
+/// The RNR NAKs of a capture sent by `who`: (the NAK, its RNR timer code).
+fn rnr_naks<'a>(name: &str, pkts: &'a [Pkt], who: &str) -> Vec<(&'a Pkt, u8)> {
+    pkts.iter()
+        .filter(|p| side_of(name, p) == who)
+        .filter_map(|p| match p.aeth.map(|a| a.syndrome) {
+            Some(Syndrome::RnrNak { timer }) => Some((p, timer)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// After `nak` (an RNR NAK naming PSN P), the requester (`who`) sends P again, and the
+/// responder later acknowledges P or a PSN after it: the transfer went on.
+fn assert_rnr_retried(name: &str, pkts: &[Pkt], nak: &Pkt, requester: &str) {
+    let retry = pkts
+        .iter()
+        .find(|p| {
+            p.number > nak.number
+                && side_of(name, p) == requester
+                && p.is_request
+                && p.psn == nak.psn
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{name}: no retry of PSN {:?} after frame {}",
+                nak.psn, nak.number
+            )
+        });
+    let acked = pkts.iter().find(|p| {
+        p.number > retry.number
+            && p.operation == Operation::Ack
+            && matches!(p.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
+            && p.psn.diff(nak.psn) >= 0
+    });
+    assert!(
+        acked.is_some(),
+        "{name}: PSN {:?} (retried at frame {}) never acknowledged",
+        nak.psn,
+        retry.number
+    );
+}
+
+/// `xrnic perf send -r 1` (one receive posted at a time) as the server of the stock
+/// `ib_send_bw`: rxe's SENDs arrive faster than xrnic reposts, so xrnic answers with RNR
+/// NAKs (AETH 0b001 + timer code 12 = 0.64 ms, the min_rnr_timer perftest and xrnic both
+/// use, IBTA vol. 1 §9.7.5) carrying the MSN of the last completed message; rxe waits,
+/// sends the NAKed PSN again and xrnic acknowledges it.
+#[test]
+fn xrnic_perf_send_server_rnr_naks_and_rxe_retries() {
+    let name = "xrnic_perf_rnr_server.pcapng";
+    let pkts = load(name);
+    for p in pkts.iter().filter(|p| side_of(name, p) == "rxe") {
+        assert_eq!(p.opcode, Opcode::RC_SEND_ONLY, "{name} frame {}", p.number);
+        assert_eq!(p.payload_len, 64, "{name} frame {}", p.number);
+    }
+    let naks = rnr_naks(name, &pkts, "xrnic");
+    assert!(
+        naks.len() >= 2,
+        "{name}: {} RNR NAKs from xrnic",
+        naks.len()
+    );
+    for &(nak, timer) in &naks {
+        assert_eq!(timer, 12, "{name} frame {}", nak.number);
+        // The MSN of an RNR NAK is that of the last ACK before it: nothing completed.
+        let prev = pkts
+            .iter()
+            .rev()
+            .find(|p| p.number < nak.number && side_of(name, p) == "xrnic")
+            .and_then(|p| p.aeth)
+            .unwrap_or_else(|| panic!("{name}: no ACK before frame {}", nak.number));
+        assert_eq!(
+            nak.aeth.unwrap().msn,
+            prev.msn,
+            "{name} frame {}",
+            nak.number
+        );
+    }
+    assert_rnr_retried(name, &pkts, naks[0].0, "rxe");
+    // xrnic itself never NAKs a sequence error here: it drops what follows the RNR-NAKed
+    // packet silently until the retry comes.
+    assert!(
+        pkts.iter()
+            .all(|p| !matches!(p.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_)))),
+        "{name}: a NAK"
+    );
+}
+
+/// `xrnic perf send` as the client of the stock `ib_send_bw -r 1`: rxe answers the SEND
+/// it has no receive for with an RNR NAK (timer code 12) and, for the next packet already in
+/// flight, a NAK "PSN sequence error" naming the same PSN (rxe_resp.c: the packets after
+/// the RNR-NAKed one are out of sequence); xrnic goes back to that PSN, resends, and rxe
+/// acknowledges it once a receive is posted.
+#[test]
+fn xrnic_perf_send_client_retries_after_rxe_rnr_naks() {
+    let name = "xrnic_perf_rnr_client.pcapng";
+    let pkts = load(name);
+    let naks = rnr_naks(name, &pkts, "rxe");
+    assert!(!naks.is_empty(), "{name}: no RNR NAK from rxe");
+    for &(nak, timer) in &naks {
+        assert_eq!(timer, 12, "{name} frame {}", nak.number);
+        let next = pkts
+            .iter()
+            .find(|p| p.number > nak.number && side_of(name, p) == "rxe")
+            .unwrap_or_else(|| panic!("{name}: nothing from rxe after frame {}", nak.number));
+        assert_eq!(
+            (next.psn, next.aeth.map(|a| a.syndrome)),
+            (nak.psn, Some(Syndrome::Nak(NakCode::PsnSequenceError))),
+            "{name} frame {}",
+            next.number
+        );
+    }
+    assert_rnr_retried(name, &pkts, naks[0].0, "xrnic");
+    for p in pkts.iter().filter(|p| side_of(name, p) == "xrnic") {
+        assert_eq!(p.opcode, Opcode::RC_SEND_ONLY, "{name} frame {}", p.number);
     }
 }

@@ -11,6 +11,7 @@ pub mod devinfo;
 pub mod explain;
 pub mod explain_svg;
 pub mod perf;
+pub mod perftest_buf;
 pub mod pingpong;
 pub mod res;
 pub mod sim;

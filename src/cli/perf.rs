@@ -34,6 +34,13 @@
 //!   buffer with the pattern and the client checks what it read; an atomic server checks
 //!   that each 8-byte counter equals 1 × the number of FETCH_AND_ADDs that targeted it (0
 //!   for CMP_AND_SWAP). Not with `-D` (the number of messages is not known to the server).
+//! - `--verify-stock` (the peer is the stock perftest, which checks nothing): where the
+//!   data lands in our buffer (write and send server, read client), every byte of every
+//!   offset messages used must be the peer's: perftest fills its buffer with glibc
+//!   `rand()` bytes after `srand(time(NULL))` ([`super::perftest_buf`]), so the seed is
+//!   searched near our clock and the whole expected content derived from it. An atomic
+//!   server checks its counters with `--verify` against the stock client too (perftest
+//!   adds 1, and compares 0 / swaps 0, like us).
 //! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
 //!   SIGINT/SIGTERM flush it before exiting with status 130.
 //! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
@@ -181,6 +188,11 @@ pub struct PerfArgs {
     /// Check the data (both sides xrnic; see the module documentation).
     #[arg(long)]
     pub verify: bool,
+    /// The peer is the stock perftest: check that every byte that landed in our buffer is
+    /// the peer's (its buffer holds glibc rand() after srand(time), the seed searched near
+    /// our clock). For a write or send server and a read client; needs -n.
+    #[arg(long, conflicts_with = "verify")]
+    pub verify_stock: bool,
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
@@ -276,6 +288,22 @@ fn plan(args: &PerfArgs) -> Result<Plan, PerfError> {
             "--verify needs a known number of messages: use -n, not -D (the server cannot \
              tell how many arrived)",
         );
+    }
+    if args.verify_stock {
+        let ok = match args.test {
+            PerfTest::Write | PerfTest::Send => args.server.is_none(),
+            PerfTest::Read => args.server.is_some(),
+            PerfTest::Atomic => false,
+        };
+        if !ok {
+            return usage(
+                "--verify-stock checks data that lands in our buffer: a write or send server, \
+                 or a read client (an atomic server checks its counters with --verify)",
+            );
+        }
+        if args.duration.is_some() {
+            return usage("--verify-stock needs a known number of messages: use -n, not -D");
+        }
     }
     let iters = match args.duration {
         Some(_) => None,
@@ -676,6 +704,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         if args.verify && p.test == PerfTest::Read {
             verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "read")?;
         }
+        if args.verify_stock {
+            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "read")?;
+        }
         session
             .finish(&report)
             .map_err(|e| format!("Couldn't end the test with the server: {e}"))?;
@@ -688,6 +719,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
             .map_err(|e| format!("Couldn't end the test with the client: {e}"))?;
         if args.verify {
             verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "send")?;
+        }
+        if args.verify_stock {
+            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "send")?;
         }
         (
             bw_report(u64::from(p.size), &run.measured, p.gbits),
@@ -706,6 +740,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 _ => {}
             }
         }
+        if args.verify_stock {
+            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "write")?;
+        }
         let per = peer.iters / p.qps as u64;
         (peer, vec![per; p.qps])
     };
@@ -713,6 +750,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     println!("{RESULT_LINE}");
     if args.verify {
         println!("verify: every byte as expected");
+    }
+    if args.verify_stock {
+        println!("verify: every byte as in the peer's buffer");
     }
     if args.json {
         let secs = if report.bw_avg > 0.0 {
@@ -1127,6 +1167,62 @@ fn verify_slots(lanes: &[Lane], g: Geometry, iters: u64, what: &str) -> Result<(
     Ok(())
 }
 
+/// `--verify-stock`: every offset messages landed at holds the stock peer's bytes at the
+/// same offset of the part of its buffer they came from. perftest has one buffer of parts
+/// of `max(size, cycle buffer)` bytes: QP `q` sends and writes from part `q` (`create_mr`,
+/// `ctx_set_send_wqes`) and announces part `qps + q` as its target (`set_up_connection`:
+/// what our READs read); sends, writes and reads use the same offsets on both sides
+/// (`increase_loc_addr` / `increase_rem_addr`).
+fn verify_stock(lanes: &[Lane], g: Geometry, iters: u64, what: &str) -> Result<(), String> {
+    use super::perftest_buf::{SEED_WINDOW_SECS, find_seed, perftest_bytes};
+    let used = g.slots().min(iters);
+    let size = g.size as usize;
+    let part = (u64::from(g.size).max(g.cycle)) as usize;
+    let first_part = if what == "read" { lanes.len() } else { 0 };
+    let copies: Vec<Vec<u8>> = lanes
+        .iter()
+        .map(|l| l.mr.with(|b| b.to_vec()).map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    // Samples for the seed search: the first bytes of QP 0's first two messages.
+    let k = size.min(16);
+    let base0 = first_part * part;
+    let mut samples: Vec<(usize, &[u8])> = vec![(base0, &copies[0][..k])];
+    if used > 1 {
+        let off = g.offset(1) as usize;
+        samples.push((base0 + off, &copies[0][off..off + k]));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let Some(seed) = find_seed(now, &samples) else {
+        return Err(format!(
+            "verify ({what}): the data is not a perftest buffer of a seed within \
+             {SEED_WINDOW_SECS} s of now (first bytes {:02x?})",
+            &copies[0][..k]
+        ));
+    };
+    let need = part * (first_part + lanes.len());
+    let theirs = perftest_bytes(seed, need);
+    for (q, b) in copies.iter().enumerate() {
+        for n in 0..used {
+            let off = g.offset(n) as usize;
+            let base = (first_part + q) * part + off;
+            if let Some(i) = (0..size).find(|&i| b[off + i] != theirs[base + i]) {
+                return Err(format!(
+                    "verify ({what}): qp {q} offset {} is 0x{:02x}, the peer's buffer \
+                     (srand({seed})) holds 0x{:02x}",
+                    off + i,
+                    b[off + i],
+                    theirs[base + i]
+                ));
+            }
+        }
+    }
+    println!("verify: {used} offset(s) × {size} B per QP as in the peer's buffer (srand({seed}))");
+    Ok(())
+}
+
 /// Each 8-byte target holds ATOMIC_ADD × the FETCH_AND_ADDs that hit it (0 for
 /// CMP_AND_SWAP of 0 with 0), and nothing else in the buffer changed.
 fn verify_atomics(lanes: &[Lane], g: Geometry, p: &Plan) -> Result<(), String> {
@@ -1321,12 +1417,25 @@ mod tests {
         assert_eq!(p.cq_mod, 16);
         let p = plan(&args(&["send", "--netdev", "x", "-n", "100"])).unwrap();
         assert!(p.no_peak, "a send server reports no peak");
+        for ok in [
+            &["write", "--netdev", "x", "--verify-stock"][..],
+            &["send", "--netdev", "x", "--verify-stock"],
+            &["read", "--netdev", "x", "--verify-stock", "1.2.3.4"],
+        ] {
+            assert!(plan(&args(ok)).is_ok(), "{ok:?}");
+        }
         let p = plan(&args(&["write", "--netdev", "x", "-D", "4"])).unwrap();
         assert_eq!((p.iters, p.no_peak), (None, true));
         for bad in [
             &["atomic", "--netdev", "x", "-s", "16"][..],
             &["write", "--netdev", "x", "-A", "CMP_AND_SWAP"],
             &["write", "--netdev", "x", "-D", "3", "--verify"],
+            // --verify-stock: only where the data lands in our buffer, and with -n.
+            &["write", "--netdev", "x", "--verify-stock", "1.2.3.4"],
+            &["read", "--netdev", "x", "--verify-stock"],
+            &["send", "--netdev", "x", "--verify-stock", "1.2.3.4"],
+            &["atomic", "--netdev", "x", "--verify-stock"],
+            &["write", "--netdev", "x", "-D", "3", "--verify-stock"],
         ] {
             assert!(
                 matches!(plan(&args(bad)), Err(PerfError::Usage(_))),

@@ -1293,12 +1293,13 @@ impl Qp {
                 }
                 // ib_core's `ib_resolve_eth_dmac` (drivers/infiniband/core/verbs.c), run on
                 // every RoCE modify with an address vector of a connected QP, replaces the
-                // GRH hop limit with the route's (`rdma_addr_find_l2_eth_by_grh`) unless the
-                // destination GID is link-local. So rxe and ConnectX send TTL / hop limit 64
-                // where ibv_rc_pingpong asks for 1, and so do we (seen against rxe: ours was 1).
-                if !netdev::gid_is_link_local(&av.dgid) {
-                    av.hop_limit = dev.route_hop_limit(&av.dgid);
-                }
+                // GRH hop limit with the route's (`ib_resolve_unicast_gid_dmac` →
+                // `rdma_addr_find_l2_eth_by_grh`); only a link-local destination from a
+                // RoCE v1 source GID keeps the caller's. Our GIDs are all RoCE v2, so
+                // always. So rxe and ConnectX send TTL / hop limit 64 where
+                // ibv_rc_pingpong asks for 1 and perftest for 255 (fe80:: GIDs too), and
+                // so do we (seen against rxe).
+                av.hop_limit = dev.route_hop_limit(&av.dgid);
             }
         }
         match &self.kind {

@@ -199,6 +199,9 @@ fn perf_bw(
         json: false,
         verify: false,
         no_stat: true,
+        cc: bench_cc(),
+        cc_log: None,
+        cc_log_interval: 50,
         server,
     };
     let peer = pair.end(Side::B).ipv4.to_string();
@@ -243,8 +246,21 @@ fn pp_args(netdev: &str, size: u32, iters: u32, server: Option<String>) -> Pingp
         busy_poll: false,
         rx_drop: 0.0,
         no_stat: true,
+        cc: bench_cc(),
         server,
     }
+}
+
+/// Congestion control of the xrnic runs: the default, or `XRNIC_BENCH_CC=dcqcn|off` (to
+/// measure what DCQCN costs: run the bench once each way).
+fn bench_cc() -> xrnic::cli::cc::CcArgs {
+    let mut cc = xrnic::cli::cc::CcArgs::default();
+    match std::env::var("XRNIC_BENCH_CC").as_deref() {
+        Ok("dcqcn") => cc.dcqcn = true,
+        Ok("off") => cc.no_dcqcn = true,
+        _ => {}
+    }
+    cc
 }
 
 /// `rc-pingpong -s size -n iters --verify` with the server in B and the client in A,

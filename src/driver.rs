@@ -193,6 +193,10 @@ pub struct DriverOptions {
     /// Seed of the fault injector's PRNG (ChaCha8): the same seed drops the same frames of
     /// the same sequence.
     pub seed: u64,
+    /// Testing congestion control: mark this fraction (0.0..=1.0) of received ECN-capable
+    /// frames CE before the engine sees them, as a RED/ECN switch would (this host kernel
+    /// has no sch_red, and XDP runs before tc ingress).
+    pub rx_ce_mark: f64,
     /// Where to write the JSON stat snapshot, if anywhere.
     pub stat_path: Option<PathBuf>,
     /// How often to rewrite the snapshot.
@@ -206,6 +210,7 @@ impl Default for DriverOptions {
         DriverOptions {
             rx_drop: 0.0,
             seed: 0,
+            rx_ce_mark: 0.0,
             stat_path: None,
             stat_interval: Duration::from_millis(500),
             netdev: String::new(),
@@ -224,6 +229,8 @@ pub struct DriverStats {
     pub app_wakeups: u64,
     /// Received frames dropped by the fault injector.
     pub fault_dropped: u64,
+    /// Received ECN-capable frames the fault injector marked CE (`rx_ce_mark`).
+    pub fault_ce_marked: u64,
     /// Frames given to the engine.
     pub frames_in: u64,
     /// Frames the engine produced.
@@ -394,6 +401,8 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
     let mut backlog: Vec<Vec<u8>> = Vec::new();
     let mut next_stat = epoch;
     let mut stop = false;
+    // A received frame being CE-marked (`rx_ce_mark`).
+    let mut ce_buf: Vec<u8> = Vec::new();
     loop {
         let mut deadline_short = false;
         if shared.stop.load(Ordering::SeqCst) {
@@ -405,15 +414,25 @@ fn run(shared: &Shared, mut io: Box<dyn FrameIo>, opts: &DriverOptions) {
         let e = &mut *g;
         e.stats.iterations += 1;
         let mut progressed = false;
-        let (mut got, mut dropped) = (0u64, 0u64);
+        let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let rx = io.recv_batch(&mut |frame| {
             if opts.rx_drop > 0.0 && rng.random_bool(opts.rx_drop.min(1.0)) {
                 dropped += 1;
                 return;
             }
-            e.rnic.handle_frame(now, frame);
             got += 1;
+            if opts.rx_ce_mark > 0.0 && rng.random_bool(opts.rx_ce_mark.min(1.0)) {
+                ce_buf.clear();
+                ce_buf.extend_from_slice(frame);
+                if crate::sim::mark_ce(&mut ce_buf) {
+                    marked += 1;
+                    e.rnic.handle_frame(now, &ce_buf);
+                    return;
+                }
+            }
+            e.rnic.handle_frame(now, frame);
         });
+        e.stats.fault_ce_marked += marked;
         if rx.is_err() {
             e.stats.io_errors += 1;
         }
@@ -566,6 +585,10 @@ pub struct QpSnapshot {
     pub state: String,
     pub dest_qpn: u32,
     pub counters: serde_json::Value,
+    /// DCQCN's current rate, target rate and α of the QP; absent while congestion control
+    /// is off (and in snapshots of older xrnic versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<crate::proto::congestion::QpRateStatus>,
 }
 
 /// This process's name as `rdma resource show` prints it (`comm`).
@@ -596,6 +619,7 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Sn
                 state: state_name(a.qp_state).to_string(),
                 dest_qpn: a.dest_qp_num.value(),
                 counters: serde_json::to_value(c).unwrap_or_default(),
+                rate: e.rnic.congestion().and_then(|cc| cc.qp_status(q)),
             })
         })
         .collect();

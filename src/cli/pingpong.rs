@@ -106,6 +106,8 @@ pub struct PingpongArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    #[command(flatten)]
+    pub cc: super::cc::CcArgs,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
 }
@@ -156,6 +158,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        dcqcn: args.cc.dcqcn()?,
         ..DeviceOptions::default()
     };
     let dev = Device::open_with(&ifname, &opts).map_err(|e| e.to_string())?;
@@ -244,6 +247,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
             gidx,
             &ConnectOpts {
                 path_mtu: Mtu::from_bytes(args.mtu).unwrap_or_default(),
+                traffic_class: args.cc.tclass.unwrap_or(0),
                 ..ConnectOpts::default()
             },
         )

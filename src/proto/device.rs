@@ -474,6 +474,13 @@ impl Rnic {
             d.qp.add(&q.counters);
         }
         d.cq_overruns = self.cqs.iter().flatten().map(|c| c.overruns).sum();
+        if let Some(cc) = &self.cc {
+            let c = cc.counters();
+            d.np_cnp_sent = c.np_cnp_sent;
+            d.np_ecn_marked_roce_packets = c.np_ecn_marked_roce_packets;
+            d.rp_cnp_handled = c.rp_cnp_handled;
+            d.rp_cnp_ignored = c.rp_cnp_ignored;
+        }
         d
     }
 
@@ -934,12 +941,15 @@ fn emit(
     buf: &mut [u8],
 ) -> Option<usize> {
     let (eth, mut ip) = frame_addrs(cfg, qp);
+    // The ECN field of the QP's traffic class wins when set (ECT(1) or ECT(0) asked for
+    // by `ah_attr.traffic_class`); otherwise congestion control makes the frame ECT(0).
     if ect {
         match &mut ip {
             IpRepr::V4 { tos: tc, .. }
             | IpRepr::V6 {
                 traffic_class: tc, ..
-            } => *tc = (*tc & !3) | super::congestion::np::ECN_ECT0,
+            } if *tc & 3 == 0 => *tc |= super::congestion::np::ECN_ECT0,
+            _ => {}
         }
     }
     let frame = FrameRepr {

@@ -86,7 +86,10 @@ use std::time::Duration;
 
 use crate::driver::{Driver, DriverOptions, DriverStats, Shared, SimIo, sim_link};
 use crate::io::afxdp::{self, PortOptions, XskPort};
+use crate::proto::congestion::{Algorithm, CongestionControl, Pacer};
 use crate::proto::{self, Config, MrInfo, Rnic, gid_is_ipv4};
+
+pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus};
 
 pub use crate::driver::IoStats;
 pub use crate::proto::{
@@ -188,10 +191,60 @@ pub struct DeviceOptions {
     pub port: PortOptions,
     /// Fault injection: drop this fraction of received frames (see [`DriverOptions`]).
     pub rx_drop: f64,
+    /// Testing congestion control: mark this fraction of received ECN-capable frames CE,
+    /// like an ECN switch (see [`DriverOptions`]).
+    pub rx_ce_mark: f64,
     pub seed: u64,
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
+    /// DCQCN congestion control with these parameters (`None`: off, nothing changes on
+    /// the wire). On: data frames are ECT(0) unless the QP's traffic class sets the ECN
+    /// field, CE-marked packets are answered with CNPs (notification point), received CNPs
+    /// cut the QP's rate and a pacer holds it there (reaction point); see
+    /// docs/congestion.md. [`DEFAULT_DCQCN`] is the default.
+    pub dcqcn: Option<DcqcnParams>,
+}
+
+/// Whether devices run DCQCN unless told otherwise: off. Measured with `make bench-net`
+/// (docs/congestion.md): see there for why.
+pub const DEFAULT_DCQCN: Option<DcqcnParams> = None;
+
+/// The line rate DCQCN starts from when the interface does not report a speed (veth
+/// reports 10000 Mb/s; tap and some virtual devices report none).
+const FALLBACK_LINE_RATE_BPS: u64 = 10_000_000_000;
+
+/// The engine of a device, with congestion control as `opts` asks. `line_bps`: the
+/// interface speed, the rate an unthrottled QP sends at.
+fn engine(cfg: Config, opts: &DeviceOptions, line_bps: u64) -> Rnic {
+    let mut rnic = Rnic::new(cfg);
+    if let Some(p) = opts.dcqcn {
+        let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), line_bps, Pacer::DEFAULT_BURST);
+        // The port paces at line rate itself; a QP is paced once a CNP throttled it.
+        cc.set_pace_unthrottled(false);
+        rnic.enable_congestion_control(cc);
+    }
+    rnic
+}
+
+/// The interface speed from sysfs (Mb/s there), or [`FALLBACK_LINE_RATE_BPS`].
+fn line_rate_bps(ifname: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|&mbps| mbps > 0)
+        .map_or(FALLBACK_LINE_RATE_BPS, |mbps| mbps as u64 * 1_000_000)
+}
+
+/// Congestion-control state of a device: its counters and each QP's rate, target rate
+/// and α (what `xrnic stat` and `xrnic perf --json` show).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CongestionStatus {
+    /// The parameters in use.
+    pub params: DcqcnParams,
+    pub line_rate_bps: u64,
+    pub counters: CongestionCounters,
+    pub qps: Vec<(Qpn, QpRateStatus)>,
 }
 
 impl Default for DeviceOptions {
@@ -200,9 +253,11 @@ impl Default for DeviceOptions {
             queue: 0,
             port: PortOptions::default(),
             rx_drop: 0.0,
+            rx_ce_mark: 0.0,
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
+            dcqcn: DEFAULT_DCQCN,
         }
     }
 }
@@ -438,6 +493,7 @@ impl Device {
         };
         let dopts = DriverOptions {
             rx_drop: opts.rx_drop,
+            rx_ce_mark: opts.rx_ce_mark,
             seed: opts.seed,
             stat_path: opts
                 .stat_dir
@@ -447,7 +503,8 @@ impl Device {
             stat_interval: opts.stat_interval,
             netdev: netdev.to_string(),
         };
-        let driver = Driver::start(Rnic::new(cfg), Box::new(port), dopts)?;
+        let rnic = engine(cfg, opts, line_rate_bps(netdev));
+        let driver = Driver::start(rnic, Box::new(port), dopts)?;
         Ok(Device {
             inner: Arc::new(DevInner {
                 name: info.name,
@@ -516,6 +573,7 @@ impl Device {
         ));
         let dopts = DriverOptions {
             rx_drop: opts.rx_drop,
+            rx_ce_mark: opts.rx_ce_mark,
             seed: opts.seed,
             stat_path: opts
                 .stat_dir
@@ -525,7 +583,8 @@ impl Device {
             stat_interval: opts.stat_interval,
             netdev: name.clone(),
         };
-        let driver = Driver::start(Rnic::new(cfg), Box::new(io), dopts)?;
+        let rnic = engine(cfg, opts, FALLBACK_LINE_RATE_BPS);
+        let driver = Driver::start(rnic, Box::new(io), dopts)?;
         let port = PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
@@ -609,6 +668,19 @@ impl Device {
     /// Device counters (all QPs, live and destroyed, plus frame-level drops).
     pub fn counters(&self) -> DeviceCounters {
         self.inner.shared().lock().rnic.counters()
+    }
+
+    /// DCQCN's counters and every QP's rate, target rate and α; `None` when congestion
+    /// control is off.
+    pub fn congestion(&self) -> Option<CongestionStatus> {
+        let g = self.inner.shared().lock();
+        let cc = g.rnic.congestion()?;
+        Some(CongestionStatus {
+            params: cc.dcqcn_params()?,
+            line_rate_bps: cc.line_rate_bps(),
+            counters: cc.counters(),
+            qps: cc.qp_statuses(),
+        })
     }
 
     /// What the driver thread counted.
@@ -1081,6 +1153,17 @@ impl Qp {
         // RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
         s.lock().rnic.post_recv(self.qpn, wr)?;
         Ok(())
+    }
+
+    /// This QP's current rate, target rate and α (DCQCN); `None` when congestion control
+    /// is off.
+    pub fn rate_status(&self) -> Option<QpRateStatus> {
+        self.dev()
+            .shared()
+            .lock()
+            .rnic
+            .congestion()?
+            .qp_status(self.qpn)
     }
 
     /// This QP's counters.

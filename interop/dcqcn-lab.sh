@@ -3,7 +3,7 @@
 # run once with DCQCN and once without, with figures checked against the goals.
 #
 #   interop/dcqcn-lab.sh [-o OUTDIR] [-D SECONDS] [--rate MBIT] [--cc-param N=V]...
-#                        [--red "RED OPTIONS"] [--docs DIR]
+#                        [--red "RED OPTIONS"] [--docs DIR] [--runs "dcqcn nodcqcn"]
 #
 # Topology (everything inside the harness namespace of net.sh, nothing reaches outside):
 #
@@ -39,6 +39,7 @@ RATE=50
 RED_OPTS="limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2"
 CC_PARAMS=()
 DOCS=
+RUNS="dcqcn nodcqcn"
 XRNIC=${XRNIC:-}
 
 usage() {
@@ -54,6 +55,7 @@ while (($#)); do
 	--red) RED_OPTS=$2; shift 2 ;;
 	--cc-param) CC_PARAMS+=(--cc-param "$2"); shift 2 ;;
 	--docs) DOCS=$2; shift 2 ;;
+	--runs) RUNS=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "dcqcn-lab: unknown option '$1'" >&2; usage ;;
 	esac
@@ -117,6 +119,23 @@ RCV=(ip netns exec "$XRI_NS-rcv")
 GUEST_TIMEOUT=$((4 * DURATION + 240))
 xri_log "booting the switch guest (qemu TCG)"
 xri_guest_start sw lab0,lab1 192.0.2.250/24 fd00::250/64 1500 "$SCN" "$OUT" "$GUEST_TIMEOUT"
+# A busy host (other builds) must not make the TCG guest or the xrnic drivers the
+# bottleneck: both run at a higher priority than ordinary work (XRI_LAB_NICE, -10).
+LAB_NICE=${XRI_LAB_NICE:--10}
+qpid=
+for _ in $(seq 50); do
+	# The qemu process itself, not `timeout` or `ip netns exec` in front of it.
+	for p in $(pgrep -f -- "-initrd $OUT/sw.initrd" || true); do
+		[[ $(cat "/proc/$p/comm" 2>/dev/null) == qemu-system-* ]] && qpid=$p
+	done
+	[[ -n $qpid ]] && break
+	sleep 0.1
+done
+[[ -n $qpid ]] || xri_die "the switch guest's qemu did not start"
+# Every thread of qemu (the TCG vCPU runs in its own).
+for t in /proc/"$qpid"/task/*; do
+	renice -n "$LAB_NICE" -p "${t##*/}" >/dev/null
+done
 if ! xri_guest_wait sw '^XR-LAB-READY' 120; then
 	cat "${XRI_GUEST_LOG[sw]}" >&2
 	xri_die "the switch guest did not come up"
@@ -148,7 +167,7 @@ run() {
 	shift
 	local before after rpid rc=0
 	before=$(fresh_qdisc_block)
-	"${RCV[@]}" "$XRNIC" perf write --netdev eth0 --dcqcn "${CC_PARAMS[@]}" --json --no-stat \
+	"${RCV[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 --dcqcn "${CC_PARAMS[@]}" --json --no-stat \
 		-q 2 -D "$DURATION" -p "$PORT" >"$OUT/$name.server.out" 2>&1 &
 	rpid=$!
 	xri_on_exit xri_kill_pid "$rpid"
@@ -158,9 +177,10 @@ run() {
 		sleep 0.1
 	done
 	xri_log "run $name: xrnic perf write -q 2 -D $DURATION $*"
-	"${SND[@]}" "$XRNIC" perf write --netdev eth0 -q 2 -D "$DURATION" --json --no-stat \
+	"${SND[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 -q 2 -D "$DURATION" --json --no-stat \
 		-p "$PORT" --cc-log "$OUT/$name.csv" --cc-log-interval 50 "$@" 192.0.2.2 \
 		>"$OUT/$name.client.out" 2>&1 || rc=$?
+	xri_log "run $name: the client exited (status $rc)"
 	xri_wait_pid "$rpid" 30 || xri_kill_pid "$rpid"
 	after=$(fresh_qdisc_block)
 	printf '%s\n' "$before" >"$OUT/$name.qdisc-before.txt"
@@ -175,8 +195,13 @@ run() {
 	return 0
 }
 
-run dcqcn --dcqcn "${CC_PARAMS[@]}"
-run nodcqcn --no-dcqcn
+for r in $RUNS; do
+	case $r in
+	dcqcn) run dcqcn --dcqcn "${CC_PARAMS[@]}" ;;
+	nodcqcn) run nodcqcn --no-dcqcn ;;
+	*) xri_die "--runs takes dcqcn and/or nodcqcn, not '$r'" ;;
+	esac
+done
 
 for name in dcqcn nodcqcn; do
 	[[ -s $OUT/$name.csv ]] || continue
@@ -221,10 +246,10 @@ def delta(a, b):
 res = {}
 for name in ("dcqcn", "nodcqcn"):
     c, s = load(f"{out}/{name}.client.json"), load(f"{out}/{name}.server.json")
-    q = delta(qdisc(f"{out}/{name}.qdisc-before.txt"), qdisc(f"{out}/{name}.qdisc-after.txt"))
     if not c:
         res[name] = None
         continue
+    q = delta(qdisc(f"{out}/{name}.qdisc-before.txt"), qdisc(f"{out}/{name}.qdisc-after.txt"))
     bw = [x["bw_avg_gbps"] * 1000 for x in c["qps"]]
     jain = sum(bw) ** 2 / (len(bw) * sum(x * x for x in bw)) if any(bw) else 0.0
     dev = c["counters"]["device"]

@@ -825,11 +825,21 @@ impl Rnic {
                 if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
                     continue;
                 }
+                // A throttled QP asks for ACKs often enough that one comes back within a
+                // quarter of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64
+                // packets take longer than the timeout itself, which would then expire
+                // with nothing lost (§9.7.6.1: the timer restarts only on progress).
+                let ack_every = match (&self.cc, local_ack_timeout_ns(qp.attr.timeout)) {
+                    (Some(cc), Some(t)) => cc
+                        .throttled_packets_within(qp.qpn, t / 4, mtu as usize + PACING_HEADROOM)
+                        .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
+                    _ => self.cfg.ack_every,
+                };
                 let lim = ReqLimits {
                     mtu,
                     max_rd_atomic: u32::from(qp.attr.max_rd_atomic),
                     max_unacked: self.cfg.max_unacked_psns,
-                    ack_every: self.cfg.ack_every,
+                    ack_every,
                     draining: qp.state == QpState::Sqd,
                 };
                 // DCQCN: the requester's frames leave at the QP's current rate.

@@ -330,6 +330,18 @@ impl CongestionControl {
         })
     }
 
+    /// How many frames of `len` bytes QP `qpn` sends in `ns` nanoseconds at its current
+    /// rate, when a reaction point holds it below the line rate; `None` when unthrottled.
+    pub fn throttled_packets_within(&self, qpn: Qpn, ns: u64, len: usize) -> Option<u32> {
+        let q = self.qps.get(&qpn)?;
+        let rate = q.rate(self.line_rate_bps);
+        if rate >= self.line_rate_bps || len == 0 {
+            return None;
+        }
+        let bits = u128::from(rate) * u128::from(ns) / 1_000_000_000;
+        Some(u32::try_from(bits / (len as u128 * 8)).unwrap_or(u32::MAX))
+    }
+
     /// QP `qpn` sent a frame of `len` bytes at `now`.
     pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
         let (line, dev) = (self.line_rate_bps, self.dev);

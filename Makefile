@@ -15,6 +15,9 @@
 #                    qemu guest, both directions, IPv4/IPv6, MTU 1024/4096 (root, ~4 min)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
+#   make dcqcn-lab   two xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
+#                    a qemu TCG guest), with and without DCQCN: figures checked against the
+#                    goals, CSV time series and SVG plots in target/dcqcn-lab (root, ~2 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -35,7 +38,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop
+.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -102,3 +105,12 @@ interop-rxe: interop-setup
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
+
+# The DCQCN lab (docs/congestion.md): not in `make test` (a qemu guest, ~2 minutes, and its
+# figures depend on the host having CPU for the guest). DCQCN_LAB_ARGS e.g.
+# "--cc-param rp_ai_rate=1 -D 12".
+DCQCN_LAB_ARGS ?=
+dcqcn-lab: interop-setup
+	@$(DEPS) python3
+	$(CARGO) build --quiet --release --bin xrnic
+	interop/dcqcn-lab.sh -o target/dcqcn-lab $(DCQCN_LAB_ARGS)

@@ -4,6 +4,8 @@
 #
 #   interop/dcqcn-lab.sh [-o OUTDIR] [-D SECONDS] [--rate MBIT] [--cc-param N=V]...
 #                        [--red "RED OPTIONS"] [--docs DIR] [--runs "dcqcn nodcqcn"]
+#                        [--report-only]   (figures and plots again from OUTDIR, no runs)
+#                        [--connectx-defaults]   (DCQCN as --dcqcn alone gives it)
 #
 # Topology (everything inside the harness namespace of net.sh, nothing reaches outside):
 #
@@ -16,8 +18,8 @@
 #
 # Each run: the receiver `xrnic perf write --dcqcn --json` (its NP answers CE marks with
 # CNPs in both runs); the sender `xrnic perf write -q 2 -D SECONDS --json --cc-log CSV`,
-# with DCQCN (ConnectX defaults plus any --cc-param) or with --no-dcqcn (data not
-# ECN-capable: RED drops instead of marking). Writes OUTDIR/{dcqcn,nodcqcn}.{csv,svg,json}
+# with DCQCN (the lab's parameters below, plus any --cc-param) or with --no-dcqcn (data
+# not ECN-capable: RED drops instead of marking). Writes OUTDIR/{dcqcn,nodcqcn}.{csv,svg,json}
 # and OUTDIR/summary.txt; with --docs DIR also copies the CSVs, plots and summary there.
 #
 # Goals with DCQCN (exit status 1 when one is missed): goodput of both QPs together
@@ -37,9 +39,19 @@ RATE=50
 # (7.2 ms); avpkt = one 1024-byte-MTU RoCE frame; the hard limit (400 kB) only matters
 # for traffic that is not ECN-capable.
 RED_OPTS="limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2"
+# DCQCN for this network: the ConnectX defaults are made for µs round trips at 25-100
+# Gb/s; here the round trip is milliseconds and the fair share 25 Mb/s, so the time
+# constants are scaled up and the increase step down (docs/congestion.md, "Lab"):
+# α period 5 ms and at most one cut per 5 ms (about a round trip through the queue), an
+# increase event every 10 ms of +1 Mb/s (+2 Mb/s hyper), the target clamped to the rate
+# at every cut (as in the paper), at most one CNP per QP per ms. --connectx-defaults
+# runs the plain ConnectX parameters instead; --cc-param adds to either.
+LAB_CC="rp_time_reset=10000,rp_ai_rate=1,rp_hai_rate=2,rp_dce_tcp_rtt=5000"
+LAB_CC+=",rp_rate_reduce_monitor_period=5000,rp_clamp_tgt_rate=1,np_min_time_between_cnps=1000"
 CC_PARAMS=()
 DOCS=
 RUNS="dcqcn nodcqcn"
+REPORT_ONLY=
 XRNIC=${XRNIC:-}
 
 usage() {
@@ -56,6 +68,8 @@ while (($#)); do
 	--cc-param) CC_PARAMS+=(--cc-param "$2"); shift 2 ;;
 	--docs) DOCS=$2; shift 2 ;;
 	--runs) RUNS=$2; shift 2 ;;
+	--report-only) REPORT_ONLY=1; shift ;;
+	--connectx-defaults) LAB_CC=; shift ;;
 	-h | --help) usage ;;
 	*) echo "dcqcn-lab: unknown option '$1'" >&2; usage ;;
 	esac
@@ -63,6 +77,7 @@ done
 [[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 8)) || xri_die "-D must be at least 8 seconds"
 [[ $RATE =~ ^[0-9]+$ ]] || xri_die "--rate takes Mbit/s as an integer"
 
+[[ -n $LAB_CC ]] && CC_PARAMS=(--cc-param "$LAB_CC" "${CC_PARAMS[@]}")
 xri_need_root
 command -v python3 >/dev/null || xri_die "python3 is needed for the figures (apt-get install python3)"
 if [[ -z $XRNIC ]]; then
@@ -73,9 +88,14 @@ XRNIC=$(realpath "$XRNIC")
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
 xri_trap_cleanup
-xri_guest_init
 T0=$(xri_now)
+if [[ -n $REPORT_ONLY ]]; then
+	RUNS=
+else
+	xri_guest_init
+fi
 
+if [[ -z $REPORT_ONLY ]]; then
 # --- the switch: a guest bridging its two NICs, the bottleneck on eth1's egress ---------
 SCN=$OUT/switch.sh
 cat >"$SCN" <<EOF
@@ -160,6 +180,8 @@ fresh_qdisc_block() {
 	qdisc_block
 }
 
+fi
+
 PORT=18515
 # run NAME SENDER-CC-OPTIONS...
 run() {
@@ -205,15 +227,24 @@ done
 
 for name in dcqcn nodcqcn; do
 	[[ -s $OUT/$name.csv ]] || continue
+	if [[ $name == nodcqcn ]]; then
+		title="without DCQCN"
+	elif [[ -n $LAB_CC ]]; then
+		title="with DCQCN (lab parameters)"
+	else
+		title="with DCQCN (ConnectX defaults)"
+	fi
 	"$XRNIC" plot "$OUT/$name.csv" -o "$OUT/$name.svg" --bottleneck-mbps "$RATE" \
-		--title "$([[ $name == dcqcn ]] && echo "with DCQCN" || echo "without DCQCN"): 2 QPs, RDMA WRITE through htb ${RATE}mbit + red ecn" ||
+		--title "$title: 2 QPs, RDMA WRITE through htb ${RATE}mbit + red ecn" ||
 		xri_log "plot of $name failed"
 done
 
 rc=0
-python3 - "$OUT" "$RATE" >"$OUT/summary.txt" <<'PY' || rc=$?
+CC_TEXT="ConnectX defaults"
+((${#CC_PARAMS[@]})) && CC_TEXT="ConnectX defaults with ${CC_PARAMS[*]}"
+python3 - "$OUT" "$RATE" "$DURATION" "$CC_TEXT" >"$OUT/summary.txt" <<'PY' || rc=$?
 import json, re, sys
-out, rate = sys.argv[1], float(sys.argv[2])
+out, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 
 def load(path):
     try:
@@ -243,26 +274,65 @@ def qdisc(path):
 def delta(a, b):
     return {k: {f: b[k].get(f, 0) - a.get(k, {}).get(f, 0) for f in b[k]} for k in b}
 
+def from_csv(path, duration):
+    """Goodput per QP over perf's sampling window (the middle half) and the last
+    retransmission counts, from the --cc-log CSV (for a client that failed)."""
+    rows = {}
+    try:
+        for line in list(open(path))[1:]:
+            f = line.strip().split(",")
+            rows.setdefault(int(f[1]), []).append((float(f[0]), int(f[6]), int(f[7])))
+    except (OSError, ValueError, IndexError):
+        return None
+    lo, hi = duration / 4, duration * 3 / 4
+    bw, retrans = [], 0
+    for q in sorted(rows):
+        r = rows[q]
+        def at(t):
+            return max((x for x in r if x[0] <= t), default=r[0])
+        a, b = at(lo), at(hi)
+        bw.append((b[1] - a[1]) * 8 / max(b[0] - a[0], 1e-9) / 1e6)
+        retrans += r[-1][2]
+    return bw, retrans
+
+def error_line(path):
+    try:
+        return next((l.strip() for l in open(path) if l.startswith("xrnic perf:")), "")
+    except OSError:
+        return ""
+
 res = {}
 for name in ("dcqcn", "nodcqcn"):
     c, s = load(f"{out}/{name}.client.json"), load(f"{out}/{name}.server.json")
-    if not c:
+    try:
+        q = delta(qdisc(f"{out}/{name}.qdisc-before.txt"), qdisc(f"{out}/{name}.qdisc-after.txt"))
+    except OSError:
         res[name] = None
         continue
-    q = delta(qdisc(f"{out}/{name}.qdisc-before.txt"), qdisc(f"{out}/{name}.qdisc-after.txt"))
-    bw = [x["bw_avg_gbps"] * 1000 for x in c["qps"]]
+    failed = error_line(f"{out}/{name}.client.out")
+    if c:
+        bw = [x["bw_avg_gbps"] * 1000 for x in c["qps"]]
+        dev = c["counters"]["device"]
+        retrans, timeouts = dev["qp"]["retransmitted_packets"], dev["qp"]["local_ack_timeout_err"]
+        handled = dev["rp_cnp_handled"]
+    else:
+        # The client failed (e.g. retry counter exceeded): its CSV has what happened.
+        got = from_csv(f"{out}/{name}.csv", duration)
+        if got is None:
+            res[name] = None
+            continue
+        bw, retrans = got
+        timeouts, handled = "?", 0
     jain = sum(bw) ** 2 / (len(bw) * sum(x * x for x in bw)) if any(bw) else 0.0
-    dev = c["counters"]["device"]
     res[name] = dict(
-        goodput=sum(bw), per_qp=bw, jain=jain,
-        retrans=dev["qp"]["retransmitted_packets"],
-        timeouts=dev["qp"]["local_ack_timeout_err"],
-        rp_cnp_handled=dev["rp_cnp_handled"],
+        goodput=sum(bw), per_qp=bw, jain=jain, retrans=retrans, timeouts=timeouts,
+        rp_cnp_handled=handled, failed=failed,
         np_cnp_sent=(s or {}).get("counters", {}).get("device", {}).get("np_cnp_sent", 0),
         red=q.get("red", {}), htb=q.get("htb", {}),
     )
 
 print(f"DCQCN lab: 2 QPs, RDMA WRITE 64 KiB, through htb {rate:g} Mbit/s + red ecn")
+print(f"DCQCN: {sys.argv[4]}")
 print(f"{'':28}{'with DCQCN':>16}{'without DCQCN':>16}")
 def row(label, f):
     cells = [f(res[n]) if res[n] else "failed" for n in ("dcqcn", "nodcqcn")]
@@ -279,6 +349,9 @@ row("switch: red marked CE", lambda r: str(r["red"].get("marked", "?")))
 row("switch: red early drops", lambda r: str(r["red"].get("early", "?")))
 row("switch: red tail drops", lambda r: str(r["red"].get("pdrop", "?")))
 row("switch: packets forwarded", lambda r: str(r["htb"].get("pkts", "?")))
+for n in ("dcqcn", "nodcqcn"):
+    if res[n] and res[n]["failed"]:
+        print(f"({n}: the client failed: {res[n]['failed']}; its figures come from its CSV)")
 
 d, n = res["dcqcn"], res["nodcqcn"]
 goals = []
@@ -294,6 +367,7 @@ else:
     if n is not None:
         goals.append(("retransmissions at most 1/4 of those without DCQCN",
                       d["retrans"] * 4 <= n["retrans"] and n["retrans"] > 0))
+    goals.append(("the DCQCN client completed", not d["failed"]))
 print()
 for g, ok in goals:
     print(f"  {'ok  ' if ok else 'MISS'} {g}")

@@ -4,8 +4,8 @@
 //! Contract: one header line, then one row per QP per sample:
 //! `t_s,qp,qpn,rate_mbps,target_mbps,alpha,delivered_bytes,retransmitted_packets,rp_cnp_handled`.
 //! `t_s` is seconds since the log was created; `qp` the QP's index in the run (0, 1, ...);
-//! rate, target (Mb/s) and α are DCQCN's at that instant and empty with DCQCN off (α
-//! also before the QP's first CNP would be its initial value, so it is printed as is);
+//! rate, target (Mb/s) and α are DCQCN's at that instant, all three empty with DCQCN off
+//! (before a QP's first CNP, α is `rp_initial_alpha_value`);
 //! `delivered_bytes` counts messages completed (acknowledged by the responder) × size;
 //! the two counters are the QP's. Samples are taken at most every interval (the requester
 //! loop calls [`CcLog::maybe_sample`] at least every 50 ms), plus a last one at the end.

@@ -206,8 +206,8 @@ pub struct DeviceOptions {
     pub dcqcn: Option<DcqcnParams>,
 }
 
-/// Whether devices run DCQCN unless told otherwise: off. Measured with `make bench-net`
-/// (docs/congestion.md): see there for why.
+/// Whether devices run DCQCN unless told otherwise: off, until a quiet `make bench-net`
+/// shows it costs nothing (docs/congestion.md, "On real devices").
 pub const DEFAULT_DCQCN: Option<DcqcnParams> = None;
 
 /// The line rate DCQCN starts from when the interface does not report a speed (veth

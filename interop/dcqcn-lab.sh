@@ -24,8 +24,9 @@
 #
 # Goals with DCQCN (exit status 1 when one is missed): goodput of both QPs together
 # ≥ 80 % of the bottleneck, Jain fairness ≥ 0.9, receiver np_cnp_sent > 0, sender
-# rp_cnp_handled > 0, and fewer retransmitted packets than without DCQCN (at most a
-# quarter of them).
+# rp_cnp_handled > 0, fewer retransmitted packets than without DCQCN (at most a quarter
+# of them), and the DCQCN client completing. A client that fails (e.g. retry counter
+# exceeded) is reported with the figures of its CSV.
 
 set -euo pipefail
 # shellcheck source=guest.sh
@@ -36,8 +37,9 @@ DURATION=10
 RATE=50
 # RED as a switch's ECN marking thresholds, scaled to 50 Mbit/s (docs/congestion.md):
 # marking starts at 15 kB of average queue (2.4 ms, ~14 frames), reaches 20 % at 45 kB
-# (7.2 ms); avpkt = one 1024-byte-MTU RoCE frame; the hard limit (400 kB) only matters
-# for traffic that is not ECN-capable.
+# (7.2 ms); above that every ECN-capable packet is marked and every other one dropped;
+# avpkt = one 1024-byte-MTU RoCE frame; the hard limit (400 kB, 64 ms) is a deep buffer,
+# reached only when ECN-capable senders do not slow down (or by retransmission bursts).
 RED_OPTS="limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2"
 # DCQCN for this network: the ConnectX defaults are made for µs round trips at 25-100
 # Gb/s; here the round trip is milliseconds and the fair share 25 Mb/s, so the time
@@ -55,7 +57,7 @@ REPORT_ONLY=
 XRNIC=${XRNIC:-}
 
 usage() {
-	sed -n '2,9p' "$0" >&2
+	sed -n '2,8p' "$0" >&2
 	exit 2
 }
 

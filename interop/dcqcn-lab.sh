@@ -76,7 +76,9 @@ while (($#)); do
 	*) echo "dcqcn-lab: unknown option '$1'" >&2; usage ;;
 	esac
 done
-[[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 8)) || xri_die "-D must be at least 8 seconds"
+if ! [[ $DURATION =~ ^[0-9]+$ ]] || ((DURATION < 8)); then
+	xri_die "-D must be at least 8 seconds"
+fi
 [[ $RATE =~ ^[0-9]+$ ]] || xri_die "--rate takes Mbit/s as an integer"
 
 [[ -n $LAB_CC ]] && CC_PARAMS=(--cc-param "$LAB_CC" "${CC_PARAMS[@]}")

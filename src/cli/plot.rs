@@ -208,7 +208,7 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .label(format!("bottleneck {b} Mb/s"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150)));
     }
-    for (&q, v) in &by_qp {
+    for (&q, v) in by_qp.iter().filter(|_| has_cc) {
         let col = colour(q);
         let rate: Vec<(f64, f64)> = v
             .iter()

@@ -19,6 +19,9 @@
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
 #                    the verbs API suite, rc-pingpong and perf against the software backend
 #                    on the host, both directions, and the stock tools (root, ~1 min)
+#   make dcqcn-lab   two xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
+#                    a qemu TCG guest), with and without DCQCN: figures checked against the
+#                    goals, CSV time series and SVG plots in target/dcqcn-lab (root, ~2 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -39,7 +42,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload
+.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -110,3 +113,12 @@ interop: interop-setup
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-offload.sh -o target/interop/offload
+
+# The DCQCN lab (docs/congestion.md): not in `make test` (a qemu guest, ~2 minutes, and its
+# figures depend on the host having CPU for the guest). DCQCN_LAB_ARGS e.g.
+# "--cc-param rp_ai_rate=1 -D 12".
+DCQCN_LAB_ARGS ?=
+dcqcn-lab: interop-setup
+	@$(DEPS) python3
+	$(CARGO) build --quiet --release --bin xrnic
+	interop/dcqcn-lab.sh -o target/dcqcn-lab $(DCQCN_LAB_ARGS)

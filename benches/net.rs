@@ -214,6 +214,9 @@ fn perf_bw(
         no_stat: true,
         pcap: None,
         rx_drop: 0.0,
+        cc: bench_cc(),
+        cc_log: None,
+        cc_log_interval: 50,
         server,
     };
     let peer = pair.end(Side::B).ipv4.to_string();
@@ -265,8 +268,21 @@ fn pp_args(
         rx_drop: 0.0,
         no_stat: true,
         pcap: None,
+        cc: bench_cc(),
         server,
     }
+}
+
+/// Congestion control of the xrnic runs: the default, or `XRNIC_BENCH_CC=dcqcn|off` (to
+/// measure what DCQCN costs: run the bench once each way).
+fn bench_cc() -> xrnic::cli::cc::CcArgs {
+    let mut cc = xrnic::cli::cc::CcArgs::default();
+    match std::env::var("XRNIC_BENCH_CC").as_deref() {
+        Ok("dcqcn") => cc.dcqcn = true,
+        Ok("off") => cc.no_dcqcn = true,
+        _ => {}
+    }
+    cc
 }
 
 /// `rc-pingpong -s size -n iters --verify [-e]` with the server in B and the client in

@@ -9,16 +9,17 @@
 #   xri_guest_init                 runs setup.sh once, sets XRI_KERNEL and XRI_BASE
 #   xri_guest_start NAME TAP IP4 IP6 MTU SCENARIO OUTDIR TIMEOUT
 #                                  boots guest NAME on tap TAP (which must exist, see
-#                                  net.sh); SCENARIO is a shell script run as /scenario.sh,
-#                                  killed after TIMEOUT seconds; console in OUTDIR/NAME.console
+#                                  net.sh; TAP0,TAP1 gives it two NICs, eth0 and eth1);
+#                                  SCENARIO is a shell script run as /scenario.sh, killed
+#                                  after TIMEOUT seconds; console in OUTDIR/NAME.console
 #   xri_guest_wait NAME REGEX SECONDS
 #                                  waits for a console line; 0 found, 1 timeout, 2 guest gone
 #   xri_guest_finish NAME SECONDS  waits for `XR-RESULT rc=N` and the guest's exit; sets
 #                                  XRI_GUEST_RC[NAME]=N (or 255 when no result appeared)
 #                                  and returns 0 only for N = 0
 #
-# Guests get exactly one NIC, a tap on the namespace's bridge (-nodefaults: no user-mode
-# network, no other device), so they can reach nothing but the harness network.
+# Guests get only the NICs named, taps on the namespace's bridges (-nodefaults: no
+# user-mode network, no other device), so they can reach nothing but the harness network.
 
 # shellcheck source=net.sh
 source "$(dirname "${BASH_SOURCE[0]}")/net.sh"
@@ -46,6 +47,16 @@ xri_guest_mac() {
 xri_guest_start() {
 	local name=$1 tap=$2 ip4=$3 ip6=$4 mtu=$5 scenario=$6 outdir=$7 timeout=$8
 	local initrd=$outdir/$name.initrd log=$outdir/$name.console tmp
+	# TAP may list several taps (tap0,tap1): one NIC each, eth0, eth1, ... in the guest,
+	# the n-th with MAC byte 4 = 2 + n.
+	local nics=() t n=0 mac
+	for t in ${tap//,/ }; do
+		mac=$(xri_guest_mac "$ip4")
+		mac=${mac/:c0:02:/:c0:$(printf %02x $((2 + n))):}
+		nics+=(-netdev "tap,id=n$n,ifname=$t,script=no,downscript=no"
+			-device "virtio-net-pci,netdev=n$n,mac=$mac")
+		n=$((n + 1))
+	done
 	[[ -f $scenario ]] || xri_die "no scenario file $scenario"
 	# The scenario goes in as a second cpio archive after the base image: the kernel
 	# unpacks concatenated archives in order, so no rebuild of the base image is needed.
@@ -72,8 +83,7 @@ xri_guest_start() {
 		-serial "file:$log" \
 		-kernel "$XRI_KERNEL" -initrd "$initrd" \
 		-append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off ${XRI_GUEST_APPEND:-} xr.name=$name xr.ip4=$ip4 xr.ip6=$ip6 xr.mtu=$mtu xr.timeout=$timeout" \
-		-netdev "tap,id=n0,ifname=$tap,script=no,downscript=no" \
-		-device "virtio-net-pci,netdev=n0,mac=$(xri_guest_mac "$ip4")" \
+		"${nics[@]}" \
 		>"$outdir/$name.qemu.log" 2>&1 &
 	XRI_GUEST_PID[$name]=$!
 	XRI_GUEST_LOG[$name]=$log

@@ -204,6 +204,10 @@ pub struct DriverOptions {
     /// Seed of the fault injector's PRNG (ChaCha8): the same seed drops the same frames of
     /// the same sequence.
     pub seed: u64,
+    /// Testing congestion control: mark this fraction (0.0..=1.0) of received ECN-capable
+    /// frames CE before the engine sees them, as a RED/ECN switch would (this host kernel
+    /// has no sch_red, and XDP runs before tc ingress).
+    pub rx_ce_mark: f64,
     /// Where to write the JSON stat snapshot, if anywhere.
     pub stat_path: Option<PathBuf>,
     /// How often to rewrite the snapshot.
@@ -219,6 +223,7 @@ impl Default for DriverOptions {
         DriverOptions {
             rx_drop: 0.0,
             seed: 0,
+            rx_ce_mark: 0.0,
             stat_path: None,
             stat_interval: Duration::from_millis(500),
             netdev: String::new(),
@@ -240,6 +245,8 @@ pub struct DriverStats {
     pub app_wakeups: u64,
     /// Received frames dropped by the fault injector.
     pub fault_dropped: u64,
+    /// Received ECN-capable frames the fault injector marked CE (`rx_ce_mark`).
+    pub fault_ce_marked: u64,
     /// Frames given to the engine.
     pub frames_in: u64,
     /// Frames the engine produced.
@@ -407,7 +414,7 @@ impl Driver {
             rx_fd,
             wake,
             stop: AtomicBool::new(false),
-            port: Mutex::new(Some(Port::new(io, opts.rx_drop, opts.seed, tap))),
+            port: Mutex::new(Some(Port::new(io, &opts, tap))),
             epoch: Instant::now(),
         });
         let s = shared.clone();
@@ -569,6 +576,10 @@ pub struct QpSnapshot {
     pub state: String,
     pub dest_qpn: u32,
     pub counters: serde_json::Value,
+    /// DCQCN's current rate, target rate and α of the QP; absent while congestion control
+    /// is off (and in snapshots of older xrnic versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<crate::proto::congestion::QpRateStatus>,
 }
 
 /// This process's name as `rdma resource show` prints it (`comm`).
@@ -599,6 +610,7 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Sn
                 state: state_name(a.qp_state).to_string(),
                 dest_qpn: a.dest_qp_num.value(),
                 counters: serde_json::to_value(c).unwrap_or_default(),
+                rate: e.rnic.congestion().and_then(|cc| cc.qp_status(q)),
             })
         })
         .collect();

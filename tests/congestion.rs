@@ -759,3 +759,38 @@ fn engine_surface_cnp_queue_and_held_qps() {
     cc.remove_qp(q1);
     assert_eq!(cc.poll_cnp(), None);
 }
+
+#[test]
+fn unthrottled_qps_are_unpaced_when_asked_and_throttled_ones_paced() {
+    const LINE: u64 = 10_000_000_000;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), LINE, 4096);
+    cc.set_pace_unthrottled(false);
+    let q = Qpn::new(0x11);
+    cc.add_qp(0, q);
+    // At line rate: any number of frames at one instant (the port paces), and the bucket
+    // stays full for the first frames after a cut.
+    for _ in 0..64 {
+        assert!(cc.may_send(0, q, 4096));
+        cc.on_sent(0, q, 4096);
+    }
+    assert_eq!(cc.next_send_time(0, q, 4096), 0);
+    assert_eq!(cc.throttled_packets_within(q, 1_000_000, 1000), None);
+    // A CNP throttles it to R_c = line · (1 − α/2) with α = 1023/1024 (ConnectX).
+    assert_eq!(cc.on_cnp(10, q), CnpVerdict::Handled);
+    let r = cc.qp_status(q).unwrap().rate_bps;
+    assert!(r < LINE);
+    assert!(cc.may_send(10, q, 4096), "a full bucket after the cut");
+    cc.on_sent(10, q, 4096);
+    assert!(!cc.may_send(10, q, 4096), "paced now");
+    // Frames of 1000 bytes in 1 ms at R_c: R_c · 1 ms / 8000 bits.
+    assert_eq!(
+        cc.throttled_packets_within(q, 1_000_000, 1000),
+        Some((u128::from(r) * 1_000_000 / 1_000_000_000 / 8000) as u32)
+    );
+    // Paced by default (the sans-IO tests and `xrnic sim` model a NIC at line rate).
+    let mut paced = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), LINE, 4096);
+    paced.add_qp(0, q);
+    assert!(paced.may_send(0, q, 4096));
+    paced.on_sent(0, q, 4096);
+    assert!(!paced.may_send(0, q, 4096));
+}

@@ -361,3 +361,129 @@ fn perf_verify_catches_what_did_not_happen() {
         text(&srv)
     );
 }
+
+#[test]
+fn perf_dcqcn_json_rates_cc_log_and_plot() {
+    if !require_root("perf_dcqcn_json_rates_cc_log_and_plot") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let dir = std::env::temp_dir().join(format!("xrnic-perf-cc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("cc.csv");
+    let csv_s = csv.to_str().unwrap();
+    let (srv, cli) = perf_pair(
+        &pair,
+        "write",
+        &["-q", "2", "-n", "200", "-s", "4096", "--dcqcn", "--json"],
+        &[
+            "-q",
+            "2",
+            "-n",
+            "200",
+            "-s",
+            "4096",
+            "--json",
+            "--cc-param",
+            "rp_ai_rate=10",
+            "--tclass",
+            "106",
+            "--cc-log",
+            csv_s,
+            "--cc-log-interval",
+            "5",
+        ],
+        18611,
+    );
+    let (s, c) = (parse(&srv, false), parse(&cli, false));
+    let v = c.json.as_ref().expect("--json line");
+    let cong = &v["counters"]["congestion"];
+    assert_eq!(cong["params"]["rp_ai_rate"].as_u64(), Some(10), "{v}");
+    assert_eq!(cong["params"]["rp_time_reset"].as_u64(), Some(300), "{v}");
+    // Nothing marks CE on a veth: DCQCN is on but never throttles.
+    for k in [
+        "np_cnp_sent",
+        "np_ecn_marked_roce_packets",
+        "rp_cnp_handled",
+        "rp_cnp_ignored",
+    ] {
+        assert_eq!(v["counters"]["device"][k].as_u64(), Some(0), "{k}: {v}");
+    }
+    let line = cong["line_rate_bps"].as_u64().unwrap();
+    for q in v["qps"].as_array().unwrap() {
+        assert_eq!(q["rate_bps"].as_u64(), Some(line), "{v}");
+        assert_eq!(q["target_bps"].as_u64(), Some(line), "{v}");
+        assert!(
+            (q["alpha"].as_f64().unwrap() - 1023.0 / 1024.0).abs() < 1e-9,
+            "{v}"
+        );
+        assert_eq!(q["rp_cnp_handled"].as_u64(), Some(0), "{v}");
+        assert!(q["retransmitted_packets"].as_u64().is_some(), "{v}");
+    }
+    let sv = s.json.as_ref().unwrap();
+    assert!(sv["counters"]["congestion"]["params"].is_object(), "{sv}");
+
+    // The CSV: both QPs sampled, rates filled, delivered bytes end at 200 × 4096 each.
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = csv_text.lines();
+    assert_eq!(lines.next(), Some(xrnic::cli::cclog::HEADER));
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    assert!(rows.len() >= 2, "{csv_text}");
+    for qp in ["0", "1"] {
+        let last = rows
+            .iter()
+            .rev()
+            .find(|r| r[1] == qp)
+            .expect("a row per QP");
+        assert_eq!(last[6], (200 * 4096).to_string(), "{csv_text}");
+        assert_eq!(
+            last[3].parse::<f64>().unwrap(),
+            line as f64 / 1e6,
+            "{csv_text}"
+        );
+    }
+    let svg = dir.join("cc.svg");
+    let out = Command::new(BIN)
+        .args(["plot", csv_s, "-o", svg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("qp 1 rate"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn perf_cc_usage_errors() {
+    for (args, want) in [
+        (
+            &["--cc-param", "rp_ai_rat=1"][..],
+            "unknown DCQCN parameter 'rp_ai_rat'",
+        ),
+        (
+            &["--cc-param", "rp_gd=99"],
+            "rp_gd=99 is out of range 0…15 (shift)",
+        ),
+        (&["--no-dcqcn", "--dcqcn"], "cannot be used with"),
+        (
+            &["--cc-log", "/tmp/x.csv"],
+            "--cc-log is sampled by the client",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(["perf", "write", "--netdev", "lo", "--no-stat"])
+            .args(args)
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "{args:?}: {t}");
+    }
+    let out = Command::new(BIN)
+        .args(["plot", "/nonexistent.csv", "-o", "/tmp/x.svg"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("cannot read /nonexistent.csv"));
+}

@@ -5,6 +5,8 @@
 //! Contract: nothing here panics on bad input (a capture is untrusted data); every failure
 //! is a value the binary turns into a clear message on stderr and a non-zero exit code.
 
+pub mod cc;
+pub mod cclog;
 pub mod decode;
 pub mod demo;
 pub mod devinfo;
@@ -13,6 +15,7 @@ pub mod explain_svg;
 pub mod perf;
 pub mod perftest_buf;
 pub mod pingpong;
+pub mod plot;
 pub mod res;
 pub mod sim;
 pub mod stat;

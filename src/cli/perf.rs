@@ -26,8 +26,15 @@
 //!   (`margin = D / 4` s each) count, over the sampling time.
 //! - `--json` adds one last line: a JSON object with `test`, `size`, `iters`, `mtu`,
 //!   `bw_avg_gbps`, `bw_peak_gbps`, `msg_rate_mpps`, `qps` (each QP's `qpn`, `bytes`,
-//!   `bw_avg_gbps`) and `counters` (device, driver, port; `congestion` is null: DCQCN is
-//!   not enabled on verbs devices).
+//!   `bw_avg_gbps`, `retransmitted_packets`, and DCQCN's `rate_bps`, `target_bps`,
+//!   `alpha`, `rp_cnp_handled`: null with DCQCN off) and `counters` (device — including
+//!   `np_cnp_sent`, `np_ecn_marked_roce_packets`, `rp_cnp_handled`, `rp_cnp_ignored` —,
+//!   driver, port, and `congestion`: DCQCN's parameters, counters and per-QP rates, null
+//!   when off).
+//! - Congestion control: `--dcqcn`, `--cc-profile`, `--cc-param`, `--tclass`
+//!   ([`super::cc`]); the client's `--cc-log FILE` samples each QP's rate, target rate, α,
+//!   delivered bytes and retransmissions every `--cc-log-interval` ms into a CSV
+//!   ([`super::cclog`]).
 //! - `--verify` (both sides must be xrnic: the stock tools send their own buffer contents
 //!   and check nothing): a write/send client sends [`pattern`] bytes, and the server checks
 //!   at the end that every offset messages landed at holds them; a read server fills its
@@ -204,6 +211,15 @@ pub struct PerfArgs {
     /// Testing: drop this fraction of received frames in the driver.
     #[arg(long, hide = true, default_value_t = 0.0, value_parser = parse_fraction)]
     pub rx_drop: f64,
+    #[command(flatten)]
+    pub cc: super::cc::CcArgs,
+    /// Client: write a CSV time series of each QP's DCQCN rate, target rate, α, delivered
+    /// bytes and retransmissions to FILE (see `xrnic plot`).
+    #[arg(long = "cc-log", value_name = "FILE")]
+    pub cc_log: Option<std::path::PathBuf>,
+    /// Sampling interval of --cc-log, in milliseconds.
+    #[arg(long = "cc-log-interval", value_name = "MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub cc_log_interval: u64,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
 }
@@ -304,6 +320,12 @@ fn plan(args: &PerfArgs) -> Result<Plan, PerfError> {
         if args.duration.is_some() {
             return usage("--verify-stock needs a known number of messages: use -n, not -D");
         }
+    }
+    if args.cc_log.is_some() && args.server.is_none() {
+        return usage(
+            "--cc-log is sampled by the client (the requester whose rate DCQCN controls); \
+             give it on the side that connects",
+        );
     }
     let iters = match args.duration {
         Some(_) => None,
@@ -497,6 +519,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
         pcap: args.pcap.clone(),
         rx_drop: args.rx_drop,
+        dcqcn: args.cc.dcqcn().map_err(PerfError::Usage)?,
         ..DeviceOptions::default()
     };
     if opts.pcap.is_some() {
@@ -647,6 +670,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 max_rd_atomic: r.out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 max_dest_rd_atomic: out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 hop_limit: 0xff,
+                traffic_class: args.cc.tclass.unwrap_or(0),
                 ..ConnectOpts::default()
             },
         )
@@ -698,7 +722,23 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         session
             .start_run()
             .map_err(|e| format!("sync before run: {e}"))?;
-        let run = run_requester(&p, &lanes, &remote, &cq, geometry)?;
+        let mut log = match &args.cc_log {
+            Some(path) => Some(
+                super::cclog::CcLog::create(
+                    path,
+                    Duration::from_millis(args.cc_log_interval),
+                    u64::from(p.size),
+                )
+                .map_err(|e| format!("--cc-log {}: {e}", path.display()))?,
+            ),
+            None => None,
+        };
+        let run = run_requester(&p, &lanes, &remote, &cq, geometry, log.as_mut())?;
+        if let Some(l) = log.as_mut() {
+            let qps: Vec<&Qp> = lanes.iter().map(|l| &l.qp).collect();
+            l.finish(&qps, &run.per_qp_done)
+                .map_err(|e| format!("--cc-log: {e}"))?;
+        }
         session.end_run().map_err(|e| e.to_string())?;
         let report = bw_report(u64::from(p.size), &run.measured, p.gbits);
         if args.verify && p.test == PerfTest::Read {
@@ -766,10 +806,16 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
             .zip(&per_qp)
             .map(|(l, &msgs)| {
                 let bytes = msgs * u64::from(p.size);
+                let rate = l.qp.rate_status();
                 json!({
                     "qpn": l.qp.qp_num().value(),
                     "bytes": bytes,
                     "bw_avg_gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
+                    "retransmitted_packets": l.qp.counters().retransmitted_packets,
+                    "rate_bps": rate.map(|r| r.rate_bps),
+                    "target_bps": rate.map(|r| r.target_bps),
+                    "alpha": rate.and_then(|r| r.alpha),
+                    "rp_cnp_handled": rate.map(|r| r.rp_cnp_handled),
                 })
             })
             .collect();
@@ -799,7 +845,7 @@ fn counters_json(dev: &Device) -> serde_json::Value {
             "device": dev.counters(),
             "driver": dev.driver_stats(),
             "port": dev.io_stats(),
-            "congestion": serde_json::Value::Null,
+            "congestion": dev.congestion(),
         }),
         verbs::Backend::Offload => json!({
             "hw": verbs::hw_counters(dev.name())
@@ -829,6 +875,8 @@ struct RunResult {
     measured: Measured,
     /// Messages completed per QP (in the sampling window with -D).
     per_qp: Vec<u64>,
+    /// Messages completed per QP over the whole run.
+    per_qp_done: Vec<u64>,
 }
 
 /// -D phases (perftest `catch_alarm`): warm-up, sampling, cool-down.
@@ -858,6 +906,7 @@ fn run_requester(
     remote: &[PerftestDest],
     cq: &verbs::Cq,
     g: Geometry,
+    mut log: Option<&mut super::cclog::CcLog>,
 ) -> Result<RunResult, String> {
     let total = p.iters.map(|n| n * p.qps as u64);
     let keep_times = !p.no_peak;
@@ -880,8 +929,13 @@ fn run_requester(
     let mut last_completion = start;
     let mut wcs = Vec::with_capacity(64);
     let mut quiet_since = Instant::now();
+    let qps: Vec<&Qp> = lanes.iter().map(|l| &l.qp).collect();
     loop {
         let now = Instant::now();
+        if let Some(l) = log.as_deref_mut() {
+            l.maybe_sample(now, &qps, &ccnt)
+                .map_err(|e| format!("--cc-log: {e}"))?;
+        }
         let ended = phases.as_ref().is_some_and(|ph| now >= ph.end);
         match total {
             Some(t) if totccnt >= t => break,
@@ -975,8 +1029,16 @@ fn run_requester(
             },
         },
     };
-    let per_qp = if phases.is_some() { sampled } else { ccnt };
-    Ok(RunResult { measured, per_qp })
+    let per_qp = if phases.is_some() {
+        sampled
+    } else {
+        ccnt.clone()
+    };
+    Ok(RunResult {
+        measured,
+        per_qp,
+        per_qp_done: ccnt,
+    })
 }
 
 /// Message `n` of QP `q`. `wr_id` = QP index << 40 | messages done when it completes.
@@ -1134,8 +1196,16 @@ fn run_receiver(
             peak_secs_per_msg: 0.0,
         },
     };
-    let per_qp = if phases.is_some() { sampled } else { rcnt };
-    Ok(RunResult { measured, per_qp })
+    let per_qp = if phases.is_some() {
+        sampled
+    } else {
+        rcnt.clone()
+    };
+    Ok(RunResult {
+        measured,
+        per_qp,
+        per_qp_done: rcnt,
+    })
 }
 
 /// Every offset one of `iters` messages used holds the pattern.

@@ -130,6 +130,8 @@ pub struct PingpongArgs {
     /// not the obvious next one (docs/observability.md).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub cc: super::cc::CcArgs,
     /// Connect to this server; without it, be the server.
     pub server: Option<String>,
 }
@@ -172,6 +174,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
         pcap: args.pcap.clone(),
+        dcqcn: args.cc.dcqcn()?,
         ..DeviceOptions::default()
     };
     if opts.pcap.is_some() {
@@ -263,6 +266,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
             gidx,
             &ConnectOpts {
                 path_mtu: Mtu::from_bytes(args.mtu).unwrap_or_default(),
+                traffic_class: args.cc.tclass.unwrap_or(0),
                 ..ConnectOpts::default()
             },
         )

@@ -82,6 +82,18 @@ pub fn render(s: &Snapshot, alive: bool) -> String {
             q.dest_qpn,
             fields(&q.counters)
         );
+        if let Some(r) = &q.rate {
+            let alpha = r.alpha.map_or("-".to_string(), |a| format!("{a:.4}"));
+            let _ = writeln!(
+                t,
+                "  dcqcn: rate_mbps {:.3} target_mbps {:.3} alpha {alpha} rp_cnp_handled {} \
+                 rp_cnp_ignored {}",
+                r.rate_bps as f64 / 1e6,
+                r.target_bps as f64 / 1e6,
+                r.rp_cnp_handled,
+                r.rp_cnp_ignored
+            );
+        }
     }
     t
 }
@@ -195,6 +207,7 @@ mod tests {
                 state: "RTS".into(),
                 dest_qpn: 18,
                 counters: serde_json::json!({"packets_sent": 9}),
+                rate: None,
             }],
             resources: None,
         };

@@ -38,7 +38,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
-use super::{BATCH, FrameIo, MAX_KICKS, STRIDE, Shared};
+use super::{BATCH, DriverOptions, FrameIo, MAX_KICKS, STRIDE, Shared};
 use crate::pcap_tap::{RxFate, Tap, handle_frame_tapped};
 use crate::proto::{Cq, TxReason, WorkCompletion};
 
@@ -89,6 +89,10 @@ pub(super) struct Port {
     backlog: Vec<Vec<u8>>,
     rng: ChaCha8Rng,
     rx_drop: f64,
+    /// Fault injection: the fraction of received ECN-capable frames marked CE before the
+    /// engine sees them (`DriverOptions::rx_ce_mark`), in this copy.
+    rx_ce_mark: f64,
+    ce_buf: Vec<u8>,
     /// The capture tap (`--pcap`): every frame sent and received, on whichever thread
     /// steps; frames are handed to its writer thread once per step.
     pub(super) tap: Option<Tap>,
@@ -136,13 +140,15 @@ impl std::fmt::Debug for Port {
 }
 
 impl Port {
-    pub(super) fn new(io: Box<dyn FrameIo>, rx_drop: f64, seed: u64, tap: Option<Tap>) -> Port {
+    pub(super) fn new(io: Box<dyn FrameIo>, opts: &DriverOptions, tap: Option<Tap>) -> Port {
         Port {
             io,
             bufs: TxBufs::new(),
             backlog: Vec::new(),
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            rx_drop,
+            rng: ChaCha8Rng::seed_from_u64(opts.seed),
+            rx_drop: opts.rx_drop,
+            rx_ce_mark: opts.rx_ce_mark,
+            ce_buf: Vec::new(),
             tap,
             reasons: Vec::with_capacity(BATCH),
         }
@@ -156,12 +162,13 @@ impl Port {
             Stepper::Driver { .. } => e.stats.iterations += 1,
             Stepper::App | Stepper::Waiter => e.stats.app_steps += 1,
         }
-        let (mut got, mut dropped) = (0u64, 0u64);
+        let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let ts = self
             .tap
             .as_ref()
             .map_or(0, |t| t.timestamp(shared.epoch + Duration::from_nanos(now)));
         let (rng, rx_drop, tap) = (&mut self.rng, self.rx_drop, &mut self.tap);
+        let (rx_ce_mark, ce_buf) = (self.rx_ce_mark, &mut self.ce_buf);
         let rx = self.io.recv_batch(&mut |frame| {
             if rx_drop > 0.0 && rng.random_bool(rx_drop.min(1.0)) {
                 if let Some(t) = tap.as_mut() {
@@ -169,6 +176,17 @@ impl Port {
                 }
                 dropped += 1;
                 return;
+            }
+            let mut frame = frame;
+            if rx_ce_mark > 0.0 && rng.random_bool(rx_ce_mark.min(1.0)) {
+                ce_buf.clear();
+                ce_buf.extend_from_slice(frame);
+                // Only ECN-capable IP packets can be marked; the capture shows the frame
+                // as the engine saw it (CE set).
+                if crate::sim::mark_ce(ce_buf) {
+                    marked += 1;
+                    frame = ce_buf;
+                }
             }
             match tap.as_mut() {
                 None => e.rnic.handle_frame(now, frame),
@@ -181,6 +199,7 @@ impl Port {
         }
         e.stats.frames_in += got;
         e.stats.fault_dropped += dropped;
+        e.stats.fault_ce_marked += marked;
         let mut progressed = got > 0;
         if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
             e.rnic.handle_timeout(now);

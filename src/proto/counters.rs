@@ -106,4 +106,12 @@ pub struct DeviceCounters {
     pub unsupported_dropped: u64,
     /// Completions lost to full CQs.
     pub cq_overruns: u64,
+    /// Congestion control (mlx5 names; 0 while it is off): CNPs this device sent as
+    /// notification point for CE-marked RoCE packets it received ...
+    pub np_cnp_sent: u64,
+    pub np_ecn_marked_roce_packets: u64,
+    /// ... and CNPs it received as reaction point: a rate cut, or ignored (monitor period,
+    /// unknown QP).
+    pub rp_cnp_handled: u64,
+    pub rp_cnp_ignored: u64,
 }

@@ -481,6 +481,13 @@ impl Rnic {
             d.qp.add(&q.counters);
         }
         d.cq_overruns = self.cqs.iter().flatten().map(|c| c.overruns).sum();
+        if let Some(cc) = &self.cc {
+            let c = cc.counters();
+            d.np_cnp_sent = c.np_cnp_sent;
+            d.np_ecn_marked_roce_packets = c.np_ecn_marked_roce_packets;
+            d.rp_cnp_handled = c.rp_cnp_handled;
+            d.rp_cnp_ignored = c.rp_cnp_ignored;
+        }
         d
     }
 
@@ -833,11 +840,21 @@ impl Rnic {
                 if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
                     continue;
                 }
+                // A throttled QP asks for ACKs often enough that one comes back within a
+                // quarter of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64
+                // packets take longer than the timeout itself, which would then expire
+                // with nothing lost (§9.7.6.1: the timer restarts only on progress).
+                let ack_every = match (&self.cc, local_ack_timeout_ns(qp.attr.timeout)) {
+                    (Some(cc), Some(t)) => cc
+                        .throttled_packets_within(qp.qpn, t / 4, mtu as usize + PACING_HEADROOM)
+                        .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
+                    _ => self.cfg.ack_every,
+                };
                 let lim = ReqLimits {
                     mtu,
                     max_rd_atomic: u32::from(qp.attr.max_rd_atomic),
                     max_unacked: self.cfg.max_unacked_psns,
-                    ack_every: self.cfg.ack_every,
+                    ack_every,
                     draining: qp.state == QpState::Sqd,
                 };
                 // DCQCN: the requester's frames leave at the QP's current rate.
@@ -949,12 +966,15 @@ fn emit(
     buf: &mut [u8],
 ) -> Option<usize> {
     let (eth, mut ip) = frame_addrs(cfg, qp);
+    // The ECN field of the QP's traffic class wins when set (ECT(1) or ECT(0) asked for
+    // by `ah_attr.traffic_class`); otherwise congestion control makes the frame ECT(0).
     if ect {
         match &mut ip {
             IpRepr::V4 { tos: tc, .. }
             | IpRepr::V6 {
                 traffic_class: tc, ..
-            } => *tc = (*tc & !3) | super::congestion::np::ECN_ECT0,
+            } if *tc & 3 == 0 => *tc |= super::congestion::np::ECN_ECT0,
+            _ => {}
         }
     }
     let frame = FrameRepr {

@@ -291,7 +291,7 @@ impl Link {
 
 /// Set CE on an ECN-capable (ECT(0) or ECT(1)) frame; fix the IPv4 header checksum.
 /// Returns whether the frame was marked.
-fn mark_ce(f: &mut [u8]) -> bool {
+pub(crate) fn mark_ce(f: &mut [u8]) -> bool {
     let ip = if f.get(12..14) == Some(&[0x81, 0x00]) {
         18
     } else {

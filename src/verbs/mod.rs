@@ -94,7 +94,10 @@ use std::time::Duration;
 
 use crate::driver::{Driver, DriverOptions, DriverStats, Shared, SimIo, sim_link};
 use crate::io::afxdp::{self, PortOptions, XskPort};
+use crate::proto::congestion::{Algorithm, CongestionControl, Pacer};
 use crate::proto::{self, Config, Rnic, gid_is_ipv4};
+
+pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus};
 
 pub use crate::driver::IoStats;
 pub use crate::proto::{
@@ -233,6 +236,9 @@ pub struct DeviceOptions {
     pub port: PortOptions,
     /// Fault injection: drop this fraction of received frames (see [`DriverOptions`]).
     pub rx_drop: f64,
+    /// Testing congestion control: mark this fraction of received ECN-capable frames CE,
+    /// like an ECN switch (see [`DriverOptions`]).
+    pub rx_ce_mark: f64,
     pub seed: u64,
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
@@ -240,6 +246,53 @@ pub struct DeviceOptions {
     /// Capture every frame the device sends and receives into this pcapng file, with a
     /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
     pub pcap: Option<PathBuf>,
+    /// DCQCN congestion control with these parameters (`None`: off, nothing changes on
+    /// the wire). On: data frames are ECT(0) unless the QP's traffic class sets the ECN
+    /// field, CE-marked packets are answered with CNPs (notification point), received CNPs
+    /// cut the QP's rate and a pacer holds it there (reaction point); see
+    /// docs/congestion.md. [`DEFAULT_DCQCN`] is the default.
+    pub dcqcn: Option<DcqcnParams>,
+}
+
+/// Whether devices run DCQCN unless told otherwise: off, until a quiet `make bench-net`
+/// shows it costs nothing (docs/congestion.md, "On real devices").
+pub const DEFAULT_DCQCN: Option<DcqcnParams> = None;
+
+/// The line rate DCQCN starts from when the interface does not report a speed (veth
+/// reports 10000 Mb/s; tap and some virtual devices report none).
+const FALLBACK_LINE_RATE_BPS: u64 = 10_000_000_000;
+
+/// The engine of a device, with congestion control as `opts` asks. `line_bps`: the
+/// interface speed, the rate an unthrottled QP sends at.
+fn engine(cfg: Config, opts: &DeviceOptions, line_bps: u64) -> Rnic {
+    let mut rnic = Rnic::new(cfg);
+    if let Some(p) = opts.dcqcn {
+        let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), line_bps, Pacer::DEFAULT_BURST);
+        // The port paces at line rate itself; a QP is paced once a CNP throttled it.
+        cc.set_pace_unthrottled(false);
+        rnic.enable_congestion_control(cc);
+    }
+    rnic
+}
+
+/// The interface speed from sysfs (Mb/s there), or [`FALLBACK_LINE_RATE_BPS`].
+fn line_rate_bps(ifname: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed"))
+        .ok()
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|&mbps| mbps > 0)
+        .map_or(FALLBACK_LINE_RATE_BPS, |mbps| mbps as u64 * 1_000_000)
+}
+
+/// Congestion-control state of a device: its counters and each QP's rate, target rate
+/// and α (what `xrnic stat` and `xrnic perf --json` show).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CongestionStatus {
+    /// The parameters in use.
+    pub params: DcqcnParams,
+    pub line_rate_bps: u64,
+    pub counters: CongestionCounters,
+    pub qps: Vec<(Qpn, QpRateStatus)>,
 }
 
 impl Default for DeviceOptions {
@@ -248,10 +301,12 @@ impl Default for DeviceOptions {
             queue: 0,
             port: PortOptions::default(),
             rx_drop: 0.0,
+            rx_ce_mark: 0.0,
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
             pcap: None,
+            dcqcn: DEFAULT_DCQCN,
         }
     }
 }
@@ -560,6 +615,7 @@ impl Device {
         };
         let dopts = DriverOptions {
             rx_drop: opts.rx_drop,
+            rx_ce_mark: opts.rx_ce_mark,
             seed: opts.seed,
             stat_path: opts
                 .stat_dir
@@ -570,7 +626,8 @@ impl Device {
             netdev: netdev.to_string(),
             pcap: opts.pcap.clone(),
         };
-        let driver = Driver::start(Rnic::new(cfg), Box::new(port), dopts)?;
+        let rnic = engine(cfg, opts, line_rate_bps(netdev));
+        let driver = Driver::start(rnic, Box::new(port), dopts)?;
         Ok(Device {
             inner: Arc::new(DevInner {
                 name: info.name,
@@ -642,6 +699,7 @@ impl Device {
         ));
         let dopts = DriverOptions {
             rx_drop: opts.rx_drop,
+            rx_ce_mark: opts.rx_ce_mark,
             seed: opts.seed,
             stat_path: opts
                 .stat_dir
@@ -652,7 +710,8 @@ impl Device {
             netdev: name.clone(),
             pcap: opts.pcap.clone(),
         };
-        let driver = Driver::start(Rnic::new(cfg), Box::new(io), dopts)?;
+        let rnic = engine(cfg, opts, FALLBACK_LINE_RATE_BPS);
+        let driver = Driver::start(rnic, Box::new(io), dopts)?;
         let port = PortAttr {
             state: PortState::Active,
             max_mtu: Mtu::Mtu4096,
@@ -774,6 +833,19 @@ impl Device {
             .soft()
             .map(|s| s.lock().rnic.counters())
             .unwrap_or_default()
+    }
+
+    /// DCQCN's counters and every QP's rate, target rate and α; `None` when congestion
+    /// control is off, and on the offload backend.
+    pub fn congestion(&self) -> Option<CongestionStatus> {
+        let g = self.inner.soft()?.lock();
+        let cc = g.rnic.congestion()?;
+        Some(CongestionStatus {
+            params: cc.dcqcn_params()?,
+            line_rate_bps: cc.line_rate_bps(),
+            counters: cc.counters(),
+            qps: cc.qp_statuses(),
+        })
     }
 
     /// What the driver thread counted (all zero on the offload backend: no driver).
@@ -1419,6 +1491,15 @@ impl Qp {
             QpKind::Verbs(qp) => qp.post_recv(&wr)?,
         }
         Ok(())
+    }
+
+    /// This QP's current rate, target rate and α (DCQCN); `None` when congestion control
+    /// is off, and on the offload backend.
+    pub fn rate_status(&self) -> Option<QpRateStatus> {
+        match &self.kind {
+            QpKind::Soft { pd, .. } => pd.shared.lock().rnic.congestion()?.qp_status(self.qpn),
+            QpKind::Verbs(_) => None,
+        }
     }
 
     /// This QP's counters (the engine's: all zero on the offload backend, which has no

@@ -54,6 +54,9 @@ enum Command {
     /// captured and its ICRCs checked; the namespaces are removed afterwards (also on
     /// Ctrl-C). Exit status 1 on any failure.
     Demo(xrnic::cli::demo::DemoArgs),
+    /// Draw the CSV time series of `xrnic perf --cc-log` (DCQCN rate, target rate, α and
+    /// goodput per QP) as an SVG chart. Exit status 1 when the CSV cannot be read.
+    Plot(xrnic::cli::plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Res(args) => xrnic::cli::res::run(&args),
         Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Demo(args) => xrnic::cli::demo::run(&args),
+        Command::Plot(args) => xrnic::cli::plot::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

@@ -83,7 +83,7 @@ pub struct CongestionCounters {
 }
 
 /// One QP's rate state, readable at any time.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct QpRateStatus {
     pub rate_bps: u64,
     pub target_bps: u64,
@@ -120,6 +120,8 @@ pub struct CongestionControl {
     cnps: VecDeque<Qpn>,
     handled: u64,
     ignored: u64,
+    /// Whether QPs at the maximum rate are paced too (see [`Self::set_pace_unthrottled`]).
+    pace_unthrottled: bool,
     /// The device name trace events carry.
     pub(crate) dev: &'static str,
 }
@@ -142,8 +144,39 @@ impl CongestionControl {
             cnps: VecDeque::new(),
             handled: 0,
             ignored: 0,
+            pace_unthrottled: true,
             dev: "",
         }
+    }
+
+    /// Whether a QP sending at the maximum rate (never throttled, or recovered) is held to
+    /// it by its pacer (the default), or left alone. A real port paces at line rate by
+    /// itself, and ConnectX attaches a rate limiter to a flow only once a CNP throttled it;
+    /// pacing every frame at line rate would also break up the driver's transmit batches
+    /// (a bucket of a few frames per wake-up).
+    pub fn set_pace_unthrottled(&mut self, on: bool) {
+        self.pace_unthrottled = on;
+    }
+
+    /// The line rate given to the reaction points, bit/s.
+    pub fn line_rate_bps(&self) -> u64 {
+        self.line_rate_bps
+    }
+
+    /// The DCQCN parameters, when the algorithm is DCQCN.
+    pub fn dcqcn_params(&self) -> Option<DcqcnParams> {
+        match self.algorithm {
+            Algorithm::Dcqcn(p) => Some(p),
+            Algorithm::None => None,
+        }
+    }
+
+    /// Every tracked QP with its rate state, in QPN order.
+    pub fn qp_statuses(&self) -> Vec<(Qpn, QpRateStatus)> {
+        self.qps
+            .keys()
+            .filter_map(|&q| Some((q, self.qp_status(q)?)))
+            .collect()
     }
 
     /// The algorithm new QPs get.
@@ -265,9 +298,15 @@ impl CongestionControl {
     /// May QP `qpn` send a frame of `len` bytes at `now`? When not, the QP is remembered
     /// as held until its pacer allows it, and [`Self::poll_timeout`] includes that time.
     pub fn may_send(&mut self, now: u64, qpn: Qpn, len: usize) -> bool {
+        let line = self.line_rate_bps;
+        let pace_all = self.pace_unthrottled;
         let Some(q) = self.qps.get_mut(&qpn) else {
             return true;
         };
+        if !pace_all && q.rate(line) >= line {
+            q.held_until = None;
+            return true;
+        }
         let t = q.pacer.next_send_time(now, len);
         if t <= now {
             q.held_until = None;
@@ -281,17 +320,38 @@ impl CongestionControl {
     /// When QP `qpn` may send a frame of `len` bytes: `now` if it may now. Unknown QPs are
     /// not paced.
     pub fn next_send_time(&self, now: u64, qpn: Qpn, len: usize) -> u64 {
-        self.qps
-            .get(&qpn)
-            .map_or(now, |q| q.pacer.next_send_time(now, len))
+        let line = self.line_rate_bps;
+        self.qps.get(&qpn).map_or(now, |q| {
+            if !self.pace_unthrottled && q.rate(line) >= line {
+                now
+            } else {
+                q.pacer.next_send_time(now, len)
+            }
+        })
+    }
+
+    /// How many frames of `len` bytes QP `qpn` sends in `ns` nanoseconds at its current
+    /// rate, when a reaction point holds it below the line rate; `None` when unthrottled.
+    pub fn throttled_packets_within(&self, qpn: Qpn, ns: u64, len: usize) -> Option<u32> {
+        let q = self.qps.get(&qpn)?;
+        let rate = q.rate(self.line_rate_bps);
+        if rate >= self.line_rate_bps || len == 0 {
+            return None;
+        }
+        let bits = u128::from(rate) * u128::from(ns) / 1_000_000_000;
+        Some(u32::try_from(bits / (len as u128 * 8)).unwrap_or(u32::MAX))
     }
 
     /// QP `qpn` sent a frame of `len` bytes at `now`.
     pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
         let (line, dev) = (self.line_rate_bps, self.dev);
+        let pace_all = self.pace_unthrottled;
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.held_until = None;
-            q.pacer.consume(now, len);
+            // An unpaced QP leaves its bucket full, for the first frames after a cut.
+            if pace_all || q.rate(line) < line {
+                q.pacer.consume(now, len);
+            }
             if let Some(cc) = q.cc.as_mut() {
                 cc.on_bytes_sent(now, len as u64);
             }

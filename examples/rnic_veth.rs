@@ -155,7 +155,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         "FETCH_ADD"
     );
     println!("FETCH_ADD: 41 -> 42");
-    let c = qp_a.counters();
+    let c = qp_a.counters()?;
     println!(
         "QP {:#x}: {} packets sent, {} received, {} retransmitted",
         qp_a.qp_num().value(),

@@ -151,9 +151,9 @@ fn ce_marks_become_cnps_that_cut_the_senders_rate() {
     let line = before.rate_bps;
     write_all(&a, &b);
 
-    let marked = b.dev.driver_stats().fault_ce_marked;
+    let marked = b.dev.driver_stats().unwrap().fault_ce_marked;
     assert!(marked > 0, "the driver marked some of {MSGS} × {LEN} bytes");
-    let cb = b.dev.counters();
+    let cb = b.dev.counters().unwrap();
     assert_eq!(
         cb.np_ecn_marked_roce_packets, marked,
         "the NP counts every CE-marked frame it received"
@@ -165,7 +165,7 @@ fn ce_marks_become_cnps_that_cut_the_senders_rate() {
     // Every CNP crosses the lossless veth; wait for the last ones to be taken.
     let start = Instant::now();
     let ca = loop {
-        let c = a.dev.counters();
+        let c = a.dev.counters().unwrap();
         if c.rp_cnp_handled + c.rp_cnp_ignored >= cb.np_cnp_sent {
             break c;
         }
@@ -255,10 +255,10 @@ fn without_dcqcn_data_is_not_ecn_capable_and_nothing_is_marked() {
     connect(&a, &b);
     assert!(a.qp.rate_status().is_none() && a.dev.congestion().is_none());
     write_all(&a, &b);
-    assert_eq!(b.dev.driver_stats().fault_ce_marked, 0);
-    let cb = b.dev.counters();
+    assert_eq!(b.dev.driver_stats().unwrap().fault_ce_marked, 0);
+    let cb = b.dev.counters().unwrap();
     assert_eq!((cb.np_ecn_marked_roce_packets, cb.np_cnp_sent), (0, 0));
-    let ca = a.dev.counters();
+    let ca = a.dev.counters().unwrap();
     assert_eq!((ca.rp_cnp_handled, ca.rp_cnp_ignored), (0, 0));
 }
 
@@ -316,18 +316,18 @@ fn a_traffic_class_with_ect1_is_kept_and_marked() {
     .unwrap();
     assert_eq!(a.qp.query().unwrap().ah_attr.traffic_class, (26 << 2) | 1);
     write_all(&a, &b);
-    let marked = b.dev.driver_stats().fault_ce_marked;
+    let marked = b.dev.driver_stats().unwrap().fault_ce_marked;
     assert!(marked > 0);
-    assert_eq!(b.dev.counters().np_ecn_marked_roce_packets, marked);
+    assert_eq!(b.dev.counters().unwrap().np_ecn_marked_roce_packets, marked);
     // A has no reaction point: the CNPs change nothing and are dropped as a service it
     // does not run, as before congestion control existed.
-    let sent = b.dev.counters().np_cnp_sent;
+    let sent = b.dev.counters().unwrap().np_cnp_sent;
     assert!(sent > 0);
     let start = Instant::now();
-    while a.dev.counters().unsupported_dropped < sent {
+    while a.dev.counters().unwrap().unsupported_dropped < sent {
         assert!(start.elapsed() < PATIENCE, "CNPs lost");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let ca = a.dev.counters();
+    let ca = a.dev.counters().unwrap();
     assert_eq!((ca.rp_cnp_handled, ca.rp_cnp_ignored), (0, 0));
 }

@@ -232,9 +232,9 @@ fn run_pair(mtu: u32, path_mtu: Mtu, gid_indexes: &[u8], len: usize) {
         let a = end(da.clone());
         let b = end(db.clone());
         connect(&a, &b, gi, path_mtu);
-        let before = a.qp.counters();
+        let before = a.qp.counters().unwrap();
         every_operation(&a, &b, len);
-        let c = a.qp.counters();
+        let c = a.qp.counters().unwrap();
         // Segmentation at the path MTU: the 2 SENDs and 2 WRITEs take ceil(len / MTU)
         // packets each (plus READ request and 3 atomics; ACKs are not counted as sent
         // requests by the requester but by the responder of b).
@@ -247,7 +247,7 @@ fn run_pair(mtu: u32, path_mtu: Mtu, gid_indexes: &[u8], len: usize) {
         );
         assert_eq!(c.retransmitted_packets, 0, "no loss on a clean veth");
     }
-    assert_eq!(da.counters().malformed_frames_dropped, 0);
+    assert_eq!(da.counters().unwrap().malformed_frames_dropped, 0);
 }
 
 #[test]
@@ -405,7 +405,7 @@ fn one_sided_traffic_needs_no_call_from_the_server_application() {
         b.cq.poll(16).is_empty(),
         "one-sided work completes nothing at the server"
     );
-    let c = b.qp.counters();
+    let c = b.qp.counters().unwrap();
     // 512 WRITE packets at path MTU 1024 and one READ request; nothing is lost on a veth.
     assert_eq!(c.packets_received, 512 + 1, "{c:?}");
 }
@@ -468,11 +468,12 @@ fn injected_loss_is_repaired_every_byte_right_and_counted() {
             "READ {i}"
         );
     }
-    let dropped = a.dev.driver_stats().fault_dropped + b.dev.driver_stats().fault_dropped;
-    let ca = a.qp.counters();
+    let dropped =
+        a.dev.driver_stats().unwrap().fault_dropped + b.dev.driver_stats().unwrap().fault_dropped;
+    let ca = a.qp.counters().unwrap();
     assert!(dropped > 0, "the injector dropped frames");
     assert!(ca.retransmitted_packets > 0, "{ca:?}");
-    let cb = b.qp.counters();
+    let cb = b.qp.counters().unwrap();
     assert!(
         cb.out_of_sequence + cb.duplicate_request + ca.local_ack_timeout_err > 0,
         "losses were noticed: {ca:?} {cb:?}"
@@ -490,7 +491,7 @@ fn malformed_and_foreign_frames_on_the_wire_are_dropped_and_counted() {
     let a = end(da);
     let b = end(db);
     connect(&a, &b, 1, Mtu::Mtu1024);
-    let before = a.dev.counters();
+    let before = a.dev.counters().unwrap();
     // The peer's kernel builds Ethernet/IP/UDP; the payload (the RoCE part) is bad. The
     // XDP filter on A redirects anything to UDP 4791, so these reach the engine.
     let bad: Vec<Vec<u8>> = vec![
@@ -520,13 +521,13 @@ fn malformed_and_foreign_frames_on_the_wire_are_dropped_and_counted() {
         })
         .unwrap();
     // Wait (bounded) until the driver has seen them.
-    let mut after = a.dev.counters();
+    let mut after = a.dev.counters().unwrap();
     for _ in 0..500 {
         if after.malformed_frames_dropped - before.malformed_frames_dropped >= sent as u64 {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
-        after = a.dev.counters();
+        after = a.dev.counters().unwrap();
     }
     assert_eq!(
         after.malformed_frames_dropped - before.malformed_frames_dropped,
@@ -599,10 +600,10 @@ fn a_vanished_interface_does_not_make_the_driver_spin() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     std::thread::sleep(Duration::from_millis(50));
-    let before = a.dev.driver_stats();
+    let before = a.dev.driver_stats().unwrap();
     let t0 = std::time::Instant::now();
     std::thread::sleep(Duration::from_millis(300));
-    let after = a.dev.driver_stats();
+    let after = a.dev.driver_stats().unwrap();
     let elapsed_ms = t0.elapsed().as_millis() as u64;
     let iterations = after.iterations - before.iterations;
     assert!(
@@ -690,8 +691,8 @@ fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
     // Connected over the IPv4 GIDs: the QP's peer is ::ffff:192.0.2.2, not fd00::2.
     connect(&a, &b, 1, Mtu::Mtu1024);
     let qpn = a.qp.qp_num().value();
-    let before = a.dev.counters();
-    let qp_before = a.qp.counters();
+    let before = a.dev.counters().unwrap();
+    let qp_before = a.qp.counters().unwrap();
     let frames = [
         roce_payload_v6(5555, Opcode::RC_SEND_ONLY, 0x99), // no such QP
         roce_payload_v6(5555, Opcode::RC_SEND_ONLY, qpn),  // our QP, not its peer
@@ -704,16 +705,16 @@ fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
         }
     })
     .unwrap();
-    let mut after = a.dev.counters();
+    let mut after = a.dev.counters().unwrap();
     for _ in 0..500 {
         if after.unknown_qp_dropped > before.unknown_qp_dropped
             && after.unsupported_dropped > before.unsupported_dropped
-            && a.qp.counters().dropped_wrong_state > qp_before.dropped_wrong_state
+            && a.qp.counters().unwrap().dropped_wrong_state > qp_before.dropped_wrong_state
         {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));
-        after = a.dev.counters();
+        after = a.dev.counters().unwrap();
     }
     assert_eq!(
         after.unknown_qp_dropped - before.unknown_qp_dropped,
@@ -726,7 +727,7 @@ fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
         "{after:?}"
     );
     assert_eq!(
-        a.qp.counters().dropped_wrong_state - qp_before.dropped_wrong_state,
+        a.qp.counters().unwrap().dropped_wrong_state - qp_before.dropped_wrong_state,
         1,
         "a frame from another address than the QP's peer"
     );

@@ -397,6 +397,17 @@ fn backend_is_what_was_opened(a: &Device, _b: &Device) {
             a.resolve_dmac(&g),
             Err(xrnic::verbs::Error::Unsupported { .. })
         ));
+        // The engine's counters do not exist there: an error, never zeros.
+        let unsupported = |r: Result<(), xrnic::verbs::Error>| {
+            matches!(r, Err(xrnic::verbs::Error::Unsupported { .. }))
+        };
+        assert!(unsupported(a.counters().map(drop)));
+        assert!(unsupported(a.driver_stats().map(drop)));
+        assert!(unsupported(a.io_stats().map(drop)));
+    } else {
+        a.counters().unwrap();
+        a.driver_stats().unwrap();
+        a.io_stats().unwrap();
     }
 }
 

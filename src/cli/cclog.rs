@@ -77,7 +77,8 @@ impl CcLog {
                     .map(|a| format!("{a:.5}"))
                     .unwrap_or_default(),
                 n * self.size,
-                c.retransmitted_packets,
+                c.map(|c| c.retransmitted_packets.to_string())
+                    .unwrap_or_default(),
                 r.map_or(0, |r| r.rp_cnp_handled),
             )?;
         }

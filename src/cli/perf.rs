@@ -811,7 +811,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                     "qpn": l.qp.qp_num().value(),
                     "bytes": bytes,
                     "bw_avg_gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
-                    "retransmitted_packets": l.qp.counters().retransmitted_packets,
+                    "retransmitted_packets": l.qp.counters().ok().map(|c| c.retransmitted_packets),
                     "rate_bps": rate.map(|r| r.rate_bps),
                     "target_bps": rate.map(|r| r.target_bps),
                     "alpha": rate.and_then(|r| r.alpha),
@@ -842,9 +842,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
 fn counters_json(dev: &Device) -> serde_json::Value {
     match dev.backend() {
         verbs::Backend::Software => json!({
-            "device": dev.counters(),
-            "driver": dev.driver_stats(),
-            "port": dev.io_stats(),
+            "device": dev.counters().ok(),
+            "driver": dev.driver_stats().ok(),
+            "port": dev.io_stats().ok(),
             "congestion": dev.congestion(),
         }),
         verbs::Backend::Offload => json!({

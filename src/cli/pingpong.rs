@@ -423,24 +423,22 @@ fn poll_completions(
 /// and must still get an answer, or its last send fails with RETRY_EXC_ERR.
 fn linger(qp: &verbs::Qp) {
     // An RDMA device has no per-QP receive counter to watch; like the stock tool, close.
-    if qp_backend_is_offload(qp) {
+    let received = || qp.counters().map(|c| c.packets_received);
+    let Ok(mut last) = received() else {
         return;
-    }
-    let mut last = qp.counters().packets_received;
+    };
     let mut waited = Duration::ZERO;
     while waited < LINGER_MAX {
         std::thread::sleep(QUIET);
         waited += QUIET;
-        let now = qp.counters().packets_received;
+        let Ok(now) = received() else {
+            return;
+        };
         if now == last {
             return;
         }
         last = now;
     }
-}
-
-fn qp_backend_is_offload(qp: &verbs::Qp) -> bool {
-    qp.device().backend() == verbs::Backend::Offload
 }
 
 fn print_remote(rem: &PingpongDest) {

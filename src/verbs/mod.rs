@@ -825,14 +825,20 @@ impl Device {
         Ok(Cq { kind })
     }
 
-    /// Device counters (all QPs, live and destroyed, plus frame-level drops). The
-    /// engine's counters: all zero on the offload backend, whose counters are the
-    /// kernel's ([`hw_counters`]).
-    pub fn counters(&self) -> DeviceCounters {
-        self.inner
-            .soft()
-            .map(|s| s.lock().rnic.counters())
-            .unwrap_or_default()
+    /// Device counters (all QPs, live and destroyed, plus frame-level drops): the
+    /// software engine's. [`Error::Unsupported`] on the offload backend, whose counters
+    /// are the kernel's ([`hw_counters`]), not zeros that would read as "nothing
+    /// happened".
+    pub fn counters(&self) -> Result<DeviceCounters> {
+        Ok(self.soft_shared("device counters")?.lock().rnic.counters())
+    }
+
+    /// The software backend's driver, or [`Error::Unsupported`] naming `what` needs it.
+    fn soft_shared(&self, what: &'static str) -> Result<&Arc<Shared>> {
+        self.inner.soft().ok_or(Error::Unsupported {
+            what,
+            backend: Backend::Offload,
+        })
     }
 
     /// DCQCN's counters and every QP's rate, target rate and α; `None` when congestion
@@ -848,18 +854,16 @@ impl Device {
         })
     }
 
-    /// What the driver thread counted (all zero on the offload backend: no driver).
-    pub fn driver_stats(&self) -> DriverStats {
-        self.inner
-            .soft()
-            .map(|s| s.lock().stats)
-            .unwrap_or_default()
+    /// What the driver thread counted ([`Error::Unsupported`] on the offload backend: it
+    /// has no driver thread).
+    pub fn driver_stats(&self) -> Result<DriverStats> {
+        Ok(self.soft_shared("driver statistics")?.lock().stats)
     }
 
-    /// The port's counters as of the last stat interval (all zero on the offload
-    /// backend: see [`hw_counters`]).
-    pub fn io_stats(&self) -> IoStats {
-        self.inner.soft().map(|s| s.lock().io).unwrap_or_default()
+    /// The port's counters as of the last stat interval ([`Error::Unsupported`] on the
+    /// offload backend: see [`hw_counters`]).
+    pub fn io_stats(&self) -> Result<IoStats> {
+        Ok(self.soft_shared("AF_XDP port counters")?.lock().io)
     }
 
     /// The hop limit the kernel's routing gives packets to `gid` from this device's
@@ -1502,17 +1506,20 @@ impl Qp {
         }
     }
 
-    /// This QP's counters (the engine's: all zero on the offload backend, which has no
-    /// per-QP counters; see [`Device::backend`]).
-    pub fn counters(&self) -> QpCounters {
+    /// This QP's counters (the software engine's; [`Error::Unsupported`] on the offload
+    /// backend, which has no per-QP counters: see [`Device::backend`]).
+    pub fn counters(&self) -> Result<QpCounters> {
         match &self.kind {
-            QpKind::Soft { pd, .. } => pd
+            QpKind::Soft { pd, .. } => Ok(pd
                 .shared
                 .lock()
                 .rnic
                 .qp_counters(self.qpn)
-                .unwrap_or_default(),
-            QpKind::Verbs(_) => QpCounters::default(),
+                .unwrap_or_default()),
+            QpKind::Verbs(_) => Err(Error::Unsupported {
+                what: "per-QP counters",
+                backend: Backend::Offload,
+            }),
         }
     }
 }

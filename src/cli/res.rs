@@ -161,16 +161,17 @@ pub fn to_json(devs: &[DeviceRes], object: Option<Object>) -> serde_json::Value 
     serde_json::Value::Array(arr)
 }
 
+/// The end of [`read_device`]'s message for a snapshot written by an older xrnic (no
+/// resource listing): listing every device skips those with a note instead of failing.
+const OLD_SNAPSHOT: &str = "this snapshot has no resource listing (written by an older xrnic)";
+
 /// Read one snapshot file; the error is the message to print.
 pub fn read_device(path: &Path) -> Result<DeviceRes, String> {
     let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let snap: Snapshot = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a stat snapshot: {e}", path.display()))?;
     let Some(res) = snap.resources.clone() else {
-        return Err(format!(
-            "{}: this snapshot has no resource listing (written by an older xrnic)",
-            path.display()
-        ));
+        return Err(format!("{}: {OLD_SNAPSHOT}", path.display()));
     };
     let alive = Path::new(&format!("/proc/{}", snap.pid)).exists();
     let status = Status::of(&snap, alive);
@@ -229,6 +230,11 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     Ok(d) => devs.push(d),
                     // Removed between listing and reading: that device is gone.
                     Err(_) if !path.exists() => {}
+                    // Another (older) xrnic's file says nothing about the devices asked
+                    // for; one such leftover must not make the whole listing fail.
+                    Err(e) if e.ends_with(OLD_SNAPSHOT) => {
+                        eprintln!("xrnic res: note: skipped {e}");
+                    }
                     Err(e) => {
                         eprintln!("xrnic res: {e}");
                         failed = true;
@@ -382,6 +388,38 @@ mod tests {
         let v = to_json(&d, None);
         assert_eq!(v[0]["mr"][0]["pinned_bytes"], 4096);
         assert_eq!(v[0]["cq"][0]["users"], 2);
+    }
+
+    #[test]
+    fn listing_skips_an_older_xrnics_snapshot_but_fails_on_a_broken_one() {
+        let dir = std::env::temp_dir().join(format!("xrnic-res-old-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ino = crate::verbs::stat_file(&dir, "x").unwrap();
+        let suffix = ino
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replacen('x', "", 1);
+        let d = device(false, QpState::Err);
+        std::fs::write(
+            dir.join(format!("good{suffix}")),
+            serde_json::to_vec(&d.snap).unwrap(),
+        )
+        .unwrap();
+        let mut old = serde_json::to_value(&d.snap).unwrap();
+        old.as_object_mut().unwrap().remove("resources");
+        std::fs::write(dir.join(format!("old{suffix}")), old.to_string()).unwrap();
+        let args = ResArgs {
+            object: None,
+            netdev: None,
+            json: true,
+            dir: dir.clone(),
+        };
+        assert_eq!(run(&args), ExitCode::SUCCESS);
+        // A file that is not a snapshot at all is still an error.
+        std::fs::write(dir.join(format!("bad{suffix}")), b"{").unwrap();
+        assert_eq!(run(&args), ExitCode::FAILURE);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -36,11 +36,12 @@ impl CcProfile {
 
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct CcArgs {
-    /// Run DCQCN congestion control (ConnectX parameters unless --cc-profile): data is
-    /// ECN-capable, CE marks are answered with CNPs, CNPs cut the QP's rate.
+    /// Run DCQCN congestion control (the default; ConnectX parameters unless
+    /// --cc-profile): data is ECN-capable, CE marks are answered with CNPs, CNPs cut the
+    /// QP's rate.
     #[arg(long)]
     pub dcqcn: bool,
-    /// No congestion control.
+    /// No congestion control: data frames Not-ECT (like rxe), CNPs ignored.
     #[arg(long = "no-dcqcn", conflicts_with_all = ["dcqcn", "cc_profile", "cc_param"])]
     pub no_dcqcn: bool,
     /// DCQCN parameter set (implies --dcqcn).

@@ -270,7 +270,14 @@ fn a_traffic_class_with_ect1_is_kept_and_marked() {
     let pair = VethPair::new(1500).expect("veth pair");
     // No DCQCN on A, but its QP asks for DSCP 26 with ECT(1) itself: the frames are
     // ECN-capable, so the "switch" marks them and B's NP answers.
-    let a = open(&pair, Side::A, &DeviceOptions::default());
+    let a = open(
+        &pair,
+        Side::A,
+        &DeviceOptions {
+            dcqcn: None,
+            ..DeviceOptions::default()
+        },
+    );
     let b = open(
         &pair,
         Side::B,
@@ -330,4 +337,49 @@ fn a_traffic_class_with_ect1_is_kept_and_marked() {
     }
     let ca = a.dev.counters().unwrap();
     assert_eq!((ca.rp_cnp_handled, ca.rp_cnp_ignored), (0, 0));
+}
+
+/// Devices opened with the default options run DCQCN like a ConnectX port: their data is
+/// ECN-capable (ECT(0), so the "switch" can mark it at all), CE marks are answered with
+/// CNPs, and the sender takes them as a reaction point.
+#[test]
+fn default_devices_mark_ect0_and_answer_ce_like_connectx() {
+    if !require_root("default_devices_mark_ect0_and_answer_ce_like_connectx") {
+        return;
+    }
+    assert_eq!(
+        DeviceOptions::default().dcqcn,
+        Some(DcqcnParams::connectx()),
+        "on by default, ConnectX parameters"
+    );
+    let pair = VethPair::new(1500).expect("veth pair");
+    let a = open(&pair, Side::A, &DeviceOptions::default());
+    let b = open(
+        &pair,
+        Side::B,
+        &DeviceOptions {
+            rx_ce_mark: 0.05,
+            seed: 11,
+            ..DeviceOptions::default()
+        },
+    );
+    connect(&a, &b);
+    assert!(a.qp.rate_status().is_some(), "DCQCN runs on the default QP");
+    write_all(&a, &b);
+    // The injector marks only ECN-capable frames: marks prove ECT on A's data.
+    let marked = b.dev.driver_stats().unwrap().fault_ce_marked;
+    assert!(marked > 0, "A's default data frames are ECN-capable");
+    let sent = b.dev.counters().unwrap().np_cnp_sent;
+    assert!(sent > 0, "B's default NP answers CE marks");
+    let start = Instant::now();
+    loop {
+        let c = a.dev.counters().unwrap();
+        if c.rp_cnp_handled + c.rp_cnp_ignored >= sent {
+            assert!(c.rp_cnp_handled > 0, "{c:?}");
+            assert_eq!(c.unsupported_dropped, 0, "CNPs are not dropped as unknown");
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "CNPs lost: {c:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output, Stdio};
 
-use common::require_root;
+use common::{require_root, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
@@ -35,23 +34,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Wait (bounded) until something listens on TCP `port` in `side`'s namespace.
-fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
-    for _ in 0..1000 {
-        let out = pair
-            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
-            .expect("ss");
-        if !out.stdout.is_empty() {
-            return;
-        }
-        if let Ok(Some(st)) = server.try_wait() {
-            panic!("the server exited early: {st}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("nothing listens on port {port}");
 }
 
 /// Server on B with `srv` extra arguments, client on A with `cli`; (server, client).

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::require_root;
+use common::{StatFiles, require_root, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
@@ -28,50 +28,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// Removes the stat snapshots the tools wrote for the pair's interfaces (also when the
-/// test fails), so that /run/xrnic does not collect files of deleted interfaces.
-struct StatFiles(Vec<String>);
-
-impl StatFiles {
-    fn of(pair: &VethPair) -> Self {
-        StatFiles(vec![
-            pair.end(Side::A).ifname.clone(),
-            pair.end(Side::B).ifname.clone(),
-        ])
-    }
-}
-
-impl Drop for StatFiles {
-    fn drop(&mut self) {
-        let Ok(dir) = std::fs::read_dir(xrnic::verbs::STAT_DIR) else {
-            return;
-        };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if self.0.iter().any(|i| name.starts_with(&format!("{i}."))) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-}
-
-/// Wait (bounded) until something listens on TCP `port` in `side`'s namespace.
-fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
-    for _ in 0..1000 {
-        let out = pair
-            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
-            .expect("ss");
-        if !out.stdout.is_empty() {
-            return;
-        }
-        if let Ok(Some(st)) = server.try_wait() {
-            panic!("the server exited early: {st}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("nothing listens on port {port}");
 }
 
 /// Server on B, client on A; returns (server output, client output).

@@ -11,10 +11,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{require_root, under_ci};
+use common::{StatFiles, require_root, under_ci, wait_listening};
 use serde_json::Value;
 use xrnic::io::netns::{Side, VethPair};
 
@@ -41,48 +41,6 @@ fn scratch(name: &str) -> PathBuf {
         .join(format!("rnic-pcap-{}-{name}.pcapng", std::process::id()));
     let _ = std::fs::remove_file(&p);
     p
-}
-
-/// Removes the stat snapshots of the pair's interfaces (also when the test fails).
-struct StatFiles(Vec<String>);
-
-impl StatFiles {
-    fn of(pair: &VethPair) -> Self {
-        StatFiles(vec![
-            pair.end(Side::A).ifname.clone(),
-            pair.end(Side::B).ifname.clone(),
-        ])
-    }
-}
-
-impl Drop for StatFiles {
-    fn drop(&mut self) {
-        let Ok(dir) = std::fs::read_dir(xrnic::verbs::STAT_DIR) else {
-            return;
-        };
-        for e in dir.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if self.0.iter().any(|i| name.starts_with(&format!("{i}."))) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-}
-
-fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
-    for _ in 0..1000 {
-        let out = pair
-            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
-            .expect("ss");
-        if !out.stdout.is_empty() {
-            return;
-        }
-        if let Ok(Some(st)) = server.try_wait() {
-            panic!("the server exited early: {st}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("nothing listens on port {port}");
 }
 
 /// `args_b` as the server in B, then `args_a` + the server's address as the client in A.

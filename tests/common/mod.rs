@@ -4,8 +4,11 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::PathBuf;
+use std::process::Child;
+use std::time::Duration;
 
 use etherparse::PacketBuilder;
+use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, UdpRepr,
 };
@@ -220,4 +223,49 @@ pub fn arp_request_frame() -> Vec<u8> {
     v.extend_from_slice(&[0; 6]);
     v.extend_from_slice(&IP4_B);
     v
+}
+
+/// Removes the stat snapshots the tools wrote for the pair's interfaces (also when the
+/// test fails), so that /run/xrnic does not collect files of deleted interfaces.
+pub struct StatFiles(Vec<String>);
+
+impl StatFiles {
+    pub fn of(pair: &VethPair) -> Self {
+        StatFiles(vec![
+            pair.end(Side::A).ifname.clone(),
+            pair.end(Side::B).ifname.clone(),
+        ])
+    }
+}
+
+impl Drop for StatFiles {
+    fn drop(&mut self) {
+        let Ok(dir) = std::fs::read_dir(xrnic::verbs::STAT_DIR) else {
+            return;
+        };
+        for e in dir.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if self.0.iter().any(|i| name.starts_with(&format!("{i}."))) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Wait (bounded) until something listens on TCP `port` in `side`'s namespace; panics if
+/// `server` exits first or nothing listens after ~10 s.
+pub fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child) {
+    for _ in 0..1000 {
+        let out = pair
+            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
+            .expect("ss");
+        if !out.stdout.is_empty() {
+            return;
+        }
+        if let Ok(Some(st)) = server.try_wait() {
+            panic!("the server exited early: {st}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("nothing listens on port {port}");
 }

@@ -16,7 +16,8 @@
 //!   The same step also runs on application threads ([`poll`]): `post_send` transmits on
 //!   the caller's thread (the doorbell) and an empty `poll_cq` receives on it (busy
 //!   polling), so a busy application needs no thread wake-up per message; the port is
-//!   behind its own lock, taken before the engine's.
+//!   behind its own lock, taken before the engine's. ACKs produced on a polling thread
+//!   leave with the application's next frames, bounded as [`poll`] says.
 //! - When there is nothing to do the thread sleeps in `poll(2)` on the port's descriptor
 //!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
@@ -76,6 +77,12 @@ pub trait FrameIo: Send {
     fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
     /// Readable when frames can be received.
     fn poll_fd(&self) -> BorrowedFd<'_>;
+    /// [`FrameIo::send_batch`], but the frames may wait in the port until the next
+    /// `send_batch` or `flush` pushes them out together with others (the AF_XDP port
+    /// leaves them on its tx ring without the `sendto`). Order is kept.
+    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
+    /// Frames queued by `queue_batch` that still wait for a push.
+    fn unkicked(&self) -> u32;
     /// Push queued frames out and reclaim finished ones; returns how many frames the
     /// port still has on its way out.
     fn flush(&mut self) -> io::Result<u32>;
@@ -89,6 +96,9 @@ pub struct IoStats {
     pub rx_frames: u64,
     pub tx_frames: u64,
     pub tx_backpressure: u64,
+    /// Pushes of queued frames to the wire (AF_XDP: `sendto` kicks; the simulated link:
+    /// sends of held frames).
+    pub tx_kicks: u64,
     /// Frames the kernel dropped because the rx or fill ring was full (AF_XDP only).
     pub kernel_rx_dropped: u64,
     /// RoCE v2 frames the XDP filter redirected to the socket (AF_XDP only).
@@ -101,6 +111,12 @@ impl FrameIo for XskPort {
     }
     fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
         XskPort::send_batch(self, frames).map_err(io::Error::other)
+    }
+    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        XskPort::queue_batch(self, frames).map_err(io::Error::other)
+    }
+    fn unkicked(&self) -> u32 {
+        XskPort::unkicked(self)
     }
     fn poll_fd(&self) -> BorrowedFd<'_> {
         self.as_fd()
@@ -120,6 +136,7 @@ impl FrameIo for XskPort {
             rx_frames: s.rx_frames,
             tx_frames: s.tx_frames,
             tx_backpressure: s.tx_backpressure,
+            tx_kicks: s.tx_kicks,
             kernel_rx_dropped: self.kernel_stats().map(|k| k.rx_dropped).unwrap_or(0),
             filter_redirected: self
                 .filter_stats()
@@ -136,6 +153,9 @@ impl FrameIo for XskPort {
 pub struct SimIo {
     sock: UnixDatagram,
     buf: Vec<u8>,
+    /// Frames queued by `queue_batch`, sent by the next `send_batch` or `flush` (like
+    /// frames on an AF_XDP tx ring waiting for the kick).
+    held: Vec<Vec<u8>>,
     stats: IoStats,
 }
 
@@ -147,6 +167,7 @@ pub fn sim_link() -> io::Result<(SimIo, SimIo)> {
         Ok(SimIo {
             sock: s,
             buf: vec![0; MAX_FRAME_LEN + 64],
+            held: Vec::new(),
             stats: IoStats::default(),
         })
     };
@@ -170,6 +191,34 @@ impl FrameIo for SimIo {
         Ok(n)
     }
     fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        if self.push_held()? > 0 {
+            // Held frames go first; what did not fit stays held, and nothing may
+            // overtake it.
+            return Ok(0);
+        }
+        self.stats.tx_kicks += 1;
+        self.send_now(frames)
+    }
+    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        self.held.extend(frames.iter().map(|f| f.to_vec()));
+        Ok(frames.len())
+    }
+    fn unkicked(&self) -> u32 {
+        self.held.len() as u32
+    }
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+    fn flush(&mut self) -> io::Result<u32> {
+        self.push_held()
+    }
+    fn io_stats(&self) -> IoStats {
+        self.stats
+    }
+}
+
+impl SimIo {
+    fn send_now(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
         for (i, f) in frames.iter().enumerate() {
             match self.sock.send(f) {
                 Ok(_) => self.stats.tx_frames += 1,
@@ -184,14 +233,20 @@ impl FrameIo for SimIo {
         }
         Ok(frames.len())
     }
-    fn poll_fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
-    fn flush(&mut self) -> io::Result<u32> {
-        Ok(0)
-    }
-    fn io_stats(&self) -> IoStats {
-        self.stats
+
+    /// Send the held frames; returns how many are still held (the socket was full).
+    fn push_held(&mut self) -> io::Result<u32> {
+        if self.held.is_empty() {
+            return Ok(0);
+        }
+        self.stats.tx_kicks += 1;
+        let held = std::mem::take(&mut self.held);
+        let refs: Vec<&[u8]> = held.iter().map(Vec::as_slice).collect();
+        let n = self.send_now(&refs);
+        let sent = *n.as_ref().unwrap_or(&0);
+        self.held = held;
+        self.held.drain(..sent);
+        n.map(|_| self.held.len() as u32)
     }
 }
 
@@ -253,6 +308,12 @@ pub struct DriverStats {
     pub frames_out: u64,
     /// Times the port refused frames for lack of room (they were sent later).
     pub tx_stalls: u64,
+    /// ACKs produced by a polling application's step and queued without a kick, to leave
+    /// with the next frames pushed out ([`poll`]: deferred ACKs).
+    pub acks_deferred: u64,
+    /// Pushes made only for deferred ACKs: by a poll that found no completion, or a
+    /// thread about to sleep on the socket (the other pushes carry new frames too).
+    pub deferred_pushes: u64,
     /// I/O errors of the port (the thread carries on).
     pub io_errors: u64,
     /// Frames handed to the capture tap's writer (`pcap`).
@@ -285,6 +346,9 @@ pub struct Shared {
     poll_lease: AtomicU64,
     /// A thread waits for a completion asleep on the socket ([`Shared::wait_cq`]).
     rx_waiter: AtomicBool,
+    /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
+    /// poll with nothing deferred does not lock the port; set and cleared under it).
+    tx_deferred: AtomicBool,
     /// Written by `notify` while `rx_waiter`: a completion may be there.
     cq_event: OwnedFd,
     /// The port's descriptor (a duplicate, polled without the port's lock).
@@ -410,6 +474,7 @@ impl Driver {
             wake_at: AtomicU64::new(0),
             poll_lease: AtomicU64::new(0),
             rx_waiter: AtomicBool::new(false),
+            tx_deferred: AtomicBool::new(false),
             cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             rx_fd,
             wake,

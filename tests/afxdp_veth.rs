@@ -294,6 +294,67 @@ fn frames_emitted_straight_into_the_umem_arrive_intact() {
     assert_eq!(a.stats().tx_frames, 2);
 }
 
+/// `queue_batch` leaves frames on the tx ring without the `sendto` (copy mode transmits
+/// only inside it); the next `send_batch` pushes them out in the same kick, in order, and
+/// `flush` pushes them alone.
+#[test]
+fn queued_frames_leave_with_the_next_kick_in_order() {
+    if !require_root("queued_frames_leave_with_the_next_kick_in_order") {
+        return;
+    }
+    let pair = VethPair::new(1500).expect("veth pair");
+    let opts = PortOptions {
+        bind_mode: xrnic::io::afxdp::BindMode::Copy,
+        ..PortOptions::default()
+    };
+    let mut a = open(&pair, Side::A, opts);
+    let mut b = open(&pair, Side::B, PortOptions::default());
+    let start = a.frame_counts();
+    let frames: Vec<Vec<u8>> = (0..5)
+        .map(|i| roce_frame(addr(&pair, false), i, &payload(i, 64 + i as usize)))
+        .collect();
+    let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+
+    let kicks = a.stats().tx_kicks;
+    assert_eq!(a.queue_batch(&refs[..3]).expect("queue"), 3);
+    assert_eq!(a.unkicked(), 3);
+    assert_eq!(
+        a.frame_counts().in_tx,
+        3,
+        "queued frames are on the tx ring"
+    );
+    assert_eq!(a.stats().tx_kicks, kicks, "queue_batch made a system call");
+    // Nothing was transmitted: the receiver's ring is empty (it is read without
+    // waiting, so this cannot pass by impatience; a kick would have delivered them
+    // synchronously inside the sendto).
+    let mut early = 0;
+    b.recv_batch(|_| early += 1).expect("recv");
+    assert_eq!(early, 0, "queued frames left without a kick");
+
+    assert_eq!(a.send_batch(&refs[3..4]).expect("send"), 1);
+    assert_eq!(a.unkicked(), 0);
+    assert_eq!(
+        a.stats().tx_kicks,
+        kicks + 1,
+        "one kick for all four frames"
+    );
+    let mut got = Vec::new();
+    recv_n(&mut b, 4, &mut got);
+    assert_eq!(
+        got,
+        frames[..4].to_vec(),
+        "queued frames first, then the sent one"
+    );
+
+    assert_eq!(a.queue_batch(&refs[4..]).expect("queue"), 1);
+    assert_eq!(a.unkicked(), 1);
+    settle(&mut a);
+    assert_eq!(a.unkicked(), 0);
+    recv_n(&mut b, 1, &mut got);
+    assert_eq!(got, frames, "flush pushed the last queued frame");
+    assert_eq!(settle(&mut a), start);
+}
+
 #[test]
 fn open_reports_a_missing_interface_clearly() {
     if !require_root("open_reports_a_missing_interface_clearly") {

@@ -4,7 +4,10 @@
 //! server's driver still answers one-sided WRITEs and READs while only the client polls;
 //! the driver takes the socket back when a poller stops calling; two threads waiting on
 //! two CQs of one device (one asleep on the socket, one on the condition variable) both
-//! get their completions.
+//! get their completions. Deferred ACKs (a polling thread's ACKs wait for its next
+//! frames): a polled ping-pong through losses completes every message with every byte
+//! right and the ACKs deferred, and a deferred ACK still leaves when its application
+//! stops calling (the requester may not retry, so only that ACK can complete it).
 
 use std::time::{Duration, Instant};
 
@@ -36,8 +39,8 @@ fn end(dev: &Device, len: usize) -> End {
     }
 }
 
-fn connect(a: &End, b: &End) {
-    let o = ConnectOpts {
+fn opts() -> ConnectOpts {
+    ConnectOpts {
         access: Access::ALL,
         path_mtu: Mtu::Mtu1024,
         // 4.096 µs × 2^8 ≈ 1 ms: losses are repaired quickly.
@@ -46,7 +49,14 @@ fn connect(a: &End, b: &End) {
         max_dest_rd_atomic: 16,
         min_rnr_timer: 1,
         ..ConnectOpts::default()
-    };
+    }
+}
+
+fn connect(a: &End, b: &End) {
+    connect_with(a, b, &opts());
+}
+
+fn connect_with(a: &End, b: &End, o: &ConnectOpts) {
     let g = |d: &Device| d.query_gid(1).unwrap();
     a.qp.connect(
         &Remote {
@@ -56,7 +66,7 @@ fn connect(a: &End, b: &End) {
         },
         0x20,
         1,
-        &o,
+        o,
     )
     .unwrap();
     b.qp.connect(
@@ -67,7 +77,7 @@ fn connect(a: &End, b: &End) {
         },
         0x10,
         1,
-        &o,
+        o,
     )
     .unwrap();
 }
@@ -252,4 +262,134 @@ fn two_threads_waiting_on_two_cqs_of_one_device_both_wake() {
     assert_eq!(g2.len(), 1, "{g2:?}");
     assert_eq!((g1[0].wr_id, g1[0].byte_len), (11, 9));
     assert_eq!((g2[0].wr_id, g2[0].byte_len), (22, 7));
+}
+
+/// One side of an rc-pingpong-like exchange, polling only: post the next SEND once the
+/// previous SEND and the awaited receive completed (the client starts). Checks every
+/// completion and every received byte.
+fn ping_pong_side(e: &End, n: usize, msg: usize, client: bool) {
+    const SEND: u64 = 1 << 32;
+    let tx_at = n * msg;
+    let send = |i: usize| {
+        e.mr.write(tx_at, &pattern(i as u32 | (u32::from(client) << 16), msg))
+            .unwrap();
+        let mut wr = SendWr::new(SEND | i as u64, WrOpcode::Send);
+        wr.sg_list = vec![e.mr.sge(tx_at, msg as u32)];
+        wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+        e.qp.post_send(wr).unwrap();
+    };
+    let (mut sent, mut scnt, mut rcnt) = (0usize, 0usize, 0usize);
+    if client {
+        send(0);
+        sent = 1;
+    }
+    let mut got = vec![0u8; msg];
+    while scnt < n || rcnt < n {
+        for wc in poll_n(&e.cq, 1) {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            if wc.wr_id & SEND != 0 {
+                assert_eq!(wc.wr_id, SEND | scnt as u64);
+                scnt += 1;
+            } else {
+                assert_eq!((wc.wr_id, wc.byte_len), (rcnt as u64, msg as u32));
+                e.mr.read(rcnt * msg, &mut got).unwrap();
+                let from = u32::from(!client) << 16;
+                assert!(got == pattern(rcnt as u32 | from, msg), "message {rcnt}");
+                rcnt += 1;
+            }
+        }
+        // The client answers its own round once both completions came; the server
+        // answers each message it received once its previous SEND completed.
+        if sent < n && scnt == sent && rcnt == sent + usize::from(!client) {
+            send(sent);
+            sent += 1;
+        }
+    }
+}
+
+#[test]
+fn a_polled_ping_pong_defers_its_acks_and_completes_through_losses() {
+    let lossy = |seed| DeviceOptions {
+        rx_drop: 0.05,
+        seed,
+        ..DeviceOptions::default()
+    };
+    let (da, db) = Device::open_sim_pair_with(&lossy(5), &lossy(6)).unwrap();
+    const MSG: usize = 64;
+    const N: usize = 300;
+    let (a, b) = (end(&da, MSG * (N + 1)), end(&db, MSG * (N + 1)));
+    connect(&a, &b);
+    for e in [&a, &b] {
+        for i in 0..N {
+            e.qp.post_recv(RecvWr {
+                wr_id: i as u64,
+                sg_list: vec![e.mr.sge(i * MSG, MSG as u32)],
+            })
+            .unwrap();
+        }
+    }
+    let server = std::thread::spawn(move || {
+        ping_pong_side(&b, N, MSG, false);
+        b
+    });
+    ping_pong_side(&a, N, MSG, true);
+    let _b = server.join().unwrap();
+    let (sa, sb) = (da.driver_stats().unwrap(), db.driver_stats().unwrap());
+    assert!(
+        sa.fault_dropped > 0 && sb.fault_dropped > 0,
+        "the injector dropped nothing: {sa:?} {sb:?}"
+    );
+    // Both sides' ACKs took the deferred path (each side polls for the message it then
+    // answers), and every SEND still completed: each ACK arrived, or a later one covered it.
+    assert!(
+        sa.acks_deferred > 0 && sb.acks_deferred > 0,
+        "{sa:?} {sb:?}"
+    );
+}
+
+#[test]
+fn a_deferred_ack_leaves_when_its_application_stops_calling() {
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    // No retries: A's SEND completes only through B's one ACK for it. The long timeout
+    // (4.096 µs × 2^20 ≈ 4.3 s) is a guard against hanging: a deferred ACK leaves within
+    // the poll lease (2 ms) of B's last call.
+    let o = ConnectOpts {
+        timeout: 20,
+        retry_cnt: 0,
+        ..opts()
+    };
+    connect_with(&a, &b, &o);
+    let mut deferred_rounds = 0;
+    for round in 0..1000u64 {
+        b.qp.post_recv(RecvWr {
+            wr_id: round,
+            sg_list: vec![b.mr.sge(0, 64)],
+        })
+        .unwrap();
+        let before = db.driver_stats().unwrap().acks_deferred;
+        let mut wr = SendWr::new(round, WrOpcode::Send);
+        wr.sg_list = vec![a.mr.sge(0, 64)];
+        wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+        a.qp.post_send(wr).unwrap();
+        // B polls until the message is there, then makes no call this round (reading
+        // its counters below takes no step).
+        let got = poll_n(&b.cq, 1);
+        assert_eq!((got[0].status, got[0].wr_id), (WcStatus::Success, round));
+        let wc = a.cq.wait(1, PATIENCE);
+        assert_eq!(wc.len(), 1, "round {round}: no send completion");
+        assert_eq!(
+            (wc[0].status, wc[0].wr_id),
+            (WcStatus::Success, round),
+            "round {round}: the ACK did not come"
+        );
+        if db.driver_stats().unwrap().acks_deferred > before {
+            deferred_rounds += 1;
+            if deferred_rounds == 5 {
+                break;
+            }
+        }
+    }
+    assert_eq!(deferred_rounds, 5, "{:?}", db.driver_stats().unwrap());
+    assert_eq!(a.qp.counters().unwrap().retransmitted_packets, 0);
 }

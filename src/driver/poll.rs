@@ -29,6 +29,22 @@
 //!   messages would otherwise cost one `sendto` each.
 //! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
 //!   own thread (request/response exchanges); it takes the poll lease when it returns.
+//! - Deferred ACKs. A step on a polling thread ([`Shared::poll_progress`], or the socket
+//!   waiter) that produced only plain ACKs (and ran no timer) puts them on the port's
+//!   transmit ring without the kick: a request/response application answers right after
+//!   the completion it polls, and its doorbell then pushes the ACK and the answer out in
+//!   one `sendto` (copy-mode AF_XDP runs the whole veth path inside it) instead of two.
+//!   An ACK may be delayed and coalesced, never dropped (IBTA vol. 1 §9.7.5, coalesced
+//!   ACKs: a response acknowledges every earlier PSN; the requester waits up to its local
+//!   ACK timeout, §9.7.6, before it resends).
+//!   The bound: the deferred ACKs leave with the next push of any thread, that is the
+//!   next doorbell, the next poll that finds its CQ empty ([`Shared::flush_deferred`]),
+//!   the socket waiter before it sleeps, or the driver thread's next step, which comes
+//!   at the latest when the poll lease ends: at most [`POLL_LEASE`] (2 ms, 3 % of the
+//!   67 ms local ACK timeout ibv_rc_pingpong and perftest use), the same delay a leased
+//!   port already adds to a frame that arrives after the application stopped polling.
+//!   NAKs, RNR NAKs, READ and atomic responses, CNPs, requests and whatever a timer
+//!   produced are never deferred (they leave at once, pushing deferred ACKs with them).
 
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
@@ -107,10 +123,12 @@ pub(super) enum Stepper {
     /// (under the engine lock), to wake at the engine's deadline or `wake_limit`
     /// (nanoseconds since the epoch), whichever is first.
     Driver { wake_limit: u64 },
-    /// An application thread (doorbell or poll).
+    /// An application thread posting work (the doorbell).
     App,
-    /// The thread asleep on the socket in [`Shared::wait_cq_receiving`]: it looks at its CQ right
-    /// after the step, so the step need not signal it.
+    /// An application thread polling a CQ that was empty: ACKs it produces are deferred.
+    Poll,
+    /// The thread asleep on the socket in [`Shared::wait_cq_receiving`]: it looks at its
+    /// CQ right after the step, so the step need not signal it; ACKs are deferred.
     Waiter,
 }
 
@@ -160,7 +178,7 @@ impl Port {
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
-            Stepper::App | Stepper::Waiter => e.stats.app_steps += 1,
+            Stepper::App | Stepper::Poll | Stepper::Waiter => e.stats.app_steps += 1,
         }
         let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let ts = self
@@ -201,19 +219,23 @@ impl Port {
         e.stats.fault_dropped += dropped;
         e.stats.fault_ce_marked += marked;
         let mut progressed = got > 0;
+        let mut timers = false;
         if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
             e.rnic.handle_timeout(now);
             progressed = true;
+            timers = true;
         }
         let bufs = &mut self.bufs;
         bufs.lens.clear();
         self.reasons.clear();
+        let mut only_acks = true;
         if self.backlog.is_empty() {
             while bufs.lens.len() < BATCH {
                 let i = bufs.lens.len();
                 match e.rnic.poll_transmit_with_reason(now, bufs.slot(i)) {
                     Some((len, why)) => {
                         bufs.lens.push(len);
+                        only_acks &= why == TxReason::Ack;
                         if self.tap.is_some() {
                             self.reasons.push(why);
                         }
@@ -223,6 +245,17 @@ impl Port {
             }
         }
         e.stats.frames_out += bufs.lens.len() as u64;
+        // Deferred ACKs (see the module documentation): only plain ACKs that receiving
+        // produced on a polling thread; anything else (requests, NAKs, READ responses,
+        // CNPs, whatever a timer produced) is pushed out at once, with them.
+        let defer = matches!(who, Stepper::Poll | Stepper::Waiter)
+            && !timers
+            && only_acks
+            && self.backlog.is_empty()
+            && bufs.lens.len() < BATCH;
+        if defer {
+            e.stats.acks_deferred += bufs.lens.len() as u64;
+        }
         let deadline = e.rnic.poll_timeout();
         let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && self.backlog.is_empty();
         if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
@@ -255,7 +288,12 @@ impl Port {
             stalled = !self.backlog.is_empty();
         } else if !bufs.lens.is_empty() {
             let frames = bufs.frames();
-            let n = self.io.send_batch(&frames).unwrap_or_else(|_| {
+            let sent = if defer {
+                self.io.queue_batch(&frames)
+            } else {
+                self.io.send_batch(&frames)
+            };
+            let n = sent.unwrap_or_else(|_| {
                 shared.lock().stats.io_errors += 1;
                 frames.len()
             });
@@ -267,6 +305,26 @@ impl Port {
         if stalled {
             shared.lock().stats.tx_stalls += 1;
         }
+        // A deferring step leaves the tx ring as it is (deferred ACKs wait for the next
+        // push); any other step pushes everything, the deferred ACKs included.
+        let full = bufs.lens.len() == BATCH;
+        let in_flight = if defer && !stalled { 0 } else { self.push() };
+        shared
+            .tx_deferred
+            .store(self.io.unkicked() > 0, Ordering::SeqCst);
+        Step {
+            idle,
+            stalled,
+            full,
+            in_flight,
+            deadline,
+        }
+    }
+}
+
+impl Port {
+    /// Push what waits on the port's tx ring out; returns the frames still on their way.
+    fn push(&mut self) -> u32 {
         // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
         // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
         // until the ring is empty or stops draining, so that nothing waits there while
@@ -282,13 +340,7 @@ impl Port {
             }
             in_flight = left;
         }
-        Step {
-            idle,
-            stalled,
-            full: bufs.lens.len() == BATCH,
-            in_flight,
-            deadline,
-        }
+        in_flight
     }
 }
 
@@ -341,11 +393,42 @@ impl Shared {
     }
 
     /// Busy-polling progress (an empty `poll_cq`): receive, run timers and transmit on
-    /// the calling thread, and take the poll lease. Returns whether a step ran.
+    /// the calling thread, and take the poll lease. Returns whether a step ran. ACKs the
+    /// step produced may be deferred: the caller polls its CQ again and calls
+    /// [`Shared::flush_deferred`] when that finds nothing.
     pub fn poll_progress(&self) -> bool {
         let lease = self.now() + POLL_LEASE.as_nanos() as u64;
         self.poll_lease.fetch_max(lease, Ordering::SeqCst);
-        self.app_step().is_some()
+        self.app_step_as(Stepper::Poll).is_some()
+    }
+
+    /// Push deferred ACKs out now (a poll found no completion, or a thread is about to
+    /// sleep): unless another thread is stepping, whose step pushes them or, if it defers
+    /// too, is bound by the same rules.
+    pub fn flush_deferred(&self) {
+        if !self.tx_deferred.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut port = match self.port.try_lock() {
+            Ok(p) => p,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let Some(p) = port.as_mut() else {
+            return;
+        };
+        if p.io.unkicked() == 0 {
+            self.tx_deferred.store(false, Ordering::SeqCst);
+            return;
+        }
+        let in_flight = p.push();
+        self.tx_deferred
+            .store(p.io.unkicked() > 0, Ordering::SeqCst);
+        drop(port);
+        self.lock().stats.deferred_pushes += 1;
+        if in_flight > 0 {
+            self.kick();
+        }
     }
 
     /// End the poll lease (a thread is about to sleep on a completion): the driver
@@ -388,6 +471,10 @@ impl Shared {
                 let _ = rustix::io::read(&self.cq_event, &mut b);
             }
             let n = self.lock().rnic.poll_cq(cq, max, out);
+            if n == 0 {
+                // About to sleep (or give up): deferred ACKs must not wait for us.
+                self.flush_deferred();
+            }
             let left = until.saturating_duration_since(Instant::now());
             if n > 0 || left.is_zero() {
                 break n;

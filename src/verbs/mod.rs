@@ -1196,7 +1196,13 @@ impl Cq {
                 if n > 0 || !s.poll_progress() {
                     return Ok(n);
                 }
-                Ok(s.lock().rnic.poll_cq(cq.cq, max, out))
+                let n = s.lock().rnic.poll_cq(cq.cq, max, out);
+                if n == 0 {
+                    // Nothing to return: the ACKs the step deferred (hoping to leave with
+                    // the caller's answer) go now.
+                    s.flush_deferred();
+                }
+                Ok(n)
             }
             CqKind::Verbs(cq) => cq.poll_into(max, out),
         }

@@ -147,6 +147,8 @@ pub struct XskPort {
     tx_descs: Vec<FrameDesc>,
     in_fill: u32,
     in_tx: u32,
+    /// Of `in_tx`: put on the tx ring by `queue_batch` and not kicked yet.
+    unkicked: u32,
     /// Reassembly of a multi-chunk received frame; `rx_off` aligns it to 64 bytes.
     rx_buf: Vec<u8>,
     rx_off: usize,
@@ -291,6 +293,7 @@ impl XskPort {
             tx_descs: Vec::with_capacity(opts.batch_size + MAX_CHAIN),
             in_fill: 0,
             in_tx: 0,
+            unkicked: 0,
             rx_buf: vec![0; MAX_FRAME + 64],
             rx_off: 0,
             rx_len: 0,
@@ -402,8 +405,27 @@ impl XskPort {
 
     /// Queue frames for transmission in order and kick the kernel once. Returns how many
     /// of the leading frames were queued; fewer than `frames.len()` means the UMEM or the
-    /// tx ring is full for now (counted in [`PortStats::tx_backpressure`]).
+    /// tx ring is full for now (counted in [`PortStats::tx_backpressure`]). Frames left
+    /// unkicked by [`XskPort::queue_batch`] leave in the same kick, ahead of these.
     pub fn send_batch(&mut self, frames: &[&[u8]]) -> Result<usize, Error> {
+        self.put_batch(frames, true)
+    }
+
+    /// [`XskPort::send_batch`] without the kick: the frames wait on the tx ring until
+    /// the next [`XskPort::send_batch`], [`XskPort::tx_with`] or [`XskPort::flush`]
+    /// (or, in copy mode, a `poll(2)` on the socket, which also transmits). For frames
+    /// that may leave a little later together with others, saving a `sendto` (copy mode
+    /// sends inside the system call). [`XskPort::unkicked`] says how many wait.
+    pub fn queue_batch(&mut self, frames: &[&[u8]]) -> Result<usize, Error> {
+        self.put_batch(frames, false)
+    }
+
+    /// Frames put on the tx ring by [`XskPort::queue_batch`] since the last kick.
+    pub fn unkicked(&self) -> u32 {
+        self.unkicked
+    }
+
+    fn put_batch(&mut self, frames: &[&[u8]], kick: bool) -> Result<usize, Error> {
         if let Some(f) = frames.iter().find(|f| f.len() > MAX_FRAME) {
             return Err(Error::FrameTooLarge {
                 len: f.len(),
@@ -426,7 +448,7 @@ impl XskPort {
             if chain > self.free.len() || chain > ring_free {
                 // Put what is pending on the ring first, so that the fresh count of free
                 // slots below is not also claimed by descriptors still in `descs`.
-                self.submit_tx(&descs)?;
+                self.submit_tx(&descs, kick)?;
                 descs.clear();
                 self.reap_completions();
                 ring_free = self.tx_q.nb_free(chain as u32) as usize;
@@ -453,11 +475,11 @@ impl XskPort {
             self.stats.tx_frames += 1;
             self.stats.tx_bytes += frame.len() as u64;
             if descs.len() >= self.opts.batch_size {
-                self.submit_tx(&descs)?;
+                self.submit_tx(&descs, kick)?;
                 descs.clear();
             }
         }
-        let r = self.submit_tx(&descs);
+        let r = self.submit_tx(&descs, kick);
         descs.clear();
         self.tx_descs = descs;
         r.map(|()| queued)
@@ -503,11 +525,13 @@ impl XskPort {
         desc.set_options(0);
         self.stats.tx_frames += 1;
         self.stats.tx_bytes += len as u64;
-        self.submit_tx(&[desc])?;
+        self.submit_tx(&[desc], true)?;
         Ok(true)
     }
 
-    fn submit_tx(&mut self, descs: &[FrameDesc]) -> Result<(), Error> {
+    /// Put `descs` on the tx ring; with `kick`, wake the kernel (which then also sends
+    /// any frames queued earlier without a kick).
+    fn submit_tx(&mut self, descs: &[FrameDesc], kick: bool) -> Result<(), Error> {
         if descs.is_empty() {
             return Ok(());
         }
@@ -524,11 +548,25 @@ impl XskPort {
             )));
         }
         self.in_tx += n as u32;
+        if !kick {
+            self.unkicked += n as u32;
+            return Ok(());
+        }
         // Copy mode transmits only inside sendto(); with need_wakeup the kernel says when.
         if !self.opts.need_wakeup || self.tx_q.needs_wakeup() {
-            self.tx_q.wakeup()?;
-            self.stats.tx_kicks += 1;
+            self.kick()?;
         }
+        // Without a wake-up needed the kernel is sending on its own (zero-copy drivers),
+        // the unkicked frames too.
+        self.unkicked = 0;
+        Ok(())
+    }
+
+    /// `sendto`: transmit what is on the tx ring (copy mode: inside the call).
+    fn kick(&mut self) -> Result<(), Error> {
+        self.tx_q.wakeup()?;
+        self.stats.tx_kicks += 1;
+        self.unkicked = 0;
         Ok(())
     }
 
@@ -630,8 +668,7 @@ impl XskPort {
     /// reap completions; returns the chunks still in flight.
     pub fn flush(&mut self) -> Result<u32, Error> {
         if self.in_tx > 0 {
-            self.tx_q.wakeup()?;
-            self.stats.tx_kicks += 1;
+            self.kick()?;
         }
         self.reap_completions();
         Ok(self.in_tx)

@@ -15,8 +15,8 @@
 //!   transmit on this thread, see [`crate::driver::poll`]) and waited for with `-e`
 //!   (asleep on the device's socket, receiving on this thread: `Cq::wait_receiving`).
 //!   Unlike the stock tool, the default polling backs off on a machine it shares: it
-//!   spins for [`SPIN`], then yields the CPU between polls up to [`YIELD`], then sleeps
-//!   until the next completion; `--busy-poll` never sleeps.
+//!   yields the CPU after each empty poll, and after [`YIELD`] without a completion
+//!   sleeps until the next one; `--busy-poll` never sleeps.
 //! - Differences: `--netdev IF` (or `-d xrnic_IF`) names the software device, `-d NAME`
 //!   (`--device NAME`) an RDMA device driven through libibverbs (the offload backend,
 //!   docs/offload.md); `-l` is accepted and changes nothing; `-g` defaults to the first
@@ -60,14 +60,15 @@ const QUIET: Duration = Duration::from_millis(150);
 const LINGER_MAX: Duration = Duration::from_secs(3);
 /// Give up when no completion arrived for this long (the stock tool spins forever).
 const SILENCE: Duration = Duration::from_secs(30);
-/// Polling without completions: spin this long (a round trip on an idle veth pair is
-/// ~10 µs) ...
-pub const SPIN: Duration = Duration::from_micros(50);
-/// ... then yield the CPU between polls up to this long, then sleep until a completion
-/// (a peer that slow, e.g. a guest under emulation, gains nothing from our spinning).
-/// Measured on the 2-core VM under load: spinning then sleeping after a short while was
-/// far slower (140–210 µs) than either spinning (14 µs) or sleeping (27 µs) alone, so the
-/// switch to sleeping comes late.
+/// Polling without completions: yield the CPU after each empty poll up to this long, then
+/// sleep until a completion (a peer that slow, e.g. a guest under emulation, gains
+/// nothing from our polling). Measured on the 2-core VM under load: spinning then
+/// sleeping after a short while was far slower (140–210 µs) than either polling (14 µs)
+/// or sleeping (27 µs) alone, so the switch to sleeping comes late. Yielding at once
+/// rather than spinning first (50 µs, until November 2026): 11–29 µs against 32–187 µs
+/// in 8 interleaved pairs at load 4 (docs/performance.md): when the scheduler puts both
+/// ends of a ping-pong on one CPU, each spin delays the peer's answer by the whole
+/// spin; alone on its CPU, `sched_yield` returns at once.
 pub const YIELD: Duration = Duration::from_millis(10);
 
 #[derive(Clone, Debug, clap::Args)]
@@ -390,8 +391,8 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     })
 }
 
-/// Poll `cq` until it gives completions: spin, then yield, then (unless `never_sleep`)
-/// sleep until one comes; an error after [`SILENCE`] without any.
+/// Poll `cq` until it gives completions, yielding the CPU between polls, then (unless
+/// `never_sleep`) sleep until one comes; an error after [`SILENCE`] without any.
 fn poll_completions(
     cq: &verbs::Cq,
     wcs: &mut Vec<verbs::WorkCompletion>,
@@ -406,9 +407,7 @@ fn poll_completions(
         if idle > SILENCE {
             return Err(format!("no completion for {SILENCE:?}"));
         }
-        if idle < SPIN {
-            std::hint::spin_loop();
-        } else if idle < YIELD || never_sleep {
+        if idle < YIELD || never_sleep {
             // On a shared machine the peer, or this device's driver thread, may need
             // this CPU to produce what we wait for.
             std::thread::yield_now();

@@ -15,7 +15,10 @@
 //! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
 //! `udp_rtt_us`, `rtt_ratio`, `rtt_events_us`). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
 //! frame size; rc-pingpong round trip below UDP's. Root: `cargo bench --bench net`;
-//! `XRNIC_BENCH_SECS` sets the seconds per measurement (default 3).
+//! `XRNIC_BENCH_SECS` sets the seconds per measurement (default 3). The compared figures
+//! (raw and WRITE at both frame sizes, the round trips) are measured in
+//! `XRNIC_BENCH_ROUNDS` interleaved rounds (default 3) and each keeps its best round; every
+//! round's ratios are printed and listed in the JSON (`round_*`).
 
 #[allow(dead_code)]
 #[path = "afxdp_raw.rs"]
@@ -54,16 +57,77 @@ fn run() -> Result<(), String> {
     let pair = VethPair::new(9000).map_err(|e| format!("cannot create the veth pair: {e}"))?;
     println!("bench-net: one veth pair, MTU 9000, copy-mode AF_XDP, {secs} s per measurement");
 
-    println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
-    raw::header();
-    let raw_1024 = raw::run_one(&pair, 1024, dur)?;
-    let raw_4096 = raw::run_one(&pair, 4096, dur)?;
+    let rounds: usize = std::env::var("XRNIC_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+        .max(1);
 
-    println!("(b, c) xrnic perf, IPv4 GIDs, {perf_secs} s each (-D)");
-    let mut perf_rows = Vec::new();
+    // The figures the goals compare are measured in interleaved rounds, each pair back to
+    // back (raw then WRITE at one frame size; rc-pingpong then UDP), and each keeps its
+    // best round: on a machine shared with other work, the best round is the one that ran
+    // undisturbed, and interleaving gives xrnic and its baseline the same chances (the
+    // CPU benches do the same). Every round is printed.
+    let mut raw_1024 = Vec::new();
+    let mut raw_4096 = Vec::new();
+    let mut w_1024 = Vec::new();
+    let mut w_4096 = Vec::new();
+    let mut rtts = Vec::new();
+    let mut rtts_events = Vec::new();
+    let mut udp_rtts = Vec::new();
+    for round in 1..=rounds {
+        println!("round {round} of {rounds}");
+        println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
+        raw::header();
+        raw_1024.push(raw::run_one(&pair, 1024, dur)?);
+        raw_4096.push(raw::run_one(&pair, 4096, dur)?);
+        println!("(b) xrnic perf write, 64 KiB, MTU 1024 and 4096, {perf_secs} s each (-D)");
+        w_1024.push(perf_bw(&pair, PerfTest::Write, 65536, 1024, perf_secs)?);
+        w_4096.push(perf_bw(&pair, PerfTest::Write, 65536, 4096, perf_secs)?);
+        println!("(d) round trip of 64 bytes");
+        rtts.push(rc_pingpong_rtt(&pair, 64, 20_000, false)?);
+        rtts_events.push(rc_pingpong_rtt(&pair, 64, 20_000, true)?);
+        udp_rtts.push(udp_rtt(&pair, 64, 20_000)?);
+        let (r, w) = (raw_1024.last(), w_1024.last());
+        let (r4, w4) = (raw_4096.last(), w_4096.last());
+        if let (Some(r), Some(w), Some(r4), Some(w4)) = (r, w, r4, w4) {
+            println!(
+                "  round {round}: WRITE/raw {:.3} (1024), {:.3} (4096); rc-pingpong {:.2} us, -e {:.2} us, UDP {:.2} us",
+                w.gbps / r.payload_gbps,
+                w4.gbps / r4.payload_gbps,
+                rtts[round - 1],
+                rtts_events[round - 1],
+                udp_rtts[round - 1],
+            );
+        }
+    }
+    let best_raw = |v: &[raw::RawResult]| {
+        v.iter()
+            .max_by(|a, b| a.payload_gbps.total_cmp(&b.payload_gbps))
+            .map(|r| (r.frame_len, r.payload_gbps))
+            .ok_or_else(|| "no raw round".to_string())
+    };
+    let best = |v: &[PerfResult]| {
+        v.iter()
+            .copied()
+            .max_by(|a, b| a.gbps.total_cmp(&b.gbps))
+            .ok_or_else(|| "no perf round".to_string())
+    };
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (frame_1024, raw_1024_gbps) = best_raw(&raw_1024)?;
+    let (frame_4096, raw_4096_gbps) = best_raw(&raw_4096)?;
+    let (w_1024_best, w_4096_best) = (best(&w_1024)?, best(&w_4096)?);
+    let (w_1024_gbps, w_4096_gbps) = (w_1024_best.gbps, w_4096_best.gbps);
+    let rtt_us = min(&rtts);
+    let rtt_events_us = min(&rtts_events);
+    let udp_rtt_us = min(&udp_rtts);
+
+    println!("(b, c) xrnic perf, the other tests once, IPv4 GIDs, {perf_secs} s each (-D)");
+    let mut perf_rows = vec![
+        (PerfTest::Write, 65536u32, 1024u32, w_1024_best),
+        (PerfTest::Write, 65536, 4096, w_4096_best),
+    ];
     for (test, size, mtu) in [
-        (PerfTest::Write, 65536u32, 1024u32),
-        (PerfTest::Write, 65536, 4096),
         (PerfTest::Send, 65536, 1024),
         (PerfTest::Send, 65536, 4096),
         (PerfTest::Read, 65536, 1024),
@@ -73,27 +137,18 @@ fn run() -> Result<(), String> {
         let r = perf_bw(&pair, test, size, mtu, perf_secs)?;
         perf_rows.push((test, size, mtu, r));
     }
-    let find = |t: PerfTest, size: u32, mtu: u32| {
-        perf_rows
-            .iter()
-            .find(|(a, b, c, _)| (*a, *b, *c) == (t, size, mtu))
-            .map(|(.., r)| r)
-            .ok_or_else(|| "missing perf row".to_string())
-    };
-    let w_1024 = find(PerfTest::Write, 65536, 1024)?;
-    let w_4096 = find(PerfTest::Write, 65536, 4096)?;
-    let w_8 = find(PerfTest::Write, 8, 1024)?;
-
-    println!("(d) round trip of 64 bytes");
-    let rtt_us = rc_pingpong_rtt(&pair, 64, 20_000, false)?;
-    let rtt_events_us = rc_pingpong_rtt(&pair, 64, 20_000, true)?;
-    let udp_rtt_us = udp_rtt(&pair, 64, 20_000)?;
+    let w_8 = perf_rows
+        .iter()
+        .find(|(t, s, ..)| (*t, *s) == (PerfTest::Write, 8))
+        .map(|(.., r)| r.mpps)
+        .ok_or_else(|| "missing perf row".to_string())?;
+    println!("best of {rounds} rounds:");
     println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
     println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
     println!("  kernel UDP 64 B      {udp_rtt_us:>8.2} us");
 
-    let r1024 = w_1024.gbps / raw_1024.payload_gbps;
-    let r4096 = w_4096.gbps / raw_4096.payload_gbps;
+    let r1024 = w_1024_gbps / raw_1024_gbps;
+    let r4096 = w_4096_gbps / raw_4096_gbps;
     println!();
     println!(
         "{:<34} {:>10} {:>10} {:>8} {:>6}",
@@ -101,17 +156,17 @@ fn run() -> Result<(), String> {
     );
     println!(
         "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
-        format!("WRITE Gbit/s, {} B frames", raw_1024.frame_len),
-        w_1024.gbps,
-        raw_1024.payload_gbps,
+        format!("WRITE Gbit/s, {frame_1024} B frames"),
+        w_1024_gbps,
+        raw_1024_gbps,
         r1024,
         ">=0.7"
     );
     println!(
         "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
-        format!("WRITE Gbit/s, {} B frames", raw_4096.frame_len),
-        w_4096.gbps,
-        raw_4096.payload_gbps,
+        format!("WRITE Gbit/s, {frame_4096} B frames"),
+        w_4096_gbps,
+        raw_4096_gbps,
         r4096,
         ">=0.7"
     );
@@ -130,14 +185,18 @@ fn run() -> Result<(), String> {
         udp_rtt_us,
         rtt_events_us / udp_rtt_us,
     );
-    println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8.mpps);
+    println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8);
     println!();
     println!(
         "{:<8} {:>6} {:>5} {:>10} {:>10} {:>11}",
         "perf", "size", "mtu", "Gbit/s", "M msg/s", "vs raw"
     );
     for (test, size, mtu, r) in &perf_rows {
-        let base = if *mtu == 1024 { &raw_1024 } else { &raw_4096 };
+        let base = if *mtu == 1024 {
+            raw_1024_gbps
+        } else {
+            raw_4096_gbps
+        };
         println!(
             "{:<8} {:>6} {:>5} {:>10.3} {:>10.4} {:>11.3}",
             format!("{test:?}").to_lowercase(),
@@ -145,26 +204,40 @@ fn run() -> Result<(), String> {
             mtu,
             r.gbps,
             r.mpps,
-            r.gbps / base.payload_gbps
+            r.gbps / base
         );
     }
     let json = serde_json::json!({
-        "raw_gbps_1024": raw_1024.payload_gbps,
-        "write_gbps_1024": w_1024.gbps,
+        "rounds": rounds,
+        "raw_gbps_1024": raw_1024_gbps,
+        "write_gbps_1024": w_1024_gbps,
         "write_ratio_1024": r1024,
-        "raw_gbps_4096": raw_4096.payload_gbps,
-        "write_gbps_4096": w_4096.gbps,
+        "raw_gbps_4096": raw_4096_gbps,
+        "write_gbps_4096": w_4096_gbps,
         "write_ratio_4096": r4096,
-        "write_8b_mpps": w_8.mpps,
+        "write_8b_mpps": w_8,
         "rtt_us": rtt_us,
         "udp_rtt_us": udp_rtt_us,
         "rtt_ratio": rtt_us / udp_rtt_us,
         "rtt_events_us": rtt_events_us,
+        "round_write_ratio_1024": ratios(&w_1024, &raw_1024),
+        "round_write_ratio_4096": ratios(&w_4096, &raw_4096),
+        "round_rtt_us": rtts,
+        "round_udp_rtt_us": udp_rtts,
     });
     println!("{json}");
     Ok(())
 }
 
+/// WRITE over raw, round by round.
+fn ratios(w: &[PerfResult], raw: &[raw::RawResult]) -> Vec<f64> {
+    w.iter()
+        .zip(raw)
+        .map(|(w, r)| w.gbps / r.payload_gbps)
+        .collect()
+}
+
+#[derive(Clone, Copy)]
 struct PerfResult {
     gbps: f64,
     mpps: f64,

@@ -8,8 +8,8 @@
 //! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
 
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameRepr,
-    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, RoceRepr, Service, UdpRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameTemplate,
+    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, Service, UdpRepr,
 };
 
 use super::completer;
@@ -296,6 +296,8 @@ impl Rnic {
         take!(MIN_RNR_TIMER, min_rnr_timer);
         take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
         take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        // The header template follows the attributes: rebuilt at the next frame.
+        qp.tx_template = None;
         if mask.contains(AttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
             qp.resp.epsn = attr.rq_psn;
@@ -591,11 +593,11 @@ impl Rnic {
             self.dev.wrong_address_dropped += 1;
             return;
         }
-        let Some((src_gid, dst_gid)) = ip_addresses(b, view.is_ipv6()) else {
+        let Some((src_ip, dst_ip)) = ip_addresses(b, view.is_ipv6()) else {
             self.dev.malformed_frames_dropped += 1;
             return;
         };
-        if !self.cfg.gids.contains(&dst_gid) {
+        if !self.cfg.gids.iter().any(|g| gid_is(g, dst_ip)) {
             self.dev.wrong_address_dropped += 1;
             return;
         }
@@ -615,22 +617,31 @@ impl Rnic {
             self.dev.unsupported_dropped += 1;
             return;
         }
-        let bth = BthRepr::from_view(&view.bth());
-        let mut ext = ExtHeaders::default();
-        for e in info.exts.iter() {
-            let Some(h) = view.ext_bytes(e) else { continue };
-            match e {
-                Ext::Reth => ext.reth = Some(RethRepr::parse(h)),
-                Ext::AtomicEth => ext.atomic = Some(AtomicEthRepr::parse(h)),
-                Ext::ImmDt => ext.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
-                Ext::Ieth => ext.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
-                Ext::Aeth => ext.aeth = Some(AethRepr::parse(h)),
-                Ext::AtomicAckEth => ext.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
-                // RC opcodes carry none of the others.
-                Ext::Deth | Ext::Feth | Ext::CnpPad => {}
+        // The three BTH fields the transport uses, read in place.
+        let bth = view.bth();
+        let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
+        let mut ext_buf = NO_EXT;
+        // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
+        let ext = if info.exts.is_empty() {
+            &NO_EXT
+        } else {
+            for e in info.exts.iter() {
+                let Some(h) = view.ext_bytes(e) else { continue };
+                let x = &mut ext_buf;
+                match e {
+                    Ext::Reth => x.reth = Some(RethRepr::parse(h)),
+                    Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
+                    Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+                    Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
+                    Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
+                    Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
+                    // RC opcodes carry none of the others.
+                    Ext::Deth | Ext::Feth | Ext::CnpPad => {}
+                }
             }
-        }
-        let Some((qp, mut ctx)) = self.split(bth.dest_qp, now) else {
+            &ext_buf
+        };
+        let Some((qp, mut ctx)) = self.split(dest_qp, now) else {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
@@ -639,20 +650,20 @@ impl Rnic {
         // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
         if qp.state == QpState::Reset
             || qp.state == QpState::Init
-            || qp.attr.ah_attr.dgid != src_gid
+            || !gid_is(&qp.attr.ah_attr.dgid, src_ip)
         {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
         let payload = view.payload();
         if info.is_request() {
-            responder::handle_request(qp, &mut ctx, info, bth.psn, bth.ack_req, &ext, payload);
+            responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
-            handle_response(qp, &mut ctx, info, bth.psn, &ext, payload);
+            handle_response(qp, &mut ctx, info, psn, ext, payload);
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {
-            cc.on_received(now, bth.dest_qp, view.ip_ecn());
+            cc.on_received(now, dest_qp, view.ip_ecn());
         }
     }
 
@@ -819,7 +830,7 @@ impl Rnic {
                 };
                 let len = match payload {
                     Some(pl) => emit(
-                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, p.ext, pl, buf,
+                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, &p.ext, pl, buf,
                     ),
                     None => {
                         // The region went away while its READ responses were queued.
@@ -912,7 +923,7 @@ impl Rnic {
                     p.psn,
                     p.ack_req,
                     p.solicited,
-                    p.ext,
+                    &p.ext,
                     payload,
                     buf,
                 );
@@ -930,8 +941,9 @@ impl Rnic {
     }
 }
 
-/// Source and destination GIDs of a parsed frame (IPv4 addresses as IPv4-mapped GIDs).
-fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
+/// The source and destination addresses of a parsed frame, as they lie in it (4 bytes
+/// for IPv4, 16 for IPv6).
+fn ip_addresses(b: &[u8], ipv6: bool) -> Option<(&[u8], &[u8])> {
     // 802.1Q adds four bytes before the IP header.
     let ip = if b.get(12..14)? == [0x81, 0x00] {
         18
@@ -939,32 +951,58 @@ fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
         14
     };
     if ipv6 {
-        Some((
-            b.get(ip + 8..ip + 24)?.try_into().ok()?,
-            b.get(ip + 24..ip + 40)?.try_into().ok()?,
-        ))
+        Some((b.get(ip + 8..ip + 24)?, b.get(ip + 24..ip + 40)?))
     } else {
-        let v4 = |r: core::ops::Range<usize>| -> Option<[u8; 16]> {
-            Some(super::qp::ipv4_gid(b.get(r)?.try_into().ok()?))
-        };
-        Some((v4(ip + 12..ip + 16)?, v4(ip + 16..ip + 20)?))
+        Some((b.get(ip + 12..ip + 16)?, b.get(ip + 16..ip + 20)?))
     }
 }
 
-/// Frame one packet of `qp` into `buf`.
+/// True when `gid` names the address `ip` (4 bytes: IPv4, as its IPv4-mapped GID; 16
+/// bytes: IPv6): the GID compare done on the frame's bytes, without building a GID.
+fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
+    const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    match ip.len() {
+        4 => gid[..12] == V4_MAPPED && gid[12..] == *ip,
+        _ => gid[..] == *ip,
+    }
+}
+
+/// The extension headers of a packet that has none.
+static NO_EXT: ExtHeaders = ExtHeaders {
+    deth: None,
+    feth: None,
+    reth: None,
+    atomic: None,
+    immdt: None,
+    ieth: None,
+    aeth: None,
+    atomic_ack: None,
+};
+
+/// Frame one packet of `qp` into `buf`, from the QP's header template (built here when
+/// the QP has none, or one made for the other ECT setting).
 #[allow(clippy::too_many_arguments)]
 fn emit(
     cfg: &Config,
-    qp: &Qp,
+    qp: &mut Qp,
     ect: bool,
     opcode: Opcode,
     psn: Psn,
     ack_req: bool,
     solicited: bool,
-    ext: crate::wire::ExtHeaders,
+    ext: &ExtHeaders,
     payload: &[u8],
     buf: &mut [u8],
 ) -> Option<usize> {
+    let t = match &qp.tx_template {
+        Some((e, t)) if *e == ect => t,
+        _ => &qp.tx_template.insert((ect, frame_template(cfg, qp, ect))).1,
+    };
+    t.emit(opcode, solicited, ack_req, psn, ext, payload, buf).ok()
+}
+
+/// The fixed headers of `qp`'s frames to its peer.
+fn frame_template(cfg: &Config, qp: &Qp, ect: bool) -> FrameTemplate {
     let (eth, mut ip) = frame_addrs(cfg, qp);
     // The ECN field of the QP's traffic class wins when set (ECT(1) or ECT(0) asked for
     // by `ah_attr.traffic_class`); otherwise congestion control makes the frame ECT(0).
@@ -977,33 +1015,25 @@ fn emit(
             _ => {}
         }
     }
-    let frame = FrameRepr {
-        eth,
-        ip,
-        udp: UdpRepr {
-            src_port: qp.src_port,
-            checksum: 0,
-        },
-        roce: RoceRepr {
-            bth: BthRepr {
-                opcode,
-                solicited,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: qp.attr.dest_qp_num,
-                ack_req,
-                resv7: 0,
-                psn,
-            },
-            ext,
-            payload,
-        },
+    let udp = UdpRepr {
+        src_port: qp.src_port,
+        checksum: 0,
     };
-    frame.emit(buf).ok()
+    let bth = BthRepr {
+        opcode: Opcode::RC_ACK,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: PKey::DEFAULT,
+        fecn: false,
+        becn: false,
+        resv6: 0,
+        dest_qp: qp.attr.dest_qp_num,
+        ack_req: false,
+        resv7: 0,
+        psn: Psn::new(0),
+    };
+    FrameTemplate::new(eth, ip, udp, &bth)
 }
 
 /// The Ethernet and IP addressing of `qp`'s frames to its peer.

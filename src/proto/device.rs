@@ -3,21 +3,24 @@
 //!
 //! Contract: see the module documentation of [`crate::proto`]. Frames are whole
 //! Ethernet/IP/UDP/BTH frames; addresses come from the device [`Config`] (source MAC and
-//! GID table) and from each QP's address vector (given at RTR, like `ah_attr`). IPv4 is
-//! used when the destination GID is IPv4-mapped (`::ffff:a.b.c.d`), IPv6 otherwise; IPv4
-//! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
+//! GID table) and from each QP's address vector (given at RTR, like `ah_attr`), through
+//! the QP's header template (see `framing`). A received frame is checked by
+//! `FrameView::parse` and its ICRC; the transport then reads the few fields it needs (BTH
+//! destination QP, PSN, AckReq, the extension headers the opcode has, the IP addresses)
+//! in place.
 
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameTemplate,
-    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, Service, UdpRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, Ext, ExtHeaders, FrameView, OpInfo, Opcode, Psn,
+    Qpn, RethRepr, Rkey, Service,
 };
 
 use super::completer;
 use super::congestion::{CongestionControl, build_cnp};
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
+use super::framing::{emit, frame_addrs};
 use super::memory::{Access, MemTable, MrInfo, Pd};
-use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify, gid_is_ipv4};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
@@ -620,25 +623,12 @@ impl Rnic {
         // The three BTH fields the transport uses, read in place.
         let bth = view.bth();
         let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
-        let mut ext_buf = NO_EXT;
         // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
+        let ext_buf;
         let ext = if info.exts.is_empty() {
             &NO_EXT
         } else {
-            for e in info.exts.iter() {
-                let Some(h) = view.ext_bytes(e) else { continue };
-                let x = &mut ext_buf;
-                match e {
-                    Ext::Reth => x.reth = Some(RethRepr::parse(h)),
-                    Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
-                    Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
-                    Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
-                    Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
-                    Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
-                    // RC opcodes carry none of the others.
-                    Ext::Deth | Ext::Feth | Ext::CnpPad => {}
-                }
-            }
+            ext_buf = ext_headers(&view, info);
             &ext_buf
         };
         let Some((qp, mut ctx)) = self.split(dest_qp, now) else {
@@ -727,13 +717,15 @@ impl Rnic {
             return Some((len, TxReason::Cnp));
         }
         let n = self.qps.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        // Round robin without a division per call (this runs per packet).
+        let mut i = if self.rr < n { self.rr } else { 0 };
+        for _ in 0..n {
             if let Some(r) = self.transmit_qp(i, now, buf) {
                 // Next time start after this QP: packet-by-packet round robin.
-                self.rr = (i + 1) % n;
+                self.rr = if i + 1 < n { i + 1 } else { 0 };
                 return Some(r);
             }
+            i = if i + 1 < n { i + 1 } else { 0 };
         }
         None
     }
@@ -855,11 +847,17 @@ impl Rnic {
                 // quarter of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64
                 // packets take longer than the timeout itself, which would then expire
                 // with nothing lost (§9.7.6.1: the timer restarts only on progress).
-                let ack_every = match (&self.cc, local_ack_timeout_ns(qp.attr.timeout)) {
-                    (Some(cc), Some(t)) => cc
-                        .throttled_packets_within(qp.qpn, t / 4, mtu as usize + PACING_HEADROOM)
+                let ack_every = match (&self.cc, qp.attr.timeout) {
+                    (Some(cc), timeout) => local_ack_timeout_ns(timeout)
+                        .and_then(|t| {
+                            cc.throttled_packets_within(
+                                qp.qpn,
+                                t / 4,
+                                mtu as usize + PACING_HEADROOM,
+                            )
+                        })
                         .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
-                    _ => self.cfg.ack_every,
+                    (None, _) => self.cfg.ack_every,
                 };
                 let lim = ReqLimits {
                     mtu,
@@ -967,6 +965,25 @@ fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
     }
 }
 
+/// The extension headers of an RC packet, read from the frame.
+fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
+    let mut x = NO_EXT;
+    for e in info.exts.iter() {
+        let Some(h) = view.ext_bytes(e) else { continue };
+        match e {
+            Ext::Reth => x.reth = Some(RethRepr::parse(h)),
+            Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
+            Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+            Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
+            Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
+            Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
+            // RC opcodes carry none of the others.
+            Ext::Deth | Ext::Feth | Ext::CnpPad => {}
+        }
+    }
+    x
+}
+
 /// The extension headers of a packet that has none.
 static NO_EXT: ExtHeaders = ExtHeaders {
     deth: None,
@@ -978,99 +995,3 @@ static NO_EXT: ExtHeaders = ExtHeaders {
     aeth: None,
     atomic_ack: None,
 };
-
-/// Frame one packet of `qp` into `buf`, from the QP's header template (built here when
-/// the QP has none, or one made for the other ECT setting).
-#[allow(clippy::too_many_arguments)]
-fn emit(
-    cfg: &Config,
-    qp: &mut Qp,
-    ect: bool,
-    opcode: Opcode,
-    psn: Psn,
-    ack_req: bool,
-    solicited: bool,
-    ext: &ExtHeaders,
-    payload: &[u8],
-    buf: &mut [u8],
-) -> Option<usize> {
-    let t = match &qp.tx_template {
-        Some((e, t)) if *e == ect => t,
-        _ => &qp.tx_template.insert((ect, frame_template(cfg, qp, ect))).1,
-    };
-    t.emit(opcode, solicited, ack_req, psn, ext, payload, buf).ok()
-}
-
-/// The fixed headers of `qp`'s frames to its peer.
-fn frame_template(cfg: &Config, qp: &Qp, ect: bool) -> FrameTemplate {
-    let (eth, mut ip) = frame_addrs(cfg, qp);
-    // The ECN field of the QP's traffic class wins when set (ECT(1) or ECT(0) asked for
-    // by `ah_attr.traffic_class`); otherwise congestion control makes the frame ECT(0).
-    if ect {
-        match &mut ip {
-            IpRepr::V4 { tos: tc, .. }
-            | IpRepr::V6 {
-                traffic_class: tc, ..
-            } if *tc & 3 == 0 => *tc |= super::congestion::np::ECN_ECT0,
-            _ => {}
-        }
-    }
-    let udp = UdpRepr {
-        src_port: qp.src_port,
-        checksum: 0,
-    };
-    let bth = BthRepr {
-        opcode: Opcode::RC_ACK,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        resv6: 0,
-        dest_qp: qp.attr.dest_qp_num,
-        ack_req: false,
-        resv7: 0,
-        psn: Psn::new(0),
-    };
-    FrameTemplate::new(eth, ip, udp, &bth)
-}
-
-/// The Ethernet and IP addressing of `qp`'s frames to its peer.
-fn frame_addrs(cfg: &Config, qp: &Qp) -> (EthRepr, IpRepr) {
-    let av = &qp.attr.ah_attr;
-    let sgid = cfg
-        .gids
-        .get(usize::from(av.sgid_index))
-        .copied()
-        .unwrap_or_default();
-    let hop = if av.hop_limit == 0 { 64 } else { av.hop_limit };
-    let ip = if gid_is_ipv4(&av.dgid) {
-        let mut src = [0u8; 4];
-        let mut dst = [0u8; 4];
-        src.copy_from_slice(&sgid[12..]);
-        dst.copy_from_slice(&av.dgid[12..]);
-        IpRepr::V4 {
-            src,
-            dst,
-            tos: av.traffic_class,
-            identification: 0,
-            dont_fragment: true,
-            ttl: hop,
-        }
-    } else {
-        IpRepr::V6 {
-            src: sgid,
-            dst: av.dgid,
-            traffic_class: av.traffic_class,
-            flow_label: av.flow_label,
-            hop_limit: hop,
-        }
-    };
-    let eth = EthRepr {
-        dst: av.dmac,
-        src: cfg.mac,
-        vlan_tci: av.vlan_tci,
-    };
-    (eth, ip)
-}

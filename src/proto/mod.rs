@@ -26,6 +26,7 @@ pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod framing;
 pub mod memory;
 pub mod qp;
 pub mod requester;

@@ -108,14 +108,15 @@ impl FrameTemplate {
 
     /// Write one frame into the front of `out`, as `FrameRepr::emit` would for the
     /// template's headers with these per-packet fields. Returns the number of bytes.
+    /// `ext` is an [`ExtHeaders`] or any other [`ExtWriter`].
     #[allow(clippy::too_many_arguments)]
-    pub fn emit(
+    pub fn emit<X: ExtWriter + ?Sized>(
         &self,
         opcode: Opcode,
         solicited: bool,
         ack_req: bool,
         psn: Psn,
-        ext: &ExtHeaders,
+        ext: &X,
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<usize, Error> {
@@ -123,7 +124,7 @@ impl FrameTemplate {
         // path names the culprit with the same error.
         let info = match opcode.info() {
             Some(i)
-                if ext_bits(ext) == i.exts.bits() & !Ext::CnpPad.bit()
+                if ext.present() == i.exts.bits() & !Ext::CnpPad.bit()
                     && (i.has_payload || payload.is_empty()) =>
             {
                 i
@@ -172,22 +173,8 @@ impl FrameTemplate {
         let mut off = hdr_len;
         for e in info.exts.iter() {
             let n = e.wire_len();
-            let b = &mut out[off..off + n];
             // Present: the check above compared the set with the opcode's.
-            match e {
-                Ext::Reth => ext.reth.unwrap_or_default().emit(b),
-                Ext::AtomicEth => ext.atomic.unwrap_or_default().emit(b),
-                Ext::ImmDt => b.copy_from_slice(&ext.immdt.unwrap_or(0).to_be_bytes()),
-                Ext::Ieth => b.copy_from_slice(&ext.ieth.unwrap_or_default().0.to_be_bytes()),
-                Ext::Aeth => match ext.aeth {
-                    Some(a) => a.emit(b),
-                    None => b.fill(0),
-                },
-                Ext::AtomicAckEth => ext.atomic_ack.unwrap_or_default().emit(b),
-                Ext::Deth => ext.deth.unwrap_or_default().emit(b),
-                Ext::Feth => ext.feth.unwrap_or_default().emit(b),
-                Ext::CnpPad => b.fill(0),
-            }
+            ext.write(e, &mut out[off..off + n]);
             off += n;
         }
         let n = payload.len();
@@ -201,11 +188,11 @@ impl FrameTemplate {
     }
 
     /// The error `RoceRepr::check` gives for these fields (slow path only).
-    fn check_error(&self, opcode: Opcode, ext: &ExtHeaders, payload: &[u8]) -> Error {
+    fn check_error<X: ExtWriter + ?Sized>(&self, opcode: Opcode, ext: &X, payload: &[u8]) -> Error {
         let bth = hdr_bth(self);
         let roce = RoceRepr {
             bth: BthRepr { opcode, ..bth },
-            ext: *ext,
+            ext: ext.to_headers(),
             payload,
         };
         match roce.check() {
@@ -225,17 +212,51 @@ fn hdr_bth(t: &FrameTemplate) -> BthRepr {
     BthRepr::from_view(&super::Bth::new_unchecked(&t.hdr[o..o + BTH_LEN]))
 }
 
-/// The extension headers present, as `ExtSet` bits.
-fn ext_bits(ext: &ExtHeaders) -> u16 {
-    let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };
-    b(ext.deth.is_some(), Ext::Deth)
-        | b(ext.feth.is_some(), Ext::Feth)
-        | b(ext.reth.is_some(), Ext::Reth)
-        | b(ext.atomic.is_some(), Ext::AtomicEth)
-        | b(ext.immdt.is_some(), Ext::ImmDt)
-        | b(ext.ieth.is_some(), Ext::Ieth)
-        | b(ext.aeth.is_some(), Ext::Aeth)
-        | b(ext.atomic_ack.is_some(), Ext::AtomicAckEth)
+/// Extension headers as [`FrameTemplate::emit`] writes them: [`ExtHeaders`], or a
+/// smaller type of the caller's that holds only what its packets carry.
+pub trait ExtWriter {
+    /// The headers present, as `ExtSet` bits (`Ext::bit`).
+    fn present(&self) -> u16;
+    /// Write header `e`, which is present, into `out` (exactly `e.wire_len()` bytes),
+    /// as `FrameRepr::emit` writes it.
+    fn write(&self, e: Ext, out: &mut [u8]);
+    /// The same headers as an [`ExtHeaders`] (for the error path).
+    fn to_headers(&self) -> ExtHeaders;
+}
+
+impl ExtWriter for ExtHeaders {
+    fn present(&self) -> u16 {
+        let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };
+        b(self.deth.is_some(), Ext::Deth)
+            | b(self.feth.is_some(), Ext::Feth)
+            | b(self.reth.is_some(), Ext::Reth)
+            | b(self.atomic.is_some(), Ext::AtomicEth)
+            | b(self.immdt.is_some(), Ext::ImmDt)
+            | b(self.ieth.is_some(), Ext::Ieth)
+            | b(self.aeth.is_some(), Ext::Aeth)
+            | b(self.atomic_ack.is_some(), Ext::AtomicAckEth)
+    }
+
+    fn write(&self, e: Ext, b: &mut [u8]) {
+        match e {
+            Ext::Reth => self.reth.unwrap_or_default().emit(b),
+            Ext::AtomicEth => self.atomic.unwrap_or_default().emit(b),
+            Ext::ImmDt => b.copy_from_slice(&self.immdt.unwrap_or(0).to_be_bytes()),
+            Ext::Ieth => b.copy_from_slice(&self.ieth.unwrap_or_default().0.to_be_bytes()),
+            Ext::Aeth => match self.aeth {
+                Some(a) => a.emit(b),
+                None => b.fill(0),
+            },
+            Ext::AtomicAckEth => self.atomic_ack.unwrap_or_default().emit(b),
+            Ext::Deth => self.deth.unwrap_or_default().emit(b),
+            Ext::Feth => self.feth.unwrap_or_default().emit(b),
+            Ext::CnpPad => b.fill(0),
+        }
+    }
+
+    fn to_headers(&self) -> ExtHeaders {
+        *self
+    }
 }
 
 #[cfg(test)]

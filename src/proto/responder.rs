@@ -706,6 +706,7 @@ fn do_send(
     Ok(1)
 }
 
+#[inline]
 fn do_write(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,

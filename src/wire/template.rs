@@ -151,14 +151,21 @@ impl FrameTemplate {
         };
         let ip_len = u16::try_from(ip_len).map_err(|_| Error::TooLong { len: total })?;
         let out = &mut out[..total];
-        out[..hdr_len].copy_from_slice(&self.hdr[..hdr_len]);
+        if total >= MAX_HDR {
+            // A fixed-size copy (a few vector moves, no call): what lies past `hdr_len`
+            // is overwritten below by the extension headers, payload, pad and ICRC,
+            // which fill `hdr_len..total`.
+            out[..MAX_HDR].copy_from_slice(&self.hdr);
+        } else {
+            out[..hdr_len].copy_from_slice(&self.hdr[..hdr_len]);
+        }
         if self.ipv6 {
             out[ip_off + 4..ip_off + 6].copy_from_slice(&ip_len.to_be_bytes());
         } else {
-            let mut sum = self.ip4_sum + u32::from(ip_len);
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
+            // At most nine 16-bit words: two folds bring the sum to 16 bits.
+            let sum = self.ip4_sum + u32::from(ip_len);
+            let sum = (sum & 0xffff) + (sum >> 16);
+            let sum = (sum & 0xffff) + (sum >> 16);
             out[ip_off + 2..ip_off + 4].copy_from_slice(&ip_len.to_be_bytes());
             out[ip_off + 10..ip_off + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
         }

@@ -802,6 +802,10 @@ impl Rnic {
                 if qp.state == QpState::Err {
                     continue;
                 }
+                // Checked here first: most calls find nothing queued.
+                if qp.resp.out.is_empty() {
+                    continue;
+                }
                 let Some(p) = qp.resp.next_response(mtu, self.cfg.advertise_credits) else {
                     continue;
                 };
@@ -957,6 +961,7 @@ fn ip_addresses(b: &[u8], ipv6: bool) -> Option<(&[u8], &[u8])> {
 
 /// True when `gid` names the address `ip` (4 bytes: IPv4, as its IPv4-mapped GID; 16
 /// bytes: IPv6): the GID compare done on the frame's bytes, without building a GID.
+#[inline]
 fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
     const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
     match ip.len() {

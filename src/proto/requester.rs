@@ -349,6 +349,9 @@ impl Requester {
     }
 
     /// The next request packet, advancing the transmit point.
+    // Inlined into its one caller (the per-packet transmit path): the packet stays in
+    // registers instead of being returned through memory.
+    #[inline]
     pub fn next_packet(
         &mut self,
         lim: &ReqLimits,

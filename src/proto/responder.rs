@@ -318,6 +318,7 @@ fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
 }
 
 /// Handle one request packet addressed to `qp`.
+#[inline]
 pub(crate) fn handle_request(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,

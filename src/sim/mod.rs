@@ -190,7 +190,7 @@ impl Link {
 
     /// A link that neither impairs, delays nor rate-limits (every probability 0, delay 0,
     /// infinite rate).
-    fn is_ideal(&self) -> bool {
+    pub fn is_ideal(&self) -> bool {
         let c = &self.cfg;
         c.loss <= 0.0
             && c.reorder <= 0.0
@@ -201,21 +201,18 @@ impl Link {
             && c.bandwidth_bps == 0
     }
 
-    /// On an ideal link with nothing in flight, account for one frame sent by `from` at
-    /// `now` and delivered at once, and return true: the caller hands it to the receiver
-    /// itself. Otherwise change nothing and return false. The statistics, the wire's
-    /// busy time and the PRNG (never drawn from at probability 0) end as `send_owned`
-    /// followed by `pop_due` would leave them.
-    pub fn passes_through(&mut self, now: u64, from: Side) -> bool {
-        if !self.is_ideal() || self.in_flight() != 0 {
-            return false;
-        }
+    /// Account for one frame sent by `from` at `now` and delivered at once, which the
+    /// caller hands to the receiver itself: only on an ideal link ([`Link::is_ideal`])
+    /// with nothing in flight, where it is due at once and nothing can come before it.
+    /// The statistics, the wire's busy time and the PRNG (never drawn from at probability
+    /// 0) end as `send_owned` followed by `pop_due` would leave them.
+    pub fn pass_through(&mut self, now: u64, from: Side) {
+        debug_assert!(self.is_ideal() && self.in_flight() == 0);
         self.stats.frames_sent += 1;
         self.stats.frames_delivered += 1;
         let b = &mut self.busy_until[from.idx()];
         *b = now.max(*b);
         self.seq += 1;
-        true
     }
 
     /// Put a frame on the wire from `from` at `now`.
@@ -481,6 +478,9 @@ impl Pair {
     /// Do everything due at `now`; returns true if anything happened.
     fn work_now(&mut self) -> bool {
         let mut did = self.deliver_due();
+        // Whether frames may skip the link's queue (see `Link::pass_through`): asked once
+        // here rather than per frame.
+        let ideal = self.pcap.is_none() && self.link.is_ideal();
         for s in [Side::A, Side::B] {
             let now = self.now;
             if self.dev(s).poll_timeout().is_some_and(|t| t <= now) {
@@ -505,7 +505,8 @@ impl Pair {
                         if let Some(c) = self.capture.as_mut() {
                             c.push((now, s, buf[..n].to_vec()));
                         }
-                        if self.pcap.is_none() && self.link.passes_through(now, s) {
+                        if ideal && self.link.in_flight() == 0 {
+                            self.link.pass_through(now, s);
                             // An ideal link with nothing in flight: the frame is due at
                             // once and nothing can come before it, so the receiver takes
                             // it straight from the sender's buffer (what `send_owned`

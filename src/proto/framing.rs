@@ -93,7 +93,7 @@ impl ExtWriter for TxExt {
 /// Frame one packet of `qp` into `buf`, from the QP's header template (built here when
 /// the QP has none, or one made for the other ECT setting).
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub(crate) fn emit(
     cfg: &Config,
     qp: &mut Qp,

@@ -318,7 +318,7 @@ fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
 }
 
 /// Handle one request packet addressed to `qp`.
-#[inline]
+#[inline(always)]
 pub(crate) fn handle_request(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,
@@ -707,7 +707,7 @@ fn do_send(
     Ok(1)
 }
 
-#[inline]
+#[inline(always)]
 fn do_write(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,

@@ -816,4 +816,132 @@ mod tests {
         assert!(l.pop_due(2000).is_some());
         assert_eq!(l.next_delivery(), Some(3000));
     }
+    /// The direct hand-over on an ideal link (`Link::pass_through`) is the queue's
+    /// behaviour without the queue: the same workload run through it and through the
+    /// general path (forced by a pcap, which takes every frame through `send_owned`)
+    /// gives the same frames at the same virtual times, the same link statistics,
+    /// counters, completions and memory.
+    #[test]
+    fn ideal_link_hand_over_equals_the_queue() {
+        use crate::proto::{
+            AtomicInfo, MrInfo, RdmaInfo, RecvWr, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+        };
+        let ideal = LinkConfig {
+            delay_ns: 0,
+            bandwidth_bps: 0,
+            ..LinkConfig::default()
+        };
+        assert!(Link::new(ideal, 1).is_ideal());
+        assert!(!Link::new(LinkConfig::default(), 1).is_ideal());
+        let run = |pcap: Option<&std::path::Path>| {
+            let mut p = Pair::new(ideal, 3);
+            p.capture = Some(Vec::new());
+            p.pcap = pcap.map(|f| SimPcap::create(f).unwrap());
+            let c = p.connect(&ConnectOpts::default()).unwrap();
+            let ma = p.a.reg_mr(c.pd_a, 1 << 16, Access::ALL).unwrap();
+            let mb = p.b.reg_mr(c.pd_b, 1 << 16, Access::ALL).unwrap();
+            for (i, x) in p.a.mr_bytes_mut(ma.lkey).unwrap().iter_mut().enumerate() {
+                *x = (i * 7) as u8;
+            }
+            for (i, x) in p.b.mr_bytes_mut(mb.lkey).unwrap().iter_mut().enumerate() {
+                *x = (i * 13) as u8;
+            }
+            let sge = |m: &MrInfo, off: u64, length: u32| {
+                vec![Sge {
+                    addr: m.addr + off,
+                    length,
+                    lkey: m.lkey,
+                }]
+            };
+            p.a.post_recv(
+                c.qp_a,
+                RecvWr {
+                    wr_id: 50,
+                    sg_list: sge(&ma, 40_000, 5000),
+                },
+            )
+            .unwrap();
+            let mut wrs = Vec::new();
+            for (k, len) in [(0u64, 10_000u32), (1, 1), (2, 1024), (3, 4097)] {
+                let mut w = SendWr::new(k, WrOpcode::RdmaWrite);
+                w.sg_list = sge(&ma, k * 10_000, len);
+                w.rdma = RdmaInfo {
+                    remote_addr: mb.addr + k * 12_000,
+                    rkey: mb.rkey,
+                };
+                wrs.push(w);
+            }
+            let mut r = SendWr::new(4, WrOpcode::RdmaRead);
+            r.sg_list = sge(&ma, 50_000, 3000);
+            r.rdma = RdmaInfo {
+                remote_addr: mb.addr + 60_000,
+                rkey: mb.rkey,
+            };
+            wrs.push(r);
+            let mut f = SendWr::new(5, WrOpcode::AtomicFetchAndAdd);
+            f.sg_list = sge(&ma, 56_000, 8);
+            f.atomic = AtomicInfo {
+                remote_addr: mb.addr + 64_000,
+                rkey: mb.rkey,
+                compare_add: 5,
+                swap: 0,
+            };
+            wrs.push(f);
+            for w in wrs {
+                p.a.post_send(c.qp_a, w).unwrap();
+            }
+            let mut s = SendWr::new(60, WrOpcode::SendWithImm);
+            s.sg_list = sge(&mb, 0, 4500);
+            s.imm_data = 0x1234;
+            p.b.post_send(c.qp_b, s).unwrap();
+            let mut wcs: Vec<WorkCompletion> = Vec::new();
+            p.run_until(1_000_000_000, |p| {
+                p.a.poll_cq(c.cq_a, usize::MAX, &mut wcs);
+                p.b.poll_cq(c.cq_b, usize::MAX, &mut wcs);
+                wcs.len() >= 8
+            });
+            assert!(
+                wcs.len() == 8 && wcs.iter().all(|w| w.status == WcStatus::Success),
+                "{wcs:?}"
+            );
+            let queue_used = !p.link.pool.is_empty();
+            if let Some(pc) = p.pcap.take() {
+                pc.finish().unwrap();
+            }
+            let mem = (
+                p.a.mr_bytes(ma.lkey).unwrap().to_vec(),
+                p.b.mr_bytes(mb.lkey).unwrap().to_vec(),
+            );
+            (
+                p.capture.take().unwrap(),
+                p.link.stats,
+                p.a.counters(),
+                p.b.counters(),
+                p.now,
+                wcs,
+                mem,
+                queue_used,
+            )
+        };
+        let file =
+            std::env::temp_dir().join(format!("xrnic-sim-hand-over-{}.pcapng", std::process::id()));
+        let direct = run(None);
+        let queued = run(Some(&file));
+        let _ = std::fs::remove_file(&file);
+        assert!(!direct.7, "the ideal link handed every frame over directly");
+        assert!(queued.7, "with a pcap every frame went through the queue");
+        assert!(direct.0.len() >= 25, "{} frames", direct.0.len());
+        assert_eq!(direct.0, queued.0, "frames, senders and times");
+        assert_eq!(direct.1, queued.1, "link statistics");
+        assert_eq!(direct.1.frames_sent, direct.0.len() as u64);
+        assert_eq!(direct.1.frames_delivered, direct.1.frames_sent);
+        assert_eq!(
+            (direct.2, direct.3),
+            (queued.2, queued.3),
+            "device counters"
+        );
+        assert_eq!(direct.4, queued.4, "virtual time");
+        assert_eq!(direct.5, queued.5, "completions");
+        assert!(direct.6 == queued.6, "memory of both sides");
+    }
 }

@@ -591,7 +591,9 @@ impl Rnic {
         // Only the fields the transport needs are read, straight from the checked frame
         // (`view.repr()` would rebuild every header).
         let b = view.bytes();
-        if b.get(0..6) != Some(&self.cfg.mac[..]) {
+        // As a fixed-size array: six bytes compared in two loads, not a `bcmp` call.
+        let dst_mac = b.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
+        if dst_mac != Some(self.cfg.mac) {
             self.dev.wrong_address_dropped += 1;
             return;
         }

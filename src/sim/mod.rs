@@ -495,15 +495,18 @@ impl Pair {
                     break;
                 }
                 let now = self.now;
-                let mut buf = std::mem::take(&mut self.buf);
-                if buf.len() < MAX_FRAME_LEN {
-                    buf.resize(MAX_FRAME_LEN, 0);
+                if self.buf.len() < MAX_FRAME_LEN {
+                    self.buf.resize(MAX_FRAME_LEN, 0);
                 }
-                match self.dev(s).poll_transmit_with_reason(now, &mut buf) {
+                let (tx, rx) = match s {
+                    Side::A => (&mut self.a, &mut self.b),
+                    Side::B => (&mut self.b, &mut self.a),
+                };
+                match tx.poll_transmit_with_reason(now, &mut self.buf) {
                     Some((n, reason)) => {
                         did = true;
                         if let Some(c) = self.capture.as_mut() {
-                            c.push((now, s, buf[..n].to_vec()));
+                            c.push((now, s, self.buf[..n].to_vec()));
                         }
                         if ideal && self.link.in_flight() == 0 {
                             self.link.pass_through(now, s);
@@ -511,10 +514,12 @@ impl Pair {
                             // once and nothing can come before it, so the receiver takes
                             // it straight from the sender's buffer (what `send_owned`
                             // followed by `deliver_due` would do, without the queue).
-                            self.dev(s.other()).handle_frame(now, &buf[..n]);
-                            self.buf = buf;
+                            rx.handle_frame(now, &self.buf[..n]);
                             continue;
                         }
+                        // The frame's buffer goes onto the link; the next frame gets one
+                        // from its pool.
+                        let buf = std::mem::replace(&mut self.buf, self.link.take_buffer());
                         let before = self.link.stats;
                         let copy = self.pcap.is_some().then(|| buf[..n].to_vec());
                         self.link.send_owned(now, s, buf, n);
@@ -538,17 +543,13 @@ impl Pair {
                             }
                             p.record(now, s, &frame, reason, &fate);
                         }
-                        self.buf = self.link.take_buffer();
                         // On a zero-delay link the frame is due already: hand it over
                         // before the next one is built, as a wire would, rather than
                         // after up to a window of frames (which also keeps the frame
                         // buffers few and cache-warm; nothing changes when delay > 0).
                         self.deliver_due();
                     }
-                    None => {
-                        self.buf = buf;
-                        break;
-                    }
+                    None => break,
                 }
             }
         }

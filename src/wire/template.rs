@@ -110,7 +110,7 @@ impl FrameTemplate {
     /// template's headers with these per-packet fields. Returns the number of bytes.
     /// `ext` is an [`ExtHeaders`] or any other [`ExtWriter`].
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn emit<X: ExtWriter + ?Sized>(
         &self,
         opcode: Opcode,

@@ -268,6 +268,56 @@ fn sqd_stops_new_work_and_rts_resumes_it() {
     assert_eq!(wcs[1].status, WcStatus::Success);
 }
 
+/// The frame header is built once per QP and kept (a template patched per packet); a
+/// `modify_qp` that changes the address vector must show in the very next frame.
+#[test]
+fn a_new_address_vector_shows_in_the_next_frame() {
+    let (mut p, c) = pair(LinkConfig::default(), &ConnectOpts::default());
+    p.capture = Some(Vec::new());
+    let src = mr(&mut p, Side::A, &c, 4096, Access::LOCAL_WRITE);
+    let dst = mr(&mut p, Side::B, &c, 4096, Access::ALL);
+    let mut w = send_wr(1, WrOpcode::RdmaWrite, sge(&src, 0, 100));
+    w.rdma.remote_addr = dst.addr;
+    w.rdma.rkey = dst.rkey;
+    p.a.post_send(c.qp_a, w.clone()).unwrap();
+    let mut wcs = vec![];
+    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+    // SQD -> SQD may change the address vector (IBTA §10.3 / ibv_modify_qp).
+    let mut attr = p.a.query_qp(c.qp_a).unwrap();
+    attr.qp_state = QpState::Sqd;
+    p.a.modify_qp(c.qp_a, &attr, AttrMask::STATE).unwrap();
+    attr.ah_attr.traffic_class = 0x28;
+    attr.ah_attr.hop_limit = 9;
+    attr.ah_attr.vlan_tci = Some(0x2007);
+    p.a.modify_qp(c.qp_a, &attr, AttrMask::AV).unwrap();
+    attr.qp_state = QpState::Rts;
+    p.a.modify_qp(c.qp_a, &attr, AttrMask::STATE).unwrap();
+    w.wr_id = 2;
+    p.a.post_send(c.qp_a, w).unwrap();
+    p.run_until(p.now + 1_000_000, |_| false);
+    let sent: Vec<_> = p
+        .capture
+        .take()
+        .unwrap()
+        .into_iter()
+        .filter(|(_, s, _)| *s == Side::A)
+        .map(|(_, _, b)| {
+            let f = FrameRepr::parse(&b).expect("valid frame with ICRC");
+            let IpRepr::V4 { tos, ttl, .. } = f.ip else {
+                panic!("IPv4 expected")
+            };
+            (f.roce.bth.opcode, tos, ttl, f.eth.vlan_tci)
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            (Opcode::RC_WRITE_ONLY, 0, 64, None),
+            (Opcode::RC_WRITE_ONLY, 0x28, 9, Some(0x2007)),
+        ]
+    );
+}
+
 #[test]
 fn ipv4_and_ipv6_frames_carry_the_address_vector() {
     for ipv6 in [false, true] {

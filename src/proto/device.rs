@@ -3,21 +3,24 @@
 //!
 //! Contract: see the module documentation of [`crate::proto`]. Frames are whole
 //! Ethernet/IP/UDP/BTH frames; addresses come from the device [`Config`] (source MAC and
-//! GID table) and from each QP's address vector (given at RTR, like `ah_attr`). IPv4 is
-//! used when the destination GID is IPv4-mapped (`::ffff:a.b.c.d`), IPv6 otherwise; IPv4
-//! frames carry DF and TTL 64, UDP checksum 0 and source port 0xC000 + hash(QPN) (rxe).
+//! GID table) and from each QP's address vector (given at RTR, like `ah_attr`), through
+//! the QP's header template (see `framing`). A received frame is checked by
+//! `FrameView::parse` and its ICRC; the transport then reads the few fields it needs (BTH
+//! destination QP, PSN, AckReq, the extension headers the opcode has, the IP addresses)
+//! in place.
 
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, FrameRepr,
-    FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr, Rkey, RoceRepr, Service, UdpRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, Ext, ExtHeaders, FrameView, OpInfo, Opcode, Psn,
+    Qpn, RethRepr, Rkey, Service,
 };
 
 use super::completer;
 use super::congestion::{CongestionControl, build_cnp};
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
+use super::framing::{emit, frame_addrs};
 use super::memory::{Access, MemTable, MrInfo, Pd};
-use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify, gid_is_ipv4};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
@@ -296,6 +299,8 @@ impl Rnic {
         take!(MIN_RNR_TIMER, min_rnr_timer);
         take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
         take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        // The header template follows the attributes: rebuilt at the next frame.
+        qp.tx_template = None;
         if mask.contains(AttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
             qp.resp.epsn = attr.rq_psn;
@@ -570,14 +575,16 @@ impl Rnic {
     // ----- sans-IO surface ----------------------------------------------------------
 
     /// Take one received frame. Never panics; everything refused is counted.
+    // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
+    // tap's): per packet, a call here costs as much as several of the checks below.
+    #[inline(always)]
     pub fn handle_frame(&mut self, now: u64, frame: &[u8]) {
         self.last_now = now;
-        let view = match FrameView::parse(frame) {
-            Ok(v) => v,
-            Err(_) => {
-                self.dev.malformed_frames_dropped += 1;
-                return;
-            }
+        // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
+        let parsed = FrameView::parse(frame);
+        let Ok(view) = &parsed else {
+            self.dev.malformed_frames_dropped += 1;
+            return;
         };
         if view.verify_icrc().is_err() {
             self.dev.malformed_frames_dropped += 1;
@@ -587,15 +594,17 @@ impl Rnic {
         // Only the fields the transport needs are read, straight from the checked frame
         // (`view.repr()` would rebuild every header).
         let b = view.bytes();
-        if b.get(0..6) != Some(&self.cfg.mac[..]) {
+        // As a fixed-size array: six bytes compared in two loads, not a `bcmp` call.
+        let dst_mac = b.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
+        if dst_mac != Some(self.cfg.mac) {
             self.dev.wrong_address_dropped += 1;
             return;
         }
-        let Some((src_gid, dst_gid)) = ip_addresses(b, view.is_ipv6()) else {
+        let Some((src_ip, dst_ip)) = ip_addresses(b, view.is_ipv6()) else {
             self.dev.malformed_frames_dropped += 1;
             return;
         };
-        if !self.cfg.gids.contains(&dst_gid) {
+        if !self.cfg.gids.iter().any(|g| gid_is(g, dst_ip)) {
             self.dev.wrong_address_dropped += 1;
             return;
         }
@@ -604,7 +613,7 @@ impl Rnic {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
             match self.cc.as_mut() {
                 Some(cc) => {
-                    let v = cc.handle_cnp_frame(now, &view);
+                    let v = cc.handle_cnp_frame(now, view);
                     qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
                 }
                 None => self.dev.unsupported_dropped += 1,
@@ -615,22 +624,18 @@ impl Rnic {
             self.dev.unsupported_dropped += 1;
             return;
         }
-        let bth = BthRepr::from_view(&view.bth());
-        let mut ext = ExtHeaders::default();
-        for e in info.exts.iter() {
-            let Some(h) = view.ext_bytes(e) else { continue };
-            match e {
-                Ext::Reth => ext.reth = Some(RethRepr::parse(h)),
-                Ext::AtomicEth => ext.atomic = Some(AtomicEthRepr::parse(h)),
-                Ext::ImmDt => ext.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
-                Ext::Ieth => ext.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
-                Ext::Aeth => ext.aeth = Some(AethRepr::parse(h)),
-                Ext::AtomicAckEth => ext.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
-                // RC opcodes carry none of the others.
-                Ext::Deth | Ext::Feth | Ext::CnpPad => {}
-            }
-        }
-        let Some((qp, mut ctx)) = self.split(bth.dest_qp, now) else {
+        // The three BTH fields the transport uses, read in place.
+        let bth = view.bth();
+        let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
+        // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
+        let ext_buf;
+        let ext = if info.exts.is_empty() {
+            &NO_EXT
+        } else {
+            ext_buf = ext_headers(view, info);
+            &ext_buf
+        };
+        let Some((qp, mut ctx)) = self.split(dest_qp, now) else {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
@@ -639,20 +644,20 @@ impl Rnic {
         // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
         if qp.state == QpState::Reset
             || qp.state == QpState::Init
-            || qp.attr.ah_attr.dgid != src_gid
+            || !gid_is(&qp.attr.ah_attr.dgid, src_ip)
         {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
         let payload = view.payload();
         if info.is_request() {
-            responder::handle_request(qp, &mut ctx, info, bth.psn, bth.ack_req, &ext, payload);
+            responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
-            handle_response(qp, &mut ctx, info, bth.psn, &ext, payload);
+            handle_response(qp, &mut ctx, info, psn, ext, payload);
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {
-            cc.on_received(now, bth.dest_qp, view.ip_ecn());
+            cc.on_received(now, dest_qp, view.ip_ecn());
         }
     }
 
@@ -716,13 +721,15 @@ impl Rnic {
             return Some((len, TxReason::Cnp));
         }
         let n = self.qps.len();
-        for k in 0..n {
-            let i = (self.rr + k) % n;
+        // Round robin without a division per call (this runs per packet).
+        let mut i = if self.rr < n { self.rr } else { 0 };
+        for _ in 0..n {
             if let Some(r) = self.transmit_qp(i, now, buf) {
                 // Next time start after this QP: packet-by-packet round robin.
-                self.rr = (i + 1) % n;
+                self.rr = if i + 1 < n { i + 1 } else { 0 };
                 return Some(r);
             }
+            i = if i + 1 < n { i + 1 } else { 0 };
         }
         None
     }
@@ -799,6 +806,10 @@ impl Rnic {
                 if qp.state == QpState::Err {
                     continue;
                 }
+                // Checked here first: most calls find nothing queued.
+                if qp.resp.out.is_empty() {
+                    continue;
+                }
                 let Some(p) = qp.resp.next_response(mtu, self.cfg.advertise_credits) else {
                     continue;
                 };
@@ -819,7 +830,7 @@ impl Rnic {
                 };
                 let len = match payload {
                     Some(pl) => emit(
-                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, p.ext, pl, buf,
+                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, &p.ext, pl, buf,
                     ),
                     None => {
                         // The region went away while its READ responses were queued.
@@ -844,11 +855,17 @@ impl Rnic {
                 // quarter of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64
                 // packets take longer than the timeout itself, which would then expire
                 // with nothing lost (§9.7.6.1: the timer restarts only on progress).
-                let ack_every = match (&self.cc, local_ack_timeout_ns(qp.attr.timeout)) {
-                    (Some(cc), Some(t)) => cc
-                        .throttled_packets_within(qp.qpn, t / 4, mtu as usize + PACING_HEADROOM)
+                let ack_every = match (&self.cc, qp.attr.timeout) {
+                    (Some(cc), timeout) => local_ack_timeout_ns(timeout)
+                        .and_then(|t| {
+                            cc.throttled_packets_within(
+                                qp.qpn,
+                                t / 4,
+                                mtu as usize + PACING_HEADROOM,
+                            )
+                        })
                         .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
-                    _ => self.cfg.ack_every,
+                    (None, _) => self.cfg.ack_every,
                 };
                 let lim = ReqLimits {
                     mtu,
@@ -912,7 +929,7 @@ impl Rnic {
                     p.psn,
                     p.ack_req,
                     p.solicited,
-                    p.ext,
+                    &p.ext,
                     payload,
                     buf,
                 );
@@ -930,8 +947,9 @@ impl Rnic {
     }
 }
 
-/// Source and destination GIDs of a parsed frame (IPv4 addresses as IPv4-mapped GIDs).
-fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
+/// The source and destination addresses of a parsed frame, as they lie in it (4 bytes
+/// for IPv4, 16 for IPv6).
+fn ip_addresses(b: &[u8], ipv6: bool) -> Option<(&[u8], &[u8])> {
     // 802.1Q adds four bytes before the IP header.
     let ip = if b.get(12..14)? == [0x81, 0x00] {
         18
@@ -939,108 +957,50 @@ fn ip_addresses(b: &[u8], ipv6: bool) -> Option<([u8; 16], [u8; 16])> {
         14
     };
     if ipv6 {
-        Some((
-            b.get(ip + 8..ip + 24)?.try_into().ok()?,
-            b.get(ip + 24..ip + 40)?.try_into().ok()?,
-        ))
+        Some((b.get(ip + 8..ip + 24)?, b.get(ip + 24..ip + 40)?))
     } else {
-        let v4 = |r: core::ops::Range<usize>| -> Option<[u8; 16]> {
-            Some(super::qp::ipv4_gid(b.get(r)?.try_into().ok()?))
-        };
-        Some((v4(ip + 12..ip + 16)?, v4(ip + 16..ip + 20)?))
+        Some((b.get(ip + 12..ip + 16)?, b.get(ip + 16..ip + 20)?))
     }
 }
 
-/// Frame one packet of `qp` into `buf`.
-#[allow(clippy::too_many_arguments)]
-fn emit(
-    cfg: &Config,
-    qp: &Qp,
-    ect: bool,
-    opcode: Opcode,
-    psn: Psn,
-    ack_req: bool,
-    solicited: bool,
-    ext: crate::wire::ExtHeaders,
-    payload: &[u8],
-    buf: &mut [u8],
-) -> Option<usize> {
-    let (eth, mut ip) = frame_addrs(cfg, qp);
-    // The ECN field of the QP's traffic class wins when set (ECT(1) or ECT(0) asked for
-    // by `ah_attr.traffic_class`); otherwise congestion control makes the frame ECT(0).
-    if ect {
-        match &mut ip {
-            IpRepr::V4 { tos: tc, .. }
-            | IpRepr::V6 {
-                traffic_class: tc, ..
-            } if *tc & 3 == 0 => *tc |= super::congestion::np::ECN_ECT0,
-            _ => {}
-        }
+/// True when `gid` names the address `ip` (4 bytes: IPv4, as its IPv4-mapped GID; 16
+/// bytes: IPv6): the GID compare done on the frame's bytes, without building a GID.
+#[inline(always)]
+fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
+    const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+    match ip.len() {
+        4 => gid[..12] == V4_MAPPED && gid[12..] == *ip,
+        _ => gid[..] == *ip,
     }
-    let frame = FrameRepr {
-        eth,
-        ip,
-        udp: UdpRepr {
-            src_port: qp.src_port,
-            checksum: 0,
-        },
-        roce: RoceRepr {
-            bth: BthRepr {
-                opcode,
-                solicited,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: qp.attr.dest_qp_num,
-                ack_req,
-                resv7: 0,
-                psn,
-            },
-            ext,
-            payload,
-        },
-    };
-    frame.emit(buf).ok()
 }
 
-/// The Ethernet and IP addressing of `qp`'s frames to its peer.
-fn frame_addrs(cfg: &Config, qp: &Qp) -> (EthRepr, IpRepr) {
-    let av = &qp.attr.ah_attr;
-    let sgid = cfg
-        .gids
-        .get(usize::from(av.sgid_index))
-        .copied()
-        .unwrap_or_default();
-    let hop = if av.hop_limit == 0 { 64 } else { av.hop_limit };
-    let ip = if gid_is_ipv4(&av.dgid) {
-        let mut src = [0u8; 4];
-        let mut dst = [0u8; 4];
-        src.copy_from_slice(&sgid[12..]);
-        dst.copy_from_slice(&av.dgid[12..]);
-        IpRepr::V4 {
-            src,
-            dst,
-            tos: av.traffic_class,
-            identification: 0,
-            dont_fragment: true,
-            ttl: hop,
+/// The extension headers of an RC packet, read from the frame.
+fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
+    let mut x = NO_EXT;
+    for e in info.exts.iter() {
+        let Some(h) = view.ext_bytes(e) else { continue };
+        match e {
+            Ext::Reth => x.reth = Some(RethRepr::parse(h)),
+            Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
+            Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
+            Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
+            Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
+            Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
+            // RC opcodes carry none of the others.
+            Ext::Deth | Ext::Feth | Ext::CnpPad => {}
         }
-    } else {
-        IpRepr::V6 {
-            src: sgid,
-            dst: av.dgid,
-            traffic_class: av.traffic_class,
-            flow_label: av.flow_label,
-            hop_limit: hop,
-        }
-    };
-    let eth = EthRepr {
-        dst: av.dmac,
-        src: cfg.mac,
-        vlan_tci: av.vlan_tci,
-    };
-    (eth, ip)
+    }
+    x
 }
+
+/// The extension headers of a packet that has none.
+static NO_EXT: ExtHeaders = ExtHeaders {
+    deth: None,
+    feth: None,
+    reth: None,
+    atomic: None,
+    immdt: None,
+    ieth: None,
+    aeth: None,
+    atomic_ack: None,
+};

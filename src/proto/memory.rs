@@ -241,6 +241,7 @@ impl MemTable {
     }
 
     /// Bytes `len` at a checked reference plus `skip`; `None` if the region went away.
+    #[inline(always)]
     pub fn bytes(&self, m: MemRef, skip: usize, len: usize) -> Option<&[u8]> {
         let r = self.region(m.key)?;
         let start = m.offset.checked_add(skip)?;
@@ -248,6 +249,7 @@ impl MemTable {
     }
 
     /// Mutable bytes at a checked reference plus `skip`.
+    #[inline(always)]
     pub fn bytes_mut(&mut self, m: MemRef, skip: usize, len: usize) -> Option<&mut [u8]> {
         let slot = self.slot_of(m.key)?;
         let r = self.regions[slot].as_mut()?;

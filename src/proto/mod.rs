@@ -7,7 +7,8 @@
 //! - Input: [`Rnic::handle_frame`] takes one whole Ethernet frame. It parses it with
 //!   `FrameView::parse`, verifies the ICRC and drops (and counts) anything malformed or not
 //!   for us; it never panics on any input. [`Rnic::handle_timeout`] takes the passage of time.
-//! - Output: [`Rnic::poll_transmit`] writes the next frame (built with `FrameRepr::emit`)
+//! - Output: [`Rnic::poll_transmit`] writes the next frame (the QP's header template,
+//!   `wire::FrameTemplate`, patched per packet: the bytes `FrameRepr::emit` would write)
 //!   into the caller's buffer; [`Rnic::poll_timeout`] says when to call `handle_timeout`;
 //!   [`Rnic::poll_cq`] drains work completions.
 //! - Verbs: `alloc_pd`, `reg_mr`, `create_cq`, `create_qp`, `modify_qp`, `query_qp`,
@@ -26,6 +27,7 @@ pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod framing;
 pub mod memory;
 pub mod qp;
 pub mod requester;

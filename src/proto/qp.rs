@@ -557,6 +557,10 @@ pub(crate) struct Qp {
     pub counters: QpCounters,
     /// Alternates responder and requester output so neither starves the other.
     pub tx_turn: bool,
+    /// The prebuilt header of this QP's frames and the ECT setting it was built with:
+    /// built at the first frame after a `modify_qp`, which drops it (the address vector,
+    /// destination QPN or traffic class may have changed).
+    pub tx_template: Option<(bool, crate::wire::FrameTemplate)>,
 }
 
 impl Qp {
@@ -574,6 +578,7 @@ impl Qp {
             resp: Responder::default(),
             counters: QpCounters::default(),
             tx_turn: false,
+            tx_template: None,
         }
     }
 
@@ -674,6 +679,7 @@ impl Qp {
         self.attr = QpAttr::default();
         self.req = Requester::default();
         self.resp = Responder::default();
+        self.tx_template = None;
     }
 
     /// Bytes this QP occupies: the struct plus the heap capacity of its queues (user

@@ -10,9 +10,10 @@
 
 use std::collections::VecDeque;
 
-use crate::wire::{AtomicEthRepr, ExtHeaders, Lkey, Opcode, Psn, RethRepr, Rkey};
+use crate::wire::{AtomicEthRepr, Lkey, Opcode, Psn, RethRepr, Rkey};
 
 use super::cq::{WcOpcode, WcStatus};
+use super::framing::TxExt;
 use super::memory::{Access, MemRef, MemTable, Pd};
 use super::trace::TxReason;
 
@@ -262,7 +263,7 @@ pub(crate) struct ReqPacket {
     pub psn: Psn,
     pub ack_req: bool,
     pub solicited: bool,
-    pub ext: ExtHeaders,
+    pub ext: TxExt,
     pub payload: Payload,
     /// A PSN sent before: counts as a retransmission.
     pub retransmit: bool,
@@ -348,6 +349,9 @@ impl Requester {
     }
 
     /// The next request packet, advancing the transmit point.
+    // Inlined into its one caller (the per-packet transmit path): the packet stays in
+    // registers instead of being returned through memory.
+    #[inline]
     pub fn next_packet(
         &mut self,
         lim: &ReqLimits,
@@ -418,14 +422,14 @@ impl Requester {
             return None;
         }
         let op = w.wr.opcode;
-        let mut ext = ExtHeaders::default();
+        let ext;
         let mut payload = Payload::None;
         let mut end = true;
         let opcode = match op {
             WrOpcode::RdmaRead => {
                 // A retried READ asks only for the responses still missing (§9.7.4).
                 let off = u64::from(k) * u64::from(lim.mtu);
-                ext.reth = Some(RethRepr {
+                ext = TxExt::Reth(RethRepr {
                     va: w.wr.rdma.remote_addr.wrapping_add(off),
                     rkey: w.wr.rdma.rkey,
                     dma_len: w.len - off as u32,
@@ -434,7 +438,7 @@ impl Requester {
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let a = &w.wr.atomic;
-                ext.atomic = Some(if op == WrOpcode::AtomicCmpAndSwp {
+                ext = TxExt::Atomic(if op == WrOpcode::AtomicCmpAndSwp {
                     AtomicEthRepr {
                         va: a.remote_addr,
                         rkey: a.rkey,
@@ -463,20 +467,25 @@ impl Requester {
                 let first = k == 0;
                 end = k + 1 == w.npkts;
                 let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
-                if end && imm {
-                    ext.immdt = Some(w.wr.imm_data);
-                }
-                if end && op == WrOpcode::SendWithInv {
-                    ext.ieth = Some(w.wr.invalidate_rkey);
-                }
                 let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
-                if write && first {
-                    ext.reth = Some(RethRepr {
-                        va: w.wr.rdma.remote_addr,
-                        rkey: w.wr.rdma.rkey,
-                        dma_len: w.len,
-                    });
-                }
+                let reth = RethRepr {
+                    va: w.wr.rdma.remote_addr,
+                    rkey: w.wr.rdma.rkey,
+                    dma_len: w.len,
+                };
+                // RETH on the first packet of a WRITE, ImmDt or IETH on the last of a
+                // message with immediate or invalidate (§9.3, §9.4).
+                ext = match (
+                    write && first,
+                    end && imm,
+                    end && op == WrOpcode::SendWithInv,
+                ) {
+                    (true, true, _) => TxExt::RethImm(reth, w.wr.imm_data),
+                    (true, false, _) => TxExt::Reth(reth),
+                    (false, true, _) => TxExt::Imm(w.wr.imm_data),
+                    (false, false, true) => TxExt::Ieth(w.wr.invalidate_rkey),
+                    (false, false, false) => TxExt::None,
+                };
                 segment_opcode(op, only, first, end)
             }
         };

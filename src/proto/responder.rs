@@ -13,11 +13,12 @@
 use std::collections::VecDeque;
 
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation,
-    Psn, Segment, Syndrome, aeth_credits,
+    AethRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Segment,
+    Syndrome, aeth_credits,
 };
 
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
+use super::framing::TxExt;
 use super::memory::{Access, AccessError, MemRef};
 use super::qp::{Qp, QpState};
 use super::requester::{LocalSeg, Payload, scatter};
@@ -105,7 +106,7 @@ pub(crate) enum RespOut {
 pub(crate) struct RespPacket {
     pub opcode: Opcode,
     pub psn: Psn,
-    pub ext: ExtHeaders,
+    pub ext: TxExt,
     pub payload: Payload,
     pub is_nak: bool,
     pub is_rnr: bool,
@@ -177,9 +178,11 @@ impl Responder {
 
     /// The next response packet to send, advancing the queue.
     pub fn next_response(&mut self, mtu: u32, advertise: bool) -> Option<RespPacket> {
+        if self.out.is_empty() {
+            return None;
+        }
         let ack_syn = self.ack_syndrome(advertise);
         let front = self.out.front_mut()?;
-        let mut ext = ExtHeaders::default();
         let pkt = match front {
             RespOut::Ack {
                 psn,
@@ -191,14 +194,13 @@ impl Responder {
                     Syndrome::Ack { .. } => ack_syn,
                     s => *s,
                 };
-                ext.aeth = Some(AethRepr {
-                    syndrome,
-                    msn: *msn,
-                });
                 let p = RespPacket {
                     opcode: Opcode::RC_ACK,
                     psn: *psn,
-                    ext,
+                    ext: TxExt::Aeth(AethRepr {
+                        syndrome,
+                        msn: *msn,
+                    }),
                     payload: Payload::None,
                     is_nak: matches!(syndrome, Syndrome::Nak(_)),
                     is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
@@ -219,15 +221,14 @@ impl Responder {
                 msn,
                 replay,
             } => {
-                ext.aeth = Some(AethRepr {
+                let aeth = AethRepr {
                     syndrome: ack_syn,
                     msn: *msn,
-                });
-                ext.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
+                };
                 let p = RespPacket {
                     opcode: Opcode::RC_ATOMIC_ACK,
                     psn: *psn,
-                    ext,
+                    ext: TxExt::AethAtomicAck(aeth, *orig),
                     payload: Payload::None,
                     is_nak: false,
                     is_rnr: false,
@@ -262,12 +263,15 @@ impl Responder {
                     (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
                     _ => Opcode::RC_READ_RESPONSE_MIDDLE,
                 };
-                if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
-                    ext.aeth = Some(AethRepr {
+                // Every READ response but MIDDLE carries an AETH (§9.3.4 table 35).
+                let ext = if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
+                    TxExt::Aeth(AethRepr {
                         syndrome: ack_syn,
                         msn: *msn,
-                    });
-                }
+                    })
+                } else {
+                    TxExt::None
+                };
                 let p = RespPacket {
                     opcode,
                     psn: first_psn.add(k),
@@ -314,6 +318,7 @@ fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
 }
 
 /// Handle one request packet addressed to `qp`.
+#[inline(always)]
 pub(crate) fn handle_request(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,
@@ -702,6 +707,7 @@ fn do_send(
     Ok(1)
 }
 
+#[inline(always)]
 fn do_write(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,

@@ -188,6 +188,33 @@ impl Link {
         self.pool.pop().unwrap_or_default()
     }
 
+    /// A link that neither impairs, delays nor rate-limits (every probability 0, delay 0,
+    /// infinite rate).
+    pub fn is_ideal(&self) -> bool {
+        let c = &self.cfg;
+        c.loss <= 0.0
+            && c.reorder <= 0.0
+            && c.dup <= 0.0
+            && c.corrupt <= 0.0
+            && c.ce_mark <= 0.0
+            && c.delay_ns == 0
+            && c.bandwidth_bps == 0
+    }
+
+    /// Account for one frame sent by `from` at `now` and delivered at once, which the
+    /// caller hands to the receiver itself: only on an ideal link ([`Link::is_ideal`])
+    /// with nothing in flight, where it is due at once and nothing can come before it.
+    /// The statistics, the wire's busy time and the PRNG (never drawn from at probability
+    /// 0) end as `send_owned` followed by `pop_due` would leave them.
+    pub fn pass_through(&mut self, now: u64, from: Side) {
+        debug_assert!(self.is_ideal() && self.in_flight() == 0);
+        self.stats.frames_sent += 1;
+        self.stats.frames_delivered += 1;
+        let b = &mut self.busy_until[from.idx()];
+        *b = now.max(*b);
+        self.seq += 1;
+    }
+
     /// Put a frame on the wire from `from` at `now`.
     pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) {
         let b = self.buffer(frame);
@@ -451,6 +478,9 @@ impl Pair {
     /// Do everything due at `now`; returns true if anything happened.
     fn work_now(&mut self) -> bool {
         let mut did = self.deliver_due();
+        // Whether frames may skip the link's queue (see `Link::pass_through`): asked once
+        // here rather than per frame.
+        let ideal = self.pcap.is_none() && self.link.is_ideal();
         for s in [Side::A, Side::B] {
             let now = self.now;
             if self.dev(s).poll_timeout().is_some_and(|t| t <= now) {
@@ -465,15 +495,31 @@ impl Pair {
                     break;
                 }
                 let now = self.now;
-                let mut buf = std::mem::take(&mut self.buf);
-                if buf.len() < MAX_FRAME_LEN {
-                    buf.resize(MAX_FRAME_LEN, 0);
+                if self.buf.len() < MAX_FRAME_LEN {
+                    self.buf.resize(MAX_FRAME_LEN, 0);
                 }
-                match self.dev(s).poll_transmit_with_reason(now, &mut buf) {
+                let (tx, rx) = match s {
+                    Side::A => (&mut self.a, &mut self.b),
+                    Side::B => (&mut self.b, &mut self.a),
+                };
+                match tx.poll_transmit_with_reason(now, &mut self.buf) {
                     Some((n, reason)) => {
+                        did = true;
                         if let Some(c) = self.capture.as_mut() {
-                            c.push((now, s, buf[..n].to_vec()));
+                            c.push((now, s, self.buf[..n].to_vec()));
                         }
+                        if ideal && self.link.in_flight() == 0 {
+                            self.link.pass_through(now, s);
+                            // An ideal link with nothing in flight: the frame is due at
+                            // once and nothing can come before it, so the receiver takes
+                            // it straight from the sender's buffer (what `send_owned`
+                            // followed by `deliver_due` would do, without the queue).
+                            rx.handle_frame(now, &self.buf[..n]);
+                            continue;
+                        }
+                        // The frame's buffer goes onto the link; the next frame gets one
+                        // from its pool.
+                        let buf = std::mem::replace(&mut self.buf, self.link.take_buffer());
                         let before = self.link.stats;
                         let copy = self.pcap.is_some().then(|| buf[..n].to_vec());
                         self.link.send_owned(now, s, buf, n);
@@ -497,18 +543,13 @@ impl Pair {
                             }
                             p.record(now, s, &frame, reason, &fate);
                         }
-                        self.buf = self.link.take_buffer();
-                        did = true;
                         // On a zero-delay link the frame is due already: hand it over
                         // before the next one is built, as a wire would, rather than
                         // after up to a window of frames (which also keeps the frame
                         // buffers few and cache-warm; nothing changes when delay > 0).
                         self.deliver_due();
                     }
-                    None => {
-                        self.buf = buf;
-                        break;
-                    }
+                    None => break,
                 }
             }
         }
@@ -775,5 +816,133 @@ mod tests {
         assert!(l.pop_due(1999).is_none());
         assert!(l.pop_due(2000).is_some());
         assert_eq!(l.next_delivery(), Some(3000));
+    }
+    /// The direct hand-over on an ideal link (`Link::pass_through`) is the queue's
+    /// behaviour without the queue: the same workload run through it and through the
+    /// general path (forced by a pcap, which takes every frame through `send_owned`)
+    /// gives the same frames at the same virtual times, the same link statistics,
+    /// counters, completions and memory.
+    #[test]
+    fn ideal_link_hand_over_equals_the_queue() {
+        use crate::proto::{
+            AtomicInfo, MrInfo, RdmaInfo, RecvWr, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+        };
+        let ideal = LinkConfig {
+            delay_ns: 0,
+            bandwidth_bps: 0,
+            ..LinkConfig::default()
+        };
+        assert!(Link::new(ideal, 1).is_ideal());
+        assert!(!Link::new(LinkConfig::default(), 1).is_ideal());
+        let run = |pcap: Option<&std::path::Path>| {
+            let mut p = Pair::new(ideal, 3);
+            p.capture = Some(Vec::new());
+            p.pcap = pcap.map(|f| SimPcap::create(f).unwrap());
+            let c = p.connect(&ConnectOpts::default()).unwrap();
+            let ma = p.a.reg_mr(c.pd_a, 1 << 16, Access::ALL).unwrap();
+            let mb = p.b.reg_mr(c.pd_b, 1 << 16, Access::ALL).unwrap();
+            for (i, x) in p.a.mr_bytes_mut(ma.lkey).unwrap().iter_mut().enumerate() {
+                *x = (i * 7) as u8;
+            }
+            for (i, x) in p.b.mr_bytes_mut(mb.lkey).unwrap().iter_mut().enumerate() {
+                *x = (i * 13) as u8;
+            }
+            let sge = |m: &MrInfo, off: u64, length: u32| {
+                vec![Sge {
+                    addr: m.addr + off,
+                    length,
+                    lkey: m.lkey,
+                }]
+            };
+            p.a.post_recv(
+                c.qp_a,
+                RecvWr {
+                    wr_id: 50,
+                    sg_list: sge(&ma, 40_000, 5000),
+                },
+            )
+            .unwrap();
+            let mut wrs = Vec::new();
+            for (k, len) in [(0u64, 10_000u32), (1, 1), (2, 1024), (3, 4097)] {
+                let mut w = SendWr::new(k, WrOpcode::RdmaWrite);
+                w.sg_list = sge(&ma, k * 10_000, len);
+                w.rdma = RdmaInfo {
+                    remote_addr: mb.addr + k * 12_000,
+                    rkey: mb.rkey,
+                };
+                wrs.push(w);
+            }
+            let mut r = SendWr::new(4, WrOpcode::RdmaRead);
+            r.sg_list = sge(&ma, 50_000, 3000);
+            r.rdma = RdmaInfo {
+                remote_addr: mb.addr + 60_000,
+                rkey: mb.rkey,
+            };
+            wrs.push(r);
+            let mut f = SendWr::new(5, WrOpcode::AtomicFetchAndAdd);
+            f.sg_list = sge(&ma, 56_000, 8);
+            f.atomic = AtomicInfo {
+                remote_addr: mb.addr + 64_000,
+                rkey: mb.rkey,
+                compare_add: 5,
+                swap: 0,
+            };
+            wrs.push(f);
+            for w in wrs {
+                p.a.post_send(c.qp_a, w).unwrap();
+            }
+            let mut s = SendWr::new(60, WrOpcode::SendWithImm);
+            s.sg_list = sge(&mb, 0, 4500);
+            s.imm_data = 0x1234;
+            p.b.post_send(c.qp_b, s).unwrap();
+            let mut wcs: Vec<WorkCompletion> = Vec::new();
+            p.run_until(1_000_000_000, |p| {
+                p.a.poll_cq(c.cq_a, usize::MAX, &mut wcs);
+                p.b.poll_cq(c.cq_b, usize::MAX, &mut wcs);
+                wcs.len() >= 8
+            });
+            assert!(
+                wcs.len() == 8 && wcs.iter().all(|w| w.status == WcStatus::Success),
+                "{wcs:?}"
+            );
+            let queue_used = !p.link.pool.is_empty();
+            if let Some(pc) = p.pcap.take() {
+                pc.finish().unwrap();
+            }
+            let mem = (
+                p.a.mr_bytes(ma.lkey).unwrap().to_vec(),
+                p.b.mr_bytes(mb.lkey).unwrap().to_vec(),
+            );
+            (
+                p.capture.take().unwrap(),
+                p.link.stats,
+                p.a.counters(),
+                p.b.counters(),
+                p.now,
+                wcs,
+                mem,
+                queue_used,
+            )
+        };
+        let file =
+            std::env::temp_dir().join(format!("xrnic-sim-hand-over-{}.pcapng", std::process::id()));
+        let direct = run(None);
+        let queued = run(Some(&file));
+        let _ = std::fs::remove_file(&file);
+        assert!(!direct.7, "the ideal link handed every frame over directly");
+        assert!(queued.7, "with a pcap every frame went through the queue");
+        assert!(direct.0.len() >= 25, "{} frames", direct.0.len());
+        assert_eq!(direct.0, queued.0, "frames, senders and times");
+        assert_eq!(direct.1, queued.1, "link statistics");
+        assert_eq!(direct.1.frames_sent, direct.0.len() as u64);
+        assert_eq!(direct.1.frames_delivered, direct.1.frames_sent);
+        assert_eq!(
+            (direct.2, direct.3),
+            (queued.2, queued.3),
+            "device counters"
+        );
+        assert_eq!(direct.4, queued.4, "virtual time");
+        assert_eq!(direct.5, queued.5, "completions");
+        assert!(direct.6 == queued.6, "memory of both sides");
     }
 }

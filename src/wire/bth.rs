@@ -91,12 +91,15 @@ impl<T: AsRef<[u8]>> Bth<T> {
     pub fn resv7(&self) -> u8 {
         self.b()[field::ACK_REQ] & 0x7f
     }
+    #[inline(always)]
     pub fn dest_qp(&self) -> Qpn {
         Qpn::new(be24(&self.b()[field::DEST_QP]))
     }
+    #[inline(always)]
     pub fn ack_req(&self) -> bool {
         self.b()[field::ACK_REQ] & 0x80 != 0
     }
+    #[inline(always)]
     pub fn psn(&self) -> Psn {
         Psn::new(be24(&self.b()[field::PSN]))
     }

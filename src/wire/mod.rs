@@ -15,6 +15,7 @@ mod ext;
 mod frame;
 pub mod icrc;
 mod opcode;
+mod template;
 mod types;
 
 pub use bth::{Bth, BthRepr};
@@ -27,4 +28,5 @@ pub use frame::{
     EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
 };
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
+pub use template::{ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};

@@ -455,7 +455,7 @@ pub struct FrameView<'a> {
     payload_len: usize,
     icrc_off: usize,
     info: &'static OpInfo,
-    /// The ICRC over `buf[ip_off..icrc_off]`, computed by `parse` (see [`ip_icrc`]).
+    /// The ICRC over `buf[ip_off..icrc_off]`, computed by `parse` (see [`icrc_span`]).
     icrc: u32,
 }
 
@@ -519,20 +519,22 @@ fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// The ICRC of the datagram `ip` found in `buf`: over everything from the IP header to the
-/// last 4 bytes of the datagram, which is where the ICRC lies whenever the rest of the
+/// The ICRC's input in the datagram `ip` found in `buf`: everything from the IP header to
+/// the last 4 bytes of the datagram, which is where the ICRC lies whenever the rest of the
 /// parse succeeds (the UDP length equals the IP payload length and the transport headers,
 /// payload and pad fill it up to the ICRC).
 ///
-/// Why here: the CRC is a long dependency chain (each fold waits for the previous one),
-/// while the UDP and transport checks that follow are many short independent ones. Started
-/// as soon as the IP layer gives the span, the CRC runs while the CPU executes those checks
-/// out of order in its shadow (benches/wire.rs, docs/performance.md). A frame the
-/// transport checks reject has had its CRC computed for nothing, which costs only time.
+/// How `parse` uses it: the CRC is a long dependency chain (each fold waits for the
+/// previous one) that can start only once its start state, with the masked bytes folded
+/// in ([`icrc::start`]), has been loaded; the UDP and transport checks are many short
+/// independent operations. `parse` issues the start state's loads as soon as the IP layer
+/// gives the span, the checks while those loads complete, and the CRC last, so that the
+/// checks neither wait for the CRC nor delay it much (benches/wire.rs,
+/// docs/performance.md).
 #[inline(always)]
-fn ip_icrc(buf: &[u8], ip: &IpLayer) -> u32 {
+fn icrc_span<'a>(buf: &'a [u8], ip: &IpLayer) -> &'a [u8] {
     let end = ip.ip_end.saturating_sub(icrc::LEN).max(ip.ip_off);
-    icrc::compute(ip.ipv6, ip.ip_hdr_len, &buf[ip.ip_off..end])
+    &buf[ip.ip_off..end]
 }
 
 /// Where the IP datagram lies in a frame: what the link and IP checks establish.
@@ -702,15 +704,18 @@ fn general_ip(buf: &[u8]) -> Result<IpLayer, Error> {
 impl<'a> FrameView<'a> {
     /// Check a frame's structure. The link and IP layers of the usual frame are checked by
     /// [`fast_ip`], of any other by [`general_ip`]; UDP and the transport headers by the
-    /// same code for both. The ICRC is computed here too, as soon as the IP layer is
-    /// known (see [`ip_icrc`]); it is compared only by [`FrameView::verify_icrc`].
+    /// same code for both. The ICRC of a frame that passes is computed here too (see
+    /// [`icrc_span`] for the order); it is compared only by [`FrameView::verify_icrc`].
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
         let ip = match fast_ip(buf) {
             Some(ip) => ip,
             None => general_ip(buf)?,
         };
-        let icrc = ip_icrc(buf, &ip);
-        Self::parse_transport(buf, ip, icrc)
+        let span = icrc_span(buf, &ip);
+        let state = icrc::start(ip.ipv6, ip.ip_hdr_len, span);
+        let mut v = Self::parse_transport(buf, ip, 0)?;
+        v.icrc = icrc::finish(state, span);
+        Ok(v)
     }
 
     /// [`FrameView::parse`] with the link and IP layers always checked by [`general_ip`]:
@@ -718,8 +723,10 @@ impl<'a> FrameView<'a> {
     #[cfg(test)]
     fn parse_general(buf: &'a [u8]) -> Result<Self, Error> {
         let ip = general_ip(buf)?;
-        let icrc = ip_icrc(buf, &ip);
-        Self::parse_transport(buf, ip, icrc)
+        let span = icrc_span(buf, &ip);
+        let mut v = Self::parse_transport(buf, ip, 0)?;
+        v.icrc = icrc::compute(v.ipv6, v.ip_hdr_len, span);
+        Ok(v)
     }
 
     /// UDP, BTH, extended headers, pad and ICRC position, after the IP checks.
@@ -788,7 +795,7 @@ impl<'a> FrameView<'a> {
             });
         }
         let icrc_off = off + data_len;
-        debug_assert_eq!(icrc_off, ip_end - icrc::LEN, "the span ip_icrc hashed");
+        debug_assert_eq!(icrc_off, ip_end - icrc::LEN, "the span icrc_span gave");
         Ok(FrameView {
             buf,
             vlan_tci,

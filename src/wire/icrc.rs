@@ -163,6 +163,12 @@ static FIX_V6: [[u32; 256]; 8] = byte_fix_tables(V6_MASKED);
 /// [`compute_split`] does) was measured slower: the multiply's instructions cost more
 /// than the loads' latency they would hide (docs/performance.md).
 pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
+    finish(start(ipv6, ip_hdr_len, pkt), pkt)
+}
+
+/// The hash state [`compute`] starts `pkt` from (the masks folded in).
+#[inline]
+pub fn start(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
     let ip_len = ip_hdr_len.min(pkt.len()).min(60);
     let fix = match (ipv6, ip_len) {
         // The usual headers, all present: fixed positions, one table load per masked byte,
@@ -177,7 +183,13 @@ pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
         }
         _ => fix_any(ipv6, ip_len, pkt),
     };
-    hash_from(SEED ^ fix, pkt)
+    SEED ^ fix
+}
+
+/// [`compute`] from the state [`start`] gave.
+#[inline]
+pub fn finish(state: u32, pkt: &[u8]) -> u32 {
+    hash_from(state, pkt)
 }
 
 /// The ICRC of `header || payload || pad zero bytes` (what [`compute`] gives over those

@@ -4,10 +4,12 @@
 //! [`FrameView::parse`] checks a received frame once and records where everything is;
 //! [`FrameRepr`] is the same frame as plain values, and [`FrameRepr::emit`] writes one
 //! (lengths, IPv4 checksum, PadCnt and ICRC are computed, never taken from the Repr).
-//! Ethernet, VLAN, IP and UDP headers are read with `etherparse`'s slices; the IP headers
-//! are written (and the IPv4 checksum computed) field by field, since building
-//! `etherparse`'s header structs costs more than the ICRC's fixed overhead on the hot path
-//! (benches/wire.rs).
+//! Ethernet, VLAN, IP and UDP headers are read with `etherparse`'s slices, except that the
+//! usual frame's link and IP layers are first tried by a fixed-offset fast path that
+//! accepts only what the etherparse path accepts, with the same result (`fast_ip`; any
+//! error comes from the etherparse path). The IP headers are written (and the IPv4
+//! checksum computed) field by field, since building `etherparse`'s header structs costs
+//! more than the ICRC's fixed overhead on the hot path (benches/wire.rs).
 
 use etherparse::{
     EtherType, Ethernet2HeaderSlice, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6Header,

@@ -7,7 +7,9 @@
 //! - `parse_verify`: `FrameView::parse` + `verify_icrc` + taking the payload slice, what the
 //!   receive path does per packet;
 //! - `build_generate`: `FrameRepr::emit` into a preallocated buffer, ICRC included, what the
-//!   send path does per packet.
+//!   send path does per packet;
+//! - `icrc_verify` (ratio report only, for diagnosis): `icrc::compute` over the same span
+//!   and the comparison with the carried ICRC, without any parse: the ICRC's own cost.
 //!
 //! Throughput is in bytes of that IP-to-end span, the same for all three.
 //!
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput, criterion_group};
 use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, Opcode, PKey, Psn, Qpn, RethRepr,
-    Rkey, RoceRepr, UdpRepr,
+    Rkey, RoceRepr, UdpRepr, icrc,
 };
 
 const PAYLOAD: usize = 1024;
@@ -92,6 +94,7 @@ fn write_only(payload: &[u8], ipv6: bool) -> FrameRepr<'_> {
 /// One benchmarked frame and the three operations on it.
 struct Case<'a> {
     group: &'static str,
+    ipv6: bool,
     repr: FrameRepr<'a>,
     frame: Vec<u8>,
 }
@@ -108,6 +111,7 @@ impl<'a> Case<'a> {
         assert_eq!(v.payload(), payload);
         Case {
             group: if ipv6 { "wire_ipv6" } else { "wire_ipv4" },
+            ipv6,
             repr,
             frame,
         }
@@ -126,6 +130,13 @@ impl<'a> Case<'a> {
         let v = FrameView::parse(black_box(&self.frame)).unwrap();
         v.verify_icrc().unwrap();
         black_box(v.payload()).len()
+    }
+
+    fn icrc_verify(&self) -> bool {
+        let span = black_box(self.ip_span());
+        let (data, carried) = span.split_at(span.len() - icrc::LEN);
+        let hl = if self.ipv6 { 40 } else { 20 };
+        icrc::compute(self.ipv6, hl, data).to_le_bytes() == carried
     }
 
     fn build_generate(&self, out: &mut [u8]) -> usize {
@@ -197,8 +208,11 @@ fn print_ratios() {
             &mut || {
                 black_box(case.build_generate(&mut out));
             },
+            &mut || {
+                assert!(black_box(case.icrc_verify()));
+            },
         ]);
-        let (bare, parse, build) = (t[0], t[1], t[2]);
+        let (bare, parse, build, icrc) = (t[0], t[1], t[2], t[3]);
         let (rp, rb) = (parse / bare, build / bare);
         let verdict = |r: f64, goal: f64| if r <= goal { "meets" } else { "MISSES" };
         println!("{}: bare_crc32 {bare:.1} ns", case.group);
@@ -212,6 +226,11 @@ fn print_ratios() {
             case.group,
             verdict(rb, 1.5)
         );
+        println!(
+            "{}: icrc_verify/bare = {:.2} ({icrc:.1} ns; the ICRC alone, for diagnosis)",
+            case.group,
+            icrc / bare
+        );
         let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
         json.insert(
             case.group.into(),
@@ -221,6 +240,7 @@ fn print_ratios() {
                 "build_generate_ns": round(build, 2),
                 "parse_verify_ratio": round(rp, 3),
                 "build_generate_ratio": round(rb, 3),
+                "icrc_verify_ns": round(icrc, 2),
             }),
         );
     }

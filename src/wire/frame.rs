@@ -4,10 +4,12 @@
 //! [`FrameView::parse`] checks a received frame once and records where everything is;
 //! [`FrameRepr`] is the same frame as plain values, and [`FrameRepr::emit`] writes one
 //! (lengths, IPv4 checksum, PadCnt and ICRC are computed, never taken from the Repr).
-//! Ethernet, VLAN, IP and UDP headers are read with `etherparse`'s slices; the IP headers
-//! are written (and the IPv4 checksum computed) field by field, since building
-//! `etherparse`'s header structs costs more than the ICRC's fixed overhead on the hot path
-//! (benches/wire.rs).
+//! Ethernet, VLAN, IP and UDP headers are read with `etherparse`'s slices, except that the
+//! usual frame's link and IP layers are first tried by a fixed-offset fast path that
+//! accepts only what the etherparse path accepts, with the same result (`fast_ip`; any
+//! error comes from the etherparse path). The IP headers are written (and the IPv4
+//! checksum computed) field by field, since building `etherparse`'s header structs costs
+//! more than the ICRC's fixed overhead on the hot path (benches/wire.rs).
 
 use etherparse::{
     EtherType, Ethernet2HeaderSlice, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6Header,
@@ -148,23 +150,6 @@ impl ExtHeaders {
             Ext::CnpPad => {}
         }
     }
-
-    fn emit_one(&self, e: Ext, b: &mut [u8]) {
-        match e {
-            Ext::Deth => self.deth.unwrap_or_default().emit(b),
-            Ext::Feth => self.feth.unwrap_or_default().emit(b),
-            Ext::Reth => self.reth.unwrap_or_default().emit(b),
-            Ext::AtomicEth => self.atomic.unwrap_or_default().emit(b),
-            Ext::ImmDt => b.copy_from_slice(&self.immdt.unwrap_or(0).to_be_bytes()),
-            Ext::Ieth => b.copy_from_slice(&self.ieth.unwrap_or_default().0.to_be_bytes()),
-            Ext::Aeth => match self.aeth {
-                Some(a) => a.emit(b),
-                None => b.fill(0),
-            },
-            Ext::AtomicAckEth => self.atomic_ack.unwrap_or_default().emit(b),
-            Ext::CnpPad => b.fill(0),
-        }
-    }
 }
 
 /// The InfiniBand transport part of a packet: BTH, extended headers, payload.
@@ -189,17 +174,25 @@ impl RoceRepr<'_> {
     }
 
     /// Check that the headers present are exactly those the opcode needs.
+    #[inline]
     pub fn check(&self) -> Result<&'static OpInfo, Error> {
+        // One comparison on the send path; `check_slow` only names the culprit.
+        if let Some(info) = self.bth.opcode.info() {
+            let want = info.exts.bits() & !Ext::CnpPad.bit();
+            if self.ext.present_bits() == want && (info.has_payload || self.payload.is_empty()) {
+                return Ok(info);
+            }
+        }
+        self.check_slow()
+    }
+
+    #[cold]
+    fn check_slow(&self) -> Result<&'static OpInfo, Error> {
         let op = self.bth.opcode;
         let info = op.info().ok_or(Error::UnknownOpcode {
             offset: 0,
             opcode: op.0,
         })?;
-        // One comparison on the send path; the walk below only names the culprit.
-        let want = info.exts.bits() & !Ext::CnpPad.bit();
-        if self.ext.present_bits() == want && (info.has_payload || self.payload.is_empty()) {
-            return Ok(info);
-        }
         for e in Ext::ORDER {
             if e == Ext::CnpPad {
                 continue;
@@ -386,19 +379,60 @@ impl<'a> FrameRepr<'a> {
             .expect("a BTH_LEN range is BTH_LEN long");
         bth.emit(bth_out);
         off += BTH_LEN;
-        for e in info.exts.iter() {
-            self.roce.ext.emit_one(e, &mut out[off..off + e.wire_len()]);
-            off += e.wire_len();
+        // `check` proved that the headers present are exactly the opcode's (the CNP's
+        // reserved bytes aside), so each present one is written in wire order (IBTA
+        // §9.3, `Ext::ORDER`), straight-line: a loop over the set with a `match` per
+        // header made the compiler prepare every kind of header up front.
+        let ext = &self.roce.ext;
+        let mut put = |len: usize| {
+            let at = off;
+            off += len;
+            at..off
+        };
+        if let Some(h) = ext.deth {
+            h.emit(&mut out[put(Ext::Deth.wire_len())]);
         }
+        if let Some(h) = ext.feth {
+            h.emit(&mut out[put(Ext::Feth.wire_len())]);
+        }
+        if let Some(h) = ext.reth {
+            h.emit(&mut out[put(Ext::Reth.wire_len())]);
+        }
+        if let Some(h) = ext.atomic {
+            h.emit(&mut out[put(Ext::AtomicEth.wire_len())]);
+        }
+        if let Some(v) = ext.immdt {
+            out[put(Ext::ImmDt.wire_len())].copy_from_slice(&v.to_be_bytes());
+        }
+        if let Some(k) = ext.ieth {
+            out[put(Ext::Ieth.wire_len())].copy_from_slice(&k.0.to_be_bytes());
+        }
+        if let Some(h) = ext.aeth {
+            h.emit(&mut out[put(Ext::Aeth.wire_len())]);
+        }
+        if let Some(h) = ext.atomic_ack {
+            h.emit(&mut out[put(Ext::AtomicAckEth.wire_len())]);
+        }
+        if info.exts.has(Ext::CnpPad) {
+            out[put(Ext::CnpPad.wire_len())].fill(0);
+        }
+        let hdr_end = off;
         let n = self.roce.payload.len();
         out[off..off + n].copy_from_slice(self.roce.payload);
         off += n;
-        out[off..off + pad].fill(0);
-        off += pad;
-        let crc = icrc::compute(
+        if pad != 0 {
+            // Skips a call to memset for the usual empty pad.
+            out[off..off + pad].fill(0);
+            off += pad;
+        }
+        // The payload hashed from its source, not from the frame just written: the CRC
+        // does not wait for the copy, and the two run side by side (icrc::compute_split).
+        let crc = icrc::compute_split(
             matches!(self.ip, IpRepr::V6 { .. }),
             ip_hdr_len,
-            &out[ip_off..off],
+            &out[ip_off..hdr_end],
+            self.roce.payload,
+            pad,
         );
         out[off..off + icrc::LEN].copy_from_slice(&crc.to_le_bytes());
         Ok(off + icrc::LEN)
@@ -410,7 +444,7 @@ impl<'a> FrameRepr<'a> {
 /// After [`FrameView::parse`] succeeds every accessor is infallible. The ICRC is verified
 /// separately by [`FrameView::verify_icrc`] so that tools can show a packet whose ICRC is
 /// bad.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameView<'a> {
     buf: &'a [u8],
     vlan_tci: Option<u16>,
@@ -423,9 +457,8 @@ pub struct FrameView<'a> {
     payload_len: usize,
     icrc_off: usize,
     info: &'static OpInfo,
-    /// The ICRC over `buf[ip_off..icrc_off]`, computed by `parse` before it checks the
-    /// headers (see [`early_icrc`]), when its guess of those bounds proved right.
-    icrc: Option<u32>,
+    /// The ICRC over `buf[ip_off..icrc_off]`, computed by `parse` (see [`icrc_span`]).
+    icrc: u32,
 }
 
 fn truncated(layer: Layer, offset: usize, needed: usize, available: usize) -> Error {
@@ -471,143 +504,243 @@ fn ipv4_checksum(hdr: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// [`ipv4_checksum`] of a header without options, for [`fast_ip`]: the same sum with
+/// its fold unrolled. Five 32-bit words minus the checksum field sum to less than 2^35,
+/// and three folds bring any such value to 16 bits (the second leaves at most 0x10007).
+#[inline(always)]
+fn ipv4_checksum_20(h: &[u8; IPV4_LEN]) -> u16 {
+    let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    let mut sum = w(0) + w(4) + w(8) + w(12) + w(16) - u64::from(be16(h, 10));
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    !(sum as u16)
+}
+
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-/// Where [`early_icrc`] assumed the ICRC input lies, to be confirmed by the parse.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct IcrcGuess {
+/// The ICRC's input in the datagram `ip` found in `buf`: everything from the IP header to
+/// the last 4 bytes of the datagram, which is where the ICRC lies whenever the rest of the
+/// parse succeeds (the UDP length equals the IP payload length and the transport headers,
+/// payload and pad fill it up to the ICRC).
+///
+/// How `parse` uses it: the CRC is a long dependency chain (each fold waits for the
+/// previous one) that can start only once its start state, with the masked bytes folded
+/// in ([`icrc::start`]), has been loaded; the UDP and transport checks are many short
+/// independent operations. `parse` issues the start state's loads as soon as the IP layer
+/// gives the span, the checks while those loads complete, and the CRC last, so that the
+/// checks neither wait for the CRC nor delay it much (benches/wire.rs,
+/// docs/performance.md).
+#[inline(always)]
+fn icrc_span<'a>(buf: &'a [u8], ip: &IpLayer) -> &'a [u8] {
+    let end = ip.ip_end.saturating_sub(icrc::LEN).max(ip.ip_off);
+    &buf[ip.ip_off..end]
+}
+
+/// Where the IP datagram lies in a frame: what the link and IP checks establish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IpLayer {
+    vlan_tci: Option<u16>,
     ip_off: usize,
     ipv6: bool,
     ip_hdr_len: usize,
-    end: usize,
+    /// End of the IP datagram (any Ethernet padding lies after it).
+    ip_end: usize,
 }
 
-/// The ICRC of `buf`, computed before the headers are checked, assuming the common
-/// layout: an optional single 802.1Q tag, IPv4 without options or IPv6, and no Ethernet
-/// padding (the ICRC ends the frame).
-///
-/// Why: the CRC is a long dependency chain (each 128-byte fold waits for the previous
-/// one), while the header checks are many short independent ones. Started first and fed
-/// only by the frame's length and two header bytes, the CRC runs while the CPU executes the
-/// checks out of order in its shadow; started after them, it waits for the whole parse
-/// (benches/wire.rs, docs/performance.md). The guess only selects the input; `parse`
-/// keeps the value only when the guess equals what it found, so a frame of another layout
-/// (IPv4 options, padding) is still verified over the right bytes, by a second pass.
-fn early_icrc(buf: &[u8]) -> Option<(IcrcGuess, u32)> {
-    let tagged = buf.get(12..14)? == EtherType::VLAN_TAGGED_FRAME.0.to_be_bytes();
-    let ip_off = if tagged { ETH_LEN + VLAN_LEN } else { ETH_LEN };
-    let ipv6 = buf.get(ip_off - 2..ip_off)? == EtherType::IPV6.0.to_be_bytes();
-    let ip_hdr_len = if ipv6 { IPV6_LEN } else { IPV4_LEN };
-    let end = buf.len().checked_sub(icrc::LEN)?;
-    let span = buf.get(ip_off..end)?;
-    let guess = IcrcGuess {
+/// The link and IP checks of the usual frame, with a few fixed-offset loads: no tag or one
+/// 802.1Q tag, IPv4 without options (IHL 5) or IPv6, and the datagram whole in the buffer.
+/// `Some` only where [`general_ip`] gives `Ok` with the same value (its checks, in a
+/// different order: IPv4 version and IHL in one byte, total length, header checksum,
+/// fragment, protocol; IPv6 version, payload length, next header); any other frame, and
+/// every frame one of those checks would reject, gets `None` and is left to
+/// [`general_ip`], which stays the authority on the error value (the equality is a
+/// property test). etherparse's slice constructors are sound but cost, per packet, more
+/// than these loads (docs/performance.md).
+#[inline(always)]
+fn fast_ip(buf: &[u8]) -> Option<IpLayer> {
+    let head: &[u8; ETH_LEN + VLAN_LEN] = buf.get(..ETH_LEN + VLAN_LEN)?.try_into().ok()?;
+    let outer = be16(head, 12);
+    let (vlan_tci, ip_off, ether_type) = if outer == EtherType::VLAN_TAGGED_FRAME.0 {
+        (Some(be16(head, 14)), ETH_LEN + VLAN_LEN, be16(head, 16))
+    } else {
+        (None, ETH_LEN, outer)
+    };
+    let ip = &buf[ip_off..];
+    if ether_type == EtherType::IPV4.0 {
+        let h: &[u8; IPV4_LEN] = ip.get(..IPV4_LEN)?.try_into().ok()?;
+        let total = usize::from(be16(h, 2));
+        let ok = h[0] == 0x45 // version 4, IHL 5
+            && total >= IPV4_LEN
+            && ip.len() >= total
+            && ipv4_checksum_20(h) == be16(h, 10)
+            && be16(h, 6) & 0x3fff == 0 // neither MF nor a fragment offset
+            && h[9] == IpNumber::UDP.0;
+        ok.then_some(IpLayer {
+            vlan_tci,
+            ip_off,
+            ipv6: false,
+            ip_hdr_len: IPV4_LEN,
+            ip_end: ip_off + total,
+        })
+    } else if ether_type == EtherType::IPV6.0 {
+        let h: &[u8; IPV6_LEN] = ip.get(..IPV6_LEN)?.try_into().ok()?;
+        let total = IPV6_LEN + usize::from(be16(h, 4));
+        let ok = h[0] >> 4 == 6 && ip.len() >= total && h[6] == IpNumber::UDP.0;
+        ok.then_some(IpLayer {
+            vlan_tci,
+            ip_off,
+            ipv6: true,
+            ip_hdr_len: IPV6_LEN,
+            ip_end: ip_off + total,
+        })
+    } else {
+        None
+    }
+}
+
+/// The link and IP checks of any frame, through etherparse, each failure with its precise
+/// error: the reference for [`fast_ip`].
+fn general_ip(buf: &[u8]) -> Result<IpLayer, Error> {
+    let eth = Ethernet2HeaderSlice::from_slice(buf)
+        .map_err(|e| truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
+    let mut off = ETH_LEN;
+    let mut ether_type = eth.ether_type();
+    let mut vlan_tci = None;
+    if ether_type == EtherType::VLAN_TAGGED_FRAME {
+        let v = SingleVlanHeaderSlice::from_slice(&buf[off..])
+            .map_err(|e| truncated(Layer::Vlan, off, e.required_len, e.len))?;
+        vlan_tci = Some(be16(v.slice(), 0));
+        ether_type = v.ether_type();
+        off += VLAN_LEN;
+    }
+    let ip_off = off;
+    let (ipv6, ip_hdr_len, ip_end) = match ether_type {
+        EtherType::IPV4 => {
+            let h = Ipv4HeaderSlice::from_slice(&buf[off..]).map_err(|e| match e {
+                etherparse::err::ipv4::HeaderSliceError::Len(l) => {
+                    truncated(Layer::Ipv4, off, l.required_len, l.len)
+                }
+                etherparse::err::ipv4::HeaderSliceError::Content(c) => {
+                    use etherparse::err::ipv4::HeaderError as H;
+                    let (what, value) = match c {
+                        H::UnexpectedVersion { version_number } => ("version", version_number),
+                        H::HeaderLengthSmallerThanHeader { ihl } => ("IHL", ihl),
+                    };
+                    Error::Malformed {
+                        layer: Layer::Ipv4,
+                        offset: off,
+                        what,
+                        value: value.into(),
+                    }
+                }
+            })?;
+            let hl = h.slice().len();
+            let total = usize::from(h.total_len());
+            if total < hl {
+                return Err(Error::Malformed {
+                    layer: Layer::Ipv4,
+                    offset: off,
+                    what: "total length",
+                    value: total as u64,
+                });
+            }
+            if buf.len() - off < total {
+                return Err(truncated(Layer::Ipv4, off, total, buf.len() - off));
+            }
+            let found = h.header_checksum();
+            let expected = ipv4_checksum(h.slice());
+            if found != expected {
+                return Err(Error::Ipv4Checksum {
+                    offset: off,
+                    expected,
+                    found,
+                });
+            }
+            if h.is_fragmenting_payload() {
+                return Err(Error::NotRoce(NotRoce::Fragment));
+            }
+            if h.protocol() != IpNumber::UDP {
+                return Err(Error::NotRoce(NotRoce::IpProtocol(h.protocol().0)));
+            }
+            (false, hl, off + total)
+        }
+        EtherType::IPV6 => {
+            let h = Ipv6HeaderSlice::from_slice(&buf[off..]).map_err(|e| match e {
+                etherparse::err::ipv6::HeaderSliceError::Len(l) => {
+                    truncated(Layer::Ipv6, off, l.required_len, l.len)
+                }
+                etherparse::err::ipv6::HeaderSliceError::Content(c) => {
+                    let etherparse::err::ipv6::HeaderError::UnexpectedVersion { version_number } =
+                        c;
+                    Error::Malformed {
+                        layer: Layer::Ipv6,
+                        offset: off,
+                        what: "version",
+                        value: version_number.into(),
+                    }
+                }
+            })?;
+            let total = Ipv6Header::LEN + usize::from(h.payload_length());
+            if buf.len() - off < total {
+                return Err(truncated(Layer::Ipv6, off, total, buf.len() - off));
+            }
+            if h.next_header() != IpNumber::UDP {
+                return Err(Error::NotRoce(NotRoce::IpProtocol(h.next_header().0)));
+            }
+            (true, Ipv6Header::LEN, off + total)
+        }
+        other => return Err(Error::NotRoce(NotRoce::EtherType(other.0))),
+    };
+    Ok(IpLayer {
+        vlan_tci,
         ip_off,
         ipv6,
         ip_hdr_len,
-        end,
-    };
-    Some((guess, icrc::compute(ipv6, ip_hdr_len, span)))
+        ip_end,
+    })
 }
 
 impl<'a> FrameView<'a> {
-    /// Check a frame's structure. The ICRC is computed here too, first, so that it
-    /// overlaps the checks (see [`early_icrc`]); it is compared only by
-    /// [`FrameView::verify_icrc`].
+    /// Check a frame's structure. The link and IP layers of the usual frame are checked by
+    /// [`fast_ip`], of any other by [`general_ip`]; UDP and the transport headers by the
+    /// same code for both. The ICRC of a frame that passes is computed here too (see
+    /// [`icrc_span`] for the order); it is compared only by [`FrameView::verify_icrc`].
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
-        let early = early_icrc(buf);
-        let eth = Ethernet2HeaderSlice::from_slice(buf)
-            .map_err(|e| truncated(Layer::Ethernet, 0, e.required_len, e.len))?;
-        let mut off = ETH_LEN;
-        let mut ether_type = eth.ether_type();
-        let mut vlan_tci = None;
-        if ether_type == EtherType::VLAN_TAGGED_FRAME {
-            let v = SingleVlanHeaderSlice::from_slice(&buf[off..])
-                .map_err(|e| truncated(Layer::Vlan, off, e.required_len, e.len))?;
-            vlan_tci = Some(be16(v.slice(), 0));
-            ether_type = v.ether_type();
-            off += VLAN_LEN;
-        }
-        let ip_off = off;
-        let (ipv6, ip_hdr_len, ip_end) = match ether_type {
-            EtherType::IPV4 => {
-                let h = Ipv4HeaderSlice::from_slice(&buf[off..]).map_err(|e| match e {
-                    etherparse::err::ipv4::HeaderSliceError::Len(l) => {
-                        truncated(Layer::Ipv4, off, l.required_len, l.len)
-                    }
-                    etherparse::err::ipv4::HeaderSliceError::Content(c) => {
-                        use etherparse::err::ipv4::HeaderError as H;
-                        let (what, value) = match c {
-                            H::UnexpectedVersion { version_number } => ("version", version_number),
-                            H::HeaderLengthSmallerThanHeader { ihl } => ("IHL", ihl),
-                        };
-                        Error::Malformed {
-                            layer: Layer::Ipv4,
-                            offset: off,
-                            what,
-                            value: value.into(),
-                        }
-                    }
-                })?;
-                let hl = h.slice().len();
-                let total = usize::from(h.total_len());
-                if total < hl {
-                    return Err(Error::Malformed {
-                        layer: Layer::Ipv4,
-                        offset: off,
-                        what: "total length",
-                        value: total as u64,
-                    });
-                }
-                if buf.len() - off < total {
-                    return Err(truncated(Layer::Ipv4, off, total, buf.len() - off));
-                }
-                let found = h.header_checksum();
-                let expected = ipv4_checksum(h.slice());
-                if found != expected {
-                    return Err(Error::Ipv4Checksum {
-                        offset: off,
-                        expected,
-                        found,
-                    });
-                }
-                if h.is_fragmenting_payload() {
-                    return Err(Error::NotRoce(NotRoce::Fragment));
-                }
-                if h.protocol() != IpNumber::UDP {
-                    return Err(Error::NotRoce(NotRoce::IpProtocol(h.protocol().0)));
-                }
-                (false, hl, off + total)
-            }
-            EtherType::IPV6 => {
-                let h = Ipv6HeaderSlice::from_slice(&buf[off..]).map_err(|e| match e {
-                    etherparse::err::ipv6::HeaderSliceError::Len(l) => {
-                        truncated(Layer::Ipv6, off, l.required_len, l.len)
-                    }
-                    etherparse::err::ipv6::HeaderSliceError::Content(c) => {
-                        let etherparse::err::ipv6::HeaderError::UnexpectedVersion {
-                            version_number,
-                        } = c;
-                        Error::Malformed {
-                            layer: Layer::Ipv6,
-                            offset: off,
-                            what: "version",
-                            value: version_number.into(),
-                        }
-                    }
-                })?;
-                let total = Ipv6Header::LEN + usize::from(h.payload_length());
-                if buf.len() - off < total {
-                    return Err(truncated(Layer::Ipv6, off, total, buf.len() - off));
-                }
-                if h.next_header() != IpNumber::UDP {
-                    return Err(Error::NotRoce(NotRoce::IpProtocol(h.next_header().0)));
-                }
-                (true, Ipv6Header::LEN, off + total)
-            }
-            other => return Err(Error::NotRoce(NotRoce::EtherType(other.0))),
+        let ip = match fast_ip(buf) {
+            Some(ip) => ip,
+            None => general_ip(buf)?,
         };
+        let span = icrc_span(buf, &ip);
+        let state = icrc::start(ip.ipv6, ip.ip_hdr_len, span);
+        let mut v = Self::parse_transport(buf, ip, 0)?;
+        v.icrc = icrc::finish(state, span);
+        Ok(v)
+    }
+
+    /// [`FrameView::parse`] with the link and IP layers always checked by [`general_ip`]:
+    /// the reference the fast path is tested against.
+    #[cfg(test)]
+    fn parse_general(buf: &'a [u8]) -> Result<Self, Error> {
+        let ip = general_ip(buf)?;
+        let span = icrc_span(buf, &ip);
+        let mut v = Self::parse_transport(buf, ip, 0)?;
+        v.icrc = icrc::compute(v.ipv6, v.ip_hdr_len, span);
+        Ok(v)
+    }
+
+    /// UDP, BTH, extended headers, pad and ICRC position, after the IP checks.
+    #[inline(always)]
+    fn parse_transport(buf: &'a [u8], ip: IpLayer, icrc: u32) -> Result<Self, Error> {
+        let IpLayer {
+            vlan_tci,
+            ip_off,
+            ipv6,
+            ip_hdr_len,
+            ip_end,
+        } = ip;
         let udp_off = ip_off + ip_hdr_len;
         let ip_payload_len = ip_end - udp_off;
         let udp = UdpHeaderSlice::from_slice(&buf[udp_off..ip_end])
@@ -664,13 +797,7 @@ impl<'a> FrameView<'a> {
             });
         }
         let icrc_off = off + data_len;
-        let found = IcrcGuess {
-            ip_off,
-            ipv6,
-            ip_hdr_len,
-            end: icrc_off,
-        };
-        let icrc = early.and_then(|(guess, crc)| (guess == found).then_some(crc));
+        debug_assert_eq!(icrc_off, ip_end - icrc::LEN, "the span icrc_span gave");
         Ok(FrameView {
             buf,
             vlan_tci,
@@ -688,42 +815,50 @@ impl<'a> FrameView<'a> {
     }
 
     /// The opcode table row.
+    #[inline]
     pub fn info(&self) -> &'static OpInfo {
         self.info
     }
 
     /// The frame bytes this view was parsed from (including any Ethernet padding).
+    #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.buf
     }
 
     /// The BTH as a byte view.
+    #[inline]
     pub fn bth(&self) -> Bth<&'a [u8]> {
         Bth::new_unchecked(&self.buf[self.bth_off..self.bth_off + BTH_LEN])
     }
 
     /// Bytes of extended header `e`, when the opcode has it.
+    #[inline]
     pub fn ext_bytes(&self, e: Ext) -> Option<&'a [u8]> {
         let o = self.bth_off + BTH_LEN + self.info.exts.offset_of(e)?;
         Some(&self.buf[o..o + e.wire_len()])
     }
 
     /// The payload, without pad.
+    #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.buf[self.payload_off..self.payload_off + self.payload_len]
     }
 
     /// Byte offset of the BTH in the frame.
+    #[inline]
     pub fn bth_offset(&self) -> usize {
         self.bth_off
     }
 
     /// True for IPv6.
+    #[inline]
     pub fn is_ipv6(&self) -> bool {
         self.ipv6
     }
 
     /// The IP ECN field (3 = CE).
+    #[inline]
     pub fn ip_ecn(&self) -> u8 {
         if self.ipv6 {
             (self.buf[self.ip_off + 1] >> 4) & 3
@@ -733,24 +868,20 @@ impl<'a> FrameView<'a> {
     }
 
     /// The ICRC as carried on the wire.
+    #[inline]
     pub fn icrc_wire(&self) -> u32 {
         let b = &self.buf[self.icrc_off..self.icrc_off + icrc::LEN];
         u32::from_le_bytes([b[0], b[1], b[2], b[3]])
     }
 
     /// The ICRC computed over the frame.
+    #[inline]
     pub fn icrc_computed(&self) -> u32 {
-        match self.icrc {
-            Some(crc) => crc,
-            None => icrc::compute(
-                self.ipv6,
-                self.ip_hdr_len,
-                &self.buf[self.ip_off..self.icrc_off],
-            ),
-        }
+        self.icrc
     }
 
     /// Check the ICRC.
+    #[inline]
     pub fn verify_icrc(&self) -> Result<(), Error> {
         let (computed, found) = (self.icrc_computed(), self.icrc_wire());
         if computed == found {
@@ -968,14 +1099,13 @@ mod tests {
         f
     }
 
-    /// `parse` computes the ICRC before it knows the layout. Whether its guess holds (plain
-    /// frames, VLAN or not) or not (Ethernet padding, IPv4 options), `verify_icrc` must
-    /// accept the intact frame and reject one with a flipped payload bit.
+    /// `parse` computes the ICRC from the IP layer's bounds, before the transport checks.
+    /// Whatever the layout (VLAN or not, Ethernet padding, IPv4 options), `verify_icrc`
+    /// must accept the intact frame and reject one with a flipped payload bit.
     #[test]
     fn icrc_is_verified_over_the_right_bytes_whatever_the_layout() {
-        let check = |f: &[u8], early: bool, what: &str| {
+        let check = |f: &[u8], what: &str| {
             let v = FrameView::parse(f).unwrap();
-            assert_eq!(v.icrc.is_some(), early, "{what}: early ICRC used");
             v.verify_icrc().unwrap_or_else(|e| panic!("{what}: {e:?}"));
             let mut bad = f.to_vec();
             bad[v.payload_off + 3] ^= 0x10;
@@ -989,11 +1119,11 @@ mod tests {
             for vlan in [false, true] {
                 let f = write_only_frame(ipv6, vlan);
                 let what = format!("ipv6 {ipv6} vlan {vlan}");
-                check(&f, true, &what);
+                check(&f, &what);
                 // Ethernet padding after the ICRC (a short frame, or a driver's rounding).
                 let mut padded = f.clone();
                 padded.extend_from_slice(&[0u8; 6]);
-                check(&padded, false, &format!("{what}, padded"));
+                check(&padded, &format!("{what}, padded"));
             }
         }
         // IPv4 with 4 bytes of options (four NOPs): IHL 6, everything after moves.
@@ -1011,7 +1141,117 @@ mod tests {
         let n = o.len();
         let crc = icrc::compute(false, IPV4_LEN + 4, &o[ETH_LEN..n - icrc::LEN]);
         o[n - icrc::LEN..].copy_from_slice(&crc.to_le_bytes());
-        check(&o, false, "IPv4 options");
+        check(&o, "IPv4 options");
+    }
+
+    /// The frames the fast-path property starts from: every layout [`fast_ip`] takes,
+    /// and a WRITE and an ACK (no payload) in each.
+    fn fast_path_seeds() -> Vec<Vec<u8>> {
+        let mut seeds = Vec::new();
+        for ipv6 in [false, true] {
+            for vlan in [false, true] {
+                let f = write_only_frame(ipv6, vlan);
+                let ack = {
+                    let mut r = FrameRepr::parse(&f).unwrap();
+                    r.roce.bth.opcode = super::super::Opcode::RC_ACK;
+                    r.roce.ext = ExtHeaders {
+                        aeth: Some(AethRepr::parse(&[0x1f, 0, 0, 9])),
+                        ..ExtHeaders::default()
+                    };
+                    r.roce.payload = &[];
+                    let mut a = vec![0u8; r.buffer_len()];
+                    r.emit(&mut a).unwrap();
+                    a
+                };
+                seeds.push(f);
+                seeds.push(ack);
+            }
+        }
+        seeds
+    }
+
+    /// Recompute the IPv4 header checksum of a frame whose IPv4 header (IHL 5) starts at
+    /// `ip_off`, so that mutations behind it reach the later checks.
+    fn fix_ipv4_checksum(f: &mut [u8], ip_off: usize) {
+        if let Some(h) = f.get_mut(ip_off..ip_off + IPV4_LEN) {
+            let c = ipv4_checksum(h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+
+    #[test]
+    fn usual_frames_take_the_fast_path() {
+        for f in fast_path_seeds() {
+            let fast = fast_ip(&f).expect("a usual frame is checked by the fast path");
+            assert_eq!(Ok(fast), general_ip(&f));
+            let v = FrameView::parse(&f).unwrap();
+            v.verify_icrc().unwrap();
+            assert_eq!(Ok(v), FrameView::parse_general(&f));
+        }
+    }
+
+    proptest! {
+        // Enough cases that single-bit changes reach every header bit with the IPv4
+        // checksum made right again (so they get past it), on each of the seed frames.
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// The fast path of the link and IP checks accepts only what the general path
+        /// accepts, with the same result, and the whole parse gives the same `Ok` view or
+        /// the same `Err` through either, for valid frames and for frames with header
+        /// bits flipped or bytes replaced at random, truncated or padded.
+        #[test]
+        fn fast_path_equals_general_path(
+            seed in 0usize..8,
+            edits in proptest::collection::vec((0usize..100, 0u8..8, any::<bool>(), any::<u8>()), 0..4),
+            fix_checksum in any::<bool>(),
+            cut in proptest::option::of(0usize..200),
+            pad in 0usize..8,
+        ) {
+            let mut f = fast_path_seeds().swap_remove(seed);
+            for (at, bit, flip, v) in edits {
+                if let Some(b) = f.get_mut(at) {
+                    *b = if flip { *b ^ (1 << bit) } else { v };
+                }
+            }
+            if fix_checksum {
+                let tagged = f[12..14] == [0x81, 0x00];
+                fix_ipv4_checksum(&mut f, if tagged { 18 } else { 14 });
+            }
+            if let Some(cut) = cut {
+                f.truncate(cut);
+            }
+            f.resize(f.len() + pad, 0);
+            if let Some(fast) = fast_ip(&f) {
+                prop_assert_eq!(Ok(fast), general_ip(&f));
+            }
+            prop_assert_eq!(FrameView::parse(&f), FrameView::parse_general(&f));
+        }
+    }
+
+    proptest! {
+        /// Any bytes at all: same result through both paths, and no panic.
+        #[test]
+        fn fast_path_equals_general_path_on_noise(
+            f in proptest::collection::vec(any::<u8>(), 0..120),
+            ether_type in prop_oneof![Just([0x08u8, 0x00]), Just([0x86, 0xdd]), Just([0x81, 0x00])],
+        ) {
+            let mut f = f;
+            if let Some(t) = f.get_mut(12..14) {
+                t.copy_from_slice(&ether_type);
+            }
+            if let Some(fast) = fast_ip(&f) {
+                prop_assert_eq!(Ok(fast), general_ip(&f));
+            }
+            prop_assert_eq!(FrameView::parse(&f), FrameView::parse_general(&f));
+        }
+    }
+
+    proptest! {
+        /// The unrolled checksum of the fast path equals the general one.
+        #[test]
+        fn ipv4_checksum_20_equals_ipv4_checksum(h in any::<[u8; IPV4_LEN]>()) {
+            prop_assert_eq!(ipv4_checksum_20(&h), ipv4_checksum(&h));
+        }
     }
 
     proptest! {

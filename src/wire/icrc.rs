@@ -7,7 +7,8 @@
 //! (FECN, BECN, reserved). It goes on the wire least-significant byte first.
 //!
 //! Nothing is copied: the raw bytes are hashed in place in one `crc32fast` call, and the
-//! masking is folded into the CRC's starting value (see [`compute`]). A separate call over
+//! masking is folded into the CRC's starting value (see [`compute`]). The send path may
+//! hash header and payload apart and combine them ([`compute_split`]). A separate call over
 //! a masked copy of the headers would end in its own CRC reduction, which with crc32fast's
 //! carry-less-multiply kernels costs about half as much as hashing the 1 KiB that follow
 //! (benches/wire.rs).
@@ -70,7 +71,9 @@ const MAX_MASKED: usize = 60 + 8 + 4 + 1;
 /// `FIX[p][h][n]`: how much flipping the bits `n << 4h` of byte `p` of the hashed input
 /// changes the register the hash must start from to give the same result (see [`compute`]):
 /// the register of that byte hashed alone, run back `p + 1` zero bytes.
-static FIX: [[[u32; 16]; 2]; MAX_MASKED] = {
+static FIX: [[[u32; 16]; 2]; MAX_MASKED] = fix_table();
+
+const fn fix_table() -> [[[u32; 16]; 2]; MAX_MASKED] {
     let mut t = [[[0u32; 16]; 2]; MAX_MASKED];
     let mut h = 0;
     while h < 2 {
@@ -92,7 +95,56 @@ static FIX: [[[u32; 16]; 2]; MAX_MASKED] = {
         h += 1;
     }
     t
-};
+}
+
+/// The masked bytes of the usual IPv4 packet (IHL 5): (offset, bits that become ones).
+/// TOS, TTL, header checksum; UDP checksum; BTH byte 4.
+const V4_MASKED: [(usize, u8); 7] = [
+    (1, 0xff),
+    (8, 0xff),
+    (10, 0xff),
+    (11, 0xff),
+    (20 + 6, 0xff),
+    (20 + 7, 0xff),
+    (28 + 4, 0xff),
+];
+
+/// The masked bytes of the IPv6 packet: traffic class and flow label (the version nibble
+/// stays), hop limit; UDP checksum; BTH byte 4.
+const V6_MASKED: [(usize, u8); 8] = [
+    (0, 0x0f),
+    (1, 0xff),
+    (2, 0xff),
+    (3, 0xff),
+    (7, 0xff),
+    (40 + 6, 0xff),
+    (40 + 7, 0xff),
+    (48 + 4, 0xff),
+];
+
+/// For each masked byte of a fixed layout, the register fix indexed by the byte as it
+/// lies (mask and complement included): one load per masked byte, where the nibble
+/// tables of [`FIX`] need two and the arithmetic to split the byte. The fix is in front of
+/// the CRC chain (see [`compute`]), so its length counts.
+const fn byte_fix_tables<const N: usize>(masked: [(usize, u8); N]) -> [[u32; 256]; N] {
+    let f = fix_table();
+    let mut t = [[0u32; 256]; N];
+    let mut k = 0;
+    while k < N {
+        let (at, mask) = masked[k];
+        let mut b = 0;
+        while b < 256 {
+            let d = !(b as u8) & mask;
+            t[k][b] = f[at][0][(d & 0x0f) as usize] ^ f[at][1][(d >> 4) as usize];
+            b += 1;
+        }
+        k += 1;
+    }
+    t
+}
+
+static FIX_V4: [[u32; 256]; 7] = byte_fix_tables(V4_MASKED);
+static FIX_V6: [[u32; 256]; 8] = byte_fix_tables(V6_MASKED);
 
 /// Compute the ICRC of `pkt`, which starts at the IP header (IPv4 when `ipv6` is false)
 /// whose length is `ip_hdr_len`, and ends just before the ICRC.
@@ -104,39 +156,170 @@ static FIX: [[[u32; 16]; 2]; MAX_MASKED] = {
 /// hashing `x` from `r ^ F(d)`, where `F(d)` is the register that hashing `d` from zero
 /// gives, run back over `len(d)` zero bytes. The masks change only a dozen header bytes,
 /// so `F` is a sum of per-byte table entries ([`FIX`]), and the packet is hashed as it lies.
+///
+/// The fix sits in front of the whole CRC chain, so it is kept short: for the usual
+/// layouts one table load per masked byte ([`FIX_V4`], [`FIX_V6`]) summed as a tree.
+/// Adding the fix at the end instead (run forward over the packet by a multiply, as
+/// [`compute_split`] does) was measured slower: the multiply's instructions cost more
+/// than the loads' latency they would hide (docs/performance.md).
 pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
+    finish(start(ipv6, ip_hdr_len, pkt), pkt)
+}
+
+/// The hash state [`compute`] starts `pkt` from (the masks folded in).
+#[inline]
+pub fn start(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
     let ip_len = ip_hdr_len.min(pkt.len()).min(60);
     let fix = match (ipv6, ip_len) {
-        // The usual headers, all present: fixed positions, no bounds to check per byte.
-        (false, 20) if pkt.len() > 20 + 12 => {
-            let b = |i: usize| !pkt[i];
-            // TOS, TTL, header checksum; UDP checksum; BTH byte 4.
-            fix(1, b(1))
-                ^ fix(8, b(8))
-                ^ fix(10, b(10))
-                ^ fix(11, b(11))
-                ^ fix(26, b(26))
-                ^ fix(27, b(27))
-                ^ fix(32, b(32))
+        // The usual headers, all present: fixed positions, one table load per masked byte,
+        // summed as a tree (the sum is in front of the CRC chain).
+        (false, 20) if pkt.len() > 28 + 4 => {
+            let f = |k: usize| FIX_V4[k][usize::from(pkt[V4_MASKED[k].0])];
+            ((f(0) ^ f(1)) ^ (f(2) ^ f(3))) ^ ((f(4) ^ f(5)) ^ f(6))
         }
-        (true, 40) if pkt.len() > 40 + 12 => {
-            let b = |i: usize| !pkt[i];
-            // Traffic class and flow label (the version nibble stays), hop limit; UDP
-            // checksum; BTH byte 4.
-            fix(0, b(0) & 0x0f)
-                ^ fix(1, b(1))
-                ^ fix(2, b(2))
-                ^ fix(3, b(3))
-                ^ fix(7, b(7))
-                ^ fix(46, b(46))
-                ^ fix(47, b(47))
-                ^ fix(52, b(52))
+        (true, 40) if pkt.len() > 48 + 4 => {
+            let f = |k: usize| FIX_V6[k][usize::from(pkt[V6_MASKED[k].0])];
+            ((f(0) ^ f(1)) ^ (f(2) ^ f(3))) ^ ((f(4) ^ f(5)) ^ (f(6) ^ f(7)))
         }
         _ => fix_any(ipv6, ip_len, pkt),
     };
-    let mut h = crc32fast::Hasher::new_with_initial(SEED ^ fix);
+    SEED ^ fix
+}
+
+/// [`compute`] from the state [`start`] gave.
+#[inline]
+pub fn finish(state: u32, pkt: &[u8]) -> u32 {
+    hash_from(state, pkt)
+}
+
+/// The ICRC of `header || payload || pad zero bytes` (what [`compute`] gives over those
+/// bytes laid end to end), from the two parts separately: `header` starts at the IP header
+/// (of length `ip_hdr_len`) and holds every masked byte.
+///
+/// Why: on the send path the payload is hashed from where it comes from, beside the copy
+/// of it into the frame instead of after, and the header (written a moment ago) is hashed
+/// on its own. A CRC is linear: hashing `P` from state `s` gives the hash of `P` from
+/// state 0 plus `s` run forward over `len(P)` zero bytes, so the header's ICRC state is
+/// carried over the payload by a multiply ([`mul`] by [`SHIFT`]). Lengths the table does
+/// not cover (over 8 KiB) are hashed in one piece from a copy.
+pub fn compute_split(
+    ipv6: bool,
+    ip_hdr_len: usize,
+    header: &[u8],
+    payload: &[u8],
+    pad: usize,
+) -> u32 {
+    let pad = &[0u8; 3][..pad.min(3)];
+    let Some(x) = shift_factor(payload.len() + pad.len()) else {
+        let all = [header, payload, pad].concat();
+        return compute(ipv6, ip_hdr_len, &all);
+    };
+    let mut h = crc32fast::Hasher::new_with_initial(start(ipv6, ip_hdr_len, header));
+    // A clone reset to state 0, rather than a second `Hasher::new`, which would detect the
+    // CPU's features again (some 40 instructions).
+    let mut p = h.clone();
+    p.reset();
+    p.update(payload);
+    if !pad.is_empty() {
+        p.update(pad);
+    }
+    h.update(header);
+    p.finalize() ^ mul(h.finalize(), x)
+}
+
+fn hash_from(state: u32, pkt: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(state);
     h.update(pkt);
     h.finalize()
+}
+
+/// Lengths (in 4-byte words) that [`SHIFT`] covers: every packet up to 8 KiB, so all of
+/// RoCE's path MTUs (at most 4096 bytes of payload) and their headers.
+const SHIFT_WORDS: usize = 2048;
+
+/// `SHIFT[k]` = x^(32·k) mod P, reflected like the CRC register (x^0 is bit 31): the
+/// factor that runs a register forward over `4·k` zero bytes. Every valid RoCE packet is
+/// a whole number of words from the IP header to the ICRC (headers are, payload + pad
+/// is), so words suffice; other lengths take the start-fix path.
+static SHIFT: [u32; SHIFT_WORDS] = {
+    let mut t = [0u32; SHIFT_WORDS];
+    let mut r = 0x8000_0000u32; // x^0
+    let mut k = 0;
+    while k < SHIFT_WORDS {
+        t[k] = r;
+        let mut i = 0;
+        while i < 32 {
+            r = step(r);
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// The factor that runs a register forward over `n` zero bytes, when [`SHIFT`] has it.
+#[inline(always)]
+fn shift_factor(n: usize) -> Option<u32> {
+    if n % 4 == 0 {
+        SHIFT.get(n / 4).copied()
+    } else {
+        None
+    }
+}
+
+/// `X32[k][v]`: the register `v << 8k` run forward over 4 zero bytes (times x^32 mod P).
+/// Reduces the low half of a product in [`mul`] with four independent loads.
+static X32: [[u32; 256]; 4] = {
+    let mut t = [[0u32; 256]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut v = 0;
+        while v < 256 {
+            let mut r = (v as u32) << (8 * k);
+            let mut i = 0;
+            while i < 32 {
+                r = step(r);
+                i += 1;
+            }
+            t[k][v] = r;
+            v += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// Carry-less product of two 32-bit values, with ordinary integer multiplies: each
+/// operand is split into four sets of bits four apart, so that in each partial product
+/// the count summed at a bit position (at most 8) never carries into the next position of
+/// the same set, whose low bits then hold the carry-less sums. No `std::arch` (unsafe is
+/// kept to src/io/afxdp), and no data-dependent branch or load.
+#[inline(always)]
+fn clmul32(x: u32, y: u32) -> u64 {
+    const M: [u64; 4] = [0x1111_1111, 0x2222_2222, 0x4444_4444, 0x8888_8888];
+    let (x, y) = (u64::from(x), u64::from(y));
+    let [x0, x1, x2, x3] = M.map(|m| x & m);
+    let [y0, y1, y2, y3] = M.map(|m| y & m);
+    let z0 = (x0 * y0) ^ (x1 * y3) ^ (x2 * y2) ^ (x3 * y1);
+    let z1 = (x0 * y1) ^ (x1 * y0) ^ (x2 * y3) ^ (x3 * y2);
+    let z2 = (x0 * y2) ^ (x1 * y1) ^ (x2 * y0) ^ (x3 * y3);
+    let z3 = (x0 * y3) ^ (x1 * y2) ^ (x2 * y1) ^ (x3 * y0);
+    (z0 & 0x1111_1111_1111_1111)
+        | (z1 & 0x2222_2222_2222_2222)
+        | (z2 & 0x4444_4444_4444_4444)
+        | (z3 & 0x8888_8888_8888_8888)
+}
+
+/// `a · b mod P` for registers in the CRC's reflected order (bit 31 is x^0, bit 0 is
+/// x^31). Bit `m` of the integer carry-less product is x^(62-m); shifted up by one, the
+/// high word is the product's x^0..x^31 part in register order and the low word the
+/// x^32..x^63 part, i.e. a register times x^32, which [`X32`] reduces.
+#[inline(always)]
+fn mul(a: u32, b: u32) -> u32 {
+    let p = clmul32(a, b) << 1;
+    let (hi, lo) = ((p >> 32) as u32, p as u32);
+    let lo = lo.to_le_bytes().map(usize::from);
+    hi ^ X32[0][lo[0]] ^ X32[1][lo[1]] ^ X32[2][lo[2]] ^ X32[3][lo[3]]
 }
 
 /// The register change for flipping bits `d` of input byte `at` (`at < MAX_MASKED`).
@@ -191,6 +374,37 @@ mod tests {
         crc32fast::hash(&m)
     }
 
+    /// `a · b mod P`, one bit at a time (the register-order definition [`mul`] must meet).
+    fn mul_by_bits(a: u32, mut b: u32) -> u32 {
+        let mut p = 0;
+        for i in 0..32 {
+            if (a >> (31 - i)) & 1 != 0 {
+                p ^= b;
+            }
+            b = step(b);
+        }
+        p
+    }
+
+    /// A register run forward over `n` zero bytes, bit by bit.
+    fn forward(mut r: u32, n: usize) -> u32 {
+        for _ in 0..8 * n {
+            r = step(r);
+        }
+        r
+    }
+
+    #[test]
+    fn shift_table_runs_registers_forward() {
+        for k in [0usize, 1, 2, 3, 17, 271, SHIFT_WORDS - 1] {
+            for r in [1u32, 0x8000_0000, 0xdead_beef, 0xffff_ffff] {
+                assert_eq!(mul(r, SHIFT[k]), forward(r, 4 * k), "k {k} r {r:#x}");
+            }
+        }
+        assert_eq!(shift_factor(4 * SHIFT_WORDS), None);
+        assert_eq!(shift_factor(6), None);
+    }
+
     #[test]
     fn seed_is_the_crc_of_eight_ff_bytes() {
         assert_eq!(SEED, crc32fast::hash(&[0xff; 8]));
@@ -202,6 +416,52 @@ mod tests {
         /// The in-place computation equals hashing a masked copy, for any bytes, any IP
         /// header length (IPv4 options up to the 60-byte limit and beyond) and any input
         /// length, short ones included.
+        /// The integer-multiply carry-less product equals the bit-by-bit one.
+        #[test]
+        fn mul_equals_bitwise_multiply(a in any::<u32>(), b in any::<u32>()) {
+            prop_assert_eq!(mul(a, b), mul_by_bits(a, b));
+        }
+
+        /// The end-applied fix equals hashing a masked copy for the usual layouts and
+        /// every length the shift table covers (and past it, where the start fix is used).
+        #[test]
+        fn end_fix_equals_masked_copy(
+            ipv6 in any::<bool>(),
+            words in 11usize..2100,
+            extra in 0usize..4,
+            seed in any::<u64>(),
+        ) {
+            let n = 4 * words + extra;
+            let mut pkt: Vec<u8> = (0..n)
+                .map(|i| (seed.rotate_left(i as u32 % 64) as u8) ^ (i as u8).wrapping_mul(31))
+                .collect();
+            pkt[0] = if ipv6 { 0x60 } else { 0x45 };
+            let hl = if ipv6 { 40 } else { 20 };
+            prop_assert_eq!(compute(ipv6, hl, &pkt), reference(ipv6, hl, &pkt));
+        }
+
+        /// Header and payload hashed apart and combined equal the ICRC of the whole.
+        #[test]
+        fn split_equals_whole(
+            ipv6 in any::<bool>(),
+            hdr_words in 0usize..30,
+            payload in proptest::collection::vec(any::<u8>(), 0..600),
+            pad in 0usize..4,
+            big in any::<bool>(),
+        ) {
+            let hl = if ipv6 { 40 } else { 20 };
+            // IP, UDP and BTH (every masked byte) and extended headers.
+            let mut header: Vec<u8> = (0..hl + 20 + 4 * hdr_words).map(|i| i as u8 ^ 0x5a).collect();
+            header[0] = if ipv6 { 0x60 } else { 0x45 };
+            // Past the shift table: the one-piece fallback.
+            let payload = if big { payload.repeat(20) } else { payload };
+            let whole = [&header[..], &payload, &vec![0u8; pad]].concat();
+            prop_assert_eq!(
+                compute_split(ipv6, hl, &header, &payload, pad),
+                reference(ipv6, hl, &whole)
+            );
+        }
+
         #[test]
         fn in_place_equals_masked_copy(
             ipv6 in any::<bool>(),

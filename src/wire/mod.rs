@@ -6,8 +6,9 @@
 //! input yields an [`Error`] that says what was wrong, in which layer, at which byte offset
 //! of the frame and how many bytes were needed and present.
 //!
-//! Ethernet, 802.1Q, IPv4, IPv6 and UDP go through `etherparse`; the InfiniBand transport
-//! headers (BTH and the extended headers) are ours.
+//! Ethernet, 802.1Q, IPv4, IPv6 and UDP go through `etherparse` (the usual layouts through
+//! an equivalent fast path first, see `frame`); the InfiniBand transport headers (BTH and
+//! the extended headers) are ours.
 
 mod bth;
 mod error;

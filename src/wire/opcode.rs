@@ -89,6 +89,20 @@ const _: () = {
     }
 };
 
+/// Every `ExtSet` has only the low `Ext::ORDER.len()` bits.
+const EXT_LEN_MASK: u16 = (1 << Ext::ORDER.len()) - 1;
+
+/// [`ExtSet::len`] of every set, indexed by its bits.
+static EXT_LEN: [u8; 1 << Ext::ORDER.len()] = {
+    let mut t = [0u8; 1 << Ext::ORDER.len()];
+    let mut i = 0;
+    while i < t.len() {
+        t[i] = ExtSet(i as u16).len_by_walk() as u8;
+        i += 1;
+    }
+    t
+};
+
 /// A set of extension headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct ExtSet(u16);
@@ -115,8 +129,13 @@ impl ExtSet {
 
     /// Total length of the headers in the set.
     pub const fn len(self) -> usize {
-        // Walk the set bits only (a packet has at most two extension headers): this runs
-        // per received packet. Bit i is ORDER[i], which the assertion above keeps true.
+        // One load: this runs per packet on both paths (parse and emit).
+        EXT_LEN[(self.0 & EXT_LEN_MASK) as usize] as usize
+    }
+
+    /// Total length of the headers in the set, summed header by header (builds
+    /// [`EXT_LEN`]). Bit i is ORDER[i], which the assertion above keeps true.
+    const fn len_by_walk(self) -> usize {
         let mut bits = self.0;
         let mut n = 0;
         while bits != 0 {

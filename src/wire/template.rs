@@ -185,12 +185,17 @@ impl FrameTemplate {
             ext.write(e, &mut out[off..off + n]);
             off += n;
         }
+        let hdr_end = off;
         let n = payload.len();
         out[off..off + n].copy_from_slice(payload);
         off += n;
-        out[off..off + pad].fill(0);
-        off += pad;
-        let crc = icrc::compute(self.ipv6, ip_hdr_len, &out[ip_off..off]);
+        if pad != 0 {
+            out[off..off + pad].fill(0);
+            off += pad;
+        }
+        // The payload hashed from its source beside its copy, as `FrameRepr::emit` does
+        // (icrc::compute_split).
+        let crc = icrc::compute_split(self.ipv6, ip_hdr_len, &out[ip_off..hdr_end], payload, pad);
         out[off..off + icrc::LEN].copy_from_slice(&crc.to_le_bytes());
         Ok(off + icrc::LEN)
     }

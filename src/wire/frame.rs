@@ -109,7 +109,7 @@ pub struct ExtHeaders {
 
 impl ExtHeaders {
     /// The headers present, as `ExtSet` bits (CnpPad, which carries nothing, is left out).
-    fn present_bits(&self) -> u16 {
+    pub(super) fn present_bits(&self) -> u16 {
         let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };
         b(self.deth.is_some(), Ext::Deth)
             | b(self.feth.is_some(), Ext::Feth)

@@ -239,15 +239,7 @@ pub trait ExtWriter {
 
 impl ExtWriter for ExtHeaders {
     fn present(&self) -> u16 {
-        let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };
-        b(self.deth.is_some(), Ext::Deth)
-            | b(self.feth.is_some(), Ext::Feth)
-            | b(self.reth.is_some(), Ext::Reth)
-            | b(self.atomic.is_some(), Ext::AtomicEth)
-            | b(self.immdt.is_some(), Ext::ImmDt)
-            | b(self.ieth.is_some(), Ext::Ieth)
-            | b(self.aeth.is_some(), Ext::Aeth)
-            | b(self.atomic_ack.is_some(), Ext::AtomicAckEth)
+        self.present_bits()
     }
 
     fn write(&self, e: Ext, b: &mut [u8]) {

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use xrnic::wire::{
-    BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode, PKey, Psn,
-    Qpn, RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
+    BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode, Psn, Qpn,
+    RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
 };
 
 const PAYLOAD: usize = 1024;
@@ -65,18 +65,8 @@ fn write_only(payload: &[u8], ipv6: bool) -> FrameRepr<'_> {
         },
         roce: RoceRepr {
             bth: BthRepr {
-                opcode: Opcode::RC_WRITE_ONLY,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: Qpn::new(0x11),
                 ack_req: true,
-                resv7: 0,
-                psn: Psn::new(0x12_3456),
+                ..BthRepr::new(Opcode::RC_WRITE_ONLY, Qpn::new(0x11), Psn::new(0x12_3456))
             },
             ext: ExtHeaders {
                 reth: Some(RethRepr {

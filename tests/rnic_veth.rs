@@ -637,7 +637,7 @@ fn a_vanished_interface_does_not_make_the_driver_spin() {
 /// a plain UDP socket can put well-formed RoCE packets on the wire.
 fn roce_payload_v6(sport: u16, opcode: xrnic::wire::Opcode, dest_qp: u32) -> Vec<u8> {
     use xrnic::wire::{
-        BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, PKey, Psn, Qpn, RoceRepr, UdpRepr,
+        BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Psn, Qpn, RoceRepr, UdpRepr,
     };
     let ip = |n: u8| {
         let mut a = [0u8; 16];
@@ -665,18 +665,8 @@ fn roce_payload_v6(sport: u16, opcode: xrnic::wire::Opcode, dest_qp: u32) -> Vec
         },
         roce: RoceRepr {
             bth: BthRepr {
-                opcode,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: Qpn::new(dest_qp),
                 ack_req: true,
-                resv7: 0,
-                psn: Psn::new(0),
+                ..BthRepr::new(opcode, Qpn::new(dest_qp), Psn::new(0))
             },
             ext: ExtHeaders::default(),
             payload: &payload,

@@ -12,7 +12,7 @@
 
 use crate::wire::{
     AethRepr, AtomicEthRepr, BthRepr, EthRepr, Ext, ExtHeaders, ExtWriter, FrameTemplate, IpRepr,
-    Opcode, PKey, Psn, RethRepr, Rkey, UdpRepr,
+    Opcode, Psn, RethRepr, Rkey, UdpRepr,
 };
 
 use super::device::Config;
@@ -132,20 +132,7 @@ pub(crate) fn frame_template(cfg: &Config, qp: &Qp, ect: bool) -> FrameTemplate 
         src_port: qp.src_port,
         checksum: 0,
     };
-    let bth = BthRepr {
-        opcode: Opcode::RC_ACK,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: PKey::DEFAULT,
-        fecn: false,
-        becn: false,
-        resv6: 0,
-        dest_qp: qp.attr.dest_qp_num,
-        ack_req: false,
-        resv7: 0,
-        psn: Psn::new(0),
-    };
+    let bth = BthRepr::new(Opcode::RC_ACK, qp.attr.dest_qp_num, Psn::new(0));
     FrameTemplate::new(eth, ip, udp, &bth)
 }
 
@@ -238,20 +225,7 @@ mod tests {
                 src_port: 0xc001,
                 checksum: 0,
             },
-            &BthRepr {
-                opcode: Opcode::RC_ACK,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: Qpn::new(0x12),
-                ack_req: false,
-                resv7: 0,
-                psn: Psn::new(0),
-            },
+            &BthRepr::new(Opcode::RC_ACK, Qpn::new(0x12), Psn::new(0)),
         );
         let mut matched = 0;
         // Every opcode with every variant: the same bytes, or the same error.

@@ -146,6 +146,25 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH with every flag clear, the default P_Key and zero reserved bits: what we send
+    /// unless a field says otherwise (set the others with struct update syntax).
+    pub const fn new(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> Self {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            resv6: 0,
+            dest_qp,
+            ack_req: false,
+            resv7: 0,
+            psn,
+        }
+    }
+
     /// The transport header version must be 0 (IBTA 9.2.5).
     pub fn check_tver<T: AsRef<[u8]>>(bth: &Bth<T>, offset: usize) -> Result<(), Error> {
         if bth.tver() != 0 {

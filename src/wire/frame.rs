@@ -982,7 +982,7 @@ mod tests {
         // Regression: the checksum used to be checked against etherparse's `Ipv4Header`,
         // which drops the reserved flag bit (RFC 791 bit 0 of the flags), so such a header
         // with a correct checksum was rejected. The ICRC covers the flags, so redo it too.
-        use super::super::{AethRepr, Msn, Opcode, PKey, Psn, Qpn, Syndrome};
+        use super::super::{AethRepr, Msn, Opcode, Psn, Qpn, Syndrome};
         let repr = FrameRepr {
             eth: EthRepr::default(),
             ip: IpRepr::V4 {
@@ -998,20 +998,7 @@ mod tests {
                 checksum: 0,
             },
             roce: RoceRepr {
-                bth: BthRepr {
-                    opcode: Opcode::RC_ACK,
-                    solicited: false,
-                    mig_req: false,
-                    pad_count: 0,
-                    pkey: PKey::DEFAULT,
-                    fecn: false,
-                    becn: false,
-                    resv6: 0,
-                    dest_qp: Qpn::new(0x11),
-                    ack_req: false,
-                    resv7: 0,
-                    psn: Psn::new(5),
-                },
+                bth: BthRepr::new(Opcode::RC_ACK, Qpn::new(0x11), Psn::new(5)),
                 ext: ExtHeaders {
                     aeth: Some(AethRepr {
                         syndrome: Syndrome::from_byte(0x1f),
@@ -1038,7 +1025,7 @@ mod tests {
 
     /// A WRITE ONLY frame with a 64-byte payload.
     fn write_only_frame(ipv6: bool, vlan: bool) -> Vec<u8> {
-        use super::super::{Opcode, PKey, Psn, Qpn};
+        use super::super::{Opcode, Psn, Qpn};
         let payload: Vec<u8> = (0..64u8).collect();
         let ip = if ipv6 {
             IpRepr::V6 {
@@ -1070,18 +1057,8 @@ mod tests {
             },
             roce: RoceRepr {
                 bth: BthRepr {
-                    opcode: Opcode::RC_WRITE_ONLY,
-                    solicited: false,
-                    mig_req: false,
-                    pad_count: 0,
-                    pkey: PKey::DEFAULT,
-                    fecn: false,
-                    becn: false,
-                    resv6: 0,
-                    dest_qp: Qpn::new(0x11),
                     ack_req: true,
-                    resv7: 0,
-                    psn: Psn::new(5),
+                    ..BthRepr::new(Opcode::RC_WRITE_ONLY, Qpn::new(0x11), Psn::new(5))
                 },
                 ext: ExtHeaders {
                     reth: Some(RethRepr {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use etherparse::PacketBuilder;
 use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{
-    BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, UdpRepr,
+    BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
 
 pub fn under_ci() -> bool {
@@ -138,18 +138,9 @@ pub fn roce_repr(addr: Addr, psn: u32, payload: &[u8]) -> FrameRepr<'_> {
         },
         roce: RoceRepr {
             bth: BthRepr {
-                opcode: Opcode::RC_SEND_ONLY,
-                solicited: false,
                 mig_req: true,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
-                becn: false,
-                resv6: 0,
-                dest_qp: Qpn::new(0x11),
                 ack_req: true,
-                resv7: 0,
-                psn: Psn::new(psn),
+                ..BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x11), Psn::new(psn))
             },
             ext: ExtHeaders::default(),
             payload,

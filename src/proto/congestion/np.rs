@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use crate::wire::{
-    BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, PKey, Psn, Qpn, RoceRepr, UdpRepr,
+    BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
 
 /// IP ECN codepoints (RFC 3168).
@@ -122,18 +122,8 @@ pub fn build_cnp(eth: EthRepr, ip: IpRepr, dest_qp: Qpn, dscp: u8, prio: u8) -> 
         },
         roce: RoceRepr {
             bth: BthRepr {
-                opcode: Opcode::CNP,
-                solicited: false,
-                mig_req: false,
-                pad_count: 0,
-                pkey: PKey::DEFAULT,
-                fecn: false,
                 becn: true,
-                resv6: 0,
-                dest_qp,
-                ack_req: false,
-                resv7: 0,
-                psn: Psn::new(0),
+                ..BthRepr::new(Opcode::CNP, dest_qp, Psn::new(0))
             },
             ext: ExtHeaders::default(),
             payload: &[],

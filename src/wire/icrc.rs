@@ -331,11 +331,12 @@ fn fix(at: usize, d: u8) -> u32 {
 
 /// [`compute`]'s fix for any IP header length and any (short) input.
 fn fix_any(ipv6: bool, ip_len: usize, pkt: &[u8]) -> u32 {
-    // Masked bytes: (offset, bits that become ones). Offsets are < MAX_MASKED.
+    // The IP header's masked bytes: those of the usual layouts that lie in the IP header
+    // (the first five of IPv6's, four of IPv4's; IPv4 options hold none).
     let ip: &[(usize, u8)] = if ipv6 {
-        &[(0, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff)]
+        &V6_MASKED[..5]
     } else {
-        &[(1, 0xff), (8, 0xff), (10, 0xff), (11, 0xff)]
+        &V4_MASKED[..4]
     };
     let ip = ip.iter().copied().filter(|&(i, _)| i < ip_len);
     // UDP checksum (bytes 6-7) and BTH byte 4, after the IP header.

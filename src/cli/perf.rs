@@ -69,6 +69,15 @@ use crate::proto::{Access, Mtu, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 use crate::verbs::{self, ConnectOpts, Device, DeviceOptions, Mr, Qp, Remote, netdev};
 use crate::wire::Psn;
 
+mod report;
+mod verify;
+
+pub use report::{
+    Measured, addr_step, bw_report, pattern, peak_secs_per_msg, report_line, slot_offset, slots,
+};
+use report::{address_lines, to_gbps};
+use verify::{verify_atomics, verify_slots, verify_stock};
+
 /// perftest's `RESULT_LINE`.
 pub const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
@@ -353,155 +362,6 @@ fn plan(args: &PerfArgs) -> Result<Plan, PerfError> {
         no_peak,
         gbits: args.report_gbits,
     })
-}
-
-/// The byte the verifying tools put at offset `i` of QP `qp`'s buffer: position-dependent
-/// (a message landing at the wrong offset or on the wrong QP shows), never all zero over
-/// a message (a message that never landed shows).
-pub fn pattern(qp: usize, i: usize) -> u8 {
-    ((i % 251) as u8).wrapping_add((qp as u8).wrapping_mul(37)) | 1
-}
-
-/// perftest `INC(size, cache_line)`: the size rounded up to the cache line, at least one.
-pub fn addr_step(size: u64, cache_line: u64) -> u64 {
-    if size > cache_line {
-        size.div_ceil(cache_line) * cache_line
-    } else {
-        cache_line
-    }
-}
-
-/// Distinct offsets messages cycle over (1: every message at offset 0).
-pub fn slots(size: u64, cycle_buffer: u64, cache_line: u64) -> u64 {
-    if size <= cycle_buffer / 2 {
-        (cycle_buffer / addr_step(size, cache_line)).max(1)
-    } else {
-        1
-    }
-}
-
-/// Offset of message `n` in its QP's buffer (perftest `increase_loc_addr` /
-/// `increase_rem_addr`).
-pub fn slot_offset(n: u64, size: u64, cycle_buffer: u64, cache_line: u64) -> u64 {
-    (n % slots(size, cycle_buffer, cache_line)) * addr_step(size, cache_line)
-}
-
-/// What one side measured (or, on a passive server, what the client reported).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Measured {
-    /// Messages counted (perftest's `iters` of the report: all QPs).
-    pub iters: u64,
-    pub secs: f64,
-    /// Best rate: seconds per message in the best window (0: no peak).
-    pub peak_secs_per_msg: f64,
-}
-
-/// The report of `print_report_bw` in the chosen unit.
-pub fn bw_report(size: u64, m: &Measured, gbits: bool) -> BwReport {
-    let unit = if gbits { 125_000_000.0 } else { 1_048_576.0 };
-    let (bw_avg, rate) = if m.secs > 0.0 {
-        (
-            size as f64 * m.iters as f64 / m.secs / unit,
-            m.iters as f64 / m.secs / 1e6,
-        )
-    } else {
-        (0.0, 0.0)
-    };
-    let bw_peak = if m.peak_secs_per_msg > 0.0 {
-        size as f64 / m.peak_secs_per_msg / unit
-    } else {
-        0.0
-    };
-    BwReport {
-        size,
-        iters: m.iters,
-        bw_peak,
-        bw_avg,
-        msg_rate_avg: rate,
-        ..BwReport::default()
-    }
-}
-
-/// perftest's peak search: `posted[i]` is when message `i` (all QPs, post order) was
-/// posted, `completed[j]` when the `j + 1`-th completion was known (seconds); the best
-/// `(completed[j] - posted[i]) / (j - i + 1)` over `j` at the ends of moderation groups
-/// (`cq_mod`) and the last one, starting from the first message's own latency.
-pub fn peak_secs_per_msg(posted: &[f64], completed: &[f64], cq_mod: usize) -> f64 {
-    let n = posted.len().min(completed.len());
-    if n == 0 {
-        return 0.0;
-    }
-    let cq_mod = cq_mod.max(1);
-    let mut best = completed[0] - posted[0];
-    for (i, &p) in posted.iter().enumerate().take(n) {
-        let mut j = (i + 1).div_ceil(cq_mod) * cq_mod - 1;
-        while j < n {
-            best = best.min((completed[j] - p) / (j - i + 1) as f64);
-            j += cq_mod;
-        }
-        if n % cq_mod != 0 {
-            let j = n - 1;
-            best = best.min((completed[j] - p) / (j - i + 1) as f64);
-        }
-    }
-    best.max(0.0)
-}
-
-/// perftest's result line (`REPORT_FMT`, or `REPORT_FMT_EXT` for small Gb/sec figures).
-pub fn report_line(r: &BwReport, gbits: bool) -> String {
-    if gbits && r.bw_avg < 0.1 {
-        format!(
-            " {:<7}    {}           {:<7.6}            {:<7.6}            {:<7.6}",
-            r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate_avg
-        )
-    } else {
-        format!(
-            " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
-            r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate_avg
-        )
-    }
-}
-
-/// A report value in Gb/s whatever the unit it was computed in.
-fn to_gbps(v: f64, gbits: bool) -> f64 {
-    if gbits {
-        v
-    } else {
-        v * 1_048_576.0 * 8.0 / 1e9
-    }
-}
-
-/// C's `%#0Nx`: `0x` and zero-padding to N characters in all, or just zeros for 0.
-fn alt_hex(v: u64, width: usize) -> String {
-    if v == 0 {
-        format!("{:0width$}", 0)
-    } else {
-        format!("{v:#0width$x}")
-    }
-}
-
-/// perftest `ctx_print_pingpong_data`: `BASIC_ADDR_FMT`, `READ_FMT`, `RDMA_FMT`,
-/// `PERF_GID_FMT` (GID bytes in decimal, as perftest prints them).
-fn address_lines(side: &str, d: &PerftestDest, test: PerfTest) -> String {
-    let mut s = format!(
-        " {side} address: LID {} QPN {} PSN {}",
-        alt_hex(d.lid.into(), 4),
-        alt_hex(d.qpn.value().into(), 6),
-        alt_hex(d.psn.value().into(), 6)
-    );
-    if matches!(test, PerfTest::Read | PerfTest::Atomic) {
-        s.push_str(&format!(" OUT {}", alt_hex(d.out_reads.into(), 4)));
-    }
-    if test != PerfTest::Send {
-        s.push_str(&format!(
-            " RKey {} VAddr {}",
-            alt_hex(d.rkey.0.into(), 8),
-            alt_hex(d.vaddr, 16)
-        ));
-    }
-    let gid: Vec<String> = d.gid.iter().map(|b| format!("{b:02}")).collect();
-    s.push_str(&format!("\n GID: {}", gid.join(":")));
-    s
 }
 
 /// One QP of ours with its buffer.
@@ -1208,138 +1068,6 @@ fn run_receiver(
     })
 }
 
-/// Every offset one of `iters` messages used holds the pattern.
-fn verify_slots(lanes: &[Lane], g: Geometry, iters: u64, what: &str) -> Result<(), String> {
-    let used = g.slots().min(iters);
-    let size = g.size as usize;
-    for (q, lane) in lanes.iter().enumerate() {
-        lane.mr
-            .with(|b| -> Result<(), String> {
-                for k in 0..used {
-                    let off = g.offset(k) as usize;
-                    let msg = &b[off..off + size];
-                    if let Some((i, &x)) = msg
-                        .iter()
-                        .enumerate()
-                        .find(|&(i, &x)| x != pattern(q, off + i))
-                    {
-                        return Err(format!(
-                            "verify ({what}): qp {q} offset {} is 0x{x:02x}, expected 0x{:02x}",
-                            off + i,
-                            pattern(q, off + i)
-                        ));
-                    }
-                }
-                Ok(())
-            })
-            .map_err(|e| e.to_string())??;
-    }
-    Ok(())
-}
-
-/// `--verify-stock`: every offset messages landed at holds the stock peer's bytes at the
-/// same offset of the part of its buffer they came from. perftest has one buffer of parts
-/// of `max(size, cycle buffer)` bytes: QP `q` sends and writes from part `q` (`create_mr`,
-/// `ctx_set_send_wqes`) and announces part `qps + q` as its target (`set_up_connection`:
-/// what our READs read); sends, writes and reads use the same offsets on both sides
-/// (`increase_loc_addr` / `increase_rem_addr`).
-fn verify_stock(lanes: &[Lane], g: Geometry, iters: u64, what: &str) -> Result<(), String> {
-    use super::perftest_buf::{SEED_WINDOW_SECS, find_seed, perftest_bytes};
-    let used = g.slots().min(iters);
-    let size = g.size as usize;
-    let part = (u64::from(g.size).max(g.cycle)) as usize;
-    let first_part = if what == "read" { lanes.len() } else { 0 };
-    let copies: Vec<Vec<u8>> = lanes
-        .iter()
-        .map(|l| l.mr.with(|b| b.to_vec()).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    // Samples for the seed search: the first bytes of QP 0's first two messages.
-    let k = size.min(16);
-    let base0 = first_part * part;
-    let mut samples: Vec<(usize, &[u8])> = vec![(base0, &copies[0][..k])];
-    if used > 1 {
-        let off = g.offset(1) as usize;
-        samples.push((base0 + off, &copies[0][off..off + k]));
-    }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let Some(seed) = find_seed(now, &samples) else {
-        return Err(format!(
-            "verify ({what}): the data is not a perftest buffer of a seed within \
-             {SEED_WINDOW_SECS} s of now (first bytes {:02x?})",
-            &copies[0][..k]
-        ));
-    };
-    let need = part * (first_part + lanes.len());
-    let theirs = perftest_bytes(seed, need);
-    for (q, b) in copies.iter().enumerate() {
-        for n in 0..used {
-            let off = g.offset(n) as usize;
-            let base = (first_part + q) * part + off;
-            if let Some(i) = (0..size).find(|&i| b[off + i] != theirs[base + i]) {
-                return Err(format!(
-                    "verify ({what}): qp {q} offset {} is 0x{:02x}, the peer's buffer \
-                     (srand({seed})) holds 0x{:02x}",
-                    off + i,
-                    b[off + i],
-                    theirs[base + i]
-                ));
-            }
-        }
-    }
-    println!("verify: {used} offset(s) × {size} B per QP as in the peer's buffer (srand({seed}))");
-    Ok(())
-}
-
-/// Each 8-byte target holds ATOMIC_ADD × the FETCH_AND_ADDs that hit it (0 for
-/// CMP_AND_SWAP of 0 with 0), and nothing else in the buffer changed.
-fn verify_atomics(lanes: &[Lane], g: Geometry, p: &Plan) -> Result<(), String> {
-    let iters = p.iters.unwrap_or(0);
-    let slots = g.slots();
-    for (q, lane) in lanes.iter().enumerate() {
-        lane.mr
-            .with(|b| -> Result<(), String> {
-                for k in 0..slots {
-                    let hits = iters / slots + u64::from(k < iters % slots);
-                    let want = match p.atomic {
-                        AtomicType::FetchAndAdd => hits * ATOMIC_ADD,
-                        AtomicType::CmpAndSwap => 0,
-                    };
-                    let off = g.offset(k) as usize;
-                    let mut v = [0u8; 8];
-                    v.copy_from_slice(&b[off..off + 8]);
-                    // Atomics operate on host-order 64-bit words in memory (IBTA §9.4.5
-                    // leaves the representation to the host; rxe and mlx5 use host order).
-                    let got = u64::from_ne_bytes(v);
-                    if got != want {
-                        return Err(format!(
-                            "verify (atomic): qp {q} counter at offset {off} is {got}, \
-                             expected {want} ({hits} operations)"
-                        ));
-                    }
-                }
-                let touched = b
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| {
-                        let k = *i as u64 / g.line.max(1);
-                        !(i % (g.line.max(1) as usize) < 8 && k < slots)
-                    })
-                    .find(|(_, x)| **x != 0);
-                match touched {
-                    Some((i, x)) => Err(format!(
-                        "verify (atomic): qp {q} byte {i} outside the counters is 0x{x:02x}"
-                    )),
-                    None => Ok(()),
-                }
-            })
-            .map_err(|e| e.to_string())??;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1423,13 +1151,6 @@ mod tests {
             " 8          100           0.000000            0.050000            0.500000"
         );
         assert_eq!(RESULT_LINE.len(), 87);
-    }
-
-    #[test]
-    fn c_alternate_hex() {
-        assert_eq!(alt_hex(0, 4), "0000");
-        assert_eq!(alt_hex(0x11, 6), "0x0011");
-        assert_eq!(alt_hex(0xabcdef, 6), "0xabcdef");
     }
 
     #[test]

@@ -80,6 +80,15 @@ fn connect(a: &End, b: &End, gid_index: u8, mtu: Mtu) {
     .expect("connect b");
 }
 
+/// Both ends of `pair` opened with these options and connected over the IPv4-mapped GID
+/// (index 1) with path MTU 1024: the setup most tests here share.
+fn connected(pair: &VethPair, a_opts: &DeviceOptions, b_opts: &DeviceOptions) -> (End, End) {
+    let a = end(open(pair, Side::A, a_opts));
+    let b = end(open(pair, Side::B, b_opts));
+    connect(&a, &b, 1, Mtu::Mtu1024);
+    (a, b)
+}
+
 fn pattern(seed: u32, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (seed as usize * 131 + i * 7 + (i >> 8)) as u8)
@@ -375,11 +384,7 @@ fn one_sided_traffic_needs_no_call_from_the_server_application() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
-    let da = open(&pair, Side::A, &DeviceOptions::default());
-    let db = open(&pair, Side::B, &DeviceOptions::default());
-    let a = end(da);
-    let b = end(db);
-    connect(&a, &b, 1, Mtu::Mtu1024);
+    let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     let seed = pattern(77, REGION / 2);
     b.mr.write(0, &seed).unwrap();
     let (addr, rkey) = (b.mr.addr(), b.mr.rkey());
@@ -432,11 +437,7 @@ fn injected_loss_is_repaired_every_byte_right_and_counted() {
         seed,
         ..DeviceOptions::default()
     };
-    let da = open(&pair, Side::A, &lossy(1));
-    let db = open(&pair, Side::B, &lossy(2));
-    let a = end(da);
-    let b = end(db);
-    connect(&a, &b, 1, Mtu::Mtu1024);
+    let (a, b) = connected(&pair, &lossy(1), &lossy(2));
     const N: usize = 100;
     const LEN: usize = 8192;
     for i in 0..N {
@@ -497,11 +498,7 @@ fn malformed_and_foreign_frames_on_the_wire_are_dropped_and_counted() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
-    let da = open(&pair, Side::A, &DeviceOptions::default());
-    let db = open(&pair, Side::B, &DeviceOptions::default());
-    let a = end(da);
-    let b = end(db);
-    connect(&a, &b, 1, Mtu::Mtu1024);
+    let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     let before = a.dev.counters().unwrap();
     // The peer's kernel builds Ethernet/IP/UDP; the payload (the RoCE part) is bad. The
     // XDP filter on A redirects anything to UDP 4791, so these reach the engine.
@@ -599,11 +596,7 @@ fn a_vanished_interface_does_not_make_the_driver_spin() {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
-    let da = open(&pair, Side::A, &DeviceOptions::default());
-    let db = open(&pair, Side::B, &DeviceOptions::default());
-    let a = end(da);
-    let b = end(db);
-    connect(&a, &b, 1, Mtu::Mtu1024);
+    let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     // Delete the veth pair under the running devices. (An unbound AF_XDP socket polls as
     // "nothing to read", not as an error, so the driver simply sleeps.)
     let out = pair
@@ -685,12 +678,8 @@ fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
     }
     use xrnic::wire::Opcode;
     let pair = VethPair::new(1500).expect("veth pair");
-    let da = open(&pair, Side::A, &DeviceOptions::default());
-    let db = open(&pair, Side::B, &DeviceOptions::default());
-    let a = end(da);
-    let b = end(db);
     // Connected over the IPv4 GIDs: the QP's peer is ::ffff:192.0.2.2, not fd00::2.
-    connect(&a, &b, 1, Mtu::Mtu1024);
+    let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     let qpn = a.qp.qp_num().value();
     let before = a.dev.counters().unwrap();
     let qp_before = a.qp.counters().unwrap();

@@ -86,6 +86,9 @@ fn run() -> Result<(), String> {
     let mut udp_xdp_poll_rtts = Vec::new();
     let mut raw_rtts = Vec::new();
     let mut raw_rtts2 = Vec::new();
+    if std::env::var_os("XRNIC_BENCH_RTT_ONLY").is_some() {
+        return rtt_only(&pair, rounds);
+    }
     for round in 1..=rounds {
         println!("round {round} of {rounds}");
         println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
@@ -290,6 +293,23 @@ fn run() -> Result<(), String> {
         "rtt_over_raw2": rtt_us / raw_rtt2_us,
     });
     println!("{json}");
+    Ok(())
+}
+
+/// `XRNIC_BENCH_RTT_ONLY=1`: only the polled round trips (rc-pingpong, polled UDP with
+/// and without the XDP program, raw AF_XDP with 1 and 2 frames), `rounds` interleaved
+/// rounds, one line each: for comparing builds of the round trip quickly. Not the
+/// acceptance run (that is `make bench-net`).
+fn rtt_only(pair: &VethPair, rounds: usize) -> Result<(), String> {
+    println!("round  rc-pingpong  udp-poll  udp-poll-xdp  raw-1  raw-2 (us)");
+    for round in 1..=rounds {
+        let rc = rc_pingpong_rtt(pair, 64, 20_000, false)?;
+        let udp = udp_rtt(pair, 64, 20_000, true, false)?;
+        let udp_xdp = udp_rtt(pair, 64, 20_000, true, true)?;
+        let raw1 = rtt::run(pair, 1, 20_000)?;
+        let raw2 = rtt::run(pair, 2, 20_000)?;
+        println!("{round:>5} {rc:>12.2} {udp:>9.2} {udp_xdp:>13.2} {raw1:>6.2} {raw2:>6.2}");
+    }
     Ok(())
 }
 

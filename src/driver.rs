@@ -405,6 +405,8 @@ impl Shared {
     /// Tell the driver thread there may be something to send. Call after posting work,
     /// with the engine lock released or held (either is fine).
     pub fn kick(&self) {
+        // Polling threads step again too (the quick empty poll skips steps while quiet).
+        self.quiet.store(false, Ordering::SeqCst);
         if self.sleeping.swap(false, Ordering::SeqCst) {
             // An eventfd write of 1 only fails when the counter would overflow, which
             // cannot happen: the driver reads it back on every wake-up.

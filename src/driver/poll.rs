@@ -48,8 +48,8 @@
 //! - The quick empty poll. A busy poll that finds its CQ empty does not run a whole step
 //!   (clock, engine lock, timer scan, transmit scan, completion reap) when it can tell
 //!   that the step would do nothing: the last step left the engine quiet (nothing left
-//!   to send, none refused, none on the transmit ring; a doorbell clears that) and the
-//!   port's receive ring is empty (AF_XDP: one look at the ring's producer index). It
+//!   to send, none refused, none on the transmit ring, no engine deadline within
+//!   100 µs; a doorbell or a kick clears it) and the port's receive ring is empty (AF_XDP: one look at the ring's producer index). It
 //!   still pushes deferred ACKs. Every [`QUICK_POLLS`]th empty poll in a row runs the
 //!   whole step anyway, which runs due timers on the polling thread and renews the poll
 //!   lease; independently the driver thread wakes at the engine's deadlines whatever the
@@ -80,6 +80,12 @@ pub const POLL_LEASE: Duration = Duration::from_millis(2);
 /// timeout's 4.096 µs × 2^timeout granularity (IBTA vol. 1 §9.7.6.1.3) and the RNR
 /// timer's 10 µs minimum (§9.7.5.2.8); the driver thread covers the rest.
 pub const QUICK_POLLS: u32 = 16;
+
+/// An engine deadline closer than this (nanoseconds) keeps every empty poll stepping:
+/// a frame held by the pacer, a DCQCN timer (tens of µs) or a short RNR wait is then
+/// served as soon as it is due, as without the quick poll. Local ACK timeouts
+/// (milliseconds) are far beyond it.
+const QUIET_HORIZON_NS: u64 = 100_000;
 
 /// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
 pub(super) struct TxBufs {
@@ -332,9 +338,11 @@ impl Port {
             .tx_deferred
             .store(self.io.unkicked() > 0, Ordering::SeqCst);
         // Quiet: an empty poll may skip the next step while nothing arrives (deferred
-        // ACKs are pushed by `flush_deferred` either way).
+        // ACKs are pushed by `flush_deferred` either way). Not with a deadline close
+        // by: paced frames, DCQCN timers and short RNR waits keep a step on every poll.
+        let far = deadline.is_none_or(|d| d > now.saturating_add(QUIET_HORIZON_NS));
         shared.quiet.store(
-            idle && !stalled && !full && in_flight == 0,
+            idle && !stalled && !full && in_flight == 0 && far,
             Ordering::SeqCst,
         );
         Step {

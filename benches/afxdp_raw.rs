@@ -75,24 +75,36 @@ fn main() {
     }
 }
 
+/// An `XskPort` on queue 0 of `side`'s end, opened in its namespace, with xrnic's XDP
+/// filter attached (as xrnic's driver opens it). `benches/afxdp_rtt.rs` uses it too.
+pub fn open_port(pair: &VethPair, side: Side) -> Result<XskPort, String> {
+    pair.run_in(side, || {
+        XskPort::open(&pair.end(side).ifname, 0, PortOptions::default())
+    })
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// Ethernet addressing of frames sent from `from` to the other end.
+pub fn addr(pair: &VethPair, from: Side) -> Addr {
+    let to = match from {
+        Side::A => Side::B,
+        Side::B => Side::A,
+    };
+    Addr {
+        src_mac: pair.end(from).mac,
+        dst_mac: pair.end(to).mac,
+        ipv6: false,
+        vlan: None,
+    }
+}
+
 /// Send SEND ONLY frames of `payload_len` from A to B for `dur`; print one table row
 /// (see [`header`]) and return the figures. `benches/net.rs` runs this too.
 pub fn run_one(pair: &VethPair, payload_len: usize, dur: Duration) -> Result<RawResult, String> {
-    let open = |side: Side| {
-        pair.run_in(side, || {
-            XskPort::open(&pair.end(side).ifname, 0, PortOptions::default())
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
-    };
-    let mut tx = open(Side::A)?;
-    let mut rx = open(Side::B)?;
-    let addr = Addr {
-        src_mac: pair.end(Side::A).mac,
-        dst_mac: pair.end(Side::B).mac,
-        ipv6: false,
-        vlan: None,
-    };
+    let mut tx = open_port(pair, Side::A)?;
+    let mut rx = open_port(pair, Side::B)?;
+    let addr = addr(pair, Side::A);
     let frame = roce_frame(addr, 1, &payload(1, payload_len));
     let frame_len = frame.len();
     let batch: Vec<&[u8]> = vec![frame.as_slice(); 64];

@@ -10,11 +10,16 @@
 //! (d) the round trip of a 64-byte `rc-pingpong` (polling the CQ, its default, and with
 //!     `-e`, sleeping until the driver signals a completion) beside a kernel UDP ping-pong
 //!     (std `UdpSocket`, one in each namespace) on the same veth pair, blocking and
-//!     polling; `udp_rtt_us` is the faster of the two.
+//!     polling, each run twice: on the bare veth pair, and with xrnic's XDP program
+//!     attached to both ends (as while xrnic runs; veth then takes its NAPI path for every
+//!     skb); `udp_rtt_us` is the fastest of the four;
+//! (e) the floor under (d): a raw AF_XDP ping-pong (`benches/afxdp_rtt.rs`, no transport
+//!     engine) with 1 frame each way per round trip (`raw_rtt_us`, what UDP moves) and 2
+//!     frames each way in one kick (`raw_rtt2_us`, what an RC round trip moves).
 //!
 //! Prints a table, the ratios, and as its LAST line one JSON object (`raw_gbps_1024`,
 //! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
-//! `udp_rtt_us`, `rtt_ratio`, `rtt_events_us`). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
+//! `udp_rtt_us`, `rtt_ratio`, `rtt_events_us`, `raw_rtt_us`, `raw_rtt2_us`, ...). Goals (docs/performance.md): WRITE ≥ 70 % of raw at equal
 //! frame size; rc-pingpong round trip below UDP's. Root: `cargo bench --bench net`;
 //! `XRNIC_BENCH_SECS` sets the seconds per measurement (default 3). The compared figures
 //! (raw and WRITE at both frame sizes, the round trips) are measured in
@@ -22,13 +27,13 @@
 //! round's ratios are printed and listed in the JSON (`round_*`).
 
 #[allow(dead_code)]
-#[path = "afxdp_raw.rs"]
-mod raw;
+#[path = "afxdp_rtt.rs"]
+mod rtt;
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use raw::common;
+use rtt::raw::{self, common};
 use xrnic::cli::perf::{PerfArgs, PerfError, PerfTest, perf};
 use xrnic::cli::pingpong::{PingpongArgs, pingpong};
 use xrnic::io::netns::{Side, VethPair};
@@ -77,6 +82,13 @@ fn run() -> Result<(), String> {
     let mut rtts_events = Vec::new();
     let mut udp_rtts = Vec::new();
     let mut udp_poll_rtts = Vec::new();
+    let mut udp_xdp_rtts = Vec::new();
+    let mut udp_xdp_poll_rtts = Vec::new();
+    let mut raw_rtts = Vec::new();
+    let mut raw_rtts2 = Vec::new();
+    if std::env::var_os("XRNIC_BENCH_RTT_ONLY").is_some() {
+        return rtt_only(&pair, rounds);
+    }
     for round in 1..=rounds {
         println!("round {round} of {rounds}");
         println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
@@ -89,19 +101,27 @@ fn run() -> Result<(), String> {
         println!("(d) round trip of 64 bytes");
         rtts.push(rc_pingpong_rtt(&pair, 64, 20_000, false)?);
         rtts_events.push(rc_pingpong_rtt(&pair, 64, 20_000, true)?);
-        udp_rtts.push(udp_rtt(&pair, 64, 20_000, false)?);
-        udp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true)?);
+        udp_rtts.push(udp_rtt(&pair, 64, 20_000, false, false)?);
+        udp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, false)?);
+        udp_xdp_rtts.push(udp_rtt(&pair, 64, 20_000, false, true)?);
+        udp_xdp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, true)?);
+        raw_rtts.push(rtt::run(&pair, 1, 20_000)?);
+        raw_rtts2.push(rtt::run(&pair, 2, 20_000)?);
         let (r, w) = (raw_1024.last(), w_1024.last());
         let (r4, w4) = (raw_4096.last(), w_4096.last());
         if let (Some(r), Some(w), Some(r4), Some(w4)) = (r, w, r4, w4) {
             println!(
-                "  round {round}: WRITE/raw {:.3} (1024), {:.3} (4096); rc-pingpong {:.2} us, -e {:.2} us, UDP {:.2} us, polled UDP {:.2} us",
+                "  round {round}: WRITE/raw {:.3} (1024), {:.3} (4096); rc-pingpong {:.2} us, -e {:.2} us, UDP {:.2} us, polled UDP {:.2} us, with XDP {:.2} / {:.2} us, raw AF_XDP 1 frame {:.2} us, 2 frames {:.2} us",
                 w.gbps / r.payload_gbps,
                 w4.gbps / r4.payload_gbps,
                 rtts[round - 1],
                 rtts_events[round - 1],
                 udp_rtts[round - 1],
                 udp_poll_rtts[round - 1],
+                udp_xdp_rtts[round - 1],
+                udp_xdp_poll_rtts[round - 1],
+                raw_rtts[round - 1],
+                raw_rtts2[round - 1],
             );
         }
     }
@@ -126,10 +146,17 @@ fn run() -> Result<(), String> {
     let rtt_events_us = min(&rtts_events);
     let udp_block_us = min(&udp_rtts);
     let udp_poll_us = min(&udp_poll_rtts);
-    // The baseline is the faster of the kernel's two ways (on an idle VM a blocking
-    // wake-up alone can take tens of µs, which a poller never pays; under load polling
-    // can lose to blocking).
-    let udp_rtt_us = udp_block_us.min(udp_poll_us);
+    let udp_xdp_block_us = min(&udp_xdp_rtts);
+    let udp_xdp_poll_us = min(&udp_xdp_poll_rtts);
+    let raw_rtt_us = min(&raw_rtts);
+    let raw_rtt2_us = min(&raw_rtts2);
+    // The baseline is the fastest of the kernel's ways (on an idle VM a blocking wake-up
+    // alone can take tens of µs, which a poller never pays; under load polling can lose
+    // to blocking), with or without the XDP program on the veth pair.
+    let udp_rtt_us = udp_block_us
+        .min(udp_poll_us)
+        .min(udp_xdp_block_us)
+        .min(udp_xdp_poll_us);
 
     println!("(b, c) xrnic perf, the other tests once, IPv4 GIDs, {perf_secs} s each (-D)");
     let mut perf_rows = vec![
@@ -154,8 +181,12 @@ fn run() -> Result<(), String> {
     println!("best of {rounds} rounds:");
     println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
     println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
-    println!("  kernel UDP 64 B      {udp_block_us:>8.2} us (blocking)");
-    println!("  kernel UDP 64 B      {udp_poll_us:>8.2} us (polling)");
+    println!("  kernel UDP 64 B      {udp_block_us:>8.2} us (blocking, no XDP program: checked)");
+    println!("  kernel UDP 64 B      {udp_poll_us:>8.2} us (polling, no XDP program: checked)");
+    println!("  kernel UDP 64 B      {udp_xdp_block_us:>8.2} us (blocking, XDP program attached)");
+    println!("  kernel UDP 64 B      {udp_xdp_poll_us:>8.2} us (polling, XDP program attached)");
+    println!("  raw AF_XDP 64 B      {raw_rtt_us:>8.2} us (1 frame each way, polling)");
+    println!("  raw AF_XDP 64 B      {raw_rtt2_us:>8.2} us (2 frames each way in one kick)");
 
     let r1024 = w_1024_gbps / raw_1024_gbps;
     let r4096 = w_4096_gbps / raw_4096_gbps;
@@ -194,6 +225,20 @@ fn run() -> Result<(), String> {
         rtt_events_us,
         udp_rtt_us,
         rtt_events_us / udp_rtt_us,
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+        "  same, vs raw AF_XDP 2 frames",
+        rtt_us,
+        raw_rtt2_us,
+        rtt_us / raw_rtt2_us,
+    );
+    println!(
+        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+        "  raw AF_XDP 1 frame vs UDP",
+        raw_rtt_us,
+        udp_rtt_us,
+        raw_rtt_us / udp_rtt_us,
     );
     println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8);
     println!();
@@ -237,8 +282,34 @@ fn run() -> Result<(), String> {
         "round_udp_poll_rtt_us": udp_poll_rtts,
         "udp_block_rtt_us": udp_block_us,
         "udp_poll_rtt_us": udp_poll_us,
+        "udp_xdp_block_rtt_us": udp_xdp_block_us,
+        "udp_xdp_poll_rtt_us": udp_xdp_poll_us,
+        "round_udp_xdp_rtt_us": udp_xdp_rtts,
+        "round_udp_xdp_poll_rtt_us": udp_xdp_poll_rtts,
+        "raw_rtt_us": raw_rtt_us,
+        "raw_rtt2_us": raw_rtt2_us,
+        "round_raw_rtt_us": raw_rtts,
+        "round_raw_rtt2_us": raw_rtts2,
+        "rtt_over_raw2": rtt_us / raw_rtt2_us,
     });
     println!("{json}");
+    Ok(())
+}
+
+/// `XRNIC_BENCH_RTT_ONLY=1`: only the polled round trips (rc-pingpong, polled UDP with
+/// and without the XDP program, raw AF_XDP with 1 and 2 frames), `rounds` interleaved
+/// rounds, one line each: for comparing builds of the round trip quickly. Not the
+/// acceptance run (that is `make bench-net`).
+fn rtt_only(pair: &VethPair, rounds: usize) -> Result<(), String> {
+    println!("round  rc-pingpong  udp-poll  udp-poll-xdp  raw-1  raw-2 (us)");
+    for round in 1..=rounds {
+        let rc = rc_pingpong_rtt(pair, 64, 20_000, false)?;
+        let udp = udp_rtt(pair, 64, 20_000, true, false)?;
+        let udp_xdp = udp_rtt(pair, 64, 20_000, true, true)?;
+        let raw1 = rtt::run(pair, 1, 20_000)?;
+        let raw2 = rtt::run(pair, 2, 20_000)?;
+        println!("{round:>5} {rc:>12.2} {udp:>9.2} {udp_xdp:>13.2} {raw1:>6.2} {raw2:>6.2}");
+    }
     Ok(())
 }
 
@@ -406,8 +477,36 @@ fn rc_pingpong_rtt(pair: &VethPair, size: u32, iters: u32, events: bool) -> Resu
 /// A UDP echo of `size` bytes between B (server) and A (client); microseconds per round
 /// trip. Blocking sockets (like rc-pingpong -e's sleeping completion wait), or with
 /// `polling` non-blocking sockets both sides poll, yielding the CPU after each empty poll
-/// (what rc-pingpong's default polling loop does).
-fn udp_rtt(pair: &VethPair, size: usize, iters: u32, polling: bool) -> Result<f64, String> {
+/// (what rc-pingpong's default polling loop does). With `xdp`, an AF_XDP socket with
+/// xrnic's XDP program is open on both ends for the run (the program passes this UDP to
+/// the kernel), so that the kernel path is the one it is while xrnic runs.
+fn udp_rtt(
+    pair: &VethPair,
+    size: usize,
+    iters: u32,
+    polling: bool,
+    xdp: bool,
+) -> Result<f64, String> {
+    let _ports = if xdp {
+        Some((
+            raw::open_port(pair, Side::A)?,
+            raw::open_port(pair, Side::B)?,
+        ))
+    } else {
+        None
+    };
+    // State what the kernel path is: veth with an XDP program on the receiving end runs
+    // every skb through its NAPI poll (veth_xdp_rcv), without one it goes straight to the
+    // backlog. Checked on both ends rather than assumed (xrnic's devices must be gone).
+    for side in [Side::A, Side::B] {
+        if xdp_attached(pair, side)? != xdp {
+            return Err(format!(
+                "UDP ping-pong: XDP program on {side:?} is {} (expected {})",
+                if xdp { "missing" } else { "still attached" },
+                if xdp { "attached" } else { "none" }
+            ));
+        }
+    }
     let b_addr = (pair.end(Side::B).ipv4, 9999);
     let server = pair
         .run_in(Side::B, || UdpSocket::bind(b_addr))
@@ -472,4 +571,13 @@ fn udp_rtt(pair: &VethPair, size: usize, iters: u32, polling: bool) -> Result<f6
             .map_err(|_| "echo thread panicked".to_string())??;
         Ok(us)
     })
+}
+
+/// Whether an XDP program is attached to `side`'s end (`ip link` shows `xdp` or
+/// `xdpgeneric` and a `prog/xdp id`).
+fn xdp_attached(pair: &VethPair, side: Side) -> Result<bool, String> {
+    let out = pair
+        .exec(side, &["ip", "link", "show", "dev", &pair.end(side).ifname])
+        .map_err(|e| format!("ip link: {e}"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).contains("prog/xdp"))
 }

@@ -8,6 +8,8 @@
 //! frames): a polled ping-pong through losses completes every message with every byte
 //! right and the ACKs deferred, and a deferred ACK still leaves when its application
 //! stops calling (the requester may not retry, so only that ACK can complete it).
+//! The quick empty poll (a poll that skips the step while nothing arrived): retransmit
+//! and RNR timers still fire while the application polls an empty CQ.
 
 use std::time::{Duration, Instant};
 
@@ -161,8 +163,11 @@ fn busy_polling_alone_delivers_every_byte_through_losses() {
         "{:?}",
         a.qp.counters().unwrap()
     );
-    // The application threads did the work: their steps moved frames.
+    // The application threads did the work: their steps moved frames; empty polls in
+    // between skipped the step when nothing had arrived (the quick empty poll), and
+    // every byte is still right.
     assert!(sa.app_steps > 0 && sb.app_steps > 0, "{sa:?} {sb:?}");
+    assert!(sa.quick_polls + sb.quick_polls > 0, "{sa:?} {sb:?}");
 }
 
 #[test]
@@ -392,4 +397,100 @@ fn a_deferred_ack_leaves_when_its_application_stops_calling() {
     }
     assert_eq!(deferred_rounds, 5, "{:?}", db.driver_stats().unwrap());
     assert_eq!(a.qp.counters().unwrap().retransmitted_packets, 0);
+}
+
+/// Poll `cq` (yielding, never sleeping) until `done` says so; the completions seen.
+fn poll_until(cq: &Cq, mut done: impl FnMut() -> bool) -> Vec<WorkCompletion> {
+    let start = Instant::now();
+    let mut out = Vec::new();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "gave up polling: {out:?}");
+        if cq.poll_into(4, &mut out) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    out
+}
+
+#[test]
+fn retransmit_timers_fire_while_the_application_polls_an_empty_cq() {
+    // B's fault injector drops everything: A's SEND is never acknowledged, nothing ever
+    // reaches A's receive ring, so A's empty polls take the quick path (no step) and only
+    // the timers can make progress: the SEND goes out again on each local ACK timeout
+    // (≈ 1 ms at timeout 8) until retry_cnt is spent, then fails (IBTA §9.7.6.1.3).
+    let deaf = DeviceOptions {
+        rx_drop: 1.0,
+        ..DeviceOptions::default()
+    };
+    let (da, db) = Device::open_sim_pair_with(&DeviceOptions::default(), &deaf).unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    let o = ConnectOpts {
+        retry_cnt: 3,
+        ..opts()
+    };
+    connect_with(&a, &b, &o);
+    let mut wr = SendWr::new(7, WrOpcode::Send);
+    wr.sg_list = vec![a.mr.sge(0, 64)];
+    wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+    a.qp.post_send(wr).unwrap();
+    let wcs = poll_n(&a.cq, 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (7, WcStatus::RetryExcErr),
+        "{wcs:?}"
+    );
+    let c = a.qp.counters().unwrap();
+    assert_eq!(c.retransmitted_packets, 3, "{c:?}");
+    assert_eq!(c.retry_exceeded_err, 1, "{c:?}");
+    let s = da.driver_stats().unwrap();
+    assert!(
+        s.quick_polls > 0,
+        "no empty poll took the quick path: {s:?}"
+    );
+    assert!(db.driver_stats().unwrap().fault_dropped >= 4);
+}
+
+#[test]
+fn rnr_timers_fire_while_the_application_polls_an_empty_cq() {
+    // B has no receive posted: it answers A's SEND with RNR NAKs, and A sends again each
+    // time its RNR timer (min_rnr_timer 1: 0.01 ms) runs out (IBTA §9.7.5.2.8), while A
+    // only polls its empty CQ (quick polls in between). Once B posts a receive (without
+    // stepping: its driver thread answers), the next retry completes the SEND.
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    let o = ConnectOpts {
+        rnr_retry: 7, // infinite
+        ..opts()
+    };
+    connect_with(&a, &b, &o);
+    a.mr.write(0, b"after the RNR NAKs").unwrap();
+    let mut wr = SendWr::new(8, WrOpcode::Send);
+    wr.sg_list = vec![a.mr.sge(0, 18)];
+    wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+    a.qp.post_send(wr).unwrap();
+    let early = poll_until(&a.cq, || a.qp.counters().unwrap().rnr_naks_received >= 3);
+    assert!(
+        early.is_empty(),
+        "completed without a receive at B: {early:?}"
+    );
+    let quick = da.driver_stats().unwrap().quick_polls;
+    b.qp.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: vec![b.mr.sge(0, 64)],
+    })
+    .unwrap();
+    let wcs = poll_n(&a.cq, 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (8, WcStatus::Success),
+        "{wcs:?}"
+    );
+    let got = poll_n(&b.cq, 1);
+    assert_eq!((got[0].wr_id, got[0].byte_len), (9, 18));
+    let mut msg = [0u8; 18];
+    b.mr.read(0, &mut msg).unwrap();
+    assert_eq!(&msg, b"after the RNR NAKs");
+    let c = a.qp.counters().unwrap();
+    assert!(c.retransmitted_packets >= 3, "{c:?}");
+    assert!(quick > 0, "no empty poll took the quick path");
 }

@@ -39,7 +39,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -88,12 +88,6 @@ pub trait FrameIo: Send {
     fn flush(&mut self) -> io::Result<u32>;
     /// Counters of the port.
     fn io_stats(&self) -> IoStats;
-    /// Whether a frame waits to be received, as cheaply as the port can tell (AF_XDP: a
-    /// look at the rx ring). Never wrong by saying `false` while a frame waits that a
-    /// `recv_batch` right before would have returned; `true` when unsure.
-    fn rx_ready(&mut self) -> bool {
-        true
-    }
 }
 
 /// Port counters for the stat snapshot.
@@ -135,9 +129,6 @@ impl FrameIo for XskPort {
             return Ok(0);
         }
         XskPort::flush(self).map_err(io::Error::other)
-    }
-    fn rx_ready(&mut self) -> bool {
-        XskPort::rx_ready(self)
     }
     fn io_stats(&self) -> IoStats {
         let s = self.stats();
@@ -223,19 +214,6 @@ impl FrameIo for SimIo {
     }
     fn io_stats(&self) -> IoStats {
         self.stats
-    }
-    fn rx_ready(&mut self) -> bool {
-        // A peek without waiting: a datagram is there, or not (any other error: let a
-        // step find out).
-        let mut b = [0u8; 1];
-        !matches!(
-            rustix::net::recv(
-                &self.sock,
-                &mut b[..],
-                rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT
-            ),
-            Err(rustix::io::Errno::AGAIN)
-        )
     }
 }
 
@@ -336,9 +314,6 @@ pub struct DriverStats {
     /// Pushes made only for deferred ACKs: by a poll that found no completion, or a
     /// thread about to sleep on the socket (the other pushes carry new frames too).
     pub deferred_pushes: u64,
-    /// Empty busy polls answered without a step ([`poll`]: the quick empty poll), as of
-    /// the last step.
-    pub quick_polls: u64,
     /// I/O errors of the port (the thread carries on).
     pub io_errors: u64,
     /// Frames handed to the capture tap's writer (`pcap`).
@@ -374,14 +349,6 @@ pub struct Shared {
     /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
     /// poll with nothing deferred does not lock the port; set and cleared under it).
     tx_deferred: AtomicBool,
-    /// The last step left the engine with nothing to do but wait (no frame left to send,
-    /// none refused, none on the transmit ring): an empty poll may skip the step while
-    /// the receive ring stays empty ([`poll`]: the quick empty poll).
-    quiet: AtomicBool,
-    /// Empty polls answered quickly since the last full step on a polling thread.
-    quick_run: AtomicU32,
-    /// Empty polls answered quickly in all (into [`DriverStats::quick_polls`]).
-    quick_polls: AtomicU64,
     /// Written by `notify` while `rx_waiter`: a completion may be there.
     cq_event: OwnedFd,
     /// The port's descriptor (a duplicate, polled without the port's lock).
@@ -405,8 +372,6 @@ impl Shared {
     /// Tell the driver thread there may be something to send. Call after posting work,
     /// with the engine lock released or held (either is fine).
     pub fn kick(&self) {
-        // Polling threads step again too (the quick empty poll skips steps while quiet).
-        self.quiet.store(false, Ordering::SeqCst);
         if self.sleeping.swap(false, Ordering::SeqCst) {
             // An eventfd write of 1 only fails when the counter would overflow, which
             // cannot happen: the driver reads it back on every wake-up.
@@ -510,9 +475,6 @@ impl Driver {
             poll_lease: AtomicU64::new(0),
             rx_waiter: AtomicBool::new(false),
             tx_deferred: AtomicBool::new(false),
-            quiet: AtomicBool::new(false),
-            quick_run: AtomicU32::new(0),
-            quick_polls: AtomicU64::new(0),
             cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             rx_fd,
             wake,

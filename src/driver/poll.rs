@@ -45,16 +45,6 @@
 //!   port already adds to a frame that arrives after the application stopped polling.
 //!   NAKs, RNR NAKs, READ and atomic responses, CNPs, requests and whatever a timer
 //!   produced are never deferred (they leave at once, pushing deferred ACKs with them).
-//! - The quick empty poll. A busy poll that finds its CQ empty does not run a whole step
-//!   (clock, engine lock, timer scan, transmit scan, completion reap) when it can tell
-//!   that the step would do nothing: the last step left the engine quiet (nothing left
-//!   to send, none refused, none on the transmit ring, no engine deadline within
-//!   100 µs; a doorbell or a kick clears it) and the port's receive ring is empty (AF_XDP: one look at the ring's producer index). It
-//!   still pushes deferred ACKs. Every [`QUICK_POLLS`]th empty poll in a row runs the
-//!   whole step anyway, which runs due timers on the polling thread and renews the poll
-//!   lease; independently the driver thread wakes at the engine's deadlines whatever the
-//!   application does, so retransmit and RNR timers fire on time while an application
-//!   polls an empty CQ (tests/verbs_poll.rs).
 
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
@@ -73,19 +63,6 @@ use crate::proto::{Cq, TxReason, WorkCompletion};
 /// ibv_rc_pingpong's `timeout 14`), so an application that stops polling delays a
 /// passive side's answer by at most this much.
 pub const POLL_LEASE: Duration = Duration::from_millis(2);
-
-/// Empty busy polls in a row that may skip the step (the quick empty poll) before one
-/// runs it in full. An empty poll is well under a µs (then `rc-pingpong` yields the CPU),
-/// so the polling thread still looks at its timers every few µs, far inside the local ACK
-/// timeout's 4.096 µs × 2^timeout granularity (IBTA vol. 1 §9.7.6.1.3) and the RNR
-/// timer's 10 µs minimum (§9.7.5.2.8); the driver thread covers the rest.
-pub const QUICK_POLLS: u32 = 16;
-
-/// An engine deadline closer than this (nanoseconds) keeps every empty poll stepping:
-/// a frame held by the pacer, a DCQCN timer (tens of µs) or a short RNR wait is then
-/// served as soon as it is due, as without the quick poll. Local ACK timeouts
-/// (milliseconds) are far beyond it.
-const QUIET_HORIZON_NS: u64 = 100_000;
 
 /// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
 pub(super) struct TxBufs {
@@ -202,7 +179,6 @@ impl Port {
             Stepper::Driver { .. } => e.stats.iterations += 1,
             Stepper::App | Stepper::Poll | Stepper::Waiter => e.stats.app_steps += 1,
         }
-        e.stats.quick_polls = shared.quick_polls.load(Ordering::Relaxed);
         let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let ts = self
             .tap
@@ -337,14 +313,6 @@ impl Port {
         shared
             .tx_deferred
             .store(self.io.unkicked() > 0, Ordering::SeqCst);
-        // Quiet: an empty poll may skip the next step while nothing arrives (deferred
-        // ACKs are pushed by `flush_deferred` either way). Not with a deadline close
-        // by: paced frames, DCQCN timers and short RNR waits keep a step on every poll.
-        let far = deadline.is_none_or(|d| d > now.saturating_add(QUIET_HORIZON_NS));
-        shared.quiet.store(
-            idle && !stalled && !full && in_flight == 0 && far,
-            Ordering::SeqCst,
-        );
         Step {
             idle,
             stalled,
@@ -420,8 +388,6 @@ impl Shared {
     /// calling thread when the port is free, otherwise leave them to the thread that
     /// holds it (kicking the driver if it sleeps).
     pub fn doorbell(&self) {
-        // New work: no poll may skip a step until one has run.
-        self.quiet.store(false, Ordering::SeqCst);
         if self.app_step().is_none() {
             self.kick();
         }
@@ -431,45 +397,10 @@ impl Shared {
     /// the calling thread, and take the poll lease. Returns whether a step ran. ACKs the
     /// step produced may be deferred: the caller polls its CQ again and calls
     /// [`Shared::flush_deferred`] when that finds nothing.
-    ///
-    /// The quick empty poll (see the module documentation): when the step would do
-    /// nothing, only deferred ACKs are pushed and `false` is returned, as when another
-    /// thread is stepping.
     pub fn poll_progress(&self) -> bool {
-        if self.quick_empty_poll() {
-            self.flush_deferred();
-            return false;
-        }
         let lease = self.now() + POLL_LEASE.as_nanos() as u64;
         self.poll_lease.fetch_max(lease, Ordering::SeqCst);
-        let stepped = self.app_step_as(Stepper::Poll).is_some();
-        if stepped {
-            self.quick_run.store(0, Ordering::Relaxed);
-        }
-        stepped
-    }
-
-    /// Whether an empty poll may skip its step: the engine was left quiet, fewer than
-    /// [`QUICK_POLLS`] polls in a row skipped it, and nothing waits on the receive ring
-    /// (or another thread is stepping, which makes the progress).
-    fn quick_empty_poll(&self) -> bool {
-        if !self.quiet.load(Ordering::SeqCst)
-            || self.quick_run.fetch_add(1, Ordering::Relaxed) >= QUICK_POLLS
-        {
-            return false;
-        }
-        let ready = match self.port.try_lock() {
-            Ok(mut p) => p.as_mut().is_none_or(|p| p.io.rx_ready()),
-            Err(TryLockError::Poisoned(p)) => {
-                p.into_inner().as_mut().is_none_or(|p| p.io.rx_ready())
-            }
-            Err(TryLockError::WouldBlock) => false,
-        };
-        if ready {
-            return false;
-        }
-        self.quick_polls.fetch_add(1, Ordering::Relaxed);
-        true
+        self.app_step_as(Stepper::Poll).is_some()
     }
 
     /// Push deferred ACKs out now (a poll found no completion, or a thread is about to

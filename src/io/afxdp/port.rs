@@ -648,12 +648,6 @@ impl XskPort {
         Ok(())
     }
 
-    /// Whether the rx ring holds a frame now: one read of the ring's producer index, no
-    /// system call, nothing consumed. For pollers that look before doing more work.
-    pub fn rx_ready(&mut self) -> bool {
-        self.rx_q.nb_avail(1) > 0
-    }
-
     /// Wait until a frame can be received or `timeout` passes; reaps tx completions
     /// first. Returns whether the rx ring has something.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, Error> {

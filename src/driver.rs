@@ -13,11 +13,11 @@
 //!   run due timers (`handle_timeout`), drain `poll_transmit` into a batch of 64-byte
 //!   aligned buffers, unlock, send the batch. The responder and the ACK side therefore run
 //!   while the application never calls in (one-sided WRITE/READ into a passive server).
-//!   The same step also runs on application threads ([`poll`]): `post_send` transmits on
+//!   The same step also runs on application threads ([`poll`](mod@poll)): `post_send` transmits on
 //!   the caller's thread (the doorbell) and an empty `poll_cq` receives on it (busy
 //!   polling), so a busy application needs no thread wake-up per message; the port is
 //!   behind its own lock, taken before the engine's. ACKs produced on a polling thread
-//!   leave with the application's next frames, bounded as [`poll`] says.
+//!   leave with the application's next frames, bounded as [`poll`](mod@poll) says.
 //! - When there is nothing to do the thread sleeps in `poll(2)` on the port's descriptor
 //!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
@@ -29,7 +29,7 @@
 //! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
 //!   `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it carries).
 //! - Optional capture tap ([`crate::pcap_tap`]): every frame received (before the fault
-//!   injector, with the engine's verdict) and sent (with its [`TxReason`]) goes to a
+//!   injector, with the engine's verdict) and sent (with its [`TxReason`](crate::proto::TxReason)) goes to a
 //!   pcapng written by a thread of its own; off, it costs a branch per frame.
 //! - Dropping the [`Driver`] stops and joins the thread, then drops the port (which
 //!   detaches the XDP filter). Nothing else is touched (namespaces stay).
@@ -309,7 +309,7 @@ pub struct DriverStats {
     /// Times the port refused frames for lack of room (they were sent later).
     pub tx_stalls: u64,
     /// ACKs produced by a polling application's step and queued without a kick, to leave
-    /// with the next frames pushed out ([`poll`]: deferred ACKs).
+    /// with the next frames pushed out ([`poll`](mod@poll): deferred ACKs).
     pub acks_deferred: u64,
     /// Pushes made only for deferred ACKs: by a poll that found no completion, or a
     /// thread about to sleep on the socket (the other pushes carry new frames too).

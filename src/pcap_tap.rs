@@ -18,7 +18,7 @@
 //!   such QP, unsupported service). Inbound frames are recorded before the fault
 //!   injector, so a frame it dropped is in the file, with that comment.
 //! - The data path never waits for the disk: frames are copied into a per-iteration
-//!   [`Batch`] and handed over a channel once per iteration. When more than
+//!   `Batch` and handed over a channel once per iteration. When more than
 //!   [`QUEUE_LIMIT`] bytes wait for the writer, a batch is discarded and counted
 //!   ([`Tap::lost`]); the next packet written says how many frames are missing before it.
 //! - The writer flushes its buffer whenever it has nothing left to write, so that a file

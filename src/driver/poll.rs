@@ -5,7 +5,7 @@
 //!
 //! Contract:
 //! - The port (frame I/O, transmit buffers, refused frames, the fault injector) lives
-//!   behind its own `Mutex` in [`Shared`]; one [`Port::step`] at a time runs, on any
+//!   behind its own `Mutex` in [`Shared`]; one `Port::step` at a time runs, on any
 //!   thread. Lock order: port, then engine; nothing locks the port while holding the
 //!   engine.
 //! - A step is one iteration of the old driver loop: receive a batch into `handle_frame`

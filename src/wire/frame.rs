@@ -705,9 +705,9 @@ fn general_ip(buf: &[u8]) -> Result<IpLayer, Error> {
 
 impl<'a> FrameView<'a> {
     /// Check a frame's structure. The link and IP layers of the usual frame are checked by
-    /// [`fast_ip`], of any other by [`general_ip`]; UDP and the transport headers by the
+    /// `fast_ip`, of any other by `general_ip`; UDP and the transport headers by the
     /// same code for both. The ICRC of a frame that passes is computed here too (see
-    /// [`icrc_span`] for the order); it is compared only by [`FrameView::verify_icrc`].
+    /// `icrc_span` for the order); it is compared only by [`FrameView::verify_icrc`].
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
         let ip = match fast_ip(buf) {
             Some(ip) => ip,

@@ -155,10 +155,10 @@ static FIX_V6: [[u32; 256]; 8] = byte_fix_tables(V6_MASKED);
 /// How: a CRC is linear. Hashing input `x ^ d` from register `r` gives the same register as
 /// hashing `x` from `r ^ F(d)`, where `F(d)` is the register that hashing `d` from zero
 /// gives, run back over `len(d)` zero bytes. The masks change only a dozen header bytes,
-/// so `F` is a sum of per-byte table entries ([`FIX`]), and the packet is hashed as it lies.
+/// so `F` is a sum of per-byte table entries (`FIX`), and the packet is hashed as it lies.
 ///
 /// The fix sits in front of the whole CRC chain, so it is kept short: for the usual
-/// layouts one table load per masked byte ([`FIX_V4`], [`FIX_V6`]) summed as a tree.
+/// layouts one table load per masked byte (`FIX_V4`, `FIX_V6`) summed as a tree.
 /// Adding the fix at the end instead (run forward over the packet by a multiply, as
 /// [`compute_split`] does) was measured slower: the multiply's instructions cost more
 /// than the loads' latency they would hide (docs/performance-history.md, "Wire, second round").
@@ -200,7 +200,7 @@ pub fn finish(state: u32, pkt: &[u8]) -> u32 {
 /// of it into the frame instead of after, and the header (written a moment ago) is hashed
 /// on its own. A CRC is linear: hashing `P` from state `s` gives the hash of `P` from
 /// state 0 plus `s` run forward over `len(P)` zero bytes, so the header's ICRC state is
-/// carried over the payload by a multiply ([`mul`] by [`SHIFT`]). Lengths the table does
+/// carried over the payload by a multiply (`mul` by `SHIFT`). Lengths the table does
 /// not cover (over 8 KiB) are hashed in one piece from a copy.
 pub fn compute_split(
     ipv6: bool,

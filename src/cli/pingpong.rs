@@ -216,7 +216,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
             port_num: 1,
             ..QpAttr::default()
         },
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+        AttrMask::RC_INIT,
     )
     .map_err(e("Failed to modify QP to INIT"))?;
     let recv_wr = RecvWr {

@@ -132,11 +132,44 @@ impl AttrMask {
     pub const CAP: AttrMask = AttrMask(1 << 19);
     pub const DEST_QPN: AttrMask = AttrMask(1 << 20);
 
+    /// What a RESET→INIT `modify` of an RC QP sets: the state and the transition's
+    /// required attributes (IBTA vol. 1 §10.3, [`transition_rule`]), the mask
+    /// ibv_rc_pingpong passes.
+    pub const RC_INIT: AttrMask = AttrMask::of(&[
+        Self::STATE,
+        Self::PKEY_INDEX,
+        Self::PORT,
+        Self::ACCESS_FLAGS,
+    ]);
+    /// What an INIT→RTR `modify` of an RC QP sets (the state and the required attributes).
+    pub const RC_RTR: AttrMask = AttrMask::of(&[
+        Self::STATE,
+        Self::AV,
+        Self::PATH_MTU,
+        Self::DEST_QPN,
+        Self::RQ_PSN,
+        Self::MAX_DEST_RD_ATOMIC,
+        Self::MIN_RNR_TIMER,
+    ]);
+    /// What an RTR→RTS `modify` of an RC QP sets (the state and the required attributes).
+    pub const RC_RTS: AttrMask = AttrMask::of(&[
+        Self::STATE,
+        Self::TIMEOUT,
+        Self::RETRY_CNT,
+        Self::RNR_RETRY,
+        Self::SQ_PSN,
+        Self::MAX_QP_RD_ATOMIC,
+    ]);
+
     pub const fn contains(self, o: AttrMask) -> bool {
         self.0 & o.0 == o.0
     }
     pub const fn union(self, o: AttrMask) -> AttrMask {
         AttrMask(self.0 | o.0)
+    }
+    /// The bits of `self` that are not in `o`.
+    pub const fn without(self, o: AttrMask) -> AttrMask {
+        AttrMask(self.0 & !o.0)
     }
     const fn of(bits: &[AttrMask]) -> AttrMask {
         let mut m = 0;
@@ -262,27 +295,14 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask
     Some(match (from, to) {
         // Any state may go to RESET or ERR with no other attribute (IBTA §10.3).
         (_, Reset) | (_, Err) => (none, none),
-        (Reset, Init) => (M::of(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS]), none),
+        (Reset, Init) => (M::RC_INIT.without(M::STATE), none),
         (Init, Init) => (none, M::of(&[M::PKEY_INDEX, M::PORT, M::ACCESS_FLAGS])),
         (Init, Rtr) => (
-            M::of(&[
-                M::AV,
-                M::PATH_MTU,
-                M::DEST_QPN,
-                M::RQ_PSN,
-                M::MAX_DEST_RD_ATOMIC,
-                M::MIN_RNR_TIMER,
-            ]),
+            M::RC_RTR.without(M::STATE),
             M::of(&[M::ALT_PATH, M::ACCESS_FLAGS, M::PKEY_INDEX]),
         ),
         (Rtr, Rts) => (
-            M::of(&[
-                M::TIMEOUT,
-                M::RETRY_CNT,
-                M::RNR_RETRY,
-                M::SQ_PSN,
-                M::MAX_QP_RD_ATOMIC,
-            ]),
+            M::RC_RTS.without(M::STATE),
             M::of(&[
                 M::CUR_STATE,
                 M::ALT_PATH,

@@ -655,11 +655,7 @@ impl Pair {
                 port_num: 1,
                 ..QpAttr::default()
             };
-            d.modify_qp(
-                me,
-                &attr,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )?;
+            d.modify_qp(me, &attr, AttrMask::RC_INIT)?;
             attr.qp_state = QpState::Rtr;
             attr.ah_attr = av;
             attr.path_mtu = o.mtu;
@@ -667,33 +663,14 @@ impl Pair {
             attr.rq_psn = rq_psn;
             attr.max_dest_rd_atomic = o.max_rd_atomic;
             attr.min_rnr_timer = o.min_rnr_timer;
-            d.modify_qp(
-                me,
-                &attr,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )?;
+            d.modify_qp(me, &attr, AttrMask::RC_RTR)?;
             attr.qp_state = QpState::Rts;
             attr.timeout = o.timeout;
             attr.retry_cnt = o.retry_cnt;
             attr.rnr_retry = o.rnr_retry;
             attr.sq_psn = sq_psn;
             attr.max_rd_atomic = o.max_rd_atomic;
-            d.modify_qp(
-                me,
-                &attr,
-                AttrMask::STATE
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::SQ_PSN
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )?;
+            d.modify_qp(me, &attr, AttrMask::RC_RTS)?;
         }
         Ok(RcPair {
             pd_a: pa,

@@ -181,10 +181,7 @@ impl Qp {
             ..QpAttr::default()
         };
         if self.query()?.qp_state == QpState::Reset {
-            self.modify(
-                &attr,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )?;
+            self.modify(&attr, AttrMask::RC_INIT)?;
         }
         attr.qp_state = QpState::Rtr;
         attr.path_mtu = o.path_mtu;
@@ -201,31 +198,14 @@ impl Qp {
             flow_label: 0,
             vlan_tci: None,
         };
-        self.modify(
-            &attr,
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER,
-        )?;
+        self.modify(&attr, AttrMask::RC_RTR)?;
         attr.qp_state = QpState::Rts;
         attr.timeout = o.timeout;
         attr.retry_cnt = o.retry_cnt;
         attr.rnr_retry = o.rnr_retry;
         attr.sq_psn = Psn::new(sq_psn);
         attr.max_rd_atomic = o.max_rd_atomic;
-        self.modify(
-            &attr,
-            AttrMask::STATE
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::SQ_PSN
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )
+        self.modify(&attr, AttrMask::RC_RTS)
     }
 
     /// `ibv_post_send` (one work request). On an idle send queue it rings the doorbell:

@@ -74,6 +74,7 @@ test:
 	$(CARGO) test --workspace
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
 
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)

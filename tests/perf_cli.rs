@@ -8,7 +8,7 @@ mod common;
 
 use std::process::{Command, Output, Stdio};
 
-use common::{require_root, wait_listening};
+use common::{require_root, text, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
@@ -19,21 +19,11 @@ const HEADER_MB: &str =
 const HEADER_GB: &str =
     " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
 
+/// `xrnic ARGS --no-stat` in `side`'s namespace.
 fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.end(side).netns, BIN])
-        .args(args)
-        .arg("--no-stat");
+    let mut c = common::netns_cmd(pair, side, args);
+    c.arg("--no-stat");
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Server on B with `srv` extra arguments, client on A with `cli`; (server, client).

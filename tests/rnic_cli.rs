@@ -9,26 +9,10 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{StatFiles, require_root, wait_listening};
+use common::{StatFiles, netns_cmd, require_root, text, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
-
-fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.end(side).netns, BIN])
-        .args(args);
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// Server on B, client on A; returns (server output, client output).
 fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {

@@ -14,27 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{StatFiles, require_root, under_ci, wait_listening};
+use common::{StatFiles, netns_cmd, require_root, text, under_ci, wait_listening};
 use serde_json::Value;
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
-
-fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.end(side).netns, BIN])
-        .args(args);
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn scratch(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Child, Command, Output};
 use std::time::Duration;
 
 use etherparse::PacketBuilder;
@@ -12,6 +12,27 @@ use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
+
+/// The `xrnic` binary cargo built for these tests.
+pub const XRNIC: &str = env!("CARGO_BIN_EXE_xrnic");
+
+/// `xrnic ARGS` run in the network namespace of `side` of `pair`.
+pub fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &pair.end(side).netns, XRNIC])
+        .args(args);
+    c
+}
+
+/// A finished command's status and both outputs, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
 
 pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")

@@ -70,8 +70,8 @@ fn frames_from(pair: &VethPair, from: Side, frames: usize) -> Vec<Vec<u8>> {
     v
 }
 
-/// Poll `port` (yielding after each empty poll) until `want` frames with the lengths of
-/// `expect` arrived, in order.
+/// Poll `port` (yielding after each empty poll) until frames with the lengths of `expect`
+/// arrived, in order.
 fn receive(port: &mut XskPort, expect: &[Vec<u8>]) -> Result<(), String> {
     let mut got = 0usize;
     let mut bad = None;

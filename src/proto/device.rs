@@ -630,7 +630,7 @@ impl Rnic {
         // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
         let ext_buf;
         let ext = if info.exts.is_empty() {
-            &NO_EXT
+            &ExtHeaders::NONE
         } else {
             ext_buf = ext_headers(view, info);
             &ext_buf
@@ -976,7 +976,7 @@ fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
 
 /// The extension headers of an RC packet, read from the frame.
 fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
-    let mut x = NO_EXT;
+    let mut x = ExtHeaders::NONE;
     for e in info.exts.iter() {
         let Some(h) = view.ext_bytes(e) else { continue };
         match e {
@@ -992,15 +992,3 @@ fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
     }
     x
 }
-
-/// The extension headers of a packet that has none.
-static NO_EXT: ExtHeaders = ExtHeaders {
-    deth: None,
-    feth: None,
-    reth: None,
-    atomic: None,
-    immdt: None,
-    ieth: None,
-    aeth: None,
-    atomic_ack: None,
-};

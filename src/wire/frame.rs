@@ -108,6 +108,18 @@ pub struct ExtHeaders {
 }
 
 impl ExtHeaders {
+    /// No extended header (`Default`, usable in a `const` or `static`).
+    pub const NONE: ExtHeaders = ExtHeaders {
+        deth: None,
+        feth: None,
+        reth: None,
+        atomic: None,
+        immdt: None,
+        ieth: None,
+        aeth: None,
+        atomic_ack: None,
+    };
+
     /// The headers present, as `ExtSet` bits (CnpPad, which carries nothing, is left out).
     pub(super) fn present_bits(&self) -> u16 {
         let b = |present: bool, e: Ext| if present { e.bit() } else { 0 };

@@ -15,6 +15,9 @@
 //!   verbs step in this process (one device per
 //!   namespace on its own thread) that runs SEND, RDMA WRITE, RDMA READ, FETCH_ADD and
 //!   CMP_SWAP, checking every byte.
+//! - The capture starts and ends with a marker datagram (A to B's discard port) that must
+//!   reach the file, so no step's frames are lost to dumpcap's start-up or its last ring
+//!   block.
 //! - The capture (default `target/demo-wire.pcapng`, `--pcap`) is decoded with
 //!   [`crate::cli::decode`]: it must hold RoCE packets, all parsed, all with valid ICRCs.
 //! - Beside it, each device's own capture ([`crate::pcap_tap`], with the comments saying
@@ -341,6 +344,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
     );
 
     let capture = start_capture(&pair, &pcap)?;
+    sync_capture(&pair, &pcap, "start")?;
     let mut caps = RnicCaps::new(&pcap)?;
     let mut steps = Vec::new();
     let n = args.iters;
@@ -378,6 +382,7 @@ fn demo(args: &DemoArgs) -> Result<(), String> {
         );
         steps.push(s);
     }
+    sync_capture(&pair, &pcap, "end")?;
     let (roce, dropped) = stop_capture(capture)?;
     check_capture(&pcap, roce, dropped)?;
     caps.finish(&pcap)?;
@@ -441,11 +446,44 @@ fn start_capture(pair: &VethPair, pcap: &Path) -> Result<Capture, String> {
     }
 }
 
+/// Send a marker datagram from A to B's discard port and wait (bounded) until dumpcap has
+/// written it to `pcap`.
+///
+/// dumpcap prints "Capturing on" before libpcap opens the interface, and libpcap hands a
+/// TPACKET_V3 ring block over only when it is full or its timer retires it; so neither
+/// that line nor a fixed sleep before the stop proves a frame is in the file (a CI run
+/// lost the whole first step). The ring is read in order: once the marker is in the file,
+/// the capture is live (at the start) and every frame sent before it is there (at the
+/// end). Costs about half a second each time (dumpcap flushes its file every 500 ms).
+fn sync_capture(pair: &VethPair, pcap: &Path, when: &str) -> Result<(), String> {
+    let marker = format!("xrnic demo capture {when} {}", std::process::id());
+    let to = std::net::SocketAddr::from((pair.end(Side::B).ipv4, 9));
+    let sock = pair
+        .run_in(Side::A, || std::net::UdpSocket::bind("0.0.0.0:0"))
+        .and_then(|r| r)
+        .map_err(|e| format!("capture marker socket in {}: {e}", pair.end(Side::A).netns))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        sock.send_to(marker.as_bytes(), to)
+            .map_err(|e| format!("capture marker to {to}: {e}"))?;
+        std::thread::sleep(Duration::from_millis(250));
+        let written = std::fs::read(pcap).unwrap_or_default();
+        if written
+            .windows(marker.len())
+            .any(|w| w == marker.as_bytes())
+        {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "dumpcap did not write the {when} marker to {} within 10 s",
+        pcap.display()
+    ))
+}
+
 /// Stop dumpcap (SIGINT: it finishes the file) and return what it reports: packets
 /// captured and dropped.
 fn stop_capture(cap: Capture) -> Result<(u64, u64), String> {
-    // Let the last ACKs pass the bridge before stopping.
-    std::thread::sleep(Duration::from_millis(200));
     if let Some(p) = rustix::process::Pid::from_raw(cap.child.pid() as i32) {
         let _ = rustix::process::kill_process(p, rustix::process::Signal::INT);
     }

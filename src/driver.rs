@@ -269,6 +269,9 @@ pub struct DriverOptions {
     pub stat_interval: Duration,
     /// The device's network interface name, for the snapshot.
     pub netdev: String,
+    /// The interface's identity in its namespace, for the snapshot; none for a simulated
+    /// device, and the snapshot says `simulated`.
+    pub link: Option<LinkId>,
     /// Capture every frame received and sent into this pcapng file ([`crate::pcap_tap`]).
     pub pcap: Option<PathBuf>,
 }
@@ -282,6 +285,7 @@ impl Default for DriverOptions {
             stat_path: None,
             stat_interval: Duration::from_millis(500),
             netdev: String::new(),
+            link: None,
             pcap: None,
         }
     }
@@ -615,10 +619,38 @@ fn run(shared: &Shared, opts: &DriverOptions) {
     }
 }
 
+/// Which interface a snapshot was written for: its index and MAC address in its network
+/// namespace. A snapshot's file is named by the namespace's inode, and the kernel reuses
+/// the inode of a deleted namespace; a reader compares these with the interface it sees
+/// ([`crate::verbs::snapshot_is_here`]) so that a file left by a namespace that is gone is
+/// not taken for a device of the new one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct LinkId {
+    pub ifindex: u32,
+    /// `aa:bb:cc:dd:ee:ff`, as `ip link` prints it.
+    pub mac: String,
+}
+
+impl LinkId {
+    pub fn new(ifindex: u32, mac: [u8; 6]) -> LinkId {
+        LinkId {
+            ifindex,
+            mac: crate::verbs::netdev::mac_text(&mac),
+        }
+    }
+}
+
 /// The stat snapshot `xrnic stat` reads (see docs/rnic.md).
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct Snapshot {
     pub netdev: String,
+    /// The interface written for; absent for simulated devices (and in snapshots of older
+    /// xrnic versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkId>,
+    /// Written by a simulated device (no interface; [`crate::verbs::Device::open_sim_pair`]).
+    #[serde(default)]
+    pub simulated: bool,
     pub pid: u32,
     /// False in the last snapshot, written when the device closed.
     pub running: bool,
@@ -681,6 +713,8 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Sn
         .collect();
     Snapshot {
         netdev: opts.netdev.clone(),
+        link: opts.link.clone(),
+        simulated: opts.link.is_none(),
         pid: std::process::id(),
         running,
         written_at: std::time::SystemTime::now()

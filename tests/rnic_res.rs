@@ -310,6 +310,38 @@ fn res_shows_a_connected_pair_an_err_qp_json_and_the_closed_snapshot() {
         text(&o)
     );
 
+    // A snapshot a deleted namespace left under this namespace's inode (the kernel
+    // reuses them): written for an interface this namespace does not have, it is not
+    // listed, and asking for it by name says so.
+    let mine = pair
+        .run_in(Side::A, || {
+            xrnic::verbs::stat_file(Path::new(d), &ifa).unwrap()
+        })
+        .unwrap();
+    let mut left: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&mine).unwrap()).unwrap();
+    assert!(left["link"]["ifindex"].as_u64().is_some(), "{left}");
+    left["netdev"] = "gone0".into();
+    let gone = mine.with_file_name(mine.file_name().unwrap().to_string_lossy().replacen(
+        ifa.as_str(),
+        "gone0",
+        1,
+    ));
+    std::fs::write(&gone, left.to_string()).unwrap();
+    let o = xrnic(&pair, Side::A, &["res", "--json", "--dir", d]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("res --json");
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{}", text(&o));
+    assert_eq!(v[0]["dev"], format!("xrnic_{ifa}"));
+    for cmd in ["res", "stat"] {
+        let o = xrnic(&pair, Side::A, &[cmd, "--netdev", "gone0", "--dir", d]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("deleted network namespace"),
+            "{}",
+            text(&o)
+        );
+    }
+
     // Close: the verbs objects go first (each drop destroys its QP, MR, CQ), then the
     // driver writes its last snapshot, which lists nothing and says closed.
     drop((a, b));
@@ -322,6 +354,19 @@ fn res_shows_a_connected_pair_an_err_qp_json_and_the_closed_snapshot() {
         "{t}"
     );
     assert_eq!(out.lines().count(), 1, "{t}");
+    // The same file with another MAC is another interface's: not this namespace's device.
+    let mut other: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&mine).unwrap()).unwrap();
+    other["link"]["mac"] = "02:00:00:00:00:99".into();
+    std::fs::write(&mine, other.to_string()).unwrap();
+    std::fs::remove_file(&gone).unwrap();
+    let o = xrnic(&pair, Side::A, &["res", "--dir", d]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no xrnic device in this network namespace"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// Removes the default-directory snapshot of an interface (also when the test fails).

@@ -8,6 +8,9 @@
 //! ([`crate::verbs::stat_files`]), the way `rdma` lists every device. Each device starts
 //! with a line saying whether its snapshot is from a running device, the last one
 //! written on close, or stale (the writer is gone without closing), and how old it is.
+//! A snapshot whose interface identity (index, MAC) does not match the interface of that
+//! name here is not this namespace's ([`crate::verbs::snapshot_is_here`]): skipped in
+//! the listing, an error with `--netdev`.
 //! The object lines are [`Resources::qp_lines`] / [`mr_lines`](Resources::mr_lines) /
 //! [`cq_lines`](Resources::cq_lines), the same as `xrnic sim --res`, ending in the owner's
 //! `pid` and `comm`. Without an object: one summary line per device. `--json`: one JSON
@@ -165,11 +168,18 @@ pub fn to_json(devs: &[DeviceRes], object: Option<Object>) -> serde_json::Value 
 /// resource listing): listing every device skips those with a note instead of failing.
 const OLD_SNAPSHOT: &str = "this snapshot has no resource listing (written by an older xrnic)";
 
+/// The end of [`read_device`]'s message for a snapshot of an interface this namespace
+/// does not have ([`crate::verbs::snapshot_is_here`]): listing every device skips those.
+const NOT_HERE: &str = "written for an interface this network namespace does not have (left by a deleted network namespace whose inode was reused, or the interface is gone)";
+
 /// Read one snapshot file; the error is the message to print.
 pub fn read_device(path: &Path) -> Result<DeviceRes, String> {
     let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let snap: Snapshot = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a stat snapshot: {e}", path.display()))?;
+    if !crate::verbs::snapshot_is_here(&snap) {
+        return Err(format!("{}: {NOT_HERE}", path.display()));
+    }
     let Some(res) = snap.resources.clone() else {
         return Err(format!("{}: {OLD_SNAPSHOT}", path.display()));
     };
@@ -218,18 +228,13 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            if files.is_empty() {
-                eprintln!(
-                    "xrnic res: no xrnic device in this network namespace (no snapshot in {}); is an xrnic program running?",
-                    args.dir.display()
-                );
-                return ExitCode::FAILURE;
-            }
             for (_, path) in files {
                 match read_device(&path) {
                     Ok(d) => devs.push(d),
                     // Removed between listing and reading: that device is gone.
                     Err(_) if !path.exists() => {}
+                    // Not a device of this namespace at all.
+                    Err(e) if e.ends_with(NOT_HERE) => {}
                     // Another (older) xrnic's file says nothing about the devices asked
                     // for; one such leftover must not make the whole listing fail.
                     Err(e) if e.ends_with(OLD_SNAPSHOT) => {
@@ -240,6 +245,13 @@ pub fn run(args: &ResArgs) -> ExitCode {
                         failed = true;
                     }
                 }
+            }
+            if devs.is_empty() && !failed {
+                eprintln!(
+                    "xrnic res: no xrnic device in this network namespace (no snapshot of one in {}); is an xrnic program running?",
+                    args.dir.display()
+                );
+                return ExitCode::FAILURE;
             }
         }
     }
@@ -311,6 +323,8 @@ mod tests {
         };
         let snap = Snapshot {
             netdev: "eth0".into(),
+            link: None,
+            simulated: true,
             pid: 42,
             running,
             written_at: 100.0,
@@ -450,6 +464,43 @@ mod tests {
                 .contains("no resource listing")
         );
         assert!(read_device(&dir.join("none.json")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_snapshot_for_another_interface_of_the_same_name_is_not_this_namespaces() {
+        // Every network namespace has `lo`, index 1, MAC 00:00:00:00:00:00.
+        let dir = std::env::temp_dir().join(format!("xrnic-res-here-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut d = device(true, QpState::Rts);
+        d.snap.netdev = "lo".into();
+        d.snap.simulated = false;
+        for (name, ifindex, mac, here) in [
+            ("same", 1, [0u8; 6], true),
+            ("other-mac", 1, [2, 0, 0, 0, 0, 1], false),
+            ("other-index", 7, [0; 6], false),
+        ] {
+            d.snap.link = Some(crate::driver::LinkId::new(ifindex, mac));
+            let f = dir.join(format!("{name}.json"));
+            std::fs::write(&f, serde_json::to_vec(&d.snap).unwrap()).unwrap();
+            let r = read_device(&f);
+            assert_eq!(r.is_ok(), here, "{name}: {r:?}");
+            if !here {
+                assert!(r.unwrap_err().ends_with(NOT_HERE), "{name}");
+            }
+        }
+        // An interface this namespace does not have at all, with an identity or without
+        // (an older xrnic's snapshot); a simulated device's has no interface to check.
+        d.snap.netdev = "xrnic-gone0".into();
+        let f = dir.join("gone.json");
+        for link in [Some(crate::driver::LinkId::new(1, [0; 6])), None] {
+            d.snap.link = link;
+            std::fs::write(&f, serde_json::to_vec(&d.snap).unwrap()).unwrap();
+            assert!(read_device(&f).unwrap_err().ends_with(NOT_HERE));
+        }
+        d.snap.simulated = true;
+        std::fs::write(&f, serde_json::to_vec(&d.snap).unwrap()).unwrap();
+        assert!(read_device(&f).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

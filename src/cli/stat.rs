@@ -177,6 +177,13 @@ pub fn run(args: &StatArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !crate::verbs::snapshot_is_here(&snap) {
+        eprintln!(
+            "xrnic stat: no counters for {netdev}: {} was written for another interface of that name (left by a deleted network namespace whose inode was reused, or the interface is gone); is an xrnic program running on it?",
+            path.display()
+        );
+        return ExitCode::FAILURE;
+    }
     let alive = std::path::Path::new(&format!("/proc/{}", snap.pid)).exists();
     let out = if args.json {
         String::from_utf8_lossy(&text).into_owned() + "\n"
@@ -195,6 +202,8 @@ mod tests {
     #[test]
     fn render_lists_device_driver_and_qps() {
         let s = Snapshot {
+            link: None,
+            simulated: true,
             netdev: "eth0".into(),
             pid: 42,
             running: true,

@@ -356,6 +356,22 @@ pub fn stat_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, PathBuf
     Ok(out)
 }
 
+/// Whether `snap` was written for the interface of its name in the calling thread's
+/// network namespace: the same index and MAC address ([`crate::driver::LinkId`]). False
+/// for a file a deleted namespace left behind under an inode the kernel has since given to
+/// this one, or written for an interface since deleted. A simulated device's snapshot is
+/// taken as it is; one of an older xrnic (no identity) needs an interface of its name.
+pub fn snapshot_is_here(snap: &crate::driver::Snapshot) -> bool {
+    if snap.simulated {
+        return true;
+    }
+    match (crate::io::link::link_info(None, &snap.netdev), &snap.link) {
+        (Err(_), _) => false,
+        (Ok(_), None) => true,
+        (Ok(l), Some(id)) => crate::driver::LinkId::new(l.ifindex, l.mac) == *id,
+    }
+}
+
 /// Device attributes (`struct ibv_device_attr`, the fields xrnic has values for).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceAttr {
@@ -629,6 +645,7 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: netdev.to_string(),
+            link: Some(crate::driver::LinkId::new(nd.ifindex, nd.mac)),
             pcap: opts.pcap.clone(),
         };
         let rnic = engine(cfg, opts, line_rate_bps(netdev));
@@ -713,6 +730,7 @@ impl Device {
                 .transpose()?,
             stat_interval: opts.stat_interval,
             netdev: name.clone(),
+            link: None,
             pcap: opts.pcap.clone(),
         };
         let rnic = engine(cfg, opts, FALLBACK_LINE_RATE_BPS);

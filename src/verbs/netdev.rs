@@ -139,6 +139,12 @@ struct JsonLinkState {
     flags: Vec<String>,
 }
 
+/// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
+pub fn mac_text(mac: &[u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
 /// Read `ifname`'s facts in the calling thread's network namespace.
 pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
     let l = link::link_info(None, ifname).map_err(|e| {

@@ -73,10 +73,31 @@ impl std::fmt::Debug for RoceFilter {
     }
 }
 
+/// Whether a libbpf message goes to stderr. libbpf prints one line per refused attach,
+/// and [`RoceFilter::attach`] retries EBUSY for up to a second (a queue still being
+/// released): those lines would bury the one error we report at the end, so they go to
+/// `tracing` at debug level. Every other message is printed as libbpf would.
+fn libbpf_shows(msg: &str) -> bool {
+    !(msg.contains("failed to attach") && msg.contains("Device or resource busy"))
+}
+
+fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
+    if libbpf_shows(&msg) {
+        eprint!("{msg}");
+    } else {
+        tracing::debug!(target: "libbpf", "{}", msg.trim_end());
+    }
+}
+
 impl RoceFilter {
     /// Load the program and its maps into the kernel (not attached anywhere yet).
     pub fn load() -> Result<Self, Error> {
         super::sys::require_root("loading the XDP program")?;
+        // libbpf's own default level: warnings and information, not debug.
+        static PRINT: std::sync::Once = std::sync::Once::new();
+        PRINT.call_once(|| {
+            libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, libbpf_print)));
+        });
         let open = ObjectBuilder::default()
             .open_memory(OBJECT)
             .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
@@ -192,5 +213,23 @@ impl RoceFilter {
             .test_run(input)
             .map_err(|e| Error::Io(std::io::Error::other(format!("BPF_PROG_TEST_RUN: {e:#}"))))?;
         Ok(XdpAction::from(out.return_value))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_retried_busy_attach_lines_of_libbpf_are_kept_off_stderr() {
+        assert!(!libbpf_shows(
+            "libbpf: prog 'xrnic_filter': failed to attach to xdp: Device or resource busy\n"
+        ));
+        assert!(libbpf_shows(
+            "libbpf: prog 'xrnic_filter': failed to attach to xdp: Invalid argument\n"
+        ));
+        assert!(libbpf_shows(
+            "libbpf: prog 'xrnic_filter': BPF program load failed: Permission denied\n"
+        ));
     }
 }

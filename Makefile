@@ -7,6 +7,9 @@
 #                    every byte verified, the traffic captured and its ICRCs checked (root)
 #   make demo-decode build a capture of an RC exchange with the wire layer and decode it
 #   make test        build, all tests (tshark comparison included), clippy, rustfmt
+#   make test-loaded make test (as CI=true) with LOAD_HOGS busy loops (default: one per CPU)
+#                    competing for the CPUs: how races that only a slow CI machine hits
+#                    show up here (root, ~20 min on 2 cores)
 #   make bench-wire  wire-layer benchmarks (criterion)
 #   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root)
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
@@ -42,7 +45,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -75,6 +78,15 @@ test:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
+
+LOAD_HOGS ?= $(shell nproc)
+
+# The busy loops run at normal priority and are killed however the run ends.
+test-loaded:
+	@hogs=(); for _ in $$(seq $(LOAD_HOGS)); do (while :; do :; done) & hogs+=($$!); done; \
+	trap 'kill $${hogs[@]} 2>/dev/null' EXIT; \
+	echo "test-loaded: $(LOAD_HOGS) busy loops: $${hogs[*]}"; \
+	CI=true $(MAKE) --no-print-directory test
 
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)

@@ -454,7 +454,7 @@ fn start_capture(pair: &VethPair, pcap: &Path) -> Result<Capture, String> {
 /// that line nor a fixed sleep before the stop proves a frame is in the file (a CI run
 /// lost the whole first step). The ring is read in order: once the marker is in the file,
 /// the capture is live (at the start) and every frame sent before it is there (at the
-/// end). Costs about half a second each time (dumpcap flushes its file every 500 ms).
+/// end). Costs 0.5 to 1.5 s each time (dumpcap flushes its file every 500 ms).
 fn sync_capture(pair: &VethPair, pcap: &Path, when: &str) -> Result<(), String> {
     let marker = format!("xrnic demo capture {when} {}", std::process::id());
     let to = std::net::SocketAddr::from((pair.end(Side::B).ipv4, 9));

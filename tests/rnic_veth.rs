@@ -423,7 +423,16 @@ fn one_sided_traffic_needs_no_call_from_the_server_application() {
     );
     let c = b.qp.counters().unwrap();
     // 512 WRITE packets at path MTU 1024 and one READ request; nothing is lost on a veth.
-    assert_eq!(c.packets_received, 512 + 1, "{c:?}");
+    // A starved driver thread (a loaded CI machine) can let A's ACK timeout (67 ms) expire
+    // and A go back: B then sees those packets again, each counted as a duplicate.
+    assert_eq!(c.packets_received - c.duplicate_request, 512 + 1, "{c:?}");
+    if c.duplicate_request > 0 {
+        let ca = a.qp.counters().unwrap();
+        assert!(
+            ca.retransmitted_packets > 0,
+            "duplicates A never sent: {c:?} {ca:?}"
+        );
+    }
 }
 
 #[test]

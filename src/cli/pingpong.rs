@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 
 use crate::oob::pingpong::{PingpongDest, Server, client_exchange};
-use crate::proto::{Access, AttrMask, Mtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode};
+use crate::proto::{Access, AttrMask, Mtu, QpAttr, RecvWr, SendWr, WcStatus, WrOpcode};
 use crate::verbs::{self, ConnectOpts, DeviceOptions, Remote, netdev};
 use crate::wire::Psn;
 
@@ -208,17 +208,8 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
             sq_sig_all: false,
         })
         .map_err(e("Couldn't create QP"))?;
-    qp.modify(
-        &QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: Access::NONE,
-            pkey_index: 0,
-            port_num: 1,
-            ..QpAttr::default()
-        },
-        AttrMask::RC_INIT,
-    )
-    .map_err(e("Failed to modify QP to INIT"))?;
+    qp.modify(&QpAttr::rc_init(Access::NONE), AttrMask::RC_INIT)
+        .map_err(e("Failed to modify QP to INIT"))?;
     let recv_wr = RecvWr {
         wr_id: RECV_WRID,
         sg_list: vec![mr.sge(size, args.size)],

@@ -242,6 +242,20 @@ impl Default for QpAttr {
     }
 }
 
+impl QpAttr {
+    /// The attributes of an RC QP's RESET→INIT `modify` (mask [`AttrMask::RC_INIT`]): P_Key
+    /// index 0, port 1 and `access`, as ibv_rc_pingpong's `pp_init_ctx` sets them.
+    pub fn rc_init(access: Access) -> QpAttr {
+        QpAttr {
+            qp_state: QpState::Init,
+            qp_access_flags: access,
+            pkey_index: 0,
+            port_num: 1,
+            ..QpAttr::default()
+        }
+    }
+}
+
 /// Why `modify_qp` (or another verb) refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VerbsError {

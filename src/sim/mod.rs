@@ -648,13 +648,7 @@ impl Pair {
                 Side::B => (o.psn_b, o.psn_a),
             };
             let d = self.dev(s);
-            let mut attr = QpAttr {
-                qp_state: QpState::Init,
-                qp_access_flags: o.access,
-                pkey_index: 0,
-                port_num: 1,
-                ..QpAttr::default()
-            };
+            let mut attr = QpAttr::rc_init(o.access);
             d.modify_qp(me, &attr, AttrMask::RC_INIT)?;
             attr.qp_state = QpState::Rtr;
             attr.ah_attr = av;

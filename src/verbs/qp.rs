@@ -173,13 +173,7 @@ impl Qp {
         sgid_index: u8,
         o: &ConnectOpts,
     ) -> Result<()> {
-        let mut attr = QpAttr {
-            qp_state: QpState::Init,
-            qp_access_flags: o.access,
-            pkey_index: 0,
-            port_num: 1,
-            ..QpAttr::default()
-        };
+        let mut attr = QpAttr::rc_init(o.access);
         if self.query()?.qp_state == QpState::Reset {
             self.modify(&attr, AttrMask::RC_INIT)?;
         }

@@ -462,12 +462,23 @@ fn sync_capture(pair: &VethPair, pcap: &Path, when: &str) -> Result<(), String> 
         .run_in(Side::A, || std::net::UdpSocket::bind("0.0.0.0:0"))
         .and_then(|r| r)
         .map_err(|e| format!("capture marker socket in {}: {e}", pair.end(Side::A).netns))?;
+    // The file only grows: the marker lands after what is there now (tens of MB at the
+    // end of a demo, not worth reading again on every look).
+    let before = std::fs::metadata(pcap).map_or(0, |m| m.len());
+    let written_since = || -> std::io::Result<Vec<u8>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(pcap)?;
+        f.seek(SeekFrom::Start(before))?;
+        let mut tail = Vec::new();
+        f.read_to_end(&mut tail)?;
+        Ok(tail)
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         sock.send_to(marker.as_bytes(), to)
             .map_err(|e| format!("capture marker to {to}: {e}"))?;
         std::thread::sleep(Duration::from_millis(250));
-        let written = std::fs::read(pcap).unwrap_or_default();
+        let written = written_since().unwrap_or_default();
         if written
             .windows(marker.len())
             .any(|w| w == marker.as_bytes())

@@ -537,6 +537,9 @@ pub struct DeviceInfo {
     pub gids: Vec<Gid>,
     /// The type of each entry of `gids`.
     pub gid_types: Vec<GidType>,
+    /// A software device's AF_XDP buffer mode (single-buffer caps the MTU); `None` for an
+    /// RDMA device.
+    pub af_xdp: Option<afxdp::BufferMode>,
 }
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): no PCI vendor.
@@ -573,13 +576,22 @@ fn device_attr(mac: [u8; 6], max_qp_wr: u32) -> DeviceAttr {
     }
 }
 
-/// Query an interface the way [`Device::open`] would see it, without opening it.
+/// Query an interface the way [`Device::open`] would see it, without opening it: with
+/// the default port options' buffer mode ([`afxdp::BufferMode::for_options`]).
 pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
+    query_netdev_with(
+        ifname,
+        afxdp::BufferMode::for_options(&PortOptions::default()),
+    )
+}
+
+fn query_netdev_with(ifname: &str, mode: afxdp::BufferMode) -> Result<DeviceInfo> {
     let nd = netdev::probe(ifname)?;
-    let active = netdev::active_mtu(nd.mtu).ok_or_else(|| Error::MtuTooSmall {
-        ifname: ifname.to_string(),
-        mtu: nd.mtu,
-    })?;
+    let (max_mtu, active) =
+        netdev::port_mtus(nd.mtu, mode.max_frame()).ok_or_else(|| Error::MtuTooSmall {
+            ifname: ifname.to_string(),
+            mtu: nd.mtu,
+        })?;
     let gids = netdev::gid_table(nd.mac, &nd.addrs);
     let port = PortAttr {
         state: if nd.up {
@@ -587,7 +599,7 @@ pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
         } else {
             PortState::Down
         },
-        max_mtu: Mtu::Mtu4096,
+        max_mtu,
         active_mtu: active,
         netdev_mtu: nd.mtu,
         lid: 0,
@@ -603,6 +615,7 @@ pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
         gid_types: vec![GidType::RoceV2; gids.len()],
         gids,
         netdev: Some(nd),
+        af_xdp: Some(mode),
     })
 }
 
@@ -616,7 +629,7 @@ impl Device {
     /// [`Device::open`] with options.
     pub fn open_with(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
         afxdp::sys::require_root("opening an xrnic device (AF_XDP and XDP)")?;
-        let info = query_netdev(netdev)?;
+        let mut info = query_netdev_with(netdev, afxdp::BufferMode::for_options(&opts.port))?;
         let Some(nd) = info.netdev.clone() else {
             return Err(Error::Io(std::io::Error::other("no interface facts")));
         };
@@ -629,6 +642,10 @@ impl Device {
         }
         let ns = netdev::NetNs::current()?;
         let port = XskPort::open(netdev, opts.queue, opts.port)?;
+        if info.af_xdp.as_ref() != Some(port.buffer_mode()) {
+            // The bind itself fell back to single-buffer: cap the MTU for what it carries.
+            info = query_netdev_with(netdev, port.buffer_mode().clone())?;
+        }
         let cfg = Config {
             mac: nd.mac,
             gids: info.gids.clone(),

@@ -43,6 +43,23 @@ pub fn active_mtu(if_mtu: u32) -> Option<Mtu> {
     .find(|m| m.bytes() <= room)
 }
 
+/// Bytes of an untagged Ethernet header: an IP packet of MTU bytes is a frame of MTU + 14.
+pub const ETH_HLEN: u32 = 14;
+
+/// The port's (max MTU, active MTU) for an interface MTU when frames can be at most
+/// `max_frame` bytes (the AF_XDP port's limit): [`active_mtu`] of the interface MTU, both
+/// capped to what a `max_frame`-byte frame carries, as rxe caps its MTU to the netdev's.
+/// Multi-buffer (9216-byte frames): 4096 and the interface's; single-buffer (3840):
+/// 2048 at most. `None` when not even 256 bytes fit.
+pub fn port_mtus(if_mtu: u32, max_frame: usize) -> Option<(Mtu, Mtu)> {
+    let frame_mtu = u32::try_from(max_frame)
+        .unwrap_or(u32::MAX)
+        .saturating_sub(ETH_HLEN);
+    let max = active_mtu(frame_mtu)?;
+    let active = active_mtu(if_mtu.min(frame_mtu))?;
+    Some((max, active))
+}
+
 /// The modified EUI-64 interface identifier of a MAC (RFC 4291 appendix A): the U/L bit
 /// flipped and ff:fe in the middle. rxe's node GUID and default GID use it.
 pub fn eui64(mac: [u8; 6]) -> [u8; 8] {
@@ -231,6 +248,32 @@ mod tests {
         assert_eq!(active_mtu(336), Some(Mtu::Mtu256));
         assert_eq!(active_mtu(335), None);
         assert_eq!(active_mtu(0), None);
+    }
+
+    #[test]
+    fn single_buffer_frames_cap_the_mtu_at_2048() {
+        use crate::io::afxdp::{CHUNK_DATA, MAX_FRAME};
+        assert_eq!(
+            port_mtus(9000, MAX_FRAME),
+            Some((Mtu::Mtu4096, Mtu::Mtu4096))
+        );
+        assert_eq!(
+            port_mtus(1500, MAX_FRAME),
+            Some((Mtu::Mtu4096, Mtu::Mtu1024))
+        );
+        assert_eq!(
+            port_mtus(9000, CHUNK_DATA),
+            Some((Mtu::Mtu2048, Mtu::Mtu2048))
+        );
+        assert_eq!(
+            port_mtus(1500, CHUNK_DATA),
+            Some((Mtu::Mtu2048, Mtu::Mtu1024))
+        );
+        assert_eq!(port_mtus(300, CHUNK_DATA), None);
+        // The largest RoCE frame at the capped MTU fits a chunk: Ethernet, IPv6, UDP,
+        // BTH, RETH, the payload and the ICRC.
+        let (_, active) = port_mtus(9000, CHUNK_DATA).unwrap();
+        assert!(14 + 40 + 8 + 12 + 16 + active.bytes() as usize + 4 <= CHUNK_DATA);
     }
 
     #[test]

@@ -76,11 +76,10 @@ fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
         return;
     }
     let pair = VethPair::routed(1500).expect("routed pair");
-    let mut port = 18915;
-    for (gid, local, remote) in [
+    for (port, (gid, local, remote)) in (18915..).zip([
         ("1", "::ffff:192.0.2.1", "::ffff:192.0.2.65"),
         ("2", "fd00::a:1", "fd00::b:1"),
-    ] {
+    ]) {
         let args = [
             "rc-pingpong",
             "-g",
@@ -104,7 +103,6 @@ fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
                 "{t}"
             );
         }
-        port += 1;
     }
 }
 
@@ -114,8 +112,7 @@ fn perf_write_across_a_router_ipv4_and_ipv6() {
         return;
     }
     let pair = VethPair::routed(1500).expect("routed pair");
-    let mut port = 19915;
-    for gid in ["1", "2"] {
+    for (port, gid) in (19915..).zip(["1", "2"]) {
         let args = ["perf", "write", "-x", gid, "-n", "50", "--verify"];
         let (srv, cli) = run_pair(&pair, &args, port);
         for o in [&srv, &cli] {
@@ -126,6 +123,5 @@ fn perf_write_across_a_router_ipv4_and_ipv6() {
                 "{t}"
             );
         }
-        port += 1;
     }
 }

@@ -396,11 +396,15 @@ pub fn neighbour(netns: Option<&str>, ifname: &str, dst: IpAddr) -> io::Result<O
 /// apart (`mcast_solicit`, `retrans_time_ms`) before the entry goes FAILED.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Ask the kernel to resolve `dst` on `ifindex` (`NTF_USE`: `neigh_event_send`, which
-/// creates the entry when missing and sends the request); when the kernel refuses
-/// that, a datagram to the peer's discard port makes it resolve the address to send
-/// it.
-fn trigger_resolution(nl: &mut Rtnl, ifindex: u32, dst: IpAddr) {
+/// Ask the kernel to resolve `dst` on `ifindex` in the calling thread's namespace:
+/// `RTM_NEWNEIGH` with `NTF_USE` (`neigh_event_send`, which creates the entry when missing
+/// and sends the ARP request / neighbour solicitation). An error is the kernel's refusal.
+pub fn request_resolution(ifindex: u32, dst: IpAddr) -> io::Result<()> {
+    let mut nl = Rtnl::open()?;
+    request_resolution_on(&mut nl, ifindex, dst)
+}
+
+fn request_resolution_on(nl: &mut Rtnl, ifindex: u32, dst: IpAddr) -> io::Result<()> {
     let mut req = NeighbourMessage::default();
     req.header.family = family(dst);
     req.header.ifindex = ifindex;
@@ -408,11 +412,17 @@ fn trigger_resolution(nl: &mut Rtnl, ifindex: u32, dst: IpAddr) {
     req.header.kind = RouteType::Unicast;
     req.attributes
         .push(NeighbourAttribute::Destination(neigh_addr(dst)));
-    let r = nl.request(
+    nl.request(
         RouteNetlinkMessage::NewNeighbour(req),
         NLM_F_CREATE | NLM_F_ACK,
-    );
-    if let Err(e) = r {
+    )
+    .map(|_| ())
+}
+
+/// [`request_resolution`]; when the kernel refuses that, a datagram to the peer's discard
+/// port makes it resolve the address to send it.
+fn trigger_resolution(nl: &mut Rtnl, ifindex: u32, dst: IpAddr) {
+    if let Err(e) = request_resolution_on(nl, ifindex, dst) {
         tracing::debug!(%dst, error = %e, "RTM_NEWNEIGH NTF_USE refused; resolving through a UDP datagram");
         poke(ifindex, dst);
     }

@@ -16,7 +16,9 @@
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
 #                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
-#                    1024/4096, loss, RNR (root, ~12-15 min; CI runs it after make test)
+#                    1024/4096, loss, RNR; then xrnic inside two Debian 6.1 guests (no
+#                    iproute2, single-buffer AF_XDP) against xrnic and rxe, both roles
+#                    (root, ~20-25 min; CI runs it after make test)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
@@ -122,6 +124,7 @@ interop-rxe: interop-setup
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
+	interop/run-rxe-pair.sh -x -o target/interop/guest
 
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic

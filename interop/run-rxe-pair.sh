@@ -3,9 +3,12 @@
 # other, one scenario per boot, while the bridge is captured; each capture is then checked
 # with `xrnic decode --strict` (every RoCE packet parses and carries a valid ICRC).
 #
-#   interop/run-rxe-pair.sh [-o OUTDIR] [-l] [-s SPEC]... [SCENARIO-GLOB...]
+#   interop/run-rxe-pair.sh [-o OUTDIR] [-l] [-x] [-s SPEC]... [SCENARIO-GLOB...]
 #     -o OUTDIR  where captures, consoles and report.txt go (default interop/out/DATE)
 #     -l         list the scenarios and exit
+#     -x         xrnic inside the guests: the XRNIC_SCENARIOS list (xrnic to xrnic between
+#                the two guests, and xrnic against rxe in the other guest, both roles);
+#                the guests get the xrnic binary ($XRNIC) and the libraries it needs
 #     -s SPEC    run this scenario instead of the built-in list (repeatable); SPEC is
 #                'name|mtu|command[|client command[|client setup]]' as in SCENARIOS below
 #   e.g.  interop/run-rxe-pair.sh 'rc_pingpong*' write_bw_loss
@@ -27,7 +30,8 @@ H_IP4=192.0.2.100/24 H_IP6=fd00::100/64
 SCENARIO_TIMEOUT=${XRI_SCENARIO_TIMEOUT:-150}
 
 # name | link MTU | command (server side; the client adds the server's address) |
-# client command if it differs | client setup run before the client starts.
+# client command if it differs | client setup run before the client starts | server
+# setup run before the server starts.
 # $XR_GID4 / $XR_GID6 are the GID table indexes of the guest's IPv4 / IPv6 RoCE v2 GIDs
 # (found by the guest's init in sysfs); $XR_PEER4 is the server's IPv4 address.
 # shellcheck disable=SC2016  # expanded inside the guest, not here
@@ -56,18 +60,58 @@ SCENARIOS=(
 	'veth_endpoint_reach|9000|ibv_rc_pingpong -d rxe0 -g $XR_GID4 -s 64 -n 5||ping -c 2 -W 3 -s 8000 $XR_HOST4 && ping -c 2 -W 3 $XR_HOST6'
 )
 
+# xrnic inside the guests (-x): Debian's 6.1 kernel, so single-buffer AF_XDP (no
+# XDP_USE_SG before 6.6) with the MTU capped at 2048 (devinfo shows it), MTU 1500 only
+# (6.1's virtio_net refuses native XDP above about 3.5 KB and xrnic has no generic-XDP
+# fallback yet), and no iproute2: each xrnic side
+# first removes /usr/bin/ip and /usr/bin/tc (busybox's applets stay, without -j), so xrnic
+# has only netlink. xrnic's GID indexes are 1 (IPv4-mapped) and 2 (fd00::) on eth0.
+# The rxe sides verify nothing themselves: xrnic's --verify-stock checks that every byte
+# the stock peer put in its buffer is the peer's (write / send server, read client);
+# --verify on an atomic server checks each counter's FETCH_AND_ADD count.
+# shellcheck disable=SC2016  # expanded inside the guest, not here
+NOIP='rm -f /usr/bin/ip /usr/bin/tc'
+# The server side also prints what devinfo says (the capped MTU and why).
+XSETUP="$NOIP; xrnic devinfo --netdev eth0"
+XR_PP='xrnic rc-pingpong --netdev eth0 --verify'
+XR_PERF='xrnic perf --netdev eth0'
+# shellcheck disable=SC2016
+XRNIC_SCENARIOS=(
+	# xrnic (A, server) to xrnic (B, client).
+	"xx_pingpong_v4_s4096|1500|$XR_PP -g 1 -s 4096 -n 20||$NOIP|$XSETUP"
+	"xx_pingpong_v6_s65536|1500|$XR_PP -g 2 -s 65536 -n 10||$NOIP|$XSETUP"
+	"xx_write_v4|1500|$XR_PERF write -x 1 -s 65536 -n 100 --verify||$NOIP|$XSETUP"
+	"xx_read_v6|1500|$XR_PERF read -x 2 -s 65536 -n 100 --verify||$NOIP|$XSETUP"
+	"xx_send_v4|1500|$XR_PERF send -x 1 -s 65536 -n 100 --verify||$NOIP|$XSETUP"
+	"xx_atomic_v4|1500|$XR_PERF atomic -x 1 -A FETCH_AND_ADD -n 500 --verify||$NOIP|$XSETUP"
+	# xrnic in A (server) against rxe in B (client).
+	"xs_pingpong_v4_s65536|1500|$XR_PP -g 1 -s 65536 -n 10|ibv_rc_pingpong -d rxe0 -g \$XR_GID4 -s 65536 -n 10 \$XR_PEER4||$XSETUP"
+	"xs_write_v4|1500|$XR_PERF write -x 1 -s 65536 -n 100 --verify-stock|ib_write_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100 \$XR_PEER4||$XSETUP"
+	"xs_read_v4|1500|$XR_PERF read -x 1 -s 65536 -n 100|ib_read_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100 \$XR_PEER4||$XSETUP"
+	"xs_send_v4|1500|$XR_PERF send -x 1 -s 65536 -n 100 --verify-stock|ib_send_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100 \$XR_PEER4||$XSETUP"
+	"xs_atomic_v4|1500|$XR_PERF atomic -x 1 -A FETCH_AND_ADD -n 500 --verify|ib_atomic_bw -d rxe0 -x \$XR_GID4 -F -A FETCH_AND_ADD -n 500 \$XR_PEER4||$XSETUP"
+	# rxe in A (server) against xrnic in B (client).
+	"xc_pingpong_v6_s4096|1500|ibv_rc_pingpong -d rxe0 -g \$XR_GID6 -s 4096 -n 20|$XR_PP -g 2 -s 4096 -n 20 \$XR_PEER4|$NOIP"
+	"xc_write_v4|1500|ib_write_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100|$XR_PERF write -x 1 -s 65536 -n 100 \$XR_PEER4|$NOIP"
+	"xc_read_v4|1500|ib_read_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100|$XR_PERF read -x 1 -s 65536 -n 100 --verify-stock \$XR_PEER4|$NOIP"
+	"xc_send_v4|1500|ib_send_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100|$XR_PERF send -x 1 -s 65536 -n 100 \$XR_PEER4|$NOIP"
+	"xc_atomic_v4|1500|ib_atomic_bw -d rxe0 -x \$XR_GID4 -F -A FETCH_AND_ADD -n 500|$XR_PERF atomic -x 1 -A FETCH_AND_ADD -n 500 \$XR_PEER4|$NOIP"
+)
+
 usage() {
-	sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,19s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
 OUT=
 LIST=
 CUSTOM=()
-while getopts "o:ls:h" opt; do
+IN_GUEST=
+while getopts "o:lxs:h" opt; do
 	case $opt in
 	o) OUT=$OPTARG ;;
 	l) LIST=1 ;;
+	x) IN_GUEST=1 ;;
 	s) CUSTOM+=("$OPTARG") ;;
 	*) usage ;;
 	esac
@@ -75,6 +119,7 @@ done
 shift $((OPTIND - 1))
 PATTERNS=("$@")
 ((${#PATTERNS[@]})) || PATTERNS=('*')
+[[ -z $IN_GUEST ]] || SCENARIOS=("${XRNIC_SCENARIOS[@]}")
 if ((${#CUSTOM[@]})); then
 	for spec in "${CUSTOM[@]}"; do
 		IFS='|' read -r n m c _ <<<"$spec"
@@ -114,6 +159,22 @@ fi
 
 xri_guest_init
 xri_log "kernel $XRI_KVER, base image $(basename "$XRI_BASE"), output in $OUT"
+if [[ -n $IN_GUEST ]]; then
+	# One more archive (XRI_GUEST_EXTRA of guest.sh): xrnic in /usr/bin and the libraries
+	# `ldd` lists that the base image lacks. Only files: a directory entry would replace
+	# the base image's (e.g. the /lib symlink).
+	stage=$(mktemp -d /tmp/xri-xrnic.XXXXXX)
+	xri_on_exit rm -rf "$stage"
+	mkdir -p "$stage/usr/bin" "$stage/usr/lib/x86_64-linux-gnu"
+	objcopy --strip-debug "$XRNIC" "$stage/usr/bin/xrnic"
+	base_files=$(zcat "$XRI_BASE" | cpio -t --quiet 2>/dev/null)
+	for lib in $(ldd "$XRNIC" | awk '$3 ~ /^\// { print $3 }' | sort -u); do
+		name=$(basename "$lib")
+		grep -q "/$name\$" <<<"$base_files" || cp -L "$lib" "$stage/usr/lib/x86_64-linux-gnu/$name"
+	done
+	(cd "$stage" && find . -type f | cpio -o -H newc --quiet -R 0:0) >"$OUT/extra.cpio"
+	export XRI_GUEST_EXTRA=$OUT/extra.cpio
+fi
 xri_net_create 1500
 xri_net_add_tap tapA 1500
 xri_net_add_tap tapB 1500
@@ -151,7 +212,7 @@ check_capture() {
 RESULTS=()
 FAILED=0
 for entry in "${SCENARIOS[@]}"; do
-	IFS='|' read -r name mtu cmd client_cmd setup <<<"$entry"
+	IFS='|' read -r name mtu cmd client_cmd setup server_setup <<<"$entry"
 	selected "$name" || continue
 	client_cmd=${client_cmd:-"$cmd \$XR_PEER4"}
 	dir=$OUT/$name
@@ -161,7 +222,7 @@ for entry in "${SCENARIOS[@]}"; do
 	xri_ns ip link set tapB mtu "$mtu"
 	xri_ns ip link set h1 mtu "$mtu"
 	ip netns exec "$XRI_NS-h1" ip link set eth0 mtu "$mtu"
-	write_scenario "$dir/server.sh" server "$cmd" ""
+	write_scenario "$dir/server.sh" server "$cmd" "${server_setup:-}"
 	write_scenario "$dir/client.sh" client "$client_cmd" "$setup"
 
 	xri_log "scenario $name (MTU $mtu)"

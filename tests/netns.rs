@@ -117,6 +117,45 @@ fn neighbour_table_is_read_after_ping() {
     assert!(link::link_info(Some(&a.netns), "nonexistent0").is_err());
 }
 
+/// A missing neighbour is resolved the way the kernel does it for rxe: the kernel
+/// accepts `RTM_NEWNEIGH` + `NTF_USE` (no fallback taken) and the entry it resolves
+/// arrives as a netlink notification, for IPv4 (ARP) and IPv6 (ND).
+#[test]
+fn the_kernel_resolves_a_neighbour_asked_for_over_netlink() {
+    if !require_root("the_kernel_resolves_a_neighbour_asked_for_over_netlink") {
+        return;
+    }
+    let pair = VethPair::new(1500).unwrap();
+    let a = pair.end(Side::A).clone();
+    let b_mac = pair.end(Side::B).mac;
+    for dst in ["192.0.2.2", "fd00::2"] {
+        let dst: IpAddr = dst.parse().unwrap();
+        let mac = pair
+            .run_in(Side::A, || {
+                let idx = link::link_info(None, &a.ifname).unwrap().ifindex;
+                assert_eq!(link::neighbour(None, &a.ifname, dst).unwrap(), None);
+                link::request_resolution(idx, dst).expect("RTM_NEWNEIGH NTF_USE accepted");
+                link::resolve_neighbour(&a.ifname, idx, dst, link::RESOLVE_TIMEOUT)
+            })
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{dst}: {e}"));
+        assert_eq!(mac, b_mac, "{dst}");
+    }
+    // Nobody has this address: a bounded, clear error.
+    let nobody: IpAddr = "192.0.2.77".parse().unwrap();
+    let e = pair
+        .run_in(Side::A, || {
+            let idx = link::link_info(None, &a.ifname).unwrap().ifindex;
+            link::resolve_neighbour(&a.ifname, idx, nobody, link::RESOLVE_TIMEOUT)
+        })
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("no neighbour entry for 192.0.2.77"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_second_port_on_the_same_interface_is_refused_clearly() {
     if !require_root("a_second_port_on_the_same_interface_is_refused_clearly") {

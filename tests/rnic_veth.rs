@@ -11,6 +11,7 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use common::require_root;
+use xrnic::io::afxdp::PortOptions;
 use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, RecvWr, Remote,
@@ -233,9 +234,13 @@ fn every_operation(a: &End, b: &End, len: usize) {
 }
 
 fn run_pair(mtu: u32, path_mtu: Mtu, gid_indexes: &[u8], len: usize) {
+    run_pair_with(mtu, path_mtu, gid_indexes, len, &DeviceOptions::default());
+}
+
+fn run_pair_with(mtu: u32, path_mtu: Mtu, gid_indexes: &[u8], len: usize, opts: &DeviceOptions) {
     let pair = VethPair::new(mtu).expect("veth pair");
-    let da = open(&pair, Side::A, &DeviceOptions::default());
-    let db = open(&pair, Side::B, &DeviceOptions::default());
+    let da = open(&pair, Side::A, opts);
+    let db = open(&pair, Side::B, opts);
     assert_eq!(da.query_port().active_mtu, path_mtu, "active MTU on {mtu}");
     for &gi in gid_indexes {
         let a = end(da.clone());
@@ -283,6 +288,55 @@ fn every_operation_pmtu4096_on_a_9000_veth() {
     if require_root("every_operation_pmtu4096_on_a_9000_veth") {
         run_pair(9000, Mtu::Mtu4096, &[1, 2], 65_536);
     }
+}
+
+/// The single-buffer path a kernel before 6.6 takes (no `XDP_USE_SG`), forced here: on a
+/// 9000 link the port offers 2048 (a frame must fit one 4 KiB chunk) instead of 4096,
+/// refuses a 4096 path MTU, and carries every operation at 2048 with 64 KiB messages.
+#[test]
+fn single_buffer_port_caps_the_mtu_at_2048_and_carries_every_operation() {
+    if !require_root("single_buffer_port_caps_the_mtu_at_2048_and_carries_every_operation") {
+        return;
+    }
+    let single = DeviceOptions {
+        port: PortOptions {
+            single_buffer: true,
+            ..PortOptions::default()
+        },
+        ..DeviceOptions::default()
+    };
+    {
+        let pair = VethPair::new(9000).expect("veth pair");
+        let multi = open(&pair, Side::A, &DeviceOptions::default());
+        assert_eq!(multi.query_port().max_mtu, Mtu::Mtu4096);
+        assert_eq!(multi.query_port().active_mtu, Mtu::Mtu4096);
+        drop(multi);
+        let da = open(&pair, Side::A, &single);
+        let db = open(&pair, Side::B, &single);
+        assert_eq!(da.query_port().max_mtu, Mtu::Mtu2048);
+        assert_eq!(da.query_port().active_mtu, Mtu::Mtu2048);
+        let (a, b) = (end(da), end(db));
+        let e =
+            a.qp.connect(
+                &Remote {
+                    qpn: b.qp.qp_num(),
+                    psn: 0,
+                    gid: b.dev.query_gid(1).unwrap(),
+                },
+                0,
+                1,
+                &ConnectOpts {
+                    path_mtu: Mtu::Mtu4096,
+                    ..ConnectOpts::default()
+                },
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds the port's active MTU 2048"),
+            "{e}"
+        );
+    }
+    run_pair_with(9000, Mtu::Mtu2048, &[1, 2], 65_536, &single);
 }
 
 #[test]

@@ -16,6 +16,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use crate::io::afxdp::BufferMode;
 use crate::proto::Mtu;
 use crate::verbs::{self, DeviceInfo, netdev, query_netdev};
 
@@ -114,6 +115,15 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
     let _ = writeln!(s, "\t\t\tport_lid:\t\t{}", p.lid);
     let _ = writeln!(s, "\t\t\tport_lmc:\t\t0x00");
     let _ = writeln!(s, "\t\t\tlink_layer:\t\tEthernet");
+    // Not an ibv_devinfo field: said only when the AF_XDP port limits the MTU.
+    if let Some(BufferMode::Single { why }) = &d.af_xdp {
+        let _ = writeln!(
+            s,
+            "\t\t\taf_xdp:\t\t\tsingle-buffer, frames up to {} bytes, max_mtu capped at {} ({why})",
+            BufferMode::Single { why: why.clone() }.max_frame(),
+            p.max_mtu.bytes()
+        );
+    }
     if verbose {
         let _ = writeln!(s, "\t\t\tmax_msg_sz:\t\t0x{:x}", p.max_msg_sz);
         // IB_PORT_IP_BASED_GIDS (bit 26): GIDs are IP addresses, as for every RoCE port.
@@ -259,7 +269,27 @@ mod tests {
             },
             gid_types: vec![GidType::RoceV2; gids.len()],
             gids,
+            af_xdp: Some(BufferMode::Multi),
         }
+    }
+
+    #[test]
+    fn a_single_buffer_port_says_why_its_mtu_is_capped() {
+        let mut d = sample();
+        d.port.max_mtu = Mtu::Mtu2048;
+        d.af_xdp = Some(BufferMode::Single {
+            why: "kernel 6.1.0 has no AF_XDP multi-buffer (XDP_USE_SG, Linux 6.6+)".into(),
+        });
+        let t = render(&d, false);
+        assert!(t.contains("\t\t\tmax_mtu:\t\t2048 (4)\n"), "{t}");
+        assert!(
+            t.contains(
+                "\t\t\tlink_layer:\t\tEthernet\n\t\t\taf_xdp:\t\t\tsingle-buffer, frames up to 3840 \
+                 bytes, max_mtu capped at 2048 (kernel 6.1.0 has no AF_XDP multi-buffer \
+                 (XDP_USE_SG, Linux 6.6+))\n"
+            ),
+            "{t}"
+        );
     }
 
     #[test]

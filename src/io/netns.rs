@@ -11,6 +11,14 @@
 //! AF_XDP receives frames in the XDP hook, before the kernel's packet taps, and transmits
 //! them with `__dev_direct_xmit`, which skips the taps too.
 //!
+//! [`VethPair::routed`] puts a router there instead: A and B on two subnets
+//! (192.0.2.0/26 and 192.0.2.64/26, fd00::a:0/112 and fd00::b:0/112), forwarding on in the
+//! middle, default routes through it, so the peer is reached through a next hop.
+//!
+//! This harness (for tests, benchmarks and `xrnic demo`) builds namespaces and links with
+//! iproute2's `ip`; it is the one part of the library that runs a program, and nothing
+//! on a device's path uses it ([`super::link`] reads the kernel over rtnetlink).
+//!
 //! Code runs inside a namespace on a fresh thread that first calls setns(2)
 //! ([`VethPair::run_in`]): sockets and XDP attachments created there stay bound to that
 //! namespace when the values move back to the caller's thread. Commands run through
@@ -60,6 +68,20 @@ const BRIDGE: &str = "br0";
 const PORT_A: &str = "to-a";
 const PORT_B: &str = "to-b";
 
+/// The router's IPv4 and IPv6 addresses towards A and towards B ([`VethPair::routed`]).
+pub const ROUTER_A: (&str, &str) = ("192.0.2.62", "fd00::a:ff");
+pub const ROUTER_B: (&str, &str) = ("192.0.2.126", "fd00::b:ff");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Topology {
+    /// One veth pair between A and B.
+    Direct,
+    /// A bridge in a third namespace ([`VethPair::observed`]).
+    Bridged,
+    /// A router in a third namespace ([`VethPair::routed`]).
+    Routed,
+}
+
 fn run(cmd: &mut Command) -> io::Result<Output> {
     let out = cmd.output().map_err(|e| {
         io::Error::new(
@@ -90,14 +112,23 @@ impl VethPair {
     /// Create the namespaces, the veth pair with `mtu` on both ends, and the addresses.
     /// Needs root.
     pub fn new(mtu: u32) -> io::Result<Self> {
-        Self::build(mtu, false)
+        Self::build(mtu, Topology::Direct)
     }
 
     /// Like [`VethPair::new`], but A and B are each joined by a veth pair to a bridge in a
     /// third namespace, where [`VethPair::observer`] can be captured. Same addresses,
     /// same MTU everywhere; A and B are still neighbours on one Ethernet segment.
     pub fn observed(mtu: u32) -> io::Result<Self> {
-        Self::build(mtu, true)
+        Self::build(mtu, Topology::Bridged)
+    }
+
+    /// A and B on two subnets, joined through a router in a third namespace:
+    /// A `192.0.2.1/26`, `fd00::a:1/112`; B `192.0.2.65/26`, `fd00::b:1/112`; the router
+    /// [`ROUTER_A`] towards A and [`ROUTER_B`] towards B, forwarding both families, and
+    /// A's and B's default routes through it. The peer is not on the link: its MAC is
+    /// the router's, and IP TTL / hop limit drop by one on the way.
+    pub fn routed(mtu: u32) -> io::Result<Self> {
+        Self::build(mtu, Topology::Routed)
     }
 
     /// The namespace and interface where a capture sees the traffic of both directions
@@ -113,7 +144,7 @@ impl VethPair {
         v
     }
 
-    fn build(mtu: u32, observed: bool) -> io::Result<Self> {
+    fn build(mtu: u32, topo: Topology) -> io::Result<Self> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let mk = |side: char, ipv4: Ipv4Addr, ipv6: Ipv6Addr| End {
@@ -126,27 +157,47 @@ impl VethPair {
             ipv4,
             ipv6,
         };
+        let routed = topo == Topology::Routed;
+        let (ip_a, ip_b, prefix4, prefix6) = if routed {
+            (
+                (
+                    Ipv4Addr::new(192, 0, 2, 1),
+                    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0xa, 1),
+                ),
+                (
+                    Ipv4Addr::new(192, 0, 2, 65),
+                    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0xb, 1),
+                ),
+                26,
+                112,
+            )
+        } else {
+            (
+                (
+                    Ipv4Addr::new(192, 0, 2, 1),
+                    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+                ),
+                (
+                    Ipv4Addr::new(192, 0, 2, 2),
+                    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+                ),
+                24,
+                64,
+            )
+        };
         let mut pair = VethPair {
-            a: mk(
-                'a',
-                Ipv4Addr::new(192, 0, 2, 1),
-                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-            ),
-            b: mk(
-                'b',
-                Ipv4Addr::new(192, 0, 2, 2),
-                Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-            ),
+            a: mk('a', ip_a.0, ip_a.1),
+            b: mk('b', ip_b.0, ip_b.1),
             mtu,
-            middle: observed.then(|| format!("xrnic-{pid}-{n}-m")),
+            middle: (topo != Topology::Direct).then(|| format!("xrnic-{pid}-{n}-m")),
         };
         // From here on, Drop removes whatever was created, also on an early return.
         ip(&["netns", "add", &pair.a.netns])?;
         ip(&["netns", "add", &pair.b.netns])?;
-        if let Some(m) = pair.middle.clone() {
-            pair.link_through_bridge(&m)?;
-        } else {
-            pair.link_direct()?;
+        match (topo, pair.middle.clone()) {
+            (Topology::Bridged, Some(m)) => pair.link_through_bridge(&m)?,
+            (Topology::Routed, Some(m)) => pair.link_through_router(&m)?,
+            _ => pair.link_direct()?,
         }
         for end in [&pair.a, &pair.b] {
             let ns = end.netns.as_str();
@@ -156,7 +207,7 @@ impl VethPair {
                 ns,
                 "addr",
                 "add",
-                &format!("{}/24", end.ipv4),
+                &format!("{}/{prefix4}", end.ipv4),
                 "dev",
                 &end.ifname,
             ])?;
@@ -166,12 +217,19 @@ impl VethPair {
                 ns,
                 "addr",
                 "add",
-                &format!("{}/64", end.ipv6),
+                &format!("{}/{prefix6}", end.ipv6),
                 "dev",
                 &end.ifname,
                 "nodad",
             ])?;
             ip(&["-n", ns, "link", "set", &end.ifname, "up"])?;
+        }
+        if routed {
+            for (end, (gw4, gw6)) in [(&pair.a, ROUTER_A), (&pair.b, ROUTER_B)] {
+                let ns = end.netns.as_str();
+                ip(&["-n", ns, "route", "add", "default", "via", gw4])?;
+                ip(&["-6", "-n", ns, "route", "add", "default", "via", gw6])?;
+            }
         }
         pair.a.mac = super::link::mac_of(&pair.a.netns, &pair.a.ifname)?;
         pair.b.mac = super::link::mac_of(&pair.b.netns, &pair.b.ifname)?;
@@ -245,6 +303,62 @@ impl VethPair {
         }
         ip(&["-n", m, "link", "set", BRIDGE, "up"])?;
         Ok(())
+    }
+
+    /// The router of a routed pair: forwarding on, an interface towards each end with
+    /// the router's addresses of that subnet.
+    fn link_through_router(&self, m: &str) -> io::Result<()> {
+        let mtu = self.mtu.to_string();
+        ip(&["netns", "add", m])?;
+        ip(&["-n", m, "link", "set", "lo", "up"])?;
+        for (end, port, (gw4, gw6)) in [(&self.a, PORT_A, ROUTER_A), (&self.b, PORT_B, ROUTER_B)] {
+            ip(&[
+                "link",
+                "add",
+                &end.ifname,
+                "netns",
+                &end.netns,
+                "mtu",
+                &mtu,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                port,
+                "netns",
+                m,
+                "mtu",
+                &mtu,
+            ])?;
+            ip(&["-n", m, "addr", "add", &format!("{gw4}/26"), "dev", port])?;
+            ip(&[
+                "-n",
+                m,
+                "addr",
+                "add",
+                &format!("{gw6}/112"),
+                "dev",
+                port,
+                "nodad",
+            ])?;
+            ip(&["-n", m, "link", "set", port, "up"])?;
+        }
+        // /proc/sys/net is the reading (here: writing) thread's namespace.
+        let path = format!("/run/netns/{m}");
+        let ns = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        std::thread::scope(|s| {
+            s.spawn(|| -> io::Result<()> {
+                move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(LinkNameSpaceType::Network),
+                )
+                .map_err(io::Error::from)?;
+                std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")?;
+                std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+            })
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("forwarding thread panicked")))
+        })
     }
 
     pub fn end(&self, side: Side) -> &End {

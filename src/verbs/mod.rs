@@ -537,6 +537,9 @@ pub struct DeviceInfo {
     pub gids: Vec<Gid>,
     /// The type of each entry of `gids`.
     pub gid_types: Vec<GidType>,
+    /// A software device's AF_XDP buffer mode (single-buffer caps the MTU); `None` for an
+    /// RDMA device.
+    pub af_xdp: Option<afxdp::BufferMode>,
 }
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): no PCI vendor.
@@ -573,13 +576,22 @@ fn device_attr(mac: [u8; 6], max_qp_wr: u32) -> DeviceAttr {
     }
 }
 
-/// Query an interface the way [`Device::open`] would see it, without opening it.
+/// Query an interface the way [`Device::open`] would see it, without opening it: with
+/// the default port options' buffer mode ([`afxdp::BufferMode::for_options`]).
 pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
+    query_netdev_with(
+        ifname,
+        afxdp::BufferMode::for_options(&PortOptions::default()),
+    )
+}
+
+fn query_netdev_with(ifname: &str, mode: afxdp::BufferMode) -> Result<DeviceInfo> {
     let nd = netdev::probe(ifname)?;
-    let active = netdev::active_mtu(nd.mtu).ok_or_else(|| Error::MtuTooSmall {
-        ifname: ifname.to_string(),
-        mtu: nd.mtu,
-    })?;
+    let (max_mtu, active) =
+        netdev::port_mtus(nd.mtu, mode.max_frame()).ok_or_else(|| Error::MtuTooSmall {
+            ifname: ifname.to_string(),
+            mtu: nd.mtu,
+        })?;
     let gids = netdev::gid_table(nd.mac, &nd.addrs);
     let port = PortAttr {
         state: if nd.up {
@@ -587,7 +599,7 @@ pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
         } else {
             PortState::Down
         },
-        max_mtu: Mtu::Mtu4096,
+        max_mtu,
         active_mtu: active,
         netdev_mtu: nd.mtu,
         lid: 0,
@@ -603,6 +615,7 @@ pub fn query_netdev(ifname: &str) -> Result<DeviceInfo> {
         gid_types: vec![GidType::RoceV2; gids.len()],
         gids,
         netdev: Some(nd),
+        af_xdp: Some(mode),
     })
 }
 
@@ -616,7 +629,7 @@ impl Device {
     /// [`Device::open`] with options.
     pub fn open_with(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
         afxdp::sys::require_root("opening an xrnic device (AF_XDP and XDP)")?;
-        let info = query_netdev(netdev)?;
+        let mut info = query_netdev_with(netdev, afxdp::BufferMode::for_options(&opts.port))?;
         let Some(nd) = info.netdev.clone() else {
             return Err(Error::Io(std::io::Error::other("no interface facts")));
         };
@@ -629,6 +642,10 @@ impl Device {
         }
         let ns = netdev::NetNs::current()?;
         let port = XskPort::open(netdev, opts.queue, opts.port)?;
+        if info.af_xdp.as_ref() != Some(port.buffer_mode()) {
+            // The bind itself fell back to single-buffer: cap the MTU for what it carries.
+            info = query_netdev_with(netdev, port.buffer_mode().clone())?;
+        }
         let cfg = Config {
             mac: nd.mac,
             gids: info.gids.clone(),
@@ -890,38 +907,45 @@ impl Device {
     }
 
     /// The hop limit the kernel's routing gives packets to `gid` from this device's
-    /// interface: `net.ipv4.ip_default_ttl` or `net.ipv6.conf.IF.hop_limit` of its network
-    /// namespace (what `ip4_dst_hoplimit` / `ip6_dst_hoplimit` return without a route
-    /// metric); 64, the kernel's default, on the simulated link or when unreadable.
+    /// interface: the route's hop-limit metric when it has one, else
+    /// `net.ipv4.ip_default_ttl` or `net.ipv6.conf.IF.hop_limit` of its network namespace
+    /// (what `ip4_dst_hoplimit` / `ip6_dst_hoplimit` return); 64, the kernel's default, on
+    /// the simulated link or when unreadable.
     pub fn route_hop_limit(&self, gid: &Gid) -> u8 {
-        const DEFAULT: u8 = 64;
         let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
             // The kernel picks it for a hardware RNIC (ib_resolve_eth_dmac).
-            return DEFAULT;
+            return DEFAULT_HOP_LIMIT;
         };
         match addressing {
-            Addressing::Netdev { ns, ifname, .. } => {
-                let path = if gid_is_ipv4(gid) {
-                    "/proc/sys/net/ipv4/ip_default_ttl".to_string()
-                } else {
-                    format!("/proc/sys/net/ipv6/conf/{ifname}/hop_limit")
-                };
-                // /proc/sys/net shows the network namespace of the reading thread.
-                ns.run(|| std::fs::read_to_string(&path))
-                    .ok()
-                    .and_then(|r| r.ok())
-                    .and_then(|t| t.trim().parse::<u8>().ok())
-                    .filter(|&h| h > 0)
-                    .unwrap_or(DEFAULT)
-            }
-            Addressing::Sim { .. } => DEFAULT,
+            Addressing::Netdev {
+                ns,
+                ifname,
+                ifindex,
+            } => ns
+                .run(|| {
+                    crate::io::link::route_to(netdev::gid_ip(gid), None, Some(*ifindex))
+                        .ok()
+                        .and_then(|r| r.hop_limit)
+                        .unwrap_or_else(|| sysctl_hop_limit(gid, ifname))
+                })
+                .unwrap_or(DEFAULT_HOP_LIMIT),
+            Addressing::Sim { .. } => DEFAULT_HOP_LIMIT,
         }
     }
 
-    /// The MAC for `gid`, from the neighbour table (resolving it through the kernel when
-    /// missing) or, on the simulated link, from the peer's addresses.
+    /// The MAC for `gid` (see [`Device::resolve_path`]).
     pub fn resolve_dmac(&self, gid: &Gid) -> Result<[u8; 6]> {
-        let ip = netdev::gid_ip(gid);
+        self.resolve_path(None, gid).map(|(mac, _)| mac)
+    }
+
+    /// The next hop's MAC and the hop limit for packets to `dgid` from source GID `sgid`:
+    /// the kernel's route to the destination (from `sgid`'s address, out of this
+    /// device's interface), the neighbour-table entry of its next hop (the destination on
+    /// the link, the router behind one), resolved through the kernel when missing, and
+    /// the route's hop limit ([`Device::route_hop_limit`]). On the simulated link, from the
+    /// peer's addresses.
+    pub fn resolve_path(&self, sgid: Option<&Gid>, dgid: &Gid) -> Result<([u8; 6], u8)> {
+        let ip = netdev::gid_ip(dgid);
         let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
             return Err(Error::Unsupported {
                 what: "MAC resolution (the kernel resolves it for RDMA devices)",
@@ -933,11 +957,18 @@ impl Device {
                 ns,
                 ifname,
                 ifindex,
-            } => Ok(ns.run(|| netdev::resolve_neighbour(ifname, *ifindex, ip))??),
+            } => {
+                let src = sgid.map(netdev::gid_ip);
+                Ok(ns.run(|| {
+                    netdev::resolve_path(ifname, *ifindex, src, ip).map(|(mac, hl)| {
+                        (mac, hl.unwrap_or_else(|| sysctl_hop_limit(dgid, ifname)))
+                    })
+                })??)
+            }
             Addressing::Sim { peer } => peer
                 .iter()
                 .find(|(a, _)| *a == ip)
-                .map(|(_, m)| *m)
+                .map(|(_, m)| (*m, DEFAULT_HOP_LIMIT))
                 .ok_or_else(|| {
                     Error::Io(std::io::Error::new(
                         std::io::ErrorKind::NotFound,
@@ -946,6 +977,24 @@ impl Device {
                 }),
         }
     }
+}
+
+/// The kernel's default TTL / hop limit (`IPDEFTTL`).
+const DEFAULT_HOP_LIMIT: u8 = 64;
+
+/// The namespace's default hop limit for `gid`'s family from `ifname` (read on a thread
+/// inside the namespace: /proc/sys/net shows the reading thread's).
+fn sysctl_hop_limit(gid: &Gid, ifname: &str) -> u8 {
+    let path = if gid_is_ipv4(gid) {
+        "/proc/sys/net/ipv4/ip_default_ttl".to_string()
+    } else {
+        format!("/proc/sys/net/ipv6/conf/{ifname}/hop_limit")
+    };
+    std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u8>().ok())
+        .filter(|&h| h > 0)
+        .unwrap_or(DEFAULT_HOP_LIMIT)
 }
 
 #[derive(Debug)]

@@ -5,20 +5,20 @@
 //! - GID table, ordered like rxe's (which the kernel's `roce_gid_mgmt` fills): index 0 is
 //!   the IPv6 link-local address derived from the MAC (EUI-64, the "default GID"), then
 //!   the interface's IPv4 addresses as IPv4-mapped GIDs, then its other IPv6 addresses, in
-//!   the order `ip addr` lists them. rxe lists every address twice (RoCE v1 and v2);
+//!   the order the kernel lists them (`ip addr`). rxe lists every address twice (RoCE v1 and v2);
 //!   xrnic speaks RoCE v2 only and lists each once (see docs/rnic.md for the index
 //!   mapping).
 //! - Active MTU as rxe's `eth_mtu_int_to_enum`: the largest IB MTU (256..=4096) not above
 //!   the interface MTU minus 80 bytes (`RXE_MAX_HDR_LENGTH`): 1500 → 1024, 9000 → 4096.
-//! - Neighbour look-ups run in the device's network namespace (remembered when it was
-//!   opened). A missing entry makes the kernel resolve it: one UDP datagram to the
-//!   discard port of the peer, then the table is read again, for a bounded time.
+//! - Route and neighbour look-ups run in the device's network namespace (remembered when
+//!   it was opened), over rtnetlink ([`link`]): the route to the destination gives the
+//!   next hop (a router's address for a peer behind it) and its hop-limit metric; the
+//!   next hop's MAC comes from the neighbour table, and a missing entry is resolved by
+//!   the kernel (`NTF_USE`) while xrnic waits for the kernel's neighbour notification.
 
 use std::fs::File;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
-use std::process::Command;
-use std::time::Duration;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
@@ -41,6 +41,23 @@ pub fn active_mtu(if_mtu: u32) -> Option<Mtu> {
     ]
     .into_iter()
     .find(|m| m.bytes() <= room)
+}
+
+/// Bytes of an untagged Ethernet header: an IP packet of MTU bytes is a frame of MTU + 14.
+pub const ETH_HLEN: u32 = 14;
+
+/// The port's (max MTU, active MTU) for an interface MTU when frames can be at most
+/// `max_frame` bytes (the AF_XDP port's limit): [`active_mtu`] of the interface MTU, both
+/// capped to what a `max_frame`-byte frame carries, as rxe caps its MTU to the netdev's.
+/// Multi-buffer (9216-byte frames): 4096 and the interface's; single-buffer (3840):
+/// 2048 at most. `None` when not even 256 bytes fit.
+pub fn port_mtus(if_mtu: u32, max_frame: usize) -> Option<(Mtu, Mtu)> {
+    let frame_mtu = u32::try_from(max_frame)
+        .unwrap_or(u32::MAX)
+        .saturating_sub(ETH_HLEN);
+    let max = active_mtu(frame_mtu)?;
+    let active = active_mtu(if_mtu.min(frame_mtu))?;
+    Some((max, active))
 }
 
 /// The modified EUI-64 interface identifier of a MAC (RFC 4291 appendix A): the U/L bit
@@ -115,7 +132,7 @@ pub fn gid_text(gid: &[u8; 16]) -> String {
     }
 }
 
-/// The state of an interface as `ip link` reports it.
+/// The state of an interface (rtnetlink's view: [`link::LinkInfo`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetdevInfo {
     pub ifname: String,
@@ -128,15 +145,6 @@ pub struct NetdevInfo {
     pub up: bool,
     /// An XDP program is attached (another xrnic device, or another XDP user).
     pub xdp_attached: bool,
-}
-
-#[derive(serde::Deserialize)]
-struct JsonLinkState {
-    operstate: Option<String>,
-    /// Present when an XDP program is attached.
-    xdp: Option<serde_json::Value>,
-    #[serde(default)]
-    flags: Vec<String>,
 }
 
 /// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
@@ -153,28 +161,14 @@ pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
             format!("interface {ifname}: {e} (does it exist in this network namespace?)"),
         )
     })?;
-    let out = Command::new("ip")
-        .args(["-j", "link", "show", "dev", ifname])
-        .output()?;
-    let states: Vec<JsonLinkState> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    let xdp_attached = states.first().is_some_and(|s| s.xdp.is_some());
-    let up = states.first().is_some_and(|s| {
-        let admin_up = s.flags.iter().any(|f| f == "UP");
-        let lower_up = s.flags.iter().any(|f| f == "LOWER_UP");
-        match s.operstate.as_deref() {
-            Some("UP") => true,
-            Some("UNKNOWN") => admin_up && lower_up,
-            _ => false,
-        }
-    });
     Ok(NetdevInfo {
         ifname: l.ifname,
         ifindex: l.ifindex,
         mac: l.mac,
         mtu: l.mtu,
         addrs: l.addrs.into_iter().map(|(a, _)| a).collect(),
-        up,
-        xdp_attached,
+        up: l.up,
+        xdp_attached: l.xdp_attached,
     })
 }
 
@@ -213,54 +207,30 @@ impl NetNs {
     }
 }
 
-/// How long to wait for the kernel to resolve a neighbour: ARP and ND retransmit after
-/// one second, so a couple of seconds covers one lost request.
-pub const RESOLVE_TRIES: u32 = 300;
-const RESOLVE_STEP: Duration = Duration::from_millis(10);
-
-/// The MAC of `ip` on `ifname` (index `ifindex`), from the neighbour table of the
-/// calling thread's namespace, asking the kernel to resolve it when missing.
-pub fn resolve_neighbour(ifname: &str, ifindex: u32, ip: IpAddr) -> io::Result<[u8; 6]> {
-    for attempt in 0..RESOLVE_TRIES {
-        if let Some(mac) = link::neighbour(None, ifname, ip)? {
-            return Ok(mac);
-        }
-        // Poke the kernel every second: a datagram to the discard port (9) makes it send
-        // ARP / neighbour solicitation first. The datagram itself is harmless (at worst
-        // an ICMP port unreachable comes back).
-        if attempt % 100 == 0 {
-            poke(ifindex, ip);
-        }
-        std::thread::sleep(RESOLVE_STEP);
+/// Where frames to `dst` go from `ifname` (index `ifindex`), as the kernel routes them
+/// from `src` (the source GID's address): the next hop's MAC (the destination's on the
+/// link, the router's behind one) and the route's hop-limit metric, if it has one. Run in
+/// the device's namespace. Like `rdma_resolve_addr` for rxe (drivers/infiniband/core/
+/// addr.c: `addr_resolve` looks the route up, then the neighbour of its next hop).
+pub fn resolve_path(
+    ifname: &str,
+    ifindex: u32,
+    src: Option<IpAddr>,
+    dst: IpAddr,
+) -> io::Result<([u8; 6], Option<u8>)> {
+    let route = link::route_to(dst, src, Some(ifindex))?;
+    if route.oif != 0 && route.oif != ifindex {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "the route to {dst} leaves through interface {}, not {ifname}",
+                route.oif
+            ),
+        ));
     }
-    Err(io::Error::new(
-        io::ErrorKind::TimedOut,
-        format!(
-            "no neighbour entry for {ip} on {ifname} after {:?}: is the peer up and on this link?",
-            RESOLVE_STEP * RESOLVE_TRIES
-        ),
-    ))
-}
-
-fn poke(ifindex: u32, ip: IpAddr) {
-    let (bind, dst): (SocketAddr, SocketAddr) = match ip {
-        IpAddr::V4(v4) => ((Ipv4Addr::UNSPECIFIED, 0).into(), SocketAddr::from((v4, 9))),
-        IpAddr::V6(v6) => {
-            // A link-local destination needs the interface as its scope.
-            let scope = if v6.segments()[0] & 0xffc0 == 0xfe80 {
-                ifindex
-            } else {
-                0
-            };
-            (
-                (Ipv6Addr::UNSPECIFIED, 0).into(),
-                SocketAddr::V6(SocketAddrV6::new(v6, 9, 0, scope)),
-            )
-        }
-    };
-    if let Ok(s) = UdpSocket::bind(bind) {
-        let _ = s.send_to(&[0], dst);
-    }
+    let hop = route.next_hop(dst);
+    let mac = link::resolve_neighbour(ifname, ifindex, hop, link::RESOLVE_TIMEOUT)?;
+    Ok((mac, route.hop_limit))
 }
 
 #[cfg(test)]
@@ -278,6 +248,32 @@ mod tests {
         assert_eq!(active_mtu(336), Some(Mtu::Mtu256));
         assert_eq!(active_mtu(335), None);
         assert_eq!(active_mtu(0), None);
+    }
+
+    #[test]
+    fn single_buffer_frames_cap_the_mtu_at_2048() {
+        use crate::io::afxdp::{CHUNK_DATA, MAX_FRAME};
+        assert_eq!(
+            port_mtus(9000, MAX_FRAME),
+            Some((Mtu::Mtu4096, Mtu::Mtu4096))
+        );
+        assert_eq!(
+            port_mtus(1500, MAX_FRAME),
+            Some((Mtu::Mtu4096, Mtu::Mtu1024))
+        );
+        assert_eq!(
+            port_mtus(9000, CHUNK_DATA),
+            Some((Mtu::Mtu2048, Mtu::Mtu2048))
+        );
+        assert_eq!(
+            port_mtus(1500, CHUNK_DATA),
+            Some((Mtu::Mtu2048, Mtu::Mtu1024))
+        );
+        assert_eq!(port_mtus(300, CHUNK_DATA), None);
+        // The largest RoCE frame at the capped MTU fits a chunk: Ethernet, IPv6, UDP,
+        // BTH, RETH, the payload and the ICRC.
+        let (_, active) = port_mtus(9000, CHUNK_DATA).unwrap();
+        assert!(14 + 40 + 8 + 12 + 16 + active.bytes() as usize + 4 <= CHUNK_DATA);
     }
 
     #[test]

@@ -169,6 +169,7 @@ fn read_facts(name: &str, ctx: &ibv::Context) -> Result<RdmaFacts> {
             port,
             gids,
             gid_types: gid_types.clone(),
+            af_xdp: None,
         },
         gid_types,
     })

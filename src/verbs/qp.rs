@@ -132,9 +132,14 @@ impl Qp {
                 }
             }
             if let QpKind::Soft { .. } = self.kind {
-                if av.dmac == [0; 6] {
-                    av.dmac = dev.resolve_dmac(&av.dgid)?;
-                }
+                let sgid = dev.query_gid(usize::from(av.sgid_index));
+                let hop_limit = if av.dmac == [0; 6] {
+                    let (dmac, hop_limit) = dev.resolve_path(sgid.as_ref(), &av.dgid)?;
+                    av.dmac = dmac;
+                    hop_limit
+                } else {
+                    dev.route_hop_limit(&av.dgid)
+                };
                 // ib_core's `ib_resolve_eth_dmac` (drivers/infiniband/core/verbs.c), run on
                 // every RoCE modify with an address vector of a connected QP, replaces the
                 // GRH hop limit with the route's (`ib_resolve_unicast_gid_dmac` →
@@ -143,7 +148,7 @@ impl Qp {
                 // always. So rxe and ConnectX send TTL / hop limit 64 where
                 // ibv_rc_pingpong asks for 1 and perftest for 255 (fe80:: GIDs too), and
                 // so do we (seen against rxe).
-                av.hop_limit = dev.route_hop_limit(&av.dgid);
+                av.hop_limit = hop_limit;
             }
         }
         match &self.kind {

@@ -61,6 +61,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The library's warnings (a fallback it took, such as single-buffer AF_XDP on a
+    // kernel before 6.6) as one line each on stderr.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .without_time()
+        .with_target(false)
+        .init();
     match cli.command {
         Command::Decode(args) => xrnic::cli::decode::run(&args),
         Command::Devinfo(args) => xrnic::cli::devinfo::run(&args),

@@ -89,6 +89,23 @@ fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
     }
 }
 
+/// The first kernel that loads frags-aware XDP programs (`SEC("xdp.frags")`,
+/// `BPF_F_XDP_HAS_FRAGS`), as xrnic's is.
+pub const XDP_FRAGS_SINCE: (u32, u32) = (5, 18);
+
+/// Why a load may have failed on an older kernel, or nothing.
+fn frags_hint() -> String {
+    let release = super::features::kernel_release();
+    match super::features::parse_release(&release) {
+        Some(v) if v < XDP_FRAGS_SINCE => format!(
+            " (xrnic's XDP program is frags-aware, BPF_F_XDP_HAS_FRAGS, which needs Linux \
+             {}.{}+; this kernel is {release})",
+            XDP_FRAGS_SINCE.0, XDP_FRAGS_SINCE.1
+        ),
+        _ => String::new(),
+    }
+}
+
 impl RoceFilter {
     /// Load the program and its maps into the kernel (not attached anywhere yet).
     pub fn load() -> Result<Self, Error> {
@@ -103,7 +120,7 @@ impl RoceFilter {
             .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
         let obj = open
             .load()
-            .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
+            .map_err(|e| Error::LoadProgram(format!("{e:#}{}", frags_hint())))?;
         let f = RoceFilter { link: None, obj };
         // Fail now, not at first use, if the object lacks what we expect.
         f.find_prog()?;

@@ -13,13 +13,15 @@
 //!   block says why it is sound in a `// SAFETY:` comment.
 
 mod error;
+pub mod features;
 pub mod filter;
 mod port;
 pub mod sys;
 
 pub use error::Error;
+pub use features::{KernelFeatures, Support, kernel_features};
 pub use filter::{FilterStats, RoceFilter, XdpAction};
 pub use port::{
-    BindMode, CHUNK_DATA, CHUNK_SIZE, FrameCounts, KernelStats, MAX_FRAME, PortOptions, PortStats,
-    XskPort,
+    BindMode, BufferMode, CHUNK_DATA, CHUNK_SIZE, FrameCounts, KernelStats, MAX_FRAME, PortOptions,
+    PortStats, SINGLE_BUFFER_ENV, XskPort,
 };

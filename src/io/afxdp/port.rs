@@ -13,7 +13,12 @@
 //! Frames longer than one chunk (a 4096-byte path MTU on a 9000-byte link) are sent and
 //! received as several chunks chained with `XDP_PKT_CONTD` (AF_XDP multi-buffer,
 //! `XDP_USE_SG`, kernel 6.6+); received chains are reassembled in a 64-byte-aligned
-//! buffer. Single-chunk frames reach the closure without a copy.
+//! buffer. Single-chunk frames reach the closure without a copy. On a kernel without
+//! multi-buffer ([`super::features`]), or when asked ([`PortOptions::single_buffer`],
+//! `XRNIC_AF_XDP_SINGLE_BUFFER=1`), the socket is bound without `XDP_USE_SG` and a frame
+//! is one chunk: [`XskPort::max_frame`] is [`CHUNK_DATA`] (4 KiB, the largest chunk an
+//! aligned UMEM may have before 6.6), and the device above caps its MTU so that every
+//! frame it sends or asks for fits ([`BufferMode`]).
 //!
 //! Copies into and out of the UMEM keep both sides 64-byte aligned where the port chooses
 //! the address: chunk data starts 256 bytes (XDP headroom) into a 4 KiB chunk. glibc's
@@ -76,6 +81,61 @@ pub struct PortOptions {
     /// Load and attach xrnic's XDP filter and register the socket in it. Without it the
     /// socket receives nothing unless some other program redirects to it.
     pub attach_filter: bool,
+    /// Bind single-buffer (no `XDP_USE_SG`) even where the kernel has multi-buffer, as
+    /// on a kernel before 6.6: frames up to [`CHUNK_DATA`] bytes. The environment
+    /// variable `XRNIC_AF_XDP_SINGLE_BUFFER=1` does the same for every port.
+    pub single_buffer: bool,
+}
+
+/// The environment variable that forces single-buffer ports ([`PortOptions::single_buffer`]).
+pub const SINGLE_BUFFER_ENV: &str = "XRNIC_AF_XDP_SINGLE_BUFFER";
+
+/// Whether a port chains chunks into frames (multi-buffer) or carries one chunk per frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferMode {
+    /// `XDP_USE_SG`: frames up to [`MAX_FRAME`].
+    Multi,
+    /// One chunk per frame: frames up to [`CHUNK_DATA`]; `why` says what decided it.
+    Single { why: String },
+}
+
+impl BufferMode {
+    /// The mode a port opened with `opts` uses (before the bind itself: see
+    /// [`XskPort::buffer_mode`] for what it ended up with).
+    pub fn for_options(opts: &PortOptions) -> BufferMode {
+        let f = super::features::kernel_features();
+        if opts.single_buffer {
+            BufferMode::Single {
+                why: "asked for (single_buffer)".into(),
+            }
+        } else if std::env::var(SINGLE_BUFFER_ENV).is_ok_and(|v| v == "1") {
+            BufferMode::Single {
+                why: format!("asked for ({SINGLE_BUFFER_ENV}=1)"),
+            }
+        } else if !f.multi_buffer.available() {
+            let (maj, min) = super::features::MULTI_BUFFER_SINCE;
+            let how = match &f.multi_buffer {
+                super::Support::Guessed { why, .. } => format!(" ({why})"),
+                _ => String::new(),
+            };
+            BufferMode::Single {
+                why: format!(
+                    "kernel {} has no AF_XDP multi-buffer (XDP_USE_SG, Linux {maj}.{min}+){how}",
+                    f.release
+                ),
+            }
+        } else {
+            BufferMode::Multi
+        }
+    }
+
+    /// The largest frame a port in this mode sends and receives.
+    pub fn max_frame(&self) -> usize {
+        match self {
+            BufferMode::Multi => MAX_FRAME,
+            BufferMode::Single { .. } => CHUNK_DATA,
+        }
+    }
 }
 
 impl Default for PortOptions {
@@ -87,6 +147,7 @@ impl Default for PortOptions {
             need_wakeup: true,
             bind_mode: BindMode::Auto,
             attach_filter: true,
+            single_buffer: false,
         }
     }
 }
@@ -156,6 +217,7 @@ pub struct XskPort {
     /// The chain being reassembled is too long and is being dropped.
     rx_discard: bool,
     stats: PortStats,
+    mode: BufferMode,
 }
 
 impl std::fmt::Debug for XskPort {
@@ -181,6 +243,20 @@ impl AsFd for XskPort {
         // as long as the borrow exists.
         unsafe { BorrowedFd::borrow_raw(self.rx_q.fd().as_raw_fd()) }
     }
+}
+
+/// Does a socket-creation error say the kernel or driver refused `XDP_USE_SG`?
+fn refuses_sg(e: &xsk_rs::socket::SocketCreateError) -> bool {
+    let inval = rustix::io::Errno::INVAL.raw_os_error();
+    let notsupp = rustix::io::Errno::OPNOTSUPP.raw_os_error();
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .and_then(|io| io.raw_os_error())
+        .is_some_and(|c| c == inval || c == notsupp)
+}
+
+fn errno_text(e: &xsk_rs::socket::SocketCreateError) -> String {
+    std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string())
 }
 
 impl XskPort {
@@ -229,22 +305,42 @@ impl XskPort {
             ))
         })?;
 
-        let mut bind = BindFlags::XDP_USE_SG;
-        if opts.need_wakeup {
-            bind |= BindFlags::XDP_USE_NEED_WAKEUP;
+        let mut opts = opts;
+        let features = super::features::kernel_features();
+        if opts.need_wakeup && !features.need_wakeup.available() {
+            let (maj, min) = super::features::NEED_WAKEUP_SINCE;
+            tracing::warn!(
+                ifname,
+                kernel = %features.release,
+                "AF_XDP need_wakeup (XDP_USE_NEED_WAKEUP, Linux {maj}.{min}+) not available: \
+                 kicking the kernel after every batch"
+            );
+            opts.need_wakeup = false;
         }
-        match opts.bind_mode {
-            BindMode::Auto => {}
-            BindMode::Copy => bind |= BindFlags::XDP_COPY,
-            BindMode::ZeroCopy => bind |= BindFlags::XDP_ZEROCOPY,
-        }
-        let sock_cfg = SocketConfig::builder()
-            .rx_queue_size(queue_size(opts.ring_size, "ring_size")?)
-            .tx_queue_size(queue_size(opts.ring_size, "ring_size")?)
-            // We load our own program (the filter) instead of libxdp's default one.
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .bind_flags(bind)
-            .build();
+        let mut mode = BufferMode::for_options(&opts);
+        let sock_cfg = |mode: &BufferMode| {
+            let mut bind = BindFlags::empty();
+            if *mode == BufferMode::Multi {
+                bind |= BindFlags::XDP_USE_SG;
+            }
+            if opts.need_wakeup {
+                bind |= BindFlags::XDP_USE_NEED_WAKEUP;
+            }
+            match opts.bind_mode {
+                BindMode::Auto => {}
+                BindMode::Copy => bind |= BindFlags::XDP_COPY,
+                BindMode::ZeroCopy => bind |= BindFlags::XDP_ZEROCOPY,
+            }
+            Ok::<_, Error>(
+                SocketConfig::builder()
+                    .rx_queue_size(queue_size(opts.ring_size, "ring_size")?)
+                    .tx_queue_size(queue_size(opts.ring_size, "ring_size")?)
+                    // We load our own program (the filter) instead of libxdp's default one.
+                    .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+                    .bind_flags(bind)
+                    .build(),
+            )
+        };
         let iface: Interface = ifname.parse().map_err(|_| Error::InterfaceMissing {
             ifname: ifname.to_string(),
             source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in name"),
@@ -254,22 +350,57 @@ impl XskPort {
             queue,
             reason,
         };
-        let (tx_q, rx_q, rings) = sys::retry_busy(
-            // SAFETY: the UMEM was created just above and is used by this socket only,
-            // so the shared-UMEM double-free case of `Socket::new`'s contract cannot
-            // arise (and INHIBIT_PROG_LOAD is set anyway). A failed attempt leaves no
-            // socket behind.
-            || unsafe { xsk_rs::Socket::new(sock_cfg, &umem, &iface, queue) },
-            |e| sys::is_busy(e),
-        )
-        .map_err(|e| {
+        let create = |cfg: SocketConfig| {
+            sys::retry_busy(
+                // SAFETY: the UMEM was created just above and is used by this socket only,
+                // so the shared-UMEM double-free case of `Socket::new`'s contract cannot
+                // arise (and INHIBIT_PROG_LOAD is set anyway). A failed attempt leaves no
+                // socket behind.
+                || unsafe { xsk_rs::Socket::new(cfg, &umem, &iface, queue) },
+                |e| sys::is_busy(e),
+            )
+        };
+        let describe = |e: &xsk_rs::socket::SocketCreateError, hint: &str| {
             sock_err(format!(
-                "{e}{} (no such queue? multi-buffer AF_XDP needs Linux 6.6+)",
-                std::error::Error::source(&e)
+                "{e}{} ({hint})",
+                std::error::Error::source(e)
                     .map(|s| format!(": {s}"))
                     .unwrap_or_default()
             ))
-        })?;
+        };
+        let hint = match opts.bind_mode {
+            BindMode::ZeroCopy => {
+                "no such queue? zero-copy needs a driver with AF_XDP zero-copy support"
+            }
+            _ => "no such queue?",
+        };
+        let created = match create(sock_cfg(&mode)?) {
+            // A kernel that has multi-buffer but a driver whose zero-copy mode has not
+            // (EOPNOTSUPP), or a kernel the probe misjudged (EINVAL): single-buffer.
+            Err(e) if mode == BufferMode::Multi && refuses_sg(&e) => {
+                let single = BufferMode::Single {
+                    why: format!(
+                        "binding {ifname} with XDP_USE_SG was refused: {}",
+                        errno_text(&e)
+                    ),
+                };
+                match create(sock_cfg(&single)?) {
+                    Ok(s) => {
+                        mode = single;
+                        Ok(s)
+                    }
+                    Err(_) => Err(describe(&e, hint)),
+                }
+            }
+            r => r.map_err(|e| describe(&e, hint)),
+        };
+        let (tx_q, rx_q, rings) = created?;
+        if let BufferMode::Single { why } = &mode {
+            tracing::warn!(
+                ifname,
+                "AF_XDP single-buffer: {why}; frames up to {CHUNK_DATA} bytes, the port's MTU is capped to fit"
+            );
+        }
         let (fill_q, comp_q) = rings
             .ok_or_else(|| sock_err("the UMEM's fill and completion rings were taken".into()))?;
 
@@ -299,6 +430,7 @@ impl XskPort {
             rx_len: 0,
             rx_discard: false,
             stats: PortStats::default(),
+            mode,
         };
         port.rx_off = port.rx_buf.as_ptr().align_offset(64);
         let to_fill = (opts.frame_count / 2) as usize;
@@ -334,9 +466,14 @@ impl XskPort {
         self.rx_q.fd().as_raw_fd()
     }
 
-    /// The largest frame [`XskPort::send_batch`] takes.
+    /// The largest frame [`XskPort::send_batch`] takes and the port receives.
     pub fn max_frame(&self) -> usize {
-        MAX_FRAME
+        self.mode.max_frame()
+    }
+
+    /// Multi-buffer or single-buffer, and why.
+    pub fn buffer_mode(&self) -> &BufferMode {
+        &self.mode
     }
 
     pub fn options(&self) -> &PortOptions {
@@ -426,11 +563,9 @@ impl XskPort {
     }
 
     fn put_batch(&mut self, frames: &[&[u8]], kick: bool) -> Result<usize, Error> {
-        if let Some(f) = frames.iter().find(|f| f.len() > MAX_FRAME) {
-            return Err(Error::FrameTooLarge {
-                len: f.len(),
-                max: MAX_FRAME,
-            });
+        let max = self.max_frame();
+        if let Some(f) = frames.iter().find(|f| f.len() > max) {
+            return Err(Error::FrameTooLarge { len: f.len(), max });
         }
         if frames.iter().any(|f| f.is_empty()) {
             return Err(Error::Config("cannot send an empty frame".into()));

@@ -94,8 +94,8 @@ fn same_key_again(
 // ----- 1. SEND_WITH_INV -------------------------------------------------------------------
 
 /// Bug 1. Remote invalidation is for memory windows and fast-registered MRs only (IBTA
-/// vol. 1 §10.6.6 / §10.7: a memory region registered by the consumer is not remotely
-/// invalidatable; rxe `rxe_invalidate_mr` refuses an MR whose type is not
+/// vol. 1 §10.6, memory windows and fast registration: a memory region registered by
+/// the consumer is not remotely invalidatable; rxe `rxe_invalidate_mr` refuses an MR whose type is not
 /// IB_MR_TYPE_MEM_REG). A failed invalidation is rxe's class J: the receive completes
 /// REM_INV_REQ_ERR and the responder QP goes to ERR; the region stays registered, bytes
 /// and all.
@@ -143,7 +143,7 @@ fn mr_keys_do_not_count_up_in_the_low_byte() {
 // ----- 2. SEND from a deregistered MR --------------------------------------------------------
 
 /// Bug 2. A WR whose local buffer is no longer valid when its data is gathered completes
-/// LOC_PROT_ERR (IBTA §10.8 / §11.6.2 local protection error; rxe's `copy_data` failure
+/// LOC_PROT_ERR (IBTA §10.8, local protection error; rxe's `copy_data` failure
 /// in `rxe_req.c` sets IB_WC_LOC_PROT_ERR); nothing goes on the wire for it.
 #[test]
 fn send_from_a_deregistered_mr_is_loc_prot_err_not_an_empty_packet() {
@@ -181,7 +181,7 @@ fn send_from_a_deregistered_mr_is_loc_prot_err_not_an_empty_packet() {
 
 /// Bug 3. The responder re-checks the region of a READ at every response it sends
 /// (rxe `read_reply` → `rxe_recheck_mr`, else RESPST_ERR_RKEY_VIOLATION): a region gone
-/// meanwhile is a NAK remote access error (class C, IBTA §9.7.5.2.? / §9.9), the requester
+/// meanwhile is a NAK remote access error (class C, IBTA §9.7.5, §9.9), the requester
 /// completes the READ REM_ACCESS_ERR; responses queued behind it are not thrown away.
 /// Also when the key came back for another region meanwhile (ABA, bug 6).
 #[test]
@@ -261,7 +261,7 @@ fn duplicate_read_of_a_deregistered_mr_naks_remote_access() {
 
 // ----- 4. READ spanning 2^23 PSNs ----------------------------------------------------------
 
-/// Bug 4. At most 2^23 PSNs may be outstanding (IBTA §9.7.1 / §9.7.5.1.1: a PSN is
+/// Bug 4. At most 2^23 PSNs may be outstanding (IBTA §9.7.1, §9.7.5: a PSN is
 /// compared within half of the 24-bit space); a message needing that many or more is
 /// refused at post time, as EINVAL (rxe refuses a length beyond max_msg_sz with -EINVAL).
 #[test]
@@ -340,8 +340,8 @@ fn ack_for_a_duplicate_send_carries_a_send_psn_not_a_read_or_atomic_psn() {
 
 // ----- 6. Key reuse (ABA) -------------------------------------------------------------------
 
-/// Bug 6. A WRITE validated at its FIRST packet keeps what it validated (IBTA §9.7.5.1.3:
-/// the R_Key check is for the region the RETH named; §10.6.3.5 a deregistered region is
+/// Bug 6. A WRITE validated at its FIRST packet keeps what it validated (IBTA §9.7.5:
+/// the R_Key check is for the region the RETH named; §10.6: a deregistered region is
 /// no longer accessible): when that region goes and a region of another PD, with local
 /// access only, gets the same key, MIDDLE and LAST must not land in it: NAK remote
 /// access error, bytes untouched.
@@ -394,7 +394,7 @@ fn posted_send_does_not_read_a_new_region_with_the_same_key() {
 
 // ----- Deviations ---------------------------------------------------------------------------
 
-/// P_Key check on receive (IBTA §9.6.1.1 / §10.9.3 P_Key matching: the low 15 bits
+/// P_Key check on receive (IBTA §9.6 header validation, §10.9 P_Key matching: the low 15 bits
 /// must match an entry of the table and not both keys may be limited members; rxe
 /// `check_keys` drops and counts): our table holds 0xFFFF, so 0xFFFF and 0x7FFF
 /// (limited member) are accepted, anything else is dropped and counted.
@@ -419,7 +419,7 @@ fn a_frame_with_a_foreign_pkey_is_dropped_and_counted() {
 }
 
 /// The requester honours the AETH syndrome of atomic ACKs and READ responses (IBTA
-/// §9.7.5.1.x: FIRST/LAST/ONLY READ responses and atomic ACKs carry an AETH whose
+/// §9.7.5: FIRST/LAST/ONLY READ responses and atomic ACKs carry an AETH whose
 /// syndrome is an ACK; rxe `check_ack` returns COMPST_ERROR for anything else).
 #[test]
 fn a_nak_syndrome_in_an_atomic_ack_or_read_response_is_an_error() {
@@ -449,7 +449,7 @@ fn a_nak_syndrome_in_an_atomic_ack_or_read_response_is_an_error() {
     }
 }
 
-/// Duplicate READs (IBTA §9.7.5.1.4 / rxe `duplicate_request`): the VA range must lie
+/// Duplicate READs (IBTA §9.7.5, rxe `duplicate_request`): the VA range must lie
 /// inside the original request's, else the duplicate is dropped (a shifted VA must not
 /// return other bytes); any such subset is served, also one that ends before the
 /// original's last PSN.
@@ -492,7 +492,7 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap().responses_replayed, 2);
 }
 
-/// Duplicate READs re-check the QP's current access flags (IBTA §10.2.1.x: remote access
+/// Duplicate READs re-check the QP's current access flags (IBTA §10.2: remote access
 /// rights of the QP gate every remote operation): once REMOTE_READ was taken away, a
 /// duplicate is answered NAK remote access error, like a new READ.
 #[test]

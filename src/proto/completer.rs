@@ -59,7 +59,7 @@ pub(crate) fn handle_response(
         return;
     }
     // An atomic ACK and a READ response FIRST/LAST/ONLY carry an AETH that must be an
-    // ACK (IBTA §9.7.5.1.x, tables 44/45; rxe `check_ack` returns COMPST_ERROR for any
+    // ACK (IBTA §9.7.5; rxe `check_ack` returns COMPST_ERROR for any
     // other syndrome): a NAK there fails the WR at that PSN like a NAK in an ACK would.
     if matches!(
         info.operation,

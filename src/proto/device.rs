@@ -401,7 +401,7 @@ impl Rnic {
         } else if !wr.opcode.is_atomic()
             && len64.div_ceil(u64::from(qp.attr.path_mtu.bytes())) > max_message_psns(max_unacked)
         {
-            // PSNs compare within half the 24-bit space (§9.7.1, §9.7.5.1.1): a message
+            // PSNs compare within half the 24-bit space (§9.7.1, §9.7.5): a message
             // and the window before it must span fewer than 2^23 PSNs, or its responses
             // and ACKs cannot be told from old ones (2^31 bytes at MTU 256 are 2^23
             // packets). Refused like a length beyond max_msg_sz in rxe (EINVAL).
@@ -639,7 +639,7 @@ impl Rnic {
         }
         // The BTH fields the transport uses, read in place.
         let bth = view.bth();
-        // P_Key (IBTA §9.6.1.1 C9-42 / §10.9.3): a packet whose P_Key matches no table
+        // P_Key (IBTA §9.6, §10.9): a packet whose P_Key matches no table
         // entry is dropped and counted (rxe `check_keys`, port `bad_pkey_cntr`).
         let pkey = bth.pkey().0;
         if !PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
@@ -985,7 +985,7 @@ pub(crate) const fn max_message_psns(max_unacked: u32) -> u64 {
     (1 << 23) - 1 - max_unacked as u64
 }
 
-/// The BTH P_Key of a received packet matches the table entry `ours` (IBTA §10.9.3, rxe
+/// The BTH P_Key of a received packet matches the table entry `ours` (IBTA §10.9, rxe
 /// `pkey_match`): the low 15 bits are equal and not zero, and not both are limited
 /// members (bit 15 clear).
 #[inline(always)]

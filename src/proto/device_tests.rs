@@ -53,7 +53,7 @@ fn atomic_origs(p: &mut Pair) -> Vec<u64> {
 }
 
 /// Bug 5. A duplicate is looked up within the 2^23 PSNs before the expected one (IBTA
-/// §9.7.5.1.1 duplicate detection window); the response cache is searched newest first
+/// §9.7.5 duplicate detection window); the response cache is searched newest first
 /// and an entry made 2^24 PSNs ago for the same 24-bit PSN is not that request.
 #[test]
 fn atomic_cache_after_psn_wrap_answers_with_the_newest_entry_only() {

@@ -74,8 +74,8 @@ pub enum AccessError {
     /// Atomic operations need an 8-byte aligned address (IBTA §9.4).
     Misaligned,
     /// The region cannot be invalidated remotely (SEND with Invalidate): only memory
-    /// windows and fast-registered regions can (IBTA vol. 1 §10.6.6, §10.7), and a
-    /// region from `reg_mr` is neither.
+    /// windows and fast-registered regions can (IBTA vol. 1 §10.6, memory windows and
+    /// fast registration), and a region from `reg_mr` is neither.
     NotInvalidatable,
 }
 
@@ -320,10 +320,10 @@ impl MemTable {
         self.regions[slot].as_mut().map(|r| r.data.as_mut_slice())
     }
 
-    /// Invalidate the region named by `rkey` for a SEND with Invalidate (IBTA §10.6.6,
-    /// §10.7). Remote invalidation is for memory windows and fast-registered regions;
-    /// this engine has neither, and a region from `reg_mr` is never remotely
-    /// invalidatable (rxe `rxe_invalidate_mr` refuses any MR that is not
+    /// Invalidate the region named by `rkey` for a SEND with Invalidate (IBTA vol. 1
+    /// §10.6, memory windows and fast registration). Remote invalidation is for memory
+    /// windows and fast-registered regions; this engine has neither, and a region from
+    /// `reg_mr` is never remotely invalidatable (rxe `rxe_invalidate_mr` refuses any MR that is not
     /// IB_MR_TYPE_MEM_REG), so every call fails and nothing changes. The reasons are
     /// checked in the order rxe does: key, PD, then the region's type.
     pub fn invalidate(&mut self, pd: Pd, rkey: Rkey) -> Result<(), AccessError> {

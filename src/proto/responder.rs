@@ -522,7 +522,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
         opcode = info.name
     );
     // Where the duplicate lies on the unwrapped PSN count: `d` is within 2^23 of the
-    // expected PSN (§9.7.5.1.1), so entries older than that window can never match, and
+    // expected PSN (§9.7.5), so entries older than that window can never match, and
     // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
     let at = (qp.resp.psn_count as i64 + i64::from(d)).max(0) as u64;
     while qp
@@ -964,8 +964,9 @@ fn do_atomic(
     }
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     // The target must be 8-byte aligned (IBTA §9.4). xrnic NAKs a misaligned one as a
-    // remote access error, as the transport issue specifies; note that rxe sends NAK
-    // invalid request instead (`RESPST_ERR_MISALIGNED_ATOMIC`), see docs/transport.md.
+    // remote access error; rxe sends NAK invalid request instead
+    // (`RESPST_ERR_MISALIGNED_ATOMIC`): the choice and its reason are in docs/transport.md
+    // ("Error classes that differ from rxe").
     if a.va % 8 != 0 {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }

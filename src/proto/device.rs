@@ -659,13 +659,17 @@ impl Rnic {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
+        let has_peer = !matches!(qp.state, QpState::Reset | QpState::Init);
+        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): a frame
+        // from another address is not this QP's, as if the QP did not exist (its own
+        // counters do not see it).
+        if has_peer && !gid_is(&qp.attr.ah_attr.dgid, src_ip) {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        }
         qp.counters.packets_received += 1;
         qp.counters.bytes_received += frame.len() as u64;
-        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
-        if qp.state == QpState::Reset
-            || qp.state == QpState::Init
-            || !gid_is(&qp.attr.ah_attr.dgid, src_ip)
-        {
+        if !has_peer {
             qp.counters.dropped_wrong_state += 1;
             return;
         }

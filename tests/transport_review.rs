@@ -521,3 +521,20 @@ fn duplicate_read_rechecks_the_qp_access_flags() {
         )]
     );
 }
+
+/// Bug 5, the window's other edge: a READ or atomic "duplicate" for a PSN before the
+/// QP's first one names no request of ours (IBTA §9.7.5: duplicates are requests already
+/// executed) and is dropped, even when the QP's very first request was a READ.
+#[test]
+fn a_duplicate_before_the_first_psn_matches_nothing() {
+    let (mut p, c, src, dst) = setup();
+    p.a.post_send(c.qp_a, read_wr(1, &src, &dst, 0, 64))
+        .unwrap();
+    let req = drain(&mut p, Side::A);
+    feed(&mut p, Side::B, &req);
+    assert_eq!(drain(&mut p, Side::B).len(), 1);
+    let before = patch(&req[0], |r| r.roce.bth.psn = r.roce.bth.psn.sub(1));
+    p.b.handle_frame(0, &before);
+    assert!(drain(&mut p, Side::B).is_empty());
+    assert_eq!(p.b.qp_counters(c.qp_b).unwrap().responses_replayed, 0);
+}

@@ -524,7 +524,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
     // Where the duplicate lies on the unwrapped PSN count: `d` is within 2^23 of the
     // expected PSN (§9.7.5), so entries older than that window can never match, and
     // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
-    let at = (qp.resp.psn_count as i64 + i64::from(d)).max(0) as u64;
+    // Before the QP's first PSN: no request of ours, nothing to answer.
+    let at = u64::try_from(qp.resp.psn_count as i64 + i64::from(d)).ok();
     while qp
         .resp
         .cache
@@ -547,9 +548,13 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
                 .cache
                 .iter()
                 .rev()
-                .find(|c| matches!(c.kind, CachedKind::Read { .. }) && c.holds(at))
+                .find(|c| {
+                    matches!(c.kind, CachedKind::Read { .. }) && at.is_some_and(|a| c.holds(a))
+                })
                 .copied();
-            let Some(c) = hit else { return };
+            let (Some(c), Some(at)) = (hit, at) else {
+                return;
+            };
             let CachedKind::Read {
                 rkey,
                 va,
@@ -631,7 +636,9 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
                 .cache
                 .iter()
                 .rev()
-                .find(|c| c.holds(at) && matches!(c.kind, CachedKind::Atomic { .. }))
+                .find(|c| {
+                    at.is_some_and(|a| c.holds(a)) && matches!(c.kind, CachedKind::Atomic { .. })
+                })
                 .copied();
             if let Some(Cached {
                 kind:

@@ -129,3 +129,51 @@ fn atomic_cache_after_psn_wrap_answers_with_the_newest_entry_only() {
         assert_eq!(executed, 1 + u64::from(new_atomic));
     }
 }
+
+/// Bug 5, READ cache: after 2^24 PSNs a new READ at the same 24-bit PSN, of another
+/// region, is the one its duplicate means (newest first); the stale entry, of another
+/// R_Key, must not make the duplicate look foreign and be dropped.
+#[test]
+fn read_cache_after_psn_wrap_answers_the_new_read() {
+    let opts = ConnectOpts {
+        mtu: Mtu::Mtu256,
+        ..ConnectOpts::default()
+    };
+    let mut p = Pair::new(LinkConfig::default(), 1);
+    let c = p.connect(&opts).unwrap();
+    let src = p.a.reg_mr(c.pd_a, 1 << 16, Access::LOCAL_WRITE).unwrap();
+    let big = p.b.reg_mr(c.pd_b, 1 << 31, Access::ALL).unwrap();
+    let other = p.b.reg_mr(c.pd_b, 256, Access::ALL).unwrap();
+    p.b.mr_bytes_mut(other.lkey).unwrap().fill(0x3c);
+    let mut rd = SendWr::new(1, WrOpcode::RdmaRead);
+    rd.sg_list = vec![Sge {
+        addr: src.addr,
+        length: 256,
+        lkey: src.lkey,
+    }];
+    rd.rdma.remote_addr = big.addr;
+    rd.rdma.rkey = big.rkey;
+    let mut rd2 = rd.clone();
+    rd2.rdma.remote_addr = other.addr;
+    rd2.rdma.rkey = other.rkey;
+    p.a.post_send(c.qp_a, rd).unwrap();
+    p.a.post_send(c.qp_a, rd2).unwrap();
+    let f = drain(&mut p, Side::A);
+    assert_eq!(f.len(), 2);
+    let p0 = FrameRepr::parse(&f[0]).unwrap().roce.bth.psn;
+    take_and_discard(&mut p, &c, &f[0]);
+    // 2^24 - 1 more PSNs: the expected PSN is p0 again.
+    take_and_discard(&mut p, &c, &repsn(&f[0], p0.add(1), Some((1 << 31) - 256)));
+    take_and_discard(&mut p, &c, &repsn(&f[0], p0.add(1 << 23), Some(1 << 31)));
+    assert_eq!(p.b.query_qp(c.qp_b).unwrap().rq_psn, p0, "wrapped round");
+    let new_read = repsn(&f[1], p0, None);
+    p.b.handle_frame(0, &new_read);
+    assert_eq!(drain(&mut p, Side::B).len(), 1);
+    // Its duplicate is served, with the other region's bytes.
+    p.b.handle_frame(0, &new_read);
+    let out = drain(&mut p, Side::B);
+    assert_eq!(out.len(), 1, "the duplicate is answered");
+    let r = FrameRepr::parse(&out[0]).unwrap();
+    assert_eq!(r.roce.bth.psn, p0);
+    assert!(r.roce.payload.iter().all(|&b| b == 0x3c));
+}

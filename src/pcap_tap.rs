@@ -61,6 +61,8 @@ pub enum RxFate {
     UnknownQp,
     /// Refused by the engine: a service it does not run (UC, UD, CNP without DCQCN).
     Unsupported,
+    /// Refused by the engine: the BTH P_Key matches no entry of its P_Key table.
+    BadPkey,
 }
 
 impl RxFate {
@@ -79,6 +81,7 @@ impl RxFate {
                 Some("dropped on receipt: addressed to another MAC or IP address")
             }
             RxFate::UnknownQp => Some("dropped on receipt: no such QP, or not from the QP's peer"),
+            RxFate::BadPkey => Some("dropped on receipt: the P_Key matches no P_Key table entry"),
             RxFate::Unsupported => {
                 Some("dropped on receipt: a service this engine does not run (UC, UD, CNP)")
             }
@@ -107,6 +110,8 @@ pub fn rx_fate(before: &DeviceCounters, after: &DeviceCounters) -> RxFate {
         RxFate::UnknownQp
     } else if after.unsupported_dropped > before.unsupported_dropped {
         RxFate::Unsupported
+    } else if after.bad_pkey_dropped > before.bad_pkey_dropped {
+        RxFate::BadPkey
     } else {
         RxFate::Taken
     }
@@ -522,6 +527,7 @@ mod tests {
             ),
             (|c| c.unknown_qp_dropped += 1, RxFate::UnknownQp),
             (|c| c.unsupported_dropped += 1, RxFate::Unsupported),
+            (|c| c.bad_pkey_dropped += 1, RxFate::BadPkey),
             (|c| c.qp.packets_received += 1, RxFate::Taken),
         ] {
             let mut a = before;

@@ -178,3 +178,33 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
         after.unsupported_dropped + 1
     );
 }
+
+/// Issue 14, item 1's known bug: an RC QP talks to one peer (IBTA §9.6, packet source
+/// validation), so a frame from a third GID to a connected QP is not that QP's: it is
+/// dropped as `unknown_qp_dropped` (what counters.rs, the capture tap and
+/// docs/observability.md say), and the QP's own counters do not see it.
+#[test]
+fn a_frame_from_a_third_gid_is_unknown_qp_not_the_qps_packet() {
+    let (mut p, c) = pair(LinkConfig::default(), &ConnectOpts::default());
+    let src = mr(&mut p, Side::A, &c, 64, Access::LOCAL_WRITE);
+    let dst = mr(&mut p, Side::B, &c, 64, Access::LOCAL_WRITE);
+    p.b.post_recv(c.qp_b, recv_wr(1, sge(&dst, 0, 64))).unwrap();
+    p.a.post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 8)))
+        .unwrap();
+    let mut buf = vec![0u8; xrnic::proto::MAX_FRAME_LEN];
+    let n = p.a.poll_transmit(0, &mut buf).unwrap();
+    let mut f = xrnic::wire::FrameRepr::parse(&buf[..n]).unwrap();
+    match &mut f.ip {
+        xrnic::wire::IpRepr::V4 { src, .. } => *src = [192, 0, 2, 3],
+        other => panic!("{other:?}"),
+    }
+    let mut third = vec![0u8; f.buffer_len()];
+    let m = f.emit(&mut third).unwrap();
+    let before = p.b.counters();
+    let bq = p.b.qp_counters(c.qp_b).unwrap();
+    p.b.handle_frame(0, &third[..m]);
+    let after = p.b.counters();
+    assert_eq!(after.unknown_qp_dropped, before.unknown_qp_dropped + 1);
+    assert_eq!(p.b.qp_counters(c.qp_b).unwrap(), bq, "not the QP's packet");
+    assert!(poll(&mut p, Side::B, &c).is_empty());
+}

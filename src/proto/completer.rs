@@ -58,6 +58,30 @@ pub(crate) fn handle_response(
         qp.counters.duplicate_response += 1;
         return;
     }
+    // An atomic ACK and a READ response FIRST/LAST/ONLY carry an AETH that must be an
+    // ACK (IBTA §9.7.5; rxe `check_ack` returns COMPST_ERROR for any
+    // other syndrome): a NAK there fails the WR at that PSN like a NAK in an ACK would.
+    if matches!(
+        info.operation,
+        Operation::AtomicAck | Operation::ReadResponse
+    ) {
+        if let Some(syn @ (Syndrome::Nak(_) | Syndrome::RnrNak { .. } | Syndrome::Reserved(_))) =
+            syndrome
+        {
+            qp.counters.naks_received += 1;
+            qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_in_response", psn = psn.value(), syndrome = ?syn);
+            if !before_response(qp, ctx, psn) {
+                return;
+            }
+            let status = match syn {
+                Syndrome::Nak(NakCode::InvalidRequest) => WcStatus::RemInvReqErr,
+                Syndrome::Nak(NakCode::RemoteAccessError) => WcStatus::RemAccessErr,
+                _ => WcStatus::RemOpErr,
+            };
+            fail(qp, ctx, status);
+            return;
+        }
+    }
     match info.operation {
         Operation::Ack => {
             match syndrome {

@@ -104,6 +104,9 @@ pub struct DeviceCounters {
     pub unknown_qp_dropped: u64,
     /// Well-formed frames of a service this engine does not run (UC, UD, CNP).
     pub unsupported_dropped: u64,
+    /// RC frames whose BTH P_Key matches no entry of the P_Key table (IBTA §10.9;
+    /// rxe `check_keys` counts them in the port's `bad_pkey_cntr`).
+    pub bad_pkey_dropped: u64,
     /// Completions lost to full CQs.
     pub cq_overruns: u64,
     /// Congestion control (mlx5 names; 0 while it is off): CNPs this device sent as

@@ -304,6 +304,8 @@ impl Rnic {
         if mask.contains(AttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
             qp.resp.epsn = attr.rq_psn;
+            // No SEND/WRITE executed yet: a duplicate's ACK names the PSN before the first.
+            qp.resp.ack_psn = attr.rq_psn.sub(1);
         }
         if mask.contains(AttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn;
@@ -354,6 +356,7 @@ impl Rnic {
     /// local key completes the WR with LOC_PROT_ERR when it reaches the queue head.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let max_wr = self.cfg.max_qp_wr;
+        let max_unacked = self.cfg.max_unacked_psns;
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
             .ok_or(VerbsError::NotFound("QP"))?;
@@ -395,6 +398,16 @@ impl Rnic {
         // eight bytes.
         if len64 > 1 << 31 || (wr.opcode.is_atomic() && len64 != 8) {
             segs = Err(WcStatus::LocLenErr);
+        } else if !wr.opcode.is_atomic()
+            && len64.div_ceil(u64::from(qp.attr.path_mtu.bytes())) > max_message_psns(max_unacked)
+        {
+            // PSNs compare within half the 24-bit space (§9.7.1, §9.7.5): a message
+            // and the window before it must span fewer than 2^23 PSNs, or its responses
+            // and ACKs cannot be told from old ones (2^31 bytes at MTU 256 are 2^23
+            // packets). Refused like a length beyond max_msg_sz in rxe (EINVAL).
+            return Err(VerbsError::InvalidValue(
+                "message needs more PSNs than the 2^23 PSN window allows at this path MTU",
+            ));
         }
         qp_event!(
             ctx.now,
@@ -624,8 +637,15 @@ impl Rnic {
             self.dev.unsupported_dropped += 1;
             return;
         }
-        // The three BTH fields the transport uses, read in place.
+        // The BTH fields the transport uses, read in place.
         let bth = view.bth();
+        // P_Key (IBTA §9.6, §10.9): a packet whose P_Key matches no table
+        // entry is dropped and counted (rxe `check_keys`, port `bad_pkey_cntr`).
+        let pkey = bth.pkey().0;
+        if !PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
+            self.dev.bad_pkey_dropped += 1;
+            return;
+        }
         let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
         // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
         let ext_buf;
@@ -639,13 +659,17 @@ impl Rnic {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
+        let has_peer = !matches!(qp.state, QpState::Reset | QpState::Init);
+        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): a frame
+        // from another address is not this QP's, as if the QP did not exist (its own
+        // counters do not see it).
+        if has_peer && !gid_is(&qp.attr.ah_attr.dgid, src_ip) {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        }
         qp.counters.packets_received += 1;
         qp.counters.bytes_received += frame.len() as u64;
-        // An RC QP talks to one peer only (IBTA §9.6, packet source validation): frames from elsewhere are not ours.
-        if qp.state == QpState::Reset
-            || qp.state == QpState::Init
-            || !gid_is(&qp.attr.ah_attr.dgid, src_ip)
-        {
+        if !has_peer {
             qp.counters.dropped_wrong_state += 1;
             return;
         }
@@ -779,23 +803,7 @@ impl Rnic {
             now,
             dev: self.name,
         };
-        // A WR whose local check failed completes in error once it heads the queue.
-        if matches!(qp.state, QpState::Rts | QpState::Sqd)
-            && qp.req.tx_idx == 0
-            && qp
-                .req
-                .sq
-                .front()
-                .is_some_and(|w| !w.started && w.segs.is_err())
-        {
-            let st = qp.req.sq[0]
-                .segs
-                .as_ref()
-                .err()
-                .copied()
-                .unwrap_or(WcStatus::GeneralErr);
-            qp.complete_send_front(&mut ctx, st, 0);
-            qp.enter_error(&mut ctx);
+        if fail_local_error_at_head(qp, &mut ctx) {
             return None;
         }
         let mtu = qp.attr.path_mtu.bytes();
@@ -810,9 +818,15 @@ impl Rnic {
                 if qp.resp.out.is_empty() {
                     continue;
                 }
-                let Some(p) = qp.resp.next_response(mtu, self.cfg.advertise_credits) else {
+                let Some(p) = qp
+                    .resp
+                    .next_response(mtu, self.cfg.advertise_credits, ctx.mem)
+                else {
                     continue;
                 };
+                if p.region_gone {
+                    qp.counters.remote_access_errors += 1;
+                }
                 qp.tx_turn = false;
                 if p.replay {
                     qp.counters.retransmitted_packets += 1;
@@ -824,21 +838,17 @@ impl Rnic {
                 } else if p.opcode == Opcode::RC_ACK {
                     qp.counters.acks_sent += 1;
                 }
+                // `next_response` checked the region of a READ response in this same
+                // call; nothing can have freed it since.
                 let payload = match p.payload {
                     Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
                     _ => Some(&[][..]),
                 };
-                let len = match payload {
-                    Some(pl) => emit(
+                let len = payload.and_then(|pl| {
+                    emit(
                         &self.cfg, qp, ect, p.opcode, p.psn, false, false, &p.ext, pl, buf,
-                    ),
-                    None => {
-                        // The region went away while its READ responses were queued.
-                        qp.counters.remote_access_errors += 1;
-                        qp.resp.out.clear();
-                        None
-                    }
-                };
+                    )
+                });
                 if qp.resp.fatal && qp.resp.out.is_empty() {
                     qp.enter_error(&mut ctx);
                 }
@@ -887,6 +897,10 @@ impl Rnic {
                     self.cfg.honour_credits,
                     now,
                 ) else {
+                    // The packet's bytes may just have been found gone.
+                    if fail_local_error_at_head(qp, &mut ctx) {
+                        return None;
+                    }
                     continue;
                 };
                 qp.tx_turn = true;
@@ -916,10 +930,15 @@ impl Rnic {
                         );
                     }
                 }
+                // `next_packet` checked the bytes of a `Mem` payload in this same call
+                // (a region gone meanwhile fails the WR instead, LOC_PROT_ERR).
                 let payload = match p.payload {
-                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len).unwrap_or(&[]),
-                    Payload::Scratch(n) => &self.scratch[..n],
-                    Payload::None => &[],
+                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
+                    Payload::Scratch(n) => Some(&self.scratch[..n]),
+                    Payload::None => Some(&[][..]),
+                };
+                let Some(payload) = payload else {
+                    continue;
                 };
                 let len = emit(
                     &self.cfg,
@@ -946,6 +965,41 @@ impl Rnic {
         None
     }
 }
+
+/// A WR whose local check failed (at post time, or when its data was gathered: the
+/// region went away) completes in error once it heads the queue, and the QP goes to ERR.
+/// Returns true when that happened.
+fn fail_local_error_at_head(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
+    if !(matches!(qp.state, QpState::Rts | QpState::Sqd) && qp.req.tx_idx == 0) {
+        return false;
+    }
+    let Some(Err(st)) = qp.req.sq.front().map(|w| w.segs.as_ref().map(|_| ())) else {
+        return false;
+    };
+    let st = *st;
+    qp.complete_send_front(ctx, st, 0);
+    qp.enter_error(ctx);
+    true
+}
+
+/// The most packets one message may take: with up to `max_unacked` PSNs already
+/// outstanding when it starts, its last PSN stays within 2^23 − 1 of the oldest
+/// unacknowledged one (see `post_send`).
+pub(crate) const fn max_message_psns(max_unacked: u32) -> u64 {
+    (1 << 23) - 1 - max_unacked as u64
+}
+
+/// The BTH P_Key of a received packet matches the table entry `ours` (IBTA §10.9, rxe
+/// `pkey_match`): the low 15 bits are equal and not zero, and not both are limited
+/// members (bit 15 clear).
+#[inline(always)]
+fn pkey_matches(theirs: u16, ours: u16) -> bool {
+    let base = theirs & 0x7fff;
+    base != 0 && base == ours & 0x7fff && (theirs | ours) & 0x8000 != 0
+}
+
+/// The P_Key table: one entry, the default full-membership key (the key every QP sends).
+const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
 
 /// The source and destination addresses of a parsed frame, as they lie in it (4 bytes
 /// for IPv4, 16 for IPv6).
@@ -992,3 +1046,7 @@ fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
     }
     x
 }
+
+#[cfg(test)]
+#[path = "device_tests.rs"]
+mod tests;

@@ -7,6 +7,13 @@
 //! and writes region bytes through the engine. This keeps the protocol core in safe Rust: a
 //! packet can only ever touch bytes of a region whose key, PD, bounds and access flags
 //! were checked here. Every check returns an error value; nothing here panics on bad input.
+//!
+//! Identity: every registration gets a serial number that is never reused. A checked
+//! [`MemRef`] carries it, and every later access through that reference is refused once
+//! the region it was checked against is gone, even when a new region got the same key
+//! meanwhile (keys are 24-bit slot + 8-bit tag and do come back, as on every RNIC). So an
+//! operation held across packets or time (a WRITE in progress, queued READ responses,
+//! posted WRs) keeps exactly what it validated: key, PD, bounds, rights.
 
 use crate::wire::{Lkey, Rkey};
 
@@ -66,6 +73,10 @@ pub enum AccessError {
     NoPermission,
     /// Atomic operations need an 8-byte aligned address (IBTA §9.4).
     Misaligned,
+    /// The region cannot be invalidated remotely (SEND with Invalidate): only memory
+    /// windows and fast-registered regions can (IBTA vol. 1 §10.6, memory windows and
+    /// fast registration), and a region from `reg_mr` is neither.
+    NotInvalidatable,
 }
 
 #[derive(Debug)]
@@ -74,21 +85,40 @@ struct Region {
     addr: u64,
     access: Access,
     key: u32,
+    /// Which registration this is; never reused (see the module documentation).
+    serial: u64,
     data: Vec<u8>,
 }
 
-/// A checked reference to bytes of one region: key plus offset, re-validated on use.
+/// A checked reference to bytes of one region: key, registration serial and offset,
+/// re-validated on use (the region must still be the registration that was checked).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemRef {
     pub(crate) key: u32,
+    pub(crate) serial: u64,
     pub(crate) offset: usize,
+}
+
+impl MemRef {
+    /// A reference that names no bytes (zero-length READs check no R_Key): serial 0 is
+    /// never a registration's.
+    pub(crate) const fn nothing(key: u32) -> Self {
+        MemRef {
+            key,
+            serial: 0,
+            offset: 0,
+        }
+    }
 }
 
 /// The table of protection domains and memory regions of one device.
 #[derive(Debug, Default)]
 pub struct MemTable {
     regions: Vec<Option<Region>>,
-    generation: u8,
+    /// Per slot, how many registrations it has had (wrapping): the key's tag comes from it.
+    slot_gen: Vec<u8>,
+    /// The serial of the latest registration.
+    last_serial: u64,
     next_addr: u64,
     next_pd: u32,
     live_pds: Vec<u32>,
@@ -158,10 +188,19 @@ impl MemTable {
         if slot >= 0x00ff_ffff {
             return Err("too many memory regions");
         }
-        // The low byte of a key is a generation count, so that a stale key of a freed
-        // region does not name its successor in the same slot.
-        self.generation = self.generation.wrapping_add(1);
-        let key = ((slot as u32 + 1) << 8) | u32::from(self.generation);
+        // The low byte of a key is a tag that changes at every registration of the slot,
+        // so that a stale key does not name its successor (rxe: index << 8 | an 8-bit
+        // key). The engine is deterministic, so the tag is not random, only scrambled
+        // (an odd multiplier and a per-slot offset: a bijection of the slot's count, so a
+        // slot's key comes back only after 256 registrations of it). What protects held
+        // operations is the serial, not the tag.
+        if self.slot_gen.len() <= slot {
+            self.slot_gen.resize(slot + 1, 0);
+        }
+        self.slot_gen[slot] = self.slot_gen[slot].wrapping_add(1);
+        let tag = self.slot_gen[slot].wrapping_mul(0xa7) ^ (slot as u8).wrapping_mul(0x49);
+        let key = ((slot as u32 + 1) << 8) | u32::from(tag);
+        self.last_serial += 1;
         let addr = self.next_addr;
         let span = (length as u64).div_ceil(PAGE).max(1) * PAGE;
         // One unmapped page between regions, so that an overrun never lands in a neighbour.
@@ -171,6 +210,7 @@ impl MemTable {
             addr,
             access,
             key,
+            serial: self.last_serial,
             data: vec![0; length],
         });
         Ok(MrInfo {
@@ -213,6 +253,16 @@ impl MemTable {
         self.slot_of(key).and_then(|s| self.regions[s].as_ref())
     }
 
+    /// The slot of the region a checked reference was made for, if it is still registered.
+    #[inline(always)]
+    fn slot_of_ref(&self, m: MemRef) -> Option<usize> {
+        let slot = self.slot_of(m.key)?;
+        match &self.regions[slot] {
+            Some(r) if r.serial == m.serial => Some(slot),
+            _ => None,
+        }
+    }
+
     /// Check an access by a key at `addr..addr+len` for `need` rights on behalf of a QP
     /// in `pd`; on success returns where the bytes are.
     pub fn check(
@@ -236,14 +286,16 @@ impl MemTable {
         }
         Ok(MemRef {
             key,
+            serial: r.serial,
             offset: (addr - r.addr) as usize,
         })
     }
 
-    /// Bytes `len` at a checked reference plus `skip`; `None` if the region went away.
+    /// Bytes `len` at a checked reference plus `skip`; `None` if the region went away
+    /// (also when its key now names another registration).
     #[inline(always)]
     pub fn bytes(&self, m: MemRef, skip: usize, len: usize) -> Option<&[u8]> {
-        let r = self.region(m.key)?;
+        let r = self.regions[self.slot_of_ref(m)?].as_ref()?;
         let start = m.offset.checked_add(skip)?;
         r.data.get(start..start.checked_add(len)?)
     }
@@ -251,7 +303,7 @@ impl MemTable {
     /// Mutable bytes at a checked reference plus `skip`.
     #[inline(always)]
     pub fn bytes_mut(&mut self, m: MemRef, skip: usize, len: usize) -> Option<&mut [u8]> {
-        let slot = self.slot_of(m.key)?;
+        let slot = self.slot_of_ref(m)?;
         let r = self.regions[slot].as_mut()?;
         let start = m.offset.checked_add(skip)?;
         r.data.get_mut(start..start.checked_add(len)?)
@@ -268,15 +320,18 @@ impl MemTable {
         self.regions[slot].as_mut().map(|r| r.data.as_mut_slice())
     }
 
-    /// Invalidate the region named by `rkey` (SEND with invalidate, IBTA §10.6). Only a
-    /// region of the QP's PD can be invalidated.
+    /// Invalidate the region named by `rkey` for a SEND with Invalidate (IBTA vol. 1
+    /// §10.6, memory windows and fast registration). Remote invalidation is for memory
+    /// windows and fast-registered regions; this engine has neither, and a region from
+    /// `reg_mr` is never remotely invalidatable (rxe `rxe_invalidate_mr` refuses any MR that is not
+    /// IB_MR_TYPE_MEM_REG), so every call fails and nothing changes. The reasons are
+    /// checked in the order rxe does: key, PD, then the region's type.
     pub fn invalidate(&mut self, pd: Pd, rkey: Rkey) -> Result<(), AccessError> {
-        let slot = self.slot_of(rkey.0).ok_or(AccessError::BadKey)?;
-        if self.regions[slot].as_ref().is_some_and(|r| r.pd != pd.0) {
+        let r = self.region(rkey.0).ok_or(AccessError::BadKey)?;
+        if r.pd != pd.0 {
             return Err(AccessError::WrongPd);
         }
-        self.regions[slot] = None;
-        Ok(())
+        Err(AccessError::NotInvalidatable)
     }
 }
 
@@ -355,7 +410,35 @@ mod tests {
         m.bytes_mut(r, 2, 2).unwrap().copy_from_slice(&[7, 9]);
         assert_eq!(&m.mr_bytes(mr.lkey).unwrap()[6..8], &[7, 9]);
         assert!(m.bytes(r, 10, 4).is_none());
-        m.invalidate(pd, mr.rkey).unwrap();
+        assert_eq!(
+            m.invalidate(pd, mr.rkey),
+            Err(AccessError::NotInvalidatable)
+        );
+        assert!(m.bytes(r, 0, 1).is_some(), "a reg_mr region stays");
+        m.dereg_mr(mr.lkey).unwrap();
         assert!(m.bytes(r, 0, 1).is_none());
+    }
+
+    #[test]
+    fn a_reference_dies_with_its_registration_even_when_the_key_comes_back() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let a = m.reg_mr(pd, 16, Access::ALL).unwrap();
+        let r = m.check(pd, a.lkey.0, a.addr, 8, Access::NONE).unwrap();
+        m.dereg_mr(a.lkey).unwrap();
+        let mut again = None;
+        for _ in 0..256 {
+            let b = m.reg_mr(pd, 16, Access::ALL).unwrap();
+            if b.lkey == a.lkey {
+                again = Some(b);
+                break;
+            }
+            m.dereg_mr(b.lkey).unwrap();
+        }
+        let b = again.expect("a slot's key comes back after 256 registrations");
+        assert!(m.bytes(r, 0, 8).is_none());
+        assert!(m.bytes_mut(r, 0, 8).is_none());
+        let r2 = m.check(pd, b.lkey.0, b.addr, 8, Access::NONE).unwrap();
+        assert!(m.bytes(r2, 0, 8).is_some());
     }
 }

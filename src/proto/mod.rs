@@ -55,6 +55,10 @@ pub(crate) enum Fault {
     Rnr,
     /// A NAK with this code.
     Nak(NakCode),
+    /// SEND with Invalidate named a key that cannot be invalidated: rxe's class J (the
+    /// receive completes REM_INV_REQ_ERR, the message is acknowledged, the QP goes to
+    /// ERR).
+    Invalidate,
 }
 
 /// What the requester, responder and completer may touch besides their QP.

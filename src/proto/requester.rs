@@ -370,11 +370,32 @@ impl Requester {
             // Acknowledged while we were going back: skip what the peer already has.
             self.tx_pkt = w.acked_pkts;
         }
+        // A WR failed locally waits at the head for its error completion (see
+        // `transmit_qp`); nothing more of it goes out.
+        if w.segs.is_err() {
+            return None;
+        }
+        if !w.wr.opcode.is_read_or_atomic() {
+            // The bytes of the packet to send must still be there (the region may have
+            // been deregistered since the post): else the WR fails LOC_PROT_ERR, as rxe's
+            // `copy_data` failure does, and nothing is sent for it.
+            let k = if w.started { self.tx_pkt } else { 0 };
+            let off = k as usize * lim.mtu as usize;
+            let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
+            let ok = w
+                .segs
+                .as_deref()
+                .is_ok_and(|segs| readable(mem, segs, off, len));
+            if !ok {
+                self.sq[idx].segs = Err(WcStatus::LocProtErr);
+                return None;
+            }
+        }
         let mut started_wr = None;
         if !w.started {
             // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
             // §9.7.7 credits, the FENCE rule of §10.8).
-            if lim.draining || w.segs.is_err() {
+            if lim.draining {
                 return None;
             }
             let op = w.wr.opcode;
@@ -462,7 +483,11 @@ impl Requester {
             _ => {
                 let off = k as usize * lim.mtu as usize;
                 let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-                payload = gather(mem, w.segs.as_deref().unwrap_or(&[]), off, len, scratch);
+                // Checked by `readable` above.
+                payload = match &w.segs {
+                    Ok(segs) => gather(mem, segs, off, len, scratch),
+                    Err(_) => Payload::None,
+                };
                 let only = w.npkts == 1;
                 let first = k == 0;
                 end = k + 1 == w.npkts;
@@ -560,8 +585,31 @@ fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
     }
 }
 
+/// True when the `len` message bytes at `off` are all in regions still registered (as
+/// the registrations the SGEs were checked against).
+fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some((mut i, mut o)) = locate(segs, off) else {
+        return false;
+    };
+    let mut rest = len;
+    while rest > 0 {
+        let Some(s) = segs.get(i) else { return false };
+        let n = rest.min(s.len as usize - o);
+        if mem.bytes(s.mem, o, n).is_none() {
+            return false;
+        }
+        rest -= n;
+        i += 1;
+        o = 0;
+    }
+    true
+}
+
 /// Find `len` message bytes at `off`: borrowed in place when one segment holds them all,
-/// else copied into `scratch`.
+/// else copied into `scratch`. The caller checked them with [`readable`].
 fn gather(
     mem: &MemTable,
     segs: &[LocalSeg],
@@ -594,7 +642,7 @@ fn gather(
         i += 1;
         o = 0;
     }
-    // A region freed under a posted WR leaves zeros, never a panic.
+    // Only short if a region went away, which `readable` ruled out; never a panic.
     scratch.resize(len, 0);
     Payload::Scratch(len)
 }

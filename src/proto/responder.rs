@@ -19,7 +19,7 @@ use crate::wire::{
 
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
 use super::framing::TxExt;
-use super::memory::{Access, AccessError, MemRef};
+use super::memory::{Access, AccessError, MemRef, MemTable};
 use super::qp::{Qp, QpState};
 use super::requester::{LocalSeg, Payload, scatter};
 use super::trace::{TxReason, qp_event};
@@ -52,8 +52,10 @@ pub(crate) enum InProgress {
 /// A READ or atomic kept for answering duplicates (IBTA §9.7.5: responder resources for RDMA READ and atomics).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cached {
-    pub first_psn: Psn,
     pub npkts: u32,
+    /// Where its PSNs end on the responder's unwrapped PSN count
+    /// ([`Responder::psn_count`]): a 24-bit PSN names it only within 2^23 PSNs.
+    pub end_count: u64,
     pub msn: Msn,
     /// For READs: the region the R_Key named; for atomics, the original value.
     pub kind: CachedKind,
@@ -61,8 +63,12 @@ pub(crate) struct Cached {
 
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum CachedKind {
+    /// The request's R_Key and range, and the registration it was checked against.
     Read {
         rkey: u32,
+        va: u64,
+        len: u32,
+        serial: u64,
     },
     /// The original value, and the request itself: a duplicate must match it exactly.
     Atomic {
@@ -114,6 +120,8 @@ pub(crate) struct RespPacket {
     pub replay: bool,
     /// Why it is sent.
     pub reason: TxReason,
+    /// A NAK sent instead of READ responses whose region went away.
+    pub region_gone: bool,
 }
 
 /// Responder state of one QP.
@@ -132,6 +140,18 @@ pub(crate) struct Responder {
     pub pkts_since_ack: u32,
     /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
     pub fatal: bool,
+    /// PSNs consumed since the QP was created, not wrapped: ages the response cache.
+    pub psn_count: u64,
+    /// The PSN of the newest SEND/WRITE packet executed (rxe `ack_psn` − 1): what an ACK
+    /// for a duplicate SEND/WRITE carries.
+    pub ack_psn: Psn,
+}
+
+impl Cached {
+    /// True when the request PSN at unwrapped count `at` is one of this entry's.
+    fn holds(&self, at: u64) -> bool {
+        at < self.end_count && at + u64::from(self.npkts) >= self.end_count
+    }
 }
 
 impl Responder {
@@ -176,8 +196,16 @@ impl Responder {
         Syndrome::Ack { credit_code: code }
     }
 
-    /// The next response packet to send, advancing the queue.
-    pub fn next_response(&mut self, mtu: u32, advertise: bool) -> Option<RespPacket> {
+    /// The next response packet to send, advancing the queue. A READ response whose
+    /// region went away (or is now another registration) becomes a NAK remote access
+    /// error for its PSN instead, the rest of that READ is dropped and the QP fails once
+    /// the queue is sent (rxe `read_reply` re-checks the MR per packet).
+    pub fn next_response(
+        &mut self,
+        mtu: u32,
+        advertise: bool,
+        table: &MemTable,
+    ) -> Option<RespPacket> {
         if self.out.is_empty() {
             return None;
         }
@@ -205,6 +233,7 @@ impl Responder {
                     is_nak: matches!(syndrome, Syndrome::Nak(_)),
                     is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
                     replay: false,
+                    region_gone: false,
                     reason: match syndrome {
                         Syndrome::Nak(c) => TxReason::Nak(c),
                         Syndrome::RnrNak { .. } => TxReason::RnrNak,
@@ -235,6 +264,7 @@ impl Responder {
                     // A replayed atomic ACK is a retransmitted packet like a replayed
                     // READ response.
                     replay: *replay,
+                    region_gone: false,
                     reason: if *replay {
                         TxReason::DuplicateResponse
                     } else {
@@ -257,6 +287,27 @@ impl Responder {
                 let replay = first_psn.add(k).before(*replay_end);
                 let off = k as usize * mtu as usize;
                 let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
+                if n > 0 && table.bytes(*mem, off, n).is_none() {
+                    let psn = first_psn.add(k);
+                    let p = RespPacket {
+                        opcode: Opcode::RC_ACK,
+                        psn,
+                        ext: TxExt::Aeth(AethRepr {
+                            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                            msn: *msn,
+                        }),
+                        payload: Payload::None,
+                        is_nak: true,
+                        is_rnr: false,
+                        replay: false,
+                        region_gone: true,
+                        reason: TxReason::Nak(NakCode::RemoteAccessError),
+                    };
+                    self.out.pop_front();
+                    self.fatal = true;
+                    self.cur = None;
+                    return Some(p);
+                }
                 let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
                     (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
                     (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
@@ -288,6 +339,7 @@ impl Responder {
                     is_nak: false,
                     is_rnr: false,
                     replay,
+                    region_gone: false,
                     reason: if replay {
                         TxReason::DuplicateResponse
                     } else {
@@ -345,7 +397,7 @@ pub(crate) fn handle_request(
         return;
     }
     if d < 0 {
-        duplicate(qp, ctx, info, psn, ext);
+        duplicate(qp, ctx, info, psn, d, ext);
         return;
     }
     qp.resp.nak_seq_sent = false;
@@ -385,11 +437,15 @@ pub(crate) fn handle_request(
     match result {
         Ok(npsn) => {
             qp.resp.epsn = qp.resp.epsn.add(npsn);
+            qp.resp.psn_count += u64::from(npsn);
             qp.resp.pkts_since_ack += 1;
             let responded = matches!(
                 info.operation,
                 Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
             );
+            if !responded {
+                qp.resp.ack_psn = psn;
+            }
             if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
                 let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
                 let coalesced = qp.resp.push_ack(psn, s, m, false);
@@ -423,6 +479,28 @@ pub(crate) fn handle_request(
                 timer_code = t
             );
         }
+        Err(Fault::Invalidate) => {
+            // rxe class J (`RESPST_ERR_INVALIDATE_RKEY`): the receive completed
+            // REM_INV_REQ_ERR (done by `do_send`), no NAK: the packet is acknowledged as
+            // any other when it asks for it, then the QP goes to ERR.
+            qp.counters.invalid_requests += 1;
+            qp.resp.fatal = true;
+            qp.resp.cur = None;
+            if ack_req {
+                let m = qp.resp.msn;
+                qp.resp.push_ack(psn, Syndrome::ACK_UNLIMITED, m, false);
+            }
+            qp_event!(
+                ctx.now,
+                ctx.dev,
+                qp.qpn,
+                "invalidate_refused",
+                psn = psn.value()
+            );
+            if qp.resp.out.is_empty() {
+                qp.enter_error(ctx);
+            }
+        }
         Err(Fault::Nak(code)) => {
             match code {
                 NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
@@ -433,7 +511,7 @@ pub(crate) fn handle_request(
     }
 }
 
-fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtHeaders) {
+fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ext: &ExtHeaders) {
     qp.counters.duplicate_request += 1;
     qp_event!(
         ctx.now,
@@ -443,48 +521,71 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
         psn = psn.value(),
         opcode = info.name
     );
+    // Where the duplicate lies on the unwrapped PSN count: `d` is within 2^23 of the
+    // expected PSN (§9.7.5), so entries older than that window can never match, and
+    // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
+    // Before the QP's first PSN: no request of ours, nothing to answer.
+    let at = u64::try_from(qp.resp.psn_count as i64 + i64::from(d)).ok();
+    while qp
+        .resp
+        .cache
+        .front()
+        .is_some_and(|c| c.end_count + (1 << 23) <= qp.resp.psn_count)
+    {
+        qp.resp.cache.pop_front();
+    }
     match info.operation {
         Operation::ReadRequest => {
-            // §9.7.5 duplicate READ: answer again from the PSN asked for; memory is
-            // re-read (READs are idempotent), with the R_Key checked again.
+            // §9.7.5 duplicate READ: answer again from the PSN asked for, re-reading memory.
+            // As rxe `duplicate_request`: the newest READ holding the PSN; same R_Key and
+            // a range inside the original one (any such subset is served); else drop
+            // (class D). The region must still be the registration the READ was checked
+            // against, and the QP must still allow remote reads, else NAK remote access
+            // (rxe `rxe_recheck_mr` → RESPST_ERR_RKEY_VIOLATION).
             let Some(reth) = ext.reth else { return };
             let hit = qp
                 .resp
                 .cache
                 .iter()
+                .rev()
                 .find(|c| {
-                    matches!(c.kind, CachedKind::Read { .. }) && {
-                        let d = psn.diff(c.first_psn);
-                        d >= 0 && (d as u32) < c.npkts
-                    }
+                    matches!(c.kind, CachedKind::Read { .. }) && at.is_some_and(|a| c.holds(a))
                 })
                 .copied();
-            let Some(c) = hit else { return };
-            let CachedKind::Read { rkey } = c.kind else {
+            let (Some(c), Some(at)) = (hit, at) else {
                 return;
             };
+            let CachedKind::Read {
+                rkey,
+                va,
+                len: olen,
+                serial,
+            } = c.kind
+            else {
+                return;
+            };
+            let len = reth.dma_len;
+            let npkts = len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+            let skipped = at + u64::from(c.npkts) - c.end_count;
+            let inside = reth.va >= va
+                && reth.va.checked_add(u64::from(len)) <= va.checked_add(u64::from(olen))
+                && skipped + u64::from(npkts) <= u64::from(c.npkts);
             if rkey != reth.rkey.0
+                || !inside
                 || qp.resp.out.len() > 2 * qp.attr.max_dest_rd_atomic as usize + 4
             {
                 return;
             }
-            let len = reth.dma_len;
-            let npkts = len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
-            if psn.add(npkts) != c.first_psn.add(c.npkts) {
-                return;
-            }
             let mem = if len == 0 {
-                MemRef {
-                    key: rkey,
-                    offset: 0,
-                }
+                MemRef::nothing(rkey)
             } else {
-                match ctx
-                    .mem
-                    .check(qp.pd, rkey, reth.va, u64::from(len), Access::REMOTE_READ)
-                {
-                    Ok(m) => m,
-                    Err(_) => return,
+                match remote_check(ctx, qp, rkey, reth.va, u64::from(len), Access::REMOTE_READ) {
+                    Ok(m) if m.serial == serial => m,
+                    _ => {
+                        qp.counters.remote_access_errors += 1;
+                        nak(qp, ctx, psn, NakCode::RemoteAccessError);
+                        return;
+                    }
                 }
             };
             qp.counters.responses_replayed += 1;
@@ -501,9 +602,11 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             // Still sending that READ's responses: restart them in place (keeps the PSN
             // order of the queue) instead of sending both runs. Only the responses that
             // already left are retransmissions; the rest go out for the first time.
-            let queued = qp.resp.out.iter_mut().find(
-                |o| matches!(o, RespOut::Read { first_psn, npkts, .. } if first_psn.add(*npkts) == end),
-            );
+            let queued = qp
+                .resp
+                .out
+                .iter_mut()
+                .find(|o| matches!(o, RespOut::Read { msn, .. } if *msn == c.msn));
             match queued {
                 Some(o) => {
                     if let (
@@ -532,7 +635,10 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
                 .resp
                 .cache
                 .iter()
-                .find(|c| c.first_psn == psn && matches!(c.kind, CachedKind::Atomic { .. }))
+                .rev()
+                .find(|c| {
+                    at.is_some_and(|a| c.holds(a)) && matches!(c.kind, CachedKind::Atomic { .. })
+                })
                 .copied();
             if let Some(Cached {
                 kind:
@@ -562,9 +668,12 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ext: &ExtH
             }
         }
         _ => {
-            // Duplicate SEND/WRITE: not executed again; ACK the newest PSN received so
-            // the requester learns how far we are (§9.7.5).
-            let (p, m) = (qp.resp.epsn.sub(1), qp.resp.msn);
+            // Duplicate SEND/WRITE: not executed again; ACK the newest SEND/WRITE PSN
+            // executed, so the requester learns how far we are (§9.7.5, C9-105). Never
+            // the PSN of a READ or atomic: that ACK would tell the requester a READ or
+            // atomic completed without its response (rxe "IB/rxe: fix for duplicate
+            // request processing and ack psns").
+            let (p, m) = (qp.resp.ack_psn, qp.resp.msn);
             qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m, true);
         }
     }
@@ -676,6 +785,10 @@ fn do_send(
     if info.segment.ends() {
         let mut inv = None;
         if let Some(rkey) = ext.ieth {
+            // Only memory windows and fast-registered regions can be invalidated
+            // remotely, and this engine has neither: this fails (see
+            // `MemTable::invalidate`), and the receive completes REM_INV_REQ_ERR (rxe
+            // `RESPST_ERR_INVALIDATE_RKEY`, class J).
             if ctx.mem.invalidate(qp.pd, rkey).is_err() {
                 complete_recv(
                     qp,
@@ -686,7 +799,7 @@ fn do_send(
                     None,
                     None,
                 );
-                return Err(Fault::Nak(NakCode::InvalidRequest));
+                return Err(Fault::Invalidate);
             }
             inv = Some(rkey);
         }
@@ -805,10 +918,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     let mem = if reth.dma_len == 0 {
-        MemRef {
-            key: reth.rkey.0,
-            offset: 0,
-        }
+        MemRef::nothing(reth.rkey.0)
     } else {
         remote_check(
             ctx,
@@ -822,13 +932,19 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
     let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
+    let end_count = qp.resp.psn_count + u64::from(npkts);
     cache_push(
         qp,
         Cached {
-            first_psn: psn,
             npkts,
+            end_count,
             msn,
-            kind: CachedKind::Read { rkey: reth.rkey.0 },
+            kind: CachedKind::Read {
+                rkey: reth.rkey.0,
+                va: reth.va,
+                len: reth.dma_len,
+                serial: mem.serial,
+            },
         },
     );
     qp.resp.out.push_back(RespOut::Read {
@@ -855,8 +971,9 @@ fn do_atomic(
     }
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     // The target must be 8-byte aligned (IBTA §9.4). xrnic NAKs a misaligned one as a
-    // remote access error, as the transport issue specifies; note that rxe sends NAK
-    // invalid request instead (`RESPST_ERR_MISALIGNED_ATOMIC`), see docs/transport.md.
+    // remote access error; rxe sends NAK invalid request instead
+    // (`RESPST_ERR_MISALIGNED_ATOMIC`): the choice and its reason are in docs/transport.md
+    // ("Error classes that differ from rxe").
     if a.va % 8 != 0 {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
@@ -878,11 +995,12 @@ fn do_atomic(
     qp.counters.atomics_executed += 1;
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
+    let end_count = qp.resp.psn_count + 1;
     cache_push(
         qp,
         Cached {
-            first_psn: psn,
             npkts: 1,
+            end_count,
             msn,
             kind: CachedKind::Atomic {
                 orig,

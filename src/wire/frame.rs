@@ -86,7 +86,7 @@ impl IpRepr {
 }
 
 /// UDP ports and checksum. RoCE v2 senders may leave the checksum 0 (rxe does); it is not
-/// verified on receive, since the ICRC covers the datagram (REFERENCE §4). The value is
+/// verified on receive, since the ICRC covers the datagram (docs/wire-format.md §5). The value is
 /// kept so that a parsed frame re-emits byte for byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpRepr {

@@ -11,8 +11,11 @@
 #   make test-loaded make test (as CI=true) with LOAD_HOGS busy loops (default: one per CPU)
 #                    competing for the CPUs: how races that only a slow CI machine hits
 #                    show up here (root, ~20 min on 2 cores)
-#   make bench-wire  wire-layer benchmarks (criterion)
-#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root)
+#   make bench-wire  wire-layer benchmarks (criterion); figures into docs/results.md
+#   make bench-transport  the transport engine per packet against its floor; figures into
+#                    docs/results.md
+#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root);
+#                    figures into docs/results.md
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
@@ -25,7 +28,8 @@
 #                    on the host, both directions, and the stock tools (root, ~1 min)
 #   make dcqcn-lab   two xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
 #                    a qemu TCG guest), with and without DCQCN: figures checked against the
-#                    goals, CSV time series and SVG plots in target/dcqcn-lab (root, ~2 min)
+#                    goals, CSV time series and SVG plots in target/dcqcn-lab, the summary
+#                    into docs/results.md (root, ~2 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -46,7 +50,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -105,13 +109,27 @@ test-loaded:
 	echo "test-loaded: $(LOAD_HOGS) busy loops: $${hogs[*]}"; \
 	CI=true $(MAKE) --no-print-directory test
 
+# Each benchmark target writes its figures into its section of docs/results.md
+# (scripts/results.sh): the ratio report, not criterion's own groups.
+RESULTS := scripts/results.sh
+
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)
-	$(CARGO) bench --bench wire
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench wire | tee target/bench-wire.txt
+	sed -n '/^ratios to bare_crc32/,/^{/p' target/bench-wire.txt | $(RESULTS) bench-wire "make bench-wire"
+
+bench-transport:
+	@$(DEPS) $(DEB_BUILD)
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench transport -- nomatch 2>&1 | tee target/bench-transport.txt
+	grep '^transport:' target/bench-transport.txt | $(RESULTS) bench-transport "make bench-transport"
 
 bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
-	$(CARGO) bench --bench net
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench net | tee target/bench-net.txt
+	sed -n '/^best of/,$$p' target/bench-net.txt | $(RESULTS) bench-net "make bench-net"
 
 # One target at a time at the lowest priority (shared machine); corpora seeded from
 # ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).
@@ -152,3 +170,4 @@ dcqcn-lab: interop-setup
 	@$(DEPS) python3
 	$(CARGO) build --quiet --release --bin xrnic
 	interop/dcqcn-lab.sh -o target/dcqcn-lab $(DCQCN_LAB_ARGS)
+	$(RESULTS) dcqcn-lab "make dcqcn-lab$(if $(DCQCN_LAB_ARGS), DCQCN_LAB_ARGS='$(DCQCN_LAB_ARGS)')" <target/dcqcn-lab/summary.txt

@@ -161,7 +161,7 @@ static FIX_V6: [[u32; 256]; 8] = byte_fix_tables(V6_MASKED);
 /// layouts one table load per masked byte (`FIX_V4`, `FIX_V6`) summed as a tree.
 /// Adding the fix at the end instead (run forward over the packet by a multiply, as
 /// [`compute_split`] does) was measured slower: the multiply's instructions cost more
-/// than the loads' latency they would hide (docs/performance-history.md, "Wire, second round").
+/// than the loads' latency they would hide (benches/wire.rs; docs/performance.md).
 pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
     finish(start(ipv6, ip_hdr_len, pkt), pkt)
 }

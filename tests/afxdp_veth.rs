@@ -1,7 +1,8 @@
 //! AF_XDP end to end over a veth pair between two network namespaces: RoCE frames from
 //! `wire::FrameRepr::emit` cross intact (ICRC verified), UMEM chunks are recycled without
 //! leaks, and the host's other traffic keeps flowing through the kernel while the XDP
-//! filter is attached. Needs root: skips otherwise, fails under CI=true.
+//! filter is attached. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

@@ -3,8 +3,8 @@
 //! RED/ECN switch would (`DeviceOptions::rx_ce_mark`; this host kernel has no sch_red, and
 //! XDP runs before tc). Checks that the notification point answers the marks with CNPs,
 //! that the sender's reaction point handles them, and that the counters and per-QP rate
-//! state are visible through the verbs API and the stat snapshot. Needs root: skips
-//! otherwise, fails under CI=true.
+//! state are visible through the verbs API and the stat snapshot. The root tests are
+//! `#[ignore = "needs root"]` (docs/testing.md).
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! `xrnic demo` end to end: it exits 0, its last line says the data was verified, the
 //! capture it wrote holds RoCE packets with valid ICRCs, and no namespace of it is left
 //! afterwards — also when it is interrupted with SIGINT in the middle of a step. Not root:
-//! a clear message and exit status 1. Needs root: skips otherwise, fails under CI=true.
+//! a clear message and exit status 1. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

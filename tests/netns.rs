@@ -1,7 +1,7 @@
 //! The veth test harness and the link/neighbour helpers: names are unique, the MTU and
 //! addresses are as asked, the kernel's neighbour table is read back, and everything is
-//! removed on drop, also when the owner panics. Needs root: skips otherwise, fails under
-//! CI=true.
+//! removed on drop, also when the owner panics. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

@@ -1,8 +1,8 @@
 //! `xrnic perf` on a veth pair: server and client as two processes in two namespaces, for
 //! write, read, send and atomic, with two QPs, IPv4 and IPv6 GIDs, path MTU 1024 (1500
 //! veth) and 4096 (9000 veth), `--json` and `--verify`; duration mode; usage errors (exit
-//! 2), an unreachable server and a verification that must fail (exit 1). Needs root:
-//! skips otherwise, fails under CI=true.
+//! 2), an unreachable server and a verification that must fail (exit 1). The root tests
+//! are `#[ignore = "needs root"]` (docs/testing.md).
 
 mod common;
 

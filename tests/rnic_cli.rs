@@ -2,7 +2,8 @@
 //! two namespaces (`ip netns exec`), sizes 1 / 4096 / 65536, IPv4 and IPv6 GIDs, path MTU
 //! 1024 and 4096, with `--verify`; `devinfo` on a veth end; `stat` reading the snapshot
 //! of a device in another process; clear errors (not root, no interface, TCP port in
-//! use, device already open). Needs root: skips otherwise, fails under CI=true.
+//! use, device already open). The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

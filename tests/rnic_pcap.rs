@@ -5,8 +5,8 @@
 //! fault injector dropped); `xrnic decode --strict` finds every ICRC valid, tshark reads it,
 //! and the retransmissions the comments name equal the device's counter and what `xrnic
 //! explain` finds in the capture. SIGINT leaves a complete file. The same tap on the
-//! in-process simulated link runs without root. Needs root otherwise: skips, fails under
-//! CI=true.
+//! in-process simulated link runs without root. The others are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

@@ -4,7 +4,8 @@
 //! Both QPs RTS with their PSNs, MRs with their lengths, CQ users; a WRITE with a bad
 //! R_Key drives the requester into ERR and `res` shows it; `--json` parses; the last
 //! snapshot after close says closed; a device killed without closing is stale; missing
-//! devices are a clear error with exit 1. Needs root: skips otherwise, fails under CI=true.
+//! devices are a clear error with exit 1. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

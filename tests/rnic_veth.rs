@@ -3,7 +3,8 @@
 //! operation with data verified, IPv4 and IPv6 GIDs, path MTU 1024 on a 1500 link and
 //! 4096 on a 9000 link, one-sided traffic into a passive server, loss injected by the
 //! driver's fault injector, malformed frames from the kernel's own UDP stack, clean
-//! shutdown. Needs root: skips otherwise, fails under CI=true.
+//! shutdown. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

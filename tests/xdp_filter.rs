@@ -1,6 +1,7 @@
 //! The XDP filter (`bpf/xrnic.bpf.c`) run on byte buffers with BPF_PROG_TEST_RUN: which
 //! frames it hands to AF_XDP, which it passes to the kernel, and that no truncation of a
-//! RoCE frame gets anything but PASS. Needs root: skips otherwise, fails under CI=true.
+//! RoCE frame gets anything but PASS. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 

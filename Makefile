@@ -6,12 +6,16 @@
 #   make demo        two xrnic devices in two namespaces: rc-pingpong, SEND/WRITE/READ/atomics,
 #                    every byte verified, the traffic captured and its ICRCs checked (root)
 #   make demo-decode build a capture of an RC exchange with the wire layer and decode it
-#   make test        build, all tests (tshark comparison included), clippy, rustfmt
+#   make test        build, all tests (tshark comparison included), clippy, rustfmt; as
+#                    root also the tests marked "needs root" (CI=true requires root)
 #   make test-loaded make test (as CI=true) with LOAD_HOGS busy loops (default: one per CPU)
 #                    competing for the CPUs: how races that only a slow CI machine hits
 #                    show up here (root, ~20 min on 2 cores)
-#   make bench-wire  wire-layer benchmarks (criterion)
-#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root)
+#   make bench-wire  wire-layer benchmarks (criterion); figures into docs/results.md
+#   make bench-transport  the transport engine per packet against its floor; figures into
+#                    docs/results.md
+#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root);
+#                    figures into docs/results.md
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
@@ -26,7 +30,8 @@
 #                    on the host, both directions, and the stock tools (root, ~1 min)
 #   make dcqcn-lab   two xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
 #                    a qemu TCG guest), with and without DCQCN: figures checked against the
-#                    goals, CSV time series and SVG plots in target/dcqcn-lab (root, ~2 min)
+#                    goals, CSV time series and SVG plots in target/dcqcn-lab, the summary
+#                    into docs/results.md (root, ~2 min)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash
@@ -47,7 +52,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -73,10 +78,26 @@ demo-rnic:
 	$(CARGO) run --quiet --example rnic_veth
 	$(CARGO) run --quiet --example rnic_veth -- 6 9000
 
+# Tests that need root carry #[ignore = "needs root"] (docs/testing.md): as root `make test`
+# runs them with the others (--include-ignored); not root they show as ignored, and under
+# CI=true not being root is an error. The offload::* cases need an RDMA device: without one
+# on this machine they are left out by name (offload_in_rxe_guest runs them in an rxe guest).
+TEST_SKIP := $(if $(or $(XRNIC_RDMA_DEVICE),$(wildcard /sys/class/infiniband/*)),,--skip offload::)
+
 test:
+	@if [[ $$(id -u) != 0 && $${CI:-} == true ]]; then \
+		echo "make test: CI=true needs root: the tests marked 'needs root' must run there" >&2; \
+		exit 1; \
+	fi
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace
+	@if [[ $$(id -u) == 0 ]]; then \
+		echo "$(CARGO) test --workspace -- --include-ignored $(TEST_SKIP)"; \
+		$(CARGO) test --workspace -- --include-ignored $(TEST_SKIP); \
+	else \
+		echo "$(CARGO) test --workspace  (not root: the tests marked 'needs root' are ignored)"; \
+		$(CARGO) test --workspace; \
+	fi
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
@@ -90,13 +111,27 @@ test-loaded:
 	echo "test-loaded: $(LOAD_HOGS) busy loops: $${hogs[*]}"; \
 	CI=true $(MAKE) --no-print-directory test
 
+# Each benchmark target writes its figures into its section of docs/results.md
+# (scripts/results.sh): the ratio report, not criterion's own groups.
+RESULTS := scripts/results.sh
+
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)
-	$(CARGO) bench --bench wire
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench wire | tee target/bench-wire.txt
+	sed -n '/^ratios to bare_crc32/,/^{/p' target/bench-wire.txt | $(RESULTS) bench-wire "make bench-wire"
+
+bench-transport:
+	@$(DEPS) $(DEB_BUILD)
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench transport -- nomatch 2>&1 | tee target/bench-transport.txt
+	grep '^transport:' target/bench-transport.txt | $(RESULTS) bench-transport "make bench-transport"
 
 bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
-	$(CARGO) bench --bench net
+	@mkdir -p target
+	set -o pipefail; $(CARGO) bench --bench net | tee target/bench-net.txt
+	sed -n '/^best of/,$$p' target/bench-net.txt | $(RESULTS) bench-net "make bench-net"
 
 # One target at a time at the lowest priority (shared machine); corpora seeded from
 # ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).
@@ -137,4 +172,12 @@ DCQCN_LAB_ARGS ?=
 dcqcn-lab: interop-setup
 	@$(DEPS) python3
 	$(CARGO) build --quiet --release --bin xrnic
-	interop/dcqcn-lab.sh -o target/dcqcn-lab $(DCQCN_LAB_ARGS)
+	@# A run that misses a goal is a result too: its summary (with the MISS lines) goes into
+	@# docs/results.md, then the target fails.
+	rm -f target/dcqcn-lab/summary.txt
+	interop/dcqcn-lab.sh -o target/dcqcn-lab $(DCQCN_LAB_ARGS); rc=$$?; \
+	if [[ -s target/dcqcn-lab/summary.txt ]]; then \
+		$(RESULTS) dcqcn-lab "make dcqcn-lab$(if $(DCQCN_LAB_ARGS), DCQCN_LAB_ARGS='$(DCQCN_LAB_ARGS)')" \
+			<target/dcqcn-lab/summary.txt || rc=1; \
+	fi; \
+	exit $$rc

@@ -4,6 +4,12 @@
 //!
 //! A failure stops the build with a message that names the missing tool or package
 //! (`scripts/install-deps.sh` installs them on Debian).
+//!
+//! It also tells the tests which of their optional prerequisites this machine lacks, so
+//! that a test needing one shows as ignored instead of passing without checking anything
+//! (docs/testing.md): `--cfg xrnic_no_vectors` when `../shared/vectors` (the real
+//! captures beside the repository) is not there, `--cfg xrnic_no_tshark` when no `tshark`
+//! is on the PATH. Under `CI=true` neither is set: those tests then run and fail.
 
 use std::env;
 use std::path::PathBuf;
@@ -14,6 +20,7 @@ const SRC: &str = "bpf/xrnic.bpf.c";
 fn main() -> ExitCode {
     println!("cargo:rerun-if-changed={SRC}");
     println!("cargo:rerun-if-changed=build.rs");
+    test_prerequisites();
     match build() {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -47,4 +54,38 @@ fn build() -> Result<(), String> {
         .build()
         .map_err(|e| format!("{e:#}"))?;
     Ok(())
+}
+
+/// Sets `xrnic_no_vectors` / `xrnic_no_tshark` for the tests (module doc). A prerequisite
+/// that is present is watched, so that its removal re-runs this script; one that is missing
+/// cannot be watched by path: install it and touch build.rs (or `cargo clean -p xrnic`).
+fn test_prerequisites() {
+    println!("cargo::rustc-check-cfg=cfg(xrnic_no_vectors)");
+    println!("cargo::rustc-check-cfg=cfg(xrnic_no_tshark)");
+    let ci = env::var("CI").is_ok_and(|v| v == "true");
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let vectors = manifest.join("../shared/vectors");
+    if vectors.is_dir() {
+        println!("cargo:rerun-if-changed={}", vectors.display());
+    } else {
+        println!("cargo:rerun-if-env-changed=CI");
+        if !ci {
+            println!("cargo:rustc-cfg=xrnic_no_vectors");
+        }
+    }
+    let tshark = env::var_os("PATH").and_then(|p| {
+        env::split_paths(&p)
+            .map(|d| d.join("tshark"))
+            .find(|t| t.is_file())
+    });
+    match tshark {
+        Some(t) => println!("cargo:rerun-if-changed={}", t.display()),
+        None => {
+            println!("cargo:rerun-if-env-changed=CI");
+            println!("cargo:rerun-if-env-changed=PATH");
+            if !ci {
+                println!("cargo:rustc-cfg=xrnic_no_tshark");
+            }
+        }
+    }
 }

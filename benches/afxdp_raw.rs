@@ -7,7 +7,7 @@
 //! Prints frames sent/received, Mpps, Gbit/s of whole Ethernet frames and of RoCE payload.
 //! Run as root: `cargo bench --bench afxdp_raw`; `XRNIC_BENCH_SECS` sets the seconds per
 //! size (default 3). Compare with
-//! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000` (REFERENCE §7).
+//! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000` (glibc's tunables manual).
 
 #[path = "../tests/common/mod.rs"]
 pub(crate) mod common;

@@ -4,8 +4,8 @@
 //! payload once. The printed ratio (engine time per packet / floor time per packet) is the
 //! figure of merit (goal ≤ 2). Also prints the memory of an idle RC QP.
 //!
-//! Note REFERENCE §7: glibc's `rep movsb` memcpy path can be ~25× slower for ≥ 4 KiB
-//! copies between mutually misaligned buffers on these AMD VMs, and a RoCE payload sits at
+//! Note: glibc's `rep movsb` memcpy path can be ~25× slower for ≥ 4 KiB copies between
+//! mutually misaligned buffers on some AMD x86 CPUs, and a RoCE payload sits at
 //! byte 54 or 70 of its frame. Run once as is and once with
 //! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000` to see the difference; the
 //! floor copies between buffers with the same misalignment as the engine, so the ratio is

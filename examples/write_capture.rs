@@ -4,11 +4,11 @@
 //!
 //! Usage: `cargo run --example write_capture -- [OUT.pcapng]` (default `demo.pcapng`).
 //!
-//! The exchange, on path MTU 1024 (what rxe reports on a 1500-byte link, REFERENCE §1):
+//! The exchange, on path MTU 1024 (what rxe reports on a 1500-byte link, docs/wire-format.md §1):
 //! - IPv4, requester 192.0.2.1 QP 0x11 ↔ responder 192.0.2.2 QP 0x12, ECT(0) like RoCE
 //!   hardware sends: SEND ONLY + ACK; RDMA WRITE FIRST/MIDDLE/LAST of 2500 bytes, whose
 //!   MIDDLE a switch marked CE, so the responder's NIC sends a CNP back (ConnectX style:
-//!   BECN, PSN 0, DSCP 48, UDP source port 0, REFERENCE §4) + ACK; RDMA READ of 1500 bytes
+//!   BECN, PSN 0, DSCP 48, UDP source port 0, docs/wire-format.md §5) + ACK; RDMA READ of 1500 bytes
 //!   (REQUEST, RESPONSE FIRST/LAST); CmpSwap + ATOMIC ACK; a SEND that meets an empty
 //!   receive queue (RNR NAK, timer 14 = 1.28 ms), retried after the timer and ACKed.
 //! - IPv6 on VLAN 100, fd00::1 QP 0x21 → fd00::2 QP 0x22: SEND ONLY with immediate
@@ -41,7 +41,7 @@ pub struct Host {
     pub mac: [u8; 6],
     pub ip: IpAddrBytes,
     pub qpn: Qpn,
-    /// rxe picks 0xC000 + a hash of the QPN (REFERENCE §4); any value is legal.
+    /// rxe picks 0xC000 + a hash of the QPN (rxe_qp.c); any value is legal.
     pub udp_src_port: u16,
     pub vlan_tci: Option<u16>,
 }
@@ -110,7 +110,7 @@ pub fn frame(
         ip,
         udp: UdpRepr {
             src_port: from.udp_src_port,
-            // rxe leaves the UDP checksum 0; the ICRC covers the datagram (REFERENCE §4).
+            // rxe leaves the UDP checksum 0; the ICRC covers the datagram (rxe_net.c).
             checksum: 0,
         },
         roce: RoceRepr { bth, ext, payload },
@@ -166,7 +166,7 @@ pub fn exchange() -> Vec<(Duration, Vec<u8>)> {
         vlan_tci: None,
     };
     let none = ExtHeaders::default;
-    // rxe ACKs always carry credit code 31, "unlimited" (REFERENCE §4).
+    // rxe ACKs always carry credit code 31, "unlimited" (rxe_resp.c, AETH_ACK_UNLIMITED).
     let ack = |psn, msn| {
         frame(
             &b,

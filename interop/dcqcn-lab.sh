@@ -12,7 +12,7 @@
 #   ns snd: xrnic perf client ── br0 ── tap ─ eth0 ┐ qemu TCG guest: Linux bridge,    ┌ eth1 ─ tap ── br1 ── ns rcv: xrnic perf
 #           (AF_XDP on veth eth0)                  └ htb rate 50mbit + red ... ecn ───┘ (egress toward the receiver)   server
 #
-# The host kernel has no sch_red; the guest's Debian 6.1 kernel has (REFERENCE §6). The
+# The host kernel has no sch_red; the guest's Debian 6.1 kernel has (docs/congestion.md). The
 # switch scenario prints `tc -s qdisc` of eth1 every second on its console, so the script
 # takes the queue's drops and marks before and after each run.
 #

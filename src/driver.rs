@@ -61,7 +61,8 @@ use poll::{Port, Stepper};
 /// Frames moved per batch (receive and transmit).
 const BATCH: usize = 64;
 /// Stride of the transmit buffers: `MAX_FRAME_LEN` rounded up to 64 bytes, so that every
-/// buffer starts 64-byte aligned (glibc's slow misaligned `rep movsb`, REFERENCE §7).
+/// buffer starts 64-byte aligned (glibc's x86 memcpy can take a slow `rep movsb` path for
+/// copies between mutually misaligned buffers; src/io/afxdp/port.rs).
 const STRIDE: usize = MAX_FRAME_LEN.div_ceil(64) * 64;
 /// How long to back off when the port's transmit ring is full.
 const TX_BACKOFF: Duration = Duration::from_micros(50);

@@ -1,7 +1,8 @@
 //! AF_XDP end to end over a veth pair between two network namespaces: RoCE frames from
 //! `wire::FrameRepr::emit` cross intact (ICRC verified), UMEM chunks are recycled without
 //! leaks, and the host's other traffic keeps flowing through the kernel while the XDP
-//! filter is attached. Needs root: skips otherwise, fails under CI=true.
+//! filter is attached. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 
@@ -79,7 +80,7 @@ fn check_roce_roundtrip(mtu: u32, payload_len: usize, ipv6: bool) {
     let pair = VethPair::new(mtu).expect("veth pair");
     let mut a = open(&pair, Side::A, PortOptions::default());
     let mut b = open(&pair, Side::B, PortOptions::default());
-    // open() mounts bpffs when it is missing (REFERENCE §7).
+    // open() mounts bpffs when it is missing (`sys::ensure_bpffs`).
     assert!(xrnic::io::afxdp::sys::bpffs_mounted());
     let frames: Vec<Vec<u8>> = (0..64)
         .map(|i| roce_frame(addr(&pair, ipv6), i, &payload(i, payload_len)))
@@ -104,17 +105,14 @@ fn check_roce_roundtrip(mtu: u32, payload_len: usize, ipv6: bool) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn roce_ipv4_pmtu1024_crosses_a_1500_veth_intact() {
-    if require_root("roce_ipv4_pmtu1024_crosses_a_1500_veth_intact") {
-        check_roce_roundtrip(1500, 1024, false);
-    }
+    check_roce_roundtrip(1500, 1024, false);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn roce_ipv4_and_ipv6_pmtu1024_and_4096_cross_a_9000_veth_intact() {
-    if !require_root("roce_ipv4_and_ipv6_pmtu1024_and_4096_cross_a_9000_veth_intact") {
-        return;
-    }
     for ipv6 in [false, true] {
         for len in [1024, 4096] {
             check_roce_roundtrip(9000, len, ipv6);
@@ -123,10 +121,8 @@ fn roce_ipv4_and_ipv6_pmtu1024_and_4096_cross_a_9000_veth_intact() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn vlan_tagged_roce_frames_cross_intact() {
-    if !require_root("vlan_tagged_roce_frames_cross_intact") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let mut a = open(&pair, Side::A, PortOptions::default());
     let mut b = open(&pair, Side::B, PortOptions::default());
@@ -146,10 +142,8 @@ fn vlan_tagged_roce_frames_cross_intact() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn umem_chunks_are_recycled_without_leaks() {
-    if !require_root("umem_chunks_are_recycled_without_leaks") {
-        return;
-    }
     let pair = VethPair::new(9000).expect("veth pair");
     // 64 chunks each: 32 on the fill ring, 32 to send with. Thousands of frames must go
     // through them. An odd batch size makes two-chunk frames straddle ring reads.
@@ -186,10 +180,8 @@ fn umem_chunks_are_recycled_without_leaks() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn ping_works_while_the_filter_is_attached() {
-    if !require_root("ping_works_while_the_filter_is_attached") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let _a = open(&pair, Side::A, PortOptions::default());
     let b = open(&pair, Side::B, PortOptions::default());
@@ -214,10 +206,8 @@ fn ping_works_while_the_filter_is_attached() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn foreign_udp_reaches_the_kernel_not_the_socket() {
-    if !require_root("foreign_udp_reaches_the_kernel_not_the_socket") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let mut a = open(&pair, Side::A, PortOptions::default());
     let mut b = open(&pair, Side::B, PortOptions::default());
@@ -266,10 +256,8 @@ fn foreign_udp_reaches_the_kernel_not_the_socket() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn frames_emitted_straight_into_the_umem_arrive_intact() {
-    if !require_root("frames_emitted_straight_into_the_umem_arrive_intact") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let mut a = open(&pair, Side::A, PortOptions::default());
     let mut b = open(&pair, Side::B, PortOptions::default());
@@ -298,10 +286,8 @@ fn frames_emitted_straight_into_the_umem_arrive_intact() {
 /// only inside it); the next `send_batch` pushes them out in the same kick, in order, and
 /// `flush` pushes them alone.
 #[test]
+#[ignore = "needs root"]
 fn queued_frames_leave_with_the_next_kick_in_order() {
-    if !require_root("queued_frames_leave_with_the_next_kick_in_order") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let opts = PortOptions {
         bind_mode: xrnic::io::afxdp::BindMode::Copy,
@@ -356,10 +342,8 @@ fn queued_frames_leave_with_the_next_kick_in_order() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn open_reports_a_missing_interface_clearly() {
-    if !require_root("open_reports_a_missing_interface_clearly") {
-        return;
-    }
     let err = XskPort::open("xrnic-nope0", 0, PortOptions::default()).unwrap_err();
     let msg = err.to_string();
     assert!(

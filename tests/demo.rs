@@ -1,14 +1,13 @@
 //! `xrnic demo` end to end: it exits 0, its last line says the data was verified, the
 //! capture it wrote holds RoCE packets with valid ICRCs, and no namespace of it is left
 //! afterwards — also when it is interrupted with SIGINT in the middle of a step. Not root:
-//! a clear message and exit status 1. Needs root: skips otherwise, fails under CI=true.
+//! a clear message and exit status 1. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-
-use common::require_root;
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 
@@ -33,10 +32,8 @@ fn tmp_pcap(name: &str) -> std::path::PathBuf {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_verifies_everything_and_leaves_no_namespace() {
-    if !require_root("demo_verifies_everything_and_leaves_no_namespace") {
-        return;
-    }
     let pcap = tmp_pcap("demo");
     let child = Command::new(BIN)
         .args(["demo", "-n", "20", "--pcap"])
@@ -135,10 +132,8 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_interrupted_leaves_no_namespace() {
-    if !require_root("demo_interrupted_leaves_no_namespace") {
-        return;
-    }
     let pcap = tmp_pcap("demo-sigint");
     let mut child = Command::new(BIN)
         .args(["demo", "-n", "5000", "--pcap"])
@@ -191,10 +186,8 @@ fn demo_interrupted_leaves_no_namespace() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn demo_without_root_says_so() {
-    if !require_root("demo_without_root_says_so") {
-        return;
-    }
     let o = Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -213,10 +206,8 @@ fn demo_without_root_says_so() {
 /// Without dumpcap on the PATH it names the package to install, exits 1 and creates
 /// nothing.
 #[test]
+#[ignore = "needs root"]
 fn demo_without_dumpcap_names_the_package() {
-    if !require_root("demo_without_dumpcap_names_the_package") {
-        return;
-    }
     // A PATH with only `ip` and `ss` (where this machine has them).
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("demo-path-{}", std::process::id()));

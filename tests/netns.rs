@@ -1,14 +1,13 @@
 //! The veth test harness and the link/neighbour helpers: names are unique, the MTU and
 //! addresses are as asked, the kernel's neighbour table is read back, and everything is
-//! removed on drop, also when the owner panics. Needs root: skips otherwise, fails under
-//! CI=true.
+//! removed on drop, also when the owner panics. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 
 use std::net::IpAddr;
 use std::process::Command;
 
-use common::require_root;
 use xrnic::io::afxdp::{Error, PortOptions, XskPort};
 use xrnic::io::link;
 use xrnic::io::netns::{Side, VethPair};
@@ -21,10 +20,8 @@ fn netns_exists(name: &str) -> bool {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn pair_has_the_mtu_and_addresses_asked_for() {
-    if !require_root("pair_has_the_mtu_and_addresses_asked_for") {
-        return;
-    }
     for mtu in [1500, 9000] {
         let pair = VethPair::new(mtu).unwrap();
         for (side, v4, v6) in [
@@ -44,10 +41,8 @@ fn pair_has_the_mtu_and_addresses_asked_for() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn two_pairs_do_not_collide() {
-    if !require_root("two_pairs_do_not_collide") {
-        return;
-    }
     let p1 = VethPair::new(1500).unwrap();
     let p2 = VethPair::new(1500).unwrap();
     assert_ne!(p1.end(Side::A).netns, p2.end(Side::A).netns);
@@ -55,10 +50,8 @@ fn two_pairs_do_not_collide() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn everything_is_removed_on_drop_and_on_panic() {
-    if !require_root("everything_is_removed_on_drop_and_on_panic") {
-        return;
-    }
     let pair = VethPair::new(1500).unwrap();
     let names = [
         pair.end(Side::A).netns.clone(),
@@ -87,10 +80,8 @@ fn everything_is_removed_on_drop_and_on_panic() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn neighbour_table_is_read_after_ping() {
-    if !require_root("neighbour_table_is_read_after_ping") {
-        return;
-    }
     let pair = VethPair::new(1500).unwrap();
     let a = pair.end(Side::A).clone();
     let b_mac = pair.end(Side::B).mac;
@@ -121,10 +112,8 @@ fn neighbour_table_is_read_after_ping() {
 /// accepts `RTM_NEWNEIGH` + `NTF_USE` (no fallback taken) and the entry it resolves
 /// arrives as a netlink notification, for IPv4 (ARP) and IPv6 (ND).
 #[test]
+#[ignore = "needs root"]
 fn the_kernel_resolves_a_neighbour_asked_for_over_netlink() {
-    if !require_root("the_kernel_resolves_a_neighbour_asked_for_over_netlink") {
-        return;
-    }
     let pair = VethPair::new(1500).unwrap();
     let a = pair.end(Side::A).clone();
     let b_mac = pair.end(Side::B).mac;
@@ -157,10 +146,8 @@ fn the_kernel_resolves_a_neighbour_asked_for_over_netlink() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_second_port_on_the_same_interface_is_refused_clearly() {
-    if !require_root("a_second_port_on_the_same_interface_is_refused_clearly") {
-        return;
-    }
     let pair = VethPair::new(1500).unwrap();
     let ifname = pair.end(Side::A).ifname.clone();
     let (first, second) = pair
@@ -191,10 +178,8 @@ fn a_second_port_on_the_same_interface_is_refused_clearly() {
 /// An observed pair: the ends reach each other through the bridge, a capture on the
 /// observer port sees the traffic of both directions, and all three namespaces go on drop.
 #[test]
+#[ignore = "needs root"]
 fn observed_pair_is_seen_in_the_middle_and_removed_on_drop() {
-    if !require_root("observed_pair_is_seen_in_the_middle_and_removed_on_drop") {
-        return;
-    }
     let pair = VethPair::observed(9000).unwrap();
     let names = pair.netns_names();
     assert_eq!(names.len(), 3);

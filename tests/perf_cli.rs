@@ -1,14 +1,14 @@
 //! `xrnic perf` on a veth pair: server and client as two processes in two namespaces, for
 //! write, read, send and atomic, with two QPs, IPv4 and IPv6 GIDs, path MTU 1024 (1500
 //! veth) and 4096 (9000 veth), `--json` and `--verify`; duration mode; usage errors (exit
-//! 2), an unreachable server and a verification that must fail (exit 1). Needs root:
-//! skips otherwise, fails under CI=true.
+//! 2), an unreachable server and a verification that must fail (exit 1). The root tests
+//! are `#[ignore = "needs root"]` (docs/testing.md).
 
 mod common;
 
 use std::process::{Command, Output, Stdio};
 
-use common::{require_root, text, wait_listening};
+use common::{text, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
 const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
@@ -156,10 +156,8 @@ fn check_pair(srv: &Output, cli: &Output, test: &str, size: u64, iters: u64, qps
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_all_tests_pair_with_two_qps_ipv4_mtu_1024() {
-    if !require_root("perf_all_tests_pair_with_two_qps_ipv4_mtu_1024") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let mut port = 19515;
     for (test, size) in [
@@ -178,10 +176,8 @@ fn perf_all_tests_pair_with_two_qps_ipv4_mtu_1024() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_ipv6_gid_and_mtu_4096_on_a_9000_veth() {
-    if !require_root("perf_ipv6_gid_and_mtu_4096_on_a_9000_veth") {
-        return;
-    }
     let pair = VethPair::new(9000).expect("veth pair");
     let mut port = 19600;
     for test in ["write", "read", "send"] {
@@ -203,10 +199,8 @@ fn perf_ipv6_gid_and_mtu_4096_on_a_9000_veth() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_duration_mode_and_gbits() {
-    if !require_root("perf_duration_mode_and_gbits") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     for (test, port) in [("write", 19700), ("send", 19701)] {
         let a = ["-D", "1", "-s", "4096", "--report_gbits", "--json"];
@@ -224,10 +218,8 @@ fn perf_duration_mode_and_gbits() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_errors_are_clear() {
-    if !require_root("perf_errors_are_clear") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let ifb = pair.end(Side::B).ifname.clone();
     let run = |args: &[&str]| netns_cmd(&pair, Side::B, args).output().unwrap();
@@ -295,10 +287,8 @@ fn perf_errors_are_clear() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_verify_catches_what_did_not_happen() {
-    if !require_root("perf_verify_catches_what_did_not_happen") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     // The server expects 200 FETCH_AND_ADDs, the client does 100: the counters are short.
     let (srv, cli) = perf_pair(
@@ -335,10 +325,8 @@ fn perf_verify_catches_what_did_not_happen() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_dcqcn_json_rates_cc_log_and_plot() {
-    if !require_root("perf_dcqcn_json_rates_cc_log_and_plot") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let dir = std::env::temp_dir().join(format!("xrnic-perf-cc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

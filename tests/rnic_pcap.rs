@@ -5,8 +5,8 @@
 //! fault injector dropped); `xrnic decode --strict` finds every ICRC valid, tshark reads it,
 //! and the retransmissions the comments name equal the device's counter and what `xrnic
 //! explain` finds in the capture. SIGINT leaves a complete file. The same tap on the
-//! in-process simulated link runs without root. Needs root otherwise: skips, fails under
-//! CI=true.
+//! in-process simulated link runs without root. The others are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{StatFiles, netns_cmd, require_root, text, under_ci, wait_listening};
+use common::{StatFiles, netns_cmd, require_tshark, text, wait_listening};
 use serde_json::Value;
 use xrnic::io::netns::{Side, VethPair};
 
@@ -175,20 +175,6 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
     }
 }
 
-fn tshark_present() -> bool {
-    let ok = Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && under_ci() {
-        panic!("tshark is required under CI=true (make test installs the Debian package tshark)");
-    }
-    if !ok {
-        eprintln!("skipping the tshark part: tshark not installed");
-    }
-    ok
-}
-
 /// Lines tshark prints for `filter` on `path`.
 fn tshark_count(path: &Path, filter: &str) -> u64 {
     let o = Command::new("tshark")
@@ -233,7 +219,8 @@ fn check_captures(pair: &VethPair, caps: [&Path; 2], from: SystemTime, to: Syste
             seen_side.frames, seen_side.outbound, seen_side.inbound, seen_side.fault_dropped
         );
         total_retx += retx;
-        if tshark_present() {
+        {
+            require_tshark();
             assert_eq!(tshark_count(cap, "infiniband"), seen_side.frames);
             assert_eq!(
                 tshark_count(cap, "frame.comment contains \"retransmission\""),
@@ -258,10 +245,8 @@ fn check_captures(pair: &VethPair, caps: [&Path; 2], from: SystemTime, to: Syste
 }
 
 #[test]
+#[ignore = "needs root"]
 fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
-    if !require_root("rc_pingpong_pcap_with_rx_drop_names_every_retransmission") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let (ca, cb) = (scratch("pp-a"), scratch("pp-b"));
@@ -310,10 +295,8 @@ fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_pcap_on_both_roles_with_a_lossy_responder() {
-    if !require_root("perf_pcap_on_both_roles_with_a_lossy_responder") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let (ca, cb) = (scratch("perf-a"), scratch("perf-b"));
@@ -370,10 +353,8 @@ fn perf_pcap_on_both_roles_with_a_lossy_responder() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn sigint_leaves_a_complete_capture_and_exit_status_130() {
-    if !require_root("sigint_leaves_a_complete_capture_and_exit_status_130") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let (ca, cb) = (scratch("int-a"), scratch("int-b"));
@@ -523,10 +504,8 @@ fn sim_pair_devices_capture_without_root() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_unwritable_pcap_path_is_a_clear_error() {
-    if !require_root("an_unwritable_pcap_path_is_a_clear_error") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let ifa = pair.end(Side::A).ifname.clone();
@@ -559,11 +538,9 @@ fn an_unwritable_pcap_path_is_a_clear_error() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
     use xrnic::verbs::{Device, DeviceOptions};
-    if !require_root("frames_the_engine_refuses_are_in_the_capture_with_the_reason") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let cap = scratch("refused");
     let opts = DeviceOptions {

@@ -9,7 +9,7 @@ mod common;
 use std::net::IpAddr;
 use std::process::{Output, Stdio};
 
-use common::{netns_cmd, require_root, text, wait_listening};
+use common::{netns_cmd, text, wait_listening};
 use xrnic::io::link;
 use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::netdev;
@@ -41,10 +41,8 @@ fn run_pair(pair: &VethPair, args: &[&str], port: u16) -> (Output, Output) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_next_hop_of_a_routed_peer_is_the_router() {
-    if !require_root("the_next_hop_of_a_routed_peer_is_the_router") {
-        return;
-    }
     let pair = VethPair::routed(1500).expect("routed pair");
     let (router_ns, router_if) = pair.observer().expect("router namespace");
     let router_mac = link::mac_of(router_ns, router_if).unwrap();
@@ -71,10 +69,8 @@ fn the_next_hop_of_a_routed_peer_is_the_router() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
-    if !require_root("rc_pingpong_across_a_router_ipv4_and_ipv6") {
-        return;
-    }
     let pair = VethPair::routed(1500).expect("routed pair");
     for (port, (gid, local, remote)) in (18915..).zip([
         ("1", "::ffff:192.0.2.1", "::ffff:192.0.2.65"),
@@ -107,10 +103,8 @@ fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_write_across_a_router_ipv4_and_ipv6() {
-    if !require_root("perf_write_across_a_router_ipv4_and_ipv6") {
-        return;
-    }
     let pair = VethPair::routed(1500).expect("routed pair");
     for (port, gid) in (19915..).zip(["1", "2"]) {
         let args = ["perf", "write", "-x", gid, "-n", "50", "--verify"];

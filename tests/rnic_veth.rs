@@ -3,14 +3,14 @@
 //! operation with data verified, IPv4 and IPv6 GIDs, path MTU 1024 on a 1500 link and
 //! 4096 on a 9000 link, one-sided traffic into a passive server, loss injected by the
 //! driver's fault injector, malformed frames from the kernel's own UDP stack, clean
-//! shutdown. Needs root: skips otherwise, fails under CI=true.
+//! shutdown. The root tests are `#[ignore = "needs root"]`
+//! (docs/testing.md).
 
 mod common;
 
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use common::require_root;
 use xrnic::io::afxdp::PortOptions;
 use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
@@ -276,28 +276,24 @@ fn run_pair_with(mtu: u32, path_mtu: Mtu, gid_indexes: &[u8], len: usize, opts: 
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_operation_ipv4_and_ipv6_gids_pmtu1024_on_a_1500_veth() {
-    if require_root("every_operation_ipv4_and_ipv6_gids_pmtu1024_on_a_1500_veth") {
-        // GID 1 = ::ffff:192.0.2.x, GID 2 = fd00::x (GID 0 is the link-local one).
-        run_pair(1500, Mtu::Mtu1024, &[1, 2], 10_000);
-    }
+    // GID 1 = ::ffff:192.0.2.x, GID 2 = fd00::x (GID 0 is the link-local one).
+    run_pair(1500, Mtu::Mtu1024, &[1, 2], 10_000);
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_operation_pmtu4096_on_a_9000_veth() {
-    if require_root("every_operation_pmtu4096_on_a_9000_veth") {
-        run_pair(9000, Mtu::Mtu4096, &[1, 2], 65_536);
-    }
+    run_pair(9000, Mtu::Mtu4096, &[1, 2], 65_536);
 }
 
 /// The single-buffer path a kernel before 6.6 takes (no `XDP_USE_SG`), forced here: on a
 /// 9000 link the port offers 2048 (a frame must fit one 4 KiB chunk) instead of 4096,
 /// refuses a 4096 path MTU, and carries every operation at 2048 with 64 KiB messages.
 #[test]
+#[ignore = "needs root"]
 fn single_buffer_port_caps_the_mtu_at_2048_and_carries_every_operation() {
-    if !require_root("single_buffer_port_caps_the_mtu_at_2048_and_carries_every_operation") {
-        return;
-    }
     let single = DeviceOptions {
         port: PortOptions {
             single_buffer: true,
@@ -340,10 +336,8 @@ fn single_buffer_port_caps_the_mtu_at_2048_and_carries_every_operation() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn device_reports_gids_and_mtu_like_rxe_and_refuses_a_too_large_path_mtu() {
-    if !require_root("device_reports_gids_and_mtu_like_rxe_and_refuses_a_too_large_path_mtu") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let da = open(&pair, Side::A, &DeviceOptions::default());
     let db = open(&pair, Side::B, &DeviceOptions::default());
@@ -408,10 +402,8 @@ fn device_reports_gids_and_mtu_like_rxe_and_refuses_a_too_large_path_mtu() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn neighbour_missing_from_the_table_is_resolved_through_the_kernel() {
-    if !require_root("neighbour_missing_from_the_table_is_resolved_through_the_kernel") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let da = open(&pair, Side::A, &DeviceOptions::default());
     let db = open(&pair, Side::B, &DeviceOptions::default());
@@ -433,10 +425,8 @@ fn neighbour_missing_from_the_table_is_resolved_through_the_kernel() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn one_sided_traffic_needs_no_call_from_the_server_application() {
-    if !require_root("one_sided_traffic_needs_no_call_from_the_server_application") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     let seed = pattern(77, REGION / 2);
@@ -490,10 +480,8 @@ fn one_sided_traffic_needs_no_call_from_the_server_application() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn injected_loss_is_repaired_every_byte_right_and_counted() {
-    if !require_root("injected_loss_is_repaired_every_byte_right_and_counted") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let lossy = |seed| DeviceOptions {
         rx_drop: 0.03,
@@ -556,10 +544,8 @@ fn injected_loss_is_repaired_every_byte_right_and_counted() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn malformed_and_foreign_frames_on_the_wire_are_dropped_and_counted() {
-    if !require_root("malformed_and_foreign_frames_on_the_wire_are_dropped_and_counted") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     let before = a.dev.counters().unwrap();
@@ -627,10 +613,8 @@ fn every_send_still_works(a: &End, b: &End) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn dropping_the_device_stops_the_driver_and_detaches_xdp() {
-    if !require_root("dropping_the_device_stops_the_driver_and_detaches_xdp") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let ifname = pair.end(Side::A).ifname.clone();
     let has_xdp = || {
@@ -654,10 +638,8 @@ fn dropping_the_device_stops_the_driver_and_detaches_xdp() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_vanished_interface_does_not_make_the_driver_spin() {
-    if !require_root("a_vanished_interface_does_not_make_the_driver_spin") {
-        return;
-    }
     let pair = VethPair::new(1500).expect("veth pair");
     let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
     // Delete the veth pair under the running devices. (An unbound AF_XDP socket polls as
@@ -735,10 +717,8 @@ fn roce_payload_v6(sport: u16, opcode: xrnic::wire::Opcode, dest_qp: u32) -> Vec
 }
 
 #[test]
+#[ignore = "needs root"]
 fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
-    if !require_root("foreign_frames_with_valid_icrcs_are_dropped_and_counted") {
-        return;
-    }
     use xrnic::wire::Opcode;
     let pair = VethPair::new(1500).expect("veth pair");
     // Connected over the IPv4 GIDs: the QP's peer is ::ffff:192.0.2.2, not fd00::2.

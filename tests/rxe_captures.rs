@@ -158,7 +158,7 @@ fn check_psn_order(name: &str, pkts: &[Pkt]) -> usize {
     resent
 }
 
-/// FIRST and MIDDLE packets carry exactly the path MTU (REFERENCE §1).
+/// FIRST and MIDDLE packets carry exactly the path MTU (IBTA vol.1 §9.7.2, rxe_req.c).
 fn assert_mtu_sized(name: &str, pkts: &[Pkt], pmtu: usize) -> usize {
     let mut middles = 0;
     for p in pkts.iter().filter(|p| p.operation != Operation::Ack) {
@@ -184,7 +184,7 @@ fn is_ipv6(p: &Pkt) -> bool {
 
 // --- facts common to everything rxe sends --------------------------------------------
 
-/// What rxe puts in the headers xrnic does not control on receive (REFERENCE §4): UDP
+/// What rxe puts in the headers xrnic does not control on receive (rxe_net.c, rxe_qp.c; docs/wire-format.md §5): UDP
 /// checksum 0, TTL / hop limit 64, DSCP/ECN 0 and flow label 0 by default, MigReq 0, every
 /// ACK "unlimited credits" (syndrome 0x1F), one UDP source port per QP for both directions.
 #[test]
@@ -304,7 +304,7 @@ fn rc_pingpong_one_byte_send_only_with_pad() {
         BTreeSet::from([Opcode::RC_SEND_ONLY.0, Opcode::RC_ACK.0])
     );
     for p in pkts.iter().filter(|p| p.is_request) {
-        // 1 byte of payload, padded to a 4-byte multiple: PadCnt 3 (BTH, REFERENCE §1).
+        // 1 byte of payload, padded to a 4-byte multiple: PadCnt 3 (BTH, IBTA vol.1 §9.2).
         assert_eq!((p.payload_len, p.pad), (1, 3), "{name} frame {}", p.number);
     }
     assert!(pkts.iter().all(|p| !is_ipv6(p)));
@@ -530,7 +530,7 @@ fn atomic_cmp_swap_over_ipv6() {
 
 /// netem dropped 2 % of the writer's packets before the bridge: the responder answers the
 /// first out-of-order packet with a NAK "PSN sequence error" naming the PSN it expects
-/// (REFERENCE §3, NAK code 0), and the requester goes back to exactly that PSN and resends from
+/// (IBTA vol.1 §9.7.5.2, NAK code 0), and the requester goes back to exactly that PSN and resends from
 /// there, so PSNs after the gap appear twice (go-back-N, rxe_comp.c / rxe_req.c).
 #[test]
 fn write_bw_loss_shows_nak_and_go_back_n_retransmission() {

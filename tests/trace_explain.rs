@@ -77,21 +77,8 @@ fn explain_json(file: &Path) -> (Vec<Value>, Value) {
     (v, sum)
 }
 
-fn tshark_available() -> bool {
-    let ok = std::process::Command::new("tshark")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok && under_ci() {
-        panic!("tshark is required under CI=true (make test installs it)");
-    }
-    if !ok {
-        eprintln!("skipping the tshark part: tshark not installed");
-    }
-    ok
-}
-
 #[test]
+#[cfg_attr(xrnic_no_tshark, ignore = "needs tshark")]
 fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
     let path = scratch("lossy.pcapng");
     let opts = SimOptions {
@@ -149,7 +136,8 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
 
     // Wireshark's reading: every frame is RoCE with a good ICRC... (tshark checks the
     // ICRC only with an option, so the comments are what is checked there).
-    if tshark_available() {
+    {
+        require_tshark();
         let o = std::process::Command::new("tshark")
             .args(["-r", path.to_str().unwrap(), "-Y"])
             .arg("frame.comment contains \"retransmission\"")
@@ -421,10 +409,9 @@ fn sim_cli_writes_pcap_trace_and_resources() {
 }
 
 #[test]
+#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]
 fn explain_rxe_read_vector_shows_one_request_and_four_responses() {
-    let Some(f) = vector("rxe/monty_roce_capture_read-write-ecn.pcap") else {
-        return;
-    };
+    let f = vector("rxe/monty_roce_capture_read-write-ecn.pcap");
     let (ladders, _) = explain_json(&f);
     let rc: Vec<&Value> = ladders
         .iter()
@@ -463,10 +450,9 @@ fn explain_rxe_read_vector_shows_one_request_and_four_responses() {
 }
 
 #[test]
+#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]
 fn explain_huawei_capture_shows_send_first_last_with_imm() {
-    let Some(f) = vector("huawei_hiroce/oferby_proxy_roce.pcap") else {
-        return;
-    };
+    let f = vector("huawei_hiroce/oferby_proxy_roce.pcap");
     let text = stdout(&xrnic(&["explain", "--full", f.to_str().unwrap()]));
     assert!(text.contains("SEND_FIRST psn 0 1024 B"), "{text}");
     assert!(
@@ -506,6 +492,7 @@ fn explain_loss_capture_shows_the_nak_and_the_resend() {
 }
 
 #[test]
+#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]
 fn explain_every_capture_gives_sensible_ladders_and_svg() {
     let mut files = vector_files();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop/captures");
@@ -562,10 +549,9 @@ fn explain_every_capture_gives_sensible_ladders_and_svg() {
 }
 
 #[test]
+#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]
 fn cnp_vector_is_a_cnp() {
-    let Some(f) = vector("single/scapy_cx4lx_cnp.pcap") else {
-        return;
-    };
+    let f = vector("single/scapy_cx4lx_cnp.pcap");
     let (_, sum) = explain_json(&f);
     assert_eq!(sum["cnps"], 1);
 }

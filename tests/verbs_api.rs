@@ -4,13 +4,14 @@
 //!   ([`Device::open_sim_pair`]; no root needed).
 //! - `offload::*`: an RDMA device through libibverbs ([`Device::open_rdma`]), two handles
 //!   on the one device talking to each other (loopback, as rxe and ConnectX do it). The
-//!   device is `$XRNIC_RDMA_DEVICE` or the first one libibverbs lists; without one the
-//!   cases say so and pass, unless `$XRNIC_RDMA_DEVICE` is set (then they fail).
+//!   device is `$XRNIC_RDMA_DEVICE` or the first one libibverbs lists. Marked
+//!   `#[ignore = "needs an RDMA device"]`: run them with `--ignored offload::` where there
+//!   is one (without one they fail).
 //! - `offload_in_rxe_guest`: where this machine has no RDMA device (the host kernel here
 //!   has no RDMA support), the `offload::*` cases run inside a Linux rxe guest of the
 //!   interop harness (`interop/run-offload.sh -t api`, which copies this test binary and
-//!   `xrnic` into the guest and runs them on rxe0). Root and qemu needed: skipped with a
-//!   message on a developer's machine, required under `CI=true`.
+//!   `xrnic` into the guest and runs them there with `--ignored` on rxe0). Root and qemu
+//!   needed: `#[ignore = "needs root"]`, run by `make test` as root (docs/testing.md).
 //!
 //! Every case checks delivered bytes and completions (status, opcode, length, immediate),
 //! not just that calls return.
@@ -415,23 +416,20 @@ fn sim() -> (Device, Device) {
     Device::open_sim_pair().unwrap()
 }
 
-/// The RDMA device of this machine, if any (see the module doc).
-fn rdma() -> Option<(Device, Device)> {
+/// The RDMA device of this machine (see the module doc); none is a failure.
+fn rdma() -> (Device, Device) {
     let name = match std::env::var("XRNIC_RDMA_DEVICE") {
         Ok(n) => n,
         Err(_) => match xrnic::verbs::list_devices().rdma {
             Ok(v) if !v.is_empty() => v[0].clone(),
-            _ => {
-                eprintln!(
-                    "skipped here: no RDMA device on this machine (offload_in_rxe_guest runs \
-                     these cases in an rxe guest)"
-                );
-                return None;
-            }
+            other => panic!(
+                "no RDMA device on this machine ({other:?}); offload_in_rxe_guest runs these \
+                 cases in an rxe guest"
+            ),
         },
     };
     let open = || Device::open_rdma(&name).unwrap_or_else(|e| panic!("open {name}: {e}"));
-    Some((open(), open()))
+    (open(), open())
 }
 
 macro_rules! suite {
@@ -445,10 +443,10 @@ macro_rules! suite {
         }
         mod offload {
             $(#[test]
+            #[ignore = "needs an RDMA device"]
             fn $case() {
-                if let Some((a, b)) = super::rdma() {
-                    super::$case(&a, &b);
-                }
+                let (a, b) = super::rdma();
+                super::$case(&a, &b);
             })*
         }
     };
@@ -468,24 +466,11 @@ suite!(
     backend_is_what_was_opened,
 );
 
-/// Run `offload::*` in an rxe guest when this machine has no RDMA device (module doc).
+/// Run `offload::*` in an rxe guest (module doc). Where this machine has an RDMA device,
+/// `make test` runs `offload::*` on it as well (docs/testing.md).
 #[test]
+#[ignore = "needs root"]
 fn offload_in_rxe_guest() {
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    let local = matches!(xrnic::verbs::list_devices().rdma, Ok(v) if !v.is_empty());
-    if local || std::env::var("XRNIC_RDMA_DEVICE").is_ok() {
-        eprintln!("skipped: offload::* run on this machine's RDMA device");
-        return;
-    }
-    let root = rustix::process::geteuid().is_root();
-    if !ci && !root {
-        eprintln!("skipped: the rxe guest needs root (CI=true makes this a failure)");
-        return;
-    }
-    assert!(
-        root,
-        "CI=true: offload_in_rxe_guest needs root to boot the rxe guest"
-    );
     let dir = env!("CARGO_MANIFEST_DIR");
     let me = std::env::current_exe().unwrap();
     let outdir = format!("{dir}/target/interop/offload-api");

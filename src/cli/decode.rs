@@ -13,9 +13,9 @@
 //!   the file cannot be read, or with `--strict` when any RoCE packet had a bad ICRC or was
 //!   malformed; 2 for command-line mistakes (clap's convention).
 //!
-//! The ICRC is shown as its four bytes in wire order (as Wireshark's "Invariant CRC" and
-//! REFERENCE §8 show it), not as the CRC register value, which is their little-endian
-//! reading (IBTA RoCE v2 annex A17.4.1; REFERENCE §2).
+//! The ICRC is shown as its four bytes in wire order (as Wireshark's "Invariant CRC"
+//! shows it), not as the CRC register value, which is their little-endian reading (IBTA
+//! RoCE v2 annex A17.4.1; docs/wire-format.md §3).
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};
@@ -163,7 +163,7 @@ pub struct RethJson {
     pub dma_len: u32,
 }
 
-/// AETH (IBTA vol. 1 §9.3.5; syndrome encoding REFERENCE §3): the syndrome split into its
+/// AETH (IBTA vol. 1 §9.3.5; syndrome encoding §9.7.5.2, docs/wire-format.md §4): the syndrome split into its
 /// meaning, and the MSN.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AethJson {
@@ -313,7 +313,7 @@ pub struct Packet {
     pub pkey: Option<u16>,
     pub fecn: Option<bool>,
     pub becn: Option<bool>,
-    /// The six reserved bits of BTH byte 4. Huawei hiroce sets 0x10 in them (REFERENCE §4);
+    /// The six reserved bits of BTH byte 4. Huawei hiroce sets 0x10 in them (docs/wire-format.md §5);
     /// they are masked in the ICRC and ignored on receive.
     pub resv6: Option<u8>,
     pub dest_qp: Option<u32>,
@@ -571,7 +571,7 @@ impl fmt::Display for Packet {
         }
         // DSCP 0 / Not-ECT are the common case. A DSCP says which priority the packet
         // travels on (ConnectX CNPs: 48); CE marks drive congestion control (DCQCN,
-        // REFERENCE §4, §6).
+        // docs/congestion.md).
         if let Some(d) = self.dscp.filter(|d| *d != 0) {
             let _ = write!(s, " dscp {d}");
         }
@@ -777,7 +777,7 @@ mod tests {
 
     #[test]
     fn icrc_is_shown_in_wire_byte_order() {
-        // REFERENCE §8: the scapy CNP's ICRC bytes are 82 fd 00 2a on the wire.
+        // The scapy CNP vector's ICRC bytes are 82 fd 00 2a on the wire.
         assert_eq!(
             icrc_hex(u32::from_le_bytes([0x82, 0xfd, 0x00, 0x2a])),
             "82fd002a"

@@ -65,8 +65,8 @@ const SILENCE: Duration = Duration::from_secs(30);
 /// nothing from our polling). Measured on the 2-core VM under load: spinning then
 /// sleeping after a short while was far slower (140–210 µs) than either polling (14 µs)
 /// or sleeping (27 µs) alone, so the switch to sleeping comes late. Yielding at once
-/// rather than spinning first (50 µs, until November 2026): 11–29 µs against 32–187 µs
-/// in 8 interleaved pairs at load 4 (docs/performance-history.md): when the scheduler puts both
+/// rather than spinning first (50 µs): 11–29 µs against 32–187 µs in 8 interleaved pairs
+/// on a loaded machine (docs/performance.md, "Round trip"): when the scheduler puts both
 /// ends of a ping-pong on one CPU, each spin delays the peer's answer by the whole
 /// spin; alone on its CPU, `sched_yield` returns at once.
 pub const YIELD: Duration = Duration::from_millis(10);

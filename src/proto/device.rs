@@ -787,7 +787,7 @@ impl Rnic {
 
     fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<(usize, TxReason)> {
         // With congestion control on, data is ECN-capable so that switches mark it CE
-        // instead of dropping it (ConnectX and hiroce send ECT(0), REFERENCE §4).
+        // instead of dropping it (ConnectX and hiroce send ECT(0), docs/wire-format.md §5).
         let ect = self.cc.is_some();
         let qp = self.qps[i].as_mut()?;
         if !matches!(

@@ -424,7 +424,7 @@ pub fn check_modify(cur: QpState, attr: &QpAttr, mask: AttrMask) -> Result<QpSta
     Ok(to)
 }
 
-/// rxe's UDP source port: 0xC000 + a 14-bit multiplicative hash of the QPN (REFERENCE §4),
+/// rxe's UDP source port: 0xC000 + a 14-bit multiplicative hash of the QPN (rxe_qp.c, `hash_32`),
 /// so that ECMP spreads QPs while all packets of one QP take one path.
 pub fn udp_src_port(qpn: Qpn) -> u16 {
     // Golden-ratio multiplicative hash, top 14 bits.

@@ -86,7 +86,7 @@ impl IpRepr {
 }
 
 /// UDP ports and checksum. RoCE v2 senders may leave the checksum 0 (rxe does); it is not
-/// verified on receive, since the ICRC covers the datagram (REFERENCE §4). The value is
+/// verified on receive, since the ICRC covers the datagram (docs/wire-format.md §5). The value is
 /// kept so that a parsed frame re-emits byte for byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UdpRepr {
@@ -544,7 +544,7 @@ fn be16(b: &[u8], at: usize) -> u16 {
 /// independent operations. `parse` issues the start state's loads as soon as the IP layer
 /// gives the span, the checks while those loads complete, and the CRC last, so that the
 /// checks neither wait for the CRC nor delay it much (benches/wire.rs,
-/// docs/performance-history.md).
+/// docs/performance.md).
 #[inline(always)]
 fn icrc_span<'a>(buf: &'a [u8], ip: &IpLayer) -> &'a [u8] {
     let end = ip.ip_end.saturating_sub(icrc::LEN).max(ip.ip_off);
@@ -570,7 +570,7 @@ struct IpLayer {
 /// every frame one of those checks would reject, gets `None` and is left to
 /// [`general_ip`], which stays the authority on the error value (the equality is a
 /// property test). etherparse's slice constructors are sound but cost, per packet, more
-/// than these loads (docs/performance-history.md).
+/// than these loads (benches/wire.rs).
 #[inline(always)]
 fn fast_ip(buf: &[u8]) -> Option<IpLayer> {
     let head: &[u8; ETH_LEN + VLAN_LEN] = buf.get(..ETH_LEN + VLAN_LEN)?.try_into().ok()?;

@@ -1,4 +1,4 @@
-//! The RoCE v2 invariant CRC (IBTA RoCE v2 annex A17.4.1, REFERENCE §2).
+//! The RoCE v2 invariant CRC (IBTA RoCE v2 annex A17.4.1; docs/wire-format.md §3).
 //!
 //! CRC-32 (IEEE 802.3, as `crc32fast` computes it) over 8 bytes of 0xFF, then the IP
 //! header, the UDP header, the BTH, the extended headers, the payload and the pad, with the
@@ -161,7 +161,7 @@ static FIX_V6: [[u32; 256]; 8] = byte_fix_tables(V6_MASKED);
 /// layouts one table load per masked byte (`FIX_V4`, `FIX_V6`) summed as a tree.
 /// Adding the fix at the end instead (run forward over the packet by a multiply, as
 /// [`compute_split`] does) was measured slower: the multiply's instructions cost more
-/// than the loads' latency they would hide (docs/performance-history.md, "Wire, second round").
+/// than the loads' latency they would hide (benches/wire.rs; docs/performance.md).
 pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
     finish(start(ipv6, ip_hdr_len, pkt), pkt)
 }
@@ -351,7 +351,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The ICRC as REFERENCE §2 states it: a masked copy of the whole input, hashed after
+    /// The ICRC as annex A17.4.1 states it: a masked copy of the whole input, hashed after
     /// 8 0xFF bytes. The oracle for [`compute`]'s in-place shortcut.
     fn reference(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
         let mut m = vec![0xffu8; 8];
@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn seed_is_the_crc_of_eight_ff_bytes() {
         assert_eq!(SEED, crc32fast::hash(&[0xff; 8]));
-        // rxe's seed is the same state as a raw register (REFERENCE §2).
+        // rxe's seed (rxe_icrc.c) is the same state as a raw register.
         assert_eq!(!SEED, 0xdebb_20e3);
     }
 
@@ -473,7 +473,7 @@ mod tests {
         }
     }
 
-    /// The masked packet with its ICRC appended has the CRC-32 residue (REFERENCE §2):
+    /// The masked packet with its ICRC appended has the CRC-32 residue 0x2144DF1C:
     /// an independent check that compute() hashes what it should.
     #[test]
     fn residue_property_holds() {

@@ -36,7 +36,7 @@ impl Psn {
     }
 
     /// The signed distance `self - other` in the 24-bit sequence space, in
-    /// `-2^23..2^23` (the sign of `((a - b) << 8) as i32`, REFERENCE §3).
+    /// `-2^23..2^23` (the sign of `((a - b) << 8) as i32`, rxe's `psn_compare` in rxe_verbs.h).
     pub const fn diff(self, other: Psn) -> i32 {
         ((self.0.wrapping_sub(other.0) << 8) as i32) >> 8
     }

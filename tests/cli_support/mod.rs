@@ -9,38 +9,43 @@ use std::process::{Command, Output};
 #[path = "../../examples/write_capture.rs"]
 pub mod write_capture;
 
-/// True when running under CI, where nothing may be skipped.
-pub fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// ../shared/vectors, or None (with a message) outside the workplace; missing under
-/// CI=true is a failure.
-pub fn vectors_dir() -> Option<PathBuf> {
+/// ../shared/vectors, the real captures beside the repository (data the tests read). A
+/// test that calls this carries
+/// `#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]` (build.rs sets the
+/// cfg where the folder is missing), so it only runs where the folder is: missing here
+/// means it was run anyway (`--include-ignored`), and that fails.
+pub fn vectors_dir() -> PathBuf {
     let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
-    if d.is_dir() {
-        Some(d)
-    } else if under_ci() {
-        panic!("{} is missing under CI=true", d.display());
-    } else {
-        eprintln!(
-            "skipping: {} not found (a clone outside the workplace)",
-            d.display()
-        );
-        None
-    }
+    assert!(
+        d.is_dir(),
+        "{} is missing: this test reads the captures there",
+        d.display()
+    );
+    d
 }
 
 /// One vector file by its path under the vectors folder.
-pub fn vector(rel: &str) -> Option<PathBuf> {
-    vectors_dir().map(|d| d.join(rel))
+pub fn vector(rel: &str) -> PathBuf {
+    vectors_dir().join(rel)
+}
+
+/// Fails unless `tshark` runs. A test that calls this carries
+/// `#[cfg_attr(xrnic_no_tshark, ignore = "needs tshark")]` (build.rs); `make test`
+/// installs the Debian package tshark.
+pub fn require_tshark() {
+    let ok = Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "tshark does not run: install the Debian package tshark (make deps)"
+    );
 }
 
 /// Every capture in the vectors folder, sorted.
 pub fn vector_files() -> Vec<PathBuf> {
-    let Some(d) = vectors_dir() else {
-        return vec![];
-    };
+    let d = vectors_dir();
     let mut v = Vec::new();
     for sub in std::fs::read_dir(&d).unwrap() {
         let sub = sub.unwrap().path();

@@ -1,5 +1,5 @@
-//! Helpers shared by the privileged AF_XDP tests: the root/CI gate, the vector folder and
-//! frame builders (RoCE frames through `wire::FrameRepr::emit`, other traffic through
+//! Helpers shared by the privileged AF_XDP tests (each marked `#[ignore = "needs root"]`,
+//! docs/testing.md): the vector folder, the tshark check and frame builders (RoCE frames through `wire::FrameRepr::emit`, other traffic through
 //! etherparse).
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -34,41 +34,40 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// True under `CI=true`. The root benchmarks (benches/afxdp_raw.rs, ...), which are
+/// programs and not tests, exit 1 there when not root instead of skipping.
 pub fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// True when the test may go on: root. Not root: panics under CI=true (the test must run
-/// there), otherwise prints why it skips.
-pub fn require_root(test: &str) -> bool {
-    if rustix::process::geteuid().is_root() {
-        return true;
-    }
-    if under_ci() {
-        panic!("{test}: needs root (AF_XDP, XDP programs, network namespaces) and CI=true");
-    }
-    eprintln!("skipping {test}: needs root (AF_XDP, XDP programs, network namespaces)");
-    false
+/// ../shared/vectors (data the tests read). Tests calling this carry
+/// `#[cfg_attr(xrnic_no_vectors, ignore = "needs ../shared/vectors")]`, or are root tests
+/// (`make test` as root runs them where the folder is; docs/testing.md).
+pub fn vectors_dir() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
+    assert!(
+        d.is_dir(),
+        "{} is missing: this test reads the captures there",
+        d.display()
+    );
+    d
 }
 
-/// ../shared/vectors, or None (skip) — a failure under CI=true.
-pub fn vectors_dir() -> Option<PathBuf> {
-    let d = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors");
-    if d.is_dir() {
-        Some(d)
-    } else if under_ci() {
-        panic!("{} is missing under CI=true", d.display());
-    } else {
-        eprintln!("skipping vector frames: {} not found", d.display());
-        None
-    }
+/// Fails unless `tshark` runs (`make test` installs the Debian package tshark).
+pub fn require_tshark() {
+    let ok = Command::new("tshark")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "tshark does not run: install the Debian package tshark (make deps)"
+    );
 }
 
 /// Every frame of every capture in the vector folder, with its file name.
 pub fn vector_frames() -> Vec<(String, Vec<u8>)> {
-    let Some(d) = vectors_dir() else {
-        return vec![];
-    };
+    let d = vectors_dir();
     let mut files = Vec::new();
     for sub in std::fs::read_dir(&d).expect("read vectors") {
         let sub = sub.expect("dir entry").path();

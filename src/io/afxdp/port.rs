@@ -22,9 +22,10 @@
 //!
 //! Copies into and out of the UMEM keep both sides 64-byte aligned where the port chooses
 //! the address: chunk data starts 256 bytes (XDP headroom) into a 4 KiB chunk. glibc's
-//! `rep movsb` path is ~25x slower for >= 4 KiB copies between mutually misaligned buffers
-//! on the AMD VMs here (REFERENCE §7); callers should keep their frame buffers 64-byte
-//! aligned too, or run with `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000`.
+//! `rep movsb` path can be ~25x slower for >= 4 KiB copies between mutually misaligned
+//! buffers on some AMD x86 CPUs (benches/afxdp_raw.rs and benches/transport.rs measure
+//! it); callers should keep their frame buffers 64-byte aligned too, or run with
+//! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000`.
 
 use std::io::Write;
 use std::num::NonZeroU32;

@@ -97,7 +97,7 @@ pub fn bpffs_mounted() -> bool {
 }
 
 /// Mount bpffs on /sys/fs/bpf unless it already is. libxdp keeps its dispatcher state
-/// there and falls back to single-program mode without it (REFERENCE §7).
+/// there and falls back to single-program mode without it (xdp-tools' lib/libxdp/README.org).
 pub fn ensure_bpffs() -> Result<(), Error> {
     if bpffs_mounted() {
         return Ok(());

@@ -1,5 +1,5 @@
 //! Congestion control for RoCE v2, sans-IO: DCQCN (Zhu et al., SIGCOMM 2015) as ConnectX
-//! runs it, with the three roles of REFERENCE §6 — the switch (CP) marks ECN CE, the
+//! runs it, with the paper's three roles (docs/congestion.md) — the switch (CP) marks ECN CE, the
 //! receiver's notification point ([`np`]) answers CE marks with CNPs, the sender's reaction
 //! point ([`dcqcn`]) cuts and recovers the QP's rate, and a [`pacer`] holds the QP's frames
 //! to that rate.
@@ -275,7 +275,7 @@ impl CongestionControl {
             return None;
         }
         // Accepted with or without BECN: the annex asks senders to set it, and we are
-        // liberal in what we accept (REFERENCE §4).
+        // liberal in what we accept (docs/wire-format.md §5).
         Some(self.on_cnp(now, bth.dest_qp()))
     }
 

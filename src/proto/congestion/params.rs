@@ -288,7 +288,9 @@ impl fmt::Display for ParamError {
 impl std::error::Error for ParamError {}
 
 impl DcqcnParams {
-    /// NVIDIA ConnectX defaults (REFERENCE §6; firmware values as dumped by mlxconfig).
+    /// NVIDIA ConnectX defaults (names as in the kernel's mlx5 cc_params,
+    /// drivers/infiniband/hw/mlx5/cong.c; firmware values as dumped by mlxconfig;
+    /// docs/congestion.md says which are unverified).
     pub const fn connectx() -> Self {
         DcqcnParams {
             rp_time_reset: 300,
@@ -315,7 +317,7 @@ impl DcqcnParams {
 
     /// The SIGCOMM 2015 paper (Zhu et al.): g = 1/256, K = 55 µs, F = 5, R_AI = 40 Mb/s,
     /// CNP interval 50 µs, Rt ← Rc and Rc ← Rc(1 − α/2) on every CNP, α starting at 1.
-    /// The paper's timer T, byte counter B, R_HAI and minimum rate are not in REFERENCE §6:
+    /// The paper's timer T, byte counter B, R_HAI and minimum rate are not given there:
     /// those keep the ConnectX values.
     pub const fn paper() -> Self {
         let mut p = Self::connectx();

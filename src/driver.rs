@@ -22,8 +22,13 @@
 //!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
 //!   sleep (a flag set under the engine lock), so a busy application pays no system call.
-//! - Completions wake [`Shared::wait_cq`] through a `Condvar`, notified only while
-//!   somebody waits.
+//! - Completions wake [`Shared::wait_cq`] through a `Condvar` (and the thread asleep on
+//!   the socket in [`Shared::wait_cq_receiving`] through an eventfd), signalled only
+//!   while somebody waits. Every completion wakes them, however it was made: the engine
+//!   counts the completions it adds ([`Rnic::completions_added`]) and the engine guard
+//!   ([`EngineGuard`]) signals when a holder of the lock added any, be it the driver's
+//!   step (frames, timers) or a verb on an application thread (a flush on modify to ERR,
+//!   a post on a QP in ERR, a WR failed at the head of its send queue).
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
 //! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
@@ -324,6 +329,16 @@ pub struct DriverStats {
     pub capture_frames: u64,
     /// Frames the capture tap discarded because its writer fell behind.
     pub capture_lost: u64,
+    /// Times a thread waiting for a completion ([`Shared::wait_cq`],
+    /// [`Shared::wait_cq_receiving`]) looked at its CQ, found nothing and went to sleep.
+    pub cq_waits: u64,
+    /// Times completions were added while threads waited for them and those threads were
+    /// signalled (by whichever call added them: a frame, a timer, a verb).
+    pub cq_wakeups: u64,
+    /// Times such a sleep ran to the end of the wait's timeout. The thread looks once more
+    /// then, so a completion added without a signal is still returned, late: a count here
+    /// next to completions returned is a missed wake-up.
+    pub cq_wait_timeouts: u64,
 }
 
 /// The engine and the bookkeeping the API and the stat snapshot need, behind one lock.
@@ -366,10 +381,70 @@ pub struct Shared {
     epoch: Instant,
 }
 
+/// The engine, locked ([`Shared::lock`]). Dropping it wakes the threads waiting for
+/// completions ([`Shared::wait_cq`], [`Shared::wait_cq_receiving`]) when the engine added
+/// any while it was held ([`Rnic::completions_added`]), whichever call added them: a
+/// frame or a timer in a step, or a verb (a flush on modify to ERR, a post on a QP in
+/// ERR, a WR failed at the head of its send queue by the doorbell's step). So no path
+/// that completes needs to remember to signal. The waiters are signalled just before
+/// the lock is released; they run once it is.
+pub struct EngineGuard<'a> {
+    shared: &'a Shared,
+    /// [`Rnic::completions_added`] when locked.
+    added: u64,
+    /// False for the thread asleep on the socket, which looks at its CQ right after its
+    /// own step: it need not signal itself.
+    wake_socket_waiter: bool,
+    // Last: released after `drop` has signalled.
+    guard: MutexGuard<'a, Engine>,
+}
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.guard
+    }
+}
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.rnic.completions_added() != self.added {
+            self.shared.notify(&mut self.guard, self.wake_socket_waiter);
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineGuard").finish_non_exhaustive()
+    }
+}
+
 impl Shared {
     /// Lock the engine. A panic of another holder does not make the engine unusable for
-    /// reading counters; the lock is taken over.
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+    /// reading counters; the lock is taken over. Whatever the holder does, the threads
+    /// waiting for completions are woken when it adds any ([`EngineGuard`]).
+    pub fn lock(&self) -> EngineGuard<'_> {
+        self.lock_as(true)
+    }
+
+    fn lock_as(&self, wake_socket_waiter: bool) -> EngineGuard<'_> {
+        let guard = self.raw_lock();
+        EngineGuard {
+            added: guard.rnic.completions_added(),
+            wake_socket_waiter,
+            shared: self,
+            guard,
+        }
+    }
+
+    fn raw_lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -413,27 +488,48 @@ impl Shared {
     ) -> usize {
         // About to sleep: the driver must watch the socket again.
         self.end_lease();
-        let g = self.lock();
+        // The plain guard: the condition variable needs it, and polling adds nothing.
+        let g = self.raw_lock();
+        // Counted under the lock, before the first look: whoever adds a completion after
+        // taking the lock next sees the count and signals (`EngineGuard`).
         self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut n = 0;
-        let r = self.completions.wait_timeout_while(g, timeout, |e| {
-            n = e.rnic.poll_cq(cq, max, out);
-            n == 0
-        });
+        let mut g = g;
+        let until = Instant::now() + timeout;
+        let n = loop {
+            let n = g.rnic.poll_cq(cq, max, out);
+            let left = until.saturating_duration_since(Instant::now());
+            if n > 0 || left.is_zero() {
+                break n;
+            }
+            g.stats.cq_waits += 1;
+            let (g2, r) = self
+                .completions
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner());
+            g = g2;
+            if r.timed_out() {
+                g.stats.cq_wait_timeouts += 1;
+            }
+        };
         self.waiters.fetch_sub(1, Ordering::SeqCst);
-        drop(r);
         n
     }
 
     /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
-    /// the socket).
-    fn notify(&self, socket_waiter: bool) {
+    /// the socket). Called with the engine locked (`e`), by [`EngineGuard`]'s drop.
+    fn notify(&self, e: &mut Engine, socket_waiter: bool) {
+        let mut woke = false;
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
+            woke = true;
         }
         if socket_waiter && self.rx_waiter.load(Ordering::SeqCst) {
             // Cannot overflow: the socket waiter reads it back before each sleep.
             let _ = rustix::io::write(&self.cq_event, &1u64.to_ne_bytes());
+            woke = true;
+        }
+        if woke {
+            e.stats.cq_wakeups += 1;
         }
     }
 }
@@ -519,6 +615,36 @@ impl Shared {
     /// Lock the port (a panic of another holder does not make it unusable).
     fn lock_port(&self) -> MutexGuard<'_, Option<Port>> {
         self.port.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Tests: the port held by the test, so that no thread steps (no frame is received or
+/// sent, no timer runs) until it is dropped; [`PortHold::step`] runs one step on the
+/// test's thread. What a test sees meanwhile was done by the verbs it called.
+#[cfg(test)]
+pub(crate) struct PortHold<'a> {
+    shared: &'a Shared,
+    port: MutexGuard<'a, Option<Port>>,
+}
+
+#[cfg(test)]
+impl Shared {
+    pub(crate) fn hold_port(&self) -> PortHold<'_> {
+        PortHold {
+            shared: self,
+            port: self.lock_port(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl PortHold<'_> {
+    /// One step as an application thread's doorbell would run it.
+    pub(crate) fn step(&mut self) {
+        let now = self.shared.now();
+        if let Some(p) = self.port.as_mut() {
+            p.step(self.shared, now, Stepper::App);
+        }
     }
 }
 

@@ -85,6 +85,8 @@ pub mod ibv;
 pub mod netdev;
 mod offload;
 mod qp;
+#[cfg(test)]
+mod tests;
 
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;

@@ -19,7 +19,8 @@
 //!   alive, an [`Mr`] its PD, all of them the device; the device's driver thread stops
 //!   and the XDP program is detached when the last handle goes. Memory regions are owned
 //!   by the engine (plain heap memory, nothing pinned); read and write them through
-//!   [`Mr::read`], [`Mr::write`], [`Mr::with`] and [`Mr::with_mut`].
+//!   [`Mr::read`], [`Mr::write`], [`Mr::with`] and [`Mr::with_mut`] (the last two lend a
+//!   copy and hold no lock while the closure runs, on both backends: `mr_copy`).
 //! - `modify` to RTR with an address vector whose `dmac` is all zero resolves the MAC of
 //!   the destination GID through the kernel's neighbour table, like the kernel does for
 //!   rxe (`ib_resolve_eth_dmac`); like that function it also replaces the hop limit with
@@ -82,6 +83,7 @@
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
 pub mod ibv;
+mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
@@ -1113,17 +1115,6 @@ impl Mr {
     /// Copy bytes out of the region.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        self.with(|b| out.copy_from_slice(&b[offset..offset + out.len()]))
-    }
-
-    /// Copy bytes into the region.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
-        self.with_mut(|b| b[offset..offset + data.len()].copy_from_slice(data))
-    }
-
-    /// Look at the region's bytes (the region is locked meanwhile: keep it short).
-    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         match &self.kind {
             MrKind::Soft(pd) => {
                 let g = pd.shared.lock();
@@ -1131,14 +1122,16 @@ impl Mr {
                     .rnic
                     .mr_bytes(self.lkey)
                     .ok_or(VerbsError::NotFound("memory region"))?;
-                Ok(f(b))
+                out.copy_from_slice(&b[offset..offset + out.len()]);
             }
-            MrKind::Verbs(mr) => Ok(mr.with(f)),
+            MrKind::Verbs(mr) => mr.read(offset, out),
         }
+        Ok(())
     }
 
-    /// Change the region's bytes (the region is locked meanwhile: keep it short).
-    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
+    /// Copy bytes into the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
         match &self.kind {
             MrKind::Soft(pd) => {
                 let mut g = pd.shared.lock();
@@ -1146,7 +1139,47 @@ impl Mr {
                     .rnic
                     .mr_bytes_mut(self.lkey)
                     .ok_or(VerbsError::NotFound("memory region"))?;
-                Ok(f(b))
+                b[offset..offset + data.len()].copy_from_slice(data);
+            }
+            MrKind::Verbs(mr) => mr.write(offset, data),
+        }
+        Ok(())
+    }
+
+    /// Look at the region's bytes: `f` gets a copy of the whole region, made when called
+    /// ([`mr_copy`]). No lock is held while `f` runs, so it may call any verb; what the
+    /// NIC writes meanwhile is not in the copy. For a few bytes, [`Mr::read`] copies less.
+    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+        match &self.kind {
+            MrKind::Soft(_) => {
+                let mut copy = vec![0u8; self.length];
+                self.read(0, &mut copy)?;
+                Ok(f(&copy))
+            }
+            MrKind::Verbs(mr) => Ok(mr.with(f)),
+        }
+    }
+
+    /// Change the region's bytes: `f` gets a copy of the whole region, and the bytes it
+    /// changed are written back when it returns ([`mr_copy`]); bytes it left alone keep
+    /// whatever the NIC wrote there meanwhile. No lock is held while `f` runs, so it may
+    /// call any verb. For a few bytes, [`Mr::write`] copies less.
+    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
+        match &self.kind {
+            MrKind::Soft(pd) => {
+                let mut copy = vec![0u8; self.length];
+                self.read(0, &mut copy)?;
+                let old = copy.clone();
+                let r = f(&mut copy);
+                let mut g = pd.shared.lock();
+                let b = g
+                    .rnic
+                    .mr_bytes_mut(self.lkey)
+                    .ok_or(VerbsError::NotFound("memory region"))?;
+                mr_copy::changed_runs(&old, &copy, |at, run| {
+                    b[at..at + run.len()].copy_from_slice(run);
+                });
+                Ok(r)
             }
             MrKind::Verbs(mr) => Ok(mr.with_mut(f)),
         }

@@ -12,10 +12,12 @@
 //!   are `Send + Sync`.
 //! - Memory regions are page-aligned, zeroed heap buffers this module allocates and
 //!   registers; the RNIC reads and writes them by DMA while the region is registered.
-//!   [`Mr::with`] / [`Mr::with_mut`] give the CPU's view under a per-region lock; like any
-//!   verbs program, a caller must not look at bytes a remote peer may be writing at the
-//!   same time (they are plain memory, not torn by Rust, but their value is undefined
-//!   until the completion that ends the transfer).
+//!   The CPU reaches them only by copies through raw pointers ([`Mr::read`],
+//!   [`Mr::write`]; [`Mr::with`] / [`Mr::with_mut`] lend a copy), never by a Rust
+//!   reference into memory the RNIC may write; a per-region lock serialises the copies,
+//!   and is never held while a caller's closure runs. Like any verbs program, a caller
+//!   must not look at bytes a remote peer may be writing at the same time (their value
+//!   is undefined until the completion that ends the transfer).
 //! - Failures are [`Error::Ibv`] with the call's name and `errno`.
 
 pub mod sys;
@@ -239,13 +241,14 @@ pub struct Mr {
     buf: NonNull<u8>,
     layout: Layout,
     len: usize,
-    /// Serialises the CPU's views ([`Mr::with`], [`Mr::with_mut`]).
+    /// Serialises the CPU's copies ([`Mr::read`], [`Mr::write`]); never held while a
+    /// caller's code runs.
     cpu: Mutex<()>,
     pd: Arc<Pd>,
 }
 
-// SAFETY: the buffer is only reached through `with`/`with_mut` under `cpu`, the MR
-// pointer only by libibverbs (thread-safe).
+// SAFETY: the buffer is only reached by the raw-pointer copies of `read`/`write` under
+// `cpu`, the MR pointer only by libibverbs (thread-safe).
 unsafe impl Send for Mr {}
 // SAFETY: as above.
 unsafe impl Sync for Mr {}
@@ -308,17 +311,50 @@ impl Mr {
         self.len == 0
     }
 
-    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+    /// Copy `out.len()` bytes at `offset` out of the buffer (the caller checked the range).
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset.checked_add(out.len()).is_some_and(|e| e <= self.len));
         let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: `buf` holds `len` initialised bytes for as long as self lives; the lock
-        // keeps other CPU views out (DMA: see the module doc).
-        f(unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), self.len) })
+        // SAFETY: the range is inside the `len` bytes `buf` holds while self lives (checked
+        // above); `out` is another allocation. Copied through raw pointers, with no Rust
+        // reference to the buffer: the RNIC may write it by DMA at any time (module doc),
+        // and `cpu` keeps other CPU copies of this region out meanwhile.
+        unsafe {
+            ptr::copy_nonoverlapping(self.buf.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+        };
     }
 
-    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    /// Copy `data` into the buffer at `offset` (the caller checked the range).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.len)
+        );
         let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: as in `with`; the lock makes this the only CPU view.
-        f(unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) })
+        // SAFETY: as in `read`, the other way.
+        unsafe {
+            ptr::copy_nonoverlapping(data.as_ptr(), self.buf.as_ptr().add(offset), data.len())
+        };
+    }
+
+    /// Lend a copy of the whole buffer to `f` (no lock held while it runs:
+    /// `super::mr_copy`).
+    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let mut copy = vec![0u8; self.len];
+        self.read(0, &mut copy);
+        f(&copy)
+    }
+
+    /// Lend a copy of the whole buffer to `f` mutably, then write back the bytes it
+    /// changed (no lock held while it runs: `super::mr_copy`).
+    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        let mut copy = vec![0u8; self.len];
+        self.read(0, &mut copy);
+        let old = copy.clone();
+        let r = f(&mut copy);
+        super::mr_copy::changed_runs(&old, &copy, |at, b| self.write(at, b));
+        r
     }
 }
 

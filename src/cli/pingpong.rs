@@ -459,20 +459,21 @@ fn check(mr: &verbs::Mr, size: usize, byte_len: u32, n: u32) -> Result<(), Strin
             "verify: message {n} has {byte_len} bytes, expected {size}"
         ));
     }
-    mr.with_mut(|b| {
-        let msg = &mut b[size..2 * size];
-        let bad = msg
-            .iter()
-            .enumerate()
-            .find(|&(i, &x)| !(x == FILL || (x == 0 && i % PAGE == 0)));
-        let r = match bad {
-            Some((i, &x)) => Err(format!(
-                "verify: message {n} byte {i} is 0x{x:02x}, expected 0x{FILL:02x}"
-            )),
-            None => Ok(()),
-        };
-        msg.fill(0);
-        r
-    })
-    .map_err(|e| e.to_string())?
+    // Only the receive half is copied out and cleared (`Mr::with_mut` would copy the
+    // whole region).
+    let mut msg = vec![0u8; size];
+    mr.read(size, &mut msg).map_err(|e| e.to_string())?;
+    let bad = msg
+        .iter()
+        .enumerate()
+        .find(|&(i, &x)| !(x == FILL || (x == 0 && i % PAGE == 0)))
+        .map(|(i, &x)| (i, x));
+    msg.fill(0);
+    mr.write(size, &msg).map_err(|e| e.to_string())?;
+    match bad {
+        Some((i, x)) => Err(format!(
+            "verify: message {n} byte {i} is 0x{x:02x}, expected 0x{FILL:02x}"
+        )),
+        None => Ok(()),
+    }
 }

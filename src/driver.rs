@@ -31,8 +31,10 @@
 //!   a post on a QP in ERR, a WR failed at the head of its send queue).
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
-//! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
-//!   `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it carries).
+//! - Optional stat snapshots: a JSON file rewritten every interval and removed when the
+//!   device closes (read by `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it
+//!   carries); it names its writer by pid and start time. [`remove_live_snapshots`] is
+//!   for a program's signal handler.
 //! - Optional capture tap ([`crate::pcap_tap`]): every frame received (before the fault
 //!   injector, with the engine's verdict) and sent (with its [`TxReason`](crate::proto::TxReason)) goes to a
 //!   pcapng written by a thread of its own; off, it costs a branch per frame.
@@ -582,10 +584,19 @@ impl Driver {
             port: Mutex::new(Some(Port::new(io, &opts, tap))),
             epoch: Instant::now(),
         });
+        if let Some(p) = &opts.stat_path {
+            live_snapshots().push(p.clone());
+        }
         let s = shared.clone();
+        let stat_path = opts.stat_path.clone();
         let thread = std::thread::Builder::new()
             .name(format!("xrnic-{}", opts.netdev))
-            .spawn(move || run(&s, &opts))?;
+            .spawn(move || run(&s, &opts))
+            .inspect_err(|_| {
+                if let Some(p) = &stat_path {
+                    close_snapshot(p);
+                }
+            })?;
         Ok(Driver {
             shared,
             thread: Some(thread),
@@ -649,6 +660,9 @@ impl PortHold<'_> {
 }
 
 fn run(shared: &Shared, opts: &DriverOptions) {
+    // Read once: what a reader compares with /proc/<pid>/stat to tell this process from a
+    // later one given the same pid.
+    let start_time = process_start_time(std::process::id());
     let epoch = shared.epoch;
     let mut next_stat = epoch;
     let mut stop = false;
@@ -701,7 +715,12 @@ fn run(shared: &Shared, opts: &DriverOptions) {
                 }
             }
             if let Some(path) = &opts.stat_path {
-                write_snapshot(shared, opts, path, !stop);
+                if stop {
+                    // Closed: the snapshot goes (a reader then says no device runs there).
+                    close_snapshot(path);
+                } else {
+                    write_snapshot(shared, opts, path, start_time);
+                }
             }
             next_stat = now_i + opts.stat_interval;
         }
@@ -778,7 +797,13 @@ pub struct Snapshot {
     #[serde(default)]
     pub simulated: bool,
     pub pid: u32,
-    /// False in the last snapshot, written when the device closed.
+    /// The writer's start time (`/proc/<pid>/stat` field 22, clock ticks since boot):
+    /// with `pid`, it tells the writer from a later process given the same pid
+    /// ([`Snapshot::writer_alive`]). Absent in snapshots of older xrnic versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// True while the device runs. A device that closes removes its snapshot; older
+    /// xrnic versions wrote a last one with `running: false` instead.
     pub running: bool,
     /// Seconds since the Unix epoch when written.
     pub written_at: f64,
@@ -812,7 +837,7 @@ fn process_name() -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
-fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Snapshot {
+fn snapshot(e: &Engine, opts: &DriverOptions, start_time: Option<u64>, comm: String) -> Snapshot {
     let dev: DeviceCounters = e.rnic.counters();
     let mut resources = e.rnic.resources();
     // Named as the verbs API names the device (`ibv_get_device_name`), not as the
@@ -842,7 +867,8 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Sn
         link: opts.link.clone(),
         simulated: opts.link.is_none(),
         pid: std::process::id(),
-        running,
+        start_time,
+        running: true,
         written_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -868,12 +894,83 @@ pub fn state_name(s: QpState) -> &'static str {
     }
 }
 
+/// The stat snapshot files of this process's live devices. A driver renames its snapshot
+/// into place only while its path is listed, under this lock, so that once
+/// [`remove_live_snapshots`] has run no snapshot of this process comes back.
+static LIVE_SNAPSHOTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live_snapshots() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_SNAPSHOTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove the stat snapshots of every device of this process that is still open, for a
+/// program about to exit without closing them (the CLI's SIGINT/SIGTERM handler); their
+/// drivers write no snapshot afterwards. Returns how many files were removed.
+pub fn remove_live_snapshots() -> usize {
+    let mut live = live_snapshots();
+    let mut n = 0;
+    for p in live.drain(..) {
+        if std::fs::remove_file(&p).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A device closed: its snapshot is removed (unless another device of this process
+/// writes the same file, e.g. two simulated pairs given one directory).
+fn close_snapshot(path: &std::path::Path) {
+    let mut live = live_snapshots();
+    let Some(i) = live.iter().position(|p| p == path) else {
+        // Removed already by `remove_live_snapshots`.
+        return;
+    };
+    live.swap_remove(i);
+    if !live.iter().any(|p| p == path) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The start time of process `pid`: field 22 of `/proc/<pid>/stat` (`starttime`, clock
+/// ticks after boot; proc(5)). `None` when there is no such process.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. Field 2 is the command in parentheses and may
+/// itself hold spaces and parentheses: fields are counted from the last `)`.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts with field 3 (the state).
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+impl Snapshot {
+    /// Whether the process that wrote this snapshot still runs: a process of its pid
+    /// exists and, when the snapshot has one, with its start time (a pid the kernel gave
+    /// to a later process does not count). Snapshots of older xrnic versions (no start
+    /// time) go by the pid alone.
+    pub fn writer_alive(&self) -> bool {
+        match (process_start_time(self.pid), self.start_time) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(now), Some(then)) => now == then,
+        }
+    }
+}
+
 /// Write the snapshot atomically (a temporary file renamed over the old one), so that a
 /// reader never sees half a file. Failures are ignored: stats are best effort.
-fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path, running: bool) {
+fn write_snapshot(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+) {
     // Read before taking the lock: the engine lock is held for bounded in-memory work only.
     let comm = process_name();
-    let snap = snapshot(&shared.lock(), opts, running, comm);
+    let snap = snapshot(&shared.lock(), opts, start_time, comm);
     let Ok(text) = serde_json::to_vec_pretty(&snap) else {
         return;
     };
@@ -881,7 +978,13 @@ fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path,
         let _ = std::fs::create_dir_all(dir);
     }
     let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
+    if std::fs::write(&tmp, text).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return;
+    }
+    // Renamed into place only while listed: not after `remove_live_snapshots`.
+    let live = live_snapshots();
+    if !live.iter().any(|p| p == path) || std::fs::rename(&tmp, path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
 }
@@ -889,6 +992,49 @@ fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_counted_from_the_last_parenthesis() {
+        // proc(5): pid (comm) state ppid ... field 22 starttime. A comm with spaces and
+        // parentheses must not shift the fields.
+        let mut fields: Vec<String> = (3..=52).map(|i| format!("{}", i * 10)).collect();
+        fields[0] = "S".into();
+        let line = format!("4242 (a (b) c) {}\n", fields.join(" "));
+        assert_eq!(parse_start_time(&line), Some(220));
+        assert_eq!(parse_start_time("4242 (x"), None);
+        let me = process_start_time(std::process::id()).expect("own start time");
+        assert_eq!(process_start_time(std::process::id()), Some(me));
+    }
+
+    fn snap(pid: u32, start_time: Option<u64>) -> Snapshot {
+        Snapshot {
+            netdev: "eth0".into(),
+            link: None,
+            simulated: true,
+            pid,
+            start_time,
+            running: true,
+            written_at: 0.0,
+            device: serde_json::Value::Null,
+            driver: serde_json::Value::Null,
+            port: serde_json::Value::Null,
+            qps: vec![],
+            resources: None,
+        }
+    }
+
+    #[test]
+    fn a_writer_is_alive_only_with_its_pid_and_its_start_time() {
+        let me = std::process::id();
+        let t = process_start_time(me).unwrap();
+        assert!(snap(me, Some(t)).writer_alive());
+        // The same pid, another start time: a later process the pid was given to.
+        assert!(!snap(me, Some(t + 1)).writer_alive());
+        // Older snapshots (no start time) go by the pid.
+        assert!(snap(me, None).writer_alive());
+        // A pid no process has (above pid_max's largest value, 2^22).
+        assert!(!snap(u32::MAX, None).writer_alive());
+    }
 
     #[test]
     fn tx_buffers_are_aligned_and_large_enough() {

@@ -49,7 +49,8 @@
 //!   server checks its counters with `--verify` against the stock client too (perftest
 //!   adds 1, and compares 0 / swaps 0, like us).
 //! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
-//!   SIGINT/SIGTERM flush it before exiting with status 130.
+//!   SIGINT/SIGTERM flush it (and remove the stat snapshot) before exiting with status 130
+//!   ([`super::close_on_signal`]).
 //! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
 //!   device through libibverbs (the offload backend, docs/offload.md; `xrnic_IF` names the
 //!   software device); with the offload backend `--json`'s `counters` are the kernel's
@@ -382,9 +383,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         dcqcn: args.cc.dcqcn().map_err(PerfError::Usage)?,
         ..DeviceOptions::default()
     };
-    if opts.pcap.is_some() {
-        crate::pcap_tap::flush_on_signal("perf");
-    }
+    super::close_on_signal("perf");
     let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
     let ifname = ifname.as_str();
     let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;

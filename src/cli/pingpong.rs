@@ -24,8 +24,9 @@
 //!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
 //!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
 //!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
-//!   FILE` writes the device's own capture ([`crate::pcap_tap`]); SIGINT/SIGTERM flush it
-//!   before exiting with status 130.
+//!   FILE` writes the device's own capture ([`crate::pcap_tap`]). SIGINT/SIGTERM flush it
+//!   and remove the device's stat snapshot before exiting with status 130
+//!   ([`super::close_on_signal`]).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first
@@ -180,9 +181,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         dcqcn: args.cc.dcqcn()?,
         ..DeviceOptions::default()
     };
-    if opts.pcap.is_some() {
-        crate::pcap_tap::flush_on_signal("rc-pingpong");
-    }
+    super::close_on_signal("rc-pingpong");
     let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.ib_dev.as_deref(), &opts)?;
     let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
     let e = |what: &str| {
@@ -376,6 +375,15 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     );
     if args.verify {
         println!("verify: {verified} messages received, every byte as sent");
+    }
+    if args.rx_drop > 0.0 {
+        // What the injected loss did (the device's snapshot goes when it closes).
+        if let (Ok(d), Ok(c)) = (dev.driver_stats(), dev.counters()) {
+            println!(
+                "rx-drop: {} received frames dropped, {} packets retransmitted",
+                d.fault_dropped, c.qp.retransmitted_packets
+            );
+        }
     }
     Ok(Outcome {
         bytes,

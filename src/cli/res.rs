@@ -57,9 +57,11 @@ pub struct ResArgs {
 pub enum Status {
     /// Written by a device that is still open.
     Running,
-    /// The last snapshot, written when the device closed.
+    /// The last snapshot of an older xrnic, written when the device closed (a device now
+    /// removes its snapshot when it closes).
     Closed,
-    /// Says running, but its process is gone (killed before closing the device).
+    /// Says running, but its process is gone (killed before closing the device): no
+    /// process has its pid and start time.
     Stale,
 }
 
@@ -183,7 +185,7 @@ pub fn read_device(path: &Path) -> Result<DeviceRes, String> {
     let Some(res) = snap.resources.clone() else {
         return Err(format!("{}: {OLD_SNAPSHOT}", path.display()));
     };
-    let alive = Path::new(&format!("/proc/{}", snap.pid)).exists();
+    let alive = snap.writer_alive();
     let status = Status::of(&snap, alive);
     Ok(DeviceRes { snap, res, status })
 }
@@ -326,6 +328,7 @@ mod tests {
             link: None,
             simulated: true,
             pid: 42,
+            start_time: None,
             running,
             written_at: 100.0,
             device: serde_json::json!({}),

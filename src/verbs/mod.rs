@@ -133,8 +133,9 @@ pub enum Error {
     PathMtuTooLarge { requested: u32, active: u32 },
     /// Source and destination GIDs of different IP versions.
     GidFamilyMismatch { sgid_index: u8 },
-    /// The interface already has an XDP program: another device is open on it.
-    XdpBusy { ifname: String },
+    /// The interface still has an XDP program after waiting `waited` for it to go:
+    /// another device is open on it.
+    XdpBusy { ifname: String, waited: Duration },
     /// A range outside a memory region.
     OutOfBounds {
         offset: usize,
@@ -179,10 +180,11 @@ impl core::fmt::Display for Error {
                 f,
                 "source GID {sgid_index} and the destination GID are not both IPv4 or both IPv6"
             ),
-            Error::XdpBusy { ifname } => write!(
+            Error::XdpBusy { ifname, waited } => write!(
                 f,
-                "{ifname} already has an XDP program attached: is an xrnic device open on it \
-                 in another process? (`ip link show dev {ifname}` shows the program)"
+                "{ifname} already has an XDP program attached, still after waiting {waited:?} \
+                 for it to be detached: is an xrnic device open on it in another process? \
+                 (`ip link show dev {ifname}` shows the program)"
             ),
             Error::OutOfBounds { offset, len, size } => write!(
                 f,
@@ -319,6 +321,11 @@ impl Default for DeviceOptions {
         }
     }
 }
+
+/// How long [`Device::open`] waits for an XDP program already on the interface to be
+/// detached (a process killed just before, whose link the kernel releases some tens of
+/// milliseconds later) before it reports [`Error::XdpBusy`].
+pub const XDP_DETACH_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The directory `xrnic` tools write stat snapshots to.
 pub const STAT_DIR: &str = "/run/xrnic";
@@ -624,11 +631,13 @@ impl Device {
         let Some(nd) = info.netdev.clone() else {
             return Err(Error::Io(std::io::Error::other("no interface facts")));
         };
-        // Checked first so that the answer is immediate: attaching would be refused with
-        // EBUSY only after the port's retries (meant for a queue still being released).
-        if nd.xdp_attached {
+        // Checked before attaching, whose refusal (EBUSY) would not say why. A program
+        // still attached may be a process's that just died (kill -9) and is being
+        // detached: wait for it as the port waits for a queue still being released.
+        if nd.xdp_attached && !netdev::wait_xdp_detached(netdev, XDP_DETACH_PATIENCE)? {
             return Err(Error::XdpBusy {
                 ifname: netdev.to_string(),
+                waited: XDP_DETACH_PATIENCE,
             });
         }
         let ns = netdev::NetNs::current()?;

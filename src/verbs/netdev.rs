@@ -18,7 +18,7 @@ use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
@@ -145,6 +145,35 @@ pub fn mac_text(mac: &[u8; 6]) -> String {
     format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }
 
+/// `ip -j link show dev IF`: the interface's flags, state and XDP attachment.
+fn link_states(ifname: &str) -> io::Result<Vec<JsonLinkState>> {
+    let out = Command::new("ip")
+        .args(["-j", "link", "show", "dev", ifname])
+        .output()?;
+    Ok(serde_json::from_slice(&out.stdout).unwrap_or_default())
+}
+
+/// Wait up to `patience` for `ifname` to have no XDP program attached; returns whether
+/// it has none. The kernel detaches a process's XDP link when its last descriptor goes,
+/// which for a process just killed (`kill -9`) happens while the process is torn down,
+/// some tens of milliseconds after the signal: a device reopened at once would otherwise
+/// find the dead one's program still there.
+pub fn wait_xdp_detached(ifname: &str, patience: Duration) -> io::Result<bool> {
+    let until = Instant::now() + patience;
+    loop {
+        if !link_states(ifname)?
+            .first()
+            .is_some_and(|s| s.xdp.is_some())
+        {
+            return Ok(true);
+        }
+        if Instant::now() >= until {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Read `ifname`'s facts in the calling thread's network namespace.
 pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
     let l = link::link_info(None, ifname).map_err(|e| {
@@ -153,10 +182,7 @@ pub fn probe(ifname: &str) -> io::Result<NetdevInfo> {
             format!("interface {ifname}: {e} (does it exist in this network namespace?)"),
         )
     })?;
-    let out = Command::new("ip")
-        .args(["-j", "link", "show", "dev", ifname])
-        .output()?;
-    let states: Vec<JsonLinkState> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let states = link_states(ifname)?;
     let xdp_attached = states.first().is_some_and(|s| s.xdp.is_some());
     let up = states.first().is_some_and(|s| {
         let admin_up = s.flags.iter().any(|f| f == "UP");

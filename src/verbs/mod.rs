@@ -970,8 +970,11 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // Every MR and QP of this PD holds this PdInner, so none is left: this succeeds.
-        let _ = self.shared.lock().rnic.dealloc_pd(self.pd);
+        // Every MR and QP of this PD holds this PdInner, so none is left: this succeeds
+        // (a failure would be a bug: logged, not hidden).
+        if let Err(e) = self.shared.lock().rnic.dealloc_pd(self.pd) {
+            tracing::error!("dealloc_pd: {e}");
+        }
     }
 }
 
@@ -1212,8 +1215,11 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        // Every QP using this CQ holds this CqInner, so none is left.
-        let _ = self.shared.lock().rnic.destroy_cq(self.cq);
+        // Every QP using this CQ holds this CqInner, so none is left (a failure would be
+        // a bug: logged, not hidden).
+        if let Err(e) = self.shared.lock().rnic.destroy_cq(self.cq) {
+            tracing::error!("destroy_cq: {e}");
+        }
     }
 }
 
@@ -1274,8 +1280,9 @@ impl Cq {
     }
 
     /// Wait up to `timeout` for completions, then return up to `max` of them (empty on
-    /// timeout). Sleeps on a condition variable the driver signals (software) or on the
-    /// CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
+    /// timeout). Sleeps on a condition variable (software: signalled by whichever call
+    /// adds a completion, a frame or timer of the driver or a verb such as a flush on
+    /// modify to ERR) or on the CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
     /// `ibv_poll_cq` in one call.
     pub fn wait(&self, max: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let mut v = Vec::new();

@@ -161,10 +161,7 @@ fn link_states(ifname: &str) -> io::Result<Vec<JsonLinkState>> {
 pub fn wait_xdp_detached(ifname: &str, patience: Duration) -> io::Result<bool> {
     let until = Instant::now() + patience;
     loop {
-        if !link_states(ifname)?
-            .first()
-            .is_some_and(|s| s.xdp.is_some())
-        {
+        if link_states(ifname)?.first().is_none_or(|s| s.xdp.is_none()) {
             return Ok(true);
         }
         if Instant::now() >= until {

@@ -3,11 +3,12 @@
 //!
 //! Contract: the data comes from the stat snapshot each device's driver writes (see
 //! [`crate::cli::stat`]): its `resources` field ([`Resources`]) is rewritten every stat
-//! interval (500 ms) and once more when the device closes. With `--netdev IF` one device
+//! interval (500 ms) and removed when the device closes. With `--netdev IF` one device
 //! is listed, otherwise every snapshot of the calling network namespace in `--dir`
 //! ([`crate::verbs::stat_files`]), the way `rdma` lists every device. Each device starts
-//! with a line saying whether its snapshot is from a running device, the last one
-//! written on close, or stale (the writer is gone without closing), and how old it is.
+//! with a line saying whether its snapshot is from a running device, stale (the writer,
+//! named by pid and start time, is gone without closing), or the last one an older xrnic
+//! wrote on close, and how old it is.
 //! A snapshot whose interface identity (index, MAC) does not match the interface of that
 //! name here is not this namespace's ([`crate::verbs::snapshot_is_here`]): skipped in
 //! the listing, an error with `--netdev`.

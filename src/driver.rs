@@ -274,6 +274,10 @@ pub struct DriverOptions {
     pub stat_path: Option<PathBuf>,
     /// How often to rewrite the snapshot.
     pub stat_interval: Duration,
+    /// Write the last snapshot (`running: false`, the counters as the device closes) to
+    /// this file when the device closes: a post-mortem the caller asked for, since the
+    /// snapshot in `stat_path` is removed on close.
+    pub final_stat_path: Option<PathBuf>,
     /// The device's network interface name, for the snapshot.
     pub netdev: String,
     /// The interface's identity in its namespace, for the snapshot; none for a simulated
@@ -291,6 +295,7 @@ impl Default for DriverOptions {
             rx_ce_mark: 0.0,
             stat_path: None,
             stat_interval: Duration::from_millis(500),
+            final_stat_path: None,
             netdev: String::new(),
             link: None,
             pcap: None,
@@ -714,6 +719,9 @@ fn run(shared: &Shared, opts: &DriverOptions) {
                     g.stats.capture_lost = lost;
                 }
             }
+            if let (true, Some(path)) = (stop, &opts.final_stat_path) {
+                write_final_snapshot(shared, opts, path, start_time);
+            }
             if let Some(path) = &opts.stat_path {
                 if stop {
                     // Closed: the snapshot goes (a reader then says no device runs there).
@@ -837,7 +845,13 @@ fn process_name() -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
-fn snapshot(e: &Engine, opts: &DriverOptions, start_time: Option<u64>, comm: String) -> Snapshot {
+fn snapshot(
+    e: &Engine,
+    opts: &DriverOptions,
+    start_time: Option<u64>,
+    running: bool,
+    comm: String,
+) -> Snapshot {
     let dev: DeviceCounters = e.rnic.counters();
     let mut resources = e.rnic.resources();
     // Named as the verbs API names the device (`ibv_get_device_name`), not as the
@@ -868,7 +882,7 @@ fn snapshot(e: &Engine, opts: &DriverOptions, start_time: Option<u64>, comm: Str
         simulated: opts.link.is_none(),
         pid: std::process::id(),
         start_time,
-        running: true,
+        running,
         written_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
@@ -968,25 +982,52 @@ fn write_snapshot(
     path: &std::path::Path,
     start_time: Option<u64>,
 ) {
-    // Read before taking the lock: the engine lock is held for bounded in-memory work only.
-    let comm = process_name();
-    let snap = snapshot(&shared.lock(), opts, start_time, comm);
-    let Ok(text) = serde_json::to_vec_pretty(&snap) else {
+    let Some(tmp) = write_temporary(shared, opts, path, start_time, true) else {
         return;
     };
+    // Renamed into place only while listed: not after `remove_live_snapshots`.
+    let live = live_snapshots();
+    if !live.iter().any(|p| p == path) || std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The last snapshot (`running: false`) into `path`, as [`DriverOptions::final_stat_path`]
+/// asks.
+fn write_final_snapshot(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+) {
+    if let Some(tmp) = write_temporary(shared, opts, path, start_time, false) {
+        if std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// A snapshot written to a temporary file beside `path`, to be renamed over it.
+fn write_temporary(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+    running: bool,
+) -> Option<PathBuf> {
+    // Read before taking the lock: the engine lock is held for bounded in-memory work only.
+    let comm = process_name();
+    let snap = snapshot(&shared.lock(), opts, start_time, running, comm);
+    let text = serde_json::to_vec_pretty(&snap).ok()?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
     if std::fs::write(&tmp, text).is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return;
+        return None;
     }
-    // Renamed into place only while listed: not after `remove_live_snapshots`.
-    let live = live_snapshots();
-    if !live.iter().any(|p| p == path) || std::fs::rename(&tmp, path).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    Some(tmp)
 }
 
 #[cfg(test)]

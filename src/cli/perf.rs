@@ -213,6 +213,11 @@ pub struct PerfArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// When the device closes, write its last stat snapshot (`running: false`: the
+    /// counters at close, as `xrnic stat --json` shows a live one) to FILE; the snapshot
+    /// in /run/xrnic is removed on close.
+    #[arg(long, value_name = "FILE")]
+    pub final_stat: Option<std::path::PathBuf>,
     /// Write a pcapng of every frame the device sends and receives, taken inside the
     /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
     /// not the obvious next one (docs/observability.md).
@@ -378,6 +383,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let opts = DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        final_stat: args.final_stat.clone(),
         pcap: args.pcap.clone(),
         rx_drop: args.rx_drop,
         dcqcn: args.cc.dcqcn().map_err(PerfError::Usage)?,

@@ -129,6 +129,11 @@ pub struct PingpongArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// When the device closes, write its last stat snapshot (`running: false`: the
+    /// counters at close, as `xrnic stat --json` shows a live one) to FILE; the snapshot
+    /// in /run/xrnic is removed on close.
+    #[arg(long, value_name = "FILE")]
+    pub final_stat: Option<std::path::PathBuf>,
     /// Write a pcapng of every frame the device sends and receives, taken inside the
     /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
     /// not the obvious next one (docs/observability.md).
@@ -177,6 +182,7 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        final_stat: args.final_stat.clone(),
         pcap: args.pcap.clone(),
         dcqcn: args.cc.dcqcn()?,
         ..DeviceOptions::default()

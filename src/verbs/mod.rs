@@ -252,6 +252,9 @@ pub struct DeviceOptions {
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
+    /// Write the device's last snapshot (`running: false`, its counters as it closes) to
+    /// this file when it closes: the snapshot in `stat_dir` is removed then.
+    pub final_stat: Option<PathBuf>,
     /// Capture every frame the device sends and receives into this pcapng file, with a
     /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
     pub pcap: Option<PathBuf>,
@@ -316,6 +319,7 @@ impl Default for DeviceOptions {
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
+            final_stat: None,
             pcap: None,
             dcqcn: DEFAULT_DCQCN,
         }
@@ -657,6 +661,7 @@ impl Device {
                 .map(|d| stat_file(d, netdev))
                 .transpose()?,
             stat_interval: opts.stat_interval,
+            final_stat_path: opts.final_stat.clone(),
             netdev: netdev.to_string(),
             link: Some(crate::driver::LinkId::new(nd.ifindex, nd.mac)),
             pcap: opts.pcap.clone(),
@@ -742,6 +747,7 @@ impl Device {
                 .map(|d| stat_file(d, &name))
                 .transpose()?,
             stat_interval: opts.stat_interval,
+            final_stat_path: opts.final_stat.clone(),
             netdev: name.clone(),
             link: None,
             pcap: opts.pcap.clone(),

@@ -50,7 +50,7 @@
 //!   adds 1, and compares 0 / swaps 0, like us).
 //! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
 //!   SIGINT/SIGTERM flush it (and remove the stat snapshot) before exiting with status 130
-//!   ([`super::close_on_signal`]).
+//!   (`cli::close_on_signal`).
 //! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
 //!   device through libibverbs (the offload backend, docs/offload.md; `xrnic_IF` names the
 //!   software device); with the offload backend `--json`'s `counters` are the kernel's

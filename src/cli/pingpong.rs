@@ -26,7 +26,7 @@
 //!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
 //!   FILE` writes the device's own capture ([`crate::pcap_tap`]). SIGINT/SIGTERM flush it
 //!   and remove the device's stat snapshot before exiting with status 130
-//!   ([`super::close_on_signal`]).
+//!   (`cli::close_on_signal`).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first

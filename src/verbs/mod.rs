@@ -1165,7 +1165,7 @@ impl Mr {
     }
 
     /// Look at the region's bytes: `f` gets a copy of the whole region, made when called
-    /// ([`mr_copy`]). No lock is held while `f` runs, so it may call any verb; what the
+    /// (`mr_copy`). No lock is held while `f` runs, so it may call any verb; what the
     /// NIC writes meanwhile is not in the copy. For a few bytes, [`Mr::read`] copies less.
     pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         match &self.kind {
@@ -1179,7 +1179,7 @@ impl Mr {
     }
 
     /// Change the region's bytes: `f` gets a copy of the whole region, and the bytes it
-    /// changed are written back when it returns ([`mr_copy`]); bytes it left alone keep
+    /// changed are written back when it returns (`mr_copy`); bytes it left alone keep
     /// whatever the NIC wrote there meanwhile. No lock is held while `f` runs, so it may
     /// call any verb. For a few bytes, [`Mr::write`] copies less.
     pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {

@@ -113,9 +113,36 @@ fn rc_pingpong_at_path_mtu_4096_on_a_9000_veth() {
     }
     let pair = VethPair::new(9000).expect("veth pair");
     let _stats = StatFiles::of(&pair);
-    let (srv, cli) = pingpong(&pair, &["-m", "4096", "-s", "65536", "-n", "100"], 18600);
+    // Both ends write their last snapshot to one file (each renames its own temporary
+    // file over it): either holds the same count of SEND packets.
+    let last = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("rnic-cli-final-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&last);
+    let (srv, cli) = pingpong(
+        &pair,
+        &[
+            "-m",
+            "4096",
+            "-s",
+            "65536",
+            "-n",
+            "100",
+            "--final-stat",
+            last.to_str().unwrap(),
+        ],
+        18600,
+    );
     check_run(&cli, 65536, 100, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
     check_run(&srv, 65536, 100, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
+    // The last snapshot (--final-stat) holds the traffic: 100 messages of 64 KiB at 4096
+    // bytes per packet, 1600 SEND packets from each end.
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&last).expect("--final-stat file")).unwrap();
+    let _ = std::fs::remove_file(&last);
+    assert_eq!(v["running"], false, "{v}");
+    let sent = v["device"]["qp"]["packets_sent"].as_u64().unwrap();
+    let acks = v["device"]["qp"]["acks_sent"].as_u64().unwrap();
+    assert_eq!(sent - acks, 1600, "{v}");
     // After a clean exit the snapshot is gone: stat finds no device there.
     let st = netns_cmd(
         &pair,

@@ -22,12 +22,19 @@
 //!   and an eventfd, until the engine's next deadline (`poll_timeout`) or the next stat
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
 //!   sleep (a flag set under the engine lock), so a busy application pays no system call.
-//! - Completions wake [`Shared::wait_cq`] through a `Condvar`, notified only while
-//!   somebody waits.
+//! - Completions wake [`Shared::wait_cq`] through a `Condvar` (and the thread asleep on
+//!   the socket in [`Shared::wait_cq_receiving`] through an eventfd), signalled only
+//!   while somebody waits. Every completion wakes them, however it was made: the engine
+//!   counts the completions it adds ([`Rnic::completions_added`]) and the engine guard
+//!   ([`EngineGuard`]) signals when a holder of the lock added any, be it the driver's
+//!   step (frames, timers) or a verb on an application thread (a flush on modify to ERR,
+//!   a post on a QP in ERR, a WR failed at the head of its send queue).
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
-//! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
-//!   `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it carries).
+//! - Optional stat snapshots: a JSON file rewritten every interval and removed when the
+//!   device closes (read by `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it
+//!   carries); it names its writer by pid and start time. [`remove_live_snapshots`] is
+//!   for a program's signal handler.
 //! - Optional capture tap ([`crate::pcap_tap`]): every frame received (before the fault
 //!   injector, with the engine's verdict) and sent (with its [`TxReason`](crate::proto::TxReason)) goes to a
 //!   pcapng written by a thread of its own; off, it costs a branch per frame.
@@ -268,6 +275,10 @@ pub struct DriverOptions {
     pub stat_path: Option<PathBuf>,
     /// How often to rewrite the snapshot.
     pub stat_interval: Duration,
+    /// Write the last snapshot (`running: false`, the counters as the device closes) to
+    /// this file when the device closes: a post-mortem the caller asked for, since the
+    /// snapshot in `stat_path` is removed on close.
+    pub final_stat_path: Option<PathBuf>,
     /// The device's network interface name, for the snapshot.
     pub netdev: String,
     /// The interface's identity in its namespace, for the snapshot; none for a simulated
@@ -285,6 +296,7 @@ impl Default for DriverOptions {
             rx_ce_mark: 0.0,
             stat_path: None,
             stat_interval: Duration::from_millis(500),
+            final_stat_path: None,
             netdev: String::new(),
             link: None,
             pcap: None,
@@ -325,6 +337,16 @@ pub struct DriverStats {
     pub capture_frames: u64,
     /// Frames the capture tap discarded because its writer fell behind.
     pub capture_lost: u64,
+    /// Times a thread waiting for a completion ([`Shared::wait_cq`],
+    /// [`Shared::wait_cq_receiving`]) looked at its CQ, found nothing and went to sleep.
+    pub cq_waits: u64,
+    /// Times completions were added while threads waited for them and those threads were
+    /// signalled (by whichever call added them: a frame, a timer, a verb).
+    pub cq_wakeups: u64,
+    /// Times such a sleep ran to the end of the wait's timeout. The thread looks once more
+    /// then, so a completion added without a signal is still returned, late: a count here
+    /// next to completions returned is a missed wake-up.
+    pub cq_wait_timeouts: u64,
 }
 
 /// The engine and the bookkeeping the API and the stat snapshot need, behind one lock.
@@ -367,10 +389,70 @@ pub struct Shared {
     epoch: Instant,
 }
 
+/// The engine, locked ([`Shared::lock`]). Dropping it wakes the threads waiting for
+/// completions ([`Shared::wait_cq`], [`Shared::wait_cq_receiving`]) when the engine added
+/// any while it was held ([`Rnic::completions_added`]), whichever call added them: a
+/// frame or a timer in a step, or a verb (a flush on modify to ERR, a post on a QP in
+/// ERR, a WR failed at the head of its send queue by the doorbell's step). So no path
+/// that completes needs to remember to signal. The waiters are signalled just before
+/// the lock is released; they run once it is.
+pub struct EngineGuard<'a> {
+    shared: &'a Shared,
+    /// [`Rnic::completions_added`] when locked.
+    added: u64,
+    /// False for the thread asleep on the socket, which looks at its CQ right after its
+    /// own step: it need not signal itself.
+    wake_socket_waiter: bool,
+    // Last: released after `drop` has signalled.
+    guard: MutexGuard<'a, Engine>,
+}
+
+impl std::ops::Deref for EngineGuard<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for EngineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        &mut self.guard
+    }
+}
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        if self.guard.rnic.completions_added() != self.added {
+            self.shared.notify(&mut self.guard, self.wake_socket_waiter);
+        }
+    }
+}
+
+impl std::fmt::Debug for EngineGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineGuard").finish_non_exhaustive()
+    }
+}
+
 impl Shared {
     /// Lock the engine. A panic of another holder does not make the engine unusable for
-    /// reading counters; the lock is taken over.
-    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+    /// reading counters; the lock is taken over. Whatever the holder does, the threads
+    /// waiting for completions are woken when it adds any ([`EngineGuard`]).
+    pub fn lock(&self) -> EngineGuard<'_> {
+        self.lock_as(true)
+    }
+
+    fn lock_as(&self, wake_socket_waiter: bool) -> EngineGuard<'_> {
+        let guard = self.raw_lock();
+        EngineGuard {
+            added: guard.rnic.completions_added(),
+            wake_socket_waiter,
+            shared: self,
+            guard,
+        }
+    }
+
+    fn raw_lock(&self) -> MutexGuard<'_, Engine> {
         self.engine.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -414,27 +496,48 @@ impl Shared {
     ) -> usize {
         // About to sleep: the driver must watch the socket again.
         self.end_lease();
-        let g = self.lock();
+        // The plain guard: the condition variable needs it, and polling adds nothing.
+        let g = self.raw_lock();
+        // Counted under the lock, before the first look: whoever adds a completion after
+        // taking the lock next sees the count and signals (`EngineGuard`).
         self.waiters.fetch_add(1, Ordering::SeqCst);
-        let mut n = 0;
-        let r = self.completions.wait_timeout_while(g, timeout, |e| {
-            n = e.rnic.poll_cq(cq, max, out);
-            n == 0
-        });
+        let mut g = g;
+        let until = Instant::now() + timeout;
+        let n = loop {
+            let n = g.rnic.poll_cq(cq, max, out);
+            let left = until.saturating_duration_since(Instant::now());
+            if n > 0 || left.is_zero() {
+                break n;
+            }
+            g.stats.cq_waits += 1;
+            let (g2, r) = self
+                .completions
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner());
+            g = g2;
+            if r.timed_out() {
+                g.stats.cq_wait_timeouts += 1;
+            }
+        };
         self.waiters.fetch_sub(1, Ordering::SeqCst);
-        drop(r);
         n
     }
 
     /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
-    /// the socket).
-    fn notify(&self, socket_waiter: bool) {
+    /// the socket). Called with the engine locked (`e`), by [`EngineGuard`]'s drop.
+    fn notify(&self, e: &mut Engine, socket_waiter: bool) {
+        let mut woke = false;
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
+            woke = true;
         }
         if socket_waiter && self.rx_waiter.load(Ordering::SeqCst) {
             // Cannot overflow: the socket waiter reads it back before each sleep.
             let _ = rustix::io::write(&self.cq_event, &1u64.to_ne_bytes());
+            woke = true;
+        }
+        if woke {
+            e.stats.cq_wakeups += 1;
         }
     }
 }
@@ -487,10 +590,19 @@ impl Driver {
             port: Mutex::new(Some(Port::new(io, &opts, tap))),
             epoch: Instant::now(),
         });
+        if let Some(p) = &opts.stat_path {
+            live_snapshots().push(p.clone());
+        }
         let s = shared.clone();
+        let stat_path = opts.stat_path.clone();
         let thread = std::thread::Builder::new()
             .name(format!("xrnic-{}", opts.netdev))
-            .spawn(move || run(&s, &opts))?;
+            .spawn(move || run(&s, &opts))
+            .inspect_err(|_| {
+                if let Some(p) = &stat_path {
+                    close_snapshot(p);
+                }
+            })?;
         Ok(Driver {
             shared,
             thread: Some(thread),
@@ -523,7 +635,40 @@ impl Shared {
     }
 }
 
+/// Tests: the port held by the test, so that no thread steps (no frame is received or
+/// sent, no timer runs) until it is dropped; [`PortHold::step`] runs one step on the
+/// test's thread. What a test sees meanwhile was done by the verbs it called.
+#[cfg(test)]
+pub(crate) struct PortHold<'a> {
+    shared: &'a Shared,
+    port: MutexGuard<'a, Option<Port>>,
+}
+
+#[cfg(test)]
+impl Shared {
+    pub(crate) fn hold_port(&self) -> PortHold<'_> {
+        PortHold {
+            shared: self,
+            port: self.lock_port(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl PortHold<'_> {
+    /// One step as an application thread's doorbell would run it.
+    pub(crate) fn step(&mut self) {
+        let now = self.shared.now();
+        if let Some(p) = self.port.as_mut() {
+            p.step(self.shared, now, Stepper::App);
+        }
+    }
+}
+
 fn run(shared: &Shared, opts: &DriverOptions) {
+    // Read once: what a reader compares with /proc/<pid>/stat to tell this process from a
+    // later one given the same pid.
+    let start_time = process_start_time(std::process::id());
     let epoch = shared.epoch;
     let mut next_stat = epoch;
     let mut stop = false;
@@ -575,8 +720,16 @@ fn run(shared: &Shared, opts: &DriverOptions) {
                     g.stats.capture_lost = lost;
                 }
             }
+            if let (true, Some(path)) = (stop, &opts.final_stat_path) {
+                write_final_snapshot(shared, opts, path, start_time);
+            }
             if let Some(path) = &opts.stat_path {
-                write_snapshot(shared, opts, path, !stop);
+                if stop {
+                    // Closed: the snapshot goes (a reader then says no device runs there).
+                    close_snapshot(path);
+                } else {
+                    write_snapshot(shared, opts, path, start_time);
+                }
             }
             next_stat = now_i + opts.stat_interval;
         }
@@ -653,7 +806,13 @@ pub struct Snapshot {
     #[serde(default)]
     pub simulated: bool,
     pub pid: u32,
-    /// False in the last snapshot, written when the device closed.
+    /// The writer's start time (`/proc/<pid>/stat` field 22, clock ticks since boot):
+    /// with `pid`, it tells the writer from a later process given the same pid
+    /// ([`Snapshot::writer_alive`]). Absent in snapshots of older xrnic versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// True while the device runs. A device that closes removes its snapshot; older
+    /// xrnic versions wrote a last one with `running: false` instead.
     pub running: bool,
     /// Seconds since the Unix epoch when written.
     pub written_at: f64,
@@ -687,7 +846,13 @@ fn process_name() -> String {
         .unwrap_or_else(|_| "?".to_string())
 }
 
-fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Snapshot {
+fn snapshot(
+    e: &Engine,
+    opts: &DriverOptions,
+    start_time: Option<u64>,
+    running: bool,
+    comm: String,
+) -> Snapshot {
     let dev: DeviceCounters = e.rnic.counters();
     let mut resources = e.rnic.resources();
     // Named as the verbs API names the device (`ibv_get_device_name`), not as the
@@ -717,6 +882,7 @@ fn snapshot(e: &Engine, opts: &DriverOptions, running: bool, comm: String) -> Sn
         link: opts.link.clone(),
         simulated: opts.link.is_none(),
         pid: std::process::id(),
+        start_time,
         running,
         written_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -743,27 +909,174 @@ pub fn state_name(s: QpState) -> &'static str {
     }
 }
 
-/// Write the snapshot atomically (a temporary file renamed over the old one), so that a
-/// reader never sees half a file. Failures are ignored: stats are best effort.
-fn write_snapshot(shared: &Shared, opts: &DriverOptions, path: &std::path::Path, running: bool) {
-    // Read before taking the lock: the engine lock is held for bounded in-memory work only.
-    let comm = process_name();
-    let snap = snapshot(&shared.lock(), opts, running, comm);
-    let Ok(text) = serde_json::to_vec_pretty(&snap) else {
+/// The stat snapshot files of this process's live devices. A driver renames its snapshot
+/// into place only while its path is listed, under this lock, so that once
+/// [`remove_live_snapshots`] has run no snapshot of this process comes back.
+static LIVE_SNAPSHOTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn live_snapshots() -> MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_SNAPSHOTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove the stat snapshots of every device of this process that is still open, for a
+/// program about to exit without closing them (the CLI's SIGINT/SIGTERM handler); their
+/// drivers write no snapshot afterwards. Returns how many files were removed.
+pub fn remove_live_snapshots() -> usize {
+    let mut live = live_snapshots();
+    let mut n = 0;
+    for p in live.drain(..) {
+        if std::fs::remove_file(&p).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A device closed: its snapshot is removed (unless another device of this process
+/// writes the same file, e.g. two simulated pairs given one directory).
+fn close_snapshot(path: &std::path::Path) {
+    let mut live = live_snapshots();
+    let Some(i) = live.iter().position(|p| p == path) else {
+        // Removed already by `remove_live_snapshots`.
         return;
     };
+    live.swap_remove(i);
+    if !live.iter().any(|p| p == path) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The start time of process `pid`: field 22 of `/proc/<pid>/stat` (`starttime`, clock
+/// ticks after boot; proc(5)). `None` when there is no such process.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_time(&stat)
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line. Field 2 is the command in parentheses and may
+/// itself hold spaces and parentheses: fields are counted from the last `)`.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // `rest` starts with field 3 (the state).
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+impl Snapshot {
+    /// Whether the process that wrote this snapshot still runs: a process of its pid
+    /// exists and, when the snapshot has one, with its start time (a pid the kernel gave
+    /// to a later process does not count). Snapshots of older xrnic versions (no start
+    /// time) go by the pid alone.
+    pub fn writer_alive(&self) -> bool {
+        match (process_start_time(self.pid), self.start_time) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(now), Some(then)) => now == then,
+        }
+    }
+}
+
+/// Write the snapshot atomically (a temporary file renamed over the old one), so that a
+/// reader never sees half a file. Failures are ignored: stats are best effort.
+fn write_snapshot(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+) {
+    let Some(tmp) = write_temporary(shared, opts, path, start_time, true) else {
+        return;
+    };
+    // Renamed into place only while listed: not after `remove_live_snapshots`.
+    let live = live_snapshots();
+    if !live.iter().any(|p| p == path) || std::fs::rename(&tmp, path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
+/// The last snapshot (`running: false`) into `path`, as [`DriverOptions::final_stat_path`]
+/// asks.
+fn write_final_snapshot(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+) {
+    if let Some(tmp) = write_temporary(shared, opts, path, start_time, false) {
+        if std::fs::rename(&tmp, path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// A snapshot written to a temporary file beside `path`, to be renamed over it.
+fn write_temporary(
+    shared: &Shared,
+    opts: &DriverOptions,
+    path: &std::path::Path,
+    start_time: Option<u64>,
+    running: bool,
+) -> Option<PathBuf> {
+    // Read before taking the lock: the engine lock is held for bounded in-memory work only.
+    let comm = process_name();
+    let snap = snapshot(&shared.lock(), opts, start_time, running, comm);
+    let text = serde_json::to_vec_pretty(&snap).ok()?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
-    if std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, path).is_err() {
+    if std::fs::write(&tmp, text).is_err() {
         let _ = std::fs::remove_file(&tmp);
+        return None;
     }
+    Some(tmp)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_counted_from_the_last_parenthesis() {
+        // proc(5): pid (comm) state ppid ... field 22 starttime. A comm with spaces and
+        // parentheses must not shift the fields.
+        let mut fields: Vec<String> = (3..=52).map(|i| format!("{}", i * 10)).collect();
+        fields[0] = "S".into();
+        let line = format!("4242 (a (b) c) {}\n", fields.join(" "));
+        assert_eq!(parse_start_time(&line), Some(220));
+        assert_eq!(parse_start_time("4242 (x"), None);
+        let me = process_start_time(std::process::id()).expect("own start time");
+        assert_eq!(process_start_time(std::process::id()), Some(me));
+    }
+
+    fn snap(pid: u32, start_time: Option<u64>) -> Snapshot {
+        Snapshot {
+            netdev: "eth0".into(),
+            link: None,
+            simulated: true,
+            pid,
+            start_time,
+            running: true,
+            written_at: 0.0,
+            device: serde_json::Value::Null,
+            driver: serde_json::Value::Null,
+            port: serde_json::Value::Null,
+            qps: vec![],
+            resources: None,
+        }
+    }
+
+    #[test]
+    fn a_writer_is_alive_only_with_its_pid_and_its_start_time() {
+        let me = std::process::id();
+        let t = process_start_time(me).unwrap();
+        assert!(snap(me, Some(t)).writer_alive());
+        // The same pid, another start time: a later process the pid was given to.
+        assert!(!snap(me, Some(t + 1)).writer_alive());
+        // Older snapshots (no start time) go by the pid.
+        assert!(snap(me, None).writer_alive());
+        // A pid no process has (above pid_max's largest value, 2^22).
+        assert!(!snap(u32::MAX, None).writer_alive());
+    }
 
     #[test]
     fn tx_buffers_are_aligned_and_large_enough() {

@@ -333,19 +333,6 @@ pub fn flush_all(timeout: Duration) -> usize {
     done
 }
 
-/// For a command that moves traffic with `--pcap`: on SIGINT/SIGTERM/SIGHUP, flush every
-/// live tap ([`flush_all`]) and exit with status 130, so that the capture holds every frame
-/// up to the signal. Does nothing when the process already has a handler (the `ctrlc`
-/// crate allows one), e.g. when the command runs inside `xrnic demo`, whose handler
-/// flushes too.
-pub fn flush_on_signal(prog: &'static str) {
-    let _ = ctrlc::set_handler(move || {
-        flush_all(Duration::from_secs(5));
-        eprintln!("xrnic {prog}: interrupted; the capture is flushed");
-        std::process::exit(130);
-    });
-}
-
 fn write_loop(
     mut out: PcapNgOut<io::BufWriter<std::fs::File>>,
     rx: Receiver<Msg>,

@@ -45,17 +45,20 @@ fn client_server(pair: &VethPair, port: u16, args_b: &[&str], args_a: &[&str]) -
     [client, server]
 }
 
-/// The final stat snapshot of `side`'s device (`xrnic stat --json`).
-fn stat(pair: &VethPair, side: Side) -> Value {
-    let o = netns_cmd(
-        pair,
-        side,
-        &["stat", "--json", "--netdev", &pair.end(side).ifname],
-    )
-    .output()
-    .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).expect("stat --json")
+/// `side`'s last stat snapshot, which its program wrote on close (`--final-stat`; the
+/// snapshot in /run/xrnic is removed on close).
+fn stat(final_stat: &Path) -> Value {
+    let t = std::fs::read(final_stat).unwrap_or_else(|e| panic!("{}: {e}", final_stat.display()));
+    let v: Value = serde_json::from_slice(&t).expect("final snapshot");
+    assert_eq!(v["running"], false, "{v}");
+    v
+}
+
+/// Where `name`'s `--final-stat` goes.
+fn final_stat(name: &str) -> PathBuf {
+    let p = scratch(name).with_extension("json");
+    let _ = std::fs::remove_file(&p);
+    p
 }
 
 fn u(v: &Value) -> u64 {
@@ -191,11 +194,11 @@ fn tshark_count(path: &Path, filter: &str) -> u64 {
 /// there, the comments name each retransmission and each frame the fault injector
 /// dropped, and explain counts the retransmissions of both devices (each capture holds
 /// both: its own as sent, the peer's as received before the fault injector).
-fn check_captures(pair: &VethPair, caps: [&Path; 2], from: SystemTime, to: SystemTime) -> u64 {
+fn check_captures(stats: [&Path; 2], caps: [&Path; 2], from: SystemTime, to: SystemTime) -> u64 {
     let mut total_retx = 0;
     let mut seen = Vec::new();
-    for (side, cap) in [Side::A, Side::B].into_iter().zip(caps) {
-        let s = stat(pair, side);
+    for ((side, cap), st) in [Side::A, Side::B].into_iter().zip(caps).zip(stats) {
+        let s = stat(st);
         let (dev, drv, port) = (&s["device"], &s["driver"], &s["port"]);
         assert_eq!(u(&drv["capture_lost"]), 0, "{s}");
         assert_eq!(
@@ -250,6 +253,7 @@ fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let (ca, cb) = (scratch("pp-a"), scratch("pp-b"));
+    let (fa, fb) = (final_stat("pp-a"), final_stat("pp-b"));
     let (ia, ib) = (
         pair.end(Side::A).ifname.clone(),
         pair.end(Side::B).ifname.clone(),
@@ -272,6 +276,8 @@ fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
         &ib,
         "--pcap",
         cb.to_str().unwrap(),
+        "--final-stat",
+        fb.to_str().unwrap(),
     ];
     b.extend_from_slice(&common);
     let mut a = vec![
@@ -280,18 +286,21 @@ fn rc_pingpong_pcap_with_rx_drop_names_every_retransmission() {
         &ia,
         "--pcap",
         ca.to_str().unwrap(),
+        "--final-stat",
+        fa.to_str().unwrap(),
     ];
     a.extend_from_slice(&common);
     client_server(&pair, 18950, &b, &a);
     let to = SystemTime::now();
-    let retx = check_captures(&pair, [&ca, &cb], from, to);
+    let retx = check_captures([&fa, &fb], [&ca, &cb], from, to);
     // 1600 SEND packets each way with 3 % of the frames dropped on receipt: losses that
     // only a retransmission repairs (every byte was verified).
     assert!(retx > 0, "no retransmission at all");
-    let (sa, sb) = (stat(&pair, Side::A), stat(&pair, Side::B));
+    let (sa, sb) = (stat(&fa), stat(&fb));
     assert!(u(&sa["driver"]["fault_dropped"]) + u(&sb["driver"]["fault_dropped"]) > 0);
-    let _ = std::fs::remove_file(&ca);
-    let _ = std::fs::remove_file(&cb);
+    for f in [&ca, &cb, &fa, &fb] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[test]
@@ -300,6 +309,7 @@ fn perf_pcap_on_both_roles_with_a_lossy_responder() {
     let pair = VethPair::new(1500).expect("veth pair");
     let _stats = StatFiles::of(&pair);
     let (ca, cb) = (scratch("perf-a"), scratch("perf-b"));
+    let (fa, fb) = (final_stat("perf-a"), final_stat("perf-b"));
     let (ia, ib) = (
         pair.end(Side::A).ifname.clone(),
         pair.end(Side::B).ifname.clone(),
@@ -313,6 +323,8 @@ fn perf_pcap_on_both_roles_with_a_lossy_responder() {
         &ib,
         "--pcap",
         cb.to_str().unwrap(),
+        "--final-stat",
+        fb.to_str().unwrap(),
         "--rx-drop",
         "0.03",
     ];
@@ -327,12 +339,14 @@ fn perf_pcap_on_both_roles_with_a_lossy_responder() {
         &ia,
         "--pcap",
         ca.to_str().unwrap(),
+        "--final-stat",
+        fa.to_str().unwrap(),
         "--json",
     ];
     a.extend_from_slice(&common);
     let [client, _server] = client_server(&pair, 18960, &b, &a);
     let to = SystemTime::now();
-    let retx = check_captures(&pair, [&ca, &cb], from, to);
+    let retx = check_captures([&fa, &fb], [&ca, &cb], from, to);
     // 4800 WRITE packets, 3 % dropped on receipt: each loss costs a Go-Back-N.
     assert!(retx > 0, "no retransmission at all");
     // perf --json reports the same counters.
@@ -340,10 +354,7 @@ fn perf_pcap_on_both_roles_with_a_lossy_responder() {
     let j: Value = serde_json::from_str(out.lines().last().unwrap()).expect("perf --json");
     let c = &j["counters"];
     assert_eq!(u(&c["device"]["qp"]["retransmitted_packets"]), retx, "{j}");
-    assert_eq!(
-        u(&stat(&pair, Side::B)["device"]["qp"]["retransmitted_packets"]),
-        0
-    );
+    assert_eq!(u(&stat(&fb)["device"]["qp"]["retransmitted_packets"]), 0);
     // The client's capture is the requester's side of 300 WRITEs of 16 packets.
     let sa = examine(&ca, from, to);
     assert_eq!(u(&sa.explain["qps"]), 1, "{:?}", sa.explain);

@@ -2,8 +2,8 @@
 //! namespaces (verbs API, this process) with a connected QP pair; `xrnic res` runs as
 //! another process in each namespace (`ip netns exec`) and reads the driver's snapshots.
 //! Both QPs RTS with their PSNs, MRs with their lengths, CQ users; a WRITE with a bad
-//! R_Key drives the requester into ERR and `res` shows it; `--json` parses; the last
-//! snapshot after close says closed; a device killed without closing is stale; missing
+//! R_Key drives the requester into ERR and `res` shows it; `--json` parses; the snapshot
+//! is removed on close; a device killed without closing is stale; missing
 //! devices are a clear error with exit 1. The root tests are `#[ignore = "needs root"]`
 //! (docs/testing.md).
 
@@ -144,7 +144,7 @@ fn write(a: &End, b: &End, len: u32, rkey: Rkey) -> WorkCompletion {
 
 #[test]
 #[ignore = "needs root"]
-fn res_shows_a_connected_pair_an_err_qp_json_and_the_closed_snapshot() {
+fn res_shows_a_connected_pair_an_err_qp_json_and_no_snapshot_after_close() {
     let pair = VethPair::new(1500).expect("veth pair");
     let dir = Scratch::new("pair");
     let d = dir.path();
@@ -342,20 +342,14 @@ fn res_shows_a_connected_pair_an_err_qp_json_and_the_closed_snapshot() {
     }
 
     // Close: the verbs objects go first (each drop destroys its QP, MR, CQ), then the
-    // driver writes its last snapshot, which lists nothing and says closed.
+    // driver removes its snapshot (issue 21, item 11): `res` finds no device there.
+    let live: serde_json::Value = serde_json::from_slice(&std::fs::read(&mine).unwrap()).unwrap();
     drop((a, b));
+    assert!(!mine.exists(), "{} left after close", mine.display());
     let o = xrnic(&pair, Side::A, &["res", "qp", "--netdev", &ifa, "--dir", d]);
-    let t = text(&o);
-    assert!(o.status.success(), "{t}");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains(": closed, last snapshot written on close "),
-        "{t}"
-    );
-    assert_eq!(out.lines().count(), 1, "{t}");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     // The same file with another MAC is another interface's: not this namespace's device.
-    let mut other: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&mine).unwrap()).unwrap();
+    let mut other = live;
     other["link"]["mac"] = "02:00:00:00:00:99".into();
     std::fs::write(&mine, other.to_string()).unwrap();
     std::fs::remove_file(&gone).unwrap();

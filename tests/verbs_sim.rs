@@ -2,7 +2,7 @@
 //! completions wake a waiting thread, waits time out empty, the driver keeps the
 //! responder running for a passive peer, objects free themselves in any drop order,
 //! refused verbs are errors with reasons, the fault injector's losses are repaired, and
-//! the stat snapshot is written and marked closed.
+//! the stat snapshot is written and removed on close.
 
 use std::time::Duration;
 
@@ -256,7 +256,7 @@ fn a_passive_peer_answers_reads_while_its_application_sleeps() {
 }
 
 #[test]
-fn injected_loss_is_repaired_and_snapshots_are_written() {
+fn injected_loss_is_repaired_and_snapshots_are_written_then_removed_on_close() {
     let dir = std::env::temp_dir().join(format!("xrnic-stat-{}", std::process::id()));
     let lossy = |seed| DeviceOptions {
         rx_drop: 0.05,
@@ -318,12 +318,14 @@ fn injected_loss_is_repaired_and_snapshots_are_written() {
             std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
         );
     }
-    // Closed: the last snapshot says so and keeps the totals.
-    let t = std::fs::read(xrnic::verbs::stat_file(&dir, "sim0").unwrap()).unwrap();
-    let s: xrnic::driver::Snapshot = serde_json::from_slice(&t).unwrap();
-    assert!(!s.running);
-    assert!(s.qps.is_empty());
-    assert!(s.device["qp"]["retransmitted_packets"].as_u64().unwrap() > 0);
+    // Closed: both snapshots are gone (issue 21, item 11: they stayed, and a reused pid
+    // made them look alive), and so are the temporary files they were written through.
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left after close: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -376,4 +378,84 @@ fn every_destination_gets_the_routes_hop_limit() {
         assert_eq!(a.cq.wait(1, PATIENCE)[0].status, WcStatus::Success);
         assert_eq!(b.cq.wait(1, PATIENCE)[0].status, WcStatus::Success);
     }
+}
+
+/// Runs `f` on a thread of its own and fails the test if it has not returned within
+/// `WATCHDOG` (a deadlock would otherwise hang the test run forever; the stuck thread is
+/// left behind). Not a timing threshold: the work is a handful of verbs.
+fn within_watchdog(what: &str, f: impl FnOnce() + Send + 'static) {
+    const WATCHDOG: Duration = Duration::from_secs(60);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: deadlocked (no return within {WATCHDOG:?})")
+        }
+        // The closure panicked: its message is printed already.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
+
+/// Issue 21, item 9: `Mr::with` / `with_mut` ran the closure under the engine lock, so a
+/// verb called inside it (any of them takes that lock) deadlocked the device, the driver
+/// thread included. They lend a copy now and hold no lock while the closure runs; what
+/// `with_mut` changed is written back, and what the NIC wrote meanwhile into bytes the
+/// closure left alone is kept.
+#[test]
+fn verbs_called_inside_mr_with_and_with_mut_do_not_deadlock() {
+    within_watchdog("verbs inside Mr::with / with_mut", || {
+        let (da, db) = Device::open_sim_pair().unwrap();
+        let (a, b) = (end(&da, 4096), end(&db, 4096));
+        connect(&a, &b, 1);
+        a.mr.write(0, b"hello").unwrap();
+        // Inside `with`: query, post_recv, post_send, poll, a read of the same region.
+        let seen =
+            a.mr.with(|bytes| {
+                assert_eq!(&bytes[..5], b"hello");
+                assert_eq!(a.qp.query().unwrap().qp_state, QpState::Rts);
+                b.qp.post_recv(RecvWr {
+                    wr_id: 1,
+                    sg_list: vec![b.mr.sge(0, 64)],
+                })
+                .unwrap();
+                let mut wr = SendWr::new(2, WrOpcode::Send);
+                wr.sg_list = vec![a.mr.sge(0, 5)];
+                a.qp.post_send(wr).unwrap();
+                let wc = b.cq.wait(1, PATIENCE);
+                let mut again = [0u8; 5];
+                a.mr.read(0, &mut again).unwrap();
+                (wc.first().map(|w| w.status), again, a.cq.poll(8).len())
+            })
+            .unwrap();
+        assert_eq!(seen.0, Some(WcStatus::Success));
+        assert_eq!(&seen.1, b"hello");
+        let mut got = [0u8; 5];
+        b.mr.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"hello");
+
+        // Inside `with_mut` of B's region: A WRITEs into bytes 100.. of it while the
+        // closure changes bytes 0..3; both survive.
+        b.mr.with_mut(|bytes| {
+            bytes[..3].copy_from_slice(b"abc");
+            a.mr.write(200, b"remote").unwrap();
+            let mut wr = SendWr::new(3, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![a.mr.sge(200, 6)];
+            wr.rdma.remote_addr = b.mr.addr() + 100;
+            wr.rdma.rkey = b.mr.rkey();
+            a.qp.post_send(wr).unwrap();
+            let wc = a.cq.wait(1, PATIENCE);
+            assert_eq!(wc.first().map(|w| w.status), Some(WcStatus::Success));
+            // The copy does not see the NIC's write.
+            assert_eq!(&bytes[100..106], &[0u8; 6]);
+        })
+        .unwrap();
+        let mut got = [0u8; 106];
+        b.mr.read(0, &mut got).unwrap();
+        assert_eq!(&got[..3], b"abc");
+        assert_eq!(&got[100..106], b"remote");
+    });
 }

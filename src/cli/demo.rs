@@ -202,8 +202,10 @@ fn on_signal() {
     for pid in c.children.drain(..) {
         kill(pid);
     }
-    // This process's own devices (the verbs step): their captures up to now.
+    // This process's own devices (the verbs step): their captures up to now, and no
+    // snapshot left behind.
     crate::pcap_tap::flush_all(Duration::from_secs(5));
+    crate::driver::remove_live_snapshots();
     for ns in c.netns.drain(..) {
         let _ = Command::new("ip")
             .args(["netns", "del", &ns])

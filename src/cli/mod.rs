@@ -52,6 +52,27 @@ pub(crate) fn pick_gid(
     Ok((gidx, gid))
 }
 
+/// For a command that opens a device (`rc-pingpong`, `perf`): on SIGINT/SIGTERM/SIGHUP,
+/// flush every live capture tap (`--pcap`, [`crate::pcap_tap::flush_all`]) and remove the
+/// stat snapshots of the devices still open ([`crate::driver::remove_live_snapshots`]),
+/// then exit with status 130: the capture holds every frame up to the signal, and
+/// `xrnic stat` does not show a device that is gone. Does nothing when the process already
+/// has a handler (the `ctrlc` crate allows one), e.g. inside `xrnic demo`, whose handler
+/// does the same.
+pub(crate) fn close_on_signal(prog: &'static str) {
+    let _ = ctrlc::set_handler(move || {
+        let taps = crate::pcap_tap::flush_all(std::time::Duration::from_secs(5));
+        crate::driver::remove_live_snapshots();
+        let flushed = if taps > 0 {
+            "; the capture is flushed"
+        } else {
+            ""
+        };
+        eprintln!("xrnic {prog}: interrupted{flushed}");
+        std::process::exit(130);
+    });
+}
+
 /// Open the device a traffic tool names: `--netdev IF` is the software device on IF;
 /// `--device NAME` (`-d`) an RDMA device through libibverbs (the offload backend), except
 /// that `xrnic_IF`, the software device's own name, is the software device on IF. Returns

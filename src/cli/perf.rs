@@ -49,7 +49,8 @@
 //!   server checks its counters with `--verify` against the stock client too (perftest
 //!   adds 1, and compares 0 / swaps 0, like us).
 //! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
-//!   SIGINT/SIGTERM flush it before exiting with status 130.
+//!   SIGINT/SIGTERM flush it (and remove the stat snapshot) before exiting with status 130
+//!   (`cli::close_on_signal`).
 //! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA
 //!   device through libibverbs (the offload backend, docs/offload.md; `xrnic_IF` names the
 //!   software device); with the offload backend `--json`'s `counters` are the kernel's
@@ -212,6 +213,11 @@ pub struct PerfArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// When the device closes, write its last stat snapshot (`running: false`: the
+    /// counters at close, as `xrnic stat --json` shows a live one) to FILE; the snapshot
+    /// in /run/xrnic is removed on close.
+    #[arg(long, value_name = "FILE")]
+    pub final_stat: Option<std::path::PathBuf>,
     /// Write a pcapng of every frame the device sends and receives, taken inside the
     /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
     /// not the obvious next one (docs/observability.md).
@@ -377,14 +383,13 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let opts = DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        final_stat: args.final_stat.clone(),
         pcap: args.pcap.clone(),
         rx_drop: args.rx_drop,
         dcqcn: args.cc.dcqcn().map_err(PerfError::Usage)?,
         ..DeviceOptions::default()
     };
-    if opts.pcap.is_some() {
-        crate::pcap_tap::flush_on_signal("perf");
-    }
+    super::close_on_signal("perf");
     let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
     let ifname = ifname.as_str();
     let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;

@@ -24,8 +24,9 @@
 //!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
 //!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
 //!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
-//!   FILE` writes the device's own capture ([`crate::pcap_tap`]); SIGINT/SIGTERM flush it
-//!   before exiting with status 130.
+//!   FILE` writes the device's own capture ([`crate::pcap_tap`]). SIGINT/SIGTERM flush it
+//!   and remove the device's stat snapshot before exiting with status 130
+//!   (`cli::close_on_signal`).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,
 //!   which is what ibv_rc_pingpong sends (`memset(ctx->buf, 0x7b, size)`, rc_pingpong.c);
 //!   the one exception it makes is a stock client run with `-c`, which zeroes the first
@@ -128,6 +129,11 @@ pub struct PingpongArgs {
     /// Do not write stat snapshots to /run/xrnic.
     #[arg(long)]
     pub no_stat: bool,
+    /// When the device closes, write its last stat snapshot (`running: false`: the
+    /// counters at close, as `xrnic stat --json` shows a live one) to FILE; the snapshot
+    /// in /run/xrnic is removed on close.
+    #[arg(long, value_name = "FILE")]
+    pub final_stat: Option<std::path::PathBuf>,
     /// Write a pcapng of every frame the device sends and receives, taken inside the
     /// driver (tcpdump does not see AF_XDP traffic), with a comment on each frame that is
     /// not the obvious next one (docs/observability.md).
@@ -176,13 +182,12 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         rx_drop: args.rx_drop,
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        final_stat: args.final_stat.clone(),
         pcap: args.pcap.clone(),
         dcqcn: args.cc.dcqcn()?,
         ..DeviceOptions::default()
     };
-    if opts.pcap.is_some() {
-        crate::pcap_tap::flush_on_signal("rc-pingpong");
-    }
+    super::close_on_signal("rc-pingpong");
     let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.ib_dev.as_deref(), &opts)?;
     let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
     let e = |what: &str| {
@@ -377,6 +382,15 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
     if args.verify {
         println!("verify: {verified} messages received, every byte as sent");
     }
+    if args.rx_drop > 0.0 {
+        // What the injected loss did (the device's snapshot goes when it closes).
+        if let (Ok(d), Ok(c)) = (dev.driver_stats(), dev.counters()) {
+            println!(
+                "rx-drop: {} received frames dropped, {} packets retransmitted",
+                d.fault_dropped, c.qp.retransmitted_packets
+            );
+        }
+    }
     Ok(Outcome {
         bytes,
         usec,
@@ -459,20 +473,21 @@ fn check(mr: &verbs::Mr, size: usize, byte_len: u32, n: u32) -> Result<(), Strin
             "verify: message {n} has {byte_len} bytes, expected {size}"
         ));
     }
-    mr.with_mut(|b| {
-        let msg = &mut b[size..2 * size];
-        let bad = msg
-            .iter()
-            .enumerate()
-            .find(|&(i, &x)| !(x == FILL || (x == 0 && i % PAGE == 0)));
-        let r = match bad {
-            Some((i, &x)) => Err(format!(
-                "verify: message {n} byte {i} is 0x{x:02x}, expected 0x{FILL:02x}"
-            )),
-            None => Ok(()),
-        };
-        msg.fill(0);
-        r
-    })
-    .map_err(|e| e.to_string())?
+    // Only the receive half is copied out and cleared (`Mr::with_mut` would copy the
+    // whole region).
+    let mut msg = vec![0u8; size];
+    mr.read(size, &mut msg).map_err(|e| e.to_string())?;
+    let bad = msg
+        .iter()
+        .enumerate()
+        .find(|&(i, &x)| !(x == FILL || (x == 0 && i % PAGE == 0)))
+        .map(|(i, &x)| (i, x));
+    msg.fill(0);
+    mr.write(size, &msg).map_err(|e| e.to_string())?;
+    match bad {
+        Some((i, x)) => Err(format!(
+            "verify: message {n} byte {i} is 0x{x:02x}, expected 0x{FILL:02x}"
+        )),
+        None => Ok(()),
+    }
 }

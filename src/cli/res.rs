@@ -3,11 +3,12 @@
 //!
 //! Contract: the data comes from the stat snapshot each device's driver writes (see
 //! [`crate::cli::stat`]): its `resources` field ([`Resources`]) is rewritten every stat
-//! interval (500 ms) and once more when the device closes. With `--netdev IF` one device
+//! interval (500 ms) and removed when the device closes. With `--netdev IF` one device
 //! is listed, otherwise every snapshot of the calling network namespace in `--dir`
 //! ([`crate::verbs::stat_files`]), the way `rdma` lists every device. Each device starts
-//! with a line saying whether its snapshot is from a running device, the last one
-//! written on close, or stale (the writer is gone without closing), and how old it is.
+//! with a line saying whether its snapshot is from a running device, stale (the writer,
+//! named by pid and start time, is gone without closing), or the last one an older xrnic
+//! wrote on close, and how old it is.
 //! A snapshot whose interface identity (index, MAC) does not match the interface of that
 //! name here is not this namespace's ([`crate::verbs::snapshot_is_here`]): skipped in
 //! the listing, an error with `--netdev`.
@@ -57,9 +58,11 @@ pub struct ResArgs {
 pub enum Status {
     /// Written by a device that is still open.
     Running,
-    /// The last snapshot, written when the device closed.
+    /// The last snapshot of an older xrnic, written when the device closed (a device now
+    /// removes its snapshot when it closes).
     Closed,
-    /// Says running, but its process is gone (killed before closing the device).
+    /// Says running, but its process is gone (killed before closing the device): no
+    /// process has its pid and start time.
     Stale,
 }
 
@@ -183,7 +186,7 @@ pub fn read_device(path: &Path) -> Result<DeviceRes, String> {
     let Some(res) = snap.resources.clone() else {
         return Err(format!("{}: {OLD_SNAPSHOT}", path.display()));
     };
-    let alive = Path::new(&format!("/proc/{}", snap.pid)).exists();
+    let alive = snap.writer_alive();
     let status = Status::of(&snap, alive);
     Ok(DeviceRes { snap, res, status })
 }
@@ -326,6 +329,7 @@ mod tests {
             link: None,
             simulated: true,
             pid: 42,
+            start_time: None,
             running,
             written_at: 100.0,
             device: serde_json::json!({}),

@@ -3,14 +3,16 @@
 //! Contract: the device's driver thread writes a JSON snapshot
 //! ([`crate::driver::Snapshot`]) to `<dir>/<netdev>.<netns inode>.json`
 //! ([`crate::verbs::stat_file`]: run `xrnic stat` in the device's namespace) every stat
-//! interval (500 ms) and
-//! once more when the device closes (`"running": false`); the file is replaced
+//! interval (500 ms) and removes it when the device closes (the CLI's SIGINT/SIGTERM
+//! handler too: [`crate::driver::remove_live_snapshots`]); the file is replaced
 //! atomically (write + rename), so a reader never sees half of one. `xrnic stat` reads it
 //! and prints it in the spirit of `rdma statistic show` (one `name value` list per
 //! object), or the raw JSON with `--json`. The default directory is
 //! [`crate::verbs::STAT_DIR`] (`/run/xrnic`). No snapshot, or an unreadable one, is a
-//! clear message and exit 1. A snapshot whose writer is gone (no `/proc/<pid>`) while it
-//! says running is reported as stale.
+//! clear message and exit 1. A snapshot whose writer is gone (no process with its pid
+//! and start time, [`crate::driver::Snapshot::writer_alive`]: a killed program) is
+//! reported as stale; one of an older xrnic that wrote `running: false` on close, as
+//! closed.
 //!
 //! `--device NAME` (an RDMA device, the offload backend) prints the kernel's counters of
 //! its port 1 instead ([`crate::verbs::hw_counters`]: sysfs `hw_counters/` and
@@ -184,7 +186,7 @@ pub fn run(args: &StatArgs) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    let alive = std::path::Path::new(&format!("/proc/{}", snap.pid)).exists();
+    let alive = snap.writer_alive();
     let out = if args.json {
         String::from_utf8_lossy(&text).into_owned() + "\n"
     } else {
@@ -206,6 +208,7 @@ mod tests {
             simulated: true,
             netdev: "eth0".into(),
             pid: 42,
+            start_time: None,
             running: true,
             written_at: 0.0,
             device: serde_json::json!({"malformed_frames_dropped": 3, "qp": {"packets_sent": 9}}),

@@ -10,8 +10,9 @@
 //!   engine.
 //! - A step is one iteration of the old driver loop: receive a batch into `handle_frame`
 //!   (the fault injector drops before the engine sees them), run due timers, drain
-//!   `poll_transmit`, unlock the engine, notify completion waiters, send, kick the port
-//!   until its transmit ring drains.
+//!   `poll_transmit`, unlock the engine (which signals completion waiters if the step
+//!   added completions, see [`super::EngineGuard`]), send, kick the port until its
+//!   transmit ring drains.
 //! - Application threads only `try_lock` the port: when another thread is stepping, that
 //!   thread (or the driver, woken through the eventfd) makes the progress instead, so a
 //!   caller never waits behind another's system calls.
@@ -173,7 +174,9 @@ impl Port {
 
     /// One round of progress at `now` (nanoseconds since the driver's epoch).
     pub(super) fn step(&mut self, shared: &Shared, now: u64, who: Stepper) -> Step {
-        let mut g = shared.lock();
+        // Completions the step adds wake their waiters when the lock is released
+        // (`EngineGuard`), the socket waiter's own step excepted: it looks next.
+        let mut g = shared.lock_as(who != Stepper::Waiter);
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
@@ -217,11 +220,9 @@ impl Port {
         e.stats.frames_in += got;
         e.stats.fault_dropped += dropped;
         e.stats.fault_ce_marked += marked;
-        let mut progressed = got > 0;
         let mut timers = false;
         if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
             e.rnic.handle_timeout(now);
-            progressed = true;
             timers = true;
         }
         let bufs = &mut self.bufs;
@@ -264,9 +265,6 @@ impl Port {
             shared.sleeping.store(true, Ordering::SeqCst);
         }
         drop(g);
-        if progressed || !bufs.lens.is_empty() {
-            shared.notify(who != Stepper::Waiter);
-        }
         // Recorded as sent once the engine produced them, outside the engine lock.
         if let Some(t) = self.tap.as_mut() {
             let mut refs = [&[][..]; BATCH];
@@ -471,7 +469,14 @@ impl Shared {
                 // us. (A count left from before only costs one extra turn.)
                 let _ = rustix::io::read(&self.cq_event, &mut b);
             }
-            let n = self.lock().rnic.poll_cq(cq, max, out);
+            let n = {
+                let mut g = self.lock_as(false);
+                let n = g.rnic.poll_cq(cq, max, out);
+                if n == 0 {
+                    g.stats.cq_waits += 1;
+                }
+                n
+            };
             if n == 0 {
                 // About to sleep (or give up): deferred ACKs must not wait for us.
                 self.flush_deferred();
@@ -488,7 +493,9 @@ impl Shared {
                 PollFd::new(&self.rx_fd, PollFlags::IN),
                 PollFd::new(&self.cq_event, PollFlags::IN),
             ];
-            let _ = poll(&mut fds, Some(&ts));
+            if poll(&mut fds, Some(&ts)) == Ok(0) {
+                self.lock().stats.cq_wait_timeouts += 1;
+            }
             notified = !fds[1].revents().is_empty();
         };
         let lease = self.now() + POLL_LEASE.as_nanos() as u64;

@@ -7,6 +7,8 @@
 //! here yet).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::wire::{Qpn, Rkey};
 
@@ -149,22 +151,30 @@ pub(crate) struct CompletionQueue {
     entries: VecDeque<WorkCompletion>,
     capacity: usize,
     pub(crate) overruns: u64,
+    /// The device's count of completions added ([`crate::proto::Rnic::completions_added`]),
+    /// shared by its CQs: bumped by every `push`, however the completion was made.
+    added: Arc<AtomicU64>,
 }
 
 impl CompletionQueue {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, added: Arc<AtomicU64>) -> Self {
         CompletionQueue {
             entries: VecDeque::new(),
             capacity,
             overruns: 0,
+            added,
         }
     }
 
+    /// Add a completion, or count an overrun when the CQ is full.
     pub(crate) fn push(&mut self, wc: WorkCompletion) {
         if self.entries.len() >= self.capacity {
             self.overruns += 1;
         } else {
             self.entries.push_back(wc);
+            // Relaxed: the `Rnic` is used by one thread at a time (its owner's lock
+            // orders the accesses); the atomic only lets the CQs share the count.
+            self.added.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -213,11 +223,13 @@ mod tests {
 
     #[test]
     fn fifo_bounded_with_overrun_count() {
-        let mut cq = CompletionQueue::new(2);
+        let added = Arc::new(AtomicU64::new(0));
+        let mut cq = CompletionQueue::new(2, added.clone());
         for i in 0..3 {
             cq.push(wc(i));
         }
         assert_eq!(cq.overruns, 1);
+        assert_eq!(added.load(Ordering::Relaxed), 2, "an overrun adds nothing");
         let mut out = vec![];
         assert_eq!(cq.poll(&mut out, 10), 2);
         assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);

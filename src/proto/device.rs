@@ -9,6 +9,9 @@
 //! destination QP, PSN, AckReq, the extension headers the opcode has, the IP addresses)
 //! in place.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, Ext, ExtHeaders, FrameView, OpInfo, Opcode, Psn,
     Qpn, RethRepr, Rkey, Service,
@@ -92,6 +95,8 @@ pub struct Rnic {
     name: &'static str,
     /// The `now` of the latest sans-IO call: the time verbs' trace events carry.
     last_now: u64,
+    /// Completions added to any CQ, shared with each CQ ([`Rnic::completions_added`]).
+    completions_added: Arc<AtomicU64>,
 }
 
 impl Rnic {
@@ -108,6 +113,7 @@ impl Rnic {
             cc: None,
             name: "xrnic0",
             last_now: 0,
+            completions_added: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -178,7 +184,10 @@ impl Rnic {
     }
 
     pub fn create_cq(&mut self, cqe: usize) -> Cq {
-        self.cqs.push(Some(CompletionQueue::new(cqe.max(1))));
+        self.cqs.push(Some(CompletionQueue::new(
+            cqe.max(1),
+            self.completions_added.clone(),
+        )));
         Cq(self.cqs.len() as u32 - 1)
     }
 
@@ -198,6 +207,15 @@ impl Rnic {
             }
             _ => Err(VerbsError::NotFound("completion queue")),
         }
+    }
+
+    /// How many completions this engine has added to its CQs so far, by any call: a
+    /// frame, a timer, or a verb (a flush on modify to ERR, a post on a QP in ERR, a WR
+    /// failed at the head of its send queue). It only grows: a caller that reads it
+    /// before and after a call knows whether that call completed anything, and wakes the
+    /// threads waiting for completions (`crate::driver`).
+    pub fn completions_added(&self) -> u64 {
+        self.completions_added.load(Ordering::Relaxed)
     }
 
     /// Drain up to `max` completions into `out`; returns how many.

@@ -19,7 +19,8 @@
 //!   alive, an [`Mr`] its PD, all of them the device; the device's driver thread stops
 //!   and the XDP program is detached when the last handle goes. Memory regions are owned
 //!   by the engine (plain heap memory, nothing pinned); read and write them through
-//!   [`Mr::read`], [`Mr::write`], [`Mr::with`] and [`Mr::with_mut`].
+//!   [`Mr::read`], [`Mr::write`], [`Mr::with`] and [`Mr::with_mut`] (the last two lend a
+//!   copy and hold no lock while the closure runs, on both backends: `mr_copy`).
 //! - `modify` to RTR with an address vector whose `dmac` is all zero resolves the MAC of
 //!   the destination GID through the kernel's neighbour table, like the kernel does for
 //!   rxe (`ib_resolve_eth_dmac`); like that function it also replaces the hop limit with
@@ -82,9 +83,12 @@
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
 pub mod ibv;
+mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
+#[cfg(test)]
+mod tests;
 
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
@@ -129,8 +133,9 @@ pub enum Error {
     PathMtuTooLarge { requested: u32, active: u32 },
     /// Source and destination GIDs of different IP versions.
     GidFamilyMismatch { sgid_index: u8 },
-    /// The interface already has an XDP program: another device is open on it.
-    XdpBusy { ifname: String },
+    /// The interface still has an XDP program after waiting `waited` for it to go:
+    /// another device is open on it.
+    XdpBusy { ifname: String, waited: Duration },
     /// A range outside a memory region.
     OutOfBounds {
         offset: usize,
@@ -175,10 +180,11 @@ impl core::fmt::Display for Error {
                 f,
                 "source GID {sgid_index} and the destination GID are not both IPv4 or both IPv6"
             ),
-            Error::XdpBusy { ifname } => write!(
+            Error::XdpBusy { ifname, waited } => write!(
                 f,
-                "{ifname} already has an XDP program attached: is an xrnic device open on it \
-                 in another process? (`ip link show dev {ifname}` shows the program)"
+                "{ifname} already has an XDP program attached, still after waiting {waited:?} \
+                 for it to be detached: is an xrnic device open on it in another process? \
+                 (`ip link show dev {ifname}` shows the program)"
             ),
             Error::OutOfBounds { offset, len, size } => write!(
                 f,
@@ -246,6 +252,9 @@ pub struct DeviceOptions {
     /// Write stat snapshots to [`stat_file`]`(dir, netdev)` (`xrnic stat` reads them).
     pub stat_dir: Option<PathBuf>,
     pub stat_interval: Duration,
+    /// Write the device's last snapshot (`running: false`, its counters as it closes) to
+    /// this file when it closes: the snapshot in `stat_dir` is removed then.
+    pub final_stat: Option<PathBuf>,
     /// Capture every frame the device sends and receives into this pcapng file, with a
     /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
     pub pcap: Option<PathBuf>,
@@ -310,11 +319,17 @@ impl Default for DeviceOptions {
             seed: 0,
             stat_dir: None,
             stat_interval: Duration::from_millis(500),
+            final_stat: None,
             pcap: None,
             dcqcn: DEFAULT_DCQCN,
         }
     }
 }
+
+/// How long [`Device::open`] waits for an XDP program already on the interface to be
+/// detached (a process killed just before, whose link the kernel releases some tens of
+/// milliseconds later) before it reports [`Error::XdpBusy`].
+pub const XDP_DETACH_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The directory `xrnic` tools write stat snapshots to.
 pub const STAT_DIR: &str = "/run/xrnic";
@@ -633,11 +648,13 @@ impl Device {
         let Some(nd) = info.netdev.clone() else {
             return Err(Error::Io(std::io::Error::other("no interface facts")));
         };
-        // Checked first so that the answer is immediate: attaching would be refused with
-        // EBUSY only after the port's retries (meant for a queue still being released).
-        if nd.xdp_attached {
+        // Checked before attaching, whose refusal (EBUSY) would not say why. A program
+        // still attached may be a process's that just died (kill -9) and is being
+        // detached: wait for it as the port waits for a queue still being released.
+        if nd.xdp_attached && !netdev::wait_xdp_detached(netdev, XDP_DETACH_PATIENCE)? {
             return Err(Error::XdpBusy {
                 ifname: netdev.to_string(),
+                waited: XDP_DETACH_PATIENCE,
             });
         }
         let ns = netdev::NetNs::current()?;
@@ -661,6 +678,7 @@ impl Device {
                 .map(|d| stat_file(d, netdev))
                 .transpose()?,
             stat_interval: opts.stat_interval,
+            final_stat_path: opts.final_stat.clone(),
             netdev: netdev.to_string(),
             link: Some(crate::driver::LinkId::new(nd.ifindex, nd.mac)),
             pcap: opts.pcap.clone(),
@@ -746,6 +764,7 @@ impl Device {
                 .map(|d| stat_file(d, &name))
                 .transpose()?,
             stat_interval: opts.stat_interval,
+            final_stat_path: opts.final_stat.clone(),
             netdev: name.clone(),
             link: None,
             pcap: opts.pcap.clone(),
@@ -1006,8 +1025,11 @@ struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // Every MR and QP of this PD holds this PdInner, so none is left: this succeeds.
-        let _ = self.shared.lock().rnic.dealloc_pd(self.pd);
+        // Every MR and QP of this PD holds this PdInner, so none is left: this succeeds
+        // (a failure would be a bug: logged, not hidden).
+        if let Err(e) = self.shared.lock().rnic.dealloc_pd(self.pd) {
+            tracing::error!("dealloc_pd: {e}");
+        }
     }
 }
 
@@ -1160,17 +1182,6 @@ impl Mr {
     /// Copy bytes out of the region.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        self.with(|b| out.copy_from_slice(&b[offset..offset + out.len()]))
-    }
-
-    /// Copy bytes into the region.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
-        self.with_mut(|b| b[offset..offset + data.len()].copy_from_slice(data))
-    }
-
-    /// Look at the region's bytes (the region is locked meanwhile: keep it short).
-    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         match &self.kind {
             MrKind::Soft(pd) => {
                 let g = pd.shared.lock();
@@ -1178,14 +1189,16 @@ impl Mr {
                     .rnic
                     .mr_bytes(self.lkey)
                     .ok_or(VerbsError::NotFound("memory region"))?;
-                Ok(f(b))
+                out.copy_from_slice(&b[offset..offset + out.len()]);
             }
-            MrKind::Verbs(mr) => Ok(mr.with(f)),
+            MrKind::Verbs(mr) => mr.read(offset, out),
         }
+        Ok(())
     }
 
-    /// Change the region's bytes (the region is locked meanwhile: keep it short).
-    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
+    /// Copy bytes into the region.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
         match &self.kind {
             MrKind::Soft(pd) => {
                 let mut g = pd.shared.lock();
@@ -1193,7 +1206,47 @@ impl Mr {
                     .rnic
                     .mr_bytes_mut(self.lkey)
                     .ok_or(VerbsError::NotFound("memory region"))?;
-                Ok(f(b))
+                b[offset..offset + data.len()].copy_from_slice(data);
+            }
+            MrKind::Verbs(mr) => mr.write(offset, data),
+        }
+        Ok(())
+    }
+
+    /// Look at the region's bytes: `f` gets a copy of the whole region, made when called
+    /// (`mr_copy`). No lock is held while `f` runs, so it may call any verb; what the
+    /// NIC writes meanwhile is not in the copy. For a few bytes, [`Mr::read`] copies less.
+    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
+        match &self.kind {
+            MrKind::Soft(_) => {
+                let mut copy = vec![0u8; self.length];
+                self.read(0, &mut copy)?;
+                Ok(f(&copy))
+            }
+            MrKind::Verbs(mr) => Ok(mr.with(f)),
+        }
+    }
+
+    /// Change the region's bytes: `f` gets a copy of the whole region, and the bytes it
+    /// changed are written back when it returns (`mr_copy`); bytes it left alone keep
+    /// whatever the NIC wrote there meanwhile. No lock is held while `f` runs, so it may
+    /// call any verb. For a few bytes, [`Mr::write`] copies less.
+    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
+        match &self.kind {
+            MrKind::Soft(pd) => {
+                let mut copy = vec![0u8; self.length];
+                self.read(0, &mut copy)?;
+                let old = copy.clone();
+                let r = f(&mut copy);
+                let mut g = pd.shared.lock();
+                let b = g
+                    .rnic
+                    .mr_bytes_mut(self.lkey)
+                    .ok_or(VerbsError::NotFound("memory region"))?;
+                mr_copy::changed_runs(&old, &copy, |at, run| {
+                    b[at..at + run.len()].copy_from_slice(run);
+                });
+                Ok(r)
             }
             MrKind::Verbs(mr) => Ok(mr.with_mut(f)),
         }
@@ -1217,8 +1270,11 @@ struct CqInner {
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        // Every QP using this CQ holds this CqInner, so none is left.
-        let _ = self.shared.lock().rnic.destroy_cq(self.cq);
+        // Every QP using this CQ holds this CqInner, so none is left (a failure would be
+        // a bug: logged, not hidden).
+        if let Err(e) = self.shared.lock().rnic.destroy_cq(self.cq) {
+            tracing::error!("destroy_cq: {e}");
+        }
     }
 }
 
@@ -1279,8 +1335,9 @@ impl Cq {
     }
 
     /// Wait up to `timeout` for completions, then return up to `max` of them (empty on
-    /// timeout). Sleeps on a condition variable the driver signals (software) or on the
-    /// CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
+    /// timeout). Sleeps on a condition variable (software: signalled by whichever call
+    /// adds a completion, a frame or timer of the driver or a verb such as a flush on
+    /// modify to ERR) or on the CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
     /// `ibv_poll_cq` in one call.
     pub fn wait(&self, max: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let mut v = Vec::new();

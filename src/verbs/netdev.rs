@@ -19,6 +19,7 @@
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
 
 use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
 
@@ -151,6 +152,24 @@ pub struct NetdevInfo {
 pub fn mac_text(mac: &[u8; 6]) -> String {
     let [a, b, c, d, e, f] = mac;
     format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
+/// Wait up to `patience` for `ifname` to have no XDP program attached; returns whether
+/// it has none. The kernel detaches a process's XDP link when its last descriptor goes,
+/// which for a process just killed (`kill -9`) happens while the process is torn down,
+/// some tens of milliseconds after the signal: a device reopened at once would otherwise
+/// find the dead one's program still there.
+pub fn wait_xdp_detached(ifname: &str, patience: Duration) -> io::Result<bool> {
+    let until = Instant::now() + patience;
+    loop {
+        if !link::link_info(None, ifname)?.xdp_attached {
+            return Ok(true);
+        }
+        if Instant::now() >= until {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Read `ifname`'s facts in the calling thread's network namespace.

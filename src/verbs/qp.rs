@@ -275,7 +275,9 @@ impl Drop for Qp {
     fn drop(&mut self) {
         if let QpKind::Soft { pd, .. } = &self.kind {
             let mut g = pd.shared.lock();
-            let _ = g.rnic.destroy_qp(self.qpn);
+            if let Err(e) = g.rnic.destroy_qp(self.qpn) {
+                tracing::error!("destroy_qp {}: {e}", self.qpn.value());
+            }
             g.qps.remove(&self.qpn);
         }
     }

@@ -10,8 +10,6 @@ pub enum Error {
     NotRoot { what: &'static str },
     /// No interface of that name in this network namespace.
     InterfaceMissing { ifname: String, source: io::Error },
-    /// /sys/fs/bpf was not a bpffs and mounting one failed.
-    BpffsMount(io::Error),
     /// The kernel refused to load the XDP program (verifier, missing BPF support).
     LoadProgram(String),
     /// The kernel refused to attach the XDP program to the interface.
@@ -46,9 +44,6 @@ impl fmt::Display for Error {
                     f,
                     "interface {ifname:?} not found in this network namespace ({source})"
                 )
-            }
-            Error::BpffsMount(e) => {
-                write!(f, "/sys/fs/bpf is not a bpffs and mounting one failed: {e}")
             }
             Error::LoadProgram(r) => write!(f, "loading the XDP program failed: {r}"),
             Error::AttachRefused { ifname, reason } => {
@@ -90,7 +85,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::InterfaceMissing { source, .. } => Some(source),
-            Error::BpffsMount(e) | Error::Io(e) => Some(e),
+            Error::Io(e) => Some(e),
             _ => None,
         }
     }

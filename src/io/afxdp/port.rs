@@ -278,7 +278,6 @@ impl XskPort {
             )));
         }
         let ifindex = sys::ifindex(ifname)?;
-        sys::ensure_bpffs()?;
 
         let mut filter = if opts.attach_filter {
             let mut f = RoceFilter::load()?;

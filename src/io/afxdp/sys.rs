@@ -1,20 +1,19 @@
-//! Small system look-ups the port needs before it touches AF_XDP: privileges, the
-//! interface index, and a mounted bpffs.
+//! Small system look-ups the port needs before it touches AF_XDP: privileges and the
+//! interface index.
+//!
+//! No bpffs is needed (none is mounted): the filter is loaded and attached through a
+//! `bpf_link` by libbpf, nothing is pinned, and the AF_XDP sockets are made with
+//! `XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`, so libxdp never loads its dispatcher nor takes
+//! its bpffs lock (xdp-tools `lib/libxdp/xsk.c`: `__xsk_setup_xdp_prog` and the
+//! refcount lock run only without that flag).
 
 use std::io;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustix::fs::statfs;
 use rustix::io::Errno;
-use rustix::mount::{MountFlags, mount};
 use rustix::net::{AddressFamily, SocketType, netdevice, socket};
 
 use super::Error;
-
-/// `BPF_FS_MAGIC` from <linux/magic.h>.
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-const BPFFS: &str = "/sys/fs/bpf";
 
 /// Fails with [`Error::NotRoot`] unless the effective user is root.
 pub fn require_root(what: &'static str) -> Result<(), Error> {
@@ -86,30 +85,6 @@ pub fn retry_busy<T, E>(
             }
             r => return r,
         }
-    }
-}
-
-/// Is a bpffs mounted on /sys/fs/bpf?
-// `f_type` is i64 on x86_64 but narrower on some other architectures.
-#[allow(clippy::unnecessary_cast)]
-pub fn bpffs_mounted() -> bool {
-    statfs(BPFFS).is_ok_and(|s| s.f_type as i64 == BPF_FS_MAGIC)
-}
-
-/// Mount bpffs on /sys/fs/bpf unless it already is. libxdp keeps its dispatcher state
-/// there and falls back to single-program mode without it (xdp-tools' lib/libxdp/README.org).
-pub fn ensure_bpffs() -> Result<(), Error> {
-    if bpffs_mounted() {
-        return Ok(());
-    }
-    if !Path::new(BPFFS).is_dir() {
-        std::fs::create_dir_all(BPFFS).map_err(Error::BpffsMount)?;
-    }
-    match mount("bpf", BPFFS, "bpf", MountFlags::empty(), None) {
-        Ok(()) => Ok(()),
-        // Another thread or process mounted it in between.
-        Err(_) if bpffs_mounted() => Ok(()),
-        Err(e) => Err(Error::BpffsMount(e.into())),
     }
 }
 

@@ -12,10 +12,12 @@
 //!   are `Send + Sync`.
 //! - Memory regions are page-aligned, zeroed heap buffers this module allocates and
 //!   registers; the RNIC reads and writes them by DMA while the region is registered.
-//!   [`Mr::with`] / [`Mr::with_mut`] give the CPU's view under a per-region lock; like any
-//!   verbs program, a caller must not look at bytes a remote peer may be writing at the
-//!   same time (they are plain memory, not torn by Rust, but their value is undefined
-//!   until the completion that ends the transfer).
+//!   The CPU reaches them only by copies through raw pointers ([`Mr::read`],
+//!   [`Mr::write`]; [`Mr::with`] / [`Mr::with_mut`] lend a copy), never by a Rust
+//!   reference into memory the RNIC may write; a per-region lock serialises the copies,
+//!   and is never held while a caller's closure runs. Like any verbs program, a caller
+//!   must not look at bytes a remote peer may be writing at the same time (their value
+//!   is undefined until the completion that ends the transfer).
 //! - Failures are [`Error::Ibv`] with the call's name and `errno`.
 
 pub mod sys;
@@ -24,6 +26,7 @@ use std::alloc::Layout;
 use std::ffi::{CStr, c_int};
 use std::os::fd::BorrowedFd;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -47,6 +50,31 @@ fn last_err(call: &'static str) -> Error {
     Error::Ibv {
         call,
         err: std::io::Error::last_os_error(),
+    }
+}
+
+/// Destroy calls (`ibv_destroy_qp`, `ibv_destroy_cq`, `ibv_destroy_comp_channel`,
+/// `ibv_dereg_mr`, `ibv_dealloc_pd`, `ibv_close_device`) that failed in this process.
+static TEARDOWN_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// How many destroy calls of the offload backend failed in this process (each is logged
+/// too). Handles are freed on drop, which cannot return an error: this is where a failure
+/// shows. A region whose `ibv_dereg_mr` failed keeps its buffer (leaked, never freed),
+/// since its keys may still let the RNIC reach it.
+pub fn teardown_failures() -> u64 {
+    TEARDOWN_FAILURES.load(Ordering::Relaxed)
+}
+
+/// Whether a destroy call returning `rc` succeeded; a failure is logged and counted
+/// ([`teardown_failures`]).
+fn released(call: &'static str, rc: c_int) -> bool {
+    match check(call, rc) {
+        Ok(()) => true,
+        Err(e) => {
+            TEARDOWN_FAILURES.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("{e} (the object stays as it was)");
+            false
+        }
     }
 }
 
@@ -197,7 +225,8 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: every object made from the context holds an Arc of it, so none is left.
-        unsafe { (self.fns().close_device)(self.ctx.as_ptr()) };
+        let rc = unsafe { (self.fns().close_device)(self.ctx.as_ptr()) };
+        released("ibv_close_device", rc);
     }
 }
 
@@ -228,7 +257,8 @@ impl Pd {
 impl Drop for Pd {
     fn drop(&mut self) {
         // SAFETY: every MR and QP of this PD holds an Arc of it, so none is left.
-        unsafe { (self.ctx.fns().dealloc_pd)(self.pd.as_ptr()) };
+        let rc = unsafe { (self.ctx.fns().dealloc_pd)(self.pd.as_ptr()) };
+        released("ibv_dealloc_pd", rc);
     }
 }
 
@@ -239,13 +269,14 @@ pub struct Mr {
     buf: NonNull<u8>,
     layout: Layout,
     len: usize,
-    /// Serialises the CPU's views ([`Mr::with`], [`Mr::with_mut`]).
+    /// Serialises the CPU's copies ([`Mr::read`], [`Mr::write`]); never held while a
+    /// caller's code runs.
     cpu: Mutex<()>,
     pd: Arc<Pd>,
 }
 
-// SAFETY: the buffer is only reached through `with`/`with_mut` under `cpu`, the MR
-// pointer only by libibverbs (thread-safe).
+// SAFETY: the buffer is only reached by the raw-pointer copies of `read`/`write` under
+// `cpu`, the MR pointer only by libibverbs (thread-safe).
 unsafe impl Send for Mr {}
 // SAFETY: as above.
 unsafe impl Sync for Mr {}
@@ -308,28 +339,70 @@ impl Mr {
         self.len == 0
     }
 
-    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+    /// Copy `out.len()` bytes at `offset` out of the buffer (the caller checked the range).
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(offset.checked_add(out.len()).is_some_and(|e| e <= self.len));
         let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: `buf` holds `len` initialised bytes for as long as self lives; the lock
-        // keeps other CPU views out (DMA: see the module doc).
-        f(unsafe { std::slice::from_raw_parts(self.buf.as_ptr(), self.len) })
+        // SAFETY: the range is inside the `len` bytes `buf` holds while self lives (checked
+        // above); `out` is another allocation. Copied through raw pointers, with no Rust
+        // reference to the buffer: the RNIC may write it by DMA at any time (module doc),
+        // and `cpu` keeps other CPU copies of this region out meanwhile.
+        unsafe {
+            ptr::copy_nonoverlapping(self.buf.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+        };
     }
 
-    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+    /// Copy `data` into the buffer at `offset` (the caller checked the range).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        assert!(
+            offset
+                .checked_add(data.len())
+                .is_some_and(|e| e <= self.len)
+        );
         let _g = self.cpu.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: as in `with`; the lock makes this the only CPU view.
-        f(unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr(), self.len) })
+        // SAFETY: as in `read`, the other way.
+        unsafe {
+            ptr::copy_nonoverlapping(data.as_ptr(), self.buf.as_ptr().add(offset), data.len())
+        };
+    }
+
+    /// Lend a copy of the whole buffer to `f` (no lock held while it runs:
+    /// `super::mr_copy`).
+    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        let mut copy = vec![0u8; self.len];
+        self.read(0, &mut copy);
+        f(&copy)
+    }
+
+    /// Lend a copy of the whole buffer to `f` mutably, then write back the bytes it
+    /// changed (no lock held while it runs: `super::mr_copy`).
+    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> T {
+        let mut copy = vec![0u8; self.len];
+        self.read(0, &mut copy);
+        let old = copy.clone();
+        let r = f(&mut copy);
+        super::mr_copy::changed_runs(&old, &copy, |at, b| self.write(at, b));
+        r
     }
 }
 
 impl Drop for Mr {
     fn drop(&mut self) {
-        // SAFETY: deregistered once, then the buffer (no longer reachable by the RNIC) is
-        // freed with the layout it was allocated with.
-        unsafe {
-            (self.pd.ctx.fns().dereg_mr)(self.mr.as_ptr());
-            std::alloc::dealloc(self.buf.as_ptr(), self.layout);
+        // SAFETY: deregistered once; nothing else refers to the ibv_mr.
+        let rc = unsafe { (self.pd.ctx.fns().dereg_mr)(self.mr.as_ptr()) };
+        if !released("ibv_dereg_mr", rc) {
+            // The keys may still be valid: the RNIC could write into freed memory. Leak
+            // the buffer instead (counted in `teardown_failures`).
+            tracing::error!(
+                "ibv_dereg_mr failed: the region's {} bytes at {:#x} are leaked, not freed",
+                self.len,
+                self.addr()
+            );
+            return;
         }
+        // SAFETY: deregistered just above, so no longer reachable by the RNIC; freed once,
+        // with the layout it was allocated with.
+        unsafe { std::alloc::dealloc(self.buf.as_ptr(), self.layout) };
     }
 }
 
@@ -485,9 +558,12 @@ impl Drop for Cq {
     fn drop(&mut self) {
         // SAFETY: every QP using this CQ holds an Arc of it, so none is left; all events
         // were acknowledged; the channel is destroyed after its only CQ.
-        unsafe {
-            (self.ctx.fns().destroy_cq)(self.cq.as_ptr());
-            (self.ctx.fns().destroy_comp_channel)(self.chan.as_ptr());
+        let rc = unsafe { (self.ctx.fns().destroy_cq)(self.cq.as_ptr()) };
+        // A channel still used by its CQ cannot be destroyed (EBUSY): only after the CQ.
+        if released("ibv_destroy_cq", rc) {
+            // SAFETY: the channel's only CQ is gone; destroyed once.
+            let rc = unsafe { (self.ctx.fns().destroy_comp_channel)(self.chan.as_ptr()) };
+            released("ibv_destroy_comp_channel", rc);
         }
     }
 }
@@ -616,7 +692,7 @@ impl Qp {
         } else {
             sys::ibv_send_wr_wr {
                 remote_addr: wr.rdma.remote_addr,
-                word1: u64::from(wr.rdma.rkey.0),
+                word1: rdma_word1(wr.rdma.rkey.0),
                 swap: 0,
                 atomic_rkey: 0,
             }
@@ -677,8 +753,18 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         // SAFETY: destroyed once; nothing else refers to it.
-        unsafe { (self.pd.ctx.fns().destroy_qp)(self.qp.as_ptr()) };
+        let rc = unsafe { (self.pd.ctx.fns().destroy_qp)(self.qp.as_ptr()) };
+        released("ibv_destroy_qp", rc);
     }
+}
+
+/// `word1` of the `wr` union for RDMA: `rdma.rkey` is a `uint32_t` at the start of the
+/// place `atomic.compare_add` (a `uint64_t`) has, so its bytes go first in memory, on
+/// either byte order.
+fn rdma_word1(rkey: u32) -> u64 {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&rkey.to_ne_bytes());
+    u64::from_ne_bytes(b)
 }
 
 fn sges_to_ibv(
@@ -893,16 +979,40 @@ mod tests {
     }
 
     #[test]
+    fn failed_destroy_calls_are_counted_and_reported_as_failed() {
+        let before = teardown_failures();
+        assert!(released("ibv_destroy_qp", 0));
+        assert_eq!(teardown_failures(), before);
+        // An errno value (EBUSY: a QP still attached) and -1 with errno both fail.
+        assert!(!released("ibv_dereg_mr", 16));
+        assert!(!released("ibv_destroy_cq", -1));
+        assert!(teardown_failures() >= before + 2);
+    }
+
+    #[test]
     fn rdma_rkey_lands_where_the_c_union_has_it() {
         // struct { uint64_t remote_addr; uint32_t rkey; } rdma: rkey at offset 8.
         let w = sys::ibv_send_wr_wr {
             remote_addr: 1,
-            word1: u64::from(0xabcd_ef01u32),
+            word1: rdma_word1(0xabcd_ef01),
             swap: 0,
             atomic_rkey: 0,
         };
-        // SAFETY: reading the plain-old-data struct as bytes.
-        let bytes: [u8; 32] = unsafe { std::mem::transmute(w) };
+        // The fields fill bytes 0..28 with no gap (offsets 0, 8, 16, 24); 28..32 is the
+        // struct's tail padding, uninitialised, so only the fields' bytes are copied.
+        let defined = std::mem::offset_of!(sys::ibv_send_wr_wr, atomic_rkey) + 4;
+        assert_eq!(
+            (defined, std::mem::size_of::<sys::ibv_send_wr_wr>()),
+            (28, 32)
+        );
+        assert_eq!(std::mem::offset_of!(sys::ibv_send_wr_wr, word1), 8);
+        let mut bytes = [0u8; 32];
+        // SAFETY: bytes 0..`defined` of `w` are its four fields, all initialised, with no
+        // padding between them (the offsets asserted above); the padding after them is not
+        // read. `bytes` is a separate array of 32 >= `defined` bytes.
+        unsafe {
+            ptr::copy_nonoverlapping((&raw const w).cast::<u8>(), bytes.as_mut_ptr(), defined)
+        };
         assert_eq!(&bytes[8..12], &0xabcd_ef01u32.to_ne_bytes());
     }
 }

@@ -6,62 +6,15 @@
 //! Debian 12 packages them; without them the checks show as skipped, and under CI=true
 //! they fail.
 
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use common::{built_library, have, library_dir, require};
+
 const REAL: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
-
-/// Skip (or, under CI=true, fail) when `what` is missing.
-fn require(ok: bool, what: &str) -> bool {
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true needs {what}"
-        );
-        eprintln!("skipped: {what} is missing");
-    }
-    ok
-}
-
-/// target/<profile>/libibverbs.so, beside the directory of this test binary. `cargo
-/// test` does not build a cdylib (no test links it): `make test` runs `cargo build
-/// --workspace` first; a library older than its sources fails here instead of being
-/// tested stale.
-fn built_library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let lib = profile_dir.join("libibverbs.so");
-    let built = std::fs::metadata(&lib)
-        .and_then(|m| m.modified())
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; build it first: cargo build -p xrnic-verbs",
-                lib.display()
-            )
-        });
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for e in std::fs::read_dir(src).unwrap().flatten() {
-        let m = e.metadata().unwrap();
-        assert!(
-            !m.is_file() || m.modified().unwrap() <= built,
-            "{} is older than {}: run cargo build -p xrnic-verbs first",
-            lib.display(),
-            e.path().display()
-        );
-    }
-    lib
-}
-
-/// A directory holding `libibverbs.so.1` -> the built library, for LD_LIBRARY_PATH.
-fn library_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("xrnic-verbs-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libibverbs.so.1");
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(built_library(), &link).unwrap();
-    dir
-}
 
 /// `name version` of every defined, versioned symbol (objdump -T), node symbols and
 /// unversioned (Base) ones left out.
@@ -81,14 +34,6 @@ fn versioned_exports(lib: &Path) -> BTreeSet<(String, String)> {
             default.then(|| (name.to_string(), ver.to_string()))
         })
         .collect()
-}
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .is_ok_and(|o| o.status.success())
 }
 
 #[test]

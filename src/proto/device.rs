@@ -163,6 +163,20 @@ impl Rnic {
             .map_err(VerbsError::Resource)
     }
 
+    /// Register memory of the application ([`super::UserMem`]) at I/O virtual address
+    /// `iova`.
+    pub fn reg_user_mr(
+        &mut self,
+        pd: Pd,
+        mem: super::UserMem,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        self.mem
+            .reg_user_mr(pd, mem, iova, access)
+            .map_err(VerbsError::Resource)
+    }
+
     pub fn dereg_mr(&mut self, lkey: crate::wire::Lkey) -> Result<(), VerbsError> {
         self.mem.dereg_mr(lkey).map_err(VerbsError::Resource)
     }
@@ -825,7 +839,15 @@ impl Rnic {
                     qp.counters.acks_sent += 1;
                 }
                 let payload = match p.payload {
-                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
+                    Payload::Mem { mem, skip, len } if ctx.mem.borrowable(mem) => {
+                        ctx.mem.bytes(mem, skip, len)
+                    }
+                    // Application memory is copied out, never borrowed (memory.rs).
+                    Payload::Mem { mem, skip, len } => {
+                        self.scratch.resize(len, 0);
+                        let buf = &mut self.scratch[..len];
+                        ctx.mem.read(mem, skip, buf).then_some(&*buf)
+                    }
                     _ => Some(&[][..]),
                 };
                 let len = match payload {

@@ -1004,6 +1004,49 @@ impl Pd {
     }
 
     /// `ibv_create_qp` for an RC QP; it starts in RESET.
+    /// Register `len` bytes of this process's memory at `addr` as a memory region whose
+    /// I/O virtual address is `iova` (`addr` for `ibv_reg_mr`; any value for
+    /// `ibv_reg_mr_iova2`). The engine reads and writes those bytes in place, with raw
+    /// copies only (never a Rust reference over them), from its driver thread;
+    /// [`Mr::read`] and friends refuse such a region (the caller has the bytes).
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay mapped, readable and writable until the returned [`Mr`]
+    /// is dropped. Its content may change under the caller at any time while RDMA
+    /// operations run (as with any RNIC).
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        match &self.kind {
+            PdKind::Soft(pd) => {
+                // SAFETY: the caller upholds UserMem::new's contract (this fn's contract).
+                let mem = unsafe { proto::UserMem::new(addr, len) }.ok_or(Error::Verbs(
+                    VerbsError::Resource("a NULL or wrapping address range"),
+                ))?;
+                let info = pd
+                    .shared
+                    .lock()
+                    .rnic
+                    .reg_user_mr(pd.pd, mem, iova, access)?;
+                Ok(Mr {
+                    lkey: info.lkey,
+                    rkey: info.rkey,
+                    addr: info.addr,
+                    length: info.length,
+                    kind: MrKind::Soft(pd.clone()),
+                })
+            }
+            PdKind::Verbs(_) => Err(Error::Unsupported {
+                what: "registering the caller's memory",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         match (&self.kind, &init.send_cq.kind, &init.recv_cq.kind) {
             (PdKind::Soft(pd), CqKind::Soft(scq), CqKind::Soft(rcq)) => {

@@ -23,7 +23,9 @@
 //!   snapshot. The API writes the eventfd only when the driver announced it is going to
 //!   sleep (a flag set under the engine lock), so a busy application pays no system call.
 //! - Completions wake [`Shared::wait_cq`] through a `Condvar`, notified only while
-//!   somebody waits.
+//!   somebody waits, and call the completion hook if one is set
+//!   ([`Shared::set_completion_hook`]: the libibverbs library signals its completion
+//!   channels from it).
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
 //! - Optional stat snapshots: a JSON file rewritten every interval and on exit (read by
@@ -336,11 +338,28 @@ pub struct Engine {
     pub io: IoStats,
 }
 
+/// A function called after completions may have been added to some CQ, on the thread
+/// that added them (the driver's or an application's), with the engine unlocked.
+pub type CompletionHook = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct HookSlot(Mutex<Option<CompletionHook>>);
+
+impl core::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let set = self.0.lock().map(|h| h.is_some()).unwrap_or(false);
+        write!(f, "HookSlot({})", if set { "set" } else { "empty" })
+    }
+}
+
 /// State shared by the driver thread and the API.
 #[derive(Debug)]
 pub struct Shared {
     engine: Mutex<Engine>,
     completions: Condvar,
+    hook: HookSlot,
+    /// A hook is set (checked without the hook's lock).
+    hooked: AtomicBool,
     waiters: AtomicUsize,
     /// The driver is (about to be) asleep: the API must write `wake`.
     sleeping: AtomicBool,
@@ -425,9 +444,27 @@ impl Shared {
         n
     }
 
+    /// Set (or, `None`, clear) the function called after completions may have arrived.
+    pub fn set_completion_hook(&self, hook: Option<CompletionHook>) {
+        let mut h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.hooked.store(hook.is_some(), Ordering::SeqCst);
+        *h = hook;
+    }
+
+    /// Run the completion hook, if any (the engine must not be locked by the caller).
+    pub fn run_completion_hook(&self) {
+        if self.hooked.load(Ordering::SeqCst) {
+            let h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            if let Some(h) = h {
+                h();
+            }
+        }
+    }
+
     /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
-    /// the socket).
+    /// the socket), and run the completion hook.
     fn notify(&self, socket_waiter: bool) {
+        self.run_completion_hook();
         if self.waiters.load(Ordering::SeqCst) > 0 {
             self.completions.notify_all();
         }
@@ -473,6 +510,8 @@ impl Driver {
                 io: IoStats::default(),
             }),
             completions: Condvar::new(),
+            hook: HookSlot::default(),
+            hooked: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             sleeping: AtomicBool::new(false),
             wake_at: AtomicU64::new(0),

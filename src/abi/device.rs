@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use xrnic::verbs::{self as xv, Mtu, PortState};
 
 use crate::types::*;
-use crate::{guard, ret, set_errno};
+use crate::{errno_of, guard, ret, set_errno};
 
 /// An `ibv_device` and what xrnic needs to open it.
 #[repr(C)]
@@ -172,6 +172,8 @@ pub struct XContext {
     pub vctx: verbs_context,
     pub dev: xv::Device,
     pub xdev: &'static XDevice,
+    /// The CQs with a completion channel, signalled from the device's completion hook.
+    pub notify: std::sync::Arc<crate::cq::Notify>,
 }
 
 /// The open contexts (addresses of their `ibv_context`), so that a control verb can
@@ -189,17 +191,6 @@ pub fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
     // SAFETY: `ctx` is the `vctx.context` field of a live boxed XContext (it is in
     // CONTEXTS, which ibv_close_device leaves before freeing it).
     Some(unsafe { &*((ctx as *const u8).sub(CTX_OFFSET) as *const XContext) })
-}
-
-/// Why opening failed, as errno.
-fn errno_of(e: &xv::Error) -> c_int {
-    match e {
-        xv::Error::Port(p) if p.to_string().contains("root") => libc::EPERM,
-        xv::Error::XdpBusy { .. } => libc::EBUSY,
-        xv::Error::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-        xv::Error::MtuTooSmall { .. } => libc::EINVAL,
-        _ => libc::EIO,
-    }
 }
 
 /// Open the device with every signal blocked in this thread, so the driver thread
@@ -243,7 +234,19 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         // SAFETY: verbs_context is C data for which all-zero is valid: NULL pointers,
         // absent (None) ops, a PTHREAD_MUTEX_INITIALIZER mutex (glibc: all zero).
         let vctx: verbs_context = unsafe { core::mem::zeroed() };
-        let mut x = Box::new(XContext { vctx, dev: d, xdev });
+        let notify = std::sync::Arc::new(crate::cq::Notify::default());
+        let n = notify.clone();
+        if let Err(e) = d.set_completion_hook(Some(std::sync::Arc::new(move || n.run()))) {
+            eprintln!("xrnic: {}: {e}", xdev.ifname);
+            set_errno(errno_of(&e));
+            return core::ptr::null_mut();
+        }
+        let mut x = Box::new(XContext {
+            vctx,
+            dev: d,
+            xdev,
+            notify,
+        });
         let v = &mut x.vctx;
         v.query_port = Some(query_port_ex);
         v.query_device_ex = Some(query_device_ex);
@@ -279,6 +282,7 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // SAFETY: `ctx` was in CONTEXTS, so it is the `vctx.context` of the XContext
         // ibv_open_device leaked; removed from the set above, nothing else frees it.
         let x = unsafe { Box::from_raw((ctx as *mut u8).sub(CTX_OFFSET) as *mut XContext) };
+        let _ = x.dev.set_completion_hook(None);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
         drop(x);

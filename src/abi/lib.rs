@@ -11,12 +11,15 @@
 //! error return with errno, never an unwind into C), and every `unsafe` block says why
 //! the pointer it follows is valid.
 
+mod cq;
 mod device;
+mod mr;
 mod exports;
 #[cfg(test)]
 mod layout;
 mod misc;
 mod ops;
+mod qp;
 #[cfg(not(test))]
 mod stderr;
 mod stubs;
@@ -59,6 +62,69 @@ pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
         Err(e) => {
             set_errno(e);
             e
+        }
+    }
+}
+
+/// The errno of an xrnic error (rdma-core's conventions: EINVAL for a bad argument or
+/// state, ENOMEM for a full queue, EBUSY for an object in use).
+pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
+    use xrnic::verbs::{Error as E, VerbsError as V};
+    match e {
+        E::Verbs(V::QueueFull) => libc::ENOMEM,
+        E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
+        E::Verbs(_) => libc::EINVAL,
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        E::XdpBusy { .. } => libc::EBUSY,
+        E::PathMtuTooLarge { .. } | E::GidFamilyMismatch { .. } | E::MtuTooSmall { .. } => {
+            libc::EINVAL
+        }
+        E::Unsupported { .. } => libc::EOPNOTSUPP,
+        E::Port(p) if p.to_string().contains("root") => libc::EPERM,
+        _ => libc::EIO,
+    }
+}
+
+/// Live objects handed to C, by address and kind, so that a destroy or a control verb
+/// refuses a pointer that is not (or no longer) one of ours instead of freeing it twice.
+pub(crate) mod live {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Kind {
+        Pd,
+        Mr,
+        Cq,
+        Channel,
+        Qp,
+    }
+
+    static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);
+
+    pub fn add<T>(p: *const T, k: Kind) {
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(p as usize, k);
+    }
+
+    pub fn is<T>(p: *const T, k: Kind) -> bool {
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|m| m.get(&(p as usize)) == Some(&k))
+    }
+
+    /// Remove `p` if it is a live `k`; false otherwise.
+    pub fn remove<T>(p: *const T, k: Kind) -> bool {
+        let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_mut() {
+            Some(m) if m.get(&(p as usize)) == Some(&k) => {
+                m.remove(&(p as usize));
+                true
+            }
+            _ => false,
         }
     }
 }

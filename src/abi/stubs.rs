@@ -123,19 +123,12 @@ int_stubs!(
     ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    ibv_dealloc_pd,
-    ibv_dereg_mr,
     ibv_destroy_ah,
-    ibv_destroy_comp_channel,
-    ibv_destroy_cq,
-    ibv_destroy_qp,
     ibv_destroy_srq,
     ibv_detach_mcast,
     ibv_init_ah_from_wc,
-    ibv_modify_qp,
     ibv_modify_srq,
     ibv_query_ece,
-    ibv_query_qp,
     ibv_query_srq,
     ibv_rereg_mr,
     ibv_resize_cq,
@@ -143,16 +136,12 @@ int_stubs!(
     ibv_set_ece
 );
 
-neg_stubs!(ibv_get_cq_event, ibv_read_ibdev_sysfs_file);
+neg_stubs!(ibv_read_ibdev_sysfs_file);
 
 null_stubs!(
     _verbs_init_and_alloc_context,
-    ibv_alloc_pd,
     ibv_create_ah,
     ibv_create_ah_from_wc,
-    ibv_create_comp_channel,
-    ibv_create_cq,
-    ibv_create_qp,
     ibv_create_srq,
     ibv_import_device,
     ibv_import_dm,
@@ -160,16 +149,12 @@ null_stubs!(
     ibv_import_pd,
     ibv_qp_to_qp_ex,
     ibv_reg_dmabuf_mr,
-    ibv_reg_mr,
-    ibv_reg_mr_iova,
-    ibv_reg_mr_iova2,
     verbs_open_device
 );
 
 void_stubs!(
     __verbs_log,
     ibv_ack_async_event,
-    ibv_ack_cq_events,
     ibv_copy_ah_attr_from_kern,
     ibv_copy_path_rec_from_kern,
     ibv_copy_path_rec_to_kern,

@@ -214,6 +214,14 @@ impl Rnic {
         }
     }
 
+    /// How many completions `cq` holds (`None`: no such CQ).
+    pub fn cq_len(&self, cq: Cq) -> Option<usize> {
+        match self.cqs.get(cq.0 as usize) {
+            Some(Some(q)) => Some(q.depth().0),
+            _ => None,
+        }
+    }
+
     /// Drain up to `max` completions into `out`; returns how many.
     pub fn poll_cq(&mut self, cq: Cq, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         match self.cqs.get_mut(cq.0 as usize) {

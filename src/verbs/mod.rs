@@ -852,6 +852,23 @@ impl Device {
     /// software engine's. [`Error::Unsupported`] on the offload backend, whose counters
     /// are the kernel's ([`hw_counters`]), not zeros that would read as "nothing
     /// happened".
+    /// Set (or clear) a function called after completions may have been added to this
+    /// device's CQs, on the thread that added them, with the engine unlocked (software
+    /// backend: the libibverbs library's completion channels).
+    pub fn set_completion_hook(&self, hook: Option<crate::driver::CompletionHook>) -> Result<()> {
+        self.soft_shared("completion hooks")?
+            .set_completion_hook(hook);
+        Ok(())
+    }
+
+    /// Run the completion hook now (after a verb that may have completed work requests
+    /// on the caller's thread, such as a modify to the error state).
+    pub fn run_completion_hook(&self) {
+        if let Some(s) = self.inner.soft() {
+            s.run_completion_hook();
+        }
+    }
+
     pub fn counters(&self) -> Result<DeviceCounters> {
         Ok(self.soft_shared("device counters")?.lock().rnic.counters())
     }
@@ -1276,6 +1293,18 @@ impl Cq {
     /// timeout). Sleeps on a condition variable the driver signals (software) or on the
     /// CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
     /// `ibv_poll_cq` in one call.
+    /// How many completions wait in this CQ (software backend; the offload backend
+    /// cannot tell without polling: `Unsupported`).
+    pub fn len(&self) -> Result<usize> {
+        match &self.kind {
+            CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.cq_len(cq.cq).unwrap_or(0)),
+            CqKind::Verbs(_) => Err(Error::Unsupported {
+                what: "counting a CQ's completions",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn wait(&self, max: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
         self.wait_into(max, timeout, &mut v);

@@ -17,8 +17,7 @@ fn text(o: &std::process::Output) -> String {
 
 #[test]
 fn ibv_devinfo_v_shows_an_active_roce_port_and_the_gid_table() {
-    if !require_root("ibv_devinfo -v on xrnic") || !require(have("ibv_devinfo"), "ibv_devinfo")
-    {
+    if !require_root("ibv_devinfo -v on xrnic") || !require(have("ibv_devinfo"), "ibv_devinfo") {
         return;
     }
     let pair = VethPair::new(1500).expect("veth pair");
@@ -41,7 +40,10 @@ fn ibv_devinfo_v_shows_an_active_roce_port_and_the_gid_table() {
     assert!(has("hca_id:", &format!("xrnic_{}", a.ifname)), "{t}");
     assert!(has("state:", "PORT_ACTIVE (4)"), "{t}");
     assert!(has("link_layer:", "Ethernet"), "{t}");
-    assert!(has("active_mtu:", "1024 (3)"), "MTU 1500 -> IB MTU 1024: {t}");
+    assert!(
+        has("active_mtu:", "1024 (3)"),
+        "MTU 1500 -> IB MTU 1024: {t}"
+    );
     assert!(has("board_id:", "xrnic"), "{t}");
     assert!(has("atomic_cap:", "ATOMIC_HCA (1)"), "{t}");
     assert!(has("num_comp_vectors:", "1"), "{t}");

@@ -454,7 +454,12 @@ impl Shared {
     /// Run the completion hook, if any (the engine must not be locked by the caller).
     pub fn run_completion_hook(&self) {
         if self.hooked.load(Ordering::SeqCst) {
-            let h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let h = self
+                .hook
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
             if let Some(h) = h {
                 h();
             }
@@ -549,8 +554,15 @@ impl Drop for Driver {
             // A panic in the thread has already been printed; nothing more to do here.
             let _ = t.join();
         }
+        // Frames an application thread left on the tx ring unkicked (deferred ACKs,
+        // poll.rs) leave before the socket closes: a program that exits right after its
+        // last completion must not leave its peer retrying for the ACK.
+        let mut port = self.shared.lock_port();
+        if let Some(p) = port.as_mut() {
+            p.push();
+        }
         // Detach now, not when the last `Arc<Shared>` goes.
-        drop(self.shared.lock_port().take());
+        drop(port.take());
     }
 }
 

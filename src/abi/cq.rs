@@ -127,7 +127,11 @@ pub extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
             return ret(Err(libc::EINVAL));
         }
         // SAFETY: live Channel: a leaked Box<XChannel>.
-        if unsafe { &*(ch as *const XChannel) }.users.load(Ordering::SeqCst) > 0 {
+        if unsafe { &*(ch as *const XChannel) }
+            .users
+            .load(Ordering::SeqCst)
+            > 0
+        {
             return ret(Err(libc::EBUSY));
         }
         if !live::remove(ch, Kind::Channel) {
@@ -161,7 +165,11 @@ pub extern "C" fn ibv_get_cq_event(
         if unsafe { libc::read(x.ibv.fd, &mut v as *mut u64 as *mut c_void, 8) } != 8 {
             return -1;
         }
-        let ev = x.events.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let ev = x
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
         let Some(c) = ev else {
             set_errno(libc::EAGAIN);
             return -1;

@@ -13,11 +13,11 @@
 
 mod cq;
 mod device;
-mod mr;
 mod exports;
 #[cfg(test)]
 mod layout;
 mod misc;
+mod mr;
 mod ops;
 mod qp;
 #[cfg(not(test))]

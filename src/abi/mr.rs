@@ -140,8 +140,15 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
     }
 }
 
-pub extern "C" fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr {
-    guard(core::ptr::null_mut(), || reg(pd, addr, len, addr as u64, access as c_uint))
+pub extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(core::ptr::null_mut(), || {
+        reg(pd, addr, len, addr as u64, access as c_uint)
+    })
 }
 
 pub extern "C" fn ibv_reg_mr_iova(
@@ -151,7 +158,9 @@ pub extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    guard(core::ptr::null_mut(), || reg(pd, addr, len, iova, access as c_uint))
+    guard(core::ptr::null_mut(), || {
+        reg(pd, addr, len, iova, access as c_uint)
+    })
 }
 
 pub extern "C" fn ibv_reg_mr_iova2(

@@ -57,7 +57,10 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     if a.qp_type != IBV_QPT_RC || !a.srq.is_null() {
         return Err(libc::EOPNOTSUPP);
     }
-    let (scq, rcq) = (xcq(a.send_cq).ok_or(libc::EINVAL)?, xcq(a.recv_cq).ok_or(libc::EINVAL)?);
+    let (scq, rcq) = (
+        xcq(a.send_cq).ok_or(libc::EINVAL)?,
+        xcq(a.recv_cq).ok_or(libc::EINVAL)?,
+    );
     let dev = p.pd_device();
     let attr = dev.query_device();
     let c = a.cap;

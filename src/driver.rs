@@ -445,22 +445,24 @@ impl Shared {
     }
 
     /// Set (or, `None`, clear) the function called after completions may have arrived.
+    /// Waits for a running call of the old hook to return; the old hook is dropped on
+    /// the caller's thread.
     pub fn set_completion_hook(&self, hook: Option<CompletionHook>) {
         let mut h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
         self.hooked.store(hook.is_some(), Ordering::SeqCst);
-        *h = hook;
+        let old = core::mem::replace(&mut *h, hook);
+        drop(h);
+        drop(old);
     }
 
     /// Run the completion hook, if any (the engine must not be locked by the caller).
+    /// The hook runs under its slot's lock, so that [`Shared::set_completion_hook`]
+    /// returns only once no thread runs the old hook (whatever it holds, such as the
+    /// device's last handle, is then never dropped on the driver thread).
     pub fn run_completion_hook(&self) {
         if self.hooked.load(Ordering::SeqCst) {
-            let h = self
-                .hook
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            if let Some(h) = h {
+            let h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = h.as_ref() {
                 h();
             }
         }
@@ -550,6 +552,17 @@ impl Drop for Driver {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleeping.store(true, Ordering::SeqCst);
         self.shared.kick();
+        if self
+            .thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
+        {
+            // Dropped on the driver thread itself: a completion hook held the last handle
+            // of the device. That thread cannot join itself and may hold the port's lock;
+            // its loop sees `stop` and ends, and the port (XDP attachment included) goes
+            // with the thread's `Arc<Shared>`.
+            return;
+        }
         if let Some(t) = self.thread.take() {
             // A panic in the thread has already been printed; nothing more to do here.
             let _ = t.join();

@@ -94,7 +94,8 @@ fn stock_ibv_rc_pingpong_both_ends_through_xrnic_exec() {
     let pair = VethPair::new(1500).expect("veth pair");
     for args in [
         &["-g", "1", "-n", "50", "-c"][..],
-        &["-g", "1", "-n", "20", "-s", "65536", "-e", "-c"],
+        &["-g", "1", "-n", "20", "-e", "-c"],
+        &["-g", "0", "-n", "20", "-s", "65536", "-e", "-c"],
     ] {
         let mut cmd: Vec<&str> = vec![&pp];
         cmd.extend_from_slice(args);

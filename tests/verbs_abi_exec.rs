@@ -118,3 +118,21 @@ fn stock_ibv_rc_pingpong_both_ends_through_xrnic_exec() {
         }
     }
 }
+
+/// The offload backend never takes xrnic's own library for rdma-core's (it would be xrnic
+/// driving itself): the library exports a marker and the loader refuses it, by name.
+#[test]
+fn the_offload_backend_refuses_xrnics_own_libibverbs() {
+    if !library_built() {
+        return;
+    }
+    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    let out = Command::new(XRNIC)
+        .args(["devinfo", "-d", "rxe0"])
+        .env("XRNIC_LIBIBVERBS", &lib)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("is xrnic's own libibverbs"), "{t}");
+}

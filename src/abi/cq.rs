@@ -82,7 +82,7 @@ impl Notify {
             .cloned()
             .collect();
         for c in cqs {
-            if c.cq.len().unwrap_or(0) > 0 && c.armed.swap(false, Ordering::SeqCst) {
+            if c.cq.pending().unwrap_or(0) > 0 && c.armed.swap(false, Ordering::SeqCst) {
                 // SAFETY: a CQ keeps its channel alive (the channel's `users`).
                 unsafe { &*(c.channel as *const XChannel) }.push(c.ibv);
             }

@@ -1295,7 +1295,7 @@ impl Cq {
     /// `ibv_poll_cq` in one call.
     /// How many completions wait in this CQ (software backend; the offload backend
     /// cannot tell without polling: `Unsupported`).
-    pub fn len(&self) -> Result<usize> {
+    pub fn pending(&self) -> Result<usize> {
         match &self.kind {
             CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.cq_len(cq.cq).unwrap_or(0)),
             CqKind::Verbs(_) => Err(Error::Unsupported {

@@ -7,7 +7,7 @@
 //! - device.rs: the device list, open/close, the queries; misc.rs: the pure helpers
 //!   (strings, rates); stubs.rs: entry points xrnic does not implement (documented errors).
 //!
-//! At the boundary: every entry point runs its body under [`guard`] (a panic becomes an
+//! At the boundary: every entry point runs its body under `guard` (a panic becomes an
 //! error return with errno, never an unwind into C), and every `unsafe` block says why
 //! the pointer it follows is valid.
 

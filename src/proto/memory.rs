@@ -1,7 +1,7 @@
 //! Protection domains and memory regions (IBTA vol. 1 §10.6 "memory management" and
 //! §9.4 / §9.7.5 for the remote checks made by the responder).
 //!
-//! Contract: a region's bytes live in one of two places ([`Backing`]):
+//! Contract: a region's bytes live in one of two places (`Backing`):
 //! - owned by the engine: `reg_mr` allocates them (zeroed) and hands out an address range
 //!   (`addr`, an I/O virtual address chosen by the engine, page aligned, never overlapping
 //!   another owned region); the user reads and writes them through the engine;

@@ -17,6 +17,8 @@
 #   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root);
 #                    figures into docs/results.md
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
+#   make verbs-lib   xrnic's libibverbs.so.1 (release): `target/release/xrnic exec -- PROGRAM`
+#                    runs an unmodified libibverbs program on xrnic (docs/verbs-abi.md)
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
 #                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
@@ -52,13 +54,22 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap
 
-.PHONY: help deps demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
 
 deps:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+
+# The C-ABI library and the xrnic binary that execs programs on it (xrnic exec finds
+# target/release/xrnic-verbs/libibverbs.so.1, made here).
+verbs-lib:
+	@$(DEPS) $(DEB_BUILD)
+	$(CARGO) build --release -p xrnic-verbs
+	$(CARGO) build --release --bin xrnic
+	mkdir -p target/release/xrnic-verbs
+	ln -sf ../libibverbs.so target/release/xrnic-verbs/libibverbs.so.1
 
 # `xrnic demo` ends with "demo: all data verified (...)" or exits non-zero.
 demo:

@@ -28,7 +28,10 @@
 //!   counts the completions it adds ([`Rnic::completions_added`]) and the engine guard
 //!   ([`EngineGuard`]) signals when a holder of the lock added any, be it the driver's
 //!   step (frames, timers) or a verb on an application thread (a flush on modify to ERR,
-//!   a post on a QP in ERR, a WR failed at the head of its send queue).
+//!   a post on a QP in ERR, a WR failed at the head of its send queue). Once the lock
+//!   is released the guard also runs the completion hook, if one is set
+//!   ([`Shared::set_completion_hook`]: the libibverbs library signals its completion
+//!   channels from it).
 //! - Optional fault injection drops a seeded fraction of received frames before
 //!   `handle_frame` (this host kernel has no netem).
 //! - Optional stat snapshots: a JSON file rewritten every interval and removed when the
@@ -359,11 +362,28 @@ pub struct Engine {
     pub io: IoStats,
 }
 
+/// A function called after completions may have been added to some CQ, on the thread
+/// that added them (the driver's or an application's), with the engine unlocked.
+pub type CompletionHook = Arc<dyn Fn() + Send + Sync>;
+
+#[derive(Default)]
+struct HookSlot(Mutex<Option<CompletionHook>>);
+
+impl core::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let set = self.0.lock().map(|h| h.is_some()).unwrap_or(false);
+        write!(f, "HookSlot({})", if set { "set" } else { "empty" })
+    }
+}
+
 /// State shared by the driver thread and the API.
 #[derive(Debug)]
 pub struct Shared {
     engine: Mutex<Engine>,
     completions: Condvar,
+    hook: HookSlot,
+    /// A hook is set (checked without the hook's lock).
+    hooked: AtomicBool,
     waiters: AtomicUsize,
     /// The driver is (about to be) asleep: the API must write `wake`.
     sleeping: AtomicBool,
@@ -403,28 +423,35 @@ pub struct EngineGuard<'a> {
     /// False for the thread asleep on the socket, which looks at its CQ right after its
     /// own step: it need not signal itself.
     wake_socket_waiter: bool,
-    // Last: released after `drop` has signalled.
-    guard: MutexGuard<'a, Engine>,
+    /// Held until `drop`, which signals, releases it, then runs the completion hook
+    /// (the hook locks the engine itself).
+    guard: Option<MutexGuard<'a, Engine>>,
 }
 
 impl std::ops::Deref for EngineGuard<'_> {
     type Target = Engine;
     fn deref(&self) -> &Engine {
-        &self.guard
+        self.guard.as_ref().expect("the engine guard holds its lock until dropped")
     }
 }
 
 impl std::ops::DerefMut for EngineGuard<'_> {
     fn deref_mut(&mut self) -> &mut Engine {
-        &mut self.guard
+        self.guard.as_mut().expect("the engine guard holds its lock until dropped")
     }
 }
 
 impl Drop for EngineGuard<'_> {
     fn drop(&mut self) {
-        if self.guard.rnic.completions_added() != self.added {
-            self.shared.notify(&mut self.guard, self.wake_socket_waiter);
+        let Some(mut g) = self.guard.take() else {
+            return;
+        };
+        if g.rnic.completions_added() == self.added {
+            return;
         }
+        self.shared.notify(&mut g, self.wake_socket_waiter);
+        drop(g);
+        self.shared.run_completion_hook();
     }
 }
 
@@ -448,7 +475,7 @@ impl Shared {
             added: guard.rnic.completions_added(),
             wake_socket_waiter,
             shared: self,
-            guard,
+            guard: Some(guard),
         }
     }
 
@@ -523,6 +550,30 @@ impl Shared {
         n
     }
 
+    /// Set (or, `None`, clear) the function called after completions may have arrived.
+    /// Waits for a running call of the old hook to return; the old hook is dropped on
+    /// the caller's thread.
+    pub fn set_completion_hook(&self, hook: Option<CompletionHook>) {
+        let mut h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.hooked.store(hook.is_some(), Ordering::SeqCst);
+        let old = core::mem::replace(&mut *h, hook);
+        drop(h);
+        drop(old);
+    }
+
+    /// Run the completion hook, if any (the engine must not be locked by the caller).
+    /// The hook runs under its slot's lock, so that [`Shared::set_completion_hook`]
+    /// returns only once no thread runs the old hook (whatever it holds, such as the
+    /// device's last handle, is then never dropped on the driver thread).
+    pub fn run_completion_hook(&self) {
+        if self.hooked.load(Ordering::SeqCst) {
+            let h = self.hook.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(h) = h.as_ref() {
+                h();
+            }
+        }
+    }
+
     /// Wake the threads waiting for completions (`socket_waiter`: also the one asleep on
     /// the socket). Called with the engine locked (`e`), by [`EngineGuard`]'s drop.
     fn notify(&self, e: &mut Engine, socket_waiter: bool) {
@@ -577,6 +628,8 @@ impl Driver {
                 io: IoStats::default(),
             }),
             completions: Condvar::new(),
+            hook: HookSlot::default(),
+            hooked: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             sleeping: AtomicBool::new(false),
             wake_at: AtomicU64::new(0),
@@ -619,12 +672,30 @@ impl Drop for Driver {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleeping.store(true, Ordering::SeqCst);
         self.shared.kick();
+        if self
+            .thread
+            .as_ref()
+            .is_some_and(|t| t.thread().id() == std::thread::current().id())
+        {
+            // Dropped on the driver thread itself: a completion hook held the last handle
+            // of the device. That thread cannot join itself and may hold the port's lock;
+            // its loop sees `stop` and ends, and the port (XDP attachment included) goes
+            // with the thread's `Arc<Shared>`.
+            return;
+        }
         if let Some(t) = self.thread.take() {
             // A panic in the thread has already been printed; nothing more to do here.
             let _ = t.join();
         }
+        // Frames an application thread left on the tx ring unkicked (deferred ACKs,
+        // poll.rs) leave before the socket closes: a program that exits right after its
+        // last completion must not leave its peer retrying for the ACK.
+        let mut port = self.shared.lock_port();
+        if let Some(p) = port.as_mut() {
+            p.push();
+        }
         // Detach now, not when the last `Arc<Shared>` goes.
-        drop(self.shared.lock_port().take());
+        drop(port.take());
     }
 }
 

@@ -323,7 +323,7 @@ impl Port {
 
 impl Port {
     /// Push what waits on the port's tx ring out; returns the frames still on their way.
-    fn push(&mut self) -> u32 {
+    pub(super) fn push(&mut self) -> u32 {
         // Copy-mode AF_XDP transmits at most 32 frames per kick (TX_BATCH_SIZE in
         // net/xdp/xsk.c) and leaves the rest on the tx ring until the next kick: kick
         // until the ring is empty or stops draining, so that nothing waits there while

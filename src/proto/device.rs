@@ -169,6 +169,20 @@ impl Rnic {
             .map_err(VerbsError::Resource)
     }
 
+    /// Register memory of the application ([`super::UserMem`]) at I/O virtual address
+    /// `iova`.
+    pub fn reg_user_mr(
+        &mut self,
+        pd: Pd,
+        mem: super::UserMem,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrInfo, VerbsError> {
+        self.mem
+            .reg_user_mr(pd, mem, iova, access)
+            .map_err(VerbsError::Resource)
+    }
+
     pub fn dereg_mr(&mut self, lkey: crate::wire::Lkey) -> Result<(), VerbsError> {
         self.mem.dereg_mr(lkey).map_err(VerbsError::Resource)
     }
@@ -216,6 +230,14 @@ impl Rnic {
     /// threads waiting for completions (`crate::driver`).
     pub fn completions_added(&self) -> u64 {
         self.completions_added.load(Ordering::Relaxed)
+    }
+
+    /// How many completions `cq` holds (`None`: no such CQ).
+    pub fn cq_len(&self, cq: Cq) -> Option<usize> {
+        match self.cqs.get(cq.0 as usize) {
+            Some(Some(q)) => Some(q.depth().0),
+            _ => None,
+        }
     }
 
     /// Drain up to `max` completions into `out`; returns how many.
@@ -859,7 +881,15 @@ impl Rnic {
                 // `next_response` checked the region of a READ response in this same
                 // call; nothing can have freed it since.
                 let payload = match p.payload {
-                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
+                    Payload::Mem { mem, skip, len } if ctx.mem.borrowable(mem) => {
+                        ctx.mem.bytes(mem, skip, len)
+                    }
+                    // Application memory is copied out, never borrowed (memory.rs).
+                    Payload::Mem { mem, skip, len } => {
+                        self.scratch.resize(len, 0);
+                        let buf = &mut self.scratch[..len];
+                        ctx.mem.read(mem, skip, buf).then_some(&*buf)
+                    }
                     _ => Some(&[][..]),
                 };
                 let len = payload.and_then(|pl| {

@@ -1,12 +1,19 @@
 //! Protection domains and memory regions (IBTA vol. 1 §10.6 "memory management" and
 //! §9.4 / §9.7.5 for the remote checks made by the responder).
 //!
-//! Contract: the engine owns every memory region's bytes. `reg_mr` allocates them (zeroed)
-//! and hands out an address range (`addr`, an I/O virtual address chosen by the engine,
-//! page aligned, never overlapping another region), an L_Key and an R_Key. The user reads
-//! and writes region bytes through the engine. This keeps the protocol core in safe Rust: a
-//! packet can only ever touch bytes of a region whose key, PD, bounds and access flags
-//! were checked here. Every check returns an error value; nothing here panics on bad input.
+//! Contract: a region's bytes live in one of two places (`Backing`):
+//! - owned by the engine: `reg_mr` allocates them (zeroed) and hands out an address range
+//!   (`addr`, an I/O virtual address chosen by the engine, page aligned, never overlapping
+//!   another owned region); the user reads and writes them through the engine;
+//! - the application's own memory: `reg_user_mr` takes an address range of this process
+//!   ([`UserMem`], the one module that touches it) and the IOVA the application chose
+//!   (its address, or the iova of `ibv_reg_mr_iova2`).
+//!
+//! Either way the keys, PD, bounds and access flags are checked here, so a packet can only
+//! ever touch bytes of a region that passed them; bytes move through [`MemTable::read`],
+//! [`MemTable::write`] and [`MemTable::atomic`], which work on both backings (a borrow,
+//! [`MemTable::bytes`], exists only for owned bytes). Every check returns an error value;
+//! nothing here panics on bad input.
 //!
 //! Identity: every registration gets a serial number that is never reused. A checked
 //! [`MemRef`] carries it, and every later access through that reference is refused once
@@ -15,6 +22,7 @@
 //! operation held across packets or time (a WRITE in progress, queued READ responses,
 //! posted WRs) keeps exactly what it validated: key, PD, bounds, rights.
 
+pub use super::user_mem::UserMem;
 use crate::wire::{Lkey, Rkey};
 
 /// Memory access rights, with the libibverbs `IBV_ACCESS_*` values.
@@ -79,6 +87,24 @@ pub enum AccessError {
     NotInvalidatable,
 }
 
+/// Where a region's bytes are.
+#[derive(Debug)]
+enum Backing {
+    /// Engine memory, zeroed at registration (the simulator, tests, the Rust `reg_mr`).
+    Owned(Vec<u8>),
+    /// Memory of the application, in this process.
+    User(UserMem),
+}
+
+impl Backing {
+    fn len(&self) -> usize {
+        match self {
+            Backing::Owned(v) => v.len(),
+            Backing::User(u) => u.len(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Region {
     pd: u32,
@@ -87,7 +113,7 @@ struct Region {
     key: u32,
     /// Which registration this is; never reused (see the module documentation).
     serial: u64,
-    data: Vec<u8>,
+    data: Backing,
 }
 
 /// A checked reference to bytes of one region: key, registration serial and offset,
@@ -167,6 +193,32 @@ impl MemTable {
         length: usize,
         access: Access,
     ) -> Result<MrInfo, &'static str> {
+        self.register(pd, Backing::Owned(vec![0; length]), None, access)
+    }
+
+    /// Register memory of the application at I/O virtual address `iova` (its address
+    /// for `ibv_reg_mr`), with the same checks as [`MemTable::reg_mr`].
+    pub fn reg_user_mr(
+        &mut self,
+        pd: Pd,
+        mem: UserMem,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrInfo, &'static str> {
+        if iova.checked_add(mem.len() as u64).is_none() {
+            return Err("the region's address range wraps around");
+        }
+        self.register(pd, Backing::User(mem), Some(iova), access)
+    }
+
+    fn register(
+        &mut self,
+        pd: Pd,
+        data: Backing,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<MrInfo, &'static str> {
+        let length = data.len();
         if !self.pd_exists(pd) {
             return Err("no such protection domain");
         }
@@ -201,17 +253,24 @@ impl MemTable {
         let tag = self.slot_gen[slot].wrapping_mul(0xa7) ^ (slot as u8).wrapping_mul(0x49);
         let key = ((slot as u32 + 1) << 8) | u32::from(tag);
         self.last_serial += 1;
-        let addr = self.next_addr;
-        let span = (length as u64).div_ceil(PAGE).max(1) * PAGE;
-        // One unmapped page between regions, so that an overrun never lands in a neighbour.
-        self.next_addr = self.next_addr.saturating_add(span + PAGE);
+        let addr = match iova {
+            Some(a) => a,
+            None => {
+                let addr = self.next_addr;
+                let span = (length as u64).div_ceil(PAGE).max(1) * PAGE;
+                // One unmapped page between regions, so that an overrun never lands in a
+                // neighbour.
+                self.next_addr = self.next_addr.saturating_add(span + PAGE);
+                addr
+            }
+        };
         self.regions[slot] = Some(Region {
             pd: pd.0,
             addr,
             access,
             key,
             serial: self.last_serial,
-            data: vec![0; length],
+            data,
         });
         Ok(MrInfo {
             lkey: Lkey(key),
@@ -291,33 +350,136 @@ impl MemTable {
         })
     }
 
-    /// Bytes `len` at a checked reference plus `skip`; `None` if the region went away
-    /// (also when its key now names another registration).
+    /// Borrowed bytes `len` at a checked reference plus `skip`, for engine-owned regions
+    /// (a frame is built straight from them); `None` if the region went away (also when
+    /// its key now names another registration) or is the application's memory (use
+    /// [`MemTable::read`], or [`MemTable::live`] to ask whether the bytes are still there).
     #[inline(always)]
     pub fn bytes(&self, m: MemRef, skip: usize, len: usize) -> Option<&[u8]> {
         let r = self.regions[self.slot_of_ref(m)?].as_ref()?;
         let start = m.offset.checked_add(skip)?;
-        r.data.get(start..start.checked_add(len)?)
+        match &r.data {
+            Backing::Owned(v) => v.get(start..start.checked_add(len)?),
+            Backing::User(_) => None,
+        }
     }
 
-    /// Mutable bytes at a checked reference plus `skip`.
+    /// Whether [`MemTable::bytes`] can borrow the bytes of this reference.
+    pub fn borrowable(&self, m: MemRef) -> bool {
+        self.slot_of_ref(m)
+            .and_then(|s| self.regions[s].as_ref())
+            .is_some_and(|r| matches!(r.data, Backing::Owned(_)))
+    }
+
+    /// Whether the `len` bytes at a checked reference plus `skip` are still there: the
+    /// registration the reference was checked against is still registered and holds
+    /// the range (either backing).
+    pub fn live(&self, m: MemRef, skip: usize, len: usize) -> bool {
+        let Some(r) = self.slot_of_ref(m).and_then(|s| self.regions[s].as_ref()) else {
+            return false;
+        };
+        m.offset
+            .checked_add(skip)
+            .and_then(|a| a.checked_add(len))
+            .is_some_and(|end| end <= r.data.len())
+    }
+
+    /// Copy `dst.len()` bytes at a checked reference plus `skip`; false if the region
+    /// went away or the range left it.
     #[inline(always)]
-    pub fn bytes_mut(&mut self, m: MemRef, skip: usize, len: usize) -> Option<&mut [u8]> {
+    pub fn read(&self, m: MemRef, skip: usize, dst: &mut [u8]) -> bool {
+        let Some(r) = self.slot_of_ref(m).and_then(|s| self.regions[s].as_ref()) else {
+            return false;
+        };
+        let Some(start) = m.offset.checked_add(skip) else {
+            return false;
+        };
+        match &r.data {
+            Backing::Owned(v) => match start
+                .checked_add(dst.len())
+                .and_then(|end| v.get(start..end))
+            {
+                Some(b) => {
+                    dst.copy_from_slice(b);
+                    true
+                }
+                None => false,
+            },
+            Backing::User(u) => u.read(start, dst),
+        }
+    }
+
+    /// Copy `src` to a checked reference plus `skip`; false if the region went away or
+    /// the range left it.
+    #[inline(always)]
+    pub fn write(&mut self, m: MemRef, skip: usize, src: &[u8]) -> bool {
+        let Some(slot) = self.slot_of_ref(m) else {
+            return false;
+        };
+        let Some(r) = self.regions[slot].as_mut() else {
+            return false;
+        };
+        let Some(start) = m.offset.checked_add(skip) else {
+            return false;
+        };
+        match &mut r.data {
+            Backing::Owned(v) => match start
+                .checked_add(src.len())
+                .and_then(|end| v.get_mut(start..end))
+            {
+                Some(b) => {
+                    b.copy_from_slice(src);
+                    true
+                }
+                None => false,
+            },
+            Backing::User(u) => u.write(start, src),
+        }
+    }
+
+    /// The 64-bit atomic at a checked, 8-byte aligned reference (IBTA vol. 1 §9.4.5, host
+    /// byte order as the CPU sees the word): compare-and-swap when `cmp` is `Some`, else
+    /// fetch-and-add of `swap_add`. Returns the original value; `None` if the region
+    /// went away. Atomic with respect to every other operation of this device (all run
+    /// on the engine, `IBV_ATOMIC_HCA`); on application memory also to the CPU.
+    pub fn atomic(&mut self, m: MemRef, cmp: Option<u64>, swap_add: u64) -> Option<u64> {
         let slot = self.slot_of_ref(m)?;
         let r = self.regions[slot].as_mut()?;
-        let start = m.offset.checked_add(skip)?;
-        r.data.get_mut(start..start.checked_add(len)?)
+        match &mut r.data {
+            Backing::Owned(v) => {
+                let word = v.get_mut(m.offset..m.offset.checked_add(8)?)?;
+                let orig = u64::from_ne_bytes(word.try_into().ok()?);
+                let new = match cmp {
+                    Some(c) if orig == c => swap_add,
+                    Some(_) => orig,
+                    None => orig.wrapping_add(swap_add),
+                };
+                word.copy_from_slice(&new.to_ne_bytes());
+                Some(orig)
+            }
+            Backing::User(u) => match cmp {
+                Some(c) => u.compare_swap(m.offset, c, swap_add),
+                None => u.fetch_add(m.offset, swap_add),
+            },
+        }
     }
 
-    /// All bytes of the region named by `lkey` (for the user).
+    /// All bytes of the engine-owned region named by `lkey` (for the user); `None` for
+    /// a region over application memory (the application has its bytes).
     pub fn mr_bytes(&self, lkey: Lkey) -> Option<&[u8]> {
-        self.region(lkey.0).map(|r| r.data.as_slice())
+        match &self.region(lkey.0)?.data {
+            Backing::Owned(v) => Some(v.as_slice()),
+            Backing::User(_) => None,
+        }
     }
 
-    /// All bytes of the region named by `lkey`, writable (for the user).
+    /// All bytes of the engine-owned region named by `lkey`, writable (for the user).
     pub fn mr_bytes_mut(&mut self, lkey: Lkey) -> Option<&mut [u8]> {
         let slot = self.slot_of(lkey.0)?;
-        self.regions[slot].as_mut().map(|r| r.data.as_mut_slice())
+        match &mut self.regions[slot].as_mut()?.data {
+            Backing::Owned(v) => Some(v.as_mut_slice()),
+            Backing::User(_) => None,
+        }
     }
 
     /// Invalidate the region named by `rkey` for a SEND with Invalidate (IBTA vol. 1
@@ -407,9 +569,10 @@ mod tests {
         let r = m
             .check(pd, mr.lkey.0, mr.addr + 4, 8, Access::LOCAL_WRITE)
             .unwrap();
-        m.bytes_mut(r, 2, 2).unwrap().copy_from_slice(&[7, 9]);
+        assert!(m.write(r, 2, &[7, 9]));
         assert_eq!(&m.mr_bytes(mr.lkey).unwrap()[6..8], &[7, 9]);
         assert!(m.bytes(r, 10, 4).is_none());
+        assert!(!m.write(r, 11, &[0; 2]), "past the region's end");
         assert_eq!(
             m.invalidate(pd, mr.rkey),
             Err(AccessError::NotInvalidatable)
@@ -437,8 +600,47 @@ mod tests {
         }
         let b = again.expect("a slot's key comes back after 256 registrations");
         assert!(m.bytes(r, 0, 8).is_none());
-        assert!(m.bytes_mut(r, 0, 8).is_none());
+        assert!(!m.write(r, 0, &[0; 8]));
+        assert!(!m.live(r, 0, 8));
         let r2 = m.check(pd, b.lkey.0, b.addr, 8, Access::NONE).unwrap();
         assert!(m.bytes(r2, 0, 8).is_some());
+    }
+
+    #[test]
+    fn application_memory_at_its_own_iova() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let mut buf = vec![0u64; 8]; // 64 bytes, 8-byte aligned
+        let base = buf.as_mut_ptr() as *mut u8;
+        // SAFETY: `buf` outlives the region (deregistered below before it is read).
+        let user = unsafe { UserMem::new(base, 64) }.unwrap();
+        let iova = 0x7000_0000_0000;
+        let mr = m.reg_user_mr(pd, user, iova, Access::ALL).unwrap();
+        assert_eq!(mr.addr, iova, "the IOVA the application chose");
+        assert_eq!(mr.length, 64);
+        // Bounds and rights are checked against that IOVA, as for owned regions.
+        assert_eq!(
+            m.check(pd, mr.rkey.0, iova + 60, 8, Access::REMOTE_WRITE),
+            Err(AccessError::OutOfBounds)
+        );
+        let r = m
+            .check(pd, mr.rkey.0, iova + 8, 16, Access::REMOTE_WRITE)
+            .unwrap();
+        assert!(m.write(r, 0, &42u64.to_ne_bytes()));
+        assert!(!m.borrowable(r), "application memory is never borrowed");
+        assert!(m.bytes(r, 0, 8).is_none());
+        let mut got = [0u8; 8];
+        assert!(m.read(r, 0, &mut got));
+        assert_eq!(u64::from_ne_bytes(got), 42);
+        assert_eq!(m.atomic(r, None, 8), Some(42), "fetch-and-add");
+        assert_eq!(m.atomic(r, Some(50), 7), Some(50), "compare-and-swap hit");
+        assert_eq!(m.atomic(r, Some(50), 1), Some(7), "miss: no swap");
+        assert!(m.mr_bytes(mr.lkey).is_none());
+        // An IOVA range that wraps is refused.
+        // SAFETY: as above.
+        let wrap = unsafe { UserMem::new(base, 64) }.unwrap();
+        assert!(m.reg_user_mr(pd, wrap, u64::MAX - 8, Access::ALL).is_err());
+        m.dereg_mr(mr.lkey).unwrap();
+        assert_eq!(buf[1], 7, "the bytes went to the application's buffer");
     }
 }

@@ -35,11 +35,12 @@ pub mod resources;
 pub mod responder;
 pub mod timers;
 pub mod trace;
+mod user_mem;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{Config, MAX_FRAME_LEN, Rnic};
-pub use memory::{Access, AccessError, MrInfo, Pd};
+pub use memory::{Access, AccessError, MrInfo, Pd, UserMem};
 pub use qp::{
     AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, VerbsError, gid_is_ipv4, ipv4_gid,
 };

@@ -204,9 +204,8 @@ pub(crate) fn scatter(mem: &mut MemTable, segs: &[LocalSeg], off: usize, data: &
             return false;
         };
         let n = rest.len().min(s.len as usize - o);
-        match mem.bytes_mut(s.mem, o, n) {
-            Some(dst) => dst.copy_from_slice(&rest[..n]),
-            None => return false,
+        if !mem.write(s.mem, o, &rest[..n]) {
+            return false;
         }
         rest = &rest[n..];
         i += 1;
@@ -598,7 +597,7 @@ fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
     while rest > 0 {
         let Some(s) = segs.get(i) else { return false };
         let n = rest.min(s.len as usize - o);
-        if mem.bytes(s.mem, o, n).is_none() {
+        if !mem.live(s.mem, o, n) {
             return false;
         }
         rest -= n;
@@ -608,8 +607,9 @@ fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
     true
 }
 
-/// Find `len` message bytes at `off`: borrowed in place when one segment holds them all,
-/// else copied into `scratch`. The caller checked them with [`readable`].
+/// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
+/// memory holds them all, else copied into `scratch`. The caller checked them with
+/// [`readable`].
 fn gather(
     mem: &MemTable,
     segs: &[LocalSeg],
@@ -623,7 +623,8 @@ fn gather(
     let Some((i, o)) = locate(segs, off) else {
         return Payload::None;
     };
-    if o + len <= segs[i].len as usize {
+    // Borrowed in place only from engine-owned bytes: application memory is copied.
+    if o + len <= segs[i].len as usize && mem.borrowable(segs[i].mem) {
         return Payload::Mem {
             mem: segs[i].mem,
             skip: o,
@@ -635,9 +636,10 @@ fn gather(
     while scratch.len() < len {
         let Some(s) = segs.get(i) else { break };
         let n = (len - scratch.len()).min(s.len as usize - o);
-        match mem.bytes(s.mem, o, n) {
-            Some(b) => scratch.extend_from_slice(b),
-            None => break,
+        let at = scratch.len();
+        scratch.resize(at + n, 0);
+        if !mem.read(s.mem, o, &mut scratch[at..]) {
+            break;
         }
         i += 1;
         o = 0;

@@ -287,7 +287,7 @@ impl Responder {
                 let replay = first_psn.add(k).before(*replay_end);
                 let off = k as usize * mtu as usize;
                 let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
-                if n > 0 && table.bytes(*mem, off, n).is_none() {
+                if n > 0 && !table.live(*mem, off, n) {
                     let psn = first_psn.add(k);
                     let p = RespPacket {
                         opcode: Opcode::RC_ACK,
@@ -870,9 +870,8 @@ fn do_write(
     }
     if n > 0 {
         let m = mem.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
-        match ctx.mem.bytes_mut(m, written as usize, n as usize) {
-            Some(dst) => dst.copy_from_slice(payload),
-            None => return Err(Fault::Nak(NakCode::RemoteAccessError)),
+        if !ctx.mem.write(m, written as usize, payload) {
+            return Err(Fault::Nak(NakCode::RemoteAccessError));
         }
     }
     if info.segment.ends() {
@@ -978,20 +977,12 @@ fn do_atomic(
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
     let m = remote_check(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
-    let word = ctx
-        .mem
-        .bytes_mut(m, 0, 8)
-        .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
     // Atomics act on a 64-bit word in host byte order, as the CPU would see it.
-    let mut b = [0u8; 8];
-    b.copy_from_slice(word);
-    let orig = u64::from_ne_bytes(b);
-    let new = if info.operation == Operation::CmpSwap {
-        if orig == a.compare { a.swap_add } else { orig }
-    } else {
-        orig.wrapping_add(a.swap_add)
-    };
-    word.copy_from_slice(&new.to_ne_bytes());
+    let cmp = (info.operation == Operation::CmpSwap).then_some(a.compare);
+    let orig = ctx
+        .mem
+        .atomic(m, cmp, a.swap_add)
+        .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
     qp.counters.atomics_executed += 1;
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;

@@ -888,6 +888,23 @@ impl Device {
     /// software engine's. [`Error::Unsupported`] on the offload backend, whose counters
     /// are the kernel's ([`hw_counters`]), not zeros that would read as "nothing
     /// happened".
+    /// Set (or clear) a function called after completions may have been added to this
+    /// device's CQs, on the thread that added them, with the engine unlocked (software
+    /// backend: the libibverbs library's completion channels).
+    pub fn set_completion_hook(&self, hook: Option<crate::driver::CompletionHook>) -> Result<()> {
+        self.soft_shared("completion hooks")?
+            .set_completion_hook(hook);
+        Ok(())
+    }
+
+    /// Run the completion hook now (after a verb that may have completed work requests
+    /// on the caller's thread, such as a modify to the error state).
+    pub fn run_completion_hook(&self) {
+        if let Some(s) = self.inner.soft() {
+            s.run_completion_hook();
+        }
+    }
+
     pub fn counters(&self) -> Result<DeviceCounters> {
         Ok(self.soft_shared("device counters")?.lock().rnic.counters())
     }
@@ -1075,6 +1092,49 @@ impl Pd {
     }
 
     /// `ibv_create_qp` for an RC QP; it starts in RESET.
+    /// Register `len` bytes of this process's memory at `addr` as a memory region whose
+    /// I/O virtual address is `iova` (`addr` for `ibv_reg_mr`; any value for
+    /// `ibv_reg_mr_iova2`). The engine reads and writes those bytes in place, with raw
+    /// copies only (never a Rust reference over them), from its driver thread;
+    /// [`Mr::read`] and friends refuse such a region (the caller has the bytes).
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay mapped, readable and writable until the returned [`Mr`]
+    /// is dropped. Its content may change under the caller at any time while RDMA
+    /// operations run (as with any RNIC).
+    pub unsafe fn reg_user_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        match &self.kind {
+            PdKind::Soft(pd) => {
+                // SAFETY: the caller upholds UserMem::new's contract (this fn's contract).
+                let mem = unsafe { proto::UserMem::new(addr, len) }.ok_or(Error::Verbs(
+                    VerbsError::Resource("a NULL or wrapping address range"),
+                ))?;
+                let info = pd
+                    .shared
+                    .lock()
+                    .rnic
+                    .reg_user_mr(pd.pd, mem, iova, access)?;
+                Ok(Mr {
+                    lkey: info.lkey,
+                    rkey: info.rkey,
+                    addr: info.addr,
+                    length: info.length,
+                    kind: MrKind::Soft(pd.clone()),
+                })
+            }
+            PdKind::Verbs(_) => Err(Error::Unsupported {
+                what: "registering the caller's memory",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         match (&self.kind, &init.send_cq.kind, &init.recv_cq.kind) {
             (PdKind::Soft(pd), CqKind::Soft(scq), CqKind::Soft(rcq)) => {
@@ -1339,6 +1399,18 @@ impl Cq {
     /// adds a completion, a frame or timer of the driver or a verb such as a flush on
     /// modify to ERR) or on the CQ's completion channel (offload); no spinning. Like `ibv_get_cq_event` +
     /// `ibv_poll_cq` in one call.
+    /// How many completions wait in this CQ (software backend; the offload backend
+    /// cannot tell without polling: `Unsupported`).
+    pub fn pending(&self) -> Result<usize> {
+        match &self.kind {
+            CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.cq_len(cq.cq).unwrap_or(0)),
+            CqKind::Verbs(_) => Err(Error::Unsupported {
+                what: "counting a CQ's completions",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn wait(&self, max: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let mut v = Vec::new();
         self.wait_into(max, timeout, &mut v);

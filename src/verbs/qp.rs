@@ -279,6 +279,11 @@ impl Drop for Qp {
                 tracing::error!("destroy_qp {}: {e}", self.qpn.value());
             }
             g.qps.remove(&self.qpn);
+            drop(g);
+            // ACKs this QP produced on a polling thread may still wait in the port
+            // (deferred, driver/poll.rs): a program that destroys the QP and exits right
+            // after its last completion must not leave the peer without them.
+            pd.shared.flush_deferred();
         }
     }
 }

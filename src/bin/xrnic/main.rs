@@ -54,6 +54,11 @@ enum Command {
     /// captured and its ICRCs checked; the namespaces are removed afterwards (also on
     /// Ctrl-C). Exit status 1 on any failure.
     Demo(xrnic::cli::demo::DemoArgs),
+    /// Run an unmodified libibverbs program (ibv_devinfo, ibv_rc_pingpong, perftest, ...)
+    /// on xrnic: `xrnic exec [--netdev IF]... -- PROGRAM ARGS` puts xrnic's
+    /// libibverbs.so.1 first on LD_LIBRARY_PATH, names the interfaces in XRNIC_NETDEV and
+    /// becomes the program (its exit status is the program's; 127 when it cannot run).
+    Exec(xrnic::cli::exec::ExecArgs),
     /// Draw the CSV time series of `xrnic perf --cc-log` (DCQCN rate, target rate, α and
     /// goodput per QP) as an SVG chart. Exit status 1 when the CSV cannot be read.
     Plot(xrnic::cli::plot::PlotArgs),
@@ -79,6 +84,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Plot(args) => xrnic::cli::plot::run(&args),
+        Command::Exec(args) => xrnic::cli::exec::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

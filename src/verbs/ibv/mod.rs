@@ -41,7 +41,7 @@ static LIB: OnceLock<std::result::Result<sys::Lib, String>> = OnceLock::new();
 
 /// libibverbs, loaded on first use.
 pub fn lib() -> Result<&'static sys::Lib> {
-    LIB.get_or_init(|| sys::Lib::load().map_err(|e| e.to_string()))
+    LIB.get_or_init(sys::Lib::load)
         .as_ref()
         .map_err(|e| Error::NoLibibverbs(e.clone()))
 }

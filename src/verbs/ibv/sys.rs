@@ -362,14 +362,34 @@ pub struct Lib {
 /// The soname Debian (and every distribution) ships libibverbs under.
 pub const SONAME: &str = "libibverbs.so.1";
 
+/// The symbol only xrnic's own libibverbs exports (src/abi/lib.rs).
+pub const XRNIC_MARKER: &[u8] = b"xrnic_verbs_abi_marker\0";
+
 impl Lib {
     /// `dlopen` libibverbs (`$XRNIC_LIBIBVERBS` if set, else [`SONAME`] through the
-    /// dynamic loader's search) and resolve the functions above.
-    pub fn load() -> Result<Lib, libloading::Error> {
+    /// dynamic loader's search) and resolve the functions above. xrnic's own
+    /// `libibverbs.so.1` (src/abi, found first under `xrnic exec` or an LD_LIBRARY_PATH
+    /// that names it) is refused: it exports [`XRNIC_MARKER`], and the offload backend
+    /// on top of it would be xrnic driving itself, not an RDMA device.
+    pub fn load() -> Result<Lib, String> {
         let path = std::env::var_os("XRNIC_LIBIBVERBS").unwrap_or_else(|| SONAME.into());
         // SAFETY: loading libibverbs runs its ELF constructors, which only set up its
-        // internal tables (rdma-core libibverbs/init.c); it has no other load-time effects.
-        let lib = unsafe { libloading::Library::new(path)? };
+        // internal tables (rdma-core libibverbs/init.c; xrnic's library: none that act);
+        // it has no other load-time effects.
+        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| e.to_string())?;
+        // SAFETY: only the symbol's presence is looked at, its value is never read.
+        if unsafe { lib.get::<*const u8>(XRNIC_MARKER) }.is_ok() {
+            return Err(format!(
+                "{} is xrnic's own libibverbs (the C-ABI library), not rdma-core's: the \
+                 offload backend needs the real one (unset LD_LIBRARY_PATH, or point \
+                 XRNIC_LIBIBVERBS at /usr/lib/x86_64-linux-gnu/libibverbs.so.1)",
+                path.to_string_lossy()
+            ));
+        }
+        Self::resolve(lib).map_err(|e| e.to_string())
+    }
+
+    fn resolve(lib: libloading::Library) -> Result<Lib, libloading::Error> {
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the symbol is the libibverbs function of that name, whose C

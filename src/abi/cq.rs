@@ -1,0 +1,374 @@
+//! Completion queues and completion channels.
+//!
+//! - A channel's `fd` is an eventfd in semaphore mode: one count per event, so `poll`,
+//!   `epoll` and a blocking `ibv_get_cq_event` all work on it; the events themselves (which
+//!   CQ) wait in a queue beside it.
+//! - `ibv_req_notify_cq` arms a CQ; the device's completion hook ([`Notify::run`], called by
+//!   the driver after completions may have arrived) turns each armed, non-empty CQ into one
+//!   event on its channel and disarms it, as a CQ's notification is one-shot (IBTA vol. 1
+//!   §11.4.2.2). `solicited_only` is treated as "any completion" (an extra event is
+//!   harmless: the program polls and finds the completion).
+//! - `ibv_poll_cq` (through `ctx->ops`) converts into a per-thread buffer: no allocation
+//!   per call once warm; the engine lock is held only for the drain.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use xrnic::verbs::{self as xv, WcOpcode, WorkCompletion};
+
+use crate::device::context;
+use crate::live::{self, Kind};
+use crate::mr::next_handle;
+use crate::types::*;
+use crate::{errno_of, guard, ret, set_errno};
+
+#[repr(C)]
+pub struct XChannel {
+    pub ibv: ibv_comp_channel,
+    /// The CQs (`ibv_cq *` as usize) whose events wait to be read.
+    events: Mutex<VecDeque<usize>>,
+    /// CQs that use this channel: destroying it is EBUSY while any remain.
+    users: AtomicUsize,
+}
+
+impl XChannel {
+    fn push(&self, cq: usize) {
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(cq);
+        // SAFETY: writes 8 bytes from a live local to our eventfd.
+        let _ = unsafe { libc::write(self.ibv.fd, &1u64 as *const u64 as *const c_void, 8) };
+    }
+}
+
+/// What the completion hook needs of a CQ.
+pub struct CqState {
+    pub cq: xv::Cq,
+    armed: AtomicBool,
+    /// `XChannel *` (0: none). The channel outlives the CQ (its `users`).
+    channel: usize,
+    /// This CQ's `ibv_cq *`, the event's payload.
+    ibv: usize,
+    /// QPs that use this CQ: destroying it is EBUSY while any remain.
+    pub users: AtomicUsize,
+    comp_events: AtomicU32,
+}
+
+#[repr(C)]
+pub struct XCq {
+    pub ibv: ibv_cq,
+    pub state: Arc<CqState>,
+}
+
+/// The CQs with a channel, of one context.
+#[derive(Default)]
+pub struct Notify {
+    cqs: Mutex<Vec<Arc<CqState>>>,
+}
+
+impl Notify {
+    /// Turn each armed CQ that holds completions into an event on its channel.
+    pub fn run(&self) {
+        let cqs: Vec<Arc<CqState>> = self
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|c| c.armed.load(Ordering::SeqCst))
+            .cloned()
+            .collect();
+        for c in cqs {
+            if c.cq.pending().unwrap_or(0) > 0 && c.armed.swap(false, Ordering::SeqCst) {
+                // SAFETY: a CQ keeps its channel alive (the channel's `users`).
+                unsafe { &*(c.channel as *const XChannel) }.push(c.ibv);
+            }
+        }
+    }
+}
+
+/// The CQ behind `cq`, if it is live.
+pub fn xcq<'a>(cq: *mut ibv_cq) -> Option<&'a XCq> {
+    // SAFETY: a live Cq entry is a leaked Box<XCq> whose first field is the ibv_cq.
+    live::is(cq, Kind::Cq).then(|| unsafe { &*(cq as *const XCq) })
+}
+
+pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard(core::ptr::null_mut(), || {
+        if context(ctx).is_none() {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        }
+        // SAFETY: eventfd has no memory arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+        if fd < 0 {
+            return core::ptr::null_mut();
+        }
+        let p = Box::into_raw(Box::new(XChannel {
+            ibv: ibv_comp_channel {
+                context: ctx,
+                fd,
+                refcnt: 0,
+            },
+            events: Mutex::new(VecDeque::new()),
+            users: AtomicUsize::new(0),
+        }));
+        live::add(p, Kind::Channel);
+        p as *mut ibv_comp_channel
+    })
+}
+
+pub extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        if !live::is(ch, Kind::Channel) {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: live Channel: a leaked Box<XChannel>.
+        if unsafe { &*(ch as *const XChannel) }
+            .users
+            .load(Ordering::SeqCst)
+            > 0
+        {
+            return ret(Err(libc::EBUSY));
+        }
+        if !live::remove(ch, Kind::Channel) {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: removed above, so freed once; the fd is ours.
+        let x = unsafe { Box::from_raw(ch as *mut XChannel) };
+        // SAFETY: closes our own eventfd once.
+        unsafe { libc::close(x.ibv.fd) };
+        0
+    })
+}
+
+/// `ibv_get_cq_event`: blocks (unless the program made the fd non-blocking) until an
+/// event arrives; 0, or -1 with errno.
+pub extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        if !live::is(ch, Kind::Channel) || cq.is_null() || cq_context.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: live Channel: a leaked Box<XChannel>; destroying it while a thread
+        // waits here is the program's error, as with rdma-core.
+        let x = unsafe { &*(ch as *const XChannel) };
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a live local.
+        if unsafe { libc::read(x.ibv.fd, &mut v as *mut u64 as *mut c_void, 8) } != 8 {
+            return -1;
+        }
+        let ev = x
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        let Some(c) = ev else {
+            set_errno(libc::EAGAIN);
+            return -1;
+        };
+        let c = c as *mut ibv_cq;
+        // SAFETY: the CQ of an event is live until the program acknowledges the event
+        // and destroys it (the verbs contract); the out pointers are the caller's.
+        unsafe {
+            *cq = c;
+            *cq_context = (*c).cq_context;
+        }
+        0
+    })
+}
+
+pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: u32) {
+    guard((), || {
+        if let Some(x) = xcq(cq) {
+            x.state.comp_events.fetch_add(n, Ordering::SeqCst);
+        }
+    })
+}
+
+pub extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(core::ptr::null_mut(), || {
+        let Some(x) = context(ctx) else {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        let max = x.dev.query_device().max_cqe;
+        if cqe < 1 || cqe as u32 > max || (!channel.is_null() && !live::is(channel, Kind::Channel))
+        {
+            set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        }
+        let cq = match x.dev.create_cq(cqe as usize) {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return core::ptr::null_mut();
+            }
+        };
+        // SAFETY: ibv_cq is C data for which all-zero is valid (NULL pointers, zero
+        // counts, PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER on glibc).
+        let mut ibv: ibv_cq = unsafe { core::mem::zeroed() };
+        ibv.context = ctx;
+        ibv.channel = channel;
+        ibv.cq_context = cq_context;
+        ibv.handle = next_handle();
+        ibv.cqe = cqe;
+        let b = Box::new(XCq {
+            ibv,
+            state: Arc::new(CqState {
+                cq,
+                armed: AtomicBool::new(false),
+                channel: channel as usize,
+                ibv: 0,
+                users: AtomicUsize::new(0),
+                comp_events: AtomicU32::new(0),
+            }),
+        });
+        let p = Box::into_raw(b);
+        // SAFETY: `p` is the box just leaked; nothing else refers to it yet.
+        let xc = unsafe { &mut *p };
+        // The state names its own ibv_cq (known only once boxed).
+        Arc::get_mut(&mut xc.state).expect("fresh Arc").ibv = p as usize;
+        if !channel.is_null() {
+            // SAFETY: checked live above.
+            unsafe { &*(channel as *const XChannel) }
+                .users
+                .fetch_add(1, Ordering::SeqCst);
+            x.notify
+                .cqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(xc.state.clone());
+        }
+        live::add(p, Kind::Cq);
+        p as *mut ibv_cq
+    })
+}
+
+pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        match xcq(cq) {
+            None => return ret(Err(libc::EINVAL)),
+            Some(c) if c.state.users.load(Ordering::SeqCst) > 0 => return ret(Err(libc::EBUSY)),
+            Some(_) => {}
+        }
+        if !live::remove(cq, Kind::Cq) {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: removed above: a leaked Box<XCq> freed once.
+        let x = unsafe { Box::from_raw(cq as *mut XCq) };
+        if let Some(ctx) = context(x.ibv.context) {
+            ctx.notify
+                .cqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|s| !Arc::ptr_eq(s, &x.state));
+        }
+        if x.state.channel != 0 {
+            // SAFETY: the channel outlives its CQs (its `users`).
+            unsafe { &*(x.state.channel as *const XChannel) }
+                .users
+                .fetch_sub(1, Ordering::SeqCst);
+        }
+        0
+    })
+}
+
+/// `ctx->ops.req_notify_cq`.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
+    guard(libc::EIO, || {
+        let Some(x) = xcq(cq) else {
+            return libc::EINVAL;
+        };
+        if x.state.channel == 0 {
+            return libc::EINVAL;
+        }
+        x.state.armed.store(true, Ordering::SeqCst);
+        0
+    })
+}
+
+const IBV_WC_WITH_IMM: u32 = 1 << 1;
+const IBV_WC_WITH_INV: u32 = 1 << 3;
+
+fn wc_opcode(o: WcOpcode) -> c_int {
+    match o {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+    }
+}
+
+fn to_ibv(w: &WorkCompletion) -> ibv_wc {
+    let mut flags = 0;
+    let mut imm = 0;
+    if let Some(i) = w.imm_data {
+        flags |= IBV_WC_WITH_IMM;
+        imm = i.to_be();
+    }
+    if let Some(r) = w.invalidated_rkey {
+        flags |= IBV_WC_WITH_INV;
+        imm = r.0;
+    }
+    ibv_wc {
+        wr_id: w.wr_id,
+        status: w.status as c_int,
+        opcode: wc_opcode(w.opcode),
+        byte_len: w.byte_len,
+        imm_data: imm,
+        qp_num: w.qp_num.value(),
+        src_qp: w.src_qp.value(),
+        wc_flags: flags,
+        ..Default::default()
+    }
+}
+
+thread_local! {
+    static POLLED: RefCell<Vec<WorkCompletion>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `ctx->ops.poll_cq`: how many completions were written to `wc`, or -1.
+pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard(-1, || {
+        if n <= 0 {
+            return if n == 0 { 0 } else { -1 };
+        }
+        if cq.is_null() || wc.is_null() {
+            return -1;
+        }
+        // SAFETY: the data path trusts the program's CQ pointer, as every provider does
+        // (a live Box<XCq>: looking it up would cost a lock per poll).
+        let x = unsafe { &*(cq as *const XCq) };
+        POLLED.with(|b| {
+            let mut v = b.borrow_mut();
+            v.clear();
+            match x.state.cq.try_poll_into(n as usize, &mut v) {
+                Ok(k) => {
+                    for (i, w) in v.iter().take(k).enumerate() {
+                        // SAFETY: the program gave room for `n` >= k entries at `wc`.
+                        unsafe { wc.add(i).write(to_ibv(w)) };
+                    }
+                    k as c_int
+                }
+                Err(_) => -1,
+            }
+        })
+    })
+}

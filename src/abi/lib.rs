@@ -1,0 +1,130 @@
+//! `libibverbs.so.1` for xrnic: unmodified libibverbs programs (rdma-core's examples,
+//! perftest, ...) run on an in-process xrnic device. docs/verbs-abi.md is the map.
+//!
+//! - exports.rs binds every default-version symbol of rdma-core 44's libibverbs to its
+//!   version node (libibverbs.map declares the nodes, build.rs sets the SONAME).
+//! - types.rs: the C structures, checked against the system's verbs.h by layout.rs.
+//! - device.rs: the device list, open/close, the queries; misc.rs: the pure helpers
+//!   (strings, rates); stubs.rs: entry points xrnic does not implement (documented errors).
+//!
+//! At the boundary: every entry point runs its body under `guard` (a panic becomes an
+//! error return with errno, never an unwind into C), and every `unsafe` block says why
+//! the pointer it follows is valid.
+
+mod cq;
+mod device;
+mod exports;
+#[cfg(test)]
+mod layout;
+mod misc;
+mod mr;
+mod ops;
+mod qp;
+#[cfg(not(test))]
+mod stderr;
+mod stubs;
+// The QP, CQ and MR structures are declared (and their layout tested) ahead of the
+// verbs that fill them.
+#[allow(dead_code)]
+mod types;
+
+use core::ffi::c_int;
+
+/// Present in this library and in no real libibverbs: the offload backend
+/// (src/verbs/ibv) refuses a `libibverbs.so.1` exporting it, so that xrnic never loads
+/// itself as "the real libibverbs".
+#[unsafe(no_mangle)]
+pub static xrnic_verbs_abi_marker: u32 = 1;
+
+/// Set the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Run an entry point's body; a panic (a bug) returns `on_panic` with errno EIO instead
+/// of unwinding into the C caller, and says so on stderr (the panic hook prints it).
+pub(crate) fn guard<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            set_errno(libc::EIO);
+            on_panic
+        }
+    }
+}
+
+/// An errno-style result: `Ok` is 0, `Err(e)` returns `e` and sets errno to it too
+/// (libibverbs verbs return the errno value; some callers read errno instead).
+pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            e
+        }
+    }
+}
+
+/// The errno of an xrnic error (rdma-core's conventions: EINVAL for a bad argument or
+/// state, ENOMEM for a full queue, EBUSY for an object in use).
+pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
+    use xrnic::verbs::{Error as E, VerbsError as V};
+    match e {
+        E::Verbs(V::QueueFull) => libc::ENOMEM,
+        E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
+        E::Verbs(_) => libc::EINVAL,
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        E::XdpBusy { .. } => libc::EBUSY,
+        E::PathMtuTooLarge { .. } | E::GidFamilyMismatch { .. } | E::MtuTooSmall { .. } => {
+            libc::EINVAL
+        }
+        E::Unsupported { .. } => libc::EOPNOTSUPP,
+        E::Port(p) if p.to_string().contains("root") => libc::EPERM,
+        _ => libc::EIO,
+    }
+}
+
+/// Live objects handed to C, by address and kind, so that a destroy or a control verb
+/// refuses a pointer that is not (or no longer) one of ours instead of freeing it twice.
+pub(crate) mod live {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Kind {
+        Pd,
+        Mr,
+        Cq,
+        Channel,
+        Qp,
+    }
+
+    static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);
+
+    pub fn add<T>(p: *const T, k: Kind) {
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(p as usize, k);
+    }
+
+    pub fn is<T>(p: *const T, k: Kind) -> bool {
+        LIVE.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|m| m.get(&(p as usize)) == Some(&k))
+    }
+
+    /// Remove `p` if it is a live `k`; false otherwise.
+    pub fn remove<T>(p: *const T, k: Kind) -> bool {
+        let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        match g.as_mut() {
+            Some(m) if m.get(&(p as usize)) == Some(&k) => {
+                m.remove(&(p as usize));
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! RC queue pairs: create / modify / query / destroy, and the data path of `ctx->ops`
+//! (`ibv_post_send`, `ibv_post_recv`: SGE lists, lists of work requests, signaled and
+//! unsignaled). UD, UC and SRQ are the next issue's: `qp_type` other than RC and an SRQ
+//! are EOPNOTSUPP. No inline data yet (`max_inline_data` 0: a request for more is
+//! EINVAL, and `IBV_SEND_INLINE` with data is EINVAL).
+
+use core::ffi::c_int;
+use core::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use xrnic::verbs::{
+    self as xv, Access, AttrMask, Lkey, Mtu, Psn, QpAttr, QpState, Qpn, RecvWr, Rkey, SendFlags,
+    SendWr, Sge, WrOpcode,
+};
+
+use crate::cq::{CqState, xcq};
+use crate::device::ibv_mtu;
+use crate::live::{self, Kind};
+use crate::mr::{XPd, next_handle, xpd};
+use crate::types::*;
+use crate::{errno_of, guard, ret, set_errno};
+
+const IBV_QPT_RC: c_int = 2;
+
+#[repr(C)]
+pub struct XQp {
+    pub ibv: ibv_qp,
+    qp: xv::Qp,
+    pd: *const XPd,
+    cqs: [Arc<CqState>; 2],
+    cap: ibv_qp_cap,
+    sq_sig_all: bool,
+}
+
+fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
+    // SAFETY: a live Qp entry is a leaked Box<XQp> whose first field is the ibv_qp.
+    live::is(qp, Kind::Qp).then(|| unsafe { &*(qp as *const XQp) })
+}
+
+pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    guard(core::ptr::null_mut(), || match create(pd, init) {
+        Ok(q) => q,
+        Err(e) => {
+            set_errno(e);
+            core::ptr::null_mut()
+        }
+    })
+}
+
+fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c_int> {
+    let p = xpd(pd).ok_or(libc::EINVAL)?;
+    if init.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `init` points to the caller's ibv_qp_init_attr (verbs.h contract).
+    let a = unsafe { &mut *init };
+    if a.qp_type != IBV_QPT_RC || !a.srq.is_null() {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let (scq, rcq) = (
+        xcq(a.send_cq).ok_or(libc::EINVAL)?,
+        xcq(a.recv_cq).ok_or(libc::EINVAL)?,
+    );
+    let dev = p.pd_device();
+    let attr = dev.query_device();
+    let c = a.cap;
+    if c.max_send_wr == 0
+        || c.max_send_wr > attr.max_qp_wr
+        || c.max_recv_wr > attr.max_qp_wr
+        || c.max_send_sge > attr.max_sge
+        || c.max_recv_sge > attr.max_sge
+        || c.max_inline_data > 0
+    {
+        return Err(libc::EINVAL);
+    }
+    let qi = xv::QpInitAttr {
+        send_cq: &scq.state.cq,
+        recv_cq: &rcq.state.cq,
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr.max(1),
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let qp = p.pd.create_qp(&qi).map_err(|e| errno_of(&e))?;
+    // SAFETY: ibv_qp is C data for which all-zero is valid (NULL pointers, RESET state,
+    // glibc's static mutex / condition initialisers).
+    let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.qp_context = a.qp_context;
+    ibv.pd = pd;
+    ibv.send_cq = a.send_cq;
+    ibv.recv_cq = a.recv_cq;
+    ibv.handle = next_handle();
+    ibv.qp_num = qp.qp_num().value();
+    ibv.qp_type = IBV_QPT_RC;
+    let cap = ibv_qp_cap {
+        max_inline_data: 0,
+        ..c
+    };
+    a.cap = cap;
+    p.users.fetch_add(1, Ordering::SeqCst);
+    scq.state.users.fetch_add(1, Ordering::SeqCst);
+    rcq.state.users.fetch_add(1, Ordering::SeqCst);
+    let x = Box::into_raw(Box::new(XQp {
+        ibv,
+        qp,
+        pd: p,
+        cqs: [scq.state.clone(), rcq.state.clone()],
+        cap,
+        sq_sig_all: a.sq_sig_all != 0,
+    }));
+    live::add(x, Kind::Qp);
+    Ok(x as *mut ibv_qp)
+}
+
+impl XPd {
+    fn pd_device(&self) -> xv::Device {
+        crate::device::context(self.ibv.context)
+            .map(|c| c.dev.clone())
+            .expect("a live PD's context is open")
+    }
+}
+
+pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        if !live::remove(qp, Kind::Qp) {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: removed above: a leaked Box<XQp> freed once.
+        let x = unsafe { Box::from_raw(qp as *mut XQp) };
+        for c in &x.cqs {
+            c.users.fetch_sub(1, Ordering::SeqCst);
+        }
+        // SAFETY: a QP keeps its PD (ibv_dealloc_pd is EBUSY while `users` > 0).
+        unsafe { &*x.pd }.users.fetch_sub(1, Ordering::SeqCst);
+        0
+    })
+}
+
+fn qp_state(v: c_int) -> Result<QpState, c_int> {
+    Ok(match v {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Err,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+fn mtu(v: c_int) -> Result<Mtu, c_int> {
+    Ok(match v {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+/// `IBV_QP_*` bits xrnic understands for RC (the same values as [`AttrMask`]).
+const KNOWN_MASK: c_int = (1 << 21) - 1;
+
+pub extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int {
+    guard(libc::EIO, || ret(modify(qp, attr, mask)))
+}
+
+fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_int> {
+    let x = xqp(qp).ok_or(libc::EINVAL)?;
+    if attr.is_null() || mask & !KNOWN_MASK != 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `attr` points to the caller's ibv_qp_attr.
+    let a = unsafe { &*attr };
+    let m = AttrMask(mask as u32);
+    let mut q = QpAttr::default();
+    if m.contains(AttrMask::STATE) {
+        q.qp_state = qp_state(a.qp_state)?;
+    }
+    if m.contains(AttrMask::CUR_STATE) {
+        q.cur_qp_state = qp_state(a.cur_qp_state)?;
+    }
+    if m.contains(AttrMask::PATH_MTU) {
+        q.path_mtu = mtu(a.path_mtu)?;
+    }
+    // Relaxed ordering and the other optional bits are hints (verbs.h).
+    q.qp_access_flags = Access(a.qp_access_flags & Access::ALL.0);
+    q.pkey_index = a.pkey_index;
+    q.port_num = a.port_num;
+    if m.contains(AttrMask::AV) {
+        // RoCE needs the GRH: the destination is a GID (IBTA vol. 1 annex A17.4).
+        if a.ah_attr.is_global == 0 {
+            return Err(libc::EINVAL);
+        }
+        let g = &a.ah_attr.grh;
+        q.ah_attr.dgid = g.dgid.raw;
+        q.ah_attr.sgid_index = g.sgid_index;
+        q.ah_attr.traffic_class = g.traffic_class;
+        q.ah_attr.hop_limit = g.hop_limit;
+        q.ah_attr.flow_label = g.flow_label;
+    }
+    q.dest_qp_num = Qpn::new(a.dest_qp_num);
+    q.rq_psn = Psn::new(a.rq_psn);
+    q.sq_psn = Psn::new(a.sq_psn);
+    q.timeout = a.timeout;
+    q.retry_cnt = a.retry_cnt;
+    q.rnr_retry = a.rnr_retry;
+    q.min_rnr_timer = a.min_rnr_timer;
+    q.max_rd_atomic = a.max_rd_atomic;
+    q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if let Err(e) = x.qp.modify(&q, m) {
+        if std::env::var_os("XRNIC_DEBUG").is_some() {
+            eprintln!("xrnic: ibv_modify_qp: {e}");
+        }
+        return Err(errno_of(&e));
+    }
+    if m.contains(AttrMask::STATE) {
+        // SAFETY: the program's QP struct; `state` is a plain int it may read.
+        unsafe { (*qp).state = a.qp_state };
+        if q.qp_state == QpState::Err {
+            // Flushed work requests are completions: signal armed CQs.
+            x.qp.device().run_completion_hook();
+        }
+    }
+    Ok(())
+}
+
+pub extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let Some(x) = xqp(qp) else {
+            return ret(Err(libc::EINVAL));
+        };
+        if attr.is_null() || init.is_null() {
+            return ret(Err(libc::EINVAL));
+        }
+        let q = match x.qp.query() {
+            Ok(q) => q,
+            Err(e) => return ret(Err(errno_of(&e))),
+        };
+        let mut o = ibv_qp_attr {
+            qp_state: q.qp_state as c_int,
+            cur_qp_state: q.qp_state as c_int,
+            path_mtu: ibv_mtu(q.path_mtu),
+            qp_access_flags: q.qp_access_flags.0,
+            rq_psn: q.rq_psn.value(),
+            sq_psn: q.sq_psn.value(),
+            dest_qp_num: q.dest_qp_num.value(),
+            cap: x.cap,
+            pkey_index: q.pkey_index,
+            sq_draining: u8::from(q.sq_draining),
+            max_rd_atomic: q.max_rd_atomic,
+            max_dest_rd_atomic: q.max_dest_rd_atomic,
+            min_rnr_timer: q.min_rnr_timer,
+            port_num: q.port_num.max(1),
+            timeout: q.timeout,
+            retry_cnt: q.retry_cnt,
+            rnr_retry: q.rnr_retry,
+            ..Default::default()
+        };
+        o.ah_attr.is_global = 1;
+        o.ah_attr.port_num = 1;
+        o.ah_attr.grh.dgid.raw = q.ah_attr.dgid;
+        o.ah_attr.grh.sgid_index = q.ah_attr.sgid_index;
+        o.ah_attr.grh.hop_limit = q.ah_attr.hop_limit;
+        o.ah_attr.grh.traffic_class = q.ah_attr.traffic_class;
+        o.ah_attr.grh.flow_label = q.ah_attr.flow_label;
+        // SAFETY: both point to the caller's structs.
+        unsafe {
+            attr.write(o);
+            (*init).qp_context = x.ibv.qp_context;
+            (*init).send_cq = x.ibv.send_cq;
+            (*init).recv_cq = x.ibv.recv_cq;
+            (*init).srq = core::ptr::null_mut();
+            (*init).cap = x.cap;
+            (*init).qp_type = IBV_QPT_RC;
+            (*init).sq_sig_all = c_int::from(x.sq_sig_all);
+        }
+        0
+    })
+}
+
+/// The SGE list of a work request, or EINVAL for more than `max` entries.
+///
+/// # Safety
+/// `sg` must point to `n` readable `ibv_sge` when `n` > 0.
+unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> Result<Vec<Sge>, c_int> {
+    if n < 0 || n as u32 > max || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    let mut v = Vec::with_capacity(n as usize);
+    for i in 0..n as usize {
+        // SAFETY: i < n entries at `sg` (the caller's contract).
+        let s = unsafe { sg.add(i).read_unaligned() };
+        v.push(Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: Lkey(s.lkey),
+        });
+    }
+    Ok(v)
+}
+
+const IBV_SEND_INLINE: u32 = 1 << 3;
+
+fn send_wr(x: &XQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
+    let op = match w.opcode {
+        0 => WrOpcode::RdmaWrite,
+        1 => WrOpcode::RdmaWriteWithImm,
+        2 => WrOpcode::Send,
+        3 => WrOpcode::SendWithImm,
+        4 => WrOpcode::RdmaRead,
+        5 => WrOpcode::AtomicCmpAndSwp,
+        6 => WrOpcode::AtomicFetchAndAdd,
+        9 => WrOpcode::SendWithInv,
+        _ => return Err(libc::EINVAL),
+    };
+    // SAFETY: the work request's SGE list (verbs.h contract).
+    let sg = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_send_sge) }?;
+    if w.send_flags & IBV_SEND_INLINE != 0 && sg.iter().any(|s| s.length > 0) {
+        return Err(libc::EINVAL);
+    }
+    let mut s = SendWr::new(w.wr_id, op);
+    s.sg_list = sg;
+    s.send_flags = SendFlags(w.send_flags & 7);
+    s.imm_data = u32::from_be(w.imm_data);
+    s.invalidate_rkey = Rkey(w.imm_data);
+    s.rdma.remote_addr = w.wr.remote_addr;
+    s.rdma.rkey = Rkey(w.rdma_rkey());
+    s.atomic.remote_addr = w.wr.remote_addr;
+    s.atomic.compare_add = w.wr.compare_add;
+    s.atomic.swap = w.wr.swap;
+    s.atomic.rkey = Rkey(w.wr.rkey);
+    Ok(s)
+}
+
+/// `ctx->ops.post_send`: 0, or the errno with `*bad` at the first refused request.
+pub unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the data path trusts the program's QP pointer (a live Box<XQp>), as
+        // every provider does.
+        let x = unsafe { &*(qp as *const XQp) };
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: `cur` is a node of the program's list.
+            let w = unsafe { &*cur };
+            let r = send_wr(x, w).and_then(|s| x.qp.post_send(s).map_err(|e| errno_of(&e)));
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = cur };
+                }
+                return e;
+            }
+            cur = w.next;
+        }
+        0
+    })
+}
+
+/// `ctx->ops.post_recv`.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: as in post_send.
+        let x = unsafe { &*(qp as *const XQp) };
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: `cur` is a node of the program's list.
+            let w = unsafe { &*cur };
+            // SAFETY: the work request's SGE list.
+            let r = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_recv_sge) }.and_then(|sg| {
+                x.qp.post_recv(RecvWr {
+                    wr_id: w.wr_id,
+                    sg_list: sg,
+                })
+                .map_err(|e| errno_of(&e))
+            });
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = cur };
+                }
+                return e;
+            }
+            cur = w.next;
+        }
+        0
+    })
+}

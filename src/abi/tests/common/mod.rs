@@ -1,0 +1,66 @@
+//! What the tests of the library share: the built library, a directory to put on
+//! LD_LIBRARY_PATH, and the skip-or-fail rule for missing tools.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Skip (or, under CI=true, fail) when `what` is missing.
+pub fn require(ok: bool, what: &str) -> bool {
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true needs {what}"
+        );
+        eprintln!("skipped: {what} is missing");
+    }
+    ok
+}
+
+/// target/<profile>/libibverbs.so, beside the directory of this test binary. `cargo
+/// test` does not build a cdylib (no test links it): `make test` runs `cargo build
+/// --workspace` first; a library older than its sources fails here instead of being
+/// tested stale.
+pub fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let lib = profile_dir.join("libibverbs.so");
+    let built = std::fs::metadata(&lib)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}; build it first: cargo build -p xrnic-verbs",
+                lib.display()
+            )
+        });
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for e in std::fs::read_dir(src).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        assert!(
+            !m.is_file() || m.modified().unwrap() <= built,
+            "{} is older than {}: run cargo build -p xrnic-verbs first",
+            lib.display(),
+            e.path().display()
+        );
+    }
+    lib
+}
+
+/// A directory holding `libibverbs.so.1` -> the built library, for LD_LIBRARY_PATH.
+pub fn library_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xrnic-verbs-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libibverbs.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(built_library(), &link).unwrap();
+    dir
+}
+
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+

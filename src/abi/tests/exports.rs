@@ -1,0 +1,141 @@
+//! The built `libibverbs.so` against the real one: the same default-version symbols at
+//! the same version nodes (objdump -T), the SONAME, and stock binaries that load it
+//! (Debian links them with BIND_NOW: a missing symbol or node kills them at start).
+//!
+//! Needs binutils (objdump) and rdma-core's libibverbs1 / ibverbs-utils / perftest, as
+//! Debian 12 packages them; without them the checks show as skipped, and under CI=true
+//! they fail.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use common::{built_library, have, library_dir, require};
+
+const REAL: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
+
+/// `name version` of every defined, versioned symbol (objdump -T), node symbols and
+/// unversioned (Base) ones left out.
+fn versioned_exports(lib: &Path) -> BTreeSet<(String, String)> {
+    let out = Command::new("objdump").arg("-T").arg(lib).output().unwrap();
+    assert!(out.status.success(), "objdump -T {}", lib.display());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" DF ") || l.contains(" DO "))
+        .filter(|l| !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (name, ver) = (f[f.len() - 1], f[f.len() - 2]);
+            // "(IBVERBS_1.0)": a hidden compat version, not a default one.
+            let default = !ver.starts_with('(') && ver != "Base" && name != ver;
+            default.then(|| (name.to_string(), ver.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn exports_every_default_symbol_of_rdma_core_44_at_its_node() {
+    if !require(have("objdump"), "objdump (binutils)")
+        || !require(
+            Path::new(REAL).exists(),
+            "libibverbs1 (the real libibverbs.so.1)",
+        )
+    {
+        return;
+    }
+    let real = versioned_exports(Path::new(REAL));
+    let ours = versioned_exports(&built_library());
+    assert!(
+        real.len() > 140,
+        "the real library exports {} symbols",
+        real.len()
+    );
+    let missing: Vec<_> = real.difference(&ours).collect();
+    let extra: Vec<_> = ours.difference(&real).collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
+    assert!(extra.is_empty(), "not in the real library: {extra:?}");
+    // The ones stock binaries need, by name (a typo in the table fails here).
+    for (n, v) in [
+        ("ibv_get_device_list", "IBVERBS_1.1"),
+        ("ibv_read_sysfs_file", "IBVERBS_1.0"),
+        ("verbs_register_driver_34", "IBVERBS_PRIVATE_34"),
+        ("ibv_reg_mr_iova2", "IBVERBS_1.8"),
+        ("_ibv_query_gid_ex", "IBVERBS_1.11"),
+    ] {
+        assert!(ours.contains(&(n.to_string(), v.to_string())), "{n}@@{v}");
+    }
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(built_library())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&dynamic.stdout).contains("Library soname: [libibverbs.so.1]"),
+        "SONAME libibverbs.so.1"
+    );
+}
+
+#[test]
+fn stock_ibv_devices_lists_the_xrnic_devices_of_xrnic_netdev() {
+    if !require(have("ibv_devices"), "ibv_devices (ibverbs-utils)") {
+        return;
+    }
+    let dir = library_dir("devices");
+    let out = Command::new("ibv_devices")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("XRNIC_NETDEV", "xrtest0, xrtest1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ibv_devices: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<&str> = text
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, ["xrnic_xrtest0", "xrnic_xrtest1"], "{text}");
+
+    // ibv_devinfo -l lists without opening.
+    if have("ibv_devinfo") {
+        let out = Command::new("ibv_devinfo")
+            .arg("-l")
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("XRNIC_NETDEV", "xrtest0")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("1 HCA found"), "{text}");
+        assert!(text.contains("xrnic_xrtest0"), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// perftest links libmlx5 and libefa: their constructors call verbs_register_driver_34
+/// and they import private symbols; all must resolve against this library.
+#[test]
+fn perftest_and_its_providers_load_against_it() {
+    if !require(have("ib_write_bw"), "ib_write_bw (perftest)") {
+        return;
+    }
+    let dir = library_dir("perftest");
+    let out = Command::new("ib_write_bw")
+        .arg("--help")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!e.contains("version `"), "a symbol version is missing: {e}");
+    assert!(!e.contains("symbol lookup error"), "{e}");
+    assert!(o.contains("Usage:"), "ib_write_bw --help printed: {o}{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,138 @@
+//! `xrnic exec [--netdev IF]... [--lib DIR] -- PROGRAM ARGS`: run an unmodified libibverbs
+//! program on xrnic. The program's dynamic loader finds xrnic's `libibverbs.so.1` (the
+//! C-ABI library, src/abi, docs/verbs-abi.md) first through `LD_LIBRARY_PATH`, and the
+//! library lists `xrnic_IF` for each `--netdev` (`XRNIC_NETDEV`); then this process
+//! becomes the program (exec), so its exit status is the program's.
+//!
+//! Where the library is: `--lib DIR` (a directory holding `libibverbs.so.1`), else
+//! `xrnic-verbs/` beside this binary, which holds a `libibverbs.so.1` link to the
+//! `libibverbs.so` cargo builds there (`make verbs-lib`; created here when missing).
+//! Neither found: a message naming both and exit 1.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExecArgs {
+    /// An interface whose xrnic device the program sees (repeatable; default: every up
+    /// Ethernet interface, or XRNIC_NETDEV when set).
+    #[arg(long, value_name = "IF")]
+    pub netdev: Vec<String>,
+    /// The directory holding xrnic's libibverbs.so.1.
+    #[arg(long, value_name = "DIR")]
+    pub lib: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// The directory of xrnic's `libibverbs.so.1` beside `exe_dir`, made if needed.
+fn default_lib_dir(exe_dir: &Path) -> Result<PathBuf, String> {
+    let so = exe_dir.join("libibverbs.so");
+    let dir = exe_dir.join("xrnic-verbs");
+    let link = dir.join("libibverbs.so.1");
+    if link.exists() {
+        return Ok(dir);
+    }
+    if !so.exists() {
+        return Err(format!(
+            "xrnic's libibverbs is not built: neither {} nor {} exists (run `make \
+             verbs-lib`, or give --lib DIR)",
+            link.display(),
+            so.display()
+        ));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // A link made by a concurrent `xrnic exec` is as good as ours.
+    if let Err(e) = std::os::unix::fs::symlink("../libibverbs.so", &link) {
+        if !link.exists() {
+            return Err(format!("{}: {e}", link.display()));
+        }
+    }
+    Ok(dir)
+}
+
+/// The environment change: `LD_LIBRARY_PATH` with `dir` first, and `XRNIC_NETDEV`
+/// from `netdev` (unchanged when empty).
+pub fn environment(dir: &Path, netdev: &[String], old_path: Option<&str>) -> Vec<(String, String)> {
+    let mut path = dir.display().to_string();
+    if let Some(p) = old_path.filter(|p| !p.is_empty()) {
+        path.push(':');
+        path.push_str(p);
+    }
+    let mut env = vec![("LD_LIBRARY_PATH".to_string(), path)];
+    if !netdev.is_empty() {
+        env.push(("XRNIC_NETDEV".to_string(), netdev.join(",")));
+    }
+    env
+}
+
+pub fn run(args: &ExecArgs) -> ExitCode {
+    let dir = match &args.lib {
+        Some(d) if d.join("libibverbs.so.1").exists() => d.clone(),
+        Some(d) => {
+            eprintln!("xrnic exec: {} holds no libibverbs.so.1", d.display());
+            return ExitCode::from(1);
+        }
+        None => {
+            let exe = std::env::current_exe().ok();
+            match exe.as_deref().and_then(Path::parent).map(default_lib_dir) {
+                Some(Ok(d)) => d,
+                Some(Err(e)) => {
+                    eprintln!("xrnic exec: {e}");
+                    return ExitCode::from(1);
+                }
+                None => {
+                    eprintln!("xrnic exec: cannot find this binary's directory: give --lib DIR");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    };
+    let (prog, rest) = args.command.split_first().expect("clap requires a command");
+    let old = std::env::var("LD_LIBRARY_PATH").ok();
+    let mut cmd = Command::new(prog);
+    cmd.args(rest)
+        .envs(environment(&dir, &args.netdev, old.as_deref()));
+    // exec only returns on failure.
+    let e = cmd.exec();
+    eprintln!("xrnic exec: cannot run {prog}: {e}");
+    ExitCode::from(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_path_first_and_netdevs_joined() {
+        let env = environment(
+            Path::new("/x/lib"),
+            &["veth0".into(), "eth1".into()],
+            Some("/a"),
+        );
+        assert_eq!(
+            env,
+            [
+                ("LD_LIBRARY_PATH".to_string(), "/x/lib:/a".to_string()),
+                ("XRNIC_NETDEV".to_string(), "veth0,eth1".to_string())
+            ]
+        );
+        let env = environment(Path::new("/x/lib"), &[], None);
+        assert_eq!(env, [("LD_LIBRARY_PATH".to_string(), "/x/lib".to_string())]);
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_naming_make_verbs_lib() {
+        let dir = std::env::temp_dir().join(format!("xrnic-exec-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = default_lib_dir(&dir).unwrap_err();
+        assert!(e.contains("make verbs-lib"), "{e}");
+        std::fs::write(dir.join("libibverbs.so"), b"").unwrap();
+        let d = default_lib_dir(&dir).unwrap();
+        assert!(d.join("libibverbs.so.1").symlink_metadata().is_ok());
+        assert_eq!(default_lib_dir(&dir).unwrap(), d, "the link is reused");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

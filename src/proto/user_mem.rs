@@ -1,0 +1,140 @@
+//! Memory the application owns, registered as a memory region (`ibv_reg_mr` over its own
+//! buffer): the one module of the engine that reads and writes it, and the only `unsafe`
+//! code in proto/.
+//!
+//! The application may touch its buffer at any time (that is the RDMA contract: what it
+//! sees while an operation runs is undefined, IBTA vol. 1 §10.6, "memory regions"), so no
+//! Rust reference ever covers it: bytes move only by raw-pointer copies, and the 64-bit
+//! atomics are real atomic instructions on the word, which makes them atomic with respect
+//! to every other RNIC operation and to the CPU (stronger than `IBV_ATOMIC_HCA`).
+
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// `len` bytes at `ptr` in this process, which the registrant keeps mapped and valid
+/// until the region is deregistered (see [`UserMem::new`]).
+#[derive(Debug)]
+pub struct UserMem {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: UserMem is an address range, not a borrow; every access goes through the
+// methods below, which copy with raw pointers (no aliasing assumption), so using it from
+// another thread (the driver's) is as sound as from the registering one.
+unsafe impl Send for UserMem {}
+// SAFETY: as above: `&UserMem` only allows raw copies and atomic instructions.
+unsafe impl Sync for UserMem {}
+
+impl UserMem {
+    /// # Safety
+    /// `ptr..ptr+len` must stay mapped, readable and writable in this process until this
+    /// value is dropped (the region deregistered), whatever the application does with
+    /// the bytes meanwhile. `ptr` must not be NULL unless `len` is 0.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Option<UserMem> {
+        let ptr = if len == 0 {
+            NonNull::dangling()
+        } else {
+            NonNull::new(ptr)?
+        };
+        (ptr.as_ptr() as usize).checked_add(len)?;
+        Some(UserMem { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn range(&self, off: usize, n: usize) -> Option<*mut u8> {
+        let end = off.checked_add(n)?;
+        (end <= self.len).then(|| {
+            // SAFETY: off <= len, so the result is inside (or one past) the registered
+            // range, which the constructor's contract keeps mapped.
+            unsafe { self.ptr.as_ptr().add(off) }
+        })
+    }
+
+    /// Copy `dst.len()` bytes at `off` out of the region; false when out of bounds.
+    pub fn read(&self, off: usize, dst: &mut [u8]) -> bool {
+        let Some(src) = self.range(off, dst.len()) else {
+            return false;
+        };
+        // SAFETY: `src..src+dst.len()` is inside the registered range (checked above,
+        // mapped per `new`'s contract); `dst` is engine memory, never the application's
+        // region, so the two do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Copy `src` into the region at `off`; false when out of bounds.
+    pub fn write(&self, off: usize, src: &[u8]) -> bool {
+        let Some(dst) = self.range(off, src.len()) else {
+            return false;
+        };
+        // SAFETY: as in `read`, with the roles swapped: `dst` is inside the mapped
+        // registered range, `src` is engine memory.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        true
+    }
+
+    /// The 8-byte aligned word at `off`, as an atomic; None when out of bounds or
+    /// misaligned.
+    fn word(&self, off: usize) -> Option<&AtomicU64> {
+        let p = self.range(off, 8)?;
+        if p as usize % 8 != 0 {
+            return None;
+        }
+        // SAFETY: `p` is 8-byte aligned and its 8 bytes are inside the mapped range;
+        // AtomicU64 has the layout of u64, and only atomic operations use the reference,
+        // so concurrent accesses by the application are data-race free on our side.
+        Some(unsafe { AtomicU64::from_ptr(p as *mut u64) })
+    }
+
+    /// Compare-and-swap on the word at `off` (IBTA vol. 1 §9.4.5): returns the original
+    /// value; the swap happens when it equals `compare`.
+    pub fn compare_swap(&self, off: usize, compare: u64, swap: u64) -> Option<u64> {
+        let w = self.word(off)?;
+        Some(
+            match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    /// Fetch-and-add on the word at `off`: returns the original value.
+    pub fn fetch_add(&self, off: usize, add: u64) -> Option<u64> {
+        Some(self.word(off)?.fetch_add(add, Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_and_atomics_stay_inside_the_range() {
+        let mut buf = vec![0u64; 4]; // 32 bytes, 8-byte aligned
+        // SAFETY: `buf` outlives `m` and is not otherwise used while `m` lives, except
+        // through `m`.
+        let m = unsafe { UserMem::new(buf.as_mut_ptr() as *mut u8, 32) }.unwrap();
+        assert!(m.write(3, b"abc"));
+        let mut got = [0u8; 3];
+        assert!(m.read(3, &mut got));
+        assert_eq!(&got, b"abc");
+        assert!(!m.write(30, b"abc"), "past the end");
+        assert!(!m.read(usize::MAX, &mut got), "overflowing offset");
+        assert_eq!(m.fetch_add(8, 5), Some(0));
+        assert_eq!(m.compare_swap(8, 5, 9), Some(5));
+        assert_eq!(m.compare_swap(8, 5, 1), Some(9), "no swap when unequal");
+        assert_eq!(m.fetch_add(4, 1), None, "misaligned");
+        assert_eq!(m.fetch_add(32, 1), None, "out of bounds");
+        let _ = m;
+        assert_eq!(buf[1], 9);
+        // SAFETY: NULL with a length is refused, not kept.
+        assert!(unsafe { UserMem::new(core::ptr::null_mut(), 8) }.is_none());
+    }
+}

@@ -1,0 +1,136 @@
+//! `xrnic exec` runs Debian's stock, unmodified rdma-core tools on xrnic through the
+//! C-ABI library (src/abi): `ibv_devinfo`, and `ibv_rc_pingpong` on both ends of a veth
+//! pair in two namespaces (root: AF_XDP, XDP). The library must be built
+//! (`cargo build --workspace`, as `make test` does).
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{XRNIC, text, under_ci};
+use xrnic::io::netns::{Side, VethPair};
+
+/// The stock tool, or None (skip; a failure under CI=true).
+fn tool(name: &str) -> Option<String> {
+    let p = format!("/usr/bin/{name}");
+    if std::path::Path::new(&p).exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} (ibverbs-utils)");
+    eprintln!("skipping: {p} not installed (ibverbs-utils)");
+    None
+}
+
+fn library_built() -> bool {
+    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: build the workspace first (cargo build --workspace)",
+        lib.display()
+    );
+    true
+}
+
+fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &pair.end(side).netns,
+        XRNIC,
+        "exec",
+        "--netdev",
+    ])
+    .arg(&pair.end(side).ifname)
+    .arg("--")
+    .args(args);
+    c
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ibv_devinfo_through_xrnic_exec() {
+    library_built();
+    let Some(devinfo) = tool("ibv_devinfo") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let out = exec(&pair, Side::A, &[&devinfo]).output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains(&format!("hca_id:\txrnic_{}", pair.end(Side::A).ifname)),
+        "{t}"
+    );
+    assert!(s.contains("PORT_ACTIVE (4)"), "{t}");
+    assert!(s.contains("Ethernet"), "{t}");
+}
+
+/// Wait until something listens on TCP `port` in `side`'s namespace (bounded).
+fn wait_listening(pair: &VethPair, side: Side, port: u16) {
+    for _ in 0..200 {
+        let o = pair
+            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
+            .unwrap();
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ibv_rc_pingpong_both_ends_through_xrnic_exec() {
+    library_built();
+    let Some(pp) = tool("ibv_rc_pingpong") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    for args in [
+        &["-g", "1", "-n", "50", "-c"][..],
+        &["-g", "1", "-n", "20", "-e", "-c"],
+        &["-g", "0", "-n", "20", "-s", "65536", "-e", "-c"],
+    ] {
+        let mut cmd: Vec<&str> = vec![&pp];
+        cmd.extend_from_slice(args);
+        let server = exec(&pair, Side::B, &cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_listening(&pair, Side::B, 18515);
+        let b = pair.end(Side::B).ipv4.to_string();
+        cmd.push(&b);
+        let client = exec(&pair, Side::A, &cmd).output().unwrap();
+        let server = server.wait_with_output().unwrap();
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let t = text(o);
+            assert!(o.status.success(), "{who} {args:?}: {t}");
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(s.contains("remote address: LID 0x0000"), "{who}: {t}");
+            assert!(s.contains(" iters in "), "{who}: {t}");
+        }
+    }
+}
+
+/// The offload backend never takes xrnic's own library for rdma-core's (it would be xrnic
+/// driving itself): the library exports a marker and the loader refuses it, by name.
+#[test]
+fn the_offload_backend_refuses_xrnics_own_libibverbs() {
+    if !library_built() {
+        return;
+    }
+    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    let out = Command::new(XRNIC)
+        .args(["devinfo", "-d", "rxe0"])
+        .env("XRNIC_LIBIBVERBS", &lib)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("is xrnic's own libibverbs"), "{t}");
+}

@@ -319,7 +319,17 @@ fn a_polled_ping_pong_defers_its_acks_and_completes_through_losses() {
     const MSG: usize = 64;
     const N: usize = 300;
     let (a, b) = (end(&da, MSG * (N + 1)), end(&db, MSG * (N + 1)));
-    connect(&a, &b);
+    // 4.096 µs × 2^13 ≈ 34 ms: with retry_cnt 7 the QPs outlive ~240 ms of a starved
+    // thread (make test-loaded, or CI next to other builds: at timeout 8, ~1 ms, a busy
+    // machine ended this test in RETRY_EXC_ERR with nothing lost for good).
+    connect_with(
+        &a,
+        &b,
+        &ConnectOpts {
+            timeout: 13,
+            ..opts()
+        },
+    );
     for e in [&a, &b] {
         for i in 0..N {
             e.qp.post_recv(RecvWr {

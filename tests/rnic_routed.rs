@@ -7,7 +7,7 @@
 mod common;
 
 use std::net::IpAddr;
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use common::{netns_cmd, text, wait_listening};
 use xrnic::io::link;
@@ -40,10 +40,43 @@ fn run_pair(pair: &VethPair, args: &[&str], port: u16) -> (Output, Output) {
     (server, client)
 }
 
+/// A routed pair whose path works: both ends reach each other across the router, IPv4 and
+/// IPv6 (pings, retried for up to ~10 s each). Under load a fresh router namespace was seen
+/// to leave the first neighbour probes for its IPv6 address unanswered for over 3 s; the
+/// kernel repeats a probe only every second (`retrans_time_ms`), longer than rc-pingpong's
+/// whole retry budget (timeout 14, retry_cnt 7: ~0.5 s). These tests check xrnic's side of
+/// routing (next hop, hop limit, traffic across), not a router's cold start.
+fn routed_pair() -> VethPair {
+    let pair = VethPair::routed(1500).expect("routed pair");
+    let (a, b) = (pair.end(Side::A), pair.end(Side::B));
+    for (from, to) in [(a, b), (b, a)] {
+        for dst in [to.ipv4.to_string(), to.ipv6.to_string()] {
+            let ok = (0..5).any(|_| {
+                Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        &from.netns,
+                        "ping",
+                        "-c",
+                        "1",
+                        "-W",
+                        "2",
+                        &dst,
+                    ])
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            });
+            assert!(ok, "{} cannot ping {dst} across the router", from.netns);
+        }
+    }
+    pair
+}
+
 #[test]
 #[ignore = "needs root"]
 fn the_next_hop_of_a_routed_peer_is_the_router() {
-    let pair = VethPair::routed(1500).expect("routed pair");
+    let pair = routed_pair();
     let (router_ns, router_if) = pair.observer().expect("router namespace");
     let router_mac = link::mac_of(router_ns, router_if).unwrap();
     let a = pair.end(Side::A).clone();
@@ -71,7 +104,7 @@ fn the_next_hop_of_a_routed_peer_is_the_router() {
 #[test]
 #[ignore = "needs root"]
 fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
-    let pair = VethPair::routed(1500).expect("routed pair");
+    let pair = routed_pair();
     for (port, (gid, local, remote)) in (18915..).zip([
         ("1", "::ffff:192.0.2.1", "::ffff:192.0.2.65"),
         ("2", "fd00::a:1", "fd00::b:1"),
@@ -105,12 +138,17 @@ fn rc_pingpong_across_a_router_ipv4_and_ipv6() {
 #[test]
 #[ignore = "needs root"]
 fn perf_write_across_a_router_ipv4_and_ipv6() {
-    let pair = VethPair::routed(1500).expect("routed pair");
+    let pair = routed_pair();
     for (port, gid) in (19915..).zip(["1", "2"]) {
         let args = ["perf", "write", "-x", gid, "-n", "50", "--verify"];
         let (srv, cli) = run_pair(&pair, &args, port);
         for o in [&srv, &cli] {
-            let t = text(o);
+            let t = format!(
+                "{}\n--- server:\n{}\n--- client:\n{}",
+                text(o),
+                text(&srv),
+                text(&cli)
+            );
             assert!(o.status.success(), "{t}");
             assert!(
                 String::from_utf8_lossy(&o.stdout).contains("\nverify: every byte as expected\n"),

@@ -39,10 +39,12 @@ mod user_mem;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
+pub use device::ud::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters, UdDest};
 pub use device::{Config, MAX_FRAME_LEN, Rnic};
 pub use memory::{Access, AccessError, MrInfo, Pd, UserMem};
 pub use qp::{
-    AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, VerbsError, gid_is_ipv4, ipv4_gid,
+    AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, QpType, VerbsError, gid_is_ipv4,
+    ipv4_gid,
 };
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 pub use trace::TxReason;

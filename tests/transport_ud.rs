@@ -591,3 +591,23 @@ fn rxe_cm_mads_land_on_qp1_with_the_grh_rxe_writes() {
         "the captures hold REQ, REP, RTU, DREQ, DREP: {checked}"
     );
 }
+
+/// `xrnic res` / `rdma resource show qp` print the QP type.
+#[test]
+fn resources_show_the_qp_type() {
+    let mut p = Pair::new(LinkConfig::default(), 2);
+    let ua = ud_qp(&mut p.a, 1, QKEY);
+    let rc = p
+        .connect(&xrnic::sim::ConnectOpts::default())
+        .expect("connect");
+    let lines = p.a.resources().qp_lines();
+    let line = |q: Qpn| {
+        lines
+            .lines()
+            .find(|l| l.contains(&format!(" lqpn {} ", q.value())))
+            .unwrap_or_else(|| panic!("{lines}"))
+            .to_string()
+    };
+    assert!(line(ua.qpn).contains(" type UD state RTS "), "{lines}");
+    assert!(line(rc.qp_a).contains(" type RC state RTS "), "{lines}");
+}

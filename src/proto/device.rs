@@ -606,6 +606,7 @@ impl Rnic {
                 .flatten()
                 .map(|q| QpResource {
                     qpn: q.qpn.value(),
+                    qp_type: super::resources::qp_type_name(q.init.qp_type).to_string(),
                     pd: q.pd.0,
                     state: q.state,
                     dest_qpn: q.attr.dest_qp_num.value(),
@@ -613,7 +614,7 @@ impl Rnic {
                     sq_psn: q.req.next_psn.value(),
                     una_psn: q.req.una().value(),
                     rq_psn: q.resp.epsn.value(),
-                    sq_wrs: q.req.sq.len(),
+                    sq_wrs: q.req.sq.len() + q.ud.sq.len(),
                     sq_started: q.req.sq.iter().filter(|w| w.started).count(),
                     rq_wrs: q.resp.rq.len(),
                     retry_left: q.req.retry_left,

@@ -265,6 +265,10 @@ fn ud_send_completions_and_deth() {
     assert_eq!(deth.qkey, QKEY);
     assert_eq!(deth.src_qp, ua.qpn);
     assert_eq!(v.bth().dest_qp(), ub.qpn);
+    // rxe's conventions for a UD frame (its CM MADs in ../shared/vectors/rxe): AckReq
+    // set, the default P_Key.
+    assert!(v.bth().ack_req());
+    assert_eq!(v.bth().pkey().0, 0xffff);
     let r = poll(&mut p.b, ub.cq);
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].status, WcStatus::Success);

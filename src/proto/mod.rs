@@ -20,7 +20,8 @@
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
 //! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
 //! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
-//! [`Rnic`] that owns them all.
+//! [`Rnic`] that owns them all; UD QPs and the GSI QP live in `device::ud` (src/proto/ud.rs,
+//! docs/transport.md §9a).
 
 pub mod completer;
 pub mod congestion;

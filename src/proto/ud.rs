@@ -246,8 +246,10 @@ pub(crate) fn transmit(
             immdt: w.imm,
             ..ExtHeaders::NONE
         };
+        // AckReq set as rxe sets it on every last/only packet, UD included
+        // (`init_req_packet`; seen in its captures); a UD receiver ignores it.
         let len = t
-            .emit(opcode, w.solicited, false, psn, &ext, scratch, buf)
+            .emit(opcode, w.solicited, true, psn, &ext, scratch, buf)
             .ok();
         qp_event!(
             ctx.now,
@@ -497,7 +499,7 @@ mod tests {
 
     #[test]
     fn ud_transitions_follow_ib_core() {
-        use QpState::*;
+        use QpState::{Init, Reset, Rtr, Rts};
         let a = |s| super::super::super::qp::QpAttr {
             qp_state: s,
             ..Default::default()

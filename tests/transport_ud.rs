@@ -520,6 +520,19 @@ fn gsi_qp_is_qp1_with_the_gsi_qkey_and_the_pkey_table() {
     // Its Q_Key stays 0x80010000 whatever INIT asks.
     to_rts(&mut d, q, QKEY);
     assert_eq!(d.query_qp(q).unwrap().qkey, GSI_QKEY);
+    // ... and after a trip through RESET.
+    d.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        },
+        AttrMask::STATE,
+    )
+    .unwrap();
+    assert_eq!(d.query_qp(q).unwrap().qkey, GSI_QKEY);
+    to_rts(&mut d, q, QKEY);
+    assert_eq!(d.query_qp(q).unwrap().qkey, GSI_QKEY);
     assert_eq!(d.query_pkey(0), Some(0xffff));
     assert_eq!(d.query_pkey(1), None);
     // Other QPs keep their numbers; QP1 goes away and may come back.

@@ -355,10 +355,7 @@ impl Rnic {
         take!(MIN_RNR_TIMER, min_rnr_timer);
         take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
         take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
-        // The GSI QP's Q_Key is fixed (IBTA §13.5.1).
-        if qpn != ud::GSI_QPN {
-            take!(QKEY, qkey);
-        }
+        take!(QKEY, qkey);
         // The header template follows the attributes: rebuilt at the next frame.
         qp.tx_template = None;
         if mask.contains(AttrMask::RQ_PSN) {
@@ -393,6 +390,10 @@ impl Rnic {
                 qp.state = s;
                 qp.attr.qp_state = s;
             }
+        }
+        // The GSI QP's Q_Key is fixed (IBTA §13.5.1), through RESET too.
+        if qpn == ud::GSI_QPN {
+            qp.attr.qkey = ud::GSI_QKEY;
         }
         Ok(())
     }

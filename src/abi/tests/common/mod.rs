@@ -63,3 +63,4 @@ pub fn have(cmd: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+

@@ -215,6 +215,7 @@ fn report() {
                 max_send_wr: 1024,
                 max_recv_wr: 1024,
                 sq_sig_all: false,
+                qp_type: Default::default(),
             },
         )
         .unwrap();

@@ -161,7 +161,7 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
         p.b.counters().unknown_qp_dropped,
         after.unknown_qp_dropped + 1
     );
-    // A UD frame: well-formed but not RC.
+    // A UD frame for an RC QP: not that QP's (rxe `check_type_state`).
     let mut ud = xrnic::wire::FrameRepr::parse(&good).unwrap();
     ud.roce.bth.opcode = Opcode::UD_SEND_ONLY;
     ud.roce.ext = xrnic::wire::ExtHeaders {
@@ -174,8 +174,12 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     let n = ud.emit(&mut buf).unwrap();
     p.b.handle_frame(now, &buf[..n]);
     assert_eq!(
+        p.b.counters().unknown_qp_dropped,
+        after.unknown_qp_dropped + 2
+    );
+    assert_eq!(
         p.b.counters().unsupported_dropped,
-        after.unsupported_dropped + 1
+        after.unsupported_dropped
     );
 }
 

@@ -45,6 +45,7 @@ fn full_attr(to: QpState) -> QpAttr {
         max_rd_atomic: 4,
         max_dest_rd_atomic: 4,
         sq_draining: false,
+        qkey: 0,
     }
 }
 
@@ -57,6 +58,7 @@ fn new_qp() -> (Rnic, Qpn, xrnic::proto::Cq) {
         recv_cq: cq,
         max_send_wr: 16,
         max_recv_wr: 16,
+        qp_type: Default::default(),
         sq_sig_all: false,
     };
     let q = d.create_qp(pd, &init).unwrap();

@@ -287,6 +287,7 @@ mod tests {
             dev: "xrnic_eth0".into(),
             qps: vec![QpResource {
                 qpn: 17,
+                qp_type: "RC".into(),
                 pd: 1,
                 state,
                 dest_qpn: 18,

@@ -138,8 +138,10 @@ pub struct WorkCompletion {
     pub invalidated_rkey: Option<Rkey>,
     /// The local QP.
     pub qp_num: Qpn,
-    /// The remote QP (the QP's destination QP for RC).
+    /// The remote QP (the QP's destination QP for RC; the DETH source QP for UD).
     pub src_qp: Qpn,
+    /// `IBV_WC_GRH`: the receive buffer starts with the 40-byte GRH (UD receives).
+    pub grh: bool,
 }
 
 /// A completion queue handle.
@@ -218,6 +220,7 @@ mod tests {
             invalidated_rkey: None,
             qp_num: Qpn::new(1),
             src_qp: Qpn::new(2),
+            grh: false,
         }
     }
 

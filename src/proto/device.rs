@@ -23,7 +23,7 @@ use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::framing::{emit, frame_addrs};
 use super::memory::{Access, MemTable, MrInfo, Pd};
-use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, VerbsError, check_modify};
+use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
@@ -61,6 +61,8 @@ pub struct Config {
     pub advertise_credits: bool,
     /// Largest number of WRs per work queue.
     pub max_qp_wr: u32,
+    /// The port's active MTU: the largest UD message (IBTA C10-93.1.1; rxe `get_mtu`).
+    pub port_mtu: Mtu,
 }
 
 impl Default for Config {
@@ -73,6 +75,7 @@ impl Default for Config {
             honour_credits: false,
             advertise_credits: false,
             max_qp_wr: 16384,
+            port_mtu: Mtu::Mtu4096,
         }
     }
 }
@@ -97,6 +100,8 @@ pub struct Rnic {
     last_now: u64,
     /// Completions added to any CQ, shared with each CQ ([`Rnic::completions_added`]).
     completions_added: Arc<AtomicU64>,
+    /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
+    gsi_slot: Option<usize>,
 }
 
 impl Rnic {
@@ -114,6 +119,7 @@ impl Rnic {
             name: "xrnic0",
             last_now: 0,
             completions_added: Arc::new(AtomicU64::new(0)),
+            gsi_slot: None,
         }
     }
 
@@ -283,6 +289,9 @@ impl Rnic {
         if let Some(q) = self.qps[i].take() {
             self.retired.add(&q.counters);
         }
+        if self.gsi_slot == Some(i) {
+            self.gsi_slot = None;
+        }
         if let Some(cc) = self.cc.as_mut() {
             cc.remove_qp(qpn);
         }
@@ -290,8 +299,12 @@ impl Rnic {
     }
 
     fn slot(&self, qpn: Qpn) -> Option<usize> {
-        let i = qpn.value().checked_sub(FIRST_QPN)? as usize;
-        matches!(self.qps.get(i), Some(Some(_))).then_some(i)
+        let i = match qpn {
+            ud::GSI_QPN => self.gsi_slot?,
+            _ => qpn.value().checked_sub(FIRST_QPN)? as usize,
+        };
+        // The GSI QP's slot does not answer to the QPN the slot would have.
+        matches!(self.qps.get(i), Some(Some(q)) if q.qpn == qpn).then_some(i)
     }
 
     fn split(&mut self, qpn: Qpn, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
@@ -315,7 +328,10 @@ impl Rnic {
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
             .ok_or(VerbsError::NotFound("QP"))?;
-        let to = check_modify(qp.state, attr, mask)?;
+        let to = match qp.init.qp_type {
+            QpType::Ud => ud::check_modify_ud(qp.state, attr, mask)?,
+            _ => check_modify(qp.state, attr, mask)?,
+        };
         if mask.contains(AttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= ngids {
             return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
         }
@@ -339,6 +355,7 @@ impl Rnic {
         take!(MIN_RNR_TIMER, min_rnr_timer);
         take!(MAX_QP_RD_ATOMIC, max_rd_atomic);
         take!(MAX_DEST_RD_ATOMIC, max_dest_rd_atomic);
+        take!(QKEY, qkey);
         // The header template follows the attributes: rebuilt at the next frame.
         qp.tx_template = None;
         if mask.contains(AttrMask::RQ_PSN) {
@@ -374,6 +391,10 @@ impl Rnic {
                 qp.attr.qp_state = s;
             }
         }
+        // The GSI QP's Q_Key is fixed (IBTA §13.5.1), through RESET too.
+        if qpn == ud::GSI_QPN {
+            qp.attr.qkey = ud::GSI_QKEY;
+        }
         Ok(())
     }
 
@@ -400,6 +421,11 @@ impl Rnic {
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
             .ok_or(VerbsError::NotFound("QP"))?;
+        if qp.init.qp_type == QpType::Ud {
+            return Err(VerbsError::InvalidValue(
+                "a UD QP sends with post_send_ud (an address handle per WR)",
+            ));
+        }
         let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         match qp.state {
             QpState::Rts | QpState::Sqd => {}
@@ -414,6 +440,7 @@ impl Rnic {
                     invalidated_rkey: None,
                     qp_num: qp.qpn,
                     src_qp: qp.attr.dest_qp_num,
+                    grh: false,
                 };
                 ctx.complete(qp.send_cq, wc);
                 return Ok(());
@@ -489,6 +516,7 @@ impl Rnic {
                     invalidated_rkey: None,
                     qp_num: qp.qpn,
                     src_qp: qp.attr.dest_qp_num,
+                    grh: false,
                 };
                 ctx.complete(qp.recv_cq, wc);
                 return Ok(());
@@ -579,6 +607,7 @@ impl Rnic {
                 .flatten()
                 .map(|q| QpResource {
                     qpn: q.qpn.value(),
+                    qp_type: super::resources::qp_type_name(q.init.qp_type).to_string(),
                     pd: q.pd.0,
                     state: q.state,
                     dest_qpn: q.attr.dest_qp_num.value(),
@@ -586,7 +615,7 @@ impl Rnic {
                     sq_psn: q.req.next_psn.value(),
                     una_psn: q.req.una().value(),
                     rq_psn: q.resp.epsn.value(),
-                    sq_wrs: q.req.sq.len(),
+                    sq_wrs: q.req.sq.len() + q.ud.sq.len(),
                     sq_started: q.req.sq.iter().filter(|w| w.started).count(),
                     rq_wrs: q.resp.rq.len(),
                     retry_left: q.req.retry_left,
@@ -673,7 +702,7 @@ impl Rnic {
             }
             return;
         }
-        if info.service != Service::Rc {
+        if !matches!(info.service, Service::Rc | Service::Ud) {
             self.dev.unsupported_dropped += 1;
             return;
         }
@@ -684,6 +713,10 @@ impl Rnic {
         let pkey = bth.pkey().0;
         if !PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
             self.dev.bad_pkey_dropped += 1;
+            return;
+        }
+        if info.service == Service::Ud {
+            self.handle_ud(now, view);
             return;
         }
         let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
@@ -699,6 +732,11 @@ impl Rnic {
             self.dev.unknown_qp_dropped += 1;
             return;
         };
+        // An RC packet for a UD QP is not this QP's (rxe `check_type_state`).
+        if qp.init.qp_type == QpType::Ud {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        }
         let has_peer = !matches!(qp.state, QpState::Reset | QpState::Init);
         // An RC QP talks to one peer only (IBTA §9.6, packet source validation): a frame
         // from another address is not this QP's, as if the QP did not exist (its own
@@ -843,6 +881,9 @@ impl Rnic {
             now,
             dev: self.name,
         };
+        if qp.init.qp_type == QpType::Ud {
+            return ud::transmit(qp, &mut ctx, &mut self.scratch, buf);
+        }
         if fail_local_error_at_head(qp, &mut ctx) {
             return None;
         }
@@ -1094,6 +1135,9 @@ fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
     }
     x
 }
+
+#[path = "ud.rs"]
+pub(crate) mod ud;
 
 #[cfg(test)]
 #[path = "device_tests.rs"]

@@ -138,7 +138,12 @@ pub(crate) fn frame_template(cfg: &Config, qp: &Qp, ect: bool) -> FrameTemplate 
 
 /// The Ethernet and IP addressing of `qp`'s frames to its peer.
 pub(crate) fn frame_addrs(cfg: &Config, qp: &Qp) -> (EthRepr, IpRepr) {
-    let av = &qp.attr.ah_attr;
+    av_addrs(cfg, &qp.attr.ah_attr)
+}
+
+/// The Ethernet and IP addressing of frames to address vector `av` (a connected QP's, or
+/// a UD work request's address handle).
+pub(crate) fn av_addrs(cfg: &Config, av: &super::qp::AddressVector) -> (EthRepr, IpRepr) {
     let sgid = cfg
         .gids
         .get(usize::from(av.sgid_index))

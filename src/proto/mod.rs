@@ -20,7 +20,8 @@
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
 //! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
 //! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
-//! [`Rnic`] that owns them all.
+//! [`Rnic`] that owns them all; UD QPs and the GSI QP live in `device::ud` (src/proto/ud.rs,
+//! docs/transport.md §9a).
 
 pub mod completer;
 pub mod congestion;
@@ -39,10 +40,12 @@ mod user_mem;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
+pub use device::ud::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters, UdDest};
 pub use device::{Config, MAX_FRAME_LEN, Rnic};
 pub use memory::{Access, AccessError, MrInfo, Pd, UserMem};
 pub use qp::{
-    AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, VerbsError, gid_is_ipv4, ipv4_gid,
+    AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, QpType, VerbsError, gid_is_ipv4,
+    ipv4_gid,
 };
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 pub use trace::TxReason;

@@ -37,6 +37,15 @@ impl QpState {
     ];
 }
 
+/// The transport service of a QP (`enum ibv_qp_type`: RC, UC, UD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QpType {
+    #[default]
+    Rc,
+    Uc,
+    Ud,
+}
+
 /// Path MTU, one of the five IB sizes (`enum ibv_mtu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
 pub enum Mtu {
@@ -216,6 +225,8 @@ pub struct QpAttr {
     pub max_dest_rd_atomic: u8,
     /// `query_qp` only: SQD with work still outstanding.
     pub sq_draining: bool,
+    /// The Q_Key of a UD QP (IBTA §10.2.5; `AttrMask::QKEY`).
+    pub qkey: u32,
 }
 
 impl Default for QpAttr {
@@ -238,6 +249,7 @@ impl Default for QpAttr {
             max_rd_atomic: 1,
             max_dest_rd_atomic: 1,
             sq_draining: false,
+            qkey: 0,
         }
     }
 }
@@ -573,6 +585,8 @@ pub struct QpInitAttr {
     pub max_recv_wr: u32,
     /// Generate a completion for every send WR, signaled or not.
     pub sq_sig_all: bool,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
 }
 
 /// One RC queue pair.
@@ -595,6 +609,8 @@ pub(crate) struct Qp {
     /// built at the first frame after a `modify_qp`, which drops it (the address vector,
     /// destination QPN or traffic class may have changed).
     pub tx_template: Option<(bool, crate::wire::FrameTemplate)>,
+    /// The datagram state of a UD QP (empty for the other types).
+    pub ud: super::device::ud::UdState,
 }
 
 impl Qp {
@@ -613,6 +629,7 @@ impl Qp {
             counters: QpCounters::default(),
             tx_turn: false,
             tx_template: None,
+            ud: Default::default(),
         }
     }
 
@@ -672,6 +689,7 @@ impl Qp {
                 invalidated_rkey: None,
                 qp_num: self.qpn,
                 src_qp: self.attr.dest_qp_num,
+                grh: false,
             };
             ctx.complete(self.send_cq, wc);
         }
@@ -700,11 +718,13 @@ impl Qp {
                 invalidated_rkey: None,
                 qp_num: self.qpn,
                 src_qp: self.attr.dest_qp_num,
+                grh: false,
             };
             ctx.complete(self.recv_cq, wc);
         }
         self.resp.out.clear();
         self.resp.cur = None;
+        super::device::ud::flush(self, ctx);
     }
 
     /// Back to RESET: all state and queued work disappear without completions.
@@ -714,6 +734,7 @@ impl Qp {
         self.req = Requester::default();
         self.resp = Responder::default();
         self.tx_template = None;
+        self.ud = Default::default();
     }
 
     /// Bytes this QP occupies: the struct plus the heap capacity of its queues (user

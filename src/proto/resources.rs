@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::memory::MrInfo;
-use super::qp::QpState;
+use super::qp::{QpState, QpType};
 
 /// Every object of one device.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -35,10 +35,14 @@ pub struct Owner {
     pub comm: String,
 }
 
-/// One RC QP.
+/// One QP.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QpResource {
     pub qpn: u32,
+    /// "RC", "UC" or "UD", as `rdma resource show qp` prints `type` (snapshots written
+    /// before the field existed held RC QPs only).
+    #[serde(default = "rc_name")]
+    pub qp_type: String,
     pub pd: u32,
     pub state: QpState,
     pub dest_qpn: u32,
@@ -101,6 +105,19 @@ pub struct CqResource {
     pub overruns: u64,
 }
 
+fn rc_name() -> String {
+    qp_type_name(QpType::Rc).to_string()
+}
+
+/// The `rdma resource show qp` spelling of a QP type.
+pub fn qp_type_name(t: QpType) -> &'static str {
+    match t {
+        QpType::Rc => "RC",
+        QpType::Uc => "UC",
+        QpType::Ud => "UD",
+    }
+}
+
 fn state_name(s: QpState) -> &'static str {
     match s {
         QpState::Reset => "RESET",
@@ -129,10 +146,11 @@ impl Resources {
         for q in &self.qps {
             let _ = writeln!(
                 o,
-                "link {}/1 lqpn {} rqpn {} type RC state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
+                "link {}/1 lqpn {} rqpn {} type {} state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
                 self.dev,
                 q.qpn,
                 q.dest_qpn,
+                q.qp_type,
                 state_name(q.state),
                 q.pd,
                 q.path_mtu,

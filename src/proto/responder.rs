@@ -727,6 +727,7 @@ fn complete_recv(
         invalidated_rkey: inv,
         qp_num: qp.qpn,
         src_qp: qp.attr.dest_qp_num,
+        grh: false,
     };
     ctx.complete(qp.recv_cq, wc);
 }

@@ -624,6 +624,7 @@ impl Pair {
                 max_send_wr: o.max_wr,
                 max_recv_wr: o.max_wr,
                 sq_sig_all: false,
+                qp_type: Default::default(),
             };
             let qpn = d.create_qp(pd, &init)?;
             ends.push((pd, cq, qpn));

@@ -89,10 +89,12 @@ mod offload;
 mod qp;
 #[cfg(test)]
 mod tests;
+mod ud;
 
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
+pub use ud::Ah;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -112,6 +114,7 @@ pub use crate::proto::{
     RdmaInfo, RecvWr, SendFlags, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
+pub use crate::proto::{GRH_LEN, GSI_QKEY, GSI_QPN, QpType, UdCounters};
 pub use crate::wire::{Lkey, Psn, Qpn, Rkey};
 
 /// A GID: 16 bytes, an IPv6 address or an IPv4-mapped one.
@@ -666,6 +669,7 @@ impl Device {
         let cfg = Config {
             mac: nd.mac,
             gids: info.gids.clone(),
+            port_mtu: info.port.active_mtu,
             ..Config::default()
         };
         let dopts = DriverOptions {
@@ -1147,6 +1151,7 @@ impl Pd {
                     max_send_wr: init.max_send_wr,
                     max_recv_wr: init.max_recv_wr,
                     sq_sig_all: init.sq_sig_all,
+                    qp_type: proto::QpType::Rc,
                 };
                 let qpn = {
                     let mut g = pd.shared.lock();

@@ -863,6 +863,13 @@ impl<'a> FrameView<'a> {
         self.bth_off
     }
 
+    /// The IP header as it lies in the frame (IPv4: with any options; IPv6: the fixed
+    /// 40 bytes), for the GRH a UD receive buffer starts with.
+    #[inline]
+    pub fn ip_header(&self) -> &'a [u8] {
+        &self.buf[self.ip_off..self.ip_off + self.ip_hdr_len]
+    }
+
     /// True for IPv6.
     #[inline]
     pub fn is_ipv6(&self) -> bool {

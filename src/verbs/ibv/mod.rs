@@ -907,6 +907,7 @@ fn attr_from_ibv(a: &sys::ibv_qp_attr) -> Result<QpAttr> {
         min_rnr_timer: a.min_rnr_timer,
         max_rd_atomic: a.max_rd_atomic,
         max_dest_rd_atomic: a.max_dest_rd_atomic,
+        qkey: a.qkey,
         sq_draining: a.sq_draining != 0,
     })
 }
@@ -934,6 +935,7 @@ fn wc_from_ibv(w: &sys::ibv_wc) -> WorkCompletion {
         invalidated_rkey: (w.wc_flags & sys::WC_WITH_INV != 0).then_some(Rkey(w.imm_data)),
         qp_num: Qpn::new(w.qp_num),
         src_qp: Qpn::new(w.src_qp),
+        grh: w.wc_flags & sys::WC_GRH != 0,
     }
 }
 

@@ -114,6 +114,8 @@ pub struct ibv_wc {
 
 pub const WC_WITH_IMM: c_uint = 1 << 1;
 pub const WC_WITH_INV: c_uint = 1 << 3;
+/// `IBV_WC_GRH`: the buffer starts with the 40-byte GRH.
+pub const WC_GRH: c_uint = 1;
 
 #[repr(C)]
 #[derive(Debug)]

@@ -1,0 +1,542 @@
+//! Unreliable Datagram QPs (IBTA vol. 1 §9.8.2 datagrams, §10.2.5 Q_Keys) and the GSI
+//! QP (QP1, §13.5.1), sans-IO like the rest of the engine.
+//!
+//! Contract:
+//! - A UD QP goes RESET → INIT (P_Key index, port, Q_Key) → RTR → RTS (SQ PSN) by the
+//!   rules of [`check_modify_ud`] (the UD rows of IBTA §10.3, as ib_core's
+//!   `ib_modify_qp_is_ok` encodes them); it has no peer, no path MTU, no ACKs, no timers.
+//! - [`Rnic::post_send_ud`] takes SEND or SEND with immediate and a [`UdDest`]: the
+//!   address handle, the remote QPN and Q_Key. Each WR becomes one SEND ONLY (0x64) or
+//!   SEND ONLY WITH IMMEDIATE (0x65) frame with a DETH (Q_Key, our QPN); a Q_Key with the
+//!   high bit set means the QP's own Q_Key (§10.2.5, rxe `init_req_packet`). A message
+//!   longer than the port MTU ([`super::Config::port_mtu`]) sends nothing and completes
+//!   successfully, as IBTA C10-93.1.1 asks and rxe does (`rxe_req.c`: the overlong UD send is
+//!   faked); [`UdCounters::too_long_not_sent`] counts it.
+//! - Receiving: a datagram whose DETH Q_Key is not the QP's is dropped and counted
+//!   (rxe `check_keys`); so is one with no receive WQE posted (no RNR for UD, rxe
+//!   `RESPST_ERR_RNR`). The buffer gets the 40-byte GRH first, as rxe writes it
+//!   (`rxe_resp.c`, `build_rdma_network_hdr`): for IPv4 20 zero bytes and then the
+//!   20-byte IPv4 header of the frame, for IPv6 the IPv6 header; then the payload. The
+//!   completion has `src_qp` (DETH), `grh`, `byte_len` = 40 + payload, and the immediate.
+//!   A buffer too small completes LOC_LEN_ERR (rxe class D) and the QP carries on.
+//! - Loss, duplication and reordering are the application's business: nothing is
+//!   retransmitted or acknowledged, every datagram stands alone, from any peer.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::wire::{
+    BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn, UdpRepr,
+};
+
+use super::super::Ctx;
+use super::super::cq::{WcOpcode, WcStatus, WorkCompletion};
+use super::super::framing::av_addrs;
+use super::super::memory::{Access, Pd};
+use super::super::qp::{
+    AddressVector, AttrMask, Qp, QpInitAttr, QpState, QpType, VerbsError, udp_src_port,
+};
+use super::super::requester::{LocalSeg, SendFlags, SendWr, WrOpcode, resolve_sges, scatter};
+use super::super::trace::{TxReason, qp_event};
+use super::{PKEY_TABLE, Rnic};
+
+/// The QPN of the General Services Interface QP (IBTA §13.5.1).
+pub const GSI_QPN: Qpn = Qpn::new(1);
+
+/// The well-known Q_Key of QP1 (IBTA §13.5.1 / ib_core `IB_QP1_QKEY`); rxe checks
+/// datagrams to QP1 against it (`check_keys`).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The GRH at the start of every UD receive buffer (`sizeof(struct ibv_grh)`).
+pub const GRH_LEN: usize = 40;
+
+/// Where one UD send goes: the address handle (`ibv_ah`) and `wr.ud` of `ibv_send_wr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UdDest {
+    /// The address handle's attributes; `dmac` already resolved.
+    pub av: AddressVector,
+    pub remote_qpn: Qpn,
+    /// High bit set: send the QP's own Q_Key instead (§10.2.5).
+    pub remote_qkey: u32,
+}
+
+/// Counters of one UD QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UdCounters {
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    /// Datagrams whose DETH Q_Key was not the QP's (rxe `check_keys`).
+    pub bad_qkey_dropped: u64,
+    /// Datagrams that found no receive WQE.
+    pub no_recv_wqe_dropped: u64,
+    /// Datagrams taken while the QP was not yet in RTR (or was in ERR).
+    pub wrong_state_dropped: u64,
+    /// Send WRs longer than the port MTU: completed, never sent (C10-93.1.1).
+    pub too_long_not_sent: u64,
+}
+
+/// One posted UD send.
+#[derive(Debug)]
+pub(crate) struct UdWqe {
+    wr_id: u64,
+    signaled: bool,
+    imm: Option<u32>,
+    solicited: bool,
+    segs: Result<Vec<LocalSeg>, WcStatus>,
+    len: u32,
+    dest: UdDest,
+}
+
+/// The datagram state of a QP (empty unless the QP is UD).
+#[derive(Debug, Default)]
+pub struct UdState {
+    pub(crate) sq: VecDeque<UdWqe>,
+    pub counters: UdCounters,
+}
+
+/// Required and optional attributes of one UD transition, or `None` if it is invalid
+/// (IBTA §10.3; ib_core `qp_state_table`, the IB_QPT_UD entries).
+pub fn transition_rule_ud(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask)> {
+    use AttrMask as M;
+    use QpState::*;
+    let none = M(0);
+    Some(match (from, to) {
+        (_, Reset) | (_, Err) => (none, none),
+        (Reset, Init) => (M::PKEY_INDEX | M::PORT | M::QKEY, none),
+        (Init, Init) => (none, M::PKEY_INDEX | M::PORT | M::QKEY),
+        (Init, Rtr) => (none, M::PKEY_INDEX | M::QKEY),
+        (Rtr, Rts) => (M::SQ_PSN, M::CUR_STATE | M::QKEY),
+        (Rts, Rts) | (Sqd, Rts) | (Sqe, Rts) => (none, M::CUR_STATE | M::QKEY),
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => (none, M::PKEY_INDEX | M::QKEY),
+        _ => return None,
+    })
+}
+
+/// `check_modify` for a UD QP: the legal target state, or why not.
+pub fn check_modify_ud(
+    cur: QpState,
+    attr: &super::super::qp::QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, VerbsError> {
+    let to = if mask.contains(AttrMask::STATE) {
+        attr.qp_state
+    } else {
+        cur
+    };
+    if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
+        return Err(VerbsError::CurrentStateMismatch);
+    }
+    let (req, opt) =
+        transition_rule_ud(cur, to).ok_or(VerbsError::InvalidTransition { from: cur, to })?;
+    let given = mask.without(AttrMask::STATE);
+    let missing = req.without(given);
+    if missing.0 != 0 {
+        return Err(VerbsError::MissingAttributes(missing));
+    }
+    let extra = given.without(req.union(opt));
+    if extra.0 != 0 {
+        return Err(VerbsError::UnexpectedAttributes(extra));
+    }
+    if given.contains(AttrMask::PORT) && attr.port_num != 1 {
+        return Err(VerbsError::InvalidValue("port_num must be 1"));
+    }
+    if given.contains(AttrMask::PKEY_INDEX) && usize::from(attr.pkey_index) >= PKEY_TABLE.len() {
+        return Err(VerbsError::InvalidValue(
+            "only P_Key index 0 (0xffff) exists",
+        ));
+    }
+    Ok(to)
+}
+
+/// Complete every posted UD send flushed (the QP entered ERR).
+pub(crate) fn flush(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    while let Some(w) = qp.ud.sq.pop_front() {
+        complete_send(qp, ctx, &w, WcStatus::WrFlushErr);
+    }
+}
+
+fn complete_send(qp: &Qp, ctx: &mut Ctx<'_>, w: &UdWqe, status: WcStatus) {
+    if status == WcStatus::Success && !(w.signaled || qp.init.sq_sig_all) {
+        return;
+    }
+    let wc = WorkCompletion {
+        wr_id: w.wr_id,
+        status,
+        opcode: WcOpcode::Send,
+        byte_len: if status == WcStatus::Success {
+            w.len
+        } else {
+            0
+        },
+        imm_data: None,
+        invalidated_rkey: None,
+        qp_num: qp.qpn,
+        src_qp: Qpn::new(0),
+        grh: false,
+    };
+    ctx.complete(qp.send_cq, wc);
+}
+
+/// The next frame of a UD QP, if its send queue has one ready.
+pub(crate) fn transmit(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    scratch: &mut Vec<u8>,
+    buf: &mut [u8],
+) -> Option<(usize, TxReason)> {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+        return None;
+    }
+    let mtu = ctx.cfg.port_mtu.bytes();
+    loop {
+        let w = qp.ud.sq.pop_front()?;
+        let segs = match &w.segs {
+            Ok(s) => s,
+            Err(st) => {
+                // A local error (bad key, region gone): the WR fails and the QP goes to
+                // ERR, as for RC (IBTA §10.8.3.3, rxe `rxe_completer` on a local error).
+                complete_send(qp, ctx, &w, *st);
+                qp.enter_error(ctx);
+                return None;
+            }
+        };
+        let psn = qp.req.next_psn;
+        qp.req.next_psn = psn.add(1);
+        if w.len > mtu {
+            // C10-93.1.1: nothing is emitted and no error is reported (rxe_req.c fakes
+            // the send).
+            qp.ud.counters.too_long_not_sent += 1;
+            complete_send(qp, ctx, &w, WcStatus::Success);
+            continue;
+        }
+        scratch.clear();
+        scratch.resize(w.len as usize, 0);
+        if !gather(ctx, segs, scratch) {
+            complete_send(qp, ctx, &w, WcStatus::LocProtErr);
+            qp.enter_error(ctx);
+            return None;
+        }
+        let qkey = if w.dest.remote_qkey & 0x8000_0000 != 0 {
+            qp.attr.qkey
+        } else {
+            w.dest.remote_qkey
+        };
+        let (eth, ip) = av_addrs(ctx.cfg, &w.dest.av);
+        let opcode = if w.imm.is_some() {
+            Opcode::UD_SEND_ONLY_IMM
+        } else {
+            Opcode::UD_SEND_ONLY
+        };
+        let t = FrameTemplate::new(
+            eth,
+            ip,
+            UdpRepr {
+                src_port: qp.src_port,
+                checksum: 0,
+            },
+            &BthRepr::new(opcode, w.dest.remote_qpn, Psn::new(0)),
+        );
+        let ext = ExtHeaders {
+            deth: Some(DethRepr {
+                qkey,
+                src_qp: qp.qpn,
+            }),
+            immdt: w.imm,
+            ..ExtHeaders::NONE
+        };
+        // AckReq set as rxe sets it on every last/only packet, UD included
+        // (`init_req_packet`; seen in its captures); a UD receiver ignores it.
+        let len = t
+            .emit(opcode, w.solicited, true, psn, &ext, scratch, buf)
+            .ok();
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qp.qpn,
+            "ud_sent",
+            wr_id = w.wr_id,
+            dest_qp = w.dest.remote_qpn.value(),
+            len = w.len
+        );
+        complete_send(
+            qp,
+            ctx,
+            &w,
+            if len.is_some() {
+                WcStatus::Success
+            } else {
+                WcStatus::LocQpOpErr
+            },
+        );
+        let l = len?;
+        qp.ud.counters.datagrams_sent += 1;
+        qp.counters.packets_sent += 1;
+        qp.counters.bytes_sent += l as u64;
+        return Some((l, TxReason::Request));
+    }
+}
+
+/// Copy the bytes of `segs` into `out` (its length); false if a region went away.
+fn gather(ctx: &Ctx<'_>, segs: &[LocalSeg], out: &mut [u8]) -> bool {
+    let mut at = 0;
+    for s in segs {
+        let n = s.len as usize;
+        let Some(dst) = out.get_mut(at..at + n) else {
+            return false;
+        };
+        if n > 0 && !ctx.mem.read(s.mem, 0, dst) {
+            return false;
+        }
+        at += n;
+    }
+    at == out.len()
+}
+
+/// The 40 bytes a UD receive buffer starts with, from the IP header of the frame
+/// (rxe `build_rdma_network_hdr`: the IPv4 header in the last 20 bytes of `union
+/// rdma_network_hdr`, the IPv6 header as the whole GRH).
+pub fn grh_of(view: &FrameView<'_>) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let h = view.ip_header();
+    if view.is_ipv6() {
+        let n = h.len().min(GRH_LEN);
+        g[..n].copy_from_slice(&h[..n]);
+    } else {
+        // `struct iphdr` without options: 20 bytes.
+        let n = h.len().min(20);
+        g[20..20 + n].copy_from_slice(&h[..n]);
+    }
+    g
+}
+
+impl Rnic {
+    /// Create the GSI QP (QP1): a UD QP numbered 1 with Q_Key 0x80010000 (IBTA §13.5.1),
+    /// in RESET like any QP; the MAD layer (the CM) drives it.
+    pub fn create_gsi_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
+        if self.slot(GSI_QPN).is_some() {
+            return Err(VerbsError::Resource("the GSI QP exists already"));
+        }
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            ..*init
+        };
+        let q = self.create_qp(pd, &init)?;
+        let i = self.slot(q).ok_or(VerbsError::NotFound("QP"))?;
+        let Some(qp) = self.qps[i].as_mut() else {
+            return Err(VerbsError::NotFound("QP"));
+        };
+        qp.qpn = GSI_QPN;
+        qp.src_port = udp_src_port(GSI_QPN);
+        qp.attr.qkey = GSI_QKEY;
+        self.gsi_slot = Some(i);
+        if let Some(cc) = self.cc.as_mut() {
+            cc.remove_qp(q);
+            cc.add_qp(0, GSI_QPN);
+        }
+        Ok(GSI_QPN)
+    }
+
+    /// The P_Key at `index` of the port's P_Key table (`ibv_query_pkey`): index 0 is
+    /// 0xFFFF, the default full-membership key.
+    pub fn query_pkey(&self, index: u16) -> Option<u16> {
+        PKEY_TABLE.get(usize::from(index)).copied()
+    }
+
+    /// The counters of a UD QP.
+    pub fn ud_counters(&self, qpn: Qpn) -> Option<UdCounters> {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.ud.counters)
+    }
+
+    /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.
+    pub fn post_send_ud(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
+        let max_wr = self.cfg.max_qp_wr;
+        let ngids = self.cfg.gids.len();
+        let (qp, mut ctx) = self
+            .split(qpn, self.last_now)
+            .ok_or(VerbsError::NotFound("QP"))?;
+        if qp.init.qp_type != QpType::Ud {
+            return Err(VerbsError::InvalidValue(
+                "post_send_ud on a QP that is not UD",
+            ));
+        }
+        let imm = match wr.opcode {
+            WrOpcode::Send => None,
+            WrOpcode::SendWithImm => Some(wr.imm_data),
+            // rxe `validate_send_wr`: UD carries only SENDs (EINVAL).
+            _ => {
+                return Err(VerbsError::InvalidValue(
+                    "UD QPs send only SEND (with immediate)",
+                ));
+            }
+        };
+        if usize::from(dest.av.sgid_index) >= ngids {
+            return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
+        }
+        if dest.av.flow_label > 0xf_ffff {
+            return Err(VerbsError::InvalidValue("flow_label is 20 bits"));
+        }
+        let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+        let mut w = UdWqe {
+            wr_id: wr.wr_id,
+            signaled: wr.send_flags.contains(SendFlags::SIGNALED),
+            imm,
+            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+            segs: Ok(Vec::new()),
+            len: len64.min(u64::from(u32::MAX)) as u32,
+            dest: *dest,
+        };
+        match qp.state {
+            QpState::Rts | QpState::Sqd => {}
+            QpState::Err => {
+                complete_send(qp, &mut ctx, &w, WcStatus::WrFlushErr);
+                return Ok(());
+            }
+            s => return Err(VerbsError::WrongState(s)),
+        }
+        if qp.ud.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
+            return Err(VerbsError::QueueFull);
+        }
+        w.segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, Access::NONE);
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qpn,
+            "wqe_posted",
+            queue = "sq",
+            wr_id = wr.wr_id,
+            opcode = ?wr.opcode,
+            len = len64
+        );
+        qp.ud.sq.push_back(w);
+        Ok(())
+    }
+
+    /// A UD datagram (service UD, P_Key checked) for one of our QPs.
+    pub(super) fn handle_ud(&mut self, now: u64, view: &FrameView<'_>) {
+        let bth = view.bth();
+        let Some((qp, mut ctx)) = self.split(bth.dest_qp(), now) else {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        };
+        // A UD packet for a connected QP is not this QP's (rxe `check_type_state`).
+        if qp.init.qp_type != QpType::Ud {
+            self.dev.unknown_qp_dropped += 1;
+            return;
+        }
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += view.bytes().len() as u64;
+        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            qp.ud.counters.wrong_state_dropped += 1;
+            return;
+        }
+        let Some(deth) = view.ext_bytes(Ext::Deth).map(DethRepr::parse) else {
+            return;
+        };
+        if deth.qkey != qp.attr.qkey {
+            qp.ud.counters.bad_qkey_dropped += 1;
+            qp_event!(
+                now,
+                ctx.dev,
+                qp.qpn,
+                "ud_dropped",
+                reason = "bad_qkey",
+                qkey = deth.qkey
+            );
+            return;
+        }
+        let imm = view
+            .ext_bytes(Ext::ImmDt)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let Some(wqe) = qp.resp.rq.pop_front() else {
+            qp.ud.counters.no_recv_wqe_dropped += 1;
+            return;
+        };
+        let payload = view.payload();
+        let total = GRH_LEN + payload.len();
+        let status = match &wqe.segs {
+            Err(st) => *st,
+            Ok(_) if (total as u64) > wqe.len => WcStatus::LocLenErr,
+            Ok(segs) => {
+                let grh = grh_of(view);
+                if scatter(ctx.mem, segs, 0, &grh) && scatter(ctx.mem, segs, GRH_LEN, payload) {
+                    WcStatus::Success
+                } else {
+                    WcStatus::LocProtErr
+                }
+            }
+        };
+        let ok = status == WcStatus::Success;
+        if ok {
+            qp.ud.counters.datagrams_received += 1;
+        }
+        let wc = WorkCompletion {
+            wr_id: wqe.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: if ok { total as u32 } else { 0 },
+            imm_data: if ok { imm } else { None },
+            invalidated_rkey: None,
+            qp_num: qp.qpn,
+            src_qp: deth.src_qp,
+            grh: ok,
+        };
+        ctx.complete(qp.recv_cq, wc);
+        // A bad local key or a region gone is a local error of the QP (§10.8.3.3); a
+        // buffer too small is not (rxe, class D).
+        if matches!(status, WcStatus::LocProtErr) {
+            qp.enter_error(&mut ctx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ud_transitions_follow_ib_core() {
+        use QpState::{Init, Reset, Rtr, Rts};
+        let a = |s| super::super::super::qp::QpAttr {
+            qp_state: s,
+            ..Default::default()
+        };
+        // RESET→INIT needs P_Key index, port and Q_Key; access flags are not UD's.
+        assert_eq!(
+            check_modify_ud(Reset, &a(Init), AttrMask::STATE | AttrMask::PORT),
+            Err(VerbsError::MissingAttributes(
+                AttrMask::PKEY_INDEX | AttrMask::QKEY
+            ))
+        );
+        let init = AttrMask::STATE | AttrMask::PORT | AttrMask::PKEY_INDEX | AttrMask::QKEY;
+        assert_eq!(check_modify_ud(Reset, &a(Init), init), Ok(Init));
+        assert_eq!(
+            check_modify_ud(Reset, &a(Init), init | AttrMask::ACCESS_FLAGS),
+            Err(VerbsError::UnexpectedAttributes(AttrMask::ACCESS_FLAGS))
+        );
+        // INIT→RTR needs nothing; an address vector is refused.
+        assert_eq!(check_modify_ud(Init, &a(Rtr), AttrMask::STATE), Ok(Rtr));
+        assert_eq!(
+            check_modify_ud(Init, &a(Rtr), AttrMask::STATE | AttrMask::AV),
+            Err(VerbsError::UnexpectedAttributes(AttrMask::AV))
+        );
+        assert_eq!(
+            check_modify_ud(Rtr, &a(Rts), AttrMask::STATE),
+            Err(VerbsError::MissingAttributes(AttrMask::SQ_PSN))
+        );
+        assert_eq!(
+            check_modify_ud(Rtr, &a(Rts), AttrMask::STATE | AttrMask::SQ_PSN),
+            Ok(Rts)
+        );
+        assert_eq!(
+            check_modify_ud(Init, &a(Rts), AttrMask::STATE),
+            Err(VerbsError::InvalidTransition {
+                from: Init,
+                to: Rts
+            })
+        );
+    }
+}

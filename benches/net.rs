@@ -16,6 +16,9 @@
 //! (e) the floor under (d): a raw AF_XDP ping-pong (`benches/afxdp_rtt.rs`, no transport
 //!     engine) with 1 frame each way per round trip (`raw_rtt_us`, what UDP moves) and 2
 //!     frames each way in one kick (`raw_rtt2_us`, what an RC round trip moves).
+//! (f) stock perftest through xrnic's libibverbs.so.1 (`xrnic exec`): `ib_write_bw -s
+//!     65536` against (b)'s `perf write` at MTU 4096 (`abi_write_ratio`, goal >= 0.95), and
+//!     `ib_write_lat -s 64` (`abi_write_lat_us`, perftest's half round trip) beside (d).
 //!
 //! Prints a table, the ratios, and as its LAST line one JSON object (`raw_gbps_1024`,
 //! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
@@ -178,6 +181,14 @@ fn run() -> Result<(), String> {
         .find(|(t, s, ..)| (*t, *s) == (PerfTest::Write, 8))
         .map(|(.., r)| r.mpps)
         .ok_or_else(|| "missing perf row".to_string())?;
+    println!("(f) stock perftest through xrnic's libibverbs.so.1 (`xrnic exec`), IPv4 GIDs");
+    let bw = format!("ib_write_bw -s 65536 -m 4096 -D {perf_secs} --report_gbits -x 1");
+    let bw: Vec<&str> = bw.split(' ').collect();
+    let abi_write_gbps = stock_perftest(&pair, &bw, 3)?;
+    // perftest's latency is half the round trip (t_typical, the median).
+    let lat = ["ib_write_lat", "-s", "64", "-n", "20000", "-x", "1"];
+    let abi_write_lat_us = stock_perftest(&pair, &lat, 4)?;
+    let abi_write_ratio = abi_write_gbps.map(|g| g / w_4096_gbps);
     println!("best of {rounds} rounds:");
     println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
     println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
@@ -240,6 +251,25 @@ fn run() -> Result<(), String> {
         udp_rtt_us,
         raw_rtt_us / udp_rtt_us,
     );
+    if let Some(r) = abi_write_ratio {
+        println!(
+            "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
+            "stock ib_write_bw / perf write",
+            abi_write_gbps.unwrap_or(0.0),
+            w_4096_gbps,
+            r,
+            ">=0.95"
+        );
+    }
+    if let Some(l) = abi_write_lat_us {
+        println!(
+            "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+            "stock ib_write_lat 64 B us (x2)",
+            2.0 * l,
+            rtt_us,
+            2.0 * l / rtt_us,
+        );
+    }
     println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8);
     println!();
     println!(
@@ -291,6 +321,9 @@ fn run() -> Result<(), String> {
         "round_raw_rtt_us": raw_rtts,
         "round_raw_rtt2_us": raw_rtts2,
         "rtt_over_raw2": rtt_us / raw_rtt2_us,
+        "abi_write_gbps": abi_write_gbps,
+        "abi_write_ratio": abi_write_ratio,
+        "abi_write_lat_us": abi_write_lat_us,
     });
     println!("{json}");
     Ok(())
@@ -325,6 +358,64 @@ fn ratios(w: &[PerfResult], raw: &[raw::RawResult]) -> Vec<f64> {
 struct PerfResult {
     gbps: f64,
     mpps: f64,
+}
+
+/// A stock perftest tool through the library (`xrnic exec`, server in B, client in A):
+/// column `col` of the client's first table row (`ib_write_bw --report_gbits`: 3, the
+/// average Gbit/s; `ib_write_lat`: 4, t_typical in µs). None, said on stdout, when the
+/// tool (perftest) or the library (`cargo build --release -p xrnic-verbs`) is missing.
+fn stock_perftest(pair: &VethPair, args: &[&str], col: usize) -> Result<Option<f64>, String> {
+    use std::process::{Command, Stdio};
+    let xrnic = env!("CARGO_BIN_EXE_xrnic");
+    let lib = std::path::Path::new(xrnic).with_file_name("libibverbs.so");
+    let tool = format!("/usr/bin/{}", args[0]);
+    if !lib.exists() || !std::path::Path::new(&tool).exists() {
+        println!(
+            "  {}: skipped ({} or {tool} missing)",
+            args[0],
+            lib.display()
+        );
+        return Ok(None);
+    }
+    let cmd = |side: Side| {
+        let e = pair.end(side);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &e.netns, "timeout", "300", xrnic, "exec"])
+            .args(["--netdev", &e.ifname, "--", &tool])
+            .args(&args[1..]);
+        c
+    };
+    let server = cmd(Side::B)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{tool}: {e}"))?;
+    wait_listening(pair, 18515)?;
+    let client = cmd(Side::A)
+        .arg(pair.end(Side::B).ipv4.to_string())
+        .output()
+        .map_err(|e| format!("{tool}: {e}"))?;
+    let server = server
+        .wait_with_output()
+        .map_err(|e| format!("{tool}: {e}"))?;
+    let out = String::from_utf8_lossy(&client.stdout);
+    if !client.status.success() || !server.status.success() {
+        return Err(format!(
+            "{args:?}: client {}, server {}: {out}{}",
+            client.status,
+            server.status,
+            String::from_utf8_lossy(&server.stderr)
+        ));
+    }
+    let v = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .nth(1)
+        .and_then(|l| l.split_whitespace().nth(col))
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| format!("{args:?}: no perftest table: {out}"))?;
+    println!("  {}: {v}", args.join(" "));
+    Ok(Some(v))
 }
 
 /// Wait (bounded) until something listens on TCP `port` in B.

@@ -391,6 +391,10 @@ pub struct Shared {
     wake_at: AtomicU64,
     /// An application busy-polls the port until then (nanoseconds since `epoch`).
     poll_lease: AtomicU64,
+    /// A timerfd the driver sleeps on under a lease: armed when a poll that found
+    /// completions shortens the lease to [`poll::POLL_GRACE`] ([`Shared::poll_found`]),
+    /// so that the driver watches the socket again once the application stops polling.
+    grace_timer: OwnedFd,
     /// A thread waits for a completion asleep on the socket ([`Shared::wait_cq`]).
     rx_waiter: AtomicBool,
     /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
@@ -638,6 +642,10 @@ impl Driver {
             sleeping: AtomicBool::new(false),
             wake_at: AtomicU64::new(0),
             poll_lease: AtomicU64::new(0),
+            grace_timer: rustix::time::timerfd_create(
+                rustix::time::TimerfdClockId::Monotonic,
+                rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+            )?,
             rx_waiter: AtomicBool::new(false),
             tx_deferred: AtomicBool::new(false),
             cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
@@ -832,13 +840,20 @@ fn run(shared: &Shared, opts: &DriverOptions) {
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
         shared.lock().stats.sleeps += 1;
+        // Under a lease the grace timer ends the sleep early when the application stops
+        // polling (a shortened lease); the socket is watched otherwise.
         let mut fds = [
             PollFd::new(&shared.wake, PollFlags::IN),
+            PollFd::new(&shared.grace_timer, PollFlags::IN),
             PollFd::new(&shared.rx_fd, PollFlags::IN),
         ];
-        let n = if lease.is_some() { 1 } else { 2 };
+        let n = if lease.is_some() { 2 } else { 3 };
         let _ = poll(&mut fds[..n], Some(&ts));
         let kicked = !fds[0].revents().is_empty();
+        if !fds[1].revents().is_empty() {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&shared.grace_timer, &mut b);
+        }
         shared.sleeping.store(false, Ordering::SeqCst);
         if kicked {
             let mut b = [0u8; 8];
@@ -1161,6 +1176,38 @@ mod tests {
             assert_eq!(s.as_ptr() as usize % 64, 0, "slot {i}");
             assert!(s.len() >= MAX_FRAME_LEN);
         }
+    }
+
+    /// perftest's ib_write_lat polls its send CQ, then spins on its buffer for the
+    /// peer's RDMA WRITE without calling a verb: a lease left at its full length would
+    /// keep the driver off the socket (the WRITE unread) for up to POLL_LEASE.
+    #[test]
+    fn a_poll_that_finds_completions_shortens_the_lease_to_the_grace() {
+        let (a, _b) = sim_link().unwrap();
+        let d = Driver::start(
+            Rnic::new(crate::proto::Config::default()),
+            Box::new(a),
+            DriverOptions::default(),
+        )
+        .unwrap();
+        let s = d.shared();
+        let now = s.now();
+        let _ = s.poll_progress();
+        let long = s.lease_until(now).expect("an empty poll takes the lease");
+        assert!(long >= now + POLL_LEASE.as_nanos() as u64);
+        s.poll_found();
+        let short = s.lease_until(now).expect("still leased within the grace");
+        assert!(
+            short <= s.now() + poll::POLL_GRACE.as_nanos() as u64,
+            "{short}"
+        );
+        // Without a lease there is nothing to shorten (and no timer to arm).
+        s.poll_lease.store(0, Ordering::SeqCst);
+        s.poll_found();
+        assert_eq!(s.lease_until(0), None);
+        // The next empty poll lengthens the lease again.
+        let _ = s.poll_progress();
+        assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE.as_nanos() as u64);
     }
 
     #[test]

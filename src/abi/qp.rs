@@ -1,12 +1,14 @@
 //! RC queue pairs: create / modify / query / destroy, and the data path of `ctx->ops`
 //! (`ibv_post_send`, `ibv_post_recv`: SGE lists, lists of work requests, signaled and
 //! unsignaled). UD, UC and SRQ are the next issue's: `qp_type` other than RC and an SRQ
-//! are EOPNOTSUPP. No inline data yet (`max_inline_data` 0: a request for more is
-//! EINVAL, and `IBV_SEND_INLINE` with data is EINVAL).
+//! are EOPNOTSUPP. Inline data (`IBV_SEND_INLINE`) up to [`MAX_INLINE_DATA`] bytes, as
+//! rxe: the bytes are copied at post time into a per-QP ring of slots in an
+//! engine-owned region, and the request sends from there (the program may reuse its
+//! buffer, unregistered or not, as soon as `ibv_post_send` returns).
 
 use core::ffi::c_int;
 use core::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use xrnic::verbs::{
     self as xv, Access, AttrMask, Lkey, Mtu, Psn, QpAttr, QpState, Qpn, RecvWr, Rkey, SendFlags,
@@ -30,6 +32,28 @@ pub struct XQp {
     cqs: [Arc<CqState>; 2],
     cap: ibv_qp_cap,
     sq_sig_all: bool,
+    /// Inline data: the ring its bytes are copied into (`None` when max_inline_data 0).
+    inline: Option<Inline>,
+}
+
+/// The largest `max_inline_data` a QP takes: rxe's (RXE_MAX_INLINE_DATA, the SGE area
+/// of its largest send WQE, 32 SGEs of 16 bytes; drivers/infiniband/sw/rxe/rxe_param.h).
+pub const MAX_INLINE_DATA: u32 = 512;
+
+/// Inline data of a QP: `slots` slots of `slot` bytes in an engine-owned region. A
+/// request's bytes go into the slot after the last one used, and the slot index moves on
+/// only when the engine took the request. With `max_send_wr + 1` slots, a slot is
+/// written only when the request that used it last has left the send queue: the queue
+/// holds at most `max_send_wr` requests, all among the last `max_send_wr` posted, which
+/// occupy the other slots (an unacknowledged request is still in the queue, and is
+/// resent from its slot).
+struct Inline {
+    mr: xv::Mr,
+    slot: usize,
+    slots: usize,
+    /// The next slot; held across the copy and the post, so that posts from several
+    /// threads use distinct slots.
+    next: Mutex<usize>,
 }
 
 fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
@@ -69,7 +93,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         || c.max_recv_wr > attr.max_qp_wr
         || c.max_send_sge > attr.max_sge
         || c.max_recv_sge > attr.max_sge
-        || c.max_inline_data > 0
+        || c.max_inline_data > MAX_INLINE_DATA
     {
         return Err(libc::EINVAL);
     }
@@ -92,10 +116,22 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     ibv.handle = next_handle();
     ibv.qp_num = qp.qp_num().value();
     ibv.qp_type = IBV_QPT_RC;
-    let cap = ibv_qp_cap {
-        max_inline_data: 0,
-        ..c
+    let inline = if c.max_inline_data > 0 {
+        let slot = (c.max_inline_data as usize).next_multiple_of(64);
+        let slots = c.max_send_wr as usize + 1;
+        let mr =
+            p.pd.reg_mr(slot * slots, Access::LOCAL_WRITE)
+                .map_err(|e| errno_of(&e))?;
+        Some(Inline {
+            mr,
+            slot,
+            slots,
+            next: Mutex::new(0),
+        })
+    } else {
+        None
     };
+    let cap = c;
     a.cap = cap;
     p.users.fetch_add(1, Ordering::SeqCst);
     scq.state.users.fetch_add(1, Ordering::SeqCst);
@@ -107,6 +143,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         cqs: [scq.state.clone(), rcq.state.clone()],
         cap,
         sq_sig_all: a.sq_sig_all != 0,
+        inline,
     }));
     live::add(x, Kind::Qp);
     Ok(x as *mut ibv_qp)
@@ -323,9 +360,6 @@ fn send_wr(x: &XQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     };
     // SAFETY: the work request's SGE list (verbs.h contract).
     let sg = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_send_sge) }?;
-    if w.send_flags & IBV_SEND_INLINE != 0 && sg.iter().any(|s| s.length > 0) {
-        return Err(libc::EINVAL);
-    }
     let mut s = SendWr::new(w.wr_id, op);
     s.sg_list = sg;
     s.send_flags = SendFlags(w.send_flags & 7);
@@ -338,6 +372,64 @@ fn send_wr(x: &XQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     s.atomic.swap = w.wr.swap;
     s.atomic.rkey = Rkey(w.wr.rkey);
     Ok(s)
+}
+
+/// Whether `op` carries inline data when IBV_SEND_INLINE is set: the SEND and RDMA
+/// WRITE kinds (READ and atomics have no payload to send; the flag is ignored there).
+fn inlinable(op: WrOpcode) -> bool {
+    matches!(
+        op,
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::SendWithInv
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
+    )
+}
+
+/// Post one request; with IBV_SEND_INLINE its bytes are first copied into the QP's
+/// inline ring (the SGEs' lkeys are not checked, as for inline data in rxe and IBTA
+/// vol. 1 §10.8.3.3: the data is taken by value). More than `max_inline_data` bytes is
+/// EINVAL, as in rxe.
+fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
+    if w.send_flags & IBV_SEND_INLINE == 0 || !inlinable(s.opcode) {
+        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+    }
+    let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
+    if total > u64::from(x.cap.max_inline_data) {
+        return Err(libc::EINVAL);
+    }
+    let Some(inl) = &x.inline else {
+        // max_inline_data 0: only an empty request may be inline.
+        if total > 0 {
+            return Err(libc::EINVAL);
+        }
+        s.sg_list.clear();
+        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+    };
+    let mut bytes = Vec::with_capacity(total as usize);
+    for g in s.sg_list.iter().filter(|g| g.length > 0) {
+        // SAFETY: an inline SGE names `length` readable bytes of the program's memory
+        // at `addr` (verbs.h: the data is read during ibv_post_send); the total is at
+        // most max_inline_data (checked above).
+        let part =
+            unsafe { core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) };
+        bytes.extend_from_slice(part);
+    }
+    let mut next = inl.next.lock().unwrap_or_else(|e| e.into_inner());
+    let off = *next * inl.slot;
+    inl.mr.write(off, &bytes).map_err(|e| errno_of(&e))?;
+    s.sg_list.clear();
+    if total > 0 {
+        s.sg_list.push(Sge {
+            addr: inl.mr.addr() + off as u64,
+            length: total as u32,
+            lkey: inl.mr.lkey(),
+        });
+    }
+    x.qp.post_send(s).map_err(|e| errno_of(&e))?;
+    *next = (*next + 1) % inl.slots;
+    Ok(())
 }
 
 /// `ctx->ops.post_send`: 0, or the errno with `*bad` at the first refused request.
@@ -354,7 +446,7 @@ pub unsafe extern "C" fn post_send(
         while !cur.is_null() {
             // SAFETY: `cur` is a node of the program's list.
             let w = unsafe { &*cur };
-            let r = send_wr(x, w).and_then(|s| x.qp.post_send(s).map_err(|e| errno_of(&e)));
+            let r = send_wr(x, w).and_then(|s| post_one(x, w, s));
             if let Err(e) = r {
                 if !bad.is_null() {
                     // SAFETY: the caller's out pointer.

@@ -25,6 +25,14 @@
 //!   frame does not wake a second thread on a machine with few cores. The driver wakes
 //!   when the lease ends, and takes over at once when a thread starts waiting for a
 //!   completion ([`Shared::wait_cq`] ends the lease). Timers still wake the driver.
+//! - A lease lasts only while the polling does. A poll that finds completions (the
+//!   application got what it waited for and may stop calling in: perftest's
+//!   `ib_write_lat` next spins on its buffer, where only a remote RDMA WRITE it never
+//!   polls for lands) shortens the lease to [`POLL_GRACE`] and arms the driver's grace
+//!   timer ([`Shared::poll_found`]); the next empty poll lengthens it again. An
+//!   application that keeps polling (a ping-pong answering within the grace) re-arms the
+//!   timer before it fires and costs one `timerfd_settime` per completion, no wake-up;
+//!   one that stops leaves the socket to the driver within the grace.
 //! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
 //!   outstanding work the driver is kicked and sends whole batches, as a stream of small
 //!   messages would otherwise cost one `sendto` each.
@@ -64,6 +72,11 @@ use crate::proto::{Cq, TxReason, WorkCompletion};
 /// ibv_rc_pingpong's `timeout 14`), so an application that stops polling delays a
 /// passive side's answer by at most this much.
 pub const POLL_LEASE: Duration = Duration::from_millis(2);
+
+/// How long after a poll that found completions the lease lasts when no empty poll
+/// follows ([`Shared::poll_found`]): longer than an application takes to post its
+/// answer and poll again, short beside a round trip through a sleeping driver.
+pub const POLL_GRACE: Duration = Duration::from_micros(50);
 
 /// Transmit buffers: `BATCH` slots of `STRIDE` bytes, each 64-byte aligned.
 pub(super) struct TxBufs {
@@ -399,6 +412,38 @@ impl Shared {
         let lease = self.now() + POLL_LEASE.as_nanos() as u64;
         self.poll_lease.fetch_max(lease, Ordering::SeqCst);
         self.app_step_as(Stepper::Poll).is_some()
+    }
+
+    /// A poll found completions: the caller may stop polling now (and spin on its
+    /// memory instead, waiting for a remote write), so the lease it holds shrinks to
+    /// [`POLL_GRACE`] from now, and the grace timer wakes the sleeping driver then to
+    /// watch the socket again unless an empty poll lengthened the lease meanwhile.
+    pub fn poll_found(&self) {
+        let until = self.now() + POLL_GRACE.as_nanos() as u64;
+        let shortened = self
+            .poll_lease
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
+                (l > until).then_some(until)
+            })
+            .is_ok();
+        if shortened {
+            let t = rustix::time::Itimerspec {
+                it_interval: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: Timespec {
+                    tv_sec: 0,
+                    tv_nsec: POLL_GRACE.as_nanos() as i64,
+                },
+            };
+            // Only fails on a bad descriptor or value, neither possible here.
+            let _ = rustix::time::timerfd_settime(
+                &self.grace_timer,
+                rustix::time::TimerfdTimerFlags::empty(),
+                &t,
+            );
+        }
     }
 
     /// Push deferred ACKs out now (a poll found no completion, or a thread is about to

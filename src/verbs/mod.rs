@@ -1384,11 +1384,17 @@ impl Cq {
             CqKind::Soft(cq) => {
                 let s = &cq.shared;
                 let n = s.lock().rnic.poll_cq(cq.cq, max, out);
-                if n > 0 || !s.poll_progress() {
+                if n > 0 {
+                    s.poll_found();
+                    return Ok(n);
+                }
+                if !s.poll_progress() {
                     return Ok(n);
                 }
                 let n = s.lock().rnic.poll_cq(cq.cq, max, out);
-                if n == 0 {
+                if n > 0 {
+                    s.poll_found();
+                } else {
                     // Nothing to return: the ACKs the step deferred (hoping to leave with
                     // the caller's answer) go now.
                     s.flush_deferred();

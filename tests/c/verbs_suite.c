@@ -1,0 +1,357 @@
+/* The verbs the library implements and their error paths, through the system's
+ * <infiniband/verbs.h> (libibverbs-dev), linked with -libverbs: on xrnic through
+ * `xrnic exec` (tests/verbs_abi_c.rs), and meant to run on Linux rxe the same way.
+ *
+ *   verbs_suite DEVICE GID_INDEX server|client DIR
+ *
+ * Two processes (one per end of a link) exchange their QP number, GID, buffer address
+ * and rkey through files in DIR (DIR/server.info, DIR/client.info). One line per check,
+ * then "N passed, M failed"; the exit status is 0 only when nothing failed. */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+static int passed, failed;
+
+static void check(int ok, const char *what)
+{
+	printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
+	fflush(stdout);
+	if (ok)
+		passed++;
+	else
+		failed++;
+}
+
+struct info {
+	uint32_t qpn;
+	uint32_t rkey;
+	uint64_t addr;
+	union ibv_gid gid;
+};
+
+static int write_info(const char *dir, const char *role, const struct info *i)
+{
+	char p[512], t[520];
+	FILE *f;
+
+	snprintf(p, sizeof p, "%s/%s.info", dir, role);
+	snprintf(t, sizeof t, "%s.tmp", p);
+	f = fopen(t, "w");
+	if (!f)
+		return -1;
+	fwrite(i, sizeof *i, 1, f);
+	fclose(f);
+	return rename(t, p);
+}
+
+static int read_info(const char *dir, const char *role, struct info *i)
+{
+	char p[512];
+	FILE *f;
+	int n;
+
+	snprintf(p, sizeof p, "%s/%s.info", dir, role);
+	for (n = 0; n < 3000; n++) {
+		f = fopen(p, "r");
+		if (f) {
+			size_t r = fread(i, sizeof *i, 1, f);
+			fclose(f);
+			if (r == 1)
+				return 0;
+		}
+		usleep(10000);
+	}
+	return -1;
+}
+
+/* Poll `cq` until one completion arrives (bounded). */
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	long n;
+
+	for (n = 0; n < 200000000L; n++) {
+		int r = ibv_poll_cq(cq, 1, wc);
+		if (r != 0)
+			return r;
+	}
+	return 0;
+}
+
+static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			    IBV_ACCESS_LOCAL_WRITE;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				   IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer->qpn;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = gid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				      IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx = NULL;
+	struct ibv_device_attr da;
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr, *mr2;
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *scq, *rcq, *cq;
+	struct ibv_qp *qp, *qp2;
+	struct ibv_qp_init_attr qia;
+	struct ibv_qp_attr qa;
+	struct ibv_sge sge;
+	struct ibv_send_wr swr, *bad;
+	struct ibv_recv_wr rwr, *rbad;
+	struct ibv_wc wc;
+	struct info me, peer;
+	char *buf;
+	int i, n, gid_index, server;
+	const size_t len = 4096;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s DEVICE GID_INDEX server|client DIR\n", argv[0]);
+		return 2;
+	}
+	gid_index = atoi(argv[2]);
+	server = strcmp(argv[3], "server") == 0;
+
+	list = ibv_get_device_list(&n);
+	check(list != NULL && n > 0, "ibv_get_device_list lists a device");
+	for (i = 0; list && i < n; i++)
+		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+			ctx = ibv_open_device(list[i]);
+	check(ctx != NULL, "ibv_open_device");
+	if (!ctx)
+		goto out;
+	check(ibv_query_device(ctx, &da) == 0 && da.max_qp_wr > 0 && da.max_sge > 0,
+	      "ibv_query_device");
+	check(ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE &&
+		      pa.link_layer == IBV_LINK_LAYER_ETHERNET,
+	      "ibv_query_port: active, Ethernet");
+	check(ibv_query_port(ctx, 2, &pa) != 0, "ibv_query_port of port 2 fails");
+	check(ibv_query_gid(ctx, 1, gid_index, &gid) == 0 && gid.global.interface_id != 0,
+	      "ibv_query_gid");
+
+	pd = ibv_alloc_pd(ctx);
+	check(pd != NULL, "ibv_alloc_pd");
+	buf = aligned_alloc(4096, 2 * len);
+	memset(buf, 0, 2 * len);
+	mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ);
+	check(mr != NULL && mr->lkey != 0 && mr->addr == buf, "ibv_reg_mr");
+	mr2 = ibv_reg_mr_iova2(pd, buf + len, len, 0x10000, IBV_ACCESS_LOCAL_WRITE);
+	check(mr2 != NULL, "ibv_reg_mr_iova2 at iova 0x10000");
+	check(ibv_dealloc_pd(pd) == EBUSY, "ibv_dealloc_pd of a PD in use: EBUSY");
+
+	ch = ibv_create_comp_channel(ctx);
+	check(ch != NULL && ch->fd >= 0, "ibv_create_comp_channel has a descriptor");
+	scq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	rcq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	check(scq != NULL && rcq != NULL, "ibv_create_cq (one on the channel)");
+
+	memset(&qia, 0, sizeof qia);
+	qia.send_cq = scq;
+	qia.recv_cq = rcq;
+	qia.qp_type = IBV_QPT_RC;
+	qia.cap.max_send_wr = 8;
+	qia.cap.max_recv_wr = 8;
+	qia.cap.max_send_sge = 2;
+	qia.cap.max_recv_sge = 2;
+	qia.cap.max_inline_data = 1 << 20;
+	errno = 0;
+	check(ibv_create_qp(pd, &qia) == NULL, "ibv_create_qp with max_inline_data 1 MiB fails");
+	qia.cap.max_inline_data = 64;
+	qp = ibv_create_qp(pd, &qia);
+	check(qp != NULL && qia.cap.max_inline_data >= 64,
+	      "ibv_create_qp RC, max_inline_data 64 reported");
+	if (!qp)
+		goto out;
+	check(ibv_destroy_cq(scq) == EBUSY, "ibv_destroy_cq of a CQ in use: EBUSY");
+	memset(&qa, 0, sizeof qa);
+	check(ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_CAP, &qia) == 0 &&
+		      qa.qp_state == IBV_QPS_RESET && qa.cap.max_inline_data >= 64,
+	      "ibv_query_qp: RESET, max_inline_data");
+
+	sge.addr = (uintptr_t)buf;
+	sge.length = 16;
+	sge.lkey = mr->lkey;
+	memset(&swr, 0, sizeof swr);
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	swr.opcode = IBV_WR_SEND;
+	swr.send_flags = IBV_SEND_SIGNALED;
+	check(ibv_post_send(qp, &swr, &bad) != 0 && bad == &swr,
+	      "ibv_post_send on a QP in RESET fails, bad_wr set");
+
+	/* A second QP, destroyed at once. */
+	qia.cap.max_inline_data = 0;
+	qp2 = ibv_create_qp(pd, &qia);
+	check(qp2 != NULL && ibv_destroy_qp(qp2) == 0, "ibv_create_qp / ibv_destroy_qp");
+
+	/* Connect to the peer. */
+	me.qpn = qp->qp_num;
+	me.rkey = mr->rkey;
+	me.addr = (uintptr_t)buf;
+	me.gid = gid;
+	check(write_info(argv[4], argv[3], &me) == 0 &&
+		      read_info(argv[4], server ? "client" : "server", &peer) == 0,
+	      "exchange QP numbers through DIR");
+	check(modify(qp, &peer, gid_index) == 0, "ibv_modify_qp INIT, RTR, RTS");
+
+	/* Receives: three, the first one waited for through the channel. */
+	for (i = 0; i < 3; i++) {
+		struct ibv_sge rs = {(uintptr_t)(buf + 1024 + 256 * i), 256, mr->lkey};
+		memset(&rwr, 0, sizeof rwr);
+		rwr.wr_id = 100 + i;
+		rwr.sg_list = &rs;
+		rwr.num_sge = 1;
+		if (ibv_post_recv(qp, &rwr, &rbad))
+			check(0, "ibv_post_recv");
+	}
+	check(ibv_req_notify_cq(rcq, 0) == 0, "ibv_req_notify_cq");
+	memset(buf, 0xc3, 16); /* what the client's RDMA READ reads */
+	/* Both ends have their receives posted before either sends. */
+	write_info(argv[4], server ? "server-ready" : "client-ready", &me);
+	read_info(argv[4], server ? "client-ready" : "server-ready", &peer);
+
+	if (!server) {
+		/* 1: an inline SEND from an unregistered stack buffer. */
+		char msg[64];
+		struct ibv_sge is = {(uintptr_t)msg, sizeof msg, 0xdeadbeef};
+		for (i = 0; i < (int)sizeof msg; i++)
+			msg[i] = (char)(i * 7 + 1);
+		swr.sg_list = &is;
+		swr.wr_id = 1;
+		swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+		check(ibv_post_send(qp, &swr, &bad) == 0, "ibv_post_send inline SEND");
+		memset(msg, 0, sizeof msg); /* the data was taken at post time */
+		check(poll_one(scq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 1,
+		      "inline SEND completes");
+		/* An inline request longer than max_inline_data: EINVAL. */
+		is.length = 65;
+		check(ibv_post_send(qp, &swr, &bad) == EINVAL, "inline past max_inline_data: EINVAL");
+		/* 2: a SEND gathering two SGEs. */
+		struct ibv_sge two[2] = {{(uintptr_t)buf, 100, mr->lkey},
+					 {(uintptr_t)buf + 200, 28, mr->lkey}};
+		memset(buf, 0x5a, 128);
+		memset(buf + 200, 0xa5, 28);
+		swr.sg_list = two;
+		swr.num_sge = 2;
+		swr.wr_id = 2;
+		swr.send_flags = IBV_SEND_SIGNALED;
+		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS,
+		      "SEND of two SGEs completes");
+		/* 3: an RDMA WRITE with immediate into the peer's buffer. */
+		memset(buf + 512, 0x33, 64);
+		sge.addr = (uintptr_t)buf + 512;
+		sge.length = 64;
+		sge.lkey = mr->lkey;
+		swr.sg_list = &sge;
+		swr.num_sge = 1;
+		swr.wr_id = 3;
+		swr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		swr.imm_data = htobe32(0x1234);
+		swr.wr.rdma.remote_addr = peer.addr + 3072;
+		swr.wr.rdma.rkey = peer.rkey;
+		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS,
+		      "RDMA WRITE with immediate completes");
+		/* 4: an RDMA READ of the peer's first bytes. */
+		sge.addr = (uintptr_t)buf + 2048;
+		swr.wr_id = 4;
+		swr.opcode = IBV_WR_RDMA_READ;
+		swr.wr.rdma.remote_addr = peer.addr;
+		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
+			      wc.status == IBV_WC_SUCCESS && (unsigned char)buf[2048] == 0xc3,
+		      "RDMA READ returns the peer's bytes");
+		/* 5 (last: the QP goes to ERR): a bad lkey. */
+		sge.lkey = mr->lkey + 0x1000;
+		swr.wr_id = 5;
+		swr.opcode = IBV_WR_SEND;
+		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
+			      wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 5,
+		      "a bad lkey completes with IBV_WC_LOC_PROT_ERR");
+	} else {
+		struct ibv_cq *ev_cq;
+		void *ev_ctx;
+		struct pollfd pfd = {ch->fd, POLLIN, 0};
+		check(poll(&pfd, 1, 30000) == 1, "the channel's descriptor becomes readable");
+		check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq,
+		      "ibv_get_cq_event names the CQ");
+		ibv_ack_cq_events(rcq, 1);
+		cq = rcq;
+		check(poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 &&
+			      wc.byte_len == 64 && wc.opcode == IBV_WC_RECV,
+		      "inline SEND received, 64 bytes");
+		{
+			int ok = 1;
+			for (i = 0; i < 64; i++)
+				ok &= buf[1024 + i] == (char)(i * 7 + 1);
+			check(ok, "inline SEND's bytes are the sender's at post time");
+		}
+		check(poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 128 &&
+			      (unsigned char)buf[1280 + 99] == 0x5a &&
+			      (unsigned char)buf[1280 + 100] == 0xa5,
+		      "two-SGE SEND received in order");
+		check(poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+			      wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM &&
+			      be32toh(wc.imm_data) == 0x1234 && (unsigned char)buf[3072] == 0x33 &&
+			      (unsigned char)buf[3072 + 63] == 0x33,
+		      "RDMA WRITE with immediate landed, immediate received");
+		/* Wait for the client's last check before tearing down. */
+		read_info(argv[4], "client-done", &peer);
+	}
+	if (!server)
+		write_info(argv[4], "client-done", &me);
+
+	check(ibv_dereg_mr(mr2) == 0, "ibv_dereg_mr");
+	check(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");
+	check(ibv_destroy_cq(scq) == 0 && ibv_destroy_cq(rcq) == 0, "ibv_destroy_cq");
+	check(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
+	check(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");
+	check(ibv_dealloc_pd(pd) == 0, "ibv_dealloc_pd");
+	check(ibv_close_device(ctx) == 0, "ibv_close_device");
+	ibv_free_device_list(list);
+out:
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}

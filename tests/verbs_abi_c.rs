@@ -1,0 +1,96 @@
+//! tests/c/verbs_suite.c, compiled with cc against the system's <infiniband/verbs.h>
+//! (libibverbs-dev) and linked with -libverbs, runs on xrnic through `xrnic exec` on both
+//! ends of a veth pair (root: AF_XDP, XDP): every implemented verb and its error paths,
+//! inline data, a completion channel, an RC transfer between the two processes. The
+//! program prints one line per check and "N passed, M failed". The library must be
+//! built (`cargo build --workspace`, as `make test` does).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{XRNIC, text, under_ci};
+use xrnic::io::netns::{Side, VethPair};
+
+/// The program built into a fresh directory, or None (skip; a failure under CI=true).
+fn build() -> Option<(PathBuf, PathBuf)> {
+    let have_cc = Command::new("cc").arg("--version").output().is_ok();
+    let have_hdr = Path::new("/usr/include/infiniband/verbs.h").exists();
+    if !have_cc || !have_hdr {
+        assert!(!under_ci(), "CI=true needs cc and libibverbs-dev");
+        eprintln!("skipping: needs cc and /usr/include/infiniband/verbs.h (libibverbs-dev)");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("xrnic-verbs-suite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("verbs_suite");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_suite.c");
+    let o = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cc: {}", text(&o));
+    Some((dir, exe))
+}
+
+fn exec(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str) -> Command {
+    let e = pair.end(side);
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &e.netns, "timeout", "120", XRNIC])
+        .args(["exec", "--netdev", &e.ifname, "--"])
+        .arg(exe)
+        .arg(format!("xrnic_{}", e.ifname))
+        .arg("1")
+        .arg(role)
+        .arg(dir);
+    c
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
+    let lib = Path::new(XRNIC).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: cargo build --workspace",
+        lib.display()
+    );
+    let Some((dir, exe)) = build() else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let server = exec(&pair, Side::B, &exe, &dir, "server")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = exec(&pair, Side::A, &exe, &dir, "client").output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    for (who, o, checks) in [("client", &client, 35), ("server", &server, 34)] {
+        let t = text(o);
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{who}: {t}");
+        assert!(!s.contains("FAIL:"), "{who}: {t}");
+        assert!(
+            s.contains(&format!("{checks} passed, 0 failed")),
+            "{who}: {t}"
+        );
+        for line in [
+            "PASS: a bad lkey completes with IBV_WC_LOC_PROT_ERR",
+            "PASS: inline SEND's bytes are the sender's at post time",
+        ] {
+            let mine = if who == "client" {
+                line.contains("lkey")
+            } else {
+                line.contains("inline")
+            };
+            assert!(!mine || s.contains(line), "{who}: {line}: {t}");
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The acceptance list of issue 20 (docs/verbs-abi.md): Debian's stock, unmodified
+//! rdma-core and perftest binaries on both ends of a veth pair in two namespaces, each
+//! end on xrnic through `xrnic exec` (root: AF_XDP, XDP). Every run must exit 0 on both
+//! ends and print the tool's own result lines (perftest's table, ibv_rc_pingpong's
+//! "iters in"); data is checked where the tool checks it (`ibv_rc_pingpong -c`).
+//! The library must be built (`cargo build --workspace`, as `make test` does).
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{XRNIC, text, under_ci};
+use xrnic::io::netns::{Side, VethPair};
+
+/// The stock tool, or None (skip; a failure under CI=true).
+fn tool(name: &str, package: &str) -> Option<String> {
+    let p = format!("/usr/bin/{name}");
+    if std::path::Path::new(&p).exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} ({package})");
+    eprintln!("skipping: {p} not installed ({package})");
+    None
+}
+
+fn library_built() {
+    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: build the workspace first (cargo build --workspace)",
+        lib.display()
+    );
+}
+
+/// `PROGRAM ARGS` on `side` through `xrnic exec`, bounded by timeout(1) so that a hung
+/// peer cannot hang the test.
+fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &pair.end(side).netns,
+        "timeout",
+        "120",
+        XRNIC,
+    ])
+    .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
+    .args(args);
+    c
+}
+
+/// Wait until something listens on TCP `port` in `side`'s namespace (bounded).
+fn wait_listening(pair: &VethPair, side: Side, port: u16) {
+    for _ in 0..400 {
+        let o = pair
+            .exec(side, &["ss", "-Hltn", &format!("sport = :{port}")])
+            .unwrap();
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port}");
+}
+
+/// The server on B, then the client on A (`args` + B's address); both outputs, each
+/// asserted to have exited 0.
+fn run_both(pair: &VethPair, program: &str, args: &[&str]) -> (Output, Output) {
+    let mut cmd: Vec<&str> = vec![program];
+    cmd.extend_from_slice(args);
+    let server = exec(pair, Side::B, &cmd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // ibv_rc_pingpong and perftest both exchange their QP numbers on TCP port 18515.
+    wait_listening(pair, Side::B, 18515);
+    let b = pair.end(Side::B).ipv4.to_string();
+    cmd.push(&b);
+    let client = exec(pair, Side::A, &cmd).output().unwrap();
+    let server = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &client), ("server", &server)] {
+        assert!(
+            o.status.success(),
+            "{who} of {program} {args:?}: {}",
+            text(o)
+        );
+    }
+    (client, server)
+}
+
+/// perftest's result table: the `#bytes` header, then at least one row whose first
+/// column is a message size and whose second is the iteration count. Returns the rows.
+fn perftest_rows(o: &Output, what: &str) -> Vec<Vec<String>> {
+    let s = String::from_utf8_lossy(&o.stdout);
+    let t = text(o);
+    let mut lines = s
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    assert!(lines.next().is_some(), "{what}: no perftest table: {t}");
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .take_while(|c| c.len() >= 2 && c[0].parse::<u64>().is_ok())
+        .collect();
+    assert!(!rows.is_empty(), "{what}: an empty perftest table: {t}");
+    for r in &rows {
+        assert!(r[1].parse::<u64>().unwrap() > 0, "{what}: {r:?}: {t}");
+    }
+    rows
+}
+
+/// A perftest tool between the two ends: the client's table (the passive side of the
+/// READ, atomic and RDMA WRITE bandwidth tests prints none).
+fn perftest(pair: &VethPair, program: &str, args: &[&str]) -> Vec<Vec<String>> {
+    let (client, server) = run_both(pair, program, args);
+    let what = format!("{program} {args:?}");
+    let name = program.rsplit('/').next().unwrap_or(program);
+    if ["ib_write_lat", "ib_send_lat", "ib_send_bw"].contains(&name) {
+        perftest_rows(&server, &format!("{what} server"));
+    }
+    perftest_rows(&client, &format!("{what} client"))
+}
+
+/// ib_write_lat: each side spins on the last byte of its buffer for the peer's RDMA
+/// WRITE and calls no verb meanwhile, so the device must receive on its own thread
+/// (src/driver/poll.rs, the lease shortened after a poll that found completions).
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_write_lat_both_ends() {
+    library_built();
+    let Some(p) = tool("ib_write_lat", "perftest") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let rows = perftest(&pair, &p, &["-n", "200", "-x", "1"]);
+    assert_eq!(rows[0][0], "2", "{rows:?}");
+    assert_eq!(rows[0][1], "200", "{rows:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_latency_tools_both_ends() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    for (name, size) in [
+        ("ib_read_lat", "2"),
+        ("ib_send_lat", "2"),
+        ("ib_atomic_lat", "8"),
+        ("ib_write_lat", "2"),
+    ] {
+        let Some(p) = tool(name, "perftest") else {
+            return;
+        };
+        // GID 0 (fe80:: from the MAC) for one, the IPv4-mapped GID for the others.
+        let gid = if name == "ib_send_lat" { "0" } else { "1" };
+        let rows = perftest(&pair, &p, &["-n", "100", "-x", gid]);
+        assert_eq!((rows[0][0].as_str(), rows[0][1].as_str()), (size, "100"));
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_bandwidth_tools_all_sizes_queues_duration_bidirectional() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    for name in ["ib_write_bw", "ib_read_bw", "ib_send_bw"] {
+        let Some(p) = tool(name, "perftest") else {
+            return;
+        };
+        // -a: every size from 2 bytes to 8 MiB, one table row each.
+        let rows = perftest(&pair, &p, &["-a", "-n", "5", "-x", "1"]);
+        assert_eq!(rows.len(), 23, "{name} -a: {rows:?}");
+        assert_eq!(rows[0][0], "2");
+        assert_eq!(rows[22][0], "8388608");
+        let rows = perftest(&pair, &p, &["-q", "4", "-n", "20", "-x", "1"]);
+        assert_eq!(rows[0][1], "80", "{name} -q 4: 4 QPs x 20: {rows:?}");
+        perftest(&pair, &p, &["-D", "2", "-x", "1"]);
+        perftest(&pair, &p, &["-b", "-n", "20", "-x", "1"]);
+    }
+    let Some(p) = tool("ib_atomic_bw", "perftest") else {
+        return;
+    };
+    // perftest refuses -a for atomics ("Message size cannot be changed"): both
+    // atomic operations instead.
+    for op in ["FETCH_AND_ADD", "CMP_AND_SWAP"] {
+        let rows = perftest(&pair, &p, &["-A", op, "-n", "50", "-x", "1"]);
+        assert_eq!((rows[0][0].as_str(), rows[0][1].as_str()), ("8", "50"));
+    }
+    let rows = perftest(&pair, &p, &["-q", "4", "-n", "20", "-x", "1"]);
+    assert_eq!(rows[0][1], "80", "ib_atomic_bw -q 4: {rows:?}");
+    perftest(&pair, &p, &["-D", "2", "-x", "1"]);
+    perftest(&pair, &p, &["-b", "-n", "20", "-x", "1"]);
+}
+
+/// ibv_rc_pingpong with `-c` (each side checks the bytes it received): message sizes,
+/// path MTUs 1024 and 4096 on a 9000-byte link, completion events (`-e`), GIDs 0 and 1.
+#[test]
+#[ignore = "needs root"]
+fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
+    library_built();
+    let Some(pp) = tool("ibv_rc_pingpong", "ibverbs-utils") else {
+        return;
+    };
+    let pair = VethPair::new(9000).expect("veth pair");
+    let runs: &[&[&str]] = &[
+        &["-s", "1", "-g", "1"],
+        &["-s", "1000", "-g", "0"],
+        &["-s", "4096", "-g", "1", "-e"],
+        &["-s", "65536", "-g", "0", "-e"],
+        &["-s", "65536", "-g", "1", "-m", "1024"],
+        &["-s", "20000", "-g", "1", "-m", "4096"],
+        &["-s", "8192", "-g", "0", "-m", "4096", "-e"],
+    ];
+    for args in runs {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["-n", "50", "-c"]);
+        let (client, server) = run_both(&pair, &pp, &a);
+        let size = args[1];
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let s = String::from_utf8_lossy(&o.stdout);
+            let t = text(o);
+            assert!(s.contains("remote address: LID 0x0000"), "{who} {a:?}: {t}");
+            let bytes = u64::from(50u32) * size.parse::<u64>().unwrap() * 2;
+            assert!(
+                s.contains(&format!("{bytes} bytes in ")) && s.contains("50 iters in "),
+                "{who} {a:?}: {t}"
+            );
+        }
+    }
+}

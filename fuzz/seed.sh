@@ -2,20 +2,22 @@
 # Seed the fuzz corpora from the conformance vectors (never committed: corpus/ is ignored).
 #   fuzz/seed.sh [VECTORS_DIR]     default: ../shared/vectors beside the repository
 # corpus/decode_pcap gets every capture file, and a pcapng copy of it; corpus/frame gets every frame of every
-# capture, one file each (named after the capture and the frame number).
+# capture, one file each (named after the capture and the frame number); corpus/engine gets,
+# per capture of the vectors and of interop/captures, a program for fuzz_targets/engine.rs:
+# four receive buffers posted, then each frame replayed (action 8) with a drain every 8 frames.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 vectors="${1:-$here/../../shared/vectors}"
 if [ ! -d "$vectors" ]; then
     echo "seed.sh: no vectors at $vectors; corpora start empty" >&2
-    mkdir -p "$here/corpus/frame" "$here/corpus/decode_pcap"
+    mkdir -p "$here/corpus/frame" "$here/corpus/decode_pcap" "$here/corpus/engine"
     exit 0
 fi
-mkdir -p "$here/corpus/frame" "$here/corpus/decode_pcap"
-python3 - "$vectors" "$here/corpus" <<'PY'
+mkdir -p "$here/corpus/frame" "$here/corpus/decode_pcap" "$here/corpus/engine"
+python3 - "$vectors" "$here/corpus" "$here/../interop/captures" <<'PY'
 import os, struct, sys
 
-vectors, corpus = sys.argv[1], sys.argv[2]
+vectors, corpus, captures = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def frames(buf):
     """Frames of a classic pcap (either byte order, us or ns); pcapng is not expected."""
@@ -24,6 +26,9 @@ def frames(buf):
         e = "<"
     elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
         e = ">"
+    elif magic == b"\x0a\x0d\x0d\x0a":
+        yield from pcapng_frames(buf)
+        return
     else:
         return
     off = 24
@@ -32,6 +37,34 @@ def frames(buf):
         off += 16
         yield buf[off:off + incl]
         off += incl
+
+def pcapng_frames(buf):
+    """Frames of the enhanced/simple packet blocks of a pcapng (byte order from its SHB)."""
+    e = "<" if buf[8:12] == b"\x4d\x3c\x2b\x1a" else ">"
+    off = 0
+    while off + 12 <= len(buf):
+        kind, n = struct.unpack(e + "II", buf[off:off + 8])
+        if n < 12 or off + n > len(buf):
+            return
+        body = buf[off + 8:off + n - 4]
+        if kind == 6 and len(body) >= 20:
+            incl = struct.unpack(e + "I", body[12:16])[0]
+            yield body[20:20 + incl]
+        elif kind == 3 and len(body) >= 4:
+            yield body[4:]
+        off += n
+
+def engine_program(frs):
+    """fuzz_targets/engine.rs actions: post_recv x4 (action 6), then replay (8) each frame,
+    drain (5) every 8 frames; each action is followed by one 'poll CQ?' byte."""
+    out = b""
+    for i in range(4):
+        out += bytes([6, 0]) + struct.pack("<HH", i * 512, 512) + bytes([i, 1])
+    for i, fr in enumerate(frs[:200]):
+        out += bytes([8, 0]) + struct.pack("<H", len(fr)) + fr + b"\x01"
+        if i % 8 == 7:
+            out += bytes([5, 64, 1])
+    return out
 
 def pcapng(frs):
     """The same frames as a little-endian pcapng (SHB, one Ethernet IDB, EPBs), so that the
@@ -61,5 +94,17 @@ for root, _, files in os.walk(vectors):
         for i, fr in enumerate(frs, 1):
             open(os.path.join(corpus, "frame", f"{stem}-{i:03}"), "wb").write(fr)
             n_frames += 1
-print(f"seed.sh: {n_files} captures -> corpus/decode_pcap, {n_frames} frames -> corpus/frame")
+n_engine = 0
+for d in (vectors, captures):
+    for root, _, files in os.walk(d):
+        for name in sorted(files):
+            if not name.endswith((".pcap", ".pcapng")):
+                continue
+            frs = list(frames(open(os.path.join(root, name), "rb").read()))
+            if frs:
+                stem = os.path.splitext(name)[0]
+                open(os.path.join(corpus, "engine", stem), "wb").write(engine_program(frs))
+                n_engine += 1
+print(f"seed.sh: {n_files} captures -> corpus/decode_pcap, {n_frames} frames -> corpus/frame, "
+      f"{n_engine} programs -> corpus/engine")
 PY

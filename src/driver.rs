@@ -431,13 +431,17 @@ pub struct EngineGuard<'a> {
 impl std::ops::Deref for EngineGuard<'_> {
     type Target = Engine;
     fn deref(&self) -> &Engine {
-        self.guard.as_ref().expect("the engine guard holds its lock until dropped")
+        self.guard
+            .as_ref()
+            .expect("the engine guard holds its lock until dropped")
     }
 }
 
 impl std::ops::DerefMut for EngineGuard<'_> {
     fn deref_mut(&mut self) -> &mut Engine {
-        self.guard.as_mut().expect("the engine guard holds its lock until dropped")
+        self.guard
+            .as_mut()
+            .expect("the engine guard holds its lock until dropped")
     }
 }
 

@@ -287,6 +287,8 @@ mod tests {
             dev: "xrnic_eth0".into(),
             qps: vec![QpResource {
                 qpn: 17,
+                qp_type: "RC".into(),
+                srq: None,
                 pd: 1,
                 state,
                 dest_qpn: 18,

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::memory::MrInfo;
-use super::qp::QpState;
+use super::qp::{QpState, QpType};
 
 /// Every object of one device.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -35,10 +35,17 @@ pub struct Owner {
     pub comm: String,
 }
 
-/// One RC QP.
+/// One QP.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct QpResource {
     pub qpn: u32,
+    /// "RC", "UC" or "UD", as `rdma resource show qp` prints `type` (snapshots written
+    /// before the field existed are RC).
+    #[serde(default = "rc_name")]
+    pub qp_type: String,
+    /// The shared receive queue the QP takes its receive WQEs from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srq: Option<u32>,
     pub pd: u32,
     pub state: QpState,
     pub dest_qpn: u32,
@@ -101,6 +108,19 @@ pub struct CqResource {
     pub overruns: u64,
 }
 
+fn rc_name() -> String {
+    "RC".into()
+}
+
+/// The `type` iproute2 prints for a QP of this type.
+pub fn qp_type_name(t: QpType) -> &'static str {
+    match t {
+        QpType::Rc => "RC",
+        QpType::Uc => "UC",
+        QpType::Ud => "UD",
+    }
+}
+
 fn state_name(s: QpState) -> &'static str {
     match s {
         QpState::Reset => "RESET",
@@ -129,12 +149,14 @@ impl Resources {
         for q in &self.qps {
             let _ = writeln!(
                 o,
-                "link {}/1 lqpn {} rqpn {} type RC state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
+                "link {}/1 lqpn {} rqpn {} type {} state {} pdn {}{} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
                 self.dev,
                 q.qpn,
                 q.dest_qpn,
+                q.qp_type,
                 state_name(q.state),
                 q.pd,
+                q.srq.map(|n| format!(" srqn {n}")).unwrap_or_default(),
                 q.path_mtu,
                 q.sq_psn,
                 q.una_psn,

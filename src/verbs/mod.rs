@@ -87,12 +87,14 @@ mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
+mod srq;
 #[cfg(test)]
 mod tests;
 
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
+pub use srq::Srq;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -108,9 +110,9 @@ pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus
 
 pub use crate::driver::IoStats;
 pub use crate::proto::{
-    Access, AddressVector, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr, QpCounters, QpState,
-    RdmaInfo, RecvWr, SendFlags, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    Access, AddressVector, AsyncEvent, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr,
+    QpCounters, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use crate::wire::{Lkey, Psn, Qpn, Rkey};
 
@@ -1147,6 +1149,8 @@ impl Pd {
                     max_send_wr: init.max_send_wr,
                     max_recv_wr: init.max_recv_wr,
                     sq_sig_all: init.sq_sig_all,
+                    qp_type: proto::QpType::Rc,
+                    srq: None,
                 };
                 let qpn = {
                     let mut g = pd.shared.lock();
@@ -1160,6 +1164,7 @@ impl Pd {
                     kind: QpKind::Soft {
                         pd: pd.clone(),
                         _cqs: [scq.clone(), rcq.clone()],
+                        _srq: None,
                     },
                 })
             }

@@ -81,6 +81,8 @@ pub(super) enum QpKind {
     Soft {
         pd: Arc<PdInner>,
         _cqs: [Arc<CqInner>; 2],
+        /// The SRQ the QP takes receive WQEs from, kept alive as long as the QP.
+        _srq: Option<Arc<super::srq::SrqInner>>,
     },
     Verbs(ibv::Qp),
 }

@@ -63,4 +63,3 @@ pub fn have(cmd: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
-

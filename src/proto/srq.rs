@@ -229,6 +229,15 @@ impl Rnic {
         Ok(())
     }
 
+    /// The type of QP `qpn` (`None`: no such QP).
+    pub fn qp_type(&self, qpn: crate::wire::Qpn) -> Option<super::qp::QpType> {
+        self.qps
+            .iter()
+            .flatten()
+            .find(|q| q.qpn == qpn)
+            .map(|q| q.init.qp_type)
+    }
+
     /// The next asynchronous event (`ibv_get_async_event`), oldest first.
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
         self.async_events.pop_front()

@@ -252,7 +252,7 @@ fn uc_lossy_link_delivers_whole_messages_or_none() {
         delay_ns: 2_000,
         ..LinkConfig::default()
     };
-    let mut p = Pair::new(link, 0x5eed_0c);
+    let mut p = Pair::new(link, 0x005e_ed0c);
     let c = p.connect(&uc_opts()).unwrap();
     let sizes: Vec<usize> = (0..N).map(|k| 4 + (k * 977) % 4000).collect();
     let total: usize = sizes.iter().sum();

@@ -109,7 +109,8 @@ pub struct DeviceCounters {
     pub wrong_address_dropped: u64,
     /// Frames for a QP that does not exist, or from a peer that is not the QP's.
     pub unknown_qp_dropped: u64,
-    /// Well-formed frames of a service this engine does not run (UC, UD, CNP).
+    /// Well-formed frames of a service this engine does not run (UD; CNPs while
+    /// congestion control is off).
     pub unsupported_dropped: u64,
     /// RC frames whose BTH P_Key matches no entry of the P_Key table (IBTA §10.9;
     /// rxe `check_keys` counts them in the port's `bad_pkey_cntr`).

@@ -341,6 +341,16 @@ fn srq_verb_errors() {
         s.p.b.post_srq_recv(s.srq, recv_wr(1, Vec::new())),
         Err(VerbsError::NotFound(_))
     ));
+    // A new SRQ never takes the old one's number: the stale handle stays dead.
+    let pd = s.p.b.alloc_pd();
+    let attr = SrqAttr {
+        max_wr: 4,
+        max_sge: 1,
+        srq_limit: 0,
+    };
+    let again = s.p.b.create_srq(pd, &attr).unwrap();
+    assert_ne!(again, s.srq);
+    assert_eq!(s.p.b.srq_len(s.srq), None);
 }
 
 /// With loss, RC QPs on one SRQ still deliver every message exactly once (a WQE a QP

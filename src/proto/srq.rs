@@ -117,15 +117,10 @@ impl Rnic {
             max_sge: attr.max_sge.max(1),
             limit: attr.srq_limit,
         };
-        let slot = match self.srqs.iter().position(Option::is_none) {
-            Some(i) => i,
-            None => {
-                self.srqs.push(None);
-                self.srqs.len() - 1
-            }
-        };
-        self.srqs[slot] = Some(s);
-        Ok(Srq(slot as u32))
+        // Numbers are never reused: a stale handle (or an event about a destroyed SRQ)
+        // can never name a newer SRQ.
+        self.srqs.push(Some(s));
+        Ok(Srq(self.srqs.len() as u32 - 1))
     }
 
     fn srq_mut(&mut self, srq: Srq) -> Result<&mut SharedRq, VerbsError> {

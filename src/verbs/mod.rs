@@ -95,8 +95,8 @@ mod ud;
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
-pub use ud::Ah;
 pub use srq::Srq;
+pub use ud::Ah;
 
 use std::net::IpAddr;
 use std::path::PathBuf;

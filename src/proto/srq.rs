@@ -4,7 +4,7 @@
 //! Contract: an SRQ holds receive WQEs posted with [`Rnic::post_srq_recv`] for any number
 //! of QPs (RC or UC) created with `QpInitAttr::srq`. A QP takes one WQE from its SRQ
 //! when a message that needs one arrives in sequence and the QP holds none
-//! ([`take_wqe`]); that WQE then belongs to the QP (it completes on the QP's receive CQ,
+//! (`take_wqe`); that WQE then belongs to the QP (it completes on the QP's receive CQ,
 //! or is flushed with the QP), exactly as rxe copies it into `qp->resp.srq_wqe`. An
 //! empty SRQ makes an RC QP answer RNR NAK and a UC QP drop the message. The limit
 //! (`srq_limit`, armed by [`Rnic::create_srq`] or [`Rnic::modify_srq`] with

@@ -7,7 +7,7 @@
 //!   opcodes (RC opcode | 0x20); no AckReq, no ACK timer, no retransmission. A WR
 //!   completes when its last packet is handed to the wire ([`wr_allowed`] refuses the
 //!   others at `post_send`, EINVAL like rxe's opcode table).
-//! - Responder ([`handle_request`]): no ACK and no NAK is ever sent. A packet whose PSN
+//! - Responder (`handle_request`): no ACK and no NAK is ever sent. A packet whose PSN
 //!   is not the expected one, or that does not continue the message in progress, drops
 //!   the rest of that message; the next FIRST/ONLY starts a new message and
 //!   resynchronises the expected PSN on it. A SEND is delivered whole or not at all: the

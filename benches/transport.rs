@@ -215,7 +215,8 @@ fn report() {
                 max_send_wr: 1024,
                 max_recv_wr: 1024,
                 sq_sig_all: false,
-                qp_type: Default::default(),
+                qp_type: xrnic::proto::QpType::Rc,
+                srq: None,
             },
         )
         .unwrap();

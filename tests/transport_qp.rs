@@ -58,8 +58,9 @@ fn new_qp() -> (Rnic, Qpn, xrnic::proto::Cq) {
         recv_cq: cq,
         max_send_wr: 16,
         max_recv_wr: 16,
-        qp_type: Default::default(),
         sq_sig_all: false,
+        qp_type: xrnic::proto::QpType::Rc,
+        srq: None,
     };
     let q = d.create_qp(pd, &init).unwrap();
     (d, q, cq)

@@ -30,6 +30,7 @@ fn ud_init(cq: Cq, depth: u32) -> QpInitAttr {
         max_recv_wr: depth,
         sq_sig_all: false,
         qp_type: QpType::Ud,
+        srq: None,
     }
 }
 

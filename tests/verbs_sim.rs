@@ -459,3 +459,131 @@ fn verbs_called_inside_mr_with_and_with_mut_do_not_deadlock() {
         assert_eq!(&got[100..106], b"remote");
     });
 }
+
+/// UC QPs and an SRQ through the Rust API on the simulated link: a UC SEND and a UC
+/// WRITE with immediate arrive, RC QPs on one SRQ receive from it, `post_recv` on them
+/// is refused, the limit event is read with `Device::poll_async_event`, and destroying
+/// the SRQ in use fails until its QPs are gone.
+#[test]
+fn uc_qps_and_an_srq_through_the_api() {
+    use xrnic::verbs::{AsyncEvent, QpType, SrqAttr, SrqAttrMask, VerbsError};
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let mk = |d: &Device, ty: QpType, srq: Option<&xrnic::verbs::Srq>, pd: &xrnic::verbs::Pd| {
+        let cq = d.create_cq(256).unwrap();
+        let mr = pd.reg_mr(8192, Access::ALL).unwrap();
+        let qp = pd
+            .create_qp_ext(&QpInitAttr::new(&cq, &cq, 64), ty, srq)
+            .unwrap();
+        End {
+            dev: d.clone(),
+            cq,
+            mr,
+            qp,
+        }
+    };
+    let pa = da.alloc_pd().unwrap();
+    let pb = db.alloc_pd().unwrap();
+    // UC: SEND and WRITE with immediate.
+    let a = mk(&da, QpType::Uc, None, &pa);
+    let b = mk(&db, QpType::Uc, None, &pb);
+    assert_eq!(a.qp.qp_type(), QpType::Uc);
+    connect(&a, &b, 0);
+    a.mr.write(0, b"uc send payload").unwrap();
+    b.qp.post_recv(RecvWr {
+        wr_id: 1,
+        sg_list: vec![b.mr.sge(0, 64)],
+    })
+    .unwrap();
+    b.qp.post_recv(RecvWr {
+        wr_id: 2,
+        sg_list: vec![],
+    })
+    .unwrap();
+    let mut w = SendWr::new(10, WrOpcode::Send);
+    w.sg_list = vec![a.mr.sge(0, 15)];
+    a.qp.post_send(w).unwrap();
+    let mut w = SendWr::new(11, WrOpcode::RdmaWriteWithImm);
+    w.sg_list = vec![a.mr.sge(0, 15)];
+    w.rdma.remote_addr = b.mr.addr() + 4096;
+    w.rdma.rkey = b.mr.rkey();
+    w.imm_data = 0xabcd;
+    a.qp.post_send(w).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let v = b.cq.wait(4, PATIENCE);
+        assert!(!v.is_empty(), "UC messages did not arrive: {got:?}");
+        got.extend(v);
+    }
+    assert_eq!((got[0].wr_id, got[0].byte_len), (1, 15));
+    assert_eq!(
+        (got[1].wr_id, got[1].opcode, got[1].imm_data),
+        (2, WcOpcode::RecvRdmaWithImm, Some(0xabcd))
+    );
+    let mut buf = [0u8; 15];
+    b.mr.read(4096, &mut buf).unwrap();
+    assert_eq!(&buf, b"uc send payload");
+    let mut rd = SendWr::new(12, WrOpcode::RdmaRead);
+    rd.sg_list = vec![a.mr.sge(0, 8)];
+    assert!(a.qp.post_send(rd).is_err(), "no READ on UC");
+    // RC QPs on one SRQ.
+    let srq = pb
+        .create_srq(&SrqAttr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .unwrap();
+    let srq_mr = pb.reg_mr(16 * 64, Access::ALL).unwrap();
+    let ends: Vec<(End, End)> = (0..4)
+        .map(|_| {
+            let x = mk(&da, QpType::Rc, None, &pa);
+            let y = mk(&db, QpType::Rc, Some(&srq), &pb);
+            connect(&x, &y, 0);
+            (x, y)
+        })
+        .collect();
+    assert!(matches!(
+        ends[0].1.qp.post_recv(RecvWr {
+            wr_id: 0,
+            sg_list: vec![]
+        }),
+        Err(xrnic::verbs::Error::Verbs(VerbsError::InvalidValue(_)))
+    ));
+    for i in 0..6 {
+        srq.post_recv(RecvWr {
+            wr_id: 100 + i,
+            sg_list: vec![srq_mr.sge(64 * i as usize, 64)],
+        })
+        .unwrap();
+    }
+    let lim = SrqAttr {
+        srq_limit: 3,
+        ..SrqAttr::default()
+    };
+    srq.modify(&lim, SrqAttrMask::LIMIT).unwrap();
+    for (x, _) in &ends {
+        let mut w = SendWr::new(20, WrOpcode::Send);
+        w.sg_list = vec![x.mr.sge(0, 8)];
+        x.qp.post_send(w).unwrap();
+    }
+    for (_, y) in &ends {
+        let v = y.cq.wait(1, PATIENCE);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].wr_id >= 100 && v[0].status == WcStatus::Success);
+    }
+    assert_eq!(srq.len(), 2);
+    assert_eq!(
+        db.poll_async_event(),
+        Some(AsyncEvent::SrqLimitReached(xrnic::proto::Srq(
+            srq.srq_num()
+        )))
+    );
+    assert_eq!(db.poll_async_event(), None);
+    let busy = srq.clone().destroy();
+    assert!(
+        matches!(&busy, Err(xrnic::verbs::Error::Verbs(VerbsError::Resource(w))) if w.contains("still")),
+        "{busy:?}"
+    );
+    drop(ends);
+    srq.destroy().unwrap();
+}

@@ -288,6 +288,7 @@ mod tests {
             qps: vec![QpResource {
                 qpn: 17,
                 qp_type: "RC".into(),
+                srq: None,
                 pd: 1,
                 state,
                 dest_qpn: 18,

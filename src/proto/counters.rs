@@ -50,6 +50,11 @@ pub struct QpCounters {
     pub atomics_executed: u64,
     /// Duplicate READ / atomic requests answered from the response cache.
     pub responses_replayed: u64,
+    /// UC responder: messages dropped whole or in part (a PSN gap, a missing FIRST, a
+    /// refused packet, no receive WQE): never delivered (IBTA §9.4, rxe `drop_msg`).
+    pub uc_messages_dropped: u64,
+    /// UC responder: packets discarded while dropping those messages.
+    pub uc_packets_dropped: u64,
 }
 
 impl QpCounters {
@@ -83,7 +88,9 @@ impl QpCounters {
             invalid_requests,
             dropped_wrong_state,
             atomics_executed,
-            responses_replayed
+            responses_replayed,
+            uc_messages_dropped,
+            uc_packets_dropped
         );
     }
 }
@@ -102,7 +109,7 @@ pub struct DeviceCounters {
     pub wrong_address_dropped: u64,
     /// Frames for a QP that does not exist, or from a peer that is not the QP's.
     pub unknown_qp_dropped: u64,
-    /// Well-formed frames of a service this engine does not run (UC; CNPs while
+    /// Well-formed frames of a service this engine does not run (RD, XRC; CNPs while
     /// congestion control is off).
     pub unsupported_dropped: u64,
     /// RC frames whose BTH P_Key matches no entry of the P_Key table (IBTA §10.9;

@@ -83,10 +83,14 @@ impl Default for Config {
 /// A software RNIC.
 #[derive(Debug)]
 pub struct Rnic {
-    cfg: Config,
-    mem: MemTable,
+    pub(super) cfg: Config,
+    pub(super) mem: MemTable,
     cqs: Vec<Option<CompletionQueue>>,
-    qps: Vec<Option<Qp>>,
+    pub(super) qps: Vec<Option<Qp>>,
+    /// Shared receive queues (see `super::srq`).
+    pub(super) srqs: Vec<Option<super::srq::SharedRq>>,
+    /// Asynchronous events not yet read ([`Rnic::poll_async_event`]).
+    pub(super) async_events: std::collections::VecDeque<super::srq::AsyncEvent>,
     retired: QpCounters,
     dev: DeviceCounters,
     /// Round-robin start for `poll_transmit`.
@@ -111,6 +115,8 @@ impl Rnic {
             mem: MemTable::new(),
             cqs: Vec::new(),
             qps: Vec::new(),
+            srqs: Vec::new(),
+            async_events: std::collections::VecDeque::new(),
             retired: QpCounters::default(),
             dev: DeviceCounters::default(),
             rr: 0,
@@ -164,6 +170,9 @@ impl Rnic {
     pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), VerbsError> {
         if self.qps.iter().flatten().any(|q| q.pd == pd) {
             return Err(VerbsError::Resource("protection domain still has QPs"));
+        }
+        if self.pd_has_srq(pd) {
+            return Err(VerbsError::Resource("protection domain still has SRQs"));
         }
         self.mem.dealloc_pd(pd).map_err(VerbsError::Resource)
     }
@@ -254,11 +263,12 @@ impl Rnic {
         }
     }
 
-    /// Create an RC QP in RESET.
+    /// Create an RC, UC or UD QP in RESET, on its own receive queue or on an SRQ.
     pub fn create_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
         if !self.mem.pd_exists(pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
+        self.check_qp_srq(pd, init.srq)?;
         for cq in [init.send_cq, init.recv_cq] {
             if !matches!(self.cqs.get(cq.0 as usize), Some(Some(_))) {
                 return Err(VerbsError::NotFound("completion queue"));
@@ -318,6 +328,8 @@ impl Rnic {
                 cfg: &self.cfg,
                 now,
                 dev: self.name,
+                srqs: &mut self.srqs,
+                events: &mut self.async_events,
             },
         ))
     }
@@ -330,6 +342,9 @@ impl Rnic {
             .ok_or(VerbsError::NotFound("QP"))?;
         let to = match qp.init.qp_type {
             QpType::Ud => ud::check_modify_ud(qp.state, attr, mask)?,
+            super::qp::QpType::Uc => {
+                super::qp::check_modify_with(super::uc::transition_rule, qp.state, attr, mask)?
+            }
             _ => check_modify(qp.state, attr, mask)?,
         };
         if mask.contains(AttrMask::AV) && usize::from(attr.ah_attr.sgid_index) >= ngids {
@@ -447,6 +462,11 @@ impl Rnic {
             }
             s => return Err(VerbsError::WrongState(s)),
         }
+        if qp.init.qp_type == super::qp::QpType::Uc && !super::uc::wr_allowed(wr.opcode) {
+            // rxe's opcode table has no UC entry for READ, atomics or SEND with
+            // invalidate: `post_send` fails EINVAL.
+            return Err(VerbsError::InvalidValue("opcode not supported on a UC QP"));
+        }
         if qp.req.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
             return Err(VerbsError::QueueFull);
         }
@@ -504,6 +524,7 @@ impl Rnic {
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
             .ok_or(VerbsError::NotFound("QP"))?;
+        super::srq::refuse_post_recv(qp)?;
         match qp.state {
             QpState::Reset => return Err(VerbsError::WrongState(QpState::Reset)),
             QpState::Err => {
@@ -608,6 +629,7 @@ impl Rnic {
                 .map(|q| QpResource {
                     qpn: q.qpn.value(),
                     qp_type: super::resources::qp_type_name(q.init.qp_type).to_string(),
+                    srq: q.init.srq.map(|s| s.0),
                     pd: q.pd.0,
                     state: q.state,
                     dest_qpn: q.attr.dest_qp_num.value(),
@@ -702,7 +724,7 @@ impl Rnic {
             }
             return;
         }
-        if !matches!(info.service, Service::Rc | Service::Ud) {
+        if !matches!(info.service, Service::Rc | Service::Uc | Service::Ud) {
             self.dev.unsupported_dropped += 1;
             return;
         }
@@ -752,7 +774,19 @@ impl Rnic {
             return;
         }
         let payload = view.payload();
-        if info.is_request() {
+        let uc = qp.init.qp_type == super::qp::QpType::Uc;
+        if uc != (info.service == Service::Uc) {
+            // An opcode of the other connected service: not this QP's transport.
+            qp.counters.invalid_requests += 1;
+            return;
+        }
+        if uc {
+            if info.is_request() {
+                super::uc::handle_request(qp, &mut ctx, info, psn, ext, payload);
+            } else {
+                qp.counters.dropped_wrong_state += 1;
+            }
+        } else if info.is_request() {
             responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
             handle_response(qp, &mut ctx, info, psn, ext, payload);
@@ -796,6 +830,8 @@ impl Rnic {
                     cfg: &self.cfg,
                     now,
                     dev: self.name,
+                    srqs: &mut self.srqs,
+                    events: &mut self.async_events,
                 };
                 completer::handle_timeout(qp, &mut ctx);
             }
@@ -880,6 +916,8 @@ impl Rnic {
             cfg: &self.cfg,
             now,
             dev: self.name,
+            srqs: &mut self.srqs,
+            events: &mut self.async_events,
         };
         if qp.init.qp_type == QpType::Ud {
             return ud::transmit(qp, &mut ctx, &mut self.scratch, buf);
@@ -993,6 +1031,7 @@ impl Rnic {
                     continue;
                 };
                 qp.tx_turn = true;
+                let uc = qp.init.qp_type == super::qp::QpType::Uc;
                 if let Some(wr_id) = p.started_wr {
                     qp_event!(
                         now,
@@ -1006,7 +1045,7 @@ impl Rnic {
                 if p.retransmit {
                     qp.counters.retransmitted_packets += 1;
                 }
-                if qp.req.retry_deadline.is_none() {
+                if qp.req.retry_deadline.is_none() && !uc {
                     qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
                     if let Some(at) = qp.req.retry_deadline {
                         qp_event!(
@@ -1029,18 +1068,27 @@ impl Rnic {
                 let Some(payload) = payload else {
                     continue;
                 };
+                // UC: the RC opcode's UC twin (IBTA §9.2.1, table 38), no AckReq.
+                let (opcode, ack_req) = if uc {
+                    (Opcode(p.opcode.0 | 0x20), false)
+                } else {
+                    (p.opcode, p.ack_req)
+                };
                 let len = emit(
                     &self.cfg,
                     qp,
                     ect,
-                    p.opcode,
+                    opcode,
                     p.psn,
-                    p.ack_req,
+                    ack_req,
                     p.solicited,
                     &p.ext,
                     payload,
                     buf,
                 );
+                if uc {
+                    super::uc::packet_sent(qp, &mut ctx);
+                }
                 if let Some(l) = len {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;

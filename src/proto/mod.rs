@@ -18,7 +18,7 @@
 //!   error completions and counters.
 //!
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
-//! attributes), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
+//! attributes), [`uc`] (the UC service), [`srq`] (shared receive queues, async events), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
 //! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
 //! [`Rnic`] that owns them all; UD QPs and the GSI QP live in `device::ud` (src/proto/ud.rs,
 //! docs/transport.md §9a).
@@ -34,8 +34,10 @@ pub mod qp;
 pub mod requester;
 pub mod resources;
 pub mod responder;
+pub mod srq;
 pub mod timers;
 pub mod trace;
+pub mod uc;
 mod user_mem;
 
 pub use counters::{DeviceCounters, QpCounters};
@@ -48,6 +50,7 @@ pub use qp::{
     ipv4_gid,
 };
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
 pub use trace::TxReason;
 
 use crate::wire::NakCode;
@@ -73,6 +76,10 @@ pub(crate) struct Ctx<'a> {
     pub now: u64,
     /// The device name, for trace events.
     pub dev: &'static str,
+    /// The device's shared receive queues ([`srq`]).
+    pub srqs: &'a mut [Option<srq::SharedRq>],
+    /// Asynchronous events raised while handling the call.
+    pub events: &'a mut std::collections::VecDeque<srq::AsyncEvent>,
 }
 
 impl Ctx<'_> {

@@ -377,6 +377,17 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// state. Mirrors `ibv_modify_qp`: without STATE in the mask the QP stays in its state
 /// (a same-state transition, with that transition's rules).
 pub fn check_modify(cur: QpState, attr: &QpAttr, mask: AttrMask) -> Result<QpState, VerbsError> {
+    check_modify_with(transition_rule, cur, attr, mask)
+}
+
+/// [`check_modify`] with the transition table `rule` of another QP type (UC:
+/// `super::uc::transition_rule`).
+pub fn check_modify_with(
+    rule: fn(QpState, QpState) -> Option<(AttrMask, AttrMask)>,
+    cur: QpState,
+    attr: &QpAttr,
+    mask: AttrMask,
+) -> Result<QpState, VerbsError> {
     let to = if mask.contains(AttrMask::STATE) {
         attr.qp_state
     } else {
@@ -385,8 +396,7 @@ pub fn check_modify(cur: QpState, attr: &QpAttr, mask: AttrMask) -> Result<QpSta
     if mask.contains(AttrMask::CUR_STATE) && attr.cur_qp_state != cur {
         return Err(VerbsError::CurrentStateMismatch);
     }
-    let (req, opt) =
-        transition_rule(cur, to).ok_or(VerbsError::InvalidTransition { from: cur, to })?;
+    let (req, opt) = rule(cur, to).ok_or(VerbsError::InvalidTransition { from: cur, to })?;
     let given = AttrMask(mask.0 & !AttrMask::STATE.0);
     let missing = AttrMask(req.0 & !given.0);
     if missing.0 != 0 {
@@ -587,6 +597,9 @@ pub struct QpInitAttr {
     pub sq_sig_all: bool,
     /// RC, UC or UD.
     pub qp_type: QpType,
+    /// Take receive WQEs from this shared receive queue instead of the QP's own
+    /// (`ibv_qp_init_attr.srq`); `post_recv` on the QP is then refused.
+    pub srq: Option<super::srq::Srq>,
 }
 
 /// One RC queue pair.
@@ -611,6 +624,8 @@ pub(crate) struct Qp {
     pub tx_template: Option<(bool, crate::wire::FrameTemplate)>,
     /// The datagram state of a UD QP (empty for the other types).
     pub ud: super::device::ud::UdState,
+    /// UC responder state (unused by RC QPs).
+    pub uc: super::uc::UcResp,
 }
 
 impl Qp {
@@ -630,6 +645,7 @@ impl Qp {
             tx_turn: false,
             tx_template: None,
             ud: Default::default(),
+            uc: super::uc::UcResp::default(),
         }
     }
 
@@ -733,6 +749,7 @@ impl Qp {
         self.attr = QpAttr::default();
         self.req = Requester::default();
         self.resp = Responder::default();
+        self.uc = super::uc::UcResp::default();
         self.tx_template = None;
         self.ud = Default::default();
     }

@@ -40,9 +40,12 @@ pub struct Owner {
 pub struct QpResource {
     pub qpn: u32,
     /// "RC", "UC" or "UD", as `rdma resource show qp` prints `type` (snapshots written
-    /// before the field existed held RC QPs only).
+    /// before the field existed are RC).
     #[serde(default = "rc_name")]
     pub qp_type: String,
+    /// The shared receive queue the QP takes its receive WQEs from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub srq: Option<u32>,
     pub pd: u32,
     pub state: QpState,
     pub dest_qpn: u32,
@@ -146,13 +149,14 @@ impl Resources {
         for q in &self.qps {
             let _ = writeln!(
                 o,
-                "link {}/1 lqpn {} rqpn {} type {} state {} pdn {} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
+                "link {}/1 lqpn {} rqpn {} type {} state {} pdn {}{} mtu {} sq-psn {} una-psn {} rq-psn {} sq-wrs {} ({} on the wire) rq-wrs {} retry-left {} rnr-left {}{}{} sent {} retransmitted {}{owner}",
                 self.dev,
                 q.qpn,
                 q.dest_qpn,
                 q.qp_type,
                 state_name(q.state),
                 q.pd,
+                q.srq.map(|n| format!(" srqn {n}")).unwrap_or_default(),
                 q.path_mtu,
                 q.sq_psn,
                 q.una_psn,

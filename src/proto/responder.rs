@@ -732,7 +732,7 @@ fn complete_recv(
     ctx.complete(qp.recv_cq, wc);
 }
 
-fn do_send(
+pub(crate) fn do_send(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,
     info: &OpInfo,
@@ -743,6 +743,7 @@ fn do_send(
         Some(InProgress::Send { written }) => written,
         _ => 0,
     };
+    super::srq::take_wqe(qp, ctx);
     let Some(wqe) = qp.resp.rq.front() else {
         return Err(Fault::Rnr);
     };
@@ -822,7 +823,7 @@ fn do_send(
 }
 
 #[inline(always)]
-fn do_write(
+pub(crate) fn do_write(
     qp: &mut Qp,
     ctx: &mut Ctx<'_>,
     info: &OpInfo,
@@ -865,6 +866,9 @@ fn do_write(
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     let imm = info.exts.has(crate::wire::Ext::ImmDt);
+    if imm {
+        super::srq::take_wqe(qp, ctx);
+    }
     if imm && qp.resp.rq.is_empty() {
         // WRITE with immediate needs a receive WQE for its completion.
         return Err(Fault::Rnr);

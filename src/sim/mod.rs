@@ -611,26 +611,42 @@ impl Pair {
         }
     }
 
-    /// Create and connect one RC QP on each side (RESET → INIT → RTR → RTS).
+    /// Create and connect one QP (of `o.qp_type`) on each side (RESET → INIT → RTR → RTS).
     pub fn connect(&mut self, o: &ConnectOpts) -> Result<RcPair, VerbsError> {
         let mut ends = Vec::new();
         for s in [Side::A, Side::B] {
             let d = self.dev(s);
             let pd = d.alloc_pd();
             let cq = d.create_cq(o.cq_size);
+            ends.push(QpEnd { pd, cq, srq: None });
+        }
+        self.connect_ends(o, ends[0], ends[1])
+    }
+
+    /// Create one QP of `o.qp_type` on each side from the given PD, CQ and SRQ, and
+    /// connect them (RESET → INIT → RTR → RTS, with the UC masks for UC).
+    pub fn connect_ends(
+        &mut self,
+        o: &ConnectOpts,
+        a: QpEnd,
+        b: QpEnd,
+    ) -> Result<RcPair, VerbsError> {
+        let mut qpns = Vec::new();
+        for (s, e) in [(Side::A, a), (Side::B, b)] {
             let init = QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
+                send_cq: e.cq,
+                recv_cq: e.cq,
                 max_send_wr: o.max_wr,
                 max_recv_wr: o.max_wr,
                 sq_sig_all: false,
-                qp_type: Default::default(),
+                qp_type: o.qp_type,
+                srq: e.srq,
             };
-            let qpn = d.create_qp(pd, &init)?;
-            ends.push((pd, cq, qpn));
+            qpns.push(self.dev(s).create_qp(e.pd, &init)?);
         }
-        let (pa, ca, qa) = ends[0];
-        let (pb, cb, qb) = ends[1];
+        let (pa, ca, qa) = (a.pd, a.cq, qpns[0]);
+        let (pb, cb, qb) = (b.pd, b.cq, qpns[1]);
+        let uc = o.qp_type == crate::proto::QpType::Uc;
         for (s, me, peer) in [(Side::A, qa, qb), (Side::B, qb, qa)] {
             let peer_side = s.other();
             let pcfg = side_config(peer_side);
@@ -658,14 +674,24 @@ impl Pair {
             attr.rq_psn = rq_psn;
             attr.max_dest_rd_atomic = o.max_rd_atomic;
             attr.min_rnr_timer = o.min_rnr_timer;
-            d.modify_qp(me, &attr, AttrMask::RC_RTR)?;
+            let rtr = if uc {
+                crate::proto::uc::UC_RTR
+            } else {
+                AttrMask::RC_RTR
+            };
+            d.modify_qp(me, &attr, rtr)?;
             attr.qp_state = QpState::Rts;
             attr.timeout = o.timeout;
             attr.retry_cnt = o.retry_cnt;
             attr.rnr_retry = o.rnr_retry;
             attr.sq_psn = sq_psn;
             attr.max_rd_atomic = o.max_rd_atomic;
-            d.modify_qp(me, &attr, AttrMask::RC_RTS)?;
+            let rts = if uc {
+                crate::proto::uc::UC_RTS
+            } else {
+                AttrMask::RC_RTS
+            };
+            d.modify_qp(me, &attr, rts)?;
         }
         Ok(RcPair {
             pd_a: pa,
@@ -694,6 +720,8 @@ pub struct ConnectOpts {
     pub psn_b: Psn,
     pub max_wr: u32,
     pub cq_size: usize,
+    /// RC (default) or UC.
+    pub qp_type: crate::proto::QpType,
 }
 
 impl Default for ConnectOpts {
@@ -714,8 +742,17 @@ impl Default for ConnectOpts {
             psn_b: Psn::new(0xff_fff0),
             max_wr: 4096,
             cq_size: 65536,
+            qp_type: crate::proto::QpType::Rc,
         }
     }
+}
+
+/// What one side's QP of [`Pair::connect_ends`] is made from.
+#[derive(Clone, Copy, Debug)]
+pub struct QpEnd {
+    pub pd: Pd,
+    pub cq: Cq,
+    pub srq: Option<crate::proto::Srq>,
 }
 
 /// The objects [`Pair::connect`] created.

@@ -87,6 +87,7 @@ mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
+mod srq;
 #[cfg(test)]
 mod tests;
 mod ud;
@@ -94,6 +95,7 @@ mod ud;
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
+pub use srq::Srq;
 pub use ud::Ah;
 
 use std::net::IpAddr;
@@ -110,11 +112,11 @@ pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus
 
 pub use crate::driver::IoStats;
 pub use crate::proto::{
-    Access, AddressVector, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr, QpCounters, QpState,
-    RdmaInfo, RecvWr, SendFlags, SendWr, Sge, VerbsError, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    Access, AddressVector, AsyncEvent, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr,
+    QpCounters, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask,
+    VerbsError, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
-pub use crate::proto::{GRH_LEN, GSI_QKEY, GSI_QPN, QpType, UdCounters};
+pub use crate::proto::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters};
 pub use crate::wire::{Lkey, Psn, Qpn, Rkey};
 
 /// A GID: 16 bytes, an IPv6 address or an IPv4-mapped one.
@@ -1152,6 +1154,7 @@ impl Pd {
                     max_recv_wr: init.max_recv_wr,
                     sq_sig_all: init.sq_sig_all,
                     qp_type: proto::QpType::Rc,
+                    srq: None,
                 };
                 let qpn = {
                     let mut g = pd.shared.lock();
@@ -1165,6 +1168,7 @@ impl Pd {
                     kind: QpKind::Soft {
                         pd: pd.clone(),
                         _cqs: [scq.clone(), rcq.clone()],
+                        _srq: None,
                     },
                 })
             }

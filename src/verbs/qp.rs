@@ -81,6 +81,8 @@ pub(super) enum QpKind {
     Soft {
         pd: Arc<PdInner>,
         _cqs: [Arc<CqInner>; 2],
+        /// The SRQ the QP takes receive WQEs from, kept alive as long as the QP.
+        _srq: Option<Arc<super::srq::SrqInner>>,
     },
     Verbs(ibv::Qp),
 }
@@ -197,14 +199,34 @@ impl Qp {
             flow_label: 0,
             vlan_tci: None,
         };
-        self.modify(&attr, AttrMask::RC_RTR)?;
+        // A UC QP takes the UC masks (no RNR, timeout, retry or RDMA-read attributes).
+        let uc = self.qp_type() == crate::proto::QpType::Uc;
+        let rtr = if uc {
+            crate::proto::uc::UC_RTR
+        } else {
+            AttrMask::RC_RTR
+        };
+        self.modify(&attr, rtr)?;
         attr.qp_state = QpState::Rts;
         attr.timeout = o.timeout;
         attr.retry_cnt = o.retry_cnt;
         attr.rnr_retry = o.rnr_retry;
         attr.sq_psn = Psn::new(sq_psn);
         attr.max_rd_atomic = o.max_rd_atomic;
-        self.modify(&attr, AttrMask::RC_RTS)
+        let rts = if uc {
+            crate::proto::uc::UC_RTS
+        } else {
+            AttrMask::RC_RTS
+        };
+        self.modify(&attr, rts)
+    }
+
+    /// RC or UC (the offload backend creates RC QPs only).
+    pub fn qp_type(&self) -> crate::proto::QpType {
+        match &self.kind {
+            QpKind::Soft { pd, .. } => pd.shared.lock().rnic.qp_type(self.qpn).unwrap_or_default(),
+            QpKind::Verbs(_) => crate::proto::QpType::Rc,
+        }
     }
 
     /// `ibv_post_send` (one work request). On an idle send queue it rings the doorbell:

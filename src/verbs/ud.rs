@@ -93,6 +93,7 @@ impl Pd {
             max_recv_wr: init.max_recv_wr,
             sq_sig_all: init.sq_sig_all,
             qp_type: proto::QpType::Ud,
+            srq: None,
         };
         let qpn = {
             let mut g = pd.shared.lock();
@@ -110,6 +111,7 @@ impl Pd {
             kind: QpKind::Soft {
                 pd: pd.clone(),
                 _cqs: [scq.clone(), rcq.clone()],
+                _srq: None,
             },
         })
     }

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use common::{XRNIC, text, under_ci};
 use xrnic::io::netns::{Side, VethPair};
 
-/// The program built into a fresh directory, or None (skip; a failure under CI=true).
-fn build() -> Option<(PathBuf, PathBuf)> {
+/// tests/c/NAME.c built into a fresh directory, or None (skip; a failure under CI=true).
+fn build(name: &str) -> Option<(PathBuf, PathBuf)> {
     let have_cc = Command::new("cc").arg("--version").output().is_ok();
     let have_hdr = Path::new("/usr/include/infiniband/verbs.h").exists();
     if !have_cc || !have_hdr {
@@ -22,11 +22,11 @@ fn build() -> Option<(PathBuf, PathBuf)> {
         eprintln!("skipping: needs cc and /usr/include/infiniband/verbs.h (libibverbs-dev)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("xrnic-verbs-suite-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("verbs_suite");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_suite.c");
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let o = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
         .arg(&exe)
@@ -39,13 +39,24 @@ fn build() -> Option<(PathBuf, PathBuf)> {
 }
 
 fn exec(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str) -> Command {
+    exec_gid(pair, side, exe, dir, role, "1")
+}
+
+fn exec_gid(
+    pair: &VethPair,
+    side: Side,
+    exe: &Path,
+    dir: &Path,
+    role: &str,
+    gid: &str,
+) -> Command {
     let e = pair.end(side);
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &e.netns, "timeout", "120", XRNIC])
         .args(["exec", "--netdev", &e.ifname, "--"])
         .arg(exe)
         .arg(format!("xrnic_{}", e.ifname))
-        .arg("1")
+        .arg(gid)
         .arg(role)
         .arg(dir);
     c
@@ -60,7 +71,7 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
         "{} missing: cargo build --workspace",
         lib.display()
     );
-    let Some((dir, exe)) = build() else {
+    let Some((dir, exe)) = build("verbs_suite") else {
         return;
     };
     let pair = VethPair::new(1500).expect("veth pair");
@@ -93,4 +104,52 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
             assert!(!mine || s.contains(line), "{who}: {line}: {t}");
         }
     }
+}
+
+/// tests/c/verbs_ud_srq.c on both ends, over the IPv4-mapped GID (1) and the fe80:: one
+/// (0): address handles (from attributes and from a receive), UD with the GRH checked
+/// byte for byte, the UD modify masks, a datagram past the MTU, UC, an RC QP on an SRQ,
+/// the SRQ limit event through the async fd, and the error paths.
+#[test]
+#[ignore = "needs root"]
+fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
+    let lib = Path::new(XRNIC).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: cargo build --workspace",
+        lib.display()
+    );
+    let Some((dir, exe)) = build("verbs_ud_srq") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    for gid in ["1", "0"] {
+        let run = dir.join(format!("gid{gid}"));
+        std::fs::create_dir_all(&run).unwrap();
+        let server = exec_gid(&pair, Side::B, &exe, &run, "server", gid)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = exec_gid(&pair, Side::A, &exe, &run, "client", gid)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        for (who, o, checks) in [("client", &client, 34), ("server", &server, 38)] {
+            let t = text(o);
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(o.status.success(), "{who} gid {gid}: {t}");
+            assert!(!s.contains("FAIL:"), "{who} gid {gid}: {t}");
+            assert!(
+                s.contains(&format!("{checks} passed, 0 failed")),
+                "{who} gid {gid}: {t}"
+            );
+        }
+        let s = String::from_utf8_lossy(&server.stdout);
+        assert!(
+            s.contains("PASS: ibv_get_async_event: IBV_EVENT_SRQ_LIMIT_REACHED on the SRQ"),
+            "{s}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

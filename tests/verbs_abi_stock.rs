@@ -229,3 +229,84 @@ fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
         }
     }
 }
+
+/// ibv_ud_pingpong (issue 16): UD QPs, address handles from the peer's GID, the GRH
+/// in front of every receive; both GID kinds (0: fe80:: from the MAC, 1: IPv4-mapped),
+/// `-c` checks the bytes, `-e` sleeps on completion events. The link's 1500 bytes give
+/// an active MTU of 1024, the largest datagram the tool accepts.
+#[test]
+#[ignore = "needs root"]
+fn stock_ibv_ud_pingpong_gids_checked() {
+    library_built();
+    let Some(pp) = tool("ibv_ud_pingpong", "ibverbs-utils") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    for args in [
+        &["-g", "0", "-s", "1024"][..],
+        &["-g", "1", "-s", "1024"],
+        &["-g", "1", "-s", "16", "-e"],
+    ] {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["-n", "50", "-c"]);
+        let (client, server) = run_both(&pair, &pp, &a);
+        let size: u64 = args[3].parse().unwrap();
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let s = String::from_utf8_lossy(&o.stdout);
+            let t = text(o);
+            assert!(
+                s.contains(&format!("{} bytes in ", 50 * size * 2)) && s.contains("50 iters in "),
+                "{who} {a:?}: {t}"
+            );
+        }
+    }
+}
+
+/// ibv_uc_pingpong and ibv_srq_pingpong (16 QPs on one SRQ), data checked.
+#[test]
+#[ignore = "needs root"]
+fn stock_ibv_uc_and_srq_pingpong_checked() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    for (name, args) in [
+        ("ibv_uc_pingpong", &["-g", "1", "-s", "4096"][..]),
+        ("ibv_uc_pingpong", &["-g", "0", "-s", "1", "-e"]),
+        ("ibv_srq_pingpong", &["-g", "1", "-q", "16", "-s", "4096"]),
+        ("ibv_srq_pingpong", &["-g", "0", "-q", "16", "-s", "100", "-e"]),
+    ] {
+        let Some(pp) = tool(name, "ibverbs-utils") else {
+            return;
+        };
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["-n", "50", "-c"]);
+        let (client, server) = run_both(&pair, &pp, &a);
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(s.contains("50 iters in "), "{name} {who} {a:?}: {}", text(o));
+        }
+    }
+}
+
+/// perftest over UD and UC, and RC with an SRQ: send bandwidth and latency over UD,
+/// send and RDMA WRITE bandwidth over UC, send bandwidth with `--use-srq`.
+#[test]
+#[ignore = "needs root"]
+fn stock_perftest_ud_uc_srq() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    for (name, args, size) in [
+        ("ib_send_bw", &["-c", "UD", "-n", "200", "-x", "1"][..], "1024"),
+        ("ib_send_bw", &["-c", "UD", "-n", "200", "-x", "0", "-s", "64"], "64"),
+        ("ib_send_lat", &["-c", "UD", "-n", "100", "-x", "1"], "2"),
+        ("ib_send_bw", &["-c", "UC", "-n", "200", "-x", "1"], "65536"),
+        ("ib_write_bw", &["-c", "UC", "-n", "200", "-x", "1"], "65536"),
+        ("ib_send_bw", &["--use-srq", "-n", "200", "-x", "1"], "65536"),
+        ("ib_send_bw", &["--use-srq", "-q", "4", "-n", "50", "-x", "1"], "65536"),
+    ] {
+        let Some(p) = tool(name, "perftest") else {
+            return;
+        };
+        let rows = perftest(&pair, &p, args);
+        assert_eq!(rows[0][0], size, "{name} {args:?}: {rows:?}");
+    }
+}

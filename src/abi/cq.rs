@@ -68,10 +68,13 @@ pub struct XCq {
 #[derive(Default)]
 pub struct Notify {
     cqs: Mutex<Vec<Arc<CqState>>>,
+    /// The context's async events (crate::events), moved from the engine by `run`.
+    pub async_q: crate::events::AsyncQueue,
 }
 
 impl Notify {
-    /// Turn each armed CQ that holds completions into an event on its channel.
+    /// Turn each armed CQ that holds completions into an event on its channel; move the
+    /// engine's async events to the context's async fd.
     pub fn run(&self) {
         let cqs: Vec<Arc<CqState>> = self
             .cqs
@@ -87,6 +90,7 @@ impl Notify {
                 unsafe { &*(c.channel as *const XChannel) }.push(c.ibv);
             }
         }
+        self.async_q.pump();
     }
 }
 
@@ -301,6 +305,7 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) 
     })
 }
 
+const IBV_WC_GRH: u32 = 1 << 0;
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 const IBV_WC_WITH_INV: u32 = 1 << 3;
 
@@ -317,7 +322,9 @@ fn wc_opcode(o: WcOpcode) -> c_int {
 }
 
 fn to_ibv(w: &WorkCompletion) -> ibv_wc {
-    let mut flags = 0;
+    // A UD receive: the buffer starts with the 40-byte GRH. `slid` is 0 (RoCE has no
+    // LIDs), `sl` 0 and `pkey_index` 0 (the one P_Key), as rxe reports them.
+    let mut flags = if w.grh { IBV_WC_GRH } else { 0 };
     let mut imm = 0;
     if let Some(i) = w.imm_data {
         flags |= IBV_WC_WITH_IMM;

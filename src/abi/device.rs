@@ -227,7 +227,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
             }
         };
         // SAFETY: eventfd has no memory arguments.
-        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
         if async_fd < 0 {
             return core::ptr::null_mut();
         }
@@ -260,6 +260,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         crate::ops::install(&mut c.ops);
         let x = Box::leak(x);
         let ptr = &mut x.vctx.context as *mut ibv_context;
+        x.notify.async_q.attach(x.dev.clone(), ptr, async_fd);
         CONTEXTS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -291,6 +292,8 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
 }
 
 const IBV_NODE_CA: c_int = 1;
+/// `max_ah` (rxe_param.h `RXE_MAX_AH`); AHs are not counted against it.
+const MAX_AH: c_int = 0x3ffe;
 const IBV_TRANSPORT_IB: c_int = 0;
 const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
@@ -328,6 +331,12 @@ fn device_attr(d: &xv::Device) -> ibv_device_attr {
     o.max_qp_init_rd_atom = int(a.max_qp_init_rd_atom);
     o.atomic_cap = int(a.atomic_cap);
     o.max_pkeys = a.max_pkeys;
+    // UD address handles and SRQs (rxe's limits: RXE_MAX_AH, RXE_MAX_SRQ_SGE; an SRQ
+    // holds as many WQEs as a QP's receive queue).
+    o.max_ah = MAX_AH;
+    o.max_srq = o.max_qp;
+    o.max_srq_wr = o.max_qp_wr;
+    o.max_srq_sge = 27; // the engine's limit (proto srq `MAX_SRQ_SGE`)
     o.local_ca_ack_delay = a.local_ca_ack_delay;
     o.phys_port_cnt = a.phys_port_cnt;
     o
@@ -748,24 +757,4 @@ impl ibv_device {
         let b = unsafe { core::slice::from_raw_parts(self.name.as_ptr() as *const u8, n) };
         core::str::from_utf8(b).unwrap_or("")
     }
-}
-
-/// `ibv_get_async_event`: blocks until an event arrives on the context's async fd (none
-/// are produced yet), or fails with the read's errno (EAGAIN on a non-blocking fd).
-pub extern "C" fn ibv_get_async_event(
-    ctx: *mut ibv_context,
-    _event: *mut ibv_async_event,
-) -> c_int {
-    guard(-1, || {
-        let Some(x) = context(ctx) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        let fd = x.vctx.context.async_fd;
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into a live local.
-        let _ = unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
-        // Nothing writes the fd yet: a read that returns is an error (or a close).
-        -1
-    })
 }

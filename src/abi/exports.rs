@@ -46,7 +46,7 @@ macro_rules! export {
     };
 }
 
-use crate::{cq, device, misc, mr, qp, stubs};
+use crate::{ah, cq, device, events, misc, mr, qp, srq, stubs};
 
 export! {
 
@@ -62,37 +62,37 @@ export! {
     fn mult_to_ibv_rate @ "IBVERBS_1.0" => misc::mult_to_ibv_rate;
 
     // IBVERBS_1.1
-    fn ibv_ack_async_event @ "IBVERBS_1.1" => stubs::ibv_ack_async_event;
+    fn ibv_ack_async_event @ "IBVERBS_1.1" => events::ibv_ack_async_event;
     fn ibv_ack_cq_events @ "IBVERBS_1.1" => cq::ibv_ack_cq_events;
     fn ibv_alloc_pd @ "IBVERBS_1.1" => mr::ibv_alloc_pd;
     fn ibv_attach_mcast @ "IBVERBS_1.1" => stubs::ibv_attach_mcast;
     fn ibv_close_device @ "IBVERBS_1.1" => device::ibv_close_device;
     fn ibv_copy_ah_attr_from_kern @ "IBVERBS_1.1" => stubs::ibv_copy_ah_attr_from_kern;
-    fn ibv_create_ah @ "IBVERBS_1.1" => stubs::ibv_create_ah;
-    fn ibv_create_ah_from_wc @ "IBVERBS_1.1" => stubs::ibv_create_ah_from_wc;
+    fn ibv_create_ah @ "IBVERBS_1.1" => ah::ibv_create_ah;
+    fn ibv_create_ah_from_wc @ "IBVERBS_1.1" => ah::ibv_create_ah_from_wc;
     fn ibv_create_cq @ "IBVERBS_1.1" => cq::ibv_create_cq;
     fn ibv_create_qp @ "IBVERBS_1.1" => qp::ibv_create_qp;
-    fn ibv_create_srq @ "IBVERBS_1.1" => stubs::ibv_create_srq;
+    fn ibv_create_srq @ "IBVERBS_1.1" => srq::ibv_create_srq;
     fn ibv_dealloc_pd @ "IBVERBS_1.1" => mr::ibv_dealloc_pd;
     fn ibv_dereg_mr @ "IBVERBS_1.1" => mr::ibv_dereg_mr;
-    fn ibv_destroy_ah @ "IBVERBS_1.1" => stubs::ibv_destroy_ah;
+    fn ibv_destroy_ah @ "IBVERBS_1.1" => ah::ibv_destroy_ah;
     fn ibv_destroy_cq @ "IBVERBS_1.1" => cq::ibv_destroy_cq;
     fn ibv_destroy_qp @ "IBVERBS_1.1" => qp::ibv_destroy_qp;
-    fn ibv_destroy_srq @ "IBVERBS_1.1" => stubs::ibv_destroy_srq;
+    fn ibv_destroy_srq @ "IBVERBS_1.1" => srq::ibv_destroy_srq;
     fn ibv_detach_mcast @ "IBVERBS_1.1" => stubs::ibv_detach_mcast;
     fn ibv_dofork_range @ "IBVERBS_1.1" => misc::ibv_dofork_range;
     fn ibv_dontfork_range @ "IBVERBS_1.1" => misc::ibv_dontfork_range;
     fn ibv_event_type_str @ "IBVERBS_1.1" => misc::ibv_event_type_str;
     fn ibv_fork_init @ "IBVERBS_1.1" => misc::ibv_fork_init;
     fn ibv_free_device_list @ "IBVERBS_1.1" => device::ibv_free_device_list;
-    fn ibv_get_async_event @ "IBVERBS_1.1" => device::ibv_get_async_event;
+    fn ibv_get_async_event @ "IBVERBS_1.1" => events::ibv_get_async_event;
     fn ibv_get_cq_event @ "IBVERBS_1.1" => cq::ibv_get_cq_event;
     fn ibv_get_device_guid @ "IBVERBS_1.1" => device::ibv_get_device_guid;
     fn ibv_get_device_list @ "IBVERBS_1.1" => device::ibv_get_device_list;
     fn ibv_get_device_name @ "IBVERBS_1.1" => device::ibv_get_device_name;
-    fn ibv_init_ah_from_wc @ "IBVERBS_1.1" => stubs::ibv_init_ah_from_wc;
+    fn ibv_init_ah_from_wc @ "IBVERBS_1.1" => ah::ibv_init_ah_from_wc;
     fn ibv_modify_qp @ "IBVERBS_1.1" => qp::ibv_modify_qp;
-    fn ibv_modify_srq @ "IBVERBS_1.1" => stubs::ibv_modify_srq;
+    fn ibv_modify_srq @ "IBVERBS_1.1" => srq::ibv_modify_srq;
     fn ibv_node_type_str @ "IBVERBS_1.1" => misc::ibv_node_type_str;
     fn ibv_open_device @ "IBVERBS_1.1" => device::ibv_open_device;
     fn ibv_port_state_str @ "IBVERBS_1.1" => misc::ibv_port_state_str;
@@ -101,7 +101,7 @@ export! {
     fn ibv_query_pkey @ "IBVERBS_1.1" => device::ibv_query_pkey;
     fn ibv_query_port @ "IBVERBS_1.1" => device::ibv_query_port;
     fn ibv_query_qp @ "IBVERBS_1.1" => qp::ibv_query_qp;
-    fn ibv_query_srq @ "IBVERBS_1.1" => stubs::ibv_query_srq;
+    fn ibv_query_srq @ "IBVERBS_1.1" => srq::ibv_query_srq;
     fn ibv_rate_to_mbps @ "IBVERBS_1.1" => misc::ibv_rate_to_mbps;
     fn ibv_reg_mr @ "IBVERBS_1.1" => mr::ibv_reg_mr;
     fn ibv_rereg_mr @ "IBVERBS_1.1" => stubs::ibv_rereg_mr;

@@ -109,6 +109,18 @@ pub fn table() -> Vec<Row> {
     fields!(o, ibv_qp_init_attr; qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
     fields!(o, ibv_async_event; element, event_type);
     fields!(o, ibv_query_device_ex_input; comp_mask);
+    fields!(o, ibv_ah; context, pd, handle);
+    fields!(o, ibv_grh; version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid);
+    fields!(o, ibv_srq; context, srq_context, pd, handle, mutex, cond, events_completed);
+    fields!(o, ibv_srq_attr; max_wr, max_sge, srq_limit);
+    fields!(o, ibv_srq_init_attr; srq_context, attr);
+    renamed!(o, ibv_send_wr;
+        "wr.ud.ah" => wr.remote_addr,
+        "wr.ud.remote_qpn" => wr.compare_add);
+    o.push((
+        "ibv_send_wr.wr.ud.remote_qkey".to_string(),
+        offset_of!(ibv_send_wr, wr) + ibv_send_wr::UD_REMOTE_QKEY_OFFSET,
+    ));
     o
 }
 

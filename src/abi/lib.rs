@@ -11,8 +11,10 @@
 //! error return with errno, never an unwind into C), and every `unsafe` block says why
 //! the pointer it follows is valid.
 
+mod ah;
 mod cq;
 mod device;
+mod events;
 mod exports;
 #[cfg(test)]
 mod layout;
@@ -20,6 +22,7 @@ mod misc;
 mod mr;
 mod ops;
 mod qp;
+mod srq;
 #[cfg(not(test))]
 mod stderr;
 mod stubs;
@@ -98,6 +101,8 @@ pub(crate) mod live {
         Cq,
         Channel,
         Qp,
+        Ah,
+        Srq,
     }
 
     static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);
@@ -114,6 +119,16 @@ pub(crate) mod live {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .is_some_and(|m| m.get(&(p as usize)) == Some(&k))
+    }
+
+    /// The first live `k` for which `f` holds (the table stays locked meanwhile, so the
+    /// object cannot be removed and freed under `f`).
+    pub fn find(k: Kind, mut f: impl FnMut(usize) -> bool) -> Option<usize> {
+        let g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref()?
+            .iter()
+            .find(|&(&p, &kind)| kind == k && f(p))
+            .map(|(&p, _)| p)
     }
 
     /// Remove `p` if it is a live `k`; false otherwise.

@@ -3,8 +3,6 @@
 //! `ibv_post_srq_recv`). Every slot a program may call is set: an op xrnic lacks
 //! returns its documented error instead of jumping to NULL.
 
-use core::ffi::{c_int, c_void};
-
 use crate::types::*;
 
 /// Fill the ops of a new context.
@@ -13,18 +11,5 @@ pub fn install(ops: &mut ibv_context_ops) {
     ops.req_notify_cq = Some(crate::cq::req_notify_cq);
     ops.post_send = Some(crate::qp::post_send);
     ops.post_recv = Some(crate::qp::post_recv);
-    ops.post_srq_recv = Some(post_srq_recv);
-}
-
-/// No SRQ (the next issue): refused.
-unsafe extern "C" fn post_srq_recv(
-    _srq: *mut c_void,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: a non-NULL `bad` points to the caller's pointer slot.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
+    ops.post_srq_recv = Some(crate::srq::post_srq_recv);
 }

@@ -1,7 +1,13 @@
-//! RC queue pairs: create / modify / query / destroy, and the data path of `ctx->ops`
-//! (`ibv_post_send`, `ibv_post_recv`: SGE lists, lists of work requests, signaled and
-//! unsignaled). UD, UC and SRQ are the next issue's: `qp_type` other than RC and an SRQ
-//! are EOPNOTSUPP. Inline data (`IBV_SEND_INLINE`) up to [`MAX_INLINE_DATA`] bytes, as
+//! Queue pairs (RC, UC, UD): create / modify / query / destroy, and the data path of
+//! `ctx->ops` (`ibv_post_send`, `ibv_post_recv`: SGE lists, lists of work requests,
+//! signaled and unsignaled). RC and UC QPs may take their receive WQEs from an SRQ
+//! (`init.srq`, crate::srq); a UD QP on an SRQ is EOPNOTSUPP (the engine's UD receive
+//! uses the QP's own queue). A UD send names its destination in `wr.ud` (a live address
+//! handle, crate::ah, else EINVAL; the remote QPN and Q_Key). The modify masks each type
+//! needs are the engine's (IBTA vol. 1 §10.3: for UD, INIT takes PKEY_INDEX|PORT|QKEY,
+//! RTS takes SQ_PSN; for UC, RTR takes AV|PATH_MTU|DEST_QPN|RQ_PSN and RTS SQ_PSN);
+//! a missing or unexpected attribute is EINVAL, as ib_core's `ib_modify_qp_is_ok`
+//! makes it for rxe. Inline data (`IBV_SEND_INLINE`) up to [`MAX_INLINE_DATA`] bytes, as
 //! rxe: the bytes are copied at post time into a per-QP ring of slots in an
 //! engine-owned region, and the request sends from there (the program may reuse its
 //! buffer, unregistered or not, as soon as `ibv_post_send` returns).
@@ -15,7 +21,9 @@ use xrnic::verbs::{
     SendWr, Sge, WrOpcode,
 };
 
+use crate::ah::xah;
 use crate::cq::{CqState, xcq};
+use crate::srq::{XSrq, xsrq};
 use crate::device::ibv_mtu;
 use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
@@ -23,6 +31,8 @@ use crate::types::*;
 use crate::{errno_of, guard, ret, set_errno};
 
 const IBV_QPT_RC: c_int = 2;
+const IBV_QPT_UC: c_int = 3;
+const IBV_QPT_UD: c_int = 4;
 
 #[repr(C)]
 pub struct XQp {
@@ -32,6 +42,9 @@ pub struct XQp {
     cqs: [Arc<CqState>; 2],
     cap: ibv_qp_cap,
     sq_sig_all: bool,
+    qp_type: c_int,
+    /// The SRQ its receive WQEs come from (NULL: its own receive queue).
+    srq: *const XSrq,
     /// Inline data: the ring its bytes are copied into (`None` when max_inline_data 0).
     inline: Option<Inline>,
 }
@@ -78,9 +91,19 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     }
     // SAFETY: `init` points to the caller's ibv_qp_init_attr (verbs.h contract).
     let a = unsafe { &mut *init };
-    if a.qp_type != IBV_QPT_RC || !a.srq.is_null() {
-        return Err(libc::EOPNOTSUPP);
-    }
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        Some(xsrq(a.srq as *mut ibv_srq).ok_or(libc::EINVAL)?)
+    };
+    let qp_type = match a.qp_type {
+        IBV_QPT_RC => xv::QpType::Rc,
+        IBV_QPT_UC => xv::QpType::Uc,
+        IBV_QPT_UD if srq.is_none() => xv::QpType::Ud,
+        IBV_QPT_UD => return Err(libc::EOPNOTSUPP),
+        // XRC, raw packet, driver QPs.
+        _ => return Err(libc::EOPNOTSUPP),
+    };
     let (scq, rcq) = (
         xcq(a.send_cq).ok_or(libc::EINVAL)?,
         xcq(a.recv_cq).ok_or(libc::EINVAL)?,
@@ -90,9 +113,9 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     let c = a.cap;
     if c.max_send_wr == 0
         || c.max_send_wr > attr.max_qp_wr
-        || c.max_recv_wr > attr.max_qp_wr
+        || (srq.is_none() && c.max_recv_wr > attr.max_qp_wr)
         || c.max_send_sge > attr.max_sge
-        || c.max_recv_sge > attr.max_sge
+        || (srq.is_none() && c.max_recv_sge > attr.max_sge)
         || c.max_inline_data > MAX_INLINE_DATA
     {
         return Err(libc::EINVAL);
@@ -104,7 +127,11 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         max_recv_wr: c.max_recv_wr.max(1),
         sq_sig_all: a.sq_sig_all != 0,
     };
-    let qp = p.pd.create_qp(&qi).map_err(|e| errno_of(&e))?;
+    let qp = match qp_type {
+        xv::QpType::Ud => p.pd.create_ud_qp(&qi),
+        t => p.pd.create_qp_ext(&qi, t, srq.map(|s| &s.srq)),
+    }
+    .map_err(|e| errno_of(&e))?;
     // SAFETY: ibv_qp is C data for which all-zero is valid (NULL pointers, RESET state,
     // glibc's static mutex / condition initialisers).
     let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
@@ -115,7 +142,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     ibv.recv_cq = a.recv_cq;
     ibv.handle = next_handle();
     ibv.qp_num = qp.qp_num().value();
-    ibv.qp_type = IBV_QPT_RC;
+    ibv.qp_type = a.qp_type;
+    ibv.srq = a.srq;
     let inline = if c.max_inline_data > 0 {
         let slot = (c.max_inline_data as usize).next_multiple_of(64);
         let slots = c.max_send_wr as usize + 1;
@@ -136,6 +164,9 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     p.users.fetch_add(1, Ordering::SeqCst);
     scq.state.users.fetch_add(1, Ordering::SeqCst);
     rcq.state.users.fetch_add(1, Ordering::SeqCst);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::SeqCst);
+    }
     let x = Box::into_raw(Box::new(XQp {
         ibv,
         qp,
@@ -143,6 +174,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         cqs: [scq.state.clone(), rcq.state.clone()],
         cap,
         sq_sig_all: a.sq_sig_all != 0,
+        qp_type: a.qp_type,
+        srq: srq.map_or(core::ptr::null(), |s| s as *const XSrq),
         inline,
     }));
     live::add(x, Kind::Qp);
@@ -169,6 +202,10 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         }
         // SAFETY: a QP keeps its PD (ibv_dealloc_pd is EBUSY while `users` > 0).
         unsafe { &*x.pd }.users.fetch_sub(1, Ordering::SeqCst);
+        if !x.srq.is_null() {
+            // SAFETY: a QP keeps its SRQ (ibv_destroy_srq is EBUSY while `users` > 0).
+            unsafe { &*x.srq }.users.fetch_sub(1, Ordering::SeqCst);
+        }
         0
     })
 }
@@ -247,6 +284,7 @@ fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_
     q.min_rnr_timer = a.min_rnr_timer;
     q.max_rd_atomic = a.max_rd_atomic;
     q.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    q.qkey = a.qkey;
     if let Err(e) = x.qp.modify(&q, m) {
         if std::env::var_os("XRNIC_DEBUG").is_some() {
             eprintln!("xrnic: ibv_modify_qp: {e}");
@@ -299,6 +337,7 @@ pub extern "C" fn ibv_query_qp(
             timeout: q.timeout,
             retry_cnt: q.retry_cnt,
             rnr_retry: q.rnr_retry,
+            qkey: q.qkey,
             ..Default::default()
         };
         o.ah_attr.is_global = 1;
@@ -314,9 +353,9 @@ pub extern "C" fn ibv_query_qp(
             (*init).qp_context = x.ibv.qp_context;
             (*init).send_cq = x.ibv.send_cq;
             (*init).recv_cq = x.ibv.recv_cq;
-            (*init).srq = core::ptr::null_mut();
+            (*init).srq = x.ibv.srq;
             (*init).cap = x.cap;
-            (*init).qp_type = IBV_QPT_RC;
+            (*init).qp_type = x.qp_type;
             (*init).sq_sig_all = c_int::from(x.sq_sig_all);
         }
         0
@@ -327,7 +366,7 @@ pub extern "C" fn ibv_query_qp(
 ///
 /// # Safety
 /// `sg` must point to `n` readable `ibv_sge` when `n` > 0.
-unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> Result<Vec<Sge>, c_int> {
+pub(crate) unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> Result<Vec<Sge>, c_int> {
     if n < 0 || n as u32 > max || (n > 0 && sg.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -393,7 +432,7 @@ fn inlinable(op: WrOpcode) -> bool {
 /// EINVAL, as in rxe.
 fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
     if w.send_flags & IBV_SEND_INLINE == 0 || !inlinable(s.opcode) {
-        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+        return submit(x, w, s);
     }
     let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
     if total > u64::from(x.cap.max_inline_data) {
@@ -405,7 +444,7 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
             return Err(libc::EINVAL);
         }
         s.sg_list.clear();
-        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+        return submit(x, w, s);
     };
     let mut bytes = Vec::with_capacity(total as usize);
     for g in s.sg_list.iter().filter(|g| g.length > 0) {
@@ -427,9 +466,20 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
             lkey: inl.mr.lkey(),
         });
     }
-    x.qp.post_send(s).map_err(|e| errno_of(&e))?;
+    submit(x, w, s)?;
     *next = (*next + 1) % inl.slots;
     Ok(())
+}
+
+/// Hand one request to the engine: a UD one with its `wr.ud` destination.
+fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
+    if x.qp_type != IBV_QPT_UD {
+        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+    }
+    let ah = xah(w.ud_ah()).ok_or(libc::EINVAL)?;
+    x.qp
+        .post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
+        .map_err(|e| errno_of(&e))
 }
 
 /// `ctx->ops.post_send`: 0, or the errno with `*bad` at the first refused request.
@@ -469,6 +519,15 @@ pub unsafe extern "C" fn post_recv(
     guard(libc::EIO, || {
         // SAFETY: as in post_send.
         let x = unsafe { &*(qp as *const XQp) };
+        if !x.srq.is_null() {
+            // Receive WQEs come from the SRQ: rdma-core's rxe `rxe_post_recv` finds no
+            // receive queue and returns EINVAL with `*bad_wr` NULL.
+            if !bad.is_null() {
+                // SAFETY: the caller's out pointer.
+                unsafe { *bad = core::ptr::null_mut() };
+            }
+            return libc::EINVAL;
+        }
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: `cur` is a node of the program's list.

@@ -123,13 +123,8 @@ int_stubs!(
     ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    ibv_destroy_ah,
-    ibv_destroy_srq,
     ibv_detach_mcast,
-    ibv_init_ah_from_wc,
-    ibv_modify_srq,
     ibv_query_ece,
-    ibv_query_srq,
     ibv_rereg_mr,
     ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid,
@@ -140,9 +135,6 @@ neg_stubs!(ibv_read_ibdev_sysfs_file);
 
 null_stubs!(
     _verbs_init_and_alloc_context,
-    ibv_create_ah,
-    ibv_create_ah_from_wc,
-    ibv_create_srq,
     ibv_import_device,
     ibv_import_dm,
     ibv_import_mr,
@@ -154,7 +146,6 @@ null_stubs!(
 
 void_stubs!(
     __verbs_log,
-    ibv_ack_async_event,
     ibv_copy_ah_attr_from_kern,
     ibv_copy_path_rec_from_kern,
     ibv_copy_path_rec_to_kern,

@@ -419,6 +419,24 @@ impl ibv_send_wr {
     pub fn rdma_rkey(&self) -> u32 {
         self.wr.compare_add as u32
     }
+
+    /// Where `wr.ud.remote_qkey` sits in the union: after `ah` (8) and `remote_qpn` (4).
+    pub const UD_REMOTE_QKEY_OFFSET: usize = 12;
+
+    /// `wr.ud.ah`: the first field of `wr.ud`.
+    pub fn ud_ah(&self) -> *mut ibv_ah {
+        self.wr.remote_addr as usize as *mut ibv_ah
+    }
+
+    /// `wr.ud.remote_qpn`: the low half of the union's second 8 bytes (x86-64).
+    pub fn ud_remote_qpn(&self) -> u32 {
+        self.wr.compare_add as u32
+    }
+
+    /// `wr.ud.remote_qkey`: the high half of the union's second 8 bytes (x86-64).
+    pub fn ud_remote_qkey(&self) -> u32 {
+        (self.wr.compare_add >> 32) as u32
+    }
 }
 
 #[repr(C)]
@@ -508,4 +526,49 @@ pub struct ibv_async_event {
     /// `element`: a CQ, QP, SRQ or WQ pointer, or the port number.
     pub element: *mut c_void,
     pub event_type: c_int,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    pub context: *mut ibv_context,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+}
+
+/// `struct ibv_grh`: the 40 bytes at the start of a UD receive buffer (for RoCE v2
+/// over IPv4: 20 bytes, then the IPv4 header).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_grh {
+    pub version_tclass_flow: u32,
+    pub paylen: u16,
+    pub next_hdr: u8,
+    pub hop_limit: u8,
+    pub sgid: ibv_gid,
+    pub dgid: ibv_gid,
+}
+
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+    pub srq_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub handle: u32,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub events_completed: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_srq_attr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub attr: ibv_srq_attr,
 }

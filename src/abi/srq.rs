@@ -1,0 +1,209 @@
+//! Shared receive queues: `ibv_create_srq`, `ibv_modify_srq` (resize, arm the limit),
+//! `ibv_query_srq`, `ibv_destroy_srq` (EBUSY while a QP uses it, as ib_core), and
+//! `ctx->ops.post_srq_recv`. `ibv_create_srq_ex` is verbs.h's inline: with only the PD
+//! (and a basic SRQ type) it calls `ibv_create_srq`; the extended op is left NULL, so
+//! anything else (XRC, tag matching) is EOPNOTSUPP there. `ibv_get_srq_num` (XRC only)
+//! finds its op NULL too. The limit event reaches the program on the async fd
+//! (crate::events).
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use xrnic::verbs::{self as xv, RecvWr, SrqAttr, SrqAttrMask};
+
+use crate::device::context;
+use crate::live::{self, Kind};
+use crate::mr::{XPd, next_handle, xpd};
+use crate::types::*;
+use crate::{errno_of, guard, ret, set_errno};
+
+#[repr(C)]
+pub struct XSrq {
+    pub ibv: ibv_srq,
+    pub srq: xv::Srq,
+    pd: *const XPd,
+    /// QPs on this SRQ: `ibv_destroy_srq` is EBUSY while any remain.
+    pub users: AtomicUsize,
+    max_sge: u32,
+}
+
+/// The SRQ behind `srq`, if it is live.
+pub fn xsrq<'a>(srq: *mut ibv_srq) -> Option<&'a XSrq> {
+    // SAFETY: a live Srq entry is a leaked Box<XSrq> whose first field is the ibv_srq.
+    live::is(srq, Kind::Srq).then(|| unsafe { &*(srq as *const XSrq) })
+}
+
+/// The live SRQs by engine number, so that a limit event names its `ibv_srq *`.
+pub fn by_num(ctx: *mut ibv_context, num: u32) -> Option<*mut ibv_srq> {
+    live::find(Kind::Srq, |p| {
+        // SAFETY: `p` is a live Srq entry (find holds the table's lock meanwhile, and
+        // ibv_destroy_srq removes it before freeing).
+        let x = unsafe { &*(p as *const XSrq) };
+        x.ibv.context == ctx && x.srq.srq_num() == num
+    })
+    .map(|p| p as *mut ibv_srq)
+}
+
+pub extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(core::ptr::null_mut(), || match create(pd, init) {
+        Ok(s) => s,
+        Err(e) => {
+            set_errno(e);
+            core::ptr::null_mut()
+        }
+    })
+}
+
+fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq, c_int> {
+    let p = xpd(pd).ok_or(libc::EINVAL)?;
+    if init.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `init` points to the caller's ibv_srq_init_attr (verbs.h contract).
+    let a = unsafe { &mut *init };
+    let want = SrqAttr {
+        max_wr: a.attr.max_wr,
+        max_sge: a.attr.max_sge,
+        srq_limit: a.attr.srq_limit,
+    };
+    let srq = p.pd.create_srq(&want).map_err(|e| errno_of(&e))?;
+    let got = srq.query().map_err(|e| errno_of(&e))?;
+    // What the SRQ holds, written back as providers do.
+    a.attr.max_wr = got.max_wr;
+    a.attr.max_sge = got.max_sge;
+    // SAFETY: ibv_srq is C data for which all-zero is valid (NULL pointers, glibc's
+    // static mutex / condition initialisers).
+    let mut ibv: ibv_srq = unsafe { core::mem::zeroed() };
+    ibv.context = p.ibv.context;
+    ibv.srq_context = a.srq_context;
+    ibv.pd = pd;
+    ibv.handle = next_handle();
+    p.users.fetch_add(1, Ordering::SeqCst);
+    if let Some(c) = context(p.ibv.context) {
+        c.notify.async_q.interest.fetch_add(1, Ordering::SeqCst);
+    }
+    let x = Box::into_raw(Box::new(XSrq {
+        ibv,
+        srq,
+        pd: p,
+        users: AtomicUsize::new(0),
+        max_sge: got.max_sge,
+    }));
+    live::add(x, Kind::Srq);
+    Ok(x as *mut ibv_srq)
+}
+
+pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
+    guard(libc::EIO, || {
+        let Some(x) = xsrq(srq) else {
+            return ret(Err(libc::EINVAL));
+        };
+        if attr.is_null() {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: `attr` points to the caller's ibv_srq_attr.
+        let a = unsafe { *attr };
+        let s = SrqAttr {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        };
+        ret(x
+            .srq
+            .modify(&s, SrqAttrMask(mask as u32))
+            .map_err(|e| errno_of(&e)))
+    })
+}
+
+pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard(libc::EIO, || {
+        let Some(x) = xsrq(srq) else {
+            return ret(Err(libc::EINVAL));
+        };
+        if attr.is_null() {
+            return ret(Err(libc::EINVAL));
+        }
+        match x.srq.query() {
+            Ok(q) => {
+                // SAFETY: `attr` points to the caller's ibv_srq_attr.
+                unsafe {
+                    attr.write(ibv_srq_attr {
+                        max_wr: q.max_wr,
+                        max_sge: q.max_sge,
+                        srq_limit: q.srq_limit,
+                    })
+                };
+                0
+            }
+            Err(e) => ret(Err(errno_of(&e))),
+        }
+    })
+}
+
+pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        match xsrq(srq) {
+            None => return ret(Err(libc::EINVAL)),
+            Some(x) if x.users.load(Ordering::SeqCst) > 0 => return ret(Err(libc::EBUSY)),
+            Some(_) => {}
+        }
+        if !live::remove(srq, Kind::Srq) {
+            return ret(Err(libc::EINVAL));
+        }
+        // SAFETY: removed above: a leaked Box<XSrq> freed once.
+        let x = unsafe { Box::from_raw(srq as *mut XSrq) };
+        let pd = x.pd;
+        let ctx = x.ibv.context;
+        if let Err(e) = x.srq.destroy() {
+            // No QP of ours uses it (checked above): not expected.
+            eprintln!("xrnic: ibv_destroy_srq: {e}");
+        }
+        if let Some(c) = context(ctx) {
+            c.notify.async_q.interest.fetch_sub(1, Ordering::SeqCst);
+        }
+        // SAFETY: an SRQ keeps its PD (ibv_dealloc_pd is EBUSY while `users` > 0).
+        unsafe { &*pd }.users.fetch_sub(1, Ordering::SeqCst);
+        0
+    })
+}
+
+/// `ctx->ops.post_srq_recv`: each work request in turn; the first refused one is
+/// returned in `bad` with its errno (ENOMEM when the SRQ is full, EINVAL for too many
+/// SGEs, as rxe).
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut c_void,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the data path trusts the program's SRQ pointer, as every provider
+        // does (a live Box<XSrq>).
+        let x = unsafe { &*(srq as *const XSrq) };
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: `cur` is a node of the program's list.
+            let w = unsafe { &*cur };
+            // SAFETY: the work request's SGE list.
+            let r = unsafe { crate::qp::sges(w.sg_list, w.num_sge, x.max_sge) }.and_then(|sg| {
+                x.srq
+                    .post_recv(RecvWr {
+                        wr_id: w.wr_id,
+                        sg_list: sg,
+                    })
+                    .map_err(|e| errno_of(&e))
+            });
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = cur };
+                }
+                return e;
+            }
+            cur = w.next;
+        }
+        0
+    })
+}

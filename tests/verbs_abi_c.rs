@@ -135,7 +135,7 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
             .output()
             .unwrap();
         let server = server.wait_with_output().unwrap();
-        for (who, o, checks) in [("client", &client, 34), ("server", &server, 38)] {
+        for (who, o, checks) in [("client", &client, 39), ("server", &server, 43)] {
             let t = text(o);
             let s = String::from_utf8_lossy(&o.stdout);
             assert!(o.status.success(), "{who} gid {gid}: {t}");

@@ -42,14 +42,7 @@ fn exec(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str) -> Comm
     exec_gid(pair, side, exe, dir, role, "1")
 }
 
-fn exec_gid(
-    pair: &VethPair,
-    side: Side,
-    exe: &Path,
-    dir: &Path,
-    role: &str,
-    gid: &str,
-) -> Command {
+fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid: &str) -> Command {
     let e = pair.end(side);
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &e.netns, "timeout", "120", XRNIC])

@@ -272,7 +272,10 @@ fn stock_ibv_uc_and_srq_pingpong_checked() {
         ("ibv_uc_pingpong", &["-g", "1", "-s", "4096"][..]),
         ("ibv_uc_pingpong", &["-g", "0", "-s", "1", "-e"]),
         ("ibv_srq_pingpong", &["-g", "1", "-q", "16", "-s", "4096"]),
-        ("ibv_srq_pingpong", &["-g", "0", "-q", "16", "-s", "100", "-e"]),
+        (
+            "ibv_srq_pingpong",
+            &["-g", "0", "-q", "16", "-s", "100", "-e"],
+        ),
     ] {
         let Some(pp) = tool(name, "ibverbs-utils") else {
             return;
@@ -282,7 +285,11 @@ fn stock_ibv_uc_and_srq_pingpong_checked() {
         let (client, server) = run_both(&pair, &pp, &a);
         for (who, o) in [("client", &client), ("server", &server)] {
             let s = String::from_utf8_lossy(&o.stdout);
-            assert!(s.contains("50 iters in "), "{name} {who} {a:?}: {}", text(o));
+            assert!(
+                s.contains("50 iters in "),
+                "{name} {who} {a:?}: {}",
+                text(o)
+            );
         }
     }
 }
@@ -295,13 +302,33 @@ fn stock_perftest_ud_uc_srq() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
     for (name, args, size) in [
-        ("ib_send_bw", &["-c", "UD", "-n", "200", "-x", "1"][..], "1024"),
-        ("ib_send_bw", &["-c", "UD", "-n", "200", "-x", "0", "-s", "64"], "64"),
+        (
+            "ib_send_bw",
+            &["-c", "UD", "-n", "200", "-x", "1"][..],
+            "1024",
+        ),
+        (
+            "ib_send_bw",
+            &["-c", "UD", "-n", "200", "-x", "0", "-s", "64"],
+            "64",
+        ),
         ("ib_send_lat", &["-c", "UD", "-n", "100", "-x", "1"], "2"),
         ("ib_send_bw", &["-c", "UC", "-n", "200", "-x", "1"], "65536"),
-        ("ib_write_bw", &["-c", "UC", "-n", "200", "-x", "1"], "65536"),
-        ("ib_send_bw", &["--use-srq", "-n", "200", "-x", "1"], "65536"),
-        ("ib_send_bw", &["--use-srq", "-q", "4", "-n", "50", "-x", "1"], "65536"),
+        (
+            "ib_write_bw",
+            &["-c", "UC", "-n", "200", "-x", "1"],
+            "65536",
+        ),
+        (
+            "ib_send_bw",
+            &["--use-srq", "-n", "200", "-x", "1"],
+            "65536",
+        ),
+        (
+            "ib_send_bw",
+            &["--use-srq", "-q", "4", "-n", "50", "-x", "1"],
+            "65536",
+        ),
     ] {
         let Some(p) = tool(name, "perftest") else {
             return;

@@ -55,10 +55,8 @@ impl AsyncQueue {
         };
         while let Some(ev) = dev.poll_async_event() {
             let item = match ev {
-                AsyncEvent::SrqLimitReached(s) => {
-                    crate::srq::by_num(*ctx as *mut ibv_context, s.0)
-                        .map(|p| (p as usize, IBV_EVENT_SRQ_LIMIT_REACHED))
-                }
+                AsyncEvent::SrqLimitReached(s) => crate::srq::by_num(*ctx as *mut ibv_context, s.0)
+                    .map(|p| (p as usize, IBV_EVENT_SRQ_LIMIT_REACHED)),
             };
             // An event about an object already destroyed has no one to go to.
             let Some(item) = item else { continue };

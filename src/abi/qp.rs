@@ -23,10 +23,10 @@ use xrnic::verbs::{
 
 use crate::ah::xah;
 use crate::cq::{CqState, xcq};
-use crate::srq::{XSrq, xsrq};
 use crate::device::ibv_mtu;
 use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
+use crate::srq::{XSrq, xsrq};
 use crate::types::*;
 use crate::{errno_of, guard, ret, set_errno};
 
@@ -477,8 +477,7 @@ fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
         return x.qp.post_send(s).map_err(|e| errno_of(&e));
     }
     let ah = xah(w.ud_ah()).ok_or(libc::EINVAL)?;
-    x.qp
-        .post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
+    x.qp.post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
         .map_err(|e| errno_of(&e))
 }
 

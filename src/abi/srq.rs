@@ -44,10 +44,7 @@ pub fn by_num(ctx: *mut ibv_context, num: u32) -> Option<*mut ibv_srq> {
     .map(|p| p as *mut ibv_srq)
 }
 
-pub extern "C" fn ibv_create_srq(
-    pd: *mut ibv_pd,
-    init: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
+pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard(core::ptr::null_mut(), || match create(pd, init) {
         Ok(s) => s,
         Err(e) => {

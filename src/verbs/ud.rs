@@ -8,6 +8,7 @@
 //! `pp_connect_ctx` masks); [`Qp::post_send_ud`] sends one datagram. Receives use
 //! [`Qp::post_recv`]: the buffer gets the 40-byte GRH first (`crate::proto::GRH_LEN`).
 //! Software backend only: on the offload backend these return `Error::Unsupported`.
+//! Multicast ([`Qp::attach_mcast`]) is unsupported on both.
 
 use std::sync::Arc;
 
@@ -161,6 +162,20 @@ impl Qp {
         pd.shared.lock().rnic.post_send_ud(self.qpn, wr, &dest)?;
         pd.shared.doorbell();
         Ok(())
+    }
+
+    /// `ibv_attach_mcast`: xrnic has no multicast; always [`Error::Unsupported`]
+    /// (the library returns EOPNOTSUPP, docs/verbs-abi.md).
+    pub fn attach_mcast(&self, _gid: &super::Gid, _lid: u16) -> Result<()> {
+        Err(Error::Unsupported {
+            what: "multicast groups",
+            backend: self.dev.backend(),
+        })
+    }
+
+    /// `ibv_detach_mcast`: as [`Qp::attach_mcast`], always [`Error::Unsupported`].
+    pub fn detach_mcast(&self, gid: &super::Gid, lid: u16) -> Result<()> {
+        self.attach_mcast(gid, lid)
     }
 
     /// The datagram counters of a UD QP (sent, received, Q_Key and no-WQE drops).

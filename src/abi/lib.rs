@@ -6,6 +6,9 @@
 //! - types.rs: the C structures, checked against the system's verbs.h by layout.rs.
 //! - device.rs: the device list, open/close, the queries; misc.rs: the pure helpers
 //!   (strings, rates); stubs.rs: entry points xrnic does not implement (documented errors).
+//! - mr.rs (PDs, MRs), cq.rs (CQs, channels, poll), qp.rs (RC, UC, UD QPs and the post
+//!   ops), ah.rs (address handles, AHs from a UD receive), srq.rs (shared receive
+//!   queues), events.rs (the async fd), ops.rs (the `ibv_context.ops` table).
 //!
 //! At the boundary: every entry point runs its body under `guard` (a panic becomes an
 //! error return with errno, never an unwind into C), and every `unsafe` block says why

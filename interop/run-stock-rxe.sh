@@ -400,8 +400,8 @@ VS_KNOWN=(
 	# (the kernel's rxe_post_send) fails: EINVAL, bad_wr still NULL.
 	'ibv_post_send on a QP in RESET sets bad_wr to the WR'
 	# rxe in 6.1 completes a SEND with a bad lkey as IBV_WC_LOC_QP_OP_ERR (its requester
-	# maps every copy failure but -EFAULT to it); xrnic, like the IBTA's Local Protection
-	# Error (vol. 1 §10.10.2) and mlx5, says IBV_WC_LOC_PROT_ERR.
+	# maps every copy failure but -EFAULT to it); xrnic says IBV_WC_LOC_PROT_ERR, what
+	# rdma-core's ibv_poll_cq(3) names for an SGE that references no valid MR (as mlx5).
 	'a bad lkey completes with IBV_WC_LOC_PROT_ERR'
 )
 

@@ -325,30 +325,33 @@ for entry in "${SCENARIOS[@]}"; do
 	xrc=0
 	why=
 	if [[ $role == server ]]; then
-		rm -f "$dir/xrnic.rc"
-		(
-			rc=0
-			run_xrnic "$H_NS" "$dir/xrnic" "${xargv[@]}" || rc=$?
-			echo "$rc" >"$dir/xrnic.rc"
-		) &
+		# Started directly (no subshell around it), so that $! is the process chain
+		# ip -> timeout -> the tool and a kill reaches the tool: a server left running
+		# would keep eth0's XDP program and fail the next scenarios.
+		echo "+ xrnic exec --netdev eth0 -- ${xargv[*]}" >"$dir/xrnic.err"
+		ip netns exec "$H_NS" timeout -k 5 "$XRNIC_TIMEOUT" \
+			"$XRNIC" exec --netdev eth0 -- "${xargv[@]}" >"$dir/xrnic.out" 2>>"$dir/xrnic.err" &
 		xpid=$!
-		xfailed() { [[ -s $dir/xrnic.rc && $(cat "$dir/xrnic.rc") != 0 ]]; }
-		while ! grep -aq '^XR-RESULT ' "${XRI_GUEST_LOG[A]}" && ! xfailed &&
+		xri_on_exit xri_kill_pid "$xpid"
+		while ! grep -aq '^XR-RESULT ' "${XRI_GUEST_LOG[A]}" && kill -0 "$xpid" 2>/dev/null &&
 			kill -0 "${XRI_GUEST_PID[A]}" 2>/dev/null; do
 			sleep 0.2
 		done
-		if xfailed && ! grep -aq '^XR-RESULT ' "${XRI_GUEST_LOG[A]}"; then
-			ok=0
-			xri_guest_finish A 5 || true
+		if ! kill -0 "$xpid" 2>/dev/null && ! grep -aq '^XR-RESULT ' "${XRI_GUEST_LOG[A]}"; then
+			# xrnic ended first: the guest's tool gets a few seconds more.
+			xri_guest_finish A 15 || ok=0
 		else
 			xri_guest_finish A $((SCENARIO_TIMEOUT + 90)) || ok=0
 		fi
-		if ((ok)); then
-			xri_wait_pid "$xpid" 30 || xri_kill_pid "$xpid"
-		else
-			xri_wait_pid "$xpid" 5 || xri_kill_pid "$xpid"
-		fi
-		xrc=$(cat "$dir/xrnic.rc" 2>/dev/null || echo 124)
+		# The server's own end: at most 30 s after the guest's (5 s after a failure).
+		wait_s=30
+		((ok)) || wait_s=5
+		for ((i = 0; i < wait_s * 5; i++)); do
+			kill -0 "$xpid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -0 "$xpid" 2>/dev/null && kill -TERM "$xpid" 2>/dev/null
+		wait "$xpid" || xrc=$?
 	else
 		if xri_guest_wait A '^XR-SERVER-START' $((SCENARIO_TIMEOUT + 60)); then
 			xrnic_client "$dir/xrnic" "${xargv[@]}" || xrc=$?

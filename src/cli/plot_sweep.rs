@@ -202,8 +202,10 @@ mod tests {
 
     #[test]
     fn parses_points() {
-        let p = parse_csv(&format!("{HEADER}\nrxe,write,2,0.01\n\nxrnic,write,65536,1.5\n"))
-            .unwrap();
+        let p = parse_csv(&format!(
+            "{HEADER}\nrxe,write,2,0.01\n\nxrnic,write,65536,1.5\n"
+        ))
+        .unwrap();
         assert_eq!(p.len(), 2);
         assert_eq!(
             p[1],
@@ -220,7 +222,11 @@ mod tests {
     fn bad_csv_is_an_error_naming_the_line() {
         assert!(parse_csv("").unwrap_err().contains("empty"));
         assert!(parse_csv("a,b\n").unwrap_err().contains("line 1"));
-        assert!(parse_csv(&format!("{HEADER}\n")).unwrap_err().contains("no points"));
+        assert!(
+            parse_csv(&format!("{HEADER}\n"))
+                .unwrap_err()
+                .contains("no points")
+        );
         let e = parse_csv(&format!("{HEADER}\nrxe,write,0,1\n")).unwrap_err();
         assert!(e.contains("line 2") && e.contains("bytes '0'"), "{e}");
         let e = parse_csv(&format!("{HEADER}\nrxe,write,2,NaN\n")).unwrap_err();
@@ -249,7 +255,13 @@ mod tests {
         let svg = std::fs::read_to_string(&out).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
-        for label in ["sweep test", "rxe write", "rxe read", "xrnic write", "xrnic read"] {
+        for label in [
+            "sweep test",
+            "rxe write",
+            "rxe read",
+            "xrnic write",
+            "xrnic read",
+        ] {
             assert!(svg.contains(label), "no '{label}' in the SVG");
         }
         // 4 series x 16 points, each a marker.

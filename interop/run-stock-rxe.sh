@@ -445,7 +445,8 @@ run_verbs_suite() {
 		echo 'wait $s; s=$?'
 		echo 'sed "s/^/xr-vs server /" /tmp/vs/server.out; sed "s/^/xr-vs client /" /tmp/vs/client.out'
 		echo 'echo "xr-vs rc server=$s client=$c"'
-		echo '[ $s = 0 ] && [ $c = 0 ]'
+		# 0 or 1 ("N passed, M failed"): the suite ran to its end; the comparison judges.
+		echo '[ $s -le 1 ] && [ $c -le 1 ]'
 	} >"$dir/guest.sh"
 	XRI_GUEST_EXTRA=$dir/extra.cpio xri_guest_start A tapA "$G_IP4" "$G_IP6" 1500 "$dir/guest.sh" \
 		"$dir" "$SCENARIO_TIMEOUT"

@@ -9,6 +9,7 @@
 #                interop/out/bench-rxe-DATE)
 #     -r ROUNDS  interleaved rounds (default $XRI_BENCH_ROUNDS or 2); each figure keeps its
 #                best round (bandwidth: the highest, latency: the lowest t_typical)
+#     -a         no run: analyse again the consoles an earlier run left in OUTDIR
 #
 # Each round runs, over rxe then over xrnic: ib_write_bw, ib_read_bw, ib_send_bw at 64 KiB
 # for XRI_BENCH_SECONDS (default 3, perftest -D) and as a size sweep (-a, XRI_BENCH_SWEEP_ITERS
@@ -38,14 +39,16 @@ RUN_TIMEOUT=${XRI_BENCH_RUN_TIMEOUT:-240}
 export XRI_GUEST_MEM=${XRI_GUEST_MEM:-1024}
 
 usage() {
-	sed -n '2,25s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,26s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 OUT=
-while getopts "o:r:h" opt; do
+ANALYSE=
+while getopts "o:r:ah" opt; do
 	case $opt in
 	o) OUT=$OPTARG ;;
 	r) ROUNDS=$OPTARG ;;
+	a) ANALYSE=1 ;;
 	*) usage ;;
 	esac
 done
@@ -59,12 +62,6 @@ OUT=${OUT:-$XRI_DIR/out/bench-rxe-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 
-REL=${XRNIC_RELEASE:-$XRI_DIR/../target/release}
-for f in xrnic libibverbs.so; do
-	[[ -f $REL/$f ]] || xri_die "$REL/$f missing: run \`make verbs-lib\` first"
-done
-REL=$(cd "$REL" && pwd)
-
 # The tests of one round, in order: name | tool | options (both sides).
 TESTS=(
 	"write_64k|ib_write_bw|-s 65536 -D $SECONDS_64K"
@@ -77,105 +74,124 @@ TESTS=(
 	"send_sweep|ib_send_bw|-a -n $SWEEP_ITERS"
 )
 
-xri_guest_init
-xri_log "kernel $XRI_KVER, base image $(basename "$XRI_BASE"), xrnic from $REL, MTU $MTU, $ROUNDS rounds, output in $OUT"
+# Boot the guests and run the plan (not with -a).
+run_guests() {
+	REL=${XRNIC_RELEASE:-$XRI_DIR/../target/release}
+	for f in xrnic libibverbs.so; do
+		[[ -f $REL/$f ]] || xri_die "$REL/$f missing: run \`make verbs-lib\` first"
+	done
+	REL=$(cd "$REL" && pwd)
 
-# xrnic (release) in the guests: /usr/bin/xrnic, its library in /usr/lib/xrnic (the
-# --lib of xrnic exec), and whatever libraries ldd lists that the base image lacks.
-stage=$(mktemp -d /tmp/xri-bench.XXXXXX)
-xri_on_exit rm -rf "$stage"
-mkdir -p "$stage/usr/bin" "$stage/usr/lib/xrnic" "$stage/usr/lib/x86_64-linux-gnu"
-objcopy --strip-debug "$REL/xrnic" "$stage/usr/bin/xrnic"
-objcopy --strip-debug "$REL/libibverbs.so" "$stage/usr/lib/xrnic/libibverbs.so.1"
-base_files=$(zcat "$XRI_BASE" | cpio -t --quiet 2>/dev/null)
-for lib in $(ldd "$REL/xrnic" "$REL/libibverbs.so" | awk '$3 ~ /^\// { print $3 }' | sort -u); do
-	name=$(basename "$lib")
-	[[ $name == libibverbs.so.1 ]] && continue
-	grep -q "/$name\$" <<<"$base_files" || cp -L "$lib" "$stage/usr/lib/x86_64-linux-gnu/$name"
-done
-# Files, and the one directory the base image lacks (the kernel's unpacker makes no parent
-# directories; an entry for a directory the base has would replace it, e.g. the /lib link).
-(cd "$stage" && find . -path ./usr/lib/xrnic -o -type f | cpio -o -H newc --quiet -R 0:0) >"$OUT/extra.cpio"
-export XRI_GUEST_EXTRA=$OUT/extra.cpio
 
-xri_net_create "$MTU"
-xri_net_add_tap tapA "$MTU"
-xri_net_add_tap tapB "$MTU"
+	xri_guest_init
+	xri_log "kernel $XRI_KVER, base image $(basename "$XRI_BASE"), xrnic from $REL, MTU $MTU, $ROUNDS rounds, output in $OUT"
 
-# The plan: one line per run, "ID|STACK|TEST|TOOL|OPTIONS", rounds interleaved, within a
-# round rxe then xrnic for each test.
-PLAN=()
-id=0
-for ((r = 1; r <= ROUNDS; r++)); do
-	for t in "${TESTS[@]}"; do
-		IFS='|' read -r test tool opts <<<"$t"
-		for stack in rxe xrnic; do
-			PLAN+=("$id|$stack|$r|$test|$tool|$opts")
-			id=$((id + 1))
+	# xrnic (release) in the guests: /usr/bin/xrnic, its library in /usr/lib/xrnic (the
+	# --lib of xrnic exec), and whatever libraries ldd lists that the base image lacks.
+	stage=$(mktemp -d /tmp/xri-bench.XXXXXX)
+	xri_on_exit rm -rf "$stage"
+	mkdir -p "$stage/usr/bin" "$stage/usr/lib/xrnic" "$stage/usr/lib/x86_64-linux-gnu"
+	objcopy --strip-debug "$REL/xrnic" "$stage/usr/bin/xrnic"
+	objcopy --strip-debug "$REL/libibverbs.so" "$stage/usr/lib/xrnic/libibverbs.so.1"
+	base_files=$(zcat "$XRI_BASE" | cpio -t --quiet 2>/dev/null)
+	for lib in $(ldd "$REL/xrnic" "$REL/libibverbs.so" | awk '$3 ~ /^\// { print $3 }' | sort -u); do
+		name=$(basename "$lib")
+		[[ $name == libibverbs.so.1 ]] && continue
+		grep -q "/$name\$" <<<"$base_files" || cp -L "$lib" "$stage/usr/lib/x86_64-linux-gnu/$name"
+	done
+	# Files, and the one directory the base image lacks (the kernel's unpacker makes no parent
+	# directories; an entry for a directory the base has would replace it, e.g. the /lib link).
+	(cd "$stage" && find . -path ./usr/lib/xrnic -o -type f | cpio -o -H newc --quiet -R 0:0) >"$OUT/extra.cpio"
+	export XRI_GUEST_EXTRA=$OUT/extra.cpio
+
+	xri_net_create "$MTU"
+	xri_net_add_tap tapA "$MTU"
+	xri_net_add_tap tapB "$MTU"
+
+	# The plan: one line per run, "ID|STACK|TEST|TOOL|OPTIONS", rounds interleaved, within a
+	# round rxe then xrnic for each test.
+	PLAN=()
+	id=0
+	for ((r = 1; r <= ROUNDS; r++)); do
+		for t in "${TESTS[@]}"; do
+			IFS='|' read -r test tool opts <<<"$t"
+			for stack in rxe xrnic; do
+				PLAN+=("$id|$stack|$r|$test|$tool|$opts")
+				id=$((id + 1))
+			done
 		done
 	done
-done
-printf '%s\n' "${PLAN[@]}" >"$OUT/plan.txt"
+	printf '%s\n' "${PLAN[@]}" >"$OUT/plan.txt"
 
-# write_guest FILE ROLE: the /scenario.sh of the server (A) or the client (B).
-write_guest() {
-	local file=$1 role=$2 e pid stack r test tool opts dev gid cmd port
-	# shellcheck disable=SC2016  # expanded in the guest
-	{
-		echo '. /usr/lib/xr-funcs.sh'
-		echo "XR_PEER4=${A_IP4%/*}"
-		# A late server is waited for longer than between the boots.
-		echo 'XR_RETRIES=120'
-		echo 'fails=0'
-		echo 'bench() {'
-		echo '	id=$1; shift'
-		echo '	echo "XR-BENCH $id start"'
-		if [[ $role == server ]]; then
-			echo "	timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
-		else
-			echo "	xr_client timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
-		fi
-		echo '	rc=$?'
-		echo '	sed "s/^/xr-b $id /" /tmp/b.out'
-		echo '	echo "XR-BENCH $id rc=$rc"'
-		echo '	[ $rc = 0 ] || fails=$((fails + 1))'
-		echo '}'
-		echo 'echo "XR-SERVER-START bench"'
-		echo 'xrnic devinfo --netdev eth0 | sed "s/^/xr-devinfo /"'
-		for e in "${PLAN[@]}"; do
-			IFS='|' read -r pid stack r test tool opts <<<"$e"
-			port=$((20000 + pid))
-			if [[ $stack == rxe ]]; then
-				cmd="/usr/bin/$tool -d rxe0 -x \$XR_GID4"
+	# write_guest FILE ROLE: the /scenario.sh of the server (A) or the client (B).
+	write_guest() {
+		local file=$1 role=$2 e pid stack r test tool opts dev gid cmd port
+		# shellcheck disable=SC2016  # expanded in the guest
+		{
+			echo '. /usr/lib/xr-funcs.sh'
+			echo "XR_PEER4=${A_IP4%/*}"
+			# A late server is waited for longer than between the boots.
+			echo 'XR_RETRIES=120'
+			echo 'fails=0'
+			echo 'bench() {'
+			echo '	id=$1; shift'
+			echo '	echo "XR-BENCH $id start"'
+			if [[ $role == server ]]; then
+				echo "	timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
 			else
-				# xrnic's GID 1 is the IPv4-mapped one.
-				cmd="xrnic exec --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
+				echo "	xr_client timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
 			fi
-			cmd+=" -F -p $port $opts"
-			case $tool in *_bw) cmd+=" --report_gbits" ;; esac
-			[[ $role == client ]] && cmd+=" \$XR_PEER4"
-			echo "bench $pid $cmd"
-		done
-		echo 'echo "xr: $fails runs failed"'
-		echo '[ $fails = 0 ]'
-	} >"$file"
-}
-write_guest "$OUT/server.sh" server
-write_guest "$OUT/client.sh" client
+			echo '	rc=$?'
+			echo '	sed "s/^/xr-b $id /" /tmp/b.out'
+			echo '	echo "XR-BENCH $id rc=$rc"'
+			echo '	[ $rc = 0 ] || fails=$((fails + 1))'
+			echo '}'
+			echo 'echo "XR-SERVER-START bench"'
+			echo 'xrnic devinfo --netdev eth0 | sed "s/^/xr-devinfo /"'
+			for e in "${PLAN[@]}"; do
+				IFS='|' read -r pid stack r test tool opts <<<"$e"
+				port=$((20000 + pid))
+				if [[ $stack == rxe ]]; then
+					cmd="/usr/bin/$tool -d rxe0 -x \$XR_GID4"
+				else
+					# xrnic's GID 1 is the IPv4-mapped one.
+					cmd="xrnic exec --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
+				fi
+				cmd+=" -F -p $port $opts"
+				case $tool in *_bw) cmd+=" --report_gbits" ;; esac
+				[[ $role == client ]] && cmd+=" \$XR_PEER4"
+				echo "bench $pid $cmd"
+			done
+			echo 'echo "xr: $fails runs failed"'
+			echo '[ $fails = 0 ]'
+		} >"$file"
+	}
+	write_guest "$OUT/server.sh" server
+	write_guest "$OUT/client.sh" client
 
-# The whole plan's time bound inside the guests.
-GUEST_TIMEOUT=$((${#PLAN[@]} * RUN_TIMEOUT / 2 + 300))
-xri_guest_start A tapA "$A_IP4" "$A_IP6" "$MTU" "$OUT/server.sh" "$OUT" "$GUEST_TIMEOUT"
-xri_guest_start B tapB "$B_IP4" "$B_IP6" "$MTU" "$OUT/client.sh" "$OUT" "$GUEST_TIMEOUT"
-xri_log "${#PLAN[@]} runs in guests A and B (at most $GUEST_TIMEOUT s); consoles $OUT/A.console, $OUT/B.console"
-ok=1
-if xri_guest_finish B $((GUEST_TIMEOUT + 90)); then
-	xri_guest_finish A 60 || ok=0
+	# The whole plan's time bound inside the guests.
+	GUEST_TIMEOUT=$((${#PLAN[@]} * RUN_TIMEOUT / 2 + 300))
+	xri_guest_start A tapA "$A_IP4" "$A_IP6" "$MTU" "$OUT/server.sh" "$OUT" "$GUEST_TIMEOUT"
+	xri_guest_start B tapB "$B_IP4" "$B_IP6" "$MTU" "$OUT/client.sh" "$OUT" "$GUEST_TIMEOUT"
+	xri_log "${#PLAN[@]} runs in guests A and B (at most $GUEST_TIMEOUT s); consoles $OUT/A.console, $OUT/B.console"
+	ok=1
+	if xri_guest_finish B $((GUEST_TIMEOUT + 90)); then
+		xri_guest_finish A 60 || ok=0
+	else
+		ok=0
+		xri_guest_finish A 10 || true
+	fi
+	rm -f "$OUT"/*.initrd
+}
+if [[ -n $ANALYSE ]]; then
+	[[ -f $OUT/plan.txt && -f $OUT/A.console && -f $OUT/B.console ]] ||
+		xri_die "-a: $OUT holds no plan.txt, A.console and B.console of an earlier run"
+	mapfile -t PLAN <"$OUT/plan.txt"
+	ROUNDS=$(cut -d"|" -f3 "$OUT/plan.txt" | sort -n | tail -1)
+	ok=1
 else
-	ok=0
-	xri_guest_finish A 10 || true
+	run_guests
 fi
-rm -f "$OUT"/*.initrd
 for g in A B; do
 	tr -d '\r' <"$OUT/$g.console" >"$OUT/$g.txt"
 done
@@ -205,6 +221,11 @@ for e in "${PLAN[@]}"; do
 	out_of A "$pid" >"$OUT/$pid-$stack-$test-r$r.server.txt"
 	rca=$(rc_of A "$pid") rcb=$(rc_of B "$pid")
 	rows "$OUT/$pid-$stack-$test-r$r.client.txt" >"$OUT/$pid.rows"
+	# A sweep's rows count up to where it stopped, even when it failed.
+	if [[ $test == *_sweep ]]; then
+		awk -v s="$stack" -v t="${test%_sweep}" -v r="$r" '{ printf "%s,%s,%s,%s,%s\n", s, t, r, $1, $4 }' \
+			"$OUT/$pid.rows" >>"$OUT/sweep.csv"
+	fi
 	if [[ $rca != 0 || $rcb != 0 || ! -s $OUT/$pid.rows ]]; then
 		FAILED=$((FAILED + 1))
 		xri_log "FAILED: run $pid ($stack $test round $r): server rc=$rca, client rc=$rcb"
@@ -212,13 +233,11 @@ for e in "${PLAN[@]}"; do
 			echo "---- last lines of $OUT/$pid-$stack-$test-r$r.$side.txt ----" >&2
 			tail -n 20 "$OUT/$pid-$stack-$test-r$r.$side.txt" >&2 || true
 		done
+		rm -f "$OUT/$pid.rows"
 		continue
 	fi
 	case $test in
-	*_sweep)
-		awk -v s="$stack" -v t="${test%_sweep}" -v r="$r" '{ printf "%s,%s,%s,%s,%s\n", s, t, r, $1, $4 }' \
-			"$OUT/$pid.rows" >>"$OUT/sweep.csv"
-		;;
+	*_sweep) ;;
 	*_lat)
 		v=$(awk 'NR == 1 { print $5 }' "$OUT/$pid.rows")
 		k=$stack/$test
@@ -240,7 +259,7 @@ done
 # The tables side by side, rxe left, xrnic right, for each test of the last round that
 # has both.
 {
-	echo "rxe ⟷ xrnic, the same stock perftest in the same guests: kernel $XRI_KVER, MTU $MTU, $(date -u +%FT%TZ), $ROUNDS rounds, $secs s"
+	echo "rxe ⟷ xrnic, the same stock perftest in the same guests: kernel ${XRI_KVER:-(see A.console)}, MTU $MTU, $(date -u +%FT%TZ), $ROUNDS rounds, $secs s"
 	for t in "${TESTS[@]}"; do
 		IFS='|' read -r test tool opts <<<"$t"
 		fr=$(ls "$OUT"/*-rxe-"$test"-r"$ROUNDS".client.txt 2>/dev/null | head -1) || true

@@ -277,11 +277,12 @@ has_result() {
 }
 
 # The sides whose output must hold the result: the client always; the server too for
-# ibv_*_pingpong, ib_send_bw and the latency tests (the passive side of perftest's WRITE,
-# READ and atomic bandwidth tests prints no table).
+# ibv_*_pingpong, ib_send_bw, ib_write_lat and ib_send_lat (the passive side of perftest's
+# WRITE, READ and atomic bandwidth tests and of the READ and atomic latency tests prints
+# no table).
 server_prints() {
 	case $1 in
-	ibv_*_pingpong | ib_send_bw | ib_*_lat) return 0 ;;
+	ibv_*_pingpong | ib_send_bw | ib_write_lat | ib_send_lat) return 0 ;;
 	*) return 1 ;;
 	esac
 }

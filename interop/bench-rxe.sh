@@ -195,7 +195,8 @@ fi
 for g in A B; do
 	tr -d '\r' <"$OUT/$g.console" >"$OUT/$g.txt"
 done
-secs=$(xri_elapsed "$T_START")
+secs="$(xri_elapsed "$T_START") s"
+[[ -z $ANALYSE ]] || secs="analysed again from the consoles"
 
 # out_of GUEST ID: that run's output in guest A or B.
 out_of() { sed -n "s/^xr-b $2 //p" "$OUT/$1.txt"; }
@@ -259,12 +260,14 @@ done
 # The tables side by side, rxe left, xrnic right, for each test of the last round that
 # has both.
 {
-	echo "rxe ⟷ xrnic, the same stock perftest in the same guests: kernel ${XRI_KVER:-(see A.console)}, MTU $MTU, $(date -u +%FT%TZ), $ROUNDS rounds, $secs s"
+	echo "rxe ⟷ xrnic, the same stock perftest in the same guests: kernel ${XRI_KVER:-(see A.console)}, MTU $MTU, $(date -u +%FT%TZ), $ROUNDS rounds, $secs"
 	for t in "${TESTS[@]}"; do
 		IFS='|' read -r test tool opts <<<"$t"
 		fr=$(ls "$OUT"/*-rxe-"$test"-r"$ROUNDS".client.txt 2>/dev/null | head -1) || true
 		fx=$(ls "$OUT"/*-xrnic-"$test"-r"$ROUNDS".client.txt 2>/dev/null | head -1) || true
 		[[ -n $fr && -n $fx ]] || continue
+		# The options the run had (plan.txt), not this script's defaults (-a).
+		opts=$(awk -F'|' -v t="$test" '$4 == t { print $6; exit }' "$OUT/plan.txt")
 		echo
 		echo "== $tool $opts (round $ROUNDS): rxe0 | xrnic =="
 		pr -m -t -w 200 <(grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+ ' "$fr" | cut -c1-98) \

@@ -22,9 +22,14 @@
 #   make deps        only install the Debian packages the build and tests need
 #   make interop     xrnic rc-pingpong / perf against the stock ibv_rc_pingpong / ib_*_bw on
 #                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
-#                    1024/4096, loss, RNR; then xrnic inside two Debian 6.1 guests (no
-#                    iproute2, single-buffer AF_XDP) against xrnic and rxe, both roles
-#                    (root, ~20-25 min; CI runs it after make test)
+#                    1024/4096, loss, RNR; the same stock tools on both sides (xrnic
+#                    through xrnic exec) and the C verbs suite on rxe0 against xrnic's
+#                    output; then xrnic inside two Debian 6.1 guests (no iproute2,
+#                    single-buffer AF_XDP) against xrnic and rxe, both roles
+#                    (root, ~35-45 min; CI runs it after make test)
+#   make bench-rxe   the same stock perftest over rxe0 and over xrnic (drop-in library) in
+#                    the same two qemu guests, interleaved rounds: tables side by side, an
+#                    SVG of bandwidth against size, a JSON line (root, ~15-30 min)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
@@ -54,7 +59,7 @@ DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap engine
 
-.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -168,10 +173,28 @@ interop-rxe: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-rxe-pair.sh -o target/interop
 
+# The stock-tool scenarios run Debian's binaries on xrnic through the debug library that
+# `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic.
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
+	$(CARGO) build --quiet -p xrnic-verbs
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
+	interop/run-stock-rxe.sh -o target/interop/stock
 	interop/run-rxe-pair.sh -x -o target/interop/guest
+
+# rxe against xrnic with the same stock perftest in the same two guests (docs/interop.md);
+# the release library and binary go into the guests. BENCH_RXE_ROUNDS interleaved rounds;
+# BENCH_RXE_MTU the guests' link MTU (1500 or 9000). The report and JSON line go into
+# docs/results.md.
+BENCH_RXE_ROUNDS ?= 2
+BENCH_RXE_MTU ?= 1500
+bench-rxe: interop-setup verbs-lib
+	$(CARGO) build --quiet --bin xrnic
+	@mkdir -p target
+	set -o pipefail; XRI_BENCH_MTU=$(BENCH_RXE_MTU) interop/bench-rxe.sh -o target/bench-rxe \
+		-r $(BENCH_RXE_ROUNDS) | tee target/bench-rxe.txt
+	sed -n '/^rxe ⟷ xrnic/,$$p' target/bench-rxe.txt | $(RESULTS) bench-rxe \
+		"make bench-rxe BENCH_RXE_ROUNDS=$(BENCH_RXE_ROUNDS) BENCH_RXE_MTU=$(BENCH_RXE_MTU)"
 
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic

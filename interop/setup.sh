@@ -32,7 +32,7 @@ PROGRAMS=(/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong
 	/usr/bin/ibv_uc_pingpong /usr/bin/ibv_ud_pingpong /usr/bin/ibv_srq_pingpong
 	/usr/bin/ib_write_bw /usr/bin/ib_read_bw /usr/bin/ib_send_bw /usr/bin/ib_atomic_bw
 	/usr/bin/ib_write_lat /usr/bin/ib_read_lat /usr/bin/ib_send_lat /usr/bin/ib_atomic_lat
-	/usr/bin/rping /usr/bin/ucmatose /usr/bin/rdma /sbin/ip /sbin/tc)
+	/usr/bin/rping /usr/bin/ucmatose /usr/bin/udaddy /usr/bin/rdma /sbin/ip /sbin/tc)
 # dlopen()ed, so ldd of the programs does not list them: the rxe verbs provider, and
 # libgcc_s that glibc loads for pthread_cancel (rping).
 EXTRA_LIBS=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so

@@ -44,8 +44,9 @@ xr_expand6() {
 }
 
 # xr_client CMD...: run a test tool's client side. The server guest boots at the same
-# time, so its listening socket may not be there yet: retry (up to 30 s) only while the
-# tool fails to connect, never after the RDMA part started.
+# time, so its listening socket may not be there yet: retry (up to $XR_RETRIES times a
+# second apart, default 30) only while the tool fails to connect, never after the RDMA
+# part started.
 xr_client() {
 	local i=0 rc out=/tmp/xr-client.out
 	while :; do
@@ -59,7 +60,7 @@ xr_client() {
 		# failed QP transition) does not match: that is a real failure.
 		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED" "$out" || return $rc
 		i=$((i + 1))
-		[ $i -lt 30 ] || return $rc
+		[ $i -lt "${XR_RETRIES:-30}" ] || return $rc
 		echo "xr: server not listening yet, retry $i"
 		sleep 1
 	done

@@ -17,6 +17,7 @@ pub mod perf;
 pub mod perftest_buf;
 pub mod pingpong;
 pub mod plot;
+pub mod plot_sweep;
 pub mod res;
 pub mod sim;
 pub mod stat;

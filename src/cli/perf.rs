@@ -448,8 +448,9 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         .map_err(e("Couldn't create CQ"))?;
     let buf_len = u64::from(p.size).max(cycle) as usize;
     let out_reads = match p.test {
-        // perftest announces the device's max_qp_rd_atom, which is MAX_RD_ATOMIC (16), the
-        // most modify_qp takes; the min() keeps that true if the two ever drift apart.
+        // perftest announces the device's max_qp_rd_atom, which is MAX_RD_ATOMIC (128, as
+        // rxe), the most modify_qp takes; the min() keeps that true if the two ever drift
+        // apart.
         PerfTest::Read | PerfTest::Atomic => dev
             .query_device()
             .max_qp_rd_atom
@@ -530,8 +531,8 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 path_mtu: Mtu::from_bytes(neg.mtu).unwrap_or_default(),
                 // perftest ctx_modify_qp_to_rtr/rts: the peer's out_reads is our
                 // max_rd_atomic, ours our max_dest_rd_atomic.
-                // (rxe announces 128: we keep at most MAX_RD_ATOMIC in flight, which the
-                // peer allows.)
+                // (A peer announcing more than MAX_RD_ATOMIC gets at most that in flight,
+                // which it allows.)
                 max_rd_atomic: r.out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 max_dest_rd_atomic: out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 hop_limit: 0xff,

@@ -370,8 +370,11 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<(AttrMask, AttrMask
 }
 
 /// Largest max_rd_atomic / max_dest_rd_atomic this engine accepts (ibv_devinfo
-/// `max_qp_rd_atom`; rxe reports 128, ConnectX 16).
-pub const MAX_RD_ATOMIC: u8 = 16;
+/// `max_qp_rd_atom`), rxe's 128 (ConnectX reports 16). Not less: stock perftest sets each
+/// QP's max_rd_atomic to the PEER's announced depth (ctx_modify_qp_to_rts: `dest->out_reads`),
+/// so an ib_read_bw / ib_atomic_bw client facing rxe asks for 128, and a smaller limit here
+/// failed its modify to RTS (`make interop`, interop/run-stock-rxe.sh read_bw_xc).
+pub const MAX_RD_ATOMIC: u8 = 128;
 
 /// Decide whether `modify_qp(attr, mask)` is legal from state `cur`; returns the target
 /// state. Mirrors `ibv_modify_qp`: without STATE in the mask the QP stays in its state
@@ -573,6 +576,36 @@ mod tests {
         ));
         v.retry_cnt = 7;
         assert_eq!(check_modify(Rtr, &v, rts), Ok(Rts));
+    }
+
+    /// What stock perftest asks for against rxe (its max_qp_rd_atom, 128) is accepted, in
+    /// both directions; one more is refused.
+    #[test]
+    fn rd_atomic_depth_up_to_rxes_128() {
+        let (rts, rtr) = (AttrMask::RC_RTS, AttrMask::RC_RTR);
+        let mut v = QpAttr {
+            qp_state: Rts,
+            max_rd_atomic: 128,
+            ..Default::default()
+        };
+        assert_eq!(check_modify(Rtr, &v, rts), Ok(Rts));
+        v.max_rd_atomic = 129;
+        assert!(matches!(
+            check_modify(Rtr, &v, rts),
+            Err(VerbsError::InvalidValue(_))
+        ));
+        let mut v = QpAttr {
+            qp_state: Rtr,
+            max_dest_rd_atomic: 128,
+            dest_qp_num: Qpn::new(0x12),
+            ..Default::default()
+        };
+        assert_eq!(check_modify(Init, &v, rtr), Ok(Rtr));
+        v.max_dest_rd_atomic = 129;
+        assert!(matches!(
+            check_modify(Init, &v, rtr),
+            Err(VerbsError::InvalidValue(_))
+        ));
     }
 }
 

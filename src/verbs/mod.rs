@@ -584,7 +584,7 @@ fn device_attr(mac: [u8; 6], max_qp_wr: u32) -> DeviceAttr {
         max_cqe: 0x10_0000,
         max_mr: 0x00ff_fffe,
         max_pd: 0x1_0000,
-        // What modify_qp accepts for max_rd_atomic / max_dest_rd_atomic (rxe reports 128,
+        // What modify_qp accepts for max_rd_atomic / max_dest_rd_atomic (128, as rxe;
         // ConnectX 16): reporting more would make perftest-style peers ask for a depth the
         // engine refuses.
         max_qp_rd_atom: u32::from(crate::proto::qp::MAX_RD_ATOMIC),

@@ -218,13 +218,19 @@ int main(int argc, char **argv)
 	swr.num_sge = 1;
 	swr.opcode = IBV_WR_SEND;
 	swr.send_flags = IBV_SEND_SIGNALED;
-	check(ibv_post_send(qp, &swr, &bad) != 0 && bad == &swr,
-	      "ibv_post_send on a QP in RESET fails, bad_wr set");
 
-	/* A second QP, destroyed at once. */
+	/* A second QP: a post in RESET, then destroyed. Not on the QP under test: rdma-core's
+	 * rxe provider queues the WR in user space and only its doorbell fails (EINVAL,
+	 * bad_wr left NULL), so the WR would be sent once that QP reaches RTS
+	 * (docs/interop.md, the C suite on rxe). */
 	qia.cap.max_inline_data = 0;
 	qp2 = ibv_create_qp(pd, &qia);
-	check(qp2 != NULL && ibv_destroy_qp(qp2) == 0, "ibv_create_qp / ibv_destroy_qp");
+	check(qp2 != NULL, "ibv_create_qp (a second QP)");
+	bad = NULL;
+	i = qp2 ? ibv_post_send(qp2, &swr, &bad) : 0;
+	check(i != 0, "ibv_post_send on a QP in RESET fails");
+	check(i != 0 && bad == &swr, "ibv_post_send on a QP in RESET sets bad_wr to the WR");
+	check(qp2 != NULL && ibv_destroy_qp(qp2) == 0, "ibv_destroy_qp (the second QP)");
 
 	/* Connect to the peer. */
 	me.qpn = qp->qp_num;
@@ -307,8 +313,11 @@ int main(int argc, char **argv)
 		sge.lkey = mr->lkey + 0x1000;
 		swr.wr_id = 5;
 		swr.opcode = IBV_WR_SEND;
-		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
-			      wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 5,
+		memset(&wc, 0, sizeof wc);
+		n = ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1;
+		/* Not a check: what the device said, for a comparison with another device. */
+		printf("info: a bad lkey: %s\n", n ? ibv_wc_status_str(wc.status) : "no completion");
+		check(n && wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 5,
 		      "a bad lkey completes with IBV_WC_LOC_PROT_ERR");
 	} else {
 		struct ibv_cq *ev_cq;

@@ -62,6 +62,9 @@ enum Command {
     /// Draw the CSV time series of `xrnic perf --cc-log` (DCQCN rate, target rate, α and
     /// goodput per QP) as an SVG chart. Exit status 1 when the CSV cannot be read.
     Plot(xrnic::cli::plot::PlotArgs),
+    /// Draw bandwidth against message size (CSV `stack,test,bytes,gbps`, as
+    /// `make bench-rxe` writes it) as an SVG chart. Exit status 1 when the CSV cannot be read.
+    PlotSweep(xrnic::cli::plot_sweep::PlotSweepArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Explain(args) => xrnic::cli::explain::run(&args),
         Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Plot(args) => xrnic::cli::plot::run(&args),
+        Command::PlotSweep(args) => xrnic::cli::plot_sweep::run(&args),
         Command::Exec(args) => xrnic::cli::exec::run(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))

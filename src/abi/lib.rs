@@ -20,6 +20,8 @@ mod misc;
 mod mr;
 mod ops;
 mod qp;
+mod rdmacm;
+mod rdmacm_port;
 #[cfg(not(test))]
 mod stderr;
 mod stubs;

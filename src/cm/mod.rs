@@ -418,6 +418,18 @@ impl Cm {
         true
     }
 
+    /// The consumer's side of a passive id before [`Cm::accept`] (librdmacm moves the QP
+    /// to RTR and RTS from it before the REP goes out).
+    pub fn set_local(&mut self, id: CmId, p: ConnParam) -> bool {
+        match self.conns.get_mut(&id) {
+            Some(c) => {
+                c.local = p;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Send a REJ for `id` (a passive id not yet accepted, or an active one that got a
     /// REP it does not want) and forget it.
     pub fn reject(&mut self, id: CmId, reason: u16, private: &[u8]) -> bool {

@@ -263,7 +263,9 @@ fn push(ch: *mut rdma_event_channel, e: XEvent) {
         // The union's `conn` and `ud` both start with the private data pointer.
         b.ev.param.conn.private_data = b.private.as_ptr() as *const c_void;
     }
-    c.q.lock().unwrap_or_else(|e| e.into_inner()).push_back(Box::into_raw(b) as usize);
+    c.q.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push_back(Box::into_raw(b) as usize);
     let one: u64 = 1;
     // SAFETY: writes 8 bytes from a live local to the channel's eventfd.
     unsafe { libc::write(c.ch.fd, &one as *const u64 as *const c_void, 8) };
@@ -386,7 +388,14 @@ pub extern "C" fn rdma_create_id(
     guard(-1, || {
         if out.is_null() || xchan(ch).is_none() {
             // A NULL channel is librdmacm's synchronous mode: not here.
-            return err(if ch.is_null() { libc::EOPNOTSUPP } else { libc::EINVAL }, -1);
+            return err(
+                if ch.is_null() {
+                    libc::EOPNOTSUPP
+                } else {
+                    libc::EINVAL
+                },
+                -1,
+            );
         }
         if ps != c_int::from(RDMA_PS_TCP) {
             // RDMA_PS_UDP / IPOIB / IB need UD QPs in the library (not yet).
@@ -490,7 +499,11 @@ fn ifname_of(ip: IpAddr) -> Option<String> {
         let (addr, name, next) = unsafe { ((*p).ifa_addr, (*p).ifa_name, (*p).ifa_next) };
         if sockaddr(addr).is_some_and(|a| a.ip() == ip) {
             // SAFETY: as above.
-            found = Some(unsafe { core::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned());
+            found = Some(
+                unsafe { core::ffi::CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
             break;
         }
         p = next;
@@ -582,10 +595,16 @@ pub extern "C" fn rdma_resolve_addr(
             .or(bound.map(|b| b.ip()).filter(|i| !i.is_unspecified()))
             .or_else(|| route_source(d.ip()));
         let port_no = bound.map_or(0, |b| b.port());
-        let r = s_ip.ok_or(libc::EADDRNOTAVAIL).and_then(|ip| attach(x, ip).map(|_| ip));
+        let r = s_ip
+            .ok_or(libc::EADDRNOTAVAIL)
+            .and_then(|ip| attach(x, ip).map(|_| ip));
         match r {
             Ok(ip) => {
-                let sport = if port_no == 0 { ephemeral_port() } else { port_no };
+                let sport = if port_no == 0 {
+                    ephemeral_port()
+                } else {
+                    port_no
+                };
                 let idm = id_mut(x);
                 store(&mut idm.route.addr.src, SocketAddr::new(ip, sport));
                 store(&mut idm.route.addr.dst, d);
@@ -610,9 +629,15 @@ pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) ->
         // The next hop's MAC: resolving it now makes ROUTE_ERROR the event for a
         // neighbour that does not answer (as the kernel's rdma_resolve_route on RoCE).
         let dgid = x.c().route.addr.ib.dgid.raw;
-        match p.dev.resolve_path(Some(&x.c().route.addr.ib.sgid.raw), &dgid) {
+        match p
+            .dev
+            .resolve_path(Some(&x.c().route.addr.ib.sgid.raw), &dgid)
+        {
             Ok(_) => push(x.c().channel, event(x, ev::ROUTE_RESOLVED, 0)),
-            Err(e) => push(x.c().channel, event(x, ev::ROUTE_ERROR, -crate::errno_of(&e))),
+            Err(e) => push(
+                x.c().channel,
+                event(x, ev::ROUTE_ERROR, -crate::errno_of(&e)),
+            ),
         }
         0
     })
@@ -627,13 +652,14 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
             return err(libc::EINVAL, -1);
         };
         let sid = service_id(x.c().ps as u16, a.port());
-        let ports: Vec<Arc<Port>> = match x.st.lock().unwrap_or_else(|e| e.into_inner()).port.clone() {
-            Some(p) => vec![p],
-            None => crate::device::netdevs()
-                .iter()
-                .filter_map(|n| port(n).ok())
-                .collect(),
-        };
+        let ports: Vec<Arc<Port>> =
+            match x.st.lock().unwrap_or_else(|e| e.into_inner()).port.clone() {
+                Some(p) => vec![p],
+                None => crate::device::netdevs()
+                    .iter()
+                    .filter_map(|n| port(n).ok())
+                    .collect(),
+            };
         if ports.is_empty() {
             return err(libc::ENODEV, -1);
         }
@@ -683,13 +709,20 @@ fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int> {
         // cm.c `cm_init_qp_init_attr`: remote write, plus read and atomics when the
         // id offers responder resources (every rdma_cm consumer here does).
         a.qp_access_flags = 1 | 2 | 4 | 8; // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC
-        return Ok((a, attr_mask(&[QP_STATE, QP_ACCESS_FLAGS, QP_PKEY_INDEX, QP_PORT])));
+        return Ok((
+            a,
+            attr_mask(&[QP_STATE, QP_ACCESS_FLAGS, QP_PKEY_INDEX, QP_PORT]),
+        ));
     }
     let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
     let (Some(p), Some(c)) = (&st.port, st.cm) else {
         return Err(libc::EINVAL);
     };
-    let q = p.cm.lock().unwrap_or_else(|e| e.into_inner()).qp_attr(c).ok_or(libc::EINVAL)?;
+    let q =
+        p.cm.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .qp_attr(c)
+            .ok_or(libc::EINVAL)?;
     if state == 2 {
         a.path_mtu = c_int::from(q.path.mtu);
         a.dest_qp_num = q.dest_qpn;
@@ -723,7 +756,14 @@ fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int> {
         a.max_rd_atomic = q.max_rd_atomic;
         Ok((
             a,
-            attr_mask(&[QP_STATE, QP_TIMEOUT, QP_RETRY_CNT, QP_RNR_RETRY, QP_SQ_PSN, QP_MAX_QP_RD_ATOMIC]),
+            attr_mask(&[
+                QP_STATE,
+                QP_TIMEOUT,
+                QP_RETRY_CNT,
+                QP_RNR_RETRY,
+                QP_SQ_PSN,
+                QP_MAX_QP_RD_ATOMIC,
+            ]),
         ))
     } else {
         Err(libc::EINVAL)
@@ -997,7 +1037,11 @@ pub extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
-        errno_ret(p.with_cm(|cm, _| cm.rtu(c)).then_some(()).ok_or(libc::EINVAL))
+        errno_ret(
+            p.with_cm(|cm, _| cm.rtu(c))
+                .then_some(())
+                .ok_or(libc::EINVAL),
+        )
     })
 }
 
@@ -1015,7 +1059,11 @@ pub extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
-        errno_ret(p.with_cm(|cm, now| cm.disconnect(now, c)).then_some(()).ok_or(libc::EINVAL))
+        errno_ret(
+            p.with_cm(|cm, now| cm.disconnect(now, c))
+                .then_some(())
+                .ok_or(libc::EINVAL),
+        )
     })
 }
 
@@ -1062,7 +1110,10 @@ pub fn dispatch(p: &Port, e: CmEvent) {
                 st.port = ports_arc(p);
                 st.cm = Some(c);
             }
-            reg(|r| r.conns.insert((p as *const Port as usize, c), child as usize));
+            reg(|r| {
+                r.conns
+                    .insert((p as *const Port as usize, c), child as usize)
+            });
             let mut ev = conn_event(
                 cx,
                 ev::CONNECT_REQUEST,
@@ -1096,7 +1147,10 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             }
             if x.c().qp.is_null() {
                 // No QP on the id: the program moves its own and calls rdma_establish.
-                push(x.c().channel, conn_event(x, ev::CONNECT_RESPONSE, Some(remote), &rep.private_data));
+                push(
+                    x.c().channel,
+                    conn_event(x, ev::CONNECT_RESPONSE, Some(remote), &rep.private_data),
+                );
                 return;
             }
             match move_qp(x, 2).and_then(|()| move_qp(x, 3)) {
@@ -1116,7 +1170,10 @@ pub fn dispatch(p: &Port, e: CmEvent) {
                 let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
                 (st.remote, st.rep_private.clone())
             };
-            push(x.c().channel, conn_event(x, ev::ESTABLISHED, remote, &private));
+            push(
+                x.c().channel,
+                conn_event(x, ev::ESTABLISHED, remote, &private),
+            );
         }
         CmEvent::Rejected {
             id: c,
@@ -1287,7 +1344,11 @@ struct XAddrInfo {
 
 fn cstr(p: *const c_char) -> Option<String> {
     // SAFETY: a NUL-terminated string from the caller, or NULL.
-    (!p.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    (!p.is_null()).then(|| {
+        unsafe { core::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }
 
 /// `rdma_getaddrinfo` for numeric addresses (RAI_PASSIVE: the source), port space TCP.
@@ -1330,9 +1391,17 @@ pub extern "C" fn rdma_getaddrinfo(
             core::mem::size_of::<libc::sockaddr_in6>()
         } as libc::socklen_t;
         x.ai.ai_flags = flags;
-        x.ai.ai_family = if ip.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+        x.ai.ai_family = if ip.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
         x.ai.ai_qp_type = 2;
-        x.ai.ai_port_space = if ps == 0 { c_int::from(RDMA_PS_TCP) } else { ps };
+        x.ai.ai_port_space = if ps == 0 {
+            c_int::from(RDMA_PS_TCP)
+        } else {
+            ps
+        };
         if flags & 1 != 0 {
             store(&mut x.src, a);
             x.ai.ai_src_len = len;
@@ -1368,12 +1437,41 @@ pub mod unsupported {
         )*};
     }
     enosys!(
-        rdma_join_multicast, rdma_join_multicast_ex, rdma_leave_multicast, rdma_create_srq,
-        rdma_create_srq_ex, rdma_destroy_srq, rdma_create_qp_ex, rdma_get_remote_ece,
-        rdma_set_local_ece, raccept, rbind, rclose, rconnect, rfcntl, rgetpeername,
-        rgetsockname, rgetsockopt, rlisten, rpoll, rread, rreadv, rrecv, rrecvfrom, rrecvmsg,
-        rselect, rsend, rsendmsg, rsendto, rsetsockopt, rshutdown, rsocket, rwrite, rwritev,
-        riowrite, riounmap,
+        rdma_join_multicast,
+        rdma_join_multicast_ex,
+        rdma_leave_multicast,
+        rdma_create_srq,
+        rdma_create_srq_ex,
+        rdma_destroy_srq,
+        rdma_create_qp_ex,
+        rdma_get_remote_ece,
+        rdma_set_local_ece,
+        raccept,
+        rbind,
+        rclose,
+        rconnect,
+        rfcntl,
+        rgetpeername,
+        rgetsockname,
+        rgetsockopt,
+        rlisten,
+        rpoll,
+        rread,
+        rreadv,
+        rrecv,
+        rrecvfrom,
+        rrecvmsg,
+        rselect,
+        rsend,
+        rsendmsg,
+        rsendto,
+        rsetsockopt,
+        rshutdown,
+        rsocket,
+        rwrite,
+        rwritev,
+        riowrite,
+        riounmap,
     );
 
     pub extern "C" fn riomap() -> isize {

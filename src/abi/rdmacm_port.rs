@@ -70,7 +70,9 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
         let d = unsafe { *list.add(i) };
         let name = crate::device::ibv_get_device_name(d);
         // SAFETY: the device name is a NUL-terminated string inside the interned device.
-        if !name.is_null() && unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes() == want.as_bytes() {
+        if !name.is_null()
+            && unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes() == want.as_bytes()
+        {
             ctx = crate::device::ibv_open_device(d);
             break;
         }

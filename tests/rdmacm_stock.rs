@@ -87,7 +87,12 @@ fn wait_xdp(pair: &VethPair, side: Side) {
 fn client(pair: &VethPair, args: &[&str]) -> Output {
     for _ in 0..50 {
         let o = exec(pair, Side::A, args).output().unwrap();
-        if !String::from_utf8_lossy(&o.stderr).contains("RDMA_CM_EVENT_REJECTED, error 8") {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if !(all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8')) {
             return o;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -190,4 +195,36 @@ fn stock_rping_to_a_port_nobody_listens_on_is_rejected_8() {
     assert!(good.status.success(), "{}", text(&good));
     let s = server.wait_with_output().unwrap();
     assert!(s.status.success(), "{}", text(&s));
+}
+
+/// ucmatose: 4 connections from one client process to one server process, one message
+/// each way on each (`-C 1`), both exit 0 ("return status 0").
+#[test]
+#[ignore = "needs root"]
+fn stock_ucmatose_four_connections() {
+    library_built();
+    let Some(p) = tool("ucmatose") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-c", "4", "-C", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-s", &b, "-c", "4", "-C", "1"]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("return status 0"),
+            "{who}: {}",
+            text(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("data transfers complete"),
+        "{}",
+        text(&c)
+    );
 }

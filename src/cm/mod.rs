@@ -185,6 +185,15 @@ struct Conn {
     sidr_service: u64,
 }
 
+/// A passive side's parameters: the consumer's, with the retry counts of the REQ
+/// (cm.c `cm_req_handler` takes `retry_count` and `rnr_retry_count` from the REQ;
+/// librdmacm documents `retry_count` as ignored when accepting).
+fn passive_param(from_req: &ConnParam, mut p: ConnParam) -> ConnParam {
+    p.retry_count = from_req.retry_count;
+    p.rnr_retry_count = from_req.rnr_retry_count;
+    p
+}
+
 /// The CM of one port.
 pub struct Cm {
     cfg: CmConfig,
@@ -412,7 +421,7 @@ impl Cm {
             local_ca_guid: guid,
             private_data,
         };
-        c.local = p;
+        c.local = passive_param(&c.local, p);
         c.state = State::RepSent;
         self.send_timed(now, id, CmMsg::Rep(Box::new(rep)));
         true
@@ -423,7 +432,7 @@ impl Cm {
     pub fn set_local(&mut self, id: CmId, p: ConnParam) -> bool {
         match self.conns.get_mut(&id) {
             Some(c) => {
-                c.local = p;
+                c.local = passive_param(&c.local, p);
                 true
             }
             None => false,
@@ -924,6 +933,8 @@ impl Cm {
                 c.remote_psn = r.starting_psn;
                 c.remote_rr = r.responder_resources;
                 c.remote_id_depth = r.initiator_depth;
+                // cm.c `cm_rep_handler`: the active side's RNR retry count is the REP's.
+                c.local.rnr_retry_count = r.rnr_retry_count;
                 // Waiting for the consumer's RTU now (its QP moves); no more REQ resends.
                 c.deadline = None;
                 self.events

@@ -442,3 +442,32 @@ fn garbage_and_stray_mads_are_counted_not_fatal() {
     assert_eq!(cm.counters().dropped, 2);
     assert!(cm.poll_event().is_none());
 }
+
+/// The passive side retries as the REQ asked, whatever its accept says (rping's server
+/// accepts with retry_count 0: a QP with retry_cnt 0 failed on the first lost packet).
+#[test]
+fn passive_retry_counts_come_from_the_req_and_active_rnr_retry_from_the_rep() {
+    let mut a = Cm::new(cfg(1));
+    let mut b = Cm::new(cfg(2));
+    assert!(b.listen(SID, 1));
+    let mut p = param(0x11, 1);
+    p.retry_count = 6;
+    p.rnr_retry_count = 5;
+    let ia = a.connect(0, SID, path(), p);
+    let req = a.poll_transmit().unwrap();
+    b.handle_mad(0, GA, GB, &req.mad);
+    let Some(CmEvent::ConnectRequest { id: ib, .. }) = b.poll_event() else {
+        panic!()
+    };
+    let mut acc = param(0x22, 2);
+    acc.retry_count = 0;
+    acc.rnr_retry_count = 3;
+    assert!(b.accept(0, ib, acc));
+    let q = b.qp_attr(ib).unwrap();
+    assert_eq!((q.retry_cnt, q.rnr_retry), (6, 5));
+    while let Some(t) = b.poll_transmit() {
+        a.handle_mad(0, GB, GA, &t.mad);
+    }
+    let q = a.qp_attr(ia).unwrap();
+    assert_eq!((q.retry_cnt, q.rnr_retry), (6, 3), "RNR retry of the REP");
+}

@@ -154,7 +154,6 @@ struct IdState {
     /// Listening on this service ID (on every port in `listen_ports`).
     listen: Option<u64>,
     listen_ports: Vec<Arc<Port>>,
-    psn: u32,
     /// The REP's private data, for the ESTABLISHED event of an active id.
     rep_private: Vec<u8>,
     /// The peer's REQ / REP numbers for the events.
@@ -955,7 +954,6 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
             reg(|r| r.conns.insert((key, c), id as usize));
             let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
             st.cm = Some(c);
-            st.psn = psn;
             c
         };
         let _ = c;
@@ -1485,6 +1483,20 @@ pub mod unsupported {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The export table names 68 distinct librdmacm symbols, each at an RDMACM node
+    /// (tests/rdmacm_exports.rs compares the built library with Debian's).
+    #[test]
+    fn export_table_is_librdmacms() {
+        let t = crate::exports::rdmacm_table();
+        assert_eq!(t.len(), 68);
+        let names: std::collections::HashSet<_> = t.iter().map(|e| e.0).collect();
+        assert_eq!(names.len(), t.len());
+        assert!(t.iter().all(|e| e.1.starts_with("RDMACM_1.") && e.2 != 0));
+        for n in ["rdma_connect", "rdma_accept", "rdma_get_cm_event", "rsocket"] {
+            assert!(names.contains(n), "{n}");
+        }
+    }
 
     /// The answer's `rdma_addrinfo` is the first field of what the library allocates
     /// (a reordered struct handed ucmatose a NULL source address).

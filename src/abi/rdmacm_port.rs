@@ -243,11 +243,12 @@ fn run(p: &Port) {
                 continue; // a send completion
             }
             let slot = w.wr_id as usize;
-            if w.status == xv::WcStatus::Success && w.byte_len as usize >= RECV_SLOT {
-                if p.rmr.read(slot * RECV_SLOT, &mut buf).is_ok() {
-                    let (src, dst) = grh_gids(&buf[..GRH_LEN]);
-                    p.with_cm(|cm, now| cm.handle_mad(now, src, dst, &buf[GRH_LEN..]));
-                }
+            if w.status == xv::WcStatus::Success
+                && w.byte_len as usize >= RECV_SLOT
+                && p.rmr.read(slot * RECV_SLOT, &mut buf).is_ok()
+            {
+                let (src, dst) = grh_gids(&buf[..GRH_LEN]);
+                p.with_cm(|cm, now| cm.handle_mad(now, src, dst, &buf[GRH_LEN..]));
             }
             let _ = p.qp.post_recv(RecvWr {
                 wr_id: slot as u64,

@@ -75,6 +75,7 @@ verbs-lib:
 	$(CARGO) build --release --bin xrnic
 	mkdir -p target/release/xrnic-verbs
 	ln -sf ../libibverbs.so target/release/xrnic-verbs/libibverbs.so.1
+	ln -sf ../libibverbs.so target/release/xrnic-verbs/librdmacm.so.1
 
 # `xrnic demo` ends with "demo: all data verified (...)" or exits non-zero.
 demo:

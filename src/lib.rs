@@ -5,6 +5,7 @@
 
 pub mod capture;
 pub mod cli;
+pub mod cm;
 pub mod driver;
 pub mod io;
 pub mod oob;

@@ -244,3 +244,9 @@ mod tests {
         }
     }
 }
+
+// librdmacm's symbols, with the same macro (its textual scope covers this child module).
+#[path = "rdmacm_exports.rs"]
+mod rdmacm_exports;
+#[cfg(test)]
+pub(crate) use rdmacm_exports::table as rdmacm_table;

@@ -25,6 +25,8 @@ mod misc;
 mod mr;
 mod ops;
 mod qp;
+mod rdmacm;
+mod rdmacm_port;
 mod srq;
 #[cfg(not(test))]
 mod stderr;

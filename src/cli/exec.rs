@@ -32,7 +32,10 @@ fn default_lib_dir(exe_dir: &Path) -> Result<PathBuf, String> {
     let so = exe_dir.join("libibverbs.so");
     let dir = exe_dir.join("xrnic-verbs");
     let link = dir.join("libibverbs.so.1");
-    if link.exists() {
+    // librdmacm.so.1 is the same library (src/abi/rdmacm.rs): the loader maps the one
+    // file once under both names.
+    let cm_link = dir.join("librdmacm.so.1");
+    if link.exists() && cm_link.exists() {
         return Ok(dir);
     }
     if !so.exists() {
@@ -45,9 +48,11 @@ fn default_lib_dir(exe_dir: &Path) -> Result<PathBuf, String> {
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // A link made by a concurrent `xrnic exec` is as good as ours.
-    if let Err(e) = std::os::unix::fs::symlink("../libibverbs.so", &link) {
-        if !link.exists() {
-            return Err(format!("{}: {e}", link.display()));
+    for l in [&link, &cm_link] {
+        if let Err(e) = std::os::unix::fs::symlink("../libibverbs.so", l) {
+            if !l.exists() {
+                return Err(format!("{}: {e}", l.display()));
+            }
         }
     }
     Ok(dir)
@@ -132,6 +137,7 @@ mod tests {
         std::fs::write(dir.join("libibverbs.so"), b"").unwrap();
         let d = default_lib_dir(&dir).unwrap();
         assert!(d.join("libibverbs.so.1").symlink_metadata().is_ok());
+        assert!(d.join("librdmacm.so.1").symlink_metadata().is_ok());
         assert_eq!(default_lib_dir(&dir).unwrap(), d, "the link is reused");
         let _ = std::fs::remove_dir_all(&dir);
     }

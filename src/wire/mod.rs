@@ -15,6 +15,7 @@ mod error;
 mod ext;
 mod frame;
 pub mod icrc;
+pub mod mad;
 mod opcode;
 mod template;
 mod types;

@@ -47,7 +47,11 @@ fn exports_every_default_symbol_of_rdma_core_44_at_its_node() {
         return;
     }
     let real = versioned_exports(Path::new(REAL));
-    let ours = versioned_exports(&built_library());
+    // The same library also carries librdmacm's RDMACM_* symbols (rdmacm_exports.rs).
+    let ours: BTreeSet<_> = versioned_exports(&built_library())
+        .into_iter()
+        .filter(|(_, v)| !v.starts_with("RDMACM_"))
+        .collect();
     assert!(
         real.len() > 140,
         "the real library exports {} symbols",

@@ -1,0 +1,230 @@
+//! Issue 17's acceptance on a veth pair: Debian's stock rdmacm-utils binaries (rping)
+//! on both ends, each on xrnic through `xrnic exec` (which puts xrnic's librdmacm.so.1,
+//! the same library as its libibverbs.so.1, first on the library path). The CM is
+//! xrnic's own (src/cm) on each end's QP1. Root: AF_XDP, XDP.
+//! The library must be built (`cargo build --workspace`, as `make test` does).
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{XRNIC, under_ci};
+use xrnic::io::netns::{Side, VethPair};
+
+fn tool(name: &str) -> Option<String> {
+    let p = format!("/usr/bin/{name}");
+    if std::path::Path::new(&p).exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} (rdmacm-utils)");
+    eprintln!("skipping: {p} not installed (rdmacm-utils)");
+    None
+}
+
+/// Exit status and the ends of both streams (rping -v prints every byte it moves).
+fn text(o: &Output) -> String {
+    let tail = |b: &[u8]| {
+        let s = String::from_utf8_lossy(b);
+        let n = s.len().saturating_sub(1500);
+        let i = (n..s.len())
+            .find(|i| s.is_char_boundary(*i))
+            .unwrap_or(s.len());
+        s[i..].to_string()
+    };
+    format!(
+        "{}\nstdout: ...{}\nstderr: ...{}",
+        o.status,
+        tail(&o.stdout),
+        tail(&o.stderr)
+    )
+}
+
+fn library_built() {
+    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: cargo build --workspace",
+        lib.display()
+    );
+}
+
+fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &pair.end(side).netns,
+        "timeout",
+        "120",
+        XRNIC,
+    ])
+    .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
+    .args(args);
+    c
+}
+
+/// Wait until a program has xrnic's XDP program on `side`'s interface (its device is
+/// open; the CM listens right after).
+fn wait_xdp(pair: &VethPair, side: Side) {
+    for _ in 0..400 {
+        let o = pair
+            .exec(
+                side,
+                &["ip", "-d", "link", "show", "dev", &pair.end(side).ifname],
+            )
+            .unwrap();
+        if String::from_utf8_lossy(&o.stdout).contains("xdp") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no XDP program on {}", pair.end(side).ifname);
+}
+
+/// The client on A, again while B's listener is not up yet (its CM answers REJ
+/// "invalid service ID" until rdma_listen, which follows the device open at once).
+fn client(pair: &VethPair, args: &[&str]) -> Output {
+    for _ in 0..50 {
+        let o = exec(pair, Side::A, args).output().unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if !(all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8')) {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("B never listened");
+}
+
+/// `rping -s` on B, `rping -c -v` on A: both exit 0, the client prints each of the
+/// `count` pings with rping's pattern and the server sees the same data.
+fn rping(size: usize, count: usize) {
+    library_built();
+    let Some(p) = tool("rping") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let (c, s) = (count.to_string(), size.to_string());
+    let server = exec(
+        &pair,
+        Side::B,
+        &[&p, "-s", "-a", &b, "-C", &c, "-S", &s, "-v"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_xdp(&pair, Side::B);
+    let client = client(&pair, &[&p, "-c", "-a", &b, "-C", &c, "-S", &s, "-v"]);
+    let server = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &client), ("server", &server)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+    }
+    let out = String::from_utf8_lossy(&client.stdout);
+    let pings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), count, "{}", text(&client));
+    for (i, l) in pings.iter().enumerate() {
+        // rping's pattern: "rdma-ping-N: " then the alphabet rotated by N, size - 1 bytes
+        // in all (the last is the NUL).
+        let data = &l["ping data: ".len()..];
+        assert!(data.starts_with(&format!("rdma-ping-{i}: ")), "{l}");
+        assert_eq!(data.len(), size - 1, "{l}");
+        let srv = String::from_utf8_lossy(&server.stdout);
+        assert!(
+            srv.contains(&format!("server ping data: {data}")),
+            "server did not see ping {i}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_64_bytes_20_rounds() {
+    rping(64, 20);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_4096_bytes() {
+    rping(4096, 10);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_16384_bytes_multi_packet() {
+    rping(16384, 10);
+}
+
+/// A port nobody listens on, with a CM on the peer: REJ "invalid service ID", which
+/// rping reports as the kernel's rdma_cm would (`RDMA_CM_EVENT_REJECTED, error 8`).
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_to_a_port_nobody_listens_on_is_rejected_8() {
+    library_built();
+    let Some(p) = tool("rping") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    // B's CM listens on rping's default port 7174; A asks for 7175.
+    let server = exec(&pair, Side::B, &[&p, "-s", "-a", &b, "-C", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let o = exec(
+        &pair,
+        Side::A,
+        &[&p, "-c", "-a", &b, "-p", "7175", "-C", "1"],
+    )
+    .output()
+    .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("RDMA_CM_EVENT_REJECTED, error 8"),
+        "{}",
+        text(&o)
+    );
+    // The server still serves a good client afterwards.
+    let good = client(&pair, &[&p, "-c", "-a", &b, "-C", "1"]);
+    assert!(good.status.success(), "{}", text(&good));
+    let s = server.wait_with_output().unwrap();
+    assert!(s.status.success(), "{}", text(&s));
+}
+
+/// ucmatose: 4 connections from one client process to one server process, one message
+/// each way on each (`-C 1`), both exit 0 ("return status 0").
+#[test]
+#[ignore = "needs root"]
+fn stock_ucmatose_four_connections() {
+    library_built();
+    let Some(p) = tool("ucmatose") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-c", "4", "-C", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-s", &b, "-c", "4", "-C", "1"]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("return status 0"),
+            "{who}: {}",
+            text(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&c.stdout).contains("data transfers complete"),
+        "{}",
+        text(&c)
+    );
+}

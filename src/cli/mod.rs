@@ -18,6 +18,7 @@ pub mod perftest_buf;
 pub mod pingpong;
 pub mod plot;
 pub mod res;
+pub mod service;
 pub mod sim;
 pub mod stat;
 

@@ -62,6 +62,13 @@ enum Command {
     /// Draw the CSV time series of `xrnic perf --cc-log` (DCQCN rate, target rate, α and
     /// goodput per QP) as an SVG chart. Exit status 1 when the CSV cannot be read.
     Plot(xrnic::cli::plot::PlotArgs),
+    /// Start the device service of a network interface (root): one xrnic device shared
+    /// by every process of the network namespace, which then need no root (their
+    /// `xrnic_IF` goes through it). Returns once the service serves (`--foreground`:
+    /// serves in this process until `xrnic down`).
+    Up(xrnic::cli::service::UpArgs),
+    /// Stop the device service of a network interface.
+    Down(xrnic::cli::service::DownArgs),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +92,8 @@ fn main() -> ExitCode {
         Command::Demo(args) => xrnic::cli::demo::run(&args),
         Command::Plot(args) => xrnic::cli::plot::run(&args),
         Command::Exec(args) => xrnic::cli::exec::run(&args),
+        Command::Up(args) => xrnic::cli::service::up(&args),
+        Command::Down(args) => xrnic::cli::service::down(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

@@ -178,6 +178,11 @@ impl Ring {
         Pop::Item
     }
 
+    /// The producer index as it is now.
+    pub fn producer(&self) -> u32 {
+        self.index(PROD).load(Ordering::Acquire)
+    }
+
     /// Tests: overwrite the producer index (what a broken client could do).
     pub fn poke_producer(&self, v: u32) {
         self.index(PROD).store(v, Ordering::Release);

@@ -360,7 +360,7 @@ fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
                     // Some slots claim to be sends or receives of our QP with garbage
                     // SGEs and opcodes; the rest is noise.
                     if round % 2 == 0 {
-                        w[0] = (w[0] & !0xff) | 1 + (x & 1);
+                        w[0] = (w[0] & !0xff) | (1 + (x & 1));
                         w[0] &= !(0xf0 << 8);
                         w[1] = u64::from(qp.qp_num().value());
                     }

@@ -360,3 +360,20 @@ pub fn res_run(
     }
     Some(ExitCode::SUCCESS)
 }
+
+/// `xrnic devinfo --netdev IF`'s last line: whether programs opening `xrnic_IF` get the
+/// device service's device or one of their own.
+pub fn devinfo_line(ifname: &str) -> String {
+    match res_of(ifname) {
+        Ok(Some(d)) => format!(
+            "\t\t\tservice:\t\tpid {} (xrnic up {ifname}), {} client(s)\n",
+            d.service_pid,
+            d.clients.len()
+        ),
+        Ok(None) => {
+            "\t\t\tservice:\t\tnone (each program opens the device in its own process, as root)\n"
+                .into()
+        }
+        Err(e) => format!("\t\t\tservice:\t\tunreadable ({e})\n"),
+    }
+}

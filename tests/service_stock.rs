@@ -200,6 +200,11 @@ fn out(o: &Output) -> String {
 #[ignore = "needs root"]
 fn stock_tools_as_nobody_server_and_client_on_one_device() {
     let Some(s) = Svc::start() else { return };
+    let o = s
+        .root(&["devinfo", "--netdev", s.ifname()])
+        .output()
+        .unwrap();
+    assert!(out(&o).contains("\t\t\tservice:\t\tpid "), "{}", text(&o));
     let (_, c) = s.pair_run(
         "ibv_rc_pingpong",
         &["-g", "1", "-n", "200", "-s", "4096", "-c"],

@@ -418,3 +418,116 @@ fn memfds() -> Vec<u32> {
     }
     v
 }
+
+/// The Rust API through the service: two clients (two connections of this process), one
+/// QP each, connected to each other on the device's own GID (loopback): SEND, RDMA
+/// WRITE, RDMA READ and FETCH_ADD, every byte checked in the clients' own memory.
+#[test]
+#[ignore = "needs root"]
+fn rust_api_clients_talk_through_the_service_every_operation() {
+    use xrnic::verbs::{
+        Access, ConnectOpts, Device, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
+    };
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let (a, b) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            assert!(a.service_pid().is_some() && b.service_pid().is_some());
+            let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+            let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
+            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
+            let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
+            let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
+            let gid = a.query_gid(1).unwrap();
+            let o = ConnectOpts {
+                access: Access::ALL,
+                ..Default::default()
+            };
+            qa.connect(
+                &Remote {
+                    qpn: qb.qp_num(),
+                    psn: 7,
+                    gid,
+                },
+                9,
+                1,
+                &o,
+            )
+            .unwrap();
+            qb.connect(
+                &Remote {
+                    qpn: qa.qp_num(),
+                    psn: 9,
+                    gid,
+                },
+                7,
+                1,
+                &o,
+            )
+            .unwrap();
+            let wait = |cq: &xrnic::verbs::Cq| {
+                let wc = cq.wait(1, Duration::from_secs(10));
+                assert_eq!(wc.len(), 1, "a completion");
+                assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+                wc[0]
+            };
+            // SEND
+            qb.post_recv(RecvWr {
+                wr_id: 1,
+                sg_list: vec![mb.sge(0, 64)],
+            })
+            .unwrap();
+            ma.write(0, b"hello service").unwrap();
+            let mut wr = SendWr::new(2, WrOpcode::Send);
+            wr.sg_list = vec![ma.sge(0, 13)];
+            qa.post_send(wr).unwrap();
+            assert_eq!(wait(&cb).byte_len, 13);
+            wait(&ca);
+            let mut got = [0u8; 13];
+            mb.read(0, &mut got).unwrap();
+            assert_eq!(&got, b"hello service");
+            // RDMA WRITE
+            ma.write(100, b"one-sided").unwrap();
+            let mut wr = SendWr::new(3, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![ma.sge(100, 9)];
+            wr.rdma.remote_addr = mb.addr() + 1000;
+            wr.rdma.rkey = mb.rkey();
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let mut got = [0u8; 9];
+            mb.read(1000, &mut got).unwrap();
+            assert_eq!(&got, b"one-sided");
+            // RDMA READ
+            mb.write(2000, b"read me").unwrap();
+            let mut wr = SendWr::new(4, WrOpcode::RdmaRead);
+            wr.sg_list = vec![ma.sge(2000, 7)];
+            wr.rdma.remote_addr = mb.addr() + 2000;
+            wr.rdma.rkey = mb.rkey();
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let mut got = [0u8; 7];
+            ma.read(2000, &mut got).unwrap();
+            assert_eq!(&got, b"read me");
+            // FETCH_ADD
+            mb.write(3000, &41u64.to_ne_bytes()).unwrap();
+            let mut wr = SendWr::new(5, WrOpcode::AtomicFetchAndAdd);
+            wr.sg_list = vec![ma.sge(3000, 8)];
+            wr.atomic.remote_addr = mb.addr() + 3000;
+            wr.atomic.rkey = mb.rkey();
+            wr.atomic.compare_add = 1;
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let (mut old, mut new) = ([0u8; 8], [0u8; 8]);
+            ma.read(3000, &mut old).unwrap();
+            mb.read(3000, &mut new).unwrap();
+            assert_eq!((u64::from_ne_bytes(old), u64::from_ne_bytes(new)), (41, 42));
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

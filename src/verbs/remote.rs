@@ -206,33 +206,18 @@ fn hook_thread(h: &HookState, notify: &OwnedFd) {
 fn call_on(sock: &OwnedFd, req: &Req) -> Result<(Resp, Vec<OwnedFd>)> {
     let text = serde_json::to_vec(req).map_err(|e| proto_err(&e.to_string()))?;
     shm::send_with_fds(sock.as_fd(), &text, &[])?;
-    let mut buf = vec![0u8; wire::MAX_MSG];
+    // Answers to verbs are small (`xrnic res` reads its own, larger, answers).
+    let mut buf = vec![0u8; 64 * 1024];
     let (n, fds) = shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::empty())?
         .ok_or_else(|| proto_err("the service closed the connection"))?;
     let resp: Resp = serde_json::from_slice(&buf[..n]).map_err(|e| proto_err(&e.to_string()))?;
     if let Resp::Err { errno, msg } = resp {
-        return Err(Error::Io(io::Error::new(
-            io::Error::from_raw_os_error(errno).kind(),
-            RemoteError { errno, msg },
-        )));
+        // The errno is what a C caller gets (src/abi errno_of); the reason is logged.
+        tracing::debug!("device service refused {req:?}: {msg}");
+        return Err(Error::Io(io::Error::from_raw_os_error(errno)));
     }
     Ok((resp, fds))
 }
-
-/// A verb the service refused: its errno and message.
-#[derive(Debug)]
-pub struct RemoteError {
-    pub errno: i32,
-    pub msg: String,
-}
-
-impl core::fmt::Display for RemoteError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{} (errno {})", self.msg, self.errno)
-    }
-}
-
-impl std::error::Error for RemoteError {}
 
 /// A CQ of the service: its completion ring and event fd.
 #[derive(Debug)]

@@ -189,6 +189,8 @@ impl Drop for Kid {
 impl Drop for Svc {
     fn drop(&mut self) {
         let _ = self.root(&["down", self.ifname()]).output();
+        // The daemon's log (`xrnic up`'s default place).
+        let _ = std::fs::remove_file(format!("/run/xrnic/service.{}.log", self.ifname()));
     }
 }
 

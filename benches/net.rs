@@ -19,6 +19,10 @@
 //! (f) stock perftest through xrnic's libibverbs.so.1 (`xrnic exec`): `ib_write_bw -s
 //!     65536` against (b)'s `perf write` at MTU 4096 (`abi_write_ratio`, goal >= 0.95), and
 //!     `ib_write_lat -s 64` (`abi_write_lat_us`, perftest's half round trip) beside (d).
+//! (g) the same two stock runs with the device service up on both ends (`xrnic up`,
+//!     docs/rnic.md): every verb and byte goes through another process.
+//!     `service_write_ratio` is its bandwidth over (f)'s in-process one (goal >= 0.8),
+//!     `service_rtt_us` twice its `ib_write_lat` (a whole 64-byte round trip).
 //!
 //! Prints a table, the ratios, and as its LAST line one JSON object (`raw_gbps_1024`,
 //! `write_gbps_1024`, `write_ratio_1024`, the same for 4096, `write_8b_mpps`, `rtt_us`,
@@ -189,6 +193,23 @@ fn run() -> Result<(), String> {
     let lat = ["ib_write_lat", "-s", "64", "-n", "20000", "-x", "1"];
     let abi_write_lat_us = stock_perftest(&pair, &lat, 4)?;
     let abi_write_ratio = abi_write_gbps.map(|g| g / w_4096_gbps);
+    println!("(g) the same through the device service (`xrnic up` on both ends)");
+    let (service_write_ratio, service_rtt_us) = match service_up(&pair, true) {
+        Ok(()) => {
+            let bw = stock_perftest(&pair, &bw, 3);
+            let lat = stock_perftest(&pair, &lat, 4);
+            service_up(&pair, false)?;
+            let ratio = match (bw?, abi_write_gbps) {
+                (Some(s), Some(i)) => Some(s / i),
+                _ => None,
+            };
+            (ratio, lat?.map(|l| 2.0 * l))
+        }
+        Err(e) => {
+            println!("  skipped: {e}");
+            (None, None)
+        }
+    };
     println!("best of {rounds} rounds:");
     println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
     println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
@@ -270,6 +291,15 @@ fn run() -> Result<(), String> {
             2.0 * l / rtt_us,
         );
     }
+    if let Some(r) = service_write_ratio {
+        println!(
+            "{:<34} {:>10.3} {:>10} {:>8.3} {:>6}",
+            "service / in-process ib_write_bw", r, "", r, ">=0.8"
+        );
+    }
+    if let Some(l) = service_rtt_us {
+        println!("{:<34} {:>10.2}", "service ib_write_lat 64 B us (x2)", l);
+    }
     println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8);
     println!();
     println!(
@@ -324,6 +354,8 @@ fn run() -> Result<(), String> {
         "abi_write_gbps": abi_write_gbps,
         "abi_write_ratio": abi_write_ratio,
         "abi_write_lat_us": abi_write_lat_us,
+        "service_write_ratio": service_write_ratio,
+        "service_rtt_us": service_rtt_us,
     });
     println!("{json}");
     Ok(())
@@ -416,6 +448,27 @@ fn stock_perftest(pair: &VethPair, args: &[&str], col: usize) -> Result<Option<f
         .ok_or_else(|| format!("{args:?}: no perftest table: {out}"))?;
     println!("  {}: {v}", args.join(" "));
     Ok(Some(v))
+}
+
+/// `xrnic up` (or, `up` false, `xrnic down`) on both ends' interfaces.
+fn service_up(pair: &VethPair, up: bool) -> Result<(), String> {
+    let xrnic = env!("CARGO_BIN_EXE_xrnic");
+    for side in [Side::A, Side::B] {
+        let e = pair.end(side);
+        let verb = if up { "up" } else { "down" };
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &e.netns, xrnic, verb, &e.ifname])
+            .output()
+            .map_err(|err| format!("xrnic {verb}: {err}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "xrnic {verb} {}: {}",
+                e.ifname,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Wait (bounded) until something listens on TCP `port` in B.

@@ -63,6 +63,7 @@ use crate::proto::resources::{Owner, Resources};
 use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
 use crate::wire::Qpn;
 
+pub mod loopback;
 pub mod poll;
 
 pub use poll::POLL_LEASE;

@@ -12,6 +12,7 @@ pub mod oob;
 pub mod pcap_out;
 pub mod pcap_tap;
 pub mod proto;
+pub mod service;
 pub mod sim;
 pub mod trace_out;
 pub mod verbs;

@@ -161,6 +161,10 @@ pub fn run(args: &DevinfoArgs) -> ExitCode {
     match one {
         Some(Ok(d)) => {
             let _ = out.write_all(render(&d, args.verbose).as_bytes());
+            // Not an ibv_devinfo field: who runs the device programs here will open.
+            if let Some(n) = &args.netdev {
+                let _ = out.write_all(crate::cli::service::devinfo_line(n).as_bytes());
+            }
             ExitCode::SUCCESS
         }
         Some(Err(e)) => {

@@ -19,6 +19,7 @@ pub mod pingpong;
 pub mod plot;
 pub mod plot_sweep;
 pub mod res;
+pub mod service;
 pub mod sim;
 pub mod stat;
 

@@ -34,6 +34,9 @@ pub enum Object {
     Mr,
     /// Completion queues: size, users, queued completions.
     Cq,
+    /// Protection domains (device service only: a device in one process has its PDs in
+    /// its own listing of MRs and QPs).
+    Pd,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -130,6 +133,7 @@ pub fn render(devs: &[DeviceRes], object: Option<Object>, now: f64) -> String {
                     Object::Qp => d.res.qp_lines(),
                     Object::Mr => d.res.mr_lines(),
                     Object::Cq => d.res.cq_lines(),
+                    Object::Pd => String::new(),
                 };
             }
         }
@@ -196,6 +200,12 @@ pub fn run(args: &ResArgs) -> ExitCode {
     use std::io::Write;
     let mut failed = false;
     let mut devs = Vec::new();
+    // A device service on the interface holds the live state of every process using it.
+    if let Some(ifname) = &args.netdev {
+        if let Some(code) = crate::cli::service::res_run(ifname, args.object, args.json) {
+            return code;
+        }
+    }
     match &args.netdev {
         Some(ifname) => {
             let path = match crate::verbs::stat_file(&args.dir, ifname) {

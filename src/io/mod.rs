@@ -7,3 +7,4 @@
 pub mod afxdp;
 pub mod link;
 pub mod netns;
+pub mod shm;

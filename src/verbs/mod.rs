@@ -87,6 +87,7 @@ mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
+pub(crate) mod remote;
 mod srq;
 #[cfg(test)]
 mod tests;
@@ -525,6 +526,12 @@ enum DevBackend {
         driver: Driver,
     },
     Verbs(Arc<ibv::Context>),
+    /// The device service of the interface, in another process (`xrnic up`,
+    /// src/service, [`remote`]).
+    Svc {
+        addressing: Addressing,
+        conn: Arc<remote::Conn>,
+    },
 }
 
 impl DevInner {
@@ -532,6 +539,16 @@ impl DevInner {
     fn soft(&self) -> Option<&Arc<Shared>> {
         match &self.backend {
             DevBackend::Soft { driver, .. } => Some(driver.shared()),
+            DevBackend::Verbs(_) | DevBackend::Svc { .. } => None,
+        }
+    }
+
+    /// How a software device (in this process or the service) finds MACs.
+    fn addressing(&self) -> Option<&Addressing> {
+        match &self.backend {
+            DevBackend::Soft { addressing, .. } | DevBackend::Svc { addressing, .. } => {
+                Some(addressing)
+            }
             DevBackend::Verbs(_) => None,
         }
     }
@@ -646,8 +663,70 @@ impl Device {
         Device::open_with(netdev, &DeviceOptions::default())
     }
 
-    /// [`Device::open`] with options.
+    /// [`Device::open`] with options. When a device service serves `netdev` in this
+    /// network namespace (`xrnic up`, src/service), the device is the service's: every
+    /// object lives there, posts and completions go through shared-memory rings, and no
+    /// root is needed ([`Device::service_pid`] says so, and a log line at info level);
+    /// `opts` are then the service's, not these. Without a service, the device runs in
+    /// this process ([`Device::open_in_process`]).
     pub fn open_with(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
+        match remote::Conn::connect(netdev)? {
+            Some(conn) => Device::open_service(netdev, conn),
+            None => Device::open_in_process(netdev, opts),
+        }
+    }
+
+    /// The device served by the service (see [`Device::open_with`]).
+    fn open_service(netdev: &str, conn: remote::Conn) -> Result<Device> {
+        let mut info = query_netdev(netdev)?;
+        let Some(nd) = info.netdev.clone() else {
+            return Err(Error::Io(std::io::Error::other("no interface facts")));
+        };
+        if let (Some(a), Some(m)) = (
+            Mtu::from_bytes(conn.active_mtu),
+            Mtu::from_bytes(conn.max_mtu),
+        ) {
+            info.port.active_mtu = a;
+            info.port.max_mtu = m;
+        }
+        info.attr.max_sge = info.attr.max_sge.min(crate::service::wire::MAX_SGE as u32);
+        tracing::info!(
+            "xrnic_{netdev}: using the device service (pid {}) on {netdev}",
+            conn.service_pid
+        );
+        Ok(Device {
+            inner: Arc::new(DevInner {
+                name: info.name,
+                netdev: netdev.to_string(),
+                mac: nd.mac,
+                attr: info.attr,
+                port: info.port,
+                gid_types: info.gid_types,
+                gids: info.gids,
+                backend: DevBackend::Svc {
+                    addressing: Addressing::Netdev {
+                        ns: netdev::NetNs::current()?,
+                        ifname: netdev.to_string(),
+                        ifindex: nd.ifindex,
+                    },
+                    conn: Arc::new(conn),
+                },
+            }),
+        })
+    }
+
+    /// The pid of the device service this device goes through, `None` for a device in
+    /// this process (or an RDMA device).
+    pub fn service_pid(&self) -> Option<u32> {
+        match &self.inner.backend {
+            DevBackend::Svc { conn, .. } => Some(conn.service_pid),
+            _ => None,
+        }
+    }
+
+    /// [`Device::open_with`], always in this process (never through a service): what
+    /// the service itself opens. Needs root (AF_XDP, XDP).
+    pub fn open_in_process(netdev: &str, opts: &DeviceOptions) -> Result<Device> {
         afxdp::sys::require_root("opening an xrnic device (AF_XDP and XDP)")?;
         let mut info = query_netdev_with(netdev, afxdp::BufferMode::for_options(&opts.port))?;
         let Some(nd) = info.netdev.clone() else {
@@ -690,7 +769,10 @@ impl Device {
             pcap: opts.pcap.clone(),
         };
         let rnic = engine(cfg, opts, line_rate_bps(netdev));
-        let driver = Driver::start(rnic, Box::new(port), dopts)?;
+        // Frames to our own MAC (a QP of this device reaching another) loop back
+        // inside the driver (crate::driver::loopback), as rxe's do.
+        let io = crate::driver::loopback::Loopback::new(Box::new(port), nd.mac)?;
+        let driver = Driver::start(rnic, Box::new(io), dopts)?;
         Ok(Device {
             inner: Arc::new(DevInner {
                 name: info.name,
@@ -848,7 +930,8 @@ impl Device {
     /// Which backend runs this device.
     pub fn backend(&self) -> Backend {
         match self.inner.backend {
-            DevBackend::Soft { .. } => Backend::Software,
+            // The service runs the same software device, in its own process.
+            DevBackend::Soft { .. } | DevBackend::Svc { .. } => Backend::Software,
             DevBackend::Verbs(_) => Backend::Offload,
         }
     }
@@ -866,6 +949,7 @@ impl Device {
                 }))
             }
             DevBackend::Verbs(ctx) => PdKind::Verbs(Arc::new(ibv::Pd::alloc(ctx)?)),
+            DevBackend::Svc { conn, .. } => PdKind::Svc(Arc::new(remote::RemotePd::alloc(conn)?)),
         };
         Ok(Pd {
             dev: self.clone(),
@@ -886,6 +970,9 @@ impl Device {
                 }))
             }
             DevBackend::Verbs(ctx) => CqKind::Verbs(Arc::new(ibv::Cq::create(ctx, cqe)?)),
+            DevBackend::Svc { conn, .. } => {
+                CqKind::Svc(Arc::new(remote::RemoteCq::create(conn, cqe)?))
+            }
         };
         Ok(Cq { kind })
     }
@@ -898,6 +985,10 @@ impl Device {
     /// device's CQs, on the thread that added them, with the engine unlocked (software
     /// backend: the libibverbs library's completion channels).
     pub fn set_completion_hook(&self, hook: Option<crate::driver::CompletionHook>) -> Result<()> {
+        if let DevBackend::Svc { conn, .. } = &self.inner.backend {
+            conn.set_completion_hook(hook);
+            return Ok(());
+        }
         self.soft_shared("completion hooks")?
             .set_completion_hook(hook);
         Ok(())
@@ -954,7 +1045,7 @@ impl Device {
     /// (what `ip4_dst_hoplimit` / `ip6_dst_hoplimit` return); 64, the kernel's default, on
     /// the simulated link or when unreadable.
     pub fn route_hop_limit(&self, gid: &Gid) -> u8 {
-        let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
+        let Some(addressing) = self.inner.addressing() else {
             // The kernel picks it for a hardware RNIC (ib_resolve_eth_dmac).
             return DEFAULT_HOP_LIMIT;
         };
@@ -988,7 +1079,12 @@ impl Device {
     /// peer's addresses.
     pub fn resolve_path(&self, sgid: Option<&Gid>, dgid: &Gid) -> Result<([u8; 6], u8)> {
         let ip = netdev::gid_ip(dgid);
-        let DevBackend::Soft { addressing, .. } = &self.inner.backend else {
+        if self.inner.addressing().is_some() && self.inner.gids.contains(dgid) {
+            // This device's own GID: the frames loop back inside the driver
+            // (crate::driver::Loopback), as rxe loops them (rxe_net.c, rxe_loopback).
+            return Ok((self.inner.mac, DEFAULT_HOP_LIMIT));
+        }
+        let Some(addressing) = self.inner.addressing() else {
             return Err(Error::Unsupported {
                 what: "MAC resolution (the kernel resolves it for RDMA devices)",
                 backend: Backend::Offload,
@@ -1060,6 +1156,7 @@ impl Drop for PdInner {
 enum PdKind {
     Soft(Arc<PdInner>),
     Verbs(Arc<ibv::Pd>),
+    Svc(Arc<remote::RemotePd>),
 }
 
 /// A protection domain (`struct ibv_pd`).
@@ -1094,7 +1191,58 @@ impl Pd {
                     kind: MrKind::Verbs(mr),
                 })
             }
+            PdKind::Svc(pd) => {
+                let (addr, words, mem) = remote::RemoteMr::alloc(length)?;
+                let (lkey, rkey) = pd.reg(addr, length, addr, access.0)?;
+                Ok(Mr {
+                    lkey: Lkey(lkey),
+                    rkey: Rkey(rkey),
+                    addr,
+                    length,
+                    kind: MrKind::Svc(remote::RemoteMr::new_owned(pd, lkey, words, mem)),
+                })
+            }
         }
+    }
+
+    /// Register `len` bytes at `addr` of process `pid` (the device service registers
+    /// its clients' buffers so): the engine reads and writes them with
+    /// process_vm_readv/writev ([`proto::UserMem::remote`]). The first and last byte are
+    /// read now, so an unmapped range fails here (EFAULT) rather than at the first
+    /// packet. Software backend in this process only.
+    pub fn reg_process_mr(
+        &self,
+        pid: i32,
+        addr: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr> {
+        let PdKind::Soft(pd) = &self.kind else {
+            return Err(Error::Unsupported {
+                what: "registering another process's memory",
+                backend: self.dev.backend(),
+            });
+        };
+        let mem = proto::UserMem::remote(pid, addr, len).ok_or(Error::Verbs(
+            VerbsError::Resource("a NULL or wrapping address range"),
+        ))?;
+        let mut b = [0u8; 1];
+        if len > 0 && !(mem.read(0, &mut b) && mem.read(len - 1, &mut b)) {
+            return Err(Error::Io(std::io::Error::from_raw_os_error(14)));
+        }
+        let info = pd
+            .shared
+            .lock()
+            .rnic
+            .reg_user_mr(pd.pd, mem, iova, access)?;
+        Ok(Mr {
+            lkey: info.lkey,
+            rkey: info.rkey,
+            addr: info.addr,
+            length: info.length,
+            kind: MrKind::Soft(pd.clone()),
+        })
     }
 
     /// `ibv_create_qp` for an RC QP; it starts in RESET.
@@ -1138,6 +1286,16 @@ impl Pd {
                 what: "registering the caller's memory",
                 backend: Backend::Offload,
             }),
+            PdKind::Svc(pd) => {
+                let (lkey, rkey) = pd.reg(addr as u64, len, iova, access.0)?;
+                Ok(Mr {
+                    lkey: Lkey(lkey),
+                    rkey: Rkey(rkey),
+                    addr: iova,
+                    length: len,
+                    kind: MrKind::Svc(remote::RemoteMr::new_user(pd, lkey)),
+                })
+            }
         }
     }
 
@@ -1172,6 +1330,30 @@ impl Pd {
                     },
                 })
             }
+            (PdKind::Svc(pd), CqKind::Svc(scq), CqKind::Svc(rcq)) => {
+                let req = crate::service::wire::Req::CreateQp {
+                    pd: pd.id,
+                    send_cq: scq.id,
+                    recv_cq: rcq.id,
+                    max_send_wr: init.max_send_wr,
+                    max_recv_wr: init.max_recv_wr,
+                    sq_sig_all: init.sq_sig_all,
+                };
+                let crate::service::wire::Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
+                    return Err(Error::Io(std::io::Error::other(
+                        "device service: unexpected answer to create_qp",
+                    )));
+                };
+                Ok(Qp {
+                    qpn: Qpn::new(qpn),
+                    dev: self.dev.clone(),
+                    kind: QpKind::Svc(remote::RemoteQp {
+                        pd: pd.clone(),
+                        _cqs: [scq.clone(), rcq.clone()],
+                        qpn: Qpn::new(qpn),
+                    }),
+                })
+            }
             (PdKind::Verbs(pd), CqKind::Verbs(scq), CqKind::Verbs(rcq)) => {
                 let caps = ibv::QpCaps {
                     max_send_wr: init.max_send_wr,
@@ -1197,6 +1379,7 @@ impl Pd {
 enum MrKind {
     Soft(Arc<PdInner>),
     Verbs(ibv::Mr),
+    Svc(remote::RemoteMr),
 }
 
 /// A memory region (`struct ibv_mr`).
@@ -1261,6 +1444,12 @@ impl Mr {
                 out.copy_from_slice(&b[offset..offset + out.len()]);
             }
             MrKind::Verbs(mr) => mr.read(offset, out),
+            MrKind::Svc(mr) => {
+                let m = mr.mem().ok_or(VerbsError::NotFound("memory region"))?;
+                if !m.read(offset, out) {
+                    return Err(Error::Io(std::io::Error::from_raw_os_error(14)));
+                }
+            }
         }
         Ok(())
     }
@@ -1278,6 +1467,12 @@ impl Mr {
                 b[offset..offset + data.len()].copy_from_slice(data);
             }
             MrKind::Verbs(mr) => mr.write(offset, data),
+            MrKind::Svc(mr) => {
+                let m = mr.mem().ok_or(VerbsError::NotFound("memory region"))?;
+                if !m.write(offset, data) {
+                    return Err(Error::Io(std::io::Error::from_raw_os_error(14)));
+                }
+            }
         }
         Ok(())
     }
@@ -1287,7 +1482,7 @@ impl Mr {
     /// NIC writes meanwhile is not in the copy. For a few bytes, [`Mr::read`] copies less.
     pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
         match &self.kind {
-            MrKind::Soft(_) => {
+            MrKind::Soft(_) | MrKind::Svc(_) => {
                 let mut copy = vec![0u8; self.length];
                 self.read(0, &mut copy)?;
                 Ok(f(&copy))
@@ -1318,6 +1513,19 @@ impl Mr {
                 Ok(r)
             }
             MrKind::Verbs(mr) => Ok(mr.with_mut(f)),
+            MrKind::Svc(_) => {
+                let mut copy = vec![0u8; self.length];
+                self.read(0, &mut copy)?;
+                let old = copy.clone();
+                let r = f(&mut copy);
+                let mut res = Ok(());
+                mr_copy::changed_runs(&old, &copy, |at, run| {
+                    if res.is_ok() {
+                        res = self.write(at, run);
+                    }
+                });
+                res.map(|()| r)
+            }
         }
     }
 }
@@ -1351,6 +1559,7 @@ impl Drop for CqInner {
 enum CqKind {
     Soft(Arc<CqInner>),
     Verbs(Arc<ibv::Cq>),
+    Svc(Arc<remote::RemoteCq>),
 }
 
 /// A completion queue (`struct ibv_cq`).
@@ -1406,6 +1615,18 @@ impl Cq {
                 Ok(n)
             }
             CqKind::Verbs(cq) => cq.poll_into(max, out),
+            CqKind::Svc(cq) => Ok(cq.poll_into(max, out)),
+        }
+    }
+
+    /// Take up to `max` completions that are there now, and nothing else: no busy
+    /// polling of the port and no poll lease (the device service moves completions to
+    /// its clients with it when the completion hook says there are some; a lease would
+    /// make the driver stop watching the socket for a poller that is not there).
+    pub fn take_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        match &self.kind {
+            CqKind::Soft(cq) => cq.shared.lock().rnic.poll_cq(cq.cq, max, out),
+            _ => self.poll_into(max, out),
         }
     }
 
@@ -1419,6 +1640,7 @@ impl Cq {
     pub fn pending(&self) -> Result<usize> {
         match &self.kind {
             CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.cq_len(cq.cq).unwrap_or(0)),
+            CqKind::Svc(cq) => Ok(cq.pending()),
             CqKind::Verbs(_) => Err(Error::Unsupported {
                 what: "counting a CQ's completions",
                 backend: Backend::Offload,
@@ -1446,7 +1668,7 @@ impl Cq {
     ) -> usize {
         match &self.kind {
             CqKind::Soft(cq) => cq.shared.wait_cq_receiving(cq.cq, max, out, timeout),
-            CqKind::Verbs(_) => self.wait_into(max, timeout, out),
+            CqKind::Verbs(_) | CqKind::Svc(_) => self.wait_into(max, timeout, out),
         }
     }
 
@@ -1459,6 +1681,7 @@ impl Cq {
                 tracing::error!("wait for completions: {e}");
                 0
             }),
+            CqKind::Svc(cq) => cq.wait_into(max, timeout, out),
         }
     }
 }

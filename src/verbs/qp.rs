@@ -85,6 +85,8 @@ pub(super) enum QpKind {
         _srq: Option<Arc<super::srq::SrqInner>>,
     },
     Verbs(ibv::Qp),
+    /// A QP of the device service (the service resolves MACs and hop limits itself).
+    Svc(super::remote::RemoteQp),
 }
 
 /// An RC queue pair (`struct ibv_qp`).
@@ -159,6 +161,11 @@ impl Qp {
                 pd.shared.kick();
             }
             QpKind::Verbs(qp) => qp.modify(&attr, mask)?,
+            QpKind::Svc(qp) => qp.pd.conn.call_ok(&crate::service::wire::Req::ModifyQp {
+                qpn: self.qpn.value(),
+                attr: crate::service::wire::QpAttrMsg::from_attr(&attr),
+                mask: mask.0,
+            })?,
         }
         Ok(())
     }
@@ -168,6 +175,19 @@ impl Qp {
         match &self.kind {
             QpKind::Soft { pd, .. } => Ok(pd.shared.lock().rnic.query_qp(self.qpn)?),
             QpKind::Verbs(qp) => qp.query(),
+            QpKind::Svc(qp) => {
+                let req = crate::service::wire::Req::QueryQp {
+                    qpn: self.qpn.value(),
+                };
+                match qp.pd.conn.call(&req)?.0 {
+                    crate::service::wire::Resp::QpAttr { attr } => attr.to_attr().ok_or(Error::Io(
+                        std::io::Error::other("device service: bad QP attributes"),
+                    )),
+                    _ => Err(Error::Io(std::io::Error::other(
+                        "device service: unexpected answer to query_qp",
+                    ))),
+                }
+            }
         }
     }
 
@@ -225,7 +245,7 @@ impl Qp {
     pub fn qp_type(&self) -> crate::proto::QpType {
         match &self.kind {
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.qp_type(self.qpn).unwrap_or_default(),
-            QpKind::Verbs(_) => crate::proto::QpType::Rc,
+            QpKind::Verbs(_) | QpKind::Svc(_) => crate::proto::QpType::Rc,
         }
     }
 
@@ -251,6 +271,7 @@ impl Qp {
                 }
             }
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
+            QpKind::Svc(qp) => qp.pd.conn.post_send(self.qpn, &wr)?,
         }
         Ok(())
     }
@@ -262,6 +283,7 @@ impl Qp {
             // an RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.post_recv(self.qpn, wr)?,
             QpKind::Verbs(qp) => qp.post_recv(&wr)?,
+            QpKind::Svc(qp) => qp.pd.conn.post_recv(self.qpn, &wr)?,
         }
         Ok(())
     }
@@ -271,7 +293,7 @@ impl Qp {
     pub fn rate_status(&self) -> Option<QpRateStatus> {
         match &self.kind {
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.congestion()?.qp_status(self.qpn),
-            QpKind::Verbs(_) => None,
+            QpKind::Verbs(_) | QpKind::Svc(_) => None,
         }
     }
 
@@ -288,6 +310,10 @@ impl Qp {
             QpKind::Verbs(_) => Err(Error::Unsupported {
                 what: "per-QP counters",
                 backend: Backend::Offload,
+            }),
+            QpKind::Svc(_) => Err(Error::Unsupported {
+                what: "per-QP counters through the device service",
+                backend: Backend::Software,
             }),
         }
     }

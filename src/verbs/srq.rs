@@ -53,6 +53,10 @@ impl Pd {
                 what: "shared receive queues",
                 backend: Backend::Offload,
             }),
+            PdKind::Svc(_) => Err(Error::Unsupported {
+                what: "shared receive queues through the device service",
+                backend: Backend::Software,
+            }),
         }
     }
 
@@ -74,6 +78,10 @@ impl Pd {
                 PdKind::Verbs(_) => Err(Error::Unsupported {
                     what: "UC QPs and SRQs",
                     backend: Backend::Offload,
+                }),
+                PdKind::Svc(_) => Err(Error::Unsupported {
+                    what: "UC QPs and SRQs through the device service",
+                    backend: Backend::Software,
                 }),
                 PdKind::Soft(_) => Err(Error::DeviceMismatch),
             };

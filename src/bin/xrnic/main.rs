@@ -65,6 +65,13 @@ enum Command {
     /// Draw bandwidth against message size (CSV `stack,test,bytes,gbps`, as
     /// `make bench-rxe` writes it) as an SVG chart. Exit status 1 when the CSV cannot be read.
     PlotSweep(xrnic::cli::plot_sweep::PlotSweepArgs),
+    /// Start the device service of a network interface (root): one xrnic device shared
+    /// by every process of the network namespace, which then need no root (their
+    /// `xrnic_IF` goes through it). Returns once the service serves (`--foreground`:
+    /// serves in this process until `xrnic down`).
+    Up(xrnic::cli::service::UpArgs),
+    /// Stop the device service of a network interface.
+    Down(xrnic::cli::service::DownArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +96,8 @@ fn main() -> ExitCode {
         Command::Plot(args) => xrnic::cli::plot::run(&args),
         Command::PlotSweep(args) => xrnic::cli::plot_sweep::run(&args),
         Command::Exec(args) => xrnic::cli::exec::run(&args),
+        Command::Up(args) => xrnic::cli::service::up(&args),
+        Command::Down(args) => xrnic::cli::service::down(&args),
         Command::Sim(args) => {
             ExitCode::from(u8::try_from(xrnic::cli::sim::run(&args)).unwrap_or(1))
         }

@@ -1,0 +1,379 @@
+//! `xrnic up IF`, `xrnic down IF` and the device service's part of `xrnic res`
+//! (src/service, docs/rnic.md "One device, many processes").
+//!
+//! Contract:
+//! - `xrnic up IF` starts the service for IF in the caller's network namespace and
+//!   returns once it accepts clients (exit 0), or with the service's own message and exit
+//!   1 when it could not start (not root, no such interface, a service already there).
+//!   Without `--foreground` the service is a new process of this binary in its own
+//!   session (`xrnic up IF --foreground`), its stderr in `--log` (default
+//!   `/run/xrnic/service.<IF>.log`). `--foreground` serves in this process until `xrnic
+//!   down`, SIGINT or SIGTERM.
+//! - `xrnic down IF` asks the service to stop (root or the service's user) and returns
+//!   once its socket is gone; exit 1 when no service runs on IF.
+//! - `xrnic res` asks the service of each interface it lists first ([`res_of`]).
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::io::shm;
+use crate::service::server::Service;
+use crate::service::wire::{self, Req, ResDoc, Resp};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct UpArgs {
+    /// The network interface the device runs on.
+    pub netdev: String,
+    /// Serve in this process (for systemd and tests) instead of starting a daemon.
+    #[arg(long)]
+    pub foreground: bool,
+    /// The daemon's log (its stderr).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Write stat snapshots for `xrnic stat` to this directory.
+    #[arg(long, value_name = "DIR", default_value = crate::verbs::STAT_DIR)]
+    pub stat_dir: PathBuf,
+}
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct DownArgs {
+    /// The network interface whose service stops.
+    pub netdev: String,
+}
+
+/// How long `up` waits for the daemon to accept clients, and `down` for it to go.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A connection to the service of `ifname`, `None` when none listens.
+pub fn connect(ifname: &str) -> std::io::Result<Option<OwnedFd>> {
+    let sock = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
+    match rustix::net::connect(&sock, &addr) {
+        Ok(()) => Ok(Some(sock)),
+        Err(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One request on a fresh connection (no hello: `res` and `down` create nothing).
+fn ask(ifname: &str, req: &Req) -> Result<Option<Resp>, String> {
+    let Some(sock) = connect(ifname).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let text = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+    use std::os::fd::AsFd;
+    shm::send_with_fds(sock.as_fd(), &text, &[]).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; wire::MAX_MSG];
+    match shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::empty()) {
+        Ok(Some((n, _))) => serde_json::from_slice(&buf[..n])
+            .map(Some)
+            .map_err(|e| format!("the service's answer: {e}")),
+        Ok(None) => Err("the service closed the connection".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The resources the service of `ifname` holds, `None` when no service runs there.
+pub fn res_of(ifname: &str) -> Result<Option<ResDoc>, String> {
+    match ask(ifname, &Req::Res)? {
+        None => Ok(None),
+        Some(Resp::Res(d)) => Ok(Some(d)),
+        Some(Resp::Err { msg, .. }) => Err(msg),
+        Some(_) => Err("unexpected answer".into()),
+    }
+}
+
+/// `xrnic up`.
+pub fn up(args: &UpArgs) -> ExitCode {
+    if args.foreground {
+        return match serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xrnic up: {}: {e}", args.netdev);
+                ExitCode::from(1)
+            }
+        };
+    }
+    match connect(&args.netdev) {
+        Ok(Some(_)) => {
+            eprintln!("xrnic up: a device service already serves {}", args.netdev);
+            return ExitCode::from(1);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("xrnic up: {}: {e}", args.netdev);
+            return ExitCode::from(1);
+        }
+    }
+    let log = args.log.clone().unwrap_or_else(|| {
+        PathBuf::from(crate::verbs::STAT_DIR).join(format!("service.{}.log", args.netdev))
+    });
+    if let Some(d) = log.parent() {
+        let _ = std::fs::create_dir_all(d);
+    }
+    let file = match std::fs::File::create(&log) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("xrnic up: {}: {e}", log.display());
+            return ExitCode::from(1);
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("xrnic up: cannot find this binary: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    use std::os::unix::process::CommandExt;
+    let mut child = match std::process::Command::new(exe)
+        .args(["up", &args.netdev, "--foreground", "--stat-dir"])
+        .arg(&args.stat_dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(file)
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xrnic up: cannot start the service: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let end = Instant::now() + PATIENCE;
+    while Instant::now() < end {
+        if let Ok(Some(st)) = child.try_wait() {
+            let msg = std::fs::read_to_string(&log).unwrap_or_default();
+            eprintln!(
+                "xrnic up: the service exited ({st}) before serving: {}",
+                msg.trim_end()
+            );
+            return ExitCode::from(1);
+        }
+        if let Ok(Some(_)) = connect(&args.netdev) {
+            println!(
+                "xrnic up: xrnic_{} served by pid {} (log {})",
+                args.netdev,
+                child.id(),
+                log.display()
+            );
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("xrnic up: the service did not start serving within {PATIENCE:?}");
+    ExitCode::from(1)
+}
+
+fn serve(args: &UpArgs) -> Result<(), String> {
+    let opts = crate::verbs::DeviceOptions {
+        stat_dir: Some(args.stat_dir.clone()),
+        ..Default::default()
+    };
+    if let Ok(Some(_)) = connect(&args.netdev) {
+        return Err("a device service already serves it".into());
+    }
+    let _ = std::fs::create_dir_all(&args.stat_dir);
+    let dev =
+        crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
+    let svc = Service::new(dev, &args.netdev).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
+        _ => e.to_string(),
+    })?;
+    let stop = svc.stop_flag();
+    let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
+    eprintln!(
+        "xrnic: serving xrnic_{} on @{} (pid {})",
+        args.netdev,
+        String::from_utf8_lossy(&wire::socket_name(&args.netdev)),
+        std::process::id()
+    );
+    svc.run().map_err(|e| e.to_string())?;
+    eprintln!("xrnic: service of xrnic_{} stopped", args.netdev);
+    Ok(())
+}
+
+/// `xrnic down`.
+pub fn down(args: &DownArgs) -> ExitCode {
+    match ask(&args.netdev, &Req::Shutdown) {
+        Ok(None) => {
+            eprintln!("xrnic down: no device service serves {}", args.netdev);
+            return ExitCode::from(1);
+        }
+        Ok(Some(Resp::Ok)) => {}
+        Ok(Some(Resp::Err { msg, .. })) => {
+            eprintln!("xrnic down: {}: {msg}", args.netdev);
+            return ExitCode::from(1);
+        }
+        Ok(Some(_)) | Err(_) => {
+            eprintln!(
+                "xrnic down: {}: unexpected answer from the service",
+                args.netdev
+            );
+            return ExitCode::from(1);
+        }
+    }
+    let end = Instant::now() + PATIENCE;
+    while Instant::now() < end {
+        if let Ok(None) = connect(&args.netdev) {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "xrnic down: the service of {} is still there after {PATIENCE:?}",
+        args.netdev
+    );
+    ExitCode::from(1)
+}
+
+/// The text `xrnic res [qp|mr|cq|pd]` prints for a service: one line per resource, each
+/// with the owner's pid and comm.
+pub fn render(d: &ResDoc, object: Option<&str>) -> String {
+    use std::fmt::Write as _;
+    let mut t = String::new();
+    let dev = format!("xrnic_{}", d.netdev);
+    match object {
+        None => {
+            let n = |f: fn(&wire::ClientRes) -> usize| d.clients.iter().map(f).sum::<usize>();
+            let _ = writeln!(
+                t,
+                "{dev} netdev {} service pid {}: clients {} pd {} qp {} cq {} mr {}",
+                d.netdev,
+                d.service_pid,
+                d.clients.len(),
+                n(|c| c.pds.len()),
+                n(|c| c.qps.len()),
+                n(|c| c.cqs.len()),
+                n(|c| c.mrs.len()),
+            );
+        }
+        Some(o) => {
+            for c in &d.clients {
+                let who = format!("pid {} comm {}", c.pid, c.comm);
+                match o {
+                    "qp" => c.qps.iter().for_each(|q| {
+                        let _ = writeln!(
+                            t,
+                            "{dev} lqpn {} rqpn {} type RC state {} pdn {} {who}",
+                            q.lqpn, q.rqpn, q.state, q.pd
+                        );
+                    }),
+                    "mr" => c.mrs.iter().for_each(|m| {
+                        let _ = writeln!(
+                            t,
+                            "{dev} lkey 0x{:x} rkey 0x{:x} iova 0x{:x} length {} pdn {} {who}",
+                            m.lkey, m.rkey, m.addr, m.length, m.pd
+                        );
+                    }),
+                    "cq" => c.cqs.iter().for_each(|q| {
+                        let _ = writeln!(t, "{dev} cqn {} cqe {} {who}", q.cq, q.cqe);
+                    }),
+                    _ => c.pds.iter().for_each(|p| {
+                        let _ = writeln!(t, "{dev} pdn {p} {who}");
+                    }),
+                }
+            }
+        }
+    }
+    t
+}
+
+/// `--json`: one object per resource with `pid`, `comm` and its key fields.
+pub fn to_json(d: &ResDoc, object: Option<&str>) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut v = Vec::new();
+    let dev = format!("xrnic_{}", d.netdev);
+    for c in &d.clients {
+        let base = |kind: &str| json!({"dev": dev, "kind": kind, "pid": c.pid, "uid": c.uid, "comm": c.comm});
+        let want = |k: &str| object.is_none_or(|o| o == k);
+        let merge = |mut b: serde_json::Value, x: serde_json::Value| {
+            if let (Some(b), Some(x)) = (b.as_object_mut(), x.as_object()) {
+                b.extend(x.clone());
+            }
+            b
+        };
+        if want("qp") {
+            for q in &c.qps {
+                v.push(merge(
+                    base("qp"),
+                    json!({"lqpn": q.lqpn, "rqpn": q.rqpn, "state": q.state, "pdn": q.pd}),
+                ));
+            }
+        }
+        if want("mr") {
+            for m in &c.mrs {
+                v.push(merge(base("mr"), json!({"lkey": m.lkey, "rkey": m.rkey, "iova": m.addr, "length": m.length, "pdn": m.pd})));
+            }
+        }
+        if want("cq") {
+            for q in &c.cqs {
+                v.push(merge(base("cq"), json!({"cqn": q.cq, "cqe": q.cqe})));
+            }
+        }
+        if want("pd") {
+            for p in &c.pds {
+                v.push(merge(base("pd"), json!({"pdn": p})));
+            }
+        }
+    }
+    v
+}
+
+/// `xrnic res --netdev IF` when a service serves IF: `None` when none does (the caller
+/// reads snapshots then).
+pub fn res_run(
+    ifname: &str,
+    object: Option<crate::cli::res::Object>,
+    json: bool,
+) -> Option<ExitCode> {
+    use crate::cli::res::Object;
+    let doc = match res_of(ifname) {
+        Ok(Some(d)) => d,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("xrnic res: the device service of {ifname}: {e}");
+            return Some(ExitCode::FAILURE);
+        }
+    };
+    let o = object.map(|o| match o {
+        Object::Qp => "qp",
+        Object::Mr => "mr",
+        Object::Cq => "cq",
+        Object::Pd => "pd",
+    });
+    if json {
+        let v = serde_json::Value::Array(to_json(&doc, o));
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", render(&doc, o));
+    }
+    Some(ExitCode::SUCCESS)
+}
+
+/// `xrnic devinfo --netdev IF`'s last line: whether programs opening `xrnic_IF` get the
+/// device service's device or one of their own.
+pub fn devinfo_line(ifname: &str) -> String {
+    match res_of(ifname) {
+        Ok(Some(d)) => format!(
+            "\t\t\tservice:\t\tpid {} (xrnic up {ifname}), {} client(s)\n",
+            d.service_pid,
+            d.clients.len()
+        ),
+        Ok(None) => {
+            "\t\t\tservice:\t\tnone (each program opens the device in its own process, as root)\n"
+                .into()
+        }
+        Err(e) => format!("\t\t\tservice:\t\tunreadable ({e})\n"),
+    }
+}

@@ -1,0 +1,197 @@
+//! Loopback: a frame the device sends to its own MAC address never reaches the wire; it
+//! goes back into the device's receive path, as rxe loops packets to one of its own GIDs
+//! (rxe_net.c: `rxe_loopback`). So two QPs of one device (two processes of the device
+//! service, or one program) talk without a peer on the link.
+//!
+//! Contract: [`Loopback`] wraps the port's [`FrameIo`]. Frames whose destination MAC is
+//! the device's go to a queue that the next `recv_batch` hands out before the port's
+//! frames; the others go to the port unchanged and in order. Its `poll_fd` is an epoll
+//! descriptor holding the port's descriptor and an eventfd written when the queue fills,
+//! so a driver asleep on it wakes for a looped frame as for a received one. The number
+//! of looped frames is [`Loopback::looped`] (`tx_frames` / `rx_frames` of the port do not
+//! count them).
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::event::{EventfdFlags, epoll};
+
+use super::{BATCH, FrameIo, IoStats};
+
+/// A port with loopback of frames to `mac`.
+pub struct Loopback {
+    inner: Box<dyn FrameIo>,
+    mac: [u8; 6],
+    queue: VecDeque<Vec<u8>>,
+    bell: OwnedFd,
+    ep: OwnedFd,
+    looped: u64,
+}
+
+impl Loopback {
+    pub fn new(inner: Box<dyn FrameIo>, mac: [u8; 6]) -> io::Result<Loopback> {
+        let bell = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &ep,
+            inner.poll_fd(),
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )?;
+        epoll::add(
+            &ep,
+            &bell,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(Loopback {
+            inner,
+            mac,
+            queue: VecDeque::new(),
+            bell,
+            ep,
+            looped: 0,
+        })
+    }
+
+    /// Frames looped back so far.
+    pub fn looped(&self) -> u64 {
+        self.looped
+    }
+
+    fn is_local(&self, f: &[u8]) -> bool {
+        f.get(..6) == Some(&self.mac[..])
+    }
+
+    /// Take frames in order: local ones into the queue, runs of the others through
+    /// `out` (`send_batch` or `queue_batch` of the port).
+    fn take(
+        &mut self,
+        frames: &[&[u8]],
+        out: fn(&mut dyn FrameIo, &[&[u8]]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let mut done = 0;
+        let mut rang = false;
+        while done < frames.len() {
+            if self.is_local(frames[done]) {
+                self.queue.push_back(frames[done].to_vec());
+                self.looped += 1;
+                done += 1;
+                rang = true;
+                continue;
+            }
+            let run = frames[done..]
+                .iter()
+                .position(|f| self.is_local(f))
+                .map_or(frames.len(), |p| done + p);
+            let n = match out(&mut *self.inner, &frames[done..run]) {
+                Ok(n) => n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => 0,
+            };
+            done += n;
+            if done < run {
+                break;
+            }
+        }
+        if rang {
+            let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
+        }
+        Ok(done)
+    }
+}
+
+impl FrameIo for Loopback {
+    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < BATCH {
+            let Some(fr) = self.queue.pop_front() else {
+                break;
+            };
+            f(&fr);
+            n += 1;
+        }
+        if self.queue.is_empty() {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.bell, &mut b);
+        }
+        Ok(n + self.inner.recv_batch(f)?)
+    }
+
+    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        self.take(frames, |io, f| io.send_batch(f))
+    }
+
+    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
+        self.take(frames, |io, f| io.queue_batch(f))
+    }
+
+    fn poll_fd(&self) -> BorrowedFd<'_> {
+        self.ep.as_fd()
+    }
+
+    fn unkicked(&self) -> u32 {
+        self.inner.unkicked()
+    }
+
+    fn flush(&mut self) -> io::Result<u32> {
+        self.inner.flush()
+    }
+
+    fn io_stats(&self) -> IoStats {
+        self.inner.io_stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::sim_link;
+    use rustix::event::{PollFd, PollFlags};
+
+    fn readable(fd: BorrowedFd<'_>) -> bool {
+        let mut p = [PollFd::new(&fd, PollFlags::IN)];
+        rustix::event::poll(
+            &mut p,
+            Some(&rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        )
+        .unwrap_or(0)
+            > 0
+    }
+
+    #[test]
+    fn frames_to_our_mac_come_back_and_others_leave_in_order() {
+        let (a, mut b) = sim_link().unwrap();
+        let me = [2, 0, 0, 0, 0, 1];
+        let mut lo = Loopback::new(Box::new(a), me).unwrap();
+        assert!(!readable(lo.poll_fd()));
+        let local = [&me[..], &[0xaa; 20][..]].concat();
+        let other1 = [&[2, 0, 0, 0, 0, 2][..], &[1; 20][..]].concat();
+        let other2 = [&[2, 0, 0, 0, 0, 2][..], &[2; 20][..]].concat();
+        let n = lo.send_batch(&[&other1, &local, &other2]).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(lo.looped(), 1);
+        assert!(
+            readable(lo.poll_fd()),
+            "a looped frame wakes a sleeping driver"
+        );
+        let mut got = Vec::new();
+        lo.recv_batch(&mut |f| got.push(f.to_vec())).unwrap();
+        assert_eq!(got, vec![local.clone()]);
+        assert!(!readable(lo.poll_fd()), "drained");
+        let mut wire = Vec::new();
+        b.recv_batch(&mut |f| wire.push(f.to_vec())).unwrap();
+        assert_eq!(
+            wire,
+            vec![other1, other2],
+            "the others reach the link, in order"
+        );
+        // A frame from the link still wakes the epoll descriptor.
+        b.send_batch(&[&local]).unwrap();
+        assert!(readable(lo.poll_fd()));
+    }
+}

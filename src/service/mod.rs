@@ -1,0 +1,15 @@
+//! The device service: one xrnic device shared by many processes (`xrnic up IF`,
+//! docs/rnic.md "One device, many processes").
+//!
+//! The service process owns the device (engine, driver thread, AF_XDP socket, XDP
+//! program: the only privileged part) and serves clients on the abstract Unix socket
+//! `@xrnic/<IF>` of its network namespace ([`wire::socket_name`]). A client is any process
+//! that opens `xrnic_<IF>` through the Rust API or the drop-in libibverbs while the service
+//! runs ([`crate::verbs::Device::open_with`]); it needs no privilege.
+//!
+//! - [`wire`]: the control messages and the ring slot layouts.
+//! - [`server`]: the service loop.
+//! - The rings themselves are [`crate::io::shm`]; the client side is `src/verbs/remote.rs`.
+
+pub mod server;
+pub mod wire;

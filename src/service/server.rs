@@ -1,0 +1,670 @@
+//! The service loop: one thread that accepts clients, answers their control messages,
+//! drains their submission rings on the doorbell and moves completions from the engine's
+//! CQs into the clients' completion rings (docs/rnic.md, "One device, many processes").
+//!
+//! Contract:
+//! - A client is a connection: its pid, uid and comm come from SO_PEERCRED and /proc when
+//!   it connects; everything it creates lives in its [`Client`] and only there, so it
+//!   names (and can touch) only its own objects; its MRs are registered over its own
+//!   memory (process_vm_readv/writev, [`crate::proto::UserMem::remote`]).
+//! - EOF or any error on a client's socket ends the client: its QPs are destroyed first
+//!   (their peers then see what they see when a host's QP is destroyed: no answer, so a
+//!   retry-exceeded error), then its MRs, CQs and PDs. The kernel closes the socket of a
+//!   process that exits or is killed, so `kill -9` ends it too.
+//! - A malformed ring slot is dropped and counted (`bad_slots` in `xrnic res --json`); a
+//!   work request the engine refuses becomes an error completion (`IBV_WC_LOC_QP_OP_ERR`)
+//!   on the QP's send or receive CQ, since the client's post already returned. Nothing a
+//!   client writes stops the loop or reaches another client.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rustix::event::{EventfdFlags, PollFd, PollFlags};
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+
+use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, ResDoc, Resp, Work};
+use crate::io::shm::{self, Pop, Ring};
+use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
+use crate::wire::Qpn;
+
+struct CqEnt {
+    cq: Cq,
+    ring: Ring,
+    event: OwnedFd,
+    cqe: u32,
+}
+
+struct MrEnt {
+    mr: Mr,
+    pd: u32,
+    addr: u64,
+    len: u64,
+}
+
+struct QpEnt {
+    qp: Qp,
+    pd: u32,
+    send_cq: u32,
+    recv_cq: u32,
+}
+
+/// One connected process and everything it made.
+struct Client {
+    sock: OwnedFd,
+    pid: i32,
+    uid: u32,
+    comm: String,
+    /// Set by Hello: the submission ring and its doorbell.
+    sq: Option<(Ring, OwnedFd)>,
+    /// Set by Hello: written whenever completions land in any of the client's CQ rings
+    /// (its library's completion channels wait on it).
+    notify: Option<OwnedFd>,
+    next: u32,
+    pds: HashMap<u32, Pd>,
+    mrs: HashMap<u32, MrEnt>,
+    cqs: HashMap<u32, CqEnt>,
+    qps: HashMap<u32, QpEnt>,
+    bad_slots: u64,
+}
+
+impl Client {
+    /// Free everything in dependency order (QPs before the CQs and PD they use).
+    fn release(&mut self) {
+        self.qps.clear();
+        self.mrs.clear();
+        self.cqs.clear();
+        self.pds.clear();
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn errno_resp(e: &verbs::Error) -> Resp {
+    use crate::verbs::{Error as E, VerbsError as V};
+    let errno = match e {
+        E::Verbs(V::QueueFull) | E::Verbs(V::Resource(_)) => libc::ENOMEM,
+        E::Verbs(V::NotFound(_)) => libc::ENOENT,
+        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        E::Unsupported { .. } => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    };
+    Resp::Err {
+        errno,
+        msg: e.to_string(),
+    }
+}
+
+fn bad(errno: i32, msg: &str) -> Resp {
+    Resp::Err {
+        errno,
+        msg: msg.to_string(),
+    }
+}
+
+/// The service of one device.
+pub struct Service {
+    dev: Device,
+    ifname: String,
+    listener: OwnedFd,
+    /// Written by the device's completion hook.
+    cq_kick: Arc<OwnedFd>,
+    clients: Vec<Client>,
+    my_uid: u32,
+    stop: Arc<AtomicBool>,
+}
+
+impl Service {
+    /// Bind the socket of `ifname` and take `dev` (opened in this process). Fails with
+    /// `AddrInUse` when a service already serves the interface in this namespace.
+    pub fn new(dev: Device, ifname: &str) -> io::Result<Service> {
+        let listener = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
+        rustix::net::bind(&listener, &addr)?;
+        rustix::net::listen(&listener, 64)?;
+        let cq_kick = Arc::new(rustix::event::eventfd(
+            0,
+            EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+        )?);
+        let k = cq_kick.clone();
+        dev.set_completion_hook(Some(Arc::new(move || {
+            let _ = rustix::io::write(&*k, &1u64.to_ne_bytes());
+        })))
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Service {
+            dev,
+            ifname: ifname.to_string(),
+            listener,
+            cq_kick,
+            clients: Vec::new(),
+            my_uid: rustix::process::getuid().as_raw(),
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// A flag that ends [`Service::run`] (a signal handler sets it).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Serve until `xrnic down` (or the stop flag).
+    pub fn run(mut self) -> io::Result<()> {
+        while !self.stop.load(Ordering::SeqCst) {
+            self.once(Duration::from_millis(100))?;
+        }
+        let _ = self.dev.set_completion_hook(None);
+        // Clients first (their QPs are destroyed while the driver still runs), then the
+        // device with the last handle.
+        self.clients.clear();
+        Ok(())
+    }
+
+    /// One round: wait up to `timeout` for a socket or doorbell, handle what is ready.
+    fn once(&mut self, timeout: Duration) -> io::Result<()> {
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + 2 * self.clients.len());
+        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        fds.push(PollFd::new(&*self.cq_kick, PollFlags::IN));
+        for c in &self.clients {
+            fds.push(PollFd::new(&c.sock, PollFlags::IN));
+            match &c.sq {
+                Some((_, bell)) => fds.push(PollFd::new(bell, PollFlags::IN)),
+                None => fds.push(PollFd::new(&c.sock, PollFlags::empty())),
+            }
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        if ready[1] {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&*self.cq_kick, &mut b);
+        }
+        let mut dead = Vec::new();
+        for i in 0..self.clients.len() {
+            if ready[3 + 2 * i] {
+                drain_doorbell(&mut self.clients[i]);
+            }
+            if ready[2 + 2 * i] && !self.serve_messages(i) {
+                dead.push(i);
+            }
+        }
+        for &i in dead.iter().rev() {
+            let c = self.clients.remove(i);
+            tracing::info!(pid = c.pid, comm = %c.comm, "client gone: its resources are freed");
+            drop(c);
+        }
+        for c in &mut self.clients {
+            pump_completions(c);
+        }
+        if ready[0] {
+            self.accept();
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let sock = match rustix::net::accept_with(
+                &self.listener,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            ) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+            let Ok(cred) = rustix::net::sockopt::socket_peercred(&sock) else {
+                continue;
+            };
+            let pid = cred.pid.as_raw_nonzero().get();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .map(|s| s.trim_end().to_string())
+                .unwrap_or_default();
+            self.clients.push(Client {
+                sock,
+                pid,
+                uid: cred.uid.as_raw(),
+                comm,
+                sq: None,
+                notify: None,
+                next: 1,
+                pds: HashMap::new(),
+                mrs: HashMap::new(),
+                cqs: HashMap::new(),
+                qps: HashMap::new(),
+                bad_slots: 0,
+            });
+        }
+    }
+
+    /// Answer every waiting message of client `i`; false when it is gone.
+    fn serve_messages(&mut self, i: usize) -> bool {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let got =
+                shm::recv_with_fds(self.clients[i].sock.as_fd(), &mut buf, RecvFlags::DONTWAIT);
+            let n = match got {
+                Ok(Some((n, _fds))) => n,
+                Ok(None) => return false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            };
+            let (resp, fds) = match serde_json::from_slice::<Req>(&buf[..n]) {
+                Ok(req) => self.handle(i, req),
+                Err(e) => (
+                    bad(libc::EINVAL, &format!("not a request: {e}")),
+                    Vec::new(),
+                ),
+            };
+            let Ok(text) = serde_json::to_vec(&resp) else {
+                return false;
+            };
+            let c = &self.clients[i];
+            let fds: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
+            if shm::send_with_fds(c.sock.as_fd(), &text, &fds).is_err() {
+                return false;
+            }
+        }
+    }
+
+    fn res_doc(&self) -> ResDoc {
+        ResDoc {
+            service_pid: std::process::id(),
+            netdev: self.ifname.clone(),
+            clients: self
+                .clients
+                .iter()
+                .filter(|c| c.sq.is_some())
+                .map(client_res)
+                .collect(),
+        }
+    }
+
+    /// One request of client `i`: the answer and the descriptors it carries.
+    fn handle(&mut self, i: usize, req: Req) -> (Resp, Vec<OwnedFd>) {
+        if let Req::Res = req {
+            return (Resp::Res(self.res_doc()), Vec::new());
+        }
+        if let Req::Shutdown = req {
+            let uid = self.clients[i].uid;
+            if uid != 0 && uid != self.my_uid {
+                return (
+                    bad(libc::EPERM, "only root or the service's user may stop it"),
+                    Vec::new(),
+                );
+            }
+            self.stop.store(true, Ordering::SeqCst);
+            return (Resp::Ok, Vec::new());
+        }
+        let port = self.dev.query_port();
+        let c = &mut self.clients[i];
+        if let Req::Hello { .. } = req {
+            if c.sq.is_some() {
+                return (bad(libc::EINVAL, "hello twice"), Vec::new());
+            }
+            let made =
+                Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
+                    let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
+                    let bell = rustix::event::eventfd(0, flags)?;
+                    let notify = rustix::event::eventfd(0, flags)?;
+                    Ok((r, bell, notify))
+                });
+            return match made {
+                Ok((ring, bell, notify)) => {
+                    let fds = match (
+                        ring.fd().try_clone_to_owned(),
+                        bell.try_clone(),
+                        notify.try_clone(),
+                    ) {
+                        (Ok(a), Ok(b), Ok(n)) => vec![a, b, n],
+                        _ => return (bad(libc::EMFILE, "no descriptors"), Vec::new()),
+                    };
+                    c.sq = Some((ring, bell));
+                    c.notify = Some(notify);
+                    (
+                        Resp::Hello {
+                            service_pid: std::process::id(),
+                            active_mtu: port.active_mtu.bytes(),
+                            max_mtu: port.max_mtu.bytes(),
+                            sq_slots: wire::SQ_SLOTS,
+                        },
+                        fds,
+                    )
+                }
+                Err(e) => (bad(libc::ENOMEM, &e.to_string()), Vec::new()),
+            };
+        }
+        if c.sq.is_none() {
+            return (bad(libc::EPROTO, "say hello first"), Vec::new());
+        }
+        match client_verb(&self.dev, c, req) {
+            Answer::Plain(r) => (r, Vec::new()),
+            Answer::Fds(r, f) => (r, f),
+        }
+    }
+}
+
+/// A verb's answer, possibly with descriptors (create_cq).
+enum Answer {
+    Plain(Resp),
+    Fds(Resp, Vec<OwnedFd>),
+}
+
+fn client_res(c: &Client) -> ClientRes {
+    let mut r = ClientRes {
+        pid: c.pid,
+        uid: c.uid,
+        comm: c.comm.clone(),
+        bad_slots: c.bad_slots,
+        ..Default::default()
+    };
+    r.pds = c.pds.keys().copied().collect();
+    r.pds.sort();
+    r.mrs = c
+        .mrs
+        .iter()
+        .map(|(&lkey, m)| MrRes {
+            lkey,
+            rkey: m.mr.rkey().0,
+            pd: m.pd,
+            addr: m.addr,
+            length: m.len,
+        })
+        .collect();
+    r.mrs.sort_by_key(|m| m.lkey);
+    r.cqs = c
+        .cqs
+        .iter()
+        .map(|(&cq, e)| CqRes { cq, cqe: e.cqe })
+        .collect();
+    r.cqs.sort_by_key(|q| q.cq);
+    r.qps = c
+        .qps
+        .iter()
+        .map(|(&lqpn, q)| {
+            let a = q.qp.query().ok();
+            QpRes {
+                lqpn,
+                rqpn: a.map_or(0, |a| a.dest_qp_num.value()),
+                pd: q.pd,
+                state: a.map_or_else(
+                    || "?".into(),
+                    |a| format!("{:?}", a.qp_state).to_uppercase(),
+                ),
+            }
+        })
+        .collect();
+    r.qps.sort_by_key(|q| q.lqpn);
+    r
+}
+
+fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
+    use Answer::Plain;
+    let id = c.next;
+    match req {
+        Req::AllocPd => match dev.alloc_pd() {
+            Ok(pd) => {
+                c.next += 1;
+                c.pds.insert(id, pd);
+                Plain(Resp::Pd { pd: id })
+            }
+            Err(e) => Plain(errno_resp(&e)),
+        },
+        Req::DeallocPd { pd } => {
+            if !c.pds.contains_key(&pd) {
+                return Plain(bad(libc::ENOENT, "no such PD"));
+            }
+            if c.mrs.values().any(|m| m.pd == pd) || c.qps.values().any(|q| q.pd == pd) {
+                return Plain(bad(libc::EBUSY, "the PD still has MRs or QPs"));
+            }
+            c.pds.remove(&pd);
+            Plain(Resp::Ok)
+        }
+        Req::RegMr {
+            pd,
+            addr,
+            len,
+            iova,
+            access,
+        } => {
+            let Some(p) = c.pds.get(&pd) else {
+                return Plain(bad(libc::ENOENT, "no such PD"));
+            };
+            let Ok(len_us) = usize::try_from(len) else {
+                return Plain(bad(libc::EINVAL, "length"));
+            };
+            match p.reg_process_mr(c.pid, addr, len_us, iova, Access(access)) {
+                Ok(mr) => {
+                    let (lkey, rkey) = (mr.lkey().0, mr.rkey().0);
+                    c.mrs.insert(
+                        lkey,
+                        MrEnt {
+                            mr,
+                            pd,
+                            addr: iova,
+                            len,
+                        },
+                    );
+                    Plain(Resp::Mr { lkey, rkey })
+                }
+                Err(e) => Plain(errno_resp(&e)),
+            }
+        }
+        Req::DeregMr { lkey } => match c.mrs.remove(&lkey) {
+            Some(_) => Plain(Resp::Ok),
+            None => Plain(bad(libc::ENOENT, "no such MR")),
+        },
+        Req::CreateCq { cqe } => {
+            if cqe == 0 || cqe > 1 << 16 {
+                return Plain(bad(libc::EINVAL, "cqe"));
+            }
+            let slots = cqe.next_power_of_two().max(16);
+            let made = dev
+                .create_cq(cqe as usize)
+                .map_err(|e| errno_resp(&e))
+                .and_then(|cq| {
+                    let ring = Ring::create("xrnic-cq", slots, wire::CQ_SLOT_BYTES)
+                        .map_err(|e| bad(libc::ENOMEM, &e.to_string()))?;
+                    let event =
+                        rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                            .map_err(|e| bad(libc::EMFILE, &e.to_string()))?;
+                    Ok((cq, ring, event))
+                });
+            match made {
+                Ok((cq, ring, event)) => {
+                    let fds = match (ring.fd().try_clone_to_owned(), event.try_clone()) {
+                        (Ok(a), Ok(b)) => vec![a, b],
+                        _ => return Plain(bad(libc::EMFILE, "no descriptors")),
+                    };
+                    c.next += 1;
+                    c.cqs.insert(
+                        id,
+                        CqEnt {
+                            cq,
+                            ring,
+                            event,
+                            cqe,
+                        },
+                    );
+                    Answer::Fds(Resp::Cq { cq: id, slots }, fds)
+                }
+                Err(r) => Plain(r),
+            }
+        }
+        Req::DestroyCq { cq } => {
+            if c.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+                return Plain(bad(libc::EBUSY, "a QP still uses the CQ"));
+            }
+            match c.cqs.remove(&cq) {
+                Some(_) => Plain(Resp::Ok),
+                None => Plain(bad(libc::ENOENT, "no such CQ")),
+            }
+        }
+        Req::CreateQp {
+            pd,
+            send_cq,
+            recv_cq,
+            max_send_wr,
+            max_recv_wr,
+            sq_sig_all,
+        } => {
+            let (Some(p), Some(s), Some(r)) =
+                (c.pds.get(&pd), c.cqs.get(&send_cq), c.cqs.get(&recv_cq))
+            else {
+                return Plain(bad(libc::ENOENT, "no such PD or CQ"));
+            };
+            let mut init = QpInitAttr::new(&s.cq, &r.cq, max_send_wr);
+            init.max_recv_wr = max_recv_wr;
+            init.sq_sig_all = sq_sig_all;
+            match p.create_qp(&init) {
+                Ok(qp) => {
+                    let qpn = qp.qp_num().value();
+                    c.qps.insert(
+                        qpn,
+                        QpEnt {
+                            qp,
+                            pd,
+                            send_cq,
+                            recv_cq,
+                        },
+                    );
+                    Plain(Resp::Qp { qpn })
+                }
+                Err(e) => Plain(errno_resp(&e)),
+            }
+        }
+        Req::ModifyQp { qpn, attr, mask } => {
+            let Some(q) = c.qps.get(&qpn) else {
+                return Plain(bad(libc::ENOENT, "no such QP"));
+            };
+            let Some(a) = attr.to_attr() else {
+                return Plain(bad(libc::EINVAL, "attribute out of range"));
+            };
+            match q.qp.modify(&a, wire::mask(mask)) {
+                Ok(()) => Plain(Resp::Ok),
+                Err(e) => Plain(errno_resp(&e)),
+            }
+        }
+        Req::QueryQp { qpn } => match c.qps.get(&qpn).map(|q| q.qp.query()) {
+            Some(Ok(a)) => Plain(Resp::QpAttr {
+                attr: QpAttrMsg::from_attr(&a),
+            }),
+            Some(Err(e)) => Plain(errno_resp(&e)),
+            None => Plain(bad(libc::ENOENT, "no such QP")),
+        },
+        Req::DestroyQp { qpn } => match c.qps.remove(&qpn) {
+            Some(_) => Plain(Resp::Ok),
+            None => Plain(bad(libc::ENOENT, "no such QP")),
+        },
+        Req::Hello { .. } | Req::Res | Req::Shutdown => Plain(bad(libc::EINVAL, "unexpected")),
+    }
+}
+
+/// Post everything in client `c`'s submission ring.
+fn drain_doorbell(c: &mut Client) {
+    let Some((ring, bell)) = &c.sq else { return };
+    let mut b = [0u8; 8];
+    let _ = rustix::io::read(bell, &mut b);
+    let mut w = [0u64; wire::SQ_WORDS];
+    let mut failed: Vec<(u32, WorkCompletion)> = Vec::new();
+    loop {
+        match ring.pop(&mut w) {
+            Pop::Empty => break,
+            Pop::Corrupt => {
+                c.bad_slots += 1;
+                continue;
+            }
+            Pop::Item => {}
+        }
+        let Some(work) = wire::decode_work(&w) else {
+            c.bad_slots += 1;
+            continue;
+        };
+        let (qpn, wr_id, is_send) = match &work {
+            Work::Send(q, wr) => (*q, wr.wr_id, true),
+            Work::Recv(q, wr) => (*q, wr.wr_id, false),
+        };
+        let Some(q) = c.qps.get(&qpn.value()) else {
+            c.bad_slots += 1;
+            continue;
+        };
+        let r = match work {
+            Work::Send(_, wr) => q.qp.post_send(wr),
+            Work::Recv(_, wr) => q.qp.post_recv(wr),
+        };
+        if let Err(e) = r {
+            tracing::debug!(pid = c.pid, qpn = qpn.value(), "post refused: {e}");
+            let cq = if is_send { q.send_cq } else { q.recv_cq };
+            failed.push((cq, refused(wr_id, qpn, is_send)));
+        }
+    }
+    for (cq, wc) in failed {
+        if let Some(e) = c.cqs.get(&cq) {
+            if e.ring.push(&wire::encode_wc(&wc)) {
+                let _ = rustix::io::write(&e.event, &1u64.to_ne_bytes());
+                if let Some(n) = &c.notify {
+                    let _ = rustix::io::write(n, &1u64.to_ne_bytes());
+                }
+            }
+        }
+    }
+}
+
+fn refused(wr_id: u64, qpn: Qpn, send: bool) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::LocQpOpErr,
+        opcode: if send {
+            verbs::WcOpcode::Send
+        } else {
+            verbs::WcOpcode::Recv
+        },
+        byte_len: 0,
+        imm_data: None,
+        invalidated_rkey: None,
+        qp_num: qpn,
+        src_qp: Qpn::new(0),
+        grh: false,
+    }
+}
+
+/// Move completions from the engine's CQs into the client's rings, as many as fit.
+fn pump_completions(c: &mut Client) {
+    let mut v = Vec::new();
+    let mut any = false;
+    for e in c.cqs.values() {
+        let free = e.ring.capacity().saturating_sub(e.ring.fill()) as usize;
+        if free == 0 {
+            continue;
+        }
+        v.clear();
+        if e.cq.take_into(free, &mut v) == 0 {
+            continue;
+        }
+        for wc in &v {
+            // Cannot fail: `free` slots were free and only the client consumes.
+            let _ = e.ring.push(&wire::encode_wc(wc));
+        }
+        let _ = rustix::io::write(&e.event, &1u64.to_ne_bytes());
+        any = true;
+    }
+    if let (true, Some(n)) = (any, &c.notify) {
+        let _ = rustix::io::write(n, &1u64.to_ne_bytes());
+    }
+}

@@ -1,0 +1,498 @@
+//! What the device service and its clients say to each other: control messages (JSON
+//! datagrams on the SOCK_SEQPACKET socket) and the fixed layouts of the ring slots.
+//!
+//! Contract: every decoder here takes untrusted input (the service decodes what a client
+//! wrote) and returns `None` / an error for anything that is not a valid value; nothing
+//! panics.
+
+use serde::{Deserialize, Serialize};
+
+use crate::proto::{
+    Access, AddressVector, AtomicInfo, AttrMask, Mtu, QpAttr, QpState, RdmaInfo, RecvWr, SendFlags,
+    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use crate::wire::{Lkey, Psn, Qpn, Rkey};
+
+/// The largest control message (a `res` answer of a busy device fits).
+pub const MAX_MSG: usize = 1 << 20;
+
+/// Submission ring: slots of 256 bytes (32 words).
+pub const SQ_SLOT_BYTES: usize = 256;
+pub const SQ_WORDS: usize = SQ_SLOT_BYTES / 8;
+/// Slots of a client's submission ring (every send and receive of all its QPs).
+pub const SQ_SLOTS: u32 = 4096;
+/// Most SGEs one work request carries through the ring.
+pub const MAX_SGE: usize = 12;
+/// Completion ring slots: 48 bytes.
+pub const CQ_SLOT_BYTES: usize = 48;
+pub const CQ_WORDS: usize = CQ_SLOT_BYTES / 8;
+
+/// The service's socket: the abstract name `xrnic/<IF>` (abstract names belong to the
+/// network namespace, so each namespace's `eth0` has its own service).
+pub fn socket_name(ifname: &str) -> Vec<u8> {
+    format!("xrnic/{ifname}").into_bytes()
+}
+
+/// A client's (or `xrnic down`'s, `xrnic res`'s) request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Req {
+    /// First message of a verbs client: answered with [`Resp::Hello`] and two
+    /// descriptors, the submission ring's memfd and the doorbell eventfd.
+    Hello {
+        comm: String,
+    },
+    AllocPd,
+    DeallocPd {
+        pd: u32,
+    },
+    /// Register `len` bytes at `addr` of the client's memory at I/O address `iova`.
+    RegMr {
+        pd: u32,
+        addr: u64,
+        len: u64,
+        iova: u64,
+        access: u32,
+    },
+    DeregMr {
+        lkey: u32,
+    },
+    /// Answered with the ring's memfd and the CQ's event fd.
+    CreateCq {
+        cqe: u32,
+    },
+    DestroyCq {
+        cq: u32,
+    },
+    CreateQp {
+        pd: u32,
+        send_cq: u32,
+        recv_cq: u32,
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        sq_sig_all: bool,
+    },
+    ModifyQp {
+        qpn: u32,
+        attr: QpAttrMsg,
+        mask: u32,
+    },
+    QueryQp {
+        qpn: u32,
+    },
+    DestroyQp {
+        qpn: u32,
+    },
+    /// Every resource of every client (`xrnic res`, `xrnic stat`).
+    Res,
+    /// Stop the service (`xrnic down`): root or the service's own user only.
+    Shutdown,
+}
+
+/// The service's answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Resp {
+    Hello {
+        service_pid: u32,
+        active_mtu: u32,
+        max_mtu: u32,
+        sq_slots: u32,
+    },
+    Pd {
+        pd: u32,
+    },
+    Mr {
+        lkey: u32,
+        rkey: u32,
+    },
+    Cq {
+        cq: u32,
+        slots: u32,
+    },
+    Qp {
+        qpn: u32,
+    },
+    QpAttr {
+        attr: QpAttrMsg,
+    },
+    Res(ResDoc),
+    Ok,
+    /// The verb failed: an errno and the message.
+    Err {
+        errno: i32,
+        msg: String,
+    },
+}
+
+/// `xrnic res` through the service: every resource with its owner.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ResDoc {
+    pub service_pid: u32,
+    pub netdev: String,
+    pub clients: Vec<ClientRes>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ClientRes {
+    pub pid: i32,
+    pub uid: u32,
+    pub comm: String,
+    pub pds: Vec<u32>,
+    pub mrs: Vec<MrRes>,
+    pub cqs: Vec<CqRes>,
+    pub qps: Vec<QpRes>,
+    /// Ring slots the service dropped as malformed.
+    pub bad_slots: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct MrRes {
+    pub lkey: u32,
+    pub rkey: u32,
+    pub pd: u32,
+    pub addr: u64,
+    pub length: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CqRes {
+    pub cq: u32,
+    pub cqe: u32,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct QpRes {
+    pub lqpn: u32,
+    pub rqpn: u32,
+    pub pd: u32,
+    pub state: String,
+}
+
+/// [`QpAttr`] as plain numbers (the engine's types carry no serde).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpAttrMsg {
+    pub qp_state: u8,
+    pub cur_qp_state: u8,
+    pub path_mtu: u32,
+    pub access: u32,
+    pub pkey_index: u16,
+    pub port_num: u8,
+    pub dmac: [u8; 6],
+    pub dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+    pub vlan_tci: Option<u16>,
+    pub dest_qp_num: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub sq_draining: bool,
+    pub qkey: u32,
+}
+
+fn state_code(s: QpState) -> u8 {
+    QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
+
+impl QpAttrMsg {
+    pub fn from_attr(a: &QpAttr) -> QpAttrMsg {
+        QpAttrMsg {
+            qp_state: state_code(a.qp_state),
+            cur_qp_state: state_code(a.cur_qp_state),
+            path_mtu: a.path_mtu.bytes(),
+            access: a.qp_access_flags.0,
+            pkey_index: a.pkey_index,
+            port_num: a.port_num,
+            dmac: a.ah_attr.dmac,
+            dgid: a.ah_attr.dgid,
+            sgid_index: a.ah_attr.sgid_index,
+            traffic_class: a.ah_attr.traffic_class,
+            hop_limit: a.ah_attr.hop_limit,
+            flow_label: a.ah_attr.flow_label,
+            vlan_tci: a.ah_attr.vlan_tci,
+            dest_qp_num: a.dest_qp_num.value(),
+            rq_psn: a.rq_psn.value(),
+            sq_psn: a.sq_psn.value(),
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            min_rnr_timer: a.min_rnr_timer,
+            max_rd_atomic: a.max_rd_atomic,
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            sq_draining: a.sq_draining,
+            qkey: a.qkey,
+        }
+    }
+
+    /// Back to the engine's type; `None` for a value no QpAttr has (the engine checks
+    /// the rest as for any caller).
+    pub fn to_attr(&self) -> Option<QpAttr> {
+        Some(QpAttr {
+            qp_state: *QpState::ALL.get(usize::from(self.qp_state))?,
+            cur_qp_state: *QpState::ALL.get(usize::from(self.cur_qp_state))?,
+            path_mtu: Mtu::from_bytes(self.path_mtu)?,
+            qp_access_flags: Access(self.access),
+            pkey_index: self.pkey_index,
+            port_num: self.port_num,
+            ah_attr: AddressVector {
+                dmac: self.dmac,
+                dgid: self.dgid,
+                sgid_index: self.sgid_index,
+                traffic_class: self.traffic_class,
+                hop_limit: self.hop_limit,
+                flow_label: self.flow_label,
+                vlan_tci: self.vlan_tci,
+            },
+            dest_qp_num: Qpn::new(self.dest_qp_num),
+            rq_psn: Psn::new(self.rq_psn),
+            sq_psn: Psn::new(self.sq_psn),
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+            max_rd_atomic: self.max_rd_atomic,
+            max_dest_rd_atomic: self.max_dest_rd_atomic,
+            sq_draining: self.sq_draining,
+            qkey: self.qkey,
+        })
+    }
+}
+
+/// Whose a submission slot is.
+const KIND_SEND: u64 = 1;
+const KIND_RECV: u64 = 2;
+
+const WR_OPCODES: [WrOpcode; 8] = [
+    WrOpcode::Send,
+    WrOpcode::SendWithImm,
+    WrOpcode::SendWithInv,
+    WrOpcode::RdmaWrite,
+    WrOpcode::RdmaWriteWithImm,
+    WrOpcode::RdmaRead,
+    WrOpcode::AtomicCmpAndSwp,
+    WrOpcode::AtomicFetchAndAdd,
+];
+
+/// A decoded submission slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    Send(Qpn, SendWr),
+    Recv(Qpn, RecvWr),
+}
+
+fn put_sges(w: &mut [u64; SQ_WORDS], sges: &[Sge]) -> Option<()> {
+    if sges.len() > MAX_SGE {
+        return None;
+    }
+    for (i, s) in sges.iter().enumerate() {
+        w[8 + 2 * i] = s.addr;
+        w[9 + 2 * i] = u64::from(s.length) | u64::from(s.lkey.0) << 32;
+    }
+    Some(())
+}
+
+fn get_sges(w: &[u64; SQ_WORDS], n: usize) -> Option<Vec<Sge>> {
+    if n > MAX_SGE {
+        return None;
+    }
+    Some(
+        (0..n)
+            .map(|i| Sge {
+                addr: w[8 + 2 * i],
+                length: w[9 + 2 * i] as u32,
+                lkey: Lkey((w[9 + 2 * i] >> 32) as u32),
+            })
+            .collect(),
+    )
+}
+
+/// Word 0: kind (bits 0..8), SGE count (8..16), opcode (16..24), send flags (32..64).
+pub fn encode_send(qpn: Qpn, wr: &SendWr) -> Option<[u64; SQ_WORDS]> {
+    let mut w = [0u64; SQ_WORDS];
+    let op = WR_OPCODES.iter().position(|&o| o == wr.opcode)? as u64;
+    w[0] = KIND_SEND | (wr.sg_list.len() as u64) << 8 | op << 16 | u64::from(wr.send_flags.0) << 32;
+    w[1] = u64::from(qpn.value()) | u64::from(wr.imm_data) << 32;
+    w[2] = wr.wr_id;
+    let (addr, rkey) = if wr.opcode.is_atomic() {
+        (wr.atomic.remote_addr, wr.atomic.rkey)
+    } else {
+        (wr.rdma.remote_addr, wr.rdma.rkey)
+    };
+    w[3] = addr;
+    w[4] = u64::from(rkey.0) | u64::from(wr.invalidate_rkey.0) << 32;
+    w[5] = wr.atomic.compare_add;
+    w[6] = wr.atomic.swap;
+    put_sges(&mut w, &wr.sg_list)?;
+    Some(w)
+}
+
+pub fn encode_recv(qpn: Qpn, wr: &RecvWr) -> Option<[u64; SQ_WORDS]> {
+    let mut w = [0u64; SQ_WORDS];
+    w[0] = KIND_RECV | (wr.sg_list.len() as u64) << 8;
+    w[1] = u64::from(qpn.value());
+    w[2] = wr.wr_id;
+    put_sges(&mut w, &wr.sg_list)?;
+    Some(w)
+}
+
+/// Decode a submission slot; `None` for anything malformed.
+pub fn decode_work(w: &[u64; SQ_WORDS]) -> Option<Work> {
+    let kind = w[0] & 0xff;
+    let nsge = ((w[0] >> 8) & 0xff) as usize;
+    let qpn = Qpn::new(w[1] as u32);
+    let sg_list = get_sges(w, nsge)?;
+    match kind {
+        KIND_SEND => {
+            let opcode = *WR_OPCODES.get(((w[0] >> 16) & 0xff) as usize)?;
+            if w[0] >> 24 & 0xff != 0 {
+                return None;
+            }
+            let rkey = Rkey(w[4] as u32);
+            let mut wr = SendWr::new(w[2], opcode);
+            wr.sg_list = sg_list;
+            wr.send_flags = SendFlags((w[0] >> 32) as u32);
+            wr.imm_data = (w[1] >> 32) as u32;
+            wr.invalidate_rkey = Rkey((w[4] >> 32) as u32);
+            if opcode.is_atomic() {
+                wr.atomic = AtomicInfo {
+                    remote_addr: w[3],
+                    rkey,
+                    compare_add: w[5],
+                    swap: w[6],
+                };
+            } else {
+                wr.rdma = RdmaInfo {
+                    remote_addr: w[3],
+                    rkey,
+                };
+            }
+            Some(Work::Send(qpn, wr))
+        }
+        KIND_RECV => Some(Work::Recv(
+            qpn,
+            RecvWr {
+                wr_id: w[2],
+                sg_list,
+            },
+        )),
+        _ => None,
+    }
+}
+
+const WC_OPCODES: [WcOpcode; 7] = [
+    WcOpcode::Send,
+    WcOpcode::RdmaWrite,
+    WcOpcode::RdmaRead,
+    WcOpcode::CompSwap,
+    WcOpcode::FetchAdd,
+    WcOpcode::Recv,
+    WcOpcode::RecvRdmaWithImm,
+];
+
+/// A completion slot: wr_id; status | opcode | flags | byte_len; imm | invalidated rkey;
+/// qp_num | src_qp.
+pub fn encode_wc(wc: &WorkCompletion) -> [u64; CQ_WORDS] {
+    let op = WC_OPCODES.iter().position(|&o| o == wc.opcode).unwrap_or(0) as u64;
+    let flags = u64::from(wc.imm_data.is_some())
+        | u64::from(wc.invalidated_rkey.is_some()) << 1
+        | u64::from(wc.grh) << 2;
+    let mut w = [0u64; CQ_WORDS];
+    w[0] = wc.wr_id;
+    w[1] = wc.status as u64 | op << 8 | flags << 16 | u64::from(wc.byte_len) << 32;
+    w[2] = u64::from(wc.imm_data.unwrap_or(0))
+        | u64::from(wc.invalidated_rkey.map_or(0, |r| r.0)) << 32;
+    w[3] = u64::from(wc.qp_num.value()) | u64::from(wc.src_qp.value()) << 32;
+    w
+}
+
+pub fn decode_wc(w: &[u64; CQ_WORDS]) -> WorkCompletion {
+    let flags = (w[1] >> 16) & 0xff;
+    WorkCompletion {
+        wr_id: w[0],
+        status: WcStatus::from_ibv((w[1] & 0xff) as u32),
+        opcode: WC_OPCODES
+            .get(((w[1] >> 8) & 0xff) as usize)
+            .copied()
+            .unwrap_or(WcOpcode::Send),
+        byte_len: (w[1] >> 32) as u32,
+        imm_data: (flags & 1 != 0).then_some(w[2] as u32),
+        invalidated_rkey: (flags & 2 != 0).then_some(Rkey((w[2] >> 32) as u32)),
+        qp_num: Qpn::new(w[3] as u32),
+        src_qp: Qpn::new((w[3] >> 32) as u32),
+        grh: flags & 4 != 0,
+    }
+}
+
+/// The mask as the engine's type.
+pub fn mask(m: u32) -> AttrMask {
+    AttrMask(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_round_trip_and_garbage_is_refused() {
+        let mut wr = SendWr::new(7, WrOpcode::AtomicCmpAndSwp);
+        wr.sg_list = vec![Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: Lkey(0x1234),
+        }];
+        wr.atomic = AtomicInfo {
+            remote_addr: 0x2000,
+            rkey: Rkey(9),
+            compare_add: 1,
+            swap: 2,
+        };
+        let w = encode_send(Qpn::new(17), &wr).unwrap();
+        assert_eq!(decode_work(&w), Some(Work::Send(Qpn::new(17), wr.clone())));
+        let r = RecvWr {
+            wr_id: 3,
+            sg_list: vec![],
+        };
+        assert_eq!(
+            decode_work(&encode_recv(Qpn::new(5), &r).unwrap()),
+            Some(Work::Recv(Qpn::new(5), r))
+        );
+        let mut bad = w;
+        bad[0] = 0xff;
+        assert_eq!(decode_work(&bad), None, "unknown kind");
+        bad = w;
+        bad[0] = KIND_SEND | 40 << 8;
+        assert_eq!(decode_work(&bad), None, "too many SGEs");
+        bad = w;
+        bad[0] = KIND_SEND | 9 << 16;
+        assert_eq!(decode_work(&bad), None, "unknown opcode");
+        wr.sg_list = vec![Sge::default(); MAX_SGE + 1];
+        assert!(encode_send(Qpn::new(1), &wr).is_none());
+
+        let wc = WorkCompletion {
+            wr_id: 11,
+            status: WcStatus::RemAccessErr,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            byte_len: 4096,
+            imm_data: Some(0xabcd),
+            invalidated_rkey: None,
+            qp_num: Qpn::new(17),
+            src_qp: Qpn::new(18),
+            grh: false,
+        };
+        assert_eq!(decode_wc(&encode_wc(&wc)), wc);
+
+        let a = QpAttr::default();
+        assert_eq!(QpAttrMsg::from_attr(&a).to_attr(), Some(a));
+        let m = QpAttrMsg {
+            path_mtu: 1000,
+            ..QpAttrMsg::from_attr(&a)
+        };
+        assert_eq!(m.to_attr(), None);
+    }
+}

@@ -1,0 +1,421 @@
+//! The client backend: a device served by the device service (`xrnic up IF`,
+//! src/service) in another process.
+//!
+//! Contract:
+//! - [`Conn::connect`] looks for the service of an interface (the abstract socket
+//!   `@xrnic/<IF>` of the caller's network namespace); `Ok(None)` when none listens, so the
+//!   caller opens the in-process device instead (and says so: [`super::Device::service_pid`]).
+//! - Control verbs (PD, MR, CQ, QP create / modify / query / destroy) are one request and
+//!   one answer each on the socket, serialised by a lock.
+//! - The data path is shared memory: `post_send` / `post_recv` write a slot into the
+//!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
+//!   makes no system call; `wait` sleeps on the CQ's eventfd.
+//! - Memory: a region is the caller's own memory, which the service reads and writes with
+//!   process_vm_readv/writev; [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
+//!   here and registers it so.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+
+use super::{Error, Result, VerbsError};
+use crate::io::shm::{self, Pop, Ring};
+use crate::proto::{RecvWr, SendWr, UserMem, WorkCompletion};
+use crate::service::wire::{self, Req, Resp};
+use crate::wire::Qpn;
+
+/// A connection to the service.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    sock: Mutex<OwnedFd>,
+    sq: Mutex<Ring>,
+    doorbell: OwnedFd,
+    /// Readable when completions arrived in any CQ ring of this connection.
+    notify: Arc<OwnedFd>,
+    hook: Arc<HookState>,
+    pub service_pid: u32,
+    pub active_mtu: u32,
+    pub max_mtu: u32,
+}
+
+fn proto_err(msg: &str) -> Error {
+    Error::Io(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("device service: {msg}"),
+    ))
+}
+
+impl Conn {
+    /// Connect to the service of `ifname`, or `Ok(None)` when none listens.
+    pub fn connect(ifname: &str) -> Result<Option<Conn>> {
+        let sock = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(io::Error::from)?;
+        let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))
+            .map_err(io::Error::from)?;
+        match rustix::net::connect(&sock, &addr) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::Io(e.into())),
+        }
+        let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+        let (resp, mut fds) = call_on(
+            &sock,
+            &Req::Hello {
+                comm: comm.trim_end().to_string(),
+            },
+        )?;
+        let Resp::Hello {
+            service_pid,
+            active_mtu,
+            max_mtu,
+            sq_slots,
+        } = resp
+        else {
+            return Err(proto_err("unexpected answer to hello"));
+        };
+        if fds.len() != 3 {
+            return Err(proto_err("hello without its ring, doorbell and notifier"));
+        }
+        let notify = Arc::new(fds.pop().ok_or_else(|| proto_err("no notifier"))?);
+        let doorbell = fds.pop().ok_or_else(|| proto_err("no doorbell"))?;
+        let ring_fd = fds.pop().ok_or_else(|| proto_err("no ring"))?;
+        let sq = Ring::map(ring_fd, sq_slots, wire::SQ_SLOT_BYTES)?;
+        Ok(Some(Conn {
+            sock: Mutex::new(sock),
+            sq: Mutex::new(sq),
+            doorbell,
+            notify,
+            hook: Arc::default(),
+            service_pid,
+            active_mtu,
+            max_mtu,
+        }))
+    }
+
+    /// One control verb.
+    pub fn call(&self, req: &Req) -> Result<(Resp, Vec<OwnedFd>)> {
+        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        call_on(&sock, req)
+    }
+
+    /// A verb whose answer is `Ok`.
+    pub fn call_ok(&self, req: &Req) -> Result<()> {
+        match self.call(req)?.0 {
+            Resp::Ok => Ok(()),
+            _ => Err(proto_err("unexpected answer")),
+        }
+    }
+
+    /// Append one submission slot and ring the doorbell.
+    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<()> {
+        let w = w.ok_or(Error::Verbs(VerbsError::InvalidValue(
+            "more scatter/gather entries than the service's ring carries",
+        )))?;
+        let sq = self.sq.lock().unwrap_or_else(|p| p.into_inner());
+        if !sq.push(&w) {
+            drop(sq);
+            // Still ring: the service drains what is there (and resets a ring whose
+            // indices someone broke), so a later post finds room.
+            rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
+            return Err(Error::Verbs(VerbsError::QueueFull));
+        }
+        drop(sq);
+        rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
+        Ok(())
+    }
+
+    /// Set or clear the completion hook: a thread of this process runs it whenever the
+    /// service signals completions (the library's completion channels).
+    pub fn set_completion_hook(&self, hook: Option<crate::driver::CompletionHook>) {
+        let mut g = self.hook.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let start = hook.is_some() && !g.1;
+        if start {
+            g.1 = true;
+        }
+        g.0 = hook;
+        drop(g);
+        if start {
+            let (h, n) = (self.hook.clone(), self.notify.clone());
+            std::thread::spawn(move || hook_thread(&h, &n));
+        }
+    }
+
+    pub fn post_send(&self, qpn: Qpn, wr: &SendWr) -> Result<()> {
+        self.submit(wire::encode_send(qpn, wr))
+    }
+
+    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr) -> Result<()> {
+        self.submit(wire::encode_recv(qpn, wr))
+    }
+}
+
+/// The completion hook and whether its thread runs.
+#[derive(Default)]
+struct HookState {
+    slot: Mutex<(Option<crate::driver::CompletionHook>, bool)>,
+}
+
+impl core::fmt::Debug for HookState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("HookState")
+    }
+}
+
+/// Wait for the service's completion signal and run the hook; ends when the hook is
+/// cleared.
+fn hook_thread(h: &HookState, notify: &OwnedFd) {
+    loop {
+        let mut fds = [PollFd::new(notify, PollFlags::IN)];
+        let ts = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        let signalled = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) > 0;
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(notify, &mut b);
+        let g = h.slot.lock().unwrap_or_else(|p| p.into_inner());
+        match &g.0 {
+            Some(_) if !signalled => drop(g),
+            Some(hook) => {
+                let hook = hook.clone();
+                drop(g);
+                hook();
+            }
+            None => {
+                drop(g);
+                let mut g = h.slot.lock().unwrap_or_else(|p| p.into_inner());
+                if g.0.is_none() {
+                    g.1 = false;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn call_on(sock: &OwnedFd, req: &Req) -> Result<(Resp, Vec<OwnedFd>)> {
+    let text = serde_json::to_vec(req).map_err(|e| proto_err(&e.to_string()))?;
+    shm::send_with_fds(sock.as_fd(), &text, &[])?;
+    // Answers to verbs are small (`xrnic res` reads its own, larger, answers).
+    let mut buf = vec![0u8; 64 * 1024];
+    let (n, fds) = shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::empty())?
+        .ok_or_else(|| proto_err("the service closed the connection"))?;
+    let resp: Resp = serde_json::from_slice(&buf[..n]).map_err(|e| proto_err(&e.to_string()))?;
+    if let Resp::Err { errno, msg } = resp {
+        // The errno is what a C caller gets (src/abi errno_of); the reason is logged.
+        tracing::debug!("device service refused {req:?}: {msg}");
+        return Err(Error::Io(io::Error::from_raw_os_error(errno)));
+    }
+    Ok((resp, fds))
+}
+
+/// A CQ of the service: its completion ring and event fd.
+#[derive(Debug)]
+pub(crate) struct RemoteCq {
+    pub conn: Arc<Conn>,
+    pub id: u32,
+    ring: Mutex<Ring>,
+    event: OwnedFd,
+}
+
+impl RemoteCq {
+    pub fn create(conn: &Arc<Conn>, cqe: usize) -> Result<RemoteCq> {
+        let cqe = u32::try_from(cqe).map_err(|_| Error::Verbs(VerbsError::InvalidValue("cqe")))?;
+        let (resp, mut fds) = conn.call(&Req::CreateCq { cqe })?;
+        let Resp::Cq { cq, slots } = resp else {
+            return Err(proto_err("unexpected answer to create_cq"));
+        };
+        let (Some(event), Some(ring)) = (fds.pop(), fds.pop()) else {
+            return Err(proto_err("create_cq without its ring"));
+        };
+        Ok(RemoteCq {
+            conn: conn.clone(),
+            id: cq,
+            ring: Mutex::new(Ring::map(ring, slots, wire::CQ_SLOT_BYTES)?),
+            event,
+        })
+    }
+
+    pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = [0u64; wire::CQ_WORDS];
+        let mut n = 0;
+        while n < max {
+            match ring.pop(&mut w) {
+                Pop::Item => {
+                    out.push(wire::decode_wc(&w));
+                    n += 1;
+                }
+                Pop::Empty | Pop::Corrupt => break,
+            }
+        }
+        drop(ring);
+        if n == 0 {
+            // A program spinning on an empty CQ (ibv_poll_cq in a loop, as perftest and
+            // ibv_rc_pingpong do) would otherwise hold the CPU the service needs to
+            // produce its completion whenever cores are fewer than busy threads.
+            std::thread::yield_now();
+        }
+        n
+    }
+
+    pub fn pending(&self) -> usize {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        ring.fill().min(ring.capacity()) as usize
+    }
+
+    pub fn wait_into(&self, max: usize, timeout: Duration, out: &mut Vec<WorkCompletion>) -> usize {
+        let end = Instant::now() + timeout;
+        loop {
+            let n = self.poll_into(max, out);
+            let left = end.saturating_duration_since(Instant::now());
+            if n > 0 || left.is_zero() {
+                return n;
+            }
+            let ts = rustix::time::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [PollFd::new(&self.event, PollFlags::IN)];
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&self.event, &mut b);
+        }
+    }
+}
+
+impl Drop for RemoteCq {
+    fn drop(&mut self) {
+        if let Err(e) = self.conn.call_ok(&Req::DestroyCq { cq: self.id }) {
+            tracing::error!("destroy_cq through the service: {e}");
+        }
+    }
+}
+
+/// A PD of the service.
+#[derive(Debug)]
+pub(crate) struct RemotePd {
+    pub conn: Arc<Conn>,
+    pub id: u32,
+}
+
+impl RemotePd {
+    pub fn alloc(conn: &Arc<Conn>) -> Result<RemotePd> {
+        match conn.call(&Req::AllocPd)?.0 {
+            Resp::Pd { pd } => Ok(RemotePd {
+                conn: conn.clone(),
+                id: pd,
+            }),
+            _ => Err(proto_err("unexpected answer to alloc_pd")),
+        }
+    }
+
+    /// Register `len` bytes at `addr` of this process; `(lkey, rkey)`.
+    pub fn reg(&self, addr: u64, len: usize, iova: u64, access: u32) -> Result<(u32, u32)> {
+        let req = Req::RegMr {
+            pd: self.id,
+            addr,
+            len: len as u64,
+            iova,
+            access,
+        };
+        match self.conn.call(&req)?.0 {
+            Resp::Mr { lkey, rkey } => Ok((lkey, rkey)),
+            _ => Err(proto_err("unexpected answer to reg_mr")),
+        }
+    }
+}
+
+impl Drop for RemotePd {
+    fn drop(&mut self) {
+        if let Err(e) = self.conn.call_ok(&Req::DeallocPd { pd: self.id }) {
+            tracing::error!("dealloc_pd through the service: {e}");
+        }
+    }
+}
+
+/// An MR of the service; `buf`: memory allocated here for [`Pd::reg_mr`](super::Pd::reg_mr)
+/// (zeroed, atomically accessed words, so the service writing it meanwhile is no data
+/// race), read and written through `mem`.
+#[derive(Debug)]
+pub(crate) struct RemoteMr {
+    pub pd: Arc<RemotePd>,
+    pub lkey: u32,
+    buf: Option<(Box<[AtomicU64]>, UserMem)>,
+}
+
+impl RemoteMr {
+    pub fn new_user(pd: &Arc<RemotePd>, lkey: u32) -> RemoteMr {
+        RemoteMr {
+            pd: pd.clone(),
+            lkey,
+            buf: None,
+        }
+    }
+
+    /// Zeroed memory of `len` bytes here: its address and the buffer to keep.
+    pub fn alloc(len: usize) -> Result<(u64, Box<[AtomicU64]>, UserMem)> {
+        let words: Box<[AtomicU64]> = (0..len.div_ceil(8).max(1))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let addr = words.as_ptr() as u64;
+        let mem = UserMem::remote(std::process::id() as i32, addr, len)
+            .ok_or(Error::Verbs(VerbsError::Resource("address range")))?;
+        Ok((addr, words, mem))
+    }
+
+    pub fn new_owned(
+        pd: &Arc<RemotePd>,
+        lkey: u32,
+        words: Box<[AtomicU64]>,
+        mem: UserMem,
+    ) -> RemoteMr {
+        RemoteMr {
+            pd: pd.clone(),
+            lkey,
+            buf: Some((words, mem)),
+        }
+    }
+
+    /// The bytes of an owned region (`None` for the caller's memory).
+    pub fn mem(&self) -> Option<&UserMem> {
+        self.buf.as_ref().map(|(_, m)| m)
+    }
+}
+
+impl Drop for RemoteMr {
+    fn drop(&mut self) {
+        // Deregistered before `buf` is freed (fields drop after this body).
+        if let Err(e) = self.pd.conn.call_ok(&Req::DeregMr { lkey: self.lkey }) {
+            tracing::error!("dereg_mr through the service: {e}");
+        }
+    }
+}
+
+/// A QP of the service.
+#[derive(Debug)]
+pub(crate) struct RemoteQp {
+    pub pd: Arc<RemotePd>,
+    pub _cqs: [Arc<RemoteCq>; 2],
+    pub qpn: Qpn,
+}
+
+impl Drop for RemoteQp {
+    fn drop(&mut self) {
+        if let Err(e) = self.pd.conn.call_ok(&Req::DestroyQp {
+            qpn: self.qpn.value(),
+        }) {
+            tracing::error!("destroy_qp through the service: {e}");
+        }
+    }
+}

@@ -1,0 +1,535 @@
+//! Issue 18's acceptance on one interface: the device service (`xrnic up IF`, root) on one
+//! end of a veth pair, and Debian's stock rdma-core / perftest tools as an unprivileged
+//! user (`setpriv --reuid=nobody`) through `xrnic exec`, server and client on the same
+//! device (their traffic loops back inside the driver); several pairs at once; kill -9 of
+//! a client; a client that writes garbage into its shared rings. Root tests
+//! (`#[ignore = "needs root"]`, docs/testing.md). The library must be built
+//! (`cargo build --workspace`).
+
+mod common;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{XRNIC, text, under_ci};
+use xrnic::io::netns::{Side, VethPair};
+
+/// The stock tool's path, or None (skip; a failure under CI=true).
+fn tool(name: &str) -> Option<String> {
+    let p = format!("/usr/bin/{name}");
+    if std::path::Path::new(&p).exists() && std::path::Path::new("/usr/bin/setpriv").exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} and setpriv");
+    eprintln!("skipping: {p} or setpriv not installed");
+    None
+}
+
+/// A veth pair with the service up on A's interface, `lo` up in A (the tools exchange
+/// their QP numbers over TCP on 127.0.0.1). `None`: skipped.
+struct Svc {
+    pair: VethPair,
+}
+
+impl Svc {
+    fn start() -> Option<Svc> {
+        tool("ibv_rc_pingpong")?;
+        let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+        assert!(
+            lib.exists(),
+            "{} missing: cargo build --workspace",
+            lib.display()
+        );
+        let pair = VethPair::new(9000).expect("veth pair (root)");
+        pair.exec(Side::A, &["ip", "link", "set", "lo", "up"])
+            .unwrap();
+        let s = Svc { pair };
+        // As root once: `xrnic exec` makes its libibverbs.so.1 link next to the binary.
+        let o = s.root(&["exec", "--", "true"]).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let o = s
+            .as_nobody(&["/usr/bin/test", "-r", lib.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "the unprivileged user cannot read {}: the tests need a path others can read",
+            lib.display()
+        );
+        let o = s.root(&["up", s.ifname()]).output().unwrap();
+        assert!(o.status.success(), "xrnic up: {}", text(&o));
+        Some(s)
+    }
+
+    fn ifname(&self) -> &str {
+        &self.pair.end(Side::A).ifname
+    }
+
+    /// `xrnic ARGS` as root in A.
+    fn root(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.pair.end(Side::A).netns, XRNIC])
+            .args(args);
+        c
+    }
+
+    /// `CMD` as nobody in A, bounded by timeout(1).
+    fn as_nobody(&self, cmd: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.pair.end(Side::A).netns])
+            .args([
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+            ])
+            .args(["timeout", "120"])
+            .args(cmd);
+        c
+    }
+
+    /// A stock tool as nobody through `xrnic exec`.
+    fn tool(&self, args: &[&str]) -> Command {
+        let mut v = vec![XRNIC, "exec", "--netdev", self.ifname(), "--"];
+        v.extend_from_slice(args);
+        let mut c = self.as_nobody(&v);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+
+    /// `xrnic res --netdev IF --json`: one object per resource.
+    fn res(&self) -> Vec<serde_json::Value> {
+        let o = self
+            .root(&["res", "--netdev", self.ifname(), "--json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "xrnic res: {}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
+            .as_array()
+            .cloned()
+            .unwrap()
+    }
+
+    /// Wait until something listens on TCP `port` in A.
+    fn wait_listening(&self, port: u16) {
+        for _ in 0..600 {
+            let o = self
+                .pair
+                .exec(Side::A, &["ss", "-Hltn", &format!("sport = :{port}")])
+                .unwrap();
+            if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("nothing listens on port {port}");
+    }
+
+    /// Server then client of `prog args` on the same device; both outputs, both asserted
+    /// to have exited 0.
+    fn pair_run(&self, prog: &str, args: &[&str], port: u16) -> (Output, Output) {
+        let (s, c) = self.pair_spawn(prog, args, port);
+        let (c, s) = (c.wait_with_output().unwrap(), s.wait_with_output().unwrap());
+        assert!(s.status.success(), "{prog} server: {}", text(&s));
+        assert!(c.status.success(), "{prog} client: {}", text(&c));
+        (s, c)
+    }
+
+    fn pair_spawn(&self, prog: &str, args: &[&str], port: u16) -> (Kid, Kid) {
+        let p = port.to_string();
+        let mut v = vec![prog];
+        v.extend_from_slice(args);
+        v.extend_from_slice(&["-p", &p]);
+        let server = Kid(Some(self.tool(&v).spawn().unwrap()));
+        self.wait_listening(port);
+        v.push("127.0.0.1");
+        let client = Kid(Some(self.tool(&v).spawn().unwrap()));
+        (server, client)
+    }
+
+    /// Wait (bounded by `limit`) until the service holds no resource; the last listing.
+    fn wait_empty(&self, limit: Duration) -> Vec<serde_json::Value> {
+        let end = Instant::now() + limit;
+        loop {
+            let r = self.res();
+            if r.is_empty() || Instant::now() > end {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A child process killed if the test ends (or fails) before it was waited for.
+struct Kid(Option<Child>);
+
+impl Kid {
+    fn wait_with_output(mut self) -> std::io::Result<Output> {
+        self.0.take().unwrap().wait_with_output()
+    }
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().unwrap()
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            // timeout(1) runs the tool as its child; kill both.
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-P", &c.id().to_string()])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Svc {
+    fn drop(&mut self) {
+        let _ = self.root(&["down", self.ifname()]).output();
+        // The daemon's log (`xrnic up`'s default place).
+        let _ = std::fs::remove_file(format!("/run/xrnic/service.{}.log", self.ifname()));
+    }
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_tools_as_nobody_server_and_client_on_one_device() {
+    let Some(s) = Svc::start() else { return };
+    let o = s
+        .root(&["devinfo", "--netdev", s.ifname()])
+        .output()
+        .unwrap();
+    assert!(out(&o).contains("\t\t\tservice:\t\tpid "), "{}", text(&o));
+    let (_, c) = s.pair_run(
+        "ibv_rc_pingpong",
+        &["-g", "1", "-n", "200", "-s", "4096", "-c"],
+        18515,
+    );
+    assert!(out(&c).contains("200 iters in"), "{}", text(&c));
+    let (_, c) = s.pair_run(
+        "ib_write_bw",
+        &["-x", "1", "-n", "200", "-s", "65536"],
+        18516,
+    );
+    assert!(out(&c).contains("65536      200"), "{}", text(&c));
+    let (_, c) = s.pair_run("ib_read_lat", &["-x", "1", "-n", "200"], 18517);
+    assert!(out(&c).contains("t_typical"), "{}", text(&c));
+    // Everything the tools made went with them.
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn four_send_bw_pairs_at_once() {
+    let Some(s) = Svc::start() else { return };
+    let pairs: Vec<_> = (0..4)
+        .map(|i| {
+            s.pair_spawn(
+                "ib_send_bw",
+                &["-x", "1", "-n", "300", "-s", "8192"],
+                18520 + i,
+            )
+        })
+        .collect();
+    for (sv, cl) in pairs {
+        let (c, sv) = (
+            cl.wait_with_output().unwrap(),
+            sv.wait_with_output().unwrap(),
+        );
+        assert!(sv.status.success(), "server: {}", text(&sv));
+        assert!(c.status.success(), "client: {}", text(&c));
+        assert!(out(&c).contains("8192       300"), "{}", text(&c));
+    }
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn kill_9_of_a_client_frees_its_resources_and_the_next_client_is_served() {
+    let Some(s) = Svc::start() else { return };
+    // A long transfer, so that the kill lands mid-transfer.
+    let (server, mut client) = s.pair_spawn(
+        "ib_write_bw",
+        &["-x", "1", "-n", "1000000", "-s", "4096"],
+        18530,
+    );
+    // Both tools hold a QP once they are connected.
+    let end = Instant::now() + Duration::from_secs(60);
+    // (perftest's server stops at RTR for WRITE; the client, which writes, is in RTS.)
+    let victim = loop {
+        let r = s.res();
+        let qps = |state: &str| -> Vec<i64> {
+            r.iter()
+                .filter(|o| o["kind"] == "qp" && o["comm"] == "ib_write_bw" && o["state"] == state)
+                .map(|o| o["pid"].as_i64().unwrap())
+                .collect()
+        };
+        if let ([c], [_]) = (&qps("RTS")[..], &qps("RTR")[..]) {
+            break *c;
+        }
+        assert!(Instant::now() < end, "the tools never connected: {r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let kinds = |pid: i64| {
+        let mut k: Vec<String> = s
+            .res()
+            .iter()
+            .filter(|o| o["pid"] == pid)
+            .map(|o| o["kind"].as_str().unwrap().to_string())
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    };
+    assert_eq!(kinds(victim), ["cq", "mr", "pd", "qp"], "{:?}", s.res());
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Instant::now();
+    let st = Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut gone = false;
+    while killed.elapsed() < Duration::from_secs(1) {
+        if kinds(victim).is_empty() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        gone,
+        "the killed client's resources are still there after 1 s: {:?}",
+        s.res()
+    );
+    let _ = client.child().wait();
+    // Its peer is gone: the server is ended here (perftest's server waits on TCP).
+    drop(server);
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // The service goes on serving.
+    let (_, c) = s.pair_run("ibv_rc_pingpong", &["-g", "1", "-n", "50"], 18531);
+    assert!(out(&c).contains("50 iters in"), "{}", text(&c));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
+    use xrnic::io::shm::Ring;
+    use xrnic::service::wire;
+    use xrnic::verbs::{Device, QpInitAttr, RecvWr};
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    // Other clients: a stock ping-pong pair, running while the garbage flows.
+    let (server, client) = s.pair_spawn("ibv_rc_pingpong", &["-g", "1", "-n", "400"], 18540);
+    let bad_slots = s
+        .pair
+        .run_in(Side::A, || {
+            let before = memfds();
+            let dev = Device::open(&ifname).unwrap();
+            assert!(
+                dev.service_pid().is_some(),
+                "the device goes through the service"
+            );
+            let pd = dev.alloc_pd().unwrap();
+            let cq = dev.create_cq(16).unwrap();
+            let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 16)).unwrap();
+            // This process's submission ring, mapped a second time.
+            let fd = memfds()
+                .into_iter()
+                .find(|f| !before.contains(f))
+                .expect("the client's submission ring");
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(format!("/proc/self/fd/{fd}"))
+                .unwrap();
+            let ring = Ring::map(file.into(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            for round in 0..200 {
+                for _ in 0..50 {
+                    let mut w = [0u64; wire::SQ_WORDS];
+                    for v in &mut w {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        *v = x;
+                    }
+                    // Some slots claim to be sends or receives of our QP with garbage
+                    // SGEs and opcodes; the rest is noise.
+                    if round % 2 == 0 {
+                        w[0] = (w[0] & !0xff) | (1 + (x & 1));
+                        w[0] &= !(0xf0 << 8);
+                        w[1] = u64::from(qp.qp_num().value());
+                    }
+                    let _ = ring.push(&w);
+                }
+                match round % 10 {
+                    // Indices far ahead: the service resets the ring.
+                    0 => ring.poke_producer(ring.producer().wrapping_add(1 << 20)),
+                    // Within the capacity: the service reads stale slots.
+                    5 => ring.poke_producer(ring.producer().wrapping_add(3000)),
+                    _ => {}
+                }
+                // A legitimate post rings the doorbell (refused in RESET: an error
+                // completion, not a hang).
+                let _ = qp.post_recv(RecvWr {
+                    wr_id: round,
+                    sg_list: vec![],
+                });
+            }
+            // The service still answers this client.
+            let pd2 = dev.alloc_pd().unwrap();
+            drop(pd2);
+            let doc = xrnic::cli::service::res_of(&ifname).unwrap().unwrap();
+            let me = std::process::id() as i32;
+            doc.clients.iter().find(|c| c.pid == me).unwrap().bad_slots
+        })
+        .unwrap();
+    assert!(bad_slots > 0, "the garbage was seen and dropped");
+    let (c, sv) = (
+        client.wait_with_output().unwrap(),
+        server.wait_with_output().unwrap(),
+    );
+    assert!(sv.status.success(), "server: {}", text(&sv));
+    assert!(c.status.success(), "client: {}", text(&c));
+    assert!(out(&c).contains("400 iters in"), "{}", text(&c));
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// This process's descriptors that are memfds.
+fn memfds() -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let link = std::fs::read_link(e.path()).unwrap_or_default();
+        if link.to_string_lossy().starts_with("/memfd:xrnic-sq") {
+            if let Ok(n) = e.file_name().to_string_lossy().parse() {
+                v.push(n);
+            }
+        }
+    }
+    v
+}
+
+/// The Rust API through the service: two clients (two connections of this process), one
+/// QP each, connected to each other on the device's own GID (loopback): SEND, RDMA
+/// WRITE, RDMA READ and FETCH_ADD, every byte checked in the clients' own memory.
+#[test]
+#[ignore = "needs root"]
+fn rust_api_clients_talk_through_the_service_every_operation() {
+    use xrnic::verbs::{
+        Access, ConnectOpts, Device, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
+    };
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let (a, b) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            assert!(a.service_pid().is_some() && b.service_pid().is_some());
+            let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+            let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
+            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
+            let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
+            let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
+            let gid = a.query_gid(1).unwrap();
+            let o = ConnectOpts {
+                access: Access::ALL,
+                ..Default::default()
+            };
+            qa.connect(
+                &Remote {
+                    qpn: qb.qp_num(),
+                    psn: 7,
+                    gid,
+                },
+                9,
+                1,
+                &o,
+            )
+            .unwrap();
+            qb.connect(
+                &Remote {
+                    qpn: qa.qp_num(),
+                    psn: 9,
+                    gid,
+                },
+                7,
+                1,
+                &o,
+            )
+            .unwrap();
+            let wait = |cq: &xrnic::verbs::Cq| {
+                let wc = cq.wait(1, Duration::from_secs(10));
+                assert_eq!(wc.len(), 1, "a completion");
+                assert_eq!(wc[0].status, WcStatus::Success, "{wc:?}");
+                wc[0]
+            };
+            // SEND
+            qb.post_recv(RecvWr {
+                wr_id: 1,
+                sg_list: vec![mb.sge(0, 64)],
+            })
+            .unwrap();
+            ma.write(0, b"hello service").unwrap();
+            let mut wr = SendWr::new(2, WrOpcode::Send);
+            wr.sg_list = vec![ma.sge(0, 13)];
+            qa.post_send(wr).unwrap();
+            assert_eq!(wait(&cb).byte_len, 13);
+            wait(&ca);
+            let mut got = [0u8; 13];
+            mb.read(0, &mut got).unwrap();
+            assert_eq!(&got, b"hello service");
+            // RDMA WRITE
+            ma.write(100, b"one-sided").unwrap();
+            let mut wr = SendWr::new(3, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![ma.sge(100, 9)];
+            wr.rdma.remote_addr = mb.addr() + 1000;
+            wr.rdma.rkey = mb.rkey();
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let mut got = [0u8; 9];
+            mb.read(1000, &mut got).unwrap();
+            assert_eq!(&got, b"one-sided");
+            // RDMA READ
+            mb.write(2000, b"read me").unwrap();
+            let mut wr = SendWr::new(4, WrOpcode::RdmaRead);
+            wr.sg_list = vec![ma.sge(2000, 7)];
+            wr.rdma.remote_addr = mb.addr() + 2000;
+            wr.rdma.rkey = mb.rkey();
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let mut got = [0u8; 7];
+            ma.read(2000, &mut got).unwrap();
+            assert_eq!(&got, b"read me");
+            // FETCH_ADD
+            mb.write(3000, &41u64.to_ne_bytes()).unwrap();
+            let mut wr = SendWr::new(5, WrOpcode::AtomicFetchAndAdd);
+            wr.sg_list = vec![ma.sge(3000, 8)];
+            wr.atomic.remote_addr = mb.addr() + 3000;
+            wr.atomic.rkey = mb.rkey();
+            wr.atomic.compare_add = 1;
+            qa.post_send(wr).unwrap();
+            wait(&ca);
+            let (mut old, mut new) = ([0u8; 8], [0u8; 8]);
+            ma.read(3000, &mut old).unwrap();
+            mb.read(3000, &mut new).unwrap();
+            assert_eq!((u64::from_ne_bytes(old), u64::from_ne_bytes(new)), (41, 42));
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

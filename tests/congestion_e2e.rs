@@ -118,7 +118,7 @@ fn run(cc: bool) -> Outcome {
     let deliver = |heap: &mut BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>, dev: &mut Rnic, now| {
         while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
             let Reverse((_, _, f)) = heap.pop().unwrap();
-            dev.handle_frame(now, &f);
+            let _ = dev.handle_frame(now, &f);
         }
     };
     while wcs.len() < wrs {

@@ -221,10 +221,11 @@ impl Port {
                     frame = ce_buf;
                 }
             }
-            match tap.as_mut() {
+            // The verdict is counted by the engine; only the tap records it.
+            let _verdict = match tap.as_mut() {
                 None => e.rnic.handle_frame(now, frame),
                 Some(t) => handle_frame_tapped(&mut e.rnic, now, frame, t, ts),
-            }
+            };
             got += 1;
         });
         if rx.is_err() {

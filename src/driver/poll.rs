@@ -216,7 +216,7 @@ impl Port {
                 ce_buf.extend_from_slice(frame);
                 // Only ECN-capable IP packets can be marked; the capture shows the frame
                 // as the engine saw it (CE set).
-                if crate::sim::mark_ce(ce_buf) {
+                if crate::wire::mark_ce(ce_buf) {
                     marked += 1;
                     frame = ce_buf;
                 }

@@ -12,10 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, Ext, ExtHeaders, FrameView, OpInfo, Opcode, Psn,
-    Qpn, RethRepr, Rkey, Service,
-};
+use crate::wire::{ExtHeaders, FrameView, Opcode, Psn, Qpn, Service, gid_is};
 
 use super::completer;
 use super::congestion::{CongestionControl, build_cnp};
@@ -749,9 +746,7 @@ impl Rnic {
         if dst_mac != Some(self.cfg.mac) {
             return (RxVerdict::WrongAddress, None);
         }
-        let Some((src_ip, dst_ip)) = ip_addresses(b, view.is_ipv6()) else {
-            return (RxVerdict::Malformed, None);
-        };
+        let (src_ip, dst_ip) = view.ip_addrs();
         if !self.cfg.gids.iter().any(|g| gid_is(g, dst_ip)) {
             return (RxVerdict::WrongAddress, None);
         }
@@ -787,7 +782,7 @@ impl Rnic {
         let ext = if info.exts.is_empty() {
             &ExtHeaders::NONE
         } else {
-            ext_buf = ext_headers(view, info);
+            ext_buf = view.ext_headers();
             &ext_buf
         };
         let Some(slot) = self.slot(dest_qp) else {
@@ -1174,52 +1169,6 @@ fn pkey_matches(theirs: u16, ours: u16) -> bool {
 
 /// The P_Key table: one entry, the default full-membership key (the key every QP sends).
 const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
-
-/// The source and destination addresses of a parsed frame, as they lie in it (4 bytes
-/// for IPv4, 16 for IPv6).
-fn ip_addresses(b: &[u8], ipv6: bool) -> Option<(&[u8], &[u8])> {
-    // 802.1Q adds four bytes before the IP header.
-    let ip = if b.get(12..14)? == [0x81, 0x00] {
-        18
-    } else {
-        14
-    };
-    if ipv6 {
-        Some((b.get(ip + 8..ip + 24)?, b.get(ip + 24..ip + 40)?))
-    } else {
-        Some((b.get(ip + 12..ip + 16)?, b.get(ip + 16..ip + 20)?))
-    }
-}
-
-/// True when `gid` names the address `ip` (4 bytes: IPv4, as its IPv4-mapped GID; 16
-/// bytes: IPv6): the GID compare done on the frame's bytes, without building a GID.
-#[inline(always)]
-fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
-    const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    match ip.len() {
-        4 => gid[..12] == V4_MAPPED && gid[12..] == *ip,
-        _ => gid[..] == *ip,
-    }
-}
-
-/// The extension headers of an RC packet, read from the frame.
-fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
-    let mut x = ExtHeaders::NONE;
-    for e in info.exts.iter() {
-        let Some(h) = view.ext_bytes(e) else { continue };
-        match e {
-            Ext::Reth => x.reth = Some(RethRepr::parse(h)),
-            Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
-            Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
-            Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
-            Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
-            Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
-            // RC opcodes carry none of the others.
-            Ext::Deth | Ext::Feth | Ext::CnpPad => {}
-        }
-    }
-    x
-}
 
 #[path = "ud.rs"]
 pub(crate) mod ud;

@@ -36,7 +36,7 @@ use crate::proto::{
     Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,
     QpState, Rnic, TxReason, VerbsError, ipv4_gid,
 };
-use crate::wire::{Psn, Qpn};
+use crate::wire::{Psn, Qpn, mark_ce};
 
 /// One end of the link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -361,51 +361,6 @@ impl Link {
     /// Frames still in flight.
     pub fn in_flight(&self) -> usize {
         self.queue.len() + self.fifo[0].len() + self.fifo[1].len()
-    }
-}
-
-/// Set CE on an ECN-capable (ECT(0) or ECT(1)) frame; fix the IPv4 header checksum.
-/// Returns whether the frame was marked.
-pub(crate) fn mark_ce(f: &mut [u8]) -> bool {
-    let ip = if f.get(12..14) == Some(&[0x81, 0x00]) {
-        18
-    } else {
-        14
-    };
-    let Some(et) = f.get(ip - 2..ip) else {
-        return false;
-    };
-    match [et[0], et[1]] {
-        [0x08, 0x00] if f.len() >= ip + 20 => {
-            if f[ip + 1] & 3 == 0 {
-                return false;
-            }
-            f[ip + 1] |= 3;
-            let ihl = usize::from(f[ip] & 0x0f) * 4;
-            if ihl < 20 || f.len() < ip + ihl {
-                return false;
-            }
-            f[ip + 10] = 0;
-            f[ip + 11] = 0;
-            let mut sum = 0u32;
-            for w in f[ip..ip + ihl].chunks(2) {
-                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            f[ip + 10..ip + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-            true
-        }
-        [0x86, 0xdd] if f.len() >= ip + 40 => {
-            // Traffic class straddles bytes 0 and 1; ECN is its low two bits (byte 1, bits 5..4).
-            if (f[ip + 1] >> 4) & 3 == 0 {
-                return false;
-            }
-            f[ip + 1] |= 0x30;
-            true
-        }
-        _ => false,
     }
 }
 

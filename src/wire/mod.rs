@@ -11,15 +11,18 @@
 //! the extended headers) are ours.
 
 mod bth;
+mod ecn;
 mod error;
 mod ext;
 mod frame;
+mod gid;
 pub mod icrc;
 mod opcode;
 mod template;
 mod types;
 
 pub use bth::{Bth, BthRepr};
+pub use ecn::{ip_offset, mark_ce, vlan_tci};
 pub use error::{Error, Layer, NotRoce};
 pub use ext::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, NakCode, RethRepr, Syndrome,
@@ -28,6 +31,7 @@ pub use ext::{
 pub use frame::{
     EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
 };
+pub use gid::{Gid, gid_is, gid_is_ipv4, gid_is_link_local, ipv4_gid};
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
 pub use template::{ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};

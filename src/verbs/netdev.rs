@@ -147,10 +147,7 @@ pub struct NetdevInfo {
 }
 
 /// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
-pub fn mac_text(mac: &[u8; 6]) -> String {
-    let [a, b, c, d, e, f] = mac;
-    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
-}
+pub use crate::wire::mac_text;
 
 /// Wait up to `patience` for `ifname` to have no XDP program attached; returns whether
 /// it has none. The kernel detaches a process's XDP link when its last descriptor goes,

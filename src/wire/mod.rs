@@ -10,17 +10,18 @@
 //! an equivalent fast path first, see `frame`); the InfiniBand transport headers (BTH and
 //! the extended headers) are ours.
 
+mod addr;
 mod bth;
 mod ecn;
 mod error;
 mod ext;
 mod frame;
-mod gid;
 pub mod icrc;
 mod opcode;
 mod template;
 mod types;
 
+pub use addr::{Gid, gid_is, gid_is_ipv4, gid_is_link_local, ipv4_gid, mac_text};
 pub use bth::{Bth, BthRepr};
 pub use ecn::{ip_offset, mark_ce, vlan_tci};
 pub use error::{Error, Layer, NotRoce};
@@ -31,7 +32,6 @@ pub use ext::{
 pub use frame::{
     EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
 };
-pub use gid::{Gid, gid_is, gid_is_ipv4, gid_is_link_local, ipv4_gid};
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
 pub use template::{ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};

@@ -1,6 +1,7 @@
-//! GIDs (IBTA vol. 1 §4.1.1): 16 bytes, for RoCE v2 the IPv6 address of the port, or the
-//! IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, RFC 4291 §2.5.5.2) of an IPv4 one (annex
-//! A17.4). The helpers every layer uses to build and compare them live here, once.
+//! Addresses. GIDs (IBTA vol. 1 §4.1.1): 16 bytes, for RoCE v2 the IPv6 address of the
+//! port, or the IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, RFC 4291 §2.5.5.2) of an IPv4
+//! one (annex A17.4); and MAC addresses as text. The helpers every layer uses to build and
+//! compare them live here, once.
 
 /// A GID as it lies in a GID table or an address vector.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,6 +82,12 @@ pub fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
     }
 }
 
+/// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
+pub fn mac_text(mac: &[u8; 6]) -> String {
+    let [a, b, c, d, e, f] = mac;
+    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +107,6 @@ mod tests {
         ll[0] = 0xfe;
         ll[1] = 0x80;
         assert!(Gid(ll).is_link_local() && !v6.is_link_local());
+        assert_eq!(mac_text(&[2, 0xab, 0, 0, 0, 0x1f]), "02:ab:00:00:00:1f");
     }
 }

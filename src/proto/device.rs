@@ -674,7 +674,7 @@ impl Rnic {
     // ----- sans-IO surface ----------------------------------------------------------
 
     /// Take one received frame and say what became of it. Never panics; every frame not
-    /// taken is counted, in one place ([`Self::count_rx`], see [`super::verdict`]).
+    /// taken is counted, in one place (`count_rx`, see [`super::verdict`]).
     // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
     // tap's): per packet, a call here costs as much as several of the checks below.
     #[inline(always)]

@@ -1,5 +1,5 @@
 //! What became of one received frame: the verdict [`Rnic::handle_frame`] returns, and the
-//! one place that turns a verdict into counters ([`Rnic::count_rx`]).
+//! one place that turns a verdict into counters (`Rnic::count_rx`, src/proto/device.rs).
 //!
 //! Contract: every frame gets exactly one verdict; every verdict but [`RxVerdict::Taken`]
 //! moves exactly one drop counter (a bad ICRC moves `icrc_errors` and, as one of them,
@@ -11,7 +11,6 @@
 //! its own QP counters (see `super::counters`).
 //!
 //! [`Rnic::handle_frame`]: super::Rnic::handle_frame
-//! [`Rnic::count_rx`]: super::Rnic
 
 /// The verdict of [`super::Rnic::handle_frame`] on one frame. The counter each moves is
 /// [`RxVerdict::counter`].

@@ -880,7 +880,7 @@ impl LinkId {
     pub fn new(ifindex: u32, mac: [u8; 6]) -> LinkId {
         LinkId {
             ifindex,
-            mac: crate::verbs::netdev::mac_text(&mac),
+            mac: crate::wire::mac_text(&mac),
         }
     }
 }

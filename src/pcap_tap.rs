@@ -14,8 +14,8 @@
 //! - Each packet carries the pcapng direction (`epb_flags` inbound / outbound). Outbound
 //!   frames that are not the obvious next packet carry the engine's [`TxReason`] as a
 //!   comment (retransmissions start with `retransmission`); inbound frames the device did
-//!   not take carry why (the `rx_drop` fault injector, malformed, bad ICRC, not ours, no
-//!   such QP, unsupported service). Inbound frames are recorded before the fault
+//!   not take carry why: the `rx_drop` fault injector, or the engine's verdict
+//!   ([`RxVerdict::reason`]) as `handle_frame` returned it. Inbound frames are recorded before the fault
 //!   injector, so a frame it dropped is in the file, with that comment.
 //! - The data path never waits for the disk: frames are copied into a per-iteration
 //!   `Batch` and handed over a channel once per iteration. When more than
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::pcap_out::{Direction, Interface, PcapNgOut};
 use crate::proto::trace::TxReason;
-use crate::proto::{DeviceCounters, Rnic};
+use crate::proto::{Rnic, RxVerdict};
 
 /// Most bytes of frames that may wait for the writer before batches are discarded.
 pub const QUEUE_LIMIT: usize = 64 << 20;
@@ -47,74 +47,36 @@ pub const QUEUE_LIMIT: usize = 64 << 20;
 /// What became of a received frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RxFate {
-    /// Handed to the engine, which took it (it may still have answered it with a NAK).
-    Taken,
     /// Dropped by the driver's fault injector (`rx_drop`) before the engine saw it.
     FaultDropped,
-    /// Refused by the engine: a header did not parse or a length was wrong.
-    Malformed,
-    /// Refused by the engine: the ICRC was wrong.
-    BadIcrc,
-    /// Refused by the engine: addressed to another MAC or IP address.
-    WrongAddress,
-    /// Refused by the engine: no such QP, or not from the QP's peer.
-    UnknownQp,
-    /// Refused by the engine: a service it does not run (UC, UD, CNP without DCQCN).
-    Unsupported,
-    /// Refused by the engine: the BTH P_Key matches no entry of its P_Key table.
-    BadPkey,
+    /// Handed to the engine, with the verdict [`Rnic::handle_frame`] returned.
+    Engine(RxVerdict),
 }
 
 impl RxFate {
     /// The capture comment; `None` for a frame the engine took.
-    pub const fn comment(self) -> Option<&'static str> {
+    pub fn comment(self) -> Option<String> {
         match self {
-            RxFate::Taken => None,
             RxFate::FaultDropped => Some(
-                "dropped on receipt by the fault injector (--rx-drop): the engine never saw it",
+                "dropped on receipt by the fault injector (--rx-drop): the engine never saw it"
+                    .to_string(),
             ),
-            RxFate::Malformed => {
-                Some("dropped on receipt: malformed (a header or length is wrong)")
-            }
-            RxFate::BadIcrc => Some("dropped on receipt: bad ICRC"),
-            RxFate::WrongAddress => {
-                Some("dropped on receipt: addressed to another MAC or IP address")
-            }
-            RxFate::UnknownQp => Some("dropped on receipt: no such QP, or not from the QP's peer"),
-            RxFate::BadPkey => Some("dropped on receipt: the P_Key matches no P_Key table entry"),
-            RxFate::Unsupported => {
-                Some("dropped on receipt: a service this engine does not run (UC, UD, CNP)")
-            }
+            RxFate::Engine(v) => v.reason().map(|r| format!("dropped on receipt: {r}")),
         }
     }
 }
 
-/// Hand `frame` to the engine and record it with the engine's verdict, read from the
-/// device's drop counters (which of them moved).
-pub fn handle_frame_tapped(rnic: &mut Rnic, now: u64, frame: &[u8], tap: &mut Tap, ts_ns: u64) {
-    let before = rnic.frame_drop_counters();
-    rnic.handle_frame(now, frame);
-    let after = rnic.frame_drop_counters();
-    tap.received(ts_ns, frame, rx_fate(&before, &after));
-}
-
-/// What the change of the device counters across one `handle_frame` says about the frame.
-pub fn rx_fate(before: &DeviceCounters, after: &DeviceCounters) -> RxFate {
-    if after.icrc_errors > before.icrc_errors {
-        RxFate::BadIcrc
-    } else if after.malformed_frames_dropped > before.malformed_frames_dropped {
-        RxFate::Malformed
-    } else if after.wrong_address_dropped > before.wrong_address_dropped {
-        RxFate::WrongAddress
-    } else if after.unknown_qp_dropped > before.unknown_qp_dropped {
-        RxFate::UnknownQp
-    } else if after.unsupported_dropped > before.unsupported_dropped {
-        RxFate::Unsupported
-    } else if after.bad_pkey_dropped > before.bad_pkey_dropped {
-        RxFate::BadPkey
-    } else {
-        RxFate::Taken
-    }
+/// Hand `frame` to the engine and record it with the engine's verdict.
+pub fn handle_frame_tapped(
+    rnic: &mut Rnic,
+    now: u64,
+    frame: &[u8],
+    tap: &mut Tap,
+    ts_ns: u64,
+) -> RxVerdict {
+    let v = rnic.handle_frame(now, frame);
+    tap.received(ts_ns, frame, RxFate::Engine(v));
+    v
 }
 
 /// Why a frame is in the file.
@@ -400,7 +362,7 @@ fn write_batch(
         at += r.len;
         let (dir, note) = match r.note {
             Note::Tx(reason) => (Direction::Outbound, reason.comment()),
-            Note::Rx(fate) => (Direction::Inbound, fate.comment().map(str::to_string)),
+            Note::Rx(fate) => (Direction::Inbound, fate.comment()),
         };
         let comment = if i == 0 && b.lost_before > 0 {
             let gap = format!(
@@ -435,7 +397,7 @@ mod tests {
         let ts = t.timestamp(Instant::now());
         t.transmitted(ts, &[1; 60], TxReason::Request);
         t.transmitted(ts, &[2; 60], TxReason::RetransmitTimeout);
-        t.received(ts + 5, &[3; 70], RxFate::UnknownQp);
+        t.received(ts + 5, &[3; 70], RxFate::Engine(RxVerdict::UnknownQp));
         t.commit();
         t.received(ts + 9, &[4; 64], RxFate::FaultDropped);
         t.transmitted(ts + 9, &[5; 64], TxReason::Nak(NakCode::PsnSequenceError));
@@ -463,7 +425,7 @@ mod tests {
         let p = tmp("flush");
         let mut t = Tap::create(&p, "veth1", "test").unwrap();
         for i in 0..10u8 {
-            t.received(u64::from(i), &[i; 60], RxFate::Taken);
+            t.received(u64::from(i), &[i; 60], RxFate::Engine(RxVerdict::Taken));
         }
         t.commit();
         assert!(flush_all(Duration::from_secs(10)) >= 1);
@@ -499,28 +461,18 @@ mod tests {
     }
 
     #[test]
-    fn the_counter_that_moved_names_the_fate() {
-        let before = DeviceCounters::default();
-        let mut a = before;
-        assert_eq!(rx_fate(&before, &a), RxFate::Taken);
-        a.malformed_frames_dropped = 1;
-        assert_eq!(rx_fate(&before, &a), RxFate::Malformed);
-        a.icrc_errors = 1;
-        assert_eq!(rx_fate(&before, &a), RxFate::BadIcrc);
-        for (f, want) in [
-            (
-                (|c: &mut DeviceCounters| c.wrong_address_dropped += 1) as fn(&mut DeviceCounters),
-                RxFate::WrongAddress,
-            ),
-            (|c| c.unknown_qp_dropped += 1, RxFate::UnknownQp),
-            (|c| c.unsupported_dropped += 1, RxFate::Unsupported),
-            (|c| c.bad_pkey_dropped += 1, RxFate::BadPkey),
-            (|c| c.qp.packets_received += 1, RxFate::Taken),
-        ] {
-            let mut a = before;
-            f(&mut a);
-            assert_eq!(rx_fate(&before, &a), want);
+    fn every_refusing_verdict_has_a_comment_and_taken_has_none() {
+        assert_eq!(RxFate::Engine(RxVerdict::Taken).comment(), None);
+        for v in RxVerdict::ALL.into_iter().filter(|v| !v.is_taken()) {
+            let c = RxFate::Engine(v).comment().unwrap();
+            assert!(c.starts_with("dropped on receipt: "), "{v:?}: {c}");
         }
+        assert!(
+            RxFate::FaultDropped
+                .comment()
+                .unwrap()
+                .contains("fault injector")
+        );
     }
 
     #[test]

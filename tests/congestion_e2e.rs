@@ -27,25 +27,6 @@ fn ser_ns(len: usize, rate: u64) -> u64 {
     ((len as u64 * 8 * 1_000_000_000).div_ceil(rate)).max(1)
 }
 
-/// Set CE on an ECN-capable IPv4 frame and fix the header checksum. True if marked.
-fn mark_ce(f: &mut [u8]) -> bool {
-    if f.len() < 34 || f[12..14] != [0x08, 0x00] || f[15] & 3 == 0 {
-        return false;
-    }
-    f[15] |= 3;
-    f[24] = 0;
-    f[25] = 0;
-    let mut sum = 0u32;
-    for w in f[14..34].chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    f[24..26].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    true
-}
-
 #[derive(Debug)]
 struct Outcome {
     finish_ns: u64,
@@ -118,7 +99,7 @@ fn run(cc: bool) -> Outcome {
     let deliver = |heap: &mut BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>, dev: &mut Rnic, now| {
         while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
             let Reverse((_, _, f)) = heap.pop().unwrap();
-            dev.handle_frame(now, &f);
+            let _ = dev.handle_frame(now, &f);
         }
     };
     while wcs.len() < wrs {
@@ -135,7 +116,7 @@ fn run(cc: bool) -> Outcome {
                 break;
             };
             let mut f = buf[..n].to_vec();
-            if queue_bytes > MARK_ABOVE && mark_ce(&mut f) {
+            if queue_bytes > MARK_ABOVE && xrnic::wire::mark_ce(&mut f) {
                 out.marked += 1;
             }
             queue_bytes += n;

@@ -586,7 +586,7 @@ fn rxe_cm_mads_land_on_qp1_with_the_grh_rxe_writes() {
                 },
             )
             .unwrap();
-            d.handle_frame(0, b);
+            let _ = d.handle_frame(0, b);
             let mut wcs = Vec::new();
             d.poll_cq(cq, 8, &mut wcs);
             assert_eq!(wcs.len(), 1, "{} #{}", f.display(), fr.number);

@@ -482,7 +482,7 @@ impl World {
             }
         }
         self.frames_in += 1;
-        self.dev.handle_frame(self.now, &out[..n]);
+        let _ = self.dev.handle_frame(self.now, &out[..n]);
     }
 
     /// A frame of a real capture (the seeds), readdressed from the peer to one of our QPs,

@@ -511,9 +511,7 @@ impl Packet {
         }
         p.udp_src_port = Some(udp.source_port());
         // The 802.1Q tag, when the frame has one right after the Ethernet header.
-        if f.data.len() >= 18 && f.data[12..14] == [0x81, 0x00] {
-            p.vlan = Some(Vlan::from_tci(u16::from_be_bytes([f.data[14], f.data[15]])));
-        }
+        p.vlan = crate::wire::vlan_tci(&f.data).map(Vlan::from_tci);
         if let Ok(bth) = Bth::new_checked(udp.payload(), 0) {
             p.set_bth(&bth);
         }

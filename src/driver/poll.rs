@@ -216,15 +216,16 @@ impl Port {
                 ce_buf.extend_from_slice(frame);
                 // Only ECN-capable IP packets can be marked; the capture shows the frame
                 // as the engine saw it (CE set).
-                if crate::sim::mark_ce(ce_buf) {
+                if crate::wire::mark_ce(ce_buf) {
                     marked += 1;
                     frame = ce_buf;
                 }
             }
-            match tap.as_mut() {
+            // The verdict is counted by the engine; only the tap records it.
+            let _verdict = match tap.as_mut() {
                 None => e.rnic.handle_frame(now, frame),
                 Some(t) => handle_frame_tapped(&mut e.rnic, now, frame, t, ts),
-            }
+            };
             got += 1;
         });
         if rx.is_err() {

@@ -12,10 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, Ext, ExtHeaders, FrameView, OpInfo, Opcode, Psn,
-    Qpn, RethRepr, Rkey, Service,
-};
+use crate::wire::{ExtHeaders, FrameView, Opcode, Psn, Qpn, Service, gid_is};
 
 use super::completer;
 use super::congestion::{CongestionControl, build_cnp};
@@ -28,6 +25,7 @@ use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges
 use super::responder::{self, RecvWqe};
 use super::timers::local_ack_timeout_ns;
 use super::trace::{TxReason, qp_event};
+use super::verdict::RxVerdict;
 use super::{Ctx, completer::handle_response};
 
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
@@ -319,7 +317,12 @@ impl Rnic {
 
     fn split(&mut self, qpn: Qpn, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
         let i = self.slot(qpn)?;
-        let qp = self.qps[i].as_mut()?;
+        self.split_slot(i, now)
+    }
+
+    /// The QP in slot `i` and a context over the rest of the device.
+    fn split_slot(&mut self, i: usize, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+        let qp = self.qps.get_mut(i)?.as_mut()?;
         Some((
             qp,
             Ctx {
@@ -598,14 +601,6 @@ impl Rnic {
         d
     }
 
-    /// The device-level frame drop counters alone (malformed, ICRC, wrong address, unknown
-    /// QP, unsupported; `qp` and `cq_overruns` zero), without summing every QP and CQ as
-    /// [`Self::counters`] does: the driver's capture tap reads them around each received
-    /// frame to tell why the engine refused it.
-    pub fn frame_drop_counters(&self) -> DeviceCounters {
-        self.dev
-    }
-
     /// A snapshot of every QP, MR and CQ, like `rdma resource show` (see
     /// [`super::resources`]).
     pub fn resources(&self) -> super::resources::Resources {
@@ -678,22 +673,70 @@ impl Rnic {
 
     // ----- sans-IO surface ----------------------------------------------------------
 
-    /// Take one received frame. Never panics; everything refused is counted.
+    /// Take one received frame and say what became of it. Never panics; every frame not
+    /// taken is counted, in one place (`count_rx`, see [`super::verdict`]).
     // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
     // tap's): per packet, a call here costs as much as several of the checks below.
     #[inline(always)]
-    pub fn handle_frame(&mut self, now: u64, frame: &[u8]) {
+    pub fn handle_frame(&mut self, now: u64, frame: &[u8]) -> RxVerdict {
+        let (v, slot) = self.judge_frame(now, frame);
+        self.count_rx(v, slot, frame.len());
+        v
+    }
+
+    /// Count one frame's verdict: the only code that moves the receive drop counters and
+    /// a QP's `packets_received` (see [`super::verdict`] for the contract). `slot` is the
+    /// QP's slot for a verdict reached at a QP.
+    #[inline(always)]
+    fn count_rx(&mut self, v: RxVerdict, slot: Option<usize>, len: usize) {
+        let d = &mut self.dev;
+        match v {
+            RxVerdict::Malformed => d.malformed_frames_dropped += 1,
+            RxVerdict::BadIcrc => {
+                d.malformed_frames_dropped += 1;
+                d.icrc_errors += 1;
+            }
+            RxVerdict::WrongAddress => d.wrong_address_dropped += 1,
+            RxVerdict::Unsupported => d.unsupported_dropped += 1,
+            RxVerdict::BadPkey => d.bad_pkey_dropped += 1,
+            RxVerdict::UnknownQp | RxVerdict::WrongPeer => d.unknown_qp_dropped += 1,
+            RxVerdict::Taken
+            | RxVerdict::WrongState
+            | RxVerdict::WrongService
+            | RxVerdict::BadQkey
+            | RxVerdict::NoRecvWqe => {}
+        }
+        let Some(qp) = slot
+            .and_then(|i| self.qps.get_mut(i))
+            .and_then(Option::as_mut)
+        else {
+            return;
+        };
+        qp.counters.packets_received += 1;
+        qp.counters.bytes_received += len as u64;
+        let ud = qp.init.qp_type == QpType::Ud;
+        match v {
+            RxVerdict::WrongState if ud => qp.ud.counters.wrong_state_dropped += 1,
+            RxVerdict::WrongState => qp.counters.dropped_wrong_state += 1,
+            RxVerdict::WrongService => qp.counters.invalid_requests += 1,
+            RxVerdict::BadQkey => qp.ud.counters.bad_qkey_dropped += 1,
+            RxVerdict::NoRecvWqe => qp.ud.counters.no_recv_wqe_dropped += 1,
+            _ => {}
+        }
+    }
+
+    /// Judge one frame and hand it to its QP's transport when it is taken: the verdict,
+    /// and the QP's slot when the verdict was reached at a QP. Counts nothing itself.
+    #[inline(always)]
+    fn judge_frame(&mut self, now: u64, frame: &[u8]) -> (RxVerdict, Option<usize>) {
         self.last_now = now;
         // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
         let parsed = FrameView::parse(frame);
         let Ok(view) = &parsed else {
-            self.dev.malformed_frames_dropped += 1;
-            return;
+            return (RxVerdict::Malformed, None);
         };
         if view.verify_icrc().is_err() {
-            self.dev.malformed_frames_dropped += 1;
-            self.dev.icrc_errors += 1;
-            return;
+            return (RxVerdict::BadIcrc, None);
         }
         // Only the fields the transport needs are read, straight from the checked frame
         // (`view.repr()` would rebuild every header).
@@ -701,32 +744,26 @@ impl Rnic {
         // As a fixed-size array: six bytes compared in two loads, not a `bcmp` call.
         let dst_mac = b.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
         if dst_mac != Some(self.cfg.mac) {
-            self.dev.wrong_address_dropped += 1;
-            return;
+            return (RxVerdict::WrongAddress, None);
         }
-        let Some((src_ip, dst_ip)) = ip_addresses(b, view.is_ipv6()) else {
-            self.dev.malformed_frames_dropped += 1;
-            return;
-        };
+        let (src_ip, dst_ip) = view.ip_addrs();
         if !self.cfg.gids.iter().any(|g| gid_is(g, dst_ip)) {
-            self.dev.wrong_address_dropped += 1;
-            return;
+            return (RxVerdict::WrongAddress, None);
         }
         let info = view.info();
         if info.service == Service::Cnp {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
-            match self.cc.as_mut() {
+            return match self.cc.as_mut() {
                 Some(cc) => {
                     let v = cc.handle_cnp_frame(now, view);
                     qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
+                    (RxVerdict::Taken, None)
                 }
-                None => self.dev.unsupported_dropped += 1,
-            }
-            return;
+                None => (RxVerdict::Unsupported, None),
+            };
         }
         if !matches!(info.service, Service::Rc | Service::Uc | Service::Ud) {
-            self.dev.unsupported_dropped += 1;
-            return;
+            return (RxVerdict::Unsupported, None);
         }
         // The BTH fields the transport uses, read in place.
         let bth = view.bth();
@@ -734,12 +771,10 @@ impl Rnic {
         // entry is dropped and counted (rxe `check_keys`, port `bad_pkey_cntr`).
         let pkey = bth.pkey().0;
         if !PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
-            self.dev.bad_pkey_dropped += 1;
-            return;
+            return (RxVerdict::BadPkey, None);
         }
         if info.service == Service::Ud {
-            self.handle_ud(now, view);
-            return;
+            return self.handle_ud(now, view);
         }
         let (dest_qp, psn, ack_req) = (bth.dest_qp(), bth.psn(), bth.ack_req());
         // Most packets (SEND/WRITE MIDDLE, plain READ responses) carry none.
@@ -747,44 +782,40 @@ impl Rnic {
         let ext = if info.exts.is_empty() {
             &ExtHeaders::NONE
         } else {
-            ext_buf = ext_headers(view, info);
+            ext_buf = view.ext_headers();
             &ext_buf
         };
-        let Some((qp, mut ctx)) = self.split(dest_qp, now) else {
-            self.dev.unknown_qp_dropped += 1;
-            return;
+        let Some(slot) = self.slot(dest_qp) else {
+            return (RxVerdict::UnknownQp, None);
+        };
+        let Some((qp, mut ctx)) = self.split_slot(slot, now) else {
+            return (RxVerdict::UnknownQp, None);
         };
         // An RC packet for a UD QP is not this QP's (rxe `check_type_state`).
         if qp.init.qp_type == QpType::Ud {
-            self.dev.unknown_qp_dropped += 1;
-            return;
+            return (RxVerdict::UnknownQp, None);
         }
         let has_peer = !matches!(qp.state, QpState::Reset | QpState::Init);
         // An RC QP talks to one peer only (IBTA §9.6, packet source validation): a frame
         // from another address is not this QP's, as if the QP did not exist (its own
         // counters do not see it).
         if has_peer && !gid_is(&qp.attr.ah_attr.dgid, src_ip) {
-            self.dev.unknown_qp_dropped += 1;
-            return;
+            return (RxVerdict::WrongPeer, None);
         }
-        qp.counters.packets_received += 1;
-        qp.counters.bytes_received += frame.len() as u64;
         if !has_peer {
-            qp.counters.dropped_wrong_state += 1;
-            return;
+            return (RxVerdict::WrongState, Some(slot));
         }
         let payload = view.payload();
         let uc = qp.init.qp_type == super::qp::QpType::Uc;
         if uc != (info.service == Service::Uc) {
             // An opcode of the other connected service: not this QP's transport.
-            qp.counters.invalid_requests += 1;
-            return;
+            return (RxVerdict::WrongService, Some(slot));
         }
         if uc {
             if info.is_request() {
                 super::uc::handle_request(qp, &mut ctx, info, psn, ext, payload);
             } else {
-                qp.counters.dropped_wrong_state += 1;
+                return (RxVerdict::WrongState, Some(slot));
             }
         } else if info.is_request() {
             responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
@@ -795,6 +826,7 @@ impl Rnic {
         if let Some(cc) = self.cc.as_mut() {
             cc.on_received(now, dest_qp, view.ip_ecn());
         }
+        (RxVerdict::Taken, Some(slot))
     }
 
     /// The earliest time `handle_timeout` has work, if any.
@@ -1137,52 +1169,6 @@ fn pkey_matches(theirs: u16, ours: u16) -> bool {
 
 /// The P_Key table: one entry, the default full-membership key (the key every QP sends).
 const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
-
-/// The source and destination addresses of a parsed frame, as they lie in it (4 bytes
-/// for IPv4, 16 for IPv6).
-fn ip_addresses(b: &[u8], ipv6: bool) -> Option<(&[u8], &[u8])> {
-    // 802.1Q adds four bytes before the IP header.
-    let ip = if b.get(12..14)? == [0x81, 0x00] {
-        18
-    } else {
-        14
-    };
-    if ipv6 {
-        Some((b.get(ip + 8..ip + 24)?, b.get(ip + 24..ip + 40)?))
-    } else {
-        Some((b.get(ip + 12..ip + 16)?, b.get(ip + 16..ip + 20)?))
-    }
-}
-
-/// True when `gid` names the address `ip` (4 bytes: IPv4, as its IPv4-mapped GID; 16
-/// bytes: IPv6): the GID compare done on the frame's bytes, without building a GID.
-#[inline(always)]
-fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
-    const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    match ip.len() {
-        4 => gid[..12] == V4_MAPPED && gid[12..] == *ip,
-        _ => gid[..] == *ip,
-    }
-}
-
-/// The extension headers of an RC packet, read from the frame.
-fn ext_headers(view: &FrameView<'_>, info: &OpInfo) -> ExtHeaders {
-    let mut x = ExtHeaders::NONE;
-    for e in info.exts.iter() {
-        let Some(h) = view.ext_bytes(e) else { continue };
-        match e {
-            Ext::Reth => x.reth = Some(RethRepr::parse(h)),
-            Ext::AtomicEth => x.atomic = Some(AtomicEthRepr::parse(h)),
-            Ext::ImmDt => x.immdt = Some(u32::from_be_bytes([h[0], h[1], h[2], h[3]])),
-            Ext::Ieth => x.ieth = Some(Rkey(u32::from_be_bytes([h[0], h[1], h[2], h[3]]))),
-            Ext::Aeth => x.aeth = Some(AethRepr::parse(h)),
-            Ext::AtomicAckEth => x.atomic_ack = Some(AtomicAckEthRepr::parse(h)),
-            // RC opcodes carry none of the others.
-            Ext::Deth | Ext::Feth | Ext::CnpPad => {}
-        }
-    }
-    x
-}
 
 #[path = "ud.rs"]
 pub(crate) mod ud;

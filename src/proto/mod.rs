@@ -39,6 +39,7 @@ pub mod timers;
 pub mod trace;
 pub mod uc;
 mod user_mem;
+pub mod verdict;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
@@ -52,6 +53,7 @@ pub use qp::{
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
 pub use trace::TxReason;
+pub use verdict::RxVerdict;
 
 use crate::wire::NakCode;
 

@@ -100,19 +100,7 @@ pub struct AddressVector {
     pub vlan_tci: Option<u16>,
 }
 
-/// True for an IPv4-mapped IPv6 address (`::ffff:0:0/96`).
-pub fn gid_is_ipv4(gid: &[u8; 16]) -> bool {
-    gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff
-}
-
-/// The GID for an IPv4 address.
-pub fn ipv4_gid(ip: [u8; 4]) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g[10] = 0xff;
-    g[11] = 0xff;
-    g[12..].copy_from_slice(&ip);
-    g
-}
+pub use crate::wire::{gid_is_ipv4, ipv4_gid};
 
 /// Attribute mask bits, the `enum ibv_qp_attr_mask` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]

@@ -39,6 +39,7 @@ use super::super::qp::{
 };
 use super::super::requester::{LocalSeg, SendFlags, SendWr, WrOpcode, resolve_sges, scatter};
 use super::super::trace::{TxReason, qp_event};
+use super::super::verdict::RxVerdict;
 use super::{PKEY_TABLE, Rnic};
 
 /// The QPN of the General Services Interface QP (IBTA §13.5.1).
@@ -415,29 +416,33 @@ impl Rnic {
         Ok(())
     }
 
-    /// A UD datagram (service UD, P_Key checked) for one of our QPs.
-    pub(super) fn handle_ud(&mut self, now: u64, view: &FrameView<'_>) {
+    /// A UD datagram (service UD, P_Key checked) for one of our QPs: its verdict, and the
+    /// QP's slot when the verdict was reached at the QP (the caller counts both).
+    pub(super) fn handle_ud(
+        &mut self,
+        now: u64,
+        view: &FrameView<'_>,
+    ) -> (RxVerdict, Option<usize>) {
         let bth = view.bth();
-        let Some((qp, mut ctx)) = self.split(bth.dest_qp(), now) else {
-            self.dev.unknown_qp_dropped += 1;
-            return;
+        let Some(slot) = self.slot(bth.dest_qp()) else {
+            return (RxVerdict::UnknownQp, None);
+        };
+        let Some((qp, mut ctx)) = self.split_slot(slot, now) else {
+            return (RxVerdict::UnknownQp, None);
         };
         // A UD packet for a connected QP is not this QP's (rxe `check_type_state`).
         if qp.init.qp_type != QpType::Ud {
-            self.dev.unknown_qp_dropped += 1;
-            return;
+            return (RxVerdict::UnknownQp, None);
         }
-        qp.counters.packets_received += 1;
-        qp.counters.bytes_received += view.bytes().len() as u64;
         if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            qp.ud.counters.wrong_state_dropped += 1;
-            return;
+            return (RxVerdict::WrongState, Some(slot));
         }
+        // Every UD opcode has a DETH (IBTA §9.2.1, table 38): `FrameView::parse` checked
+        // the opcode's headers are there.
         let Some(deth) = view.ext_bytes(Ext::Deth).map(DethRepr::parse) else {
-            return;
+            return (RxVerdict::Malformed, None);
         };
         if deth.qkey != qp.attr.qkey {
-            qp.ud.counters.bad_qkey_dropped += 1;
             qp_event!(
                 now,
                 ctx.dev,
@@ -446,14 +451,13 @@ impl Rnic {
                 reason = "bad_qkey",
                 qkey = deth.qkey
             );
-            return;
+            return (RxVerdict::BadQkey, Some(slot));
         }
         let imm = view
             .ext_bytes(Ext::ImmDt)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         let Some(wqe) = qp.resp.rq.pop_front() else {
-            qp.ud.counters.no_recv_wqe_dropped += 1;
-            return;
+            return (RxVerdict::NoRecvWqe, Some(slot));
         };
         let payload = view.payload();
         let total = GRH_LEN + payload.len();
@@ -490,6 +494,7 @@ impl Rnic {
         if matches!(status, WcStatus::LocProtErr) {
             qp.enter_error(&mut ctx);
         }
+        (RxVerdict::Taken, Some(slot))
     }
 }
 

@@ -31,11 +31,12 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::pcap_out::{Direction, Interface, PcapNgOut};
+use crate::proto::verdict::RxTally;
 use crate::proto::{
     Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,
     QpState, Rnic, TxReason, VerbsError, ipv4_gid,
 };
-use crate::wire::{Psn, Qpn};
+use crate::wire::{Psn, Qpn, mark_ce};
 
 /// One end of the link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,6 +100,45 @@ pub struct LinkStats {
     pub corrupted: u64,
     pub reordered: u64,
     pub ce_marked: u64,
+}
+
+/// What the link did to one frame put on it ([`Link::send`], [`Link::send_owned`]).
+#[must_use = "the fate says whether the frame reaches the other side"]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkFate {
+    /// Dropped: it never arrives.
+    pub lost: bool,
+    /// Delivered twice.
+    pub duplicated: bool,
+    /// A bit flipped on its way (one of the copies, when duplicated).
+    pub corrupted: bool,
+    /// Marked CE (congestion experienced).
+    pub ce_marked: bool,
+    /// Delayed past later frames (one of the copies, when duplicated).
+    pub reordered: bool,
+}
+
+impl LinkFate {
+    /// What the link did, in words (a capture comment); empty for a frame delivered as
+    /// sent.
+    pub fn describe(self) -> Vec<&'static str> {
+        [
+            (self.lost, "the link drops this frame"),
+            (self.duplicated, "the link delivers this frame twice"),
+            (
+                self.corrupted,
+                "the link flips a bit of this frame on its way",
+            ),
+            (
+                self.ce_marked,
+                "the link marks this frame CE (congestion experienced)",
+            ),
+            (self.reordered, "the link delays this frame past later ones"),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then_some(what))
+        .collect()
+    }
 }
 
 #[derive(Debug)]
@@ -215,14 +255,16 @@ impl Link {
         self.seq += 1;
     }
 
-    /// Put a frame on the wire from `from` at `now`.
-    pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) {
+    /// Put a frame on the wire from `from` at `now`; what the link does to it.
+    pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) -> LinkFate {
         let b = self.buffer(frame);
-        self.send_owned(now, from, b, frame.len());
+        self.send_owned(now, from, b, frame.len())
     }
 
-    /// Put the frame `buf[..len]` on the wire, handing over the buffer (no copy).
-    pub fn send_owned(&mut self, now: u64, from: Side, buf: Vec<u8>, len: usize) {
+    /// Put the frame `buf[..len]` on the wire, handing over the buffer (no copy); what
+    /// the link does to it.
+    pub fn send_owned(&mut self, now: u64, from: Side, buf: Vec<u8>, len: usize) -> LinkFate {
+        let mut fate = LinkFate::default();
         let len = len.min(buf.len());
         self.stats.frames_sent += 1;
         let start = now.max(self.busy_until[from.idx()]);
@@ -235,10 +277,12 @@ impl Link {
         if self.chance(self.cfg.loss) {
             self.stats.lost += 1;
             self.recycle(buf);
-            return;
+            fate.lost = true;
+            return fate;
         }
         let dup = if self.chance(self.cfg.dup) {
             self.stats.duplicated += 1;
+            fate.duplicated = true;
             Some(self.buffer(&buf[..len]))
         } else {
             None
@@ -248,14 +292,17 @@ impl Link {
             let reordered = self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0;
             if reordered {
                 self.stats.reordered += 1;
+                fate.reordered = true;
                 at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
             }
             if self.cfg.ce_mark > 0.0 && self.chance(self.cfg.ce_mark) && mark_ce(&mut bytes[..len])
             {
                 self.stats.ce_marked += 1;
+                fate.ce_marked = true;
             }
             if self.chance(self.cfg.corrupt) && len > 0 {
                 self.stats.corrupted += 1;
+                fate.corrupted = true;
                 let bit = self.rng.random_range(0..len * 8);
                 bytes[bit / 8] ^= 1 << (bit % 8);
             }
@@ -273,6 +320,7 @@ impl Link {
                 self.fifo[from.other().idx()].push_back(f);
             }
         }
+        fate
     }
 
     /// The queue holding the earliest frame: 0/1 the FIFOs, 2 the reorder heap.
@@ -316,51 +364,6 @@ impl Link {
     }
 }
 
-/// Set CE on an ECN-capable (ECT(0) or ECT(1)) frame; fix the IPv4 header checksum.
-/// Returns whether the frame was marked.
-pub(crate) fn mark_ce(f: &mut [u8]) -> bool {
-    let ip = if f.get(12..14) == Some(&[0x81, 0x00]) {
-        18
-    } else {
-        14
-    };
-    let Some(et) = f.get(ip - 2..ip) else {
-        return false;
-    };
-    match [et[0], et[1]] {
-        [0x08, 0x00] if f.len() >= ip + 20 => {
-            if f[ip + 1] & 3 == 0 {
-                return false;
-            }
-            f[ip + 1] |= 3;
-            let ihl = usize::from(f[ip] & 0x0f) * 4;
-            if ihl < 20 || f.len() < ip + ihl {
-                return false;
-            }
-            f[ip + 10] = 0;
-            f[ip + 11] = 0;
-            let mut sum = 0u32;
-            for w in f[ip..ip + ihl].chunks(2) {
-                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-            }
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            f[ip + 10..ip + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-            true
-        }
-        [0x86, 0xdd] if f.len() >= ip + 40 => {
-            // Traffic class straddles bytes 0 and 1; ECN is its low two bits (byte 1, bits 5..4).
-            if (f[ip + 1] >> 4) & 3 == 0 {
-                return false;
-            }
-            f[ip + 1] |= 0x30;
-            true
-        }
-        _ => false,
-    }
-}
-
 /// Two devices joined by a [`Link`], stepping virtual time.
 #[derive(Debug)]
 pub struct Pair {
@@ -374,6 +377,8 @@ pub struct Pair {
     pub capture: Option<Vec<(u64, Side, Vec<u8>)>>,
     /// When set, every transmitted frame goes into this pcapng (see the module docs).
     pub pcap: Option<SimPcap>,
+    /// The verdicts each side's engine gave the frames it received (A, B).
+    pub verdicts: [RxTally; 2],
     buf: Vec<u8>,
 }
 
@@ -464,6 +469,7 @@ impl Pair {
             now: 0,
             capture: None,
             pcap: None,
+            verdicts: Default::default(),
             buf: vec![0; MAX_FRAME_LEN],
         }
     }
@@ -514,34 +520,17 @@ impl Pair {
                             // once and nothing can come before it, so the receiver takes
                             // it straight from the sender's buffer (what `send_owned`
                             // followed by `deliver_due` would do, without the queue).
-                            rx.handle_frame(now, &self.buf[..n]);
+                            let v = rx.handle_frame(now, &self.buf[..n]);
+                            self.verdicts[s.other().idx()].add(v);
                             continue;
                         }
                         // The frame's buffer goes onto the link; the next frame gets one
                         // from its pool.
                         let buf = std::mem::replace(&mut self.buf, self.link.take_buffer());
-                        let before = self.link.stats;
                         let copy = self.pcap.is_some().then(|| buf[..n].to_vec());
-                        self.link.send_owned(now, s, buf, n);
+                        let fate = self.link.send_owned(now, s, buf, n);
                         if let (Some(p), Some(frame)) = (self.pcap.as_mut(), copy) {
-                            let after = self.link.stats;
-                            let mut fate = Vec::new();
-                            if after.lost > before.lost {
-                                fate.push("the link drops this frame");
-                            }
-                            if after.duplicated > before.duplicated {
-                                fate.push("the link delivers this frame twice");
-                            }
-                            if after.corrupted > before.corrupted {
-                                fate.push("the link flips a bit of this frame on its way");
-                            }
-                            if after.ce_marked > before.ce_marked {
-                                fate.push("the link marks this frame CE (congestion experienced)");
-                            }
-                            if after.reordered > before.reordered {
-                                fate.push("the link delays this frame past later ones");
-                            }
-                            p.record(now, s, &frame, reason, &fate);
+                            p.record(now, s, &frame, reason, &fate.describe());
                         }
                         // On a zero-delay link the frame is due already: hand it over
                         // before the next one is built, as a wire would, rather than
@@ -561,7 +550,8 @@ impl Pair {
         let mut did = false;
         while let Some((to, bytes, len)) = self.link.pop_due(self.now) {
             let now = self.now;
-            self.dev(to).handle_frame(now, &bytes[..len]);
+            let v = self.dev(to).handle_frame(now, &bytes[..len]);
+            self.verdicts[to.idx()].add(v);
             self.link.recycle(bytes);
             did = true;
         }
@@ -783,7 +773,7 @@ mod tests {
             let mut l = Link::new(cfg, seed);
             let mut out = vec![];
             for i in 0..2000u64 {
-                l.send(i * 1000, Side::A, &[i as u8; 100]);
+                let _ = l.send(i * 1000, Side::A, &[i as u8; 100]);
             }
             while let Some((to, b, n)) = l.pop_due(u64::MAX) {
                 assert_eq!(to, Side::B);
@@ -817,9 +807,9 @@ mod tests {
             },
             1,
         );
-        l.send(0, Side::A, &[0; 1000]);
+        let _ = l.send(0, Side::A, &[0; 1000]);
         assert_eq!(l.ready_at(Side::A), 1000);
-        l.send(0, Side::A, &[0; 1000]);
+        let _ = l.send(0, Side::A, &[0; 1000]);
         assert_eq!(l.ready_at(Side::A), 2000);
         assert_eq!(l.next_delivery(), Some(2000));
         assert!(l.pop_due(1999).is_none());

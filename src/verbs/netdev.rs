@@ -116,11 +116,9 @@ pub fn gid_ip(gid: &[u8; 16]) -> IpAddr {
     }
 }
 
-/// Whether `gid` is an IPv6 link-local address (fe80::/10), which ib_core keeps the
+/// Whether a GID is an IPv6 link-local address (fe80::/10), which ib_core keeps the
 /// caller's hop limit for.
-pub fn gid_is_link_local(gid: &[u8; 16]) -> bool {
-    gid[0] == 0xfe && gid[1] & 0xc0 == 0x80
-}
+pub use crate::wire::gid_is_link_local;
 
 /// Text of a GID as `inet_ntop(AF_INET6)` prints it (what ibv_devinfo and
 /// ibv_rc_pingpong show): `::ffff:192.0.2.1` for IPv4-mapped ones.
@@ -149,10 +147,7 @@ pub struct NetdevInfo {
 }
 
 /// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
-pub fn mac_text(mac: &[u8; 6]) -> String {
-    let [a, b, c, d, e, f] = mac;
-    format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
-}
+pub use crate::wire::mac_text;
 
 /// Wait up to `patience` for `ifname` to have no XDP program attached; returns whether
 /// it has none. The kernel detaches a process's XDP link when its last descriptor goes,

@@ -495,7 +495,7 @@ fn ones_complement(words: &[u16]) -> u16 {
 /// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of
 /// the header's 16-bit words, the checksum field (bytes 10-11) counted as zero. `hdr` is the
 /// whole header, options included (at most 60 bytes, so the sum cannot overflow).
-fn ipv4_checksum(hdr: &[u8]) -> u16 {
+pub(super) fn ipv4_checksum(hdr: &[u8]) -> u16 {
     // Sum every word, then take the checksum field back out: exact, since the sum holds it.
     // Summed as 32-bit words (an IPv4 header is a whole number of them): 2^16 ≡ 1 modulo
     // 0xFFFF, so folding this sum gives the 16-bit ones' complement sum, in a quarter of
@@ -876,6 +876,30 @@ impl<'a> FrameView<'a> {
         self.ipv6
     }
 
+    /// The source and destination IP addresses, as they lie in the frame (4 bytes for
+    /// IPv4, 16 for IPv6).
+    #[inline]
+    pub fn ip_addrs(&self) -> (&'a [u8], &'a [u8]) {
+        let (o, n) = if self.ipv6 {
+            (self.ip_off + 8, 16)
+        } else {
+            (self.ip_off + 12, 4)
+        };
+        (&self.buf[o..o + n], &self.buf[o + n..o + 2 * n])
+    }
+
+    /// Every extension header the opcode carries, parsed.
+    #[inline]
+    pub fn ext_headers(&self) -> ExtHeaders {
+        let mut ext = ExtHeaders::default();
+        for e in self.info.exts.iter() {
+            if let Some(bytes) = self.ext_bytes(e) {
+                ext.parse_one(e, bytes);
+            }
+        }
+        ext
+    }
+
     /// The IP ECN field (3 = CE).
     #[inline]
     pub fn ip_ecn(&self) -> u8 {
@@ -951,12 +975,7 @@ impl<'a> FrameView<'a> {
             checksum: be16(b, self.udp_off + 6),
         };
         let bth = BthRepr::from_view(&self.bth());
-        let mut ext = ExtHeaders::default();
-        for e in self.info.exts.iter() {
-            if let Some(bytes) = self.ext_bytes(e) {
-                ext.parse_one(e, bytes);
-            }
-        }
+        let ext = self.ext_headers();
         FrameRepr {
             eth: EthRepr {
                 dst,

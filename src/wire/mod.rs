@@ -10,7 +10,9 @@
 //! an equivalent fast path first, see `frame`); the InfiniBand transport headers (BTH and
 //! the extended headers) are ours.
 
+mod addr;
 mod bth;
+mod ecn;
 mod error;
 mod ext;
 mod frame;
@@ -20,7 +22,9 @@ mod opcode;
 mod template;
 mod types;
 
+pub use addr::{Gid, gid_is, gid_is_ipv4, gid_is_link_local, ipv4_gid, mac_text};
 pub use bth::{Bth, BthRepr};
+pub use ecn::{ip_offset, mark_ce, vlan_tci};
 pub use error::{Error, Layer, NotRoce};
 pub use ext::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, FethRepr, NakCode, RethRepr, Syndrome,

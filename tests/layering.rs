@@ -1,0 +1,211 @@
+//! The layers import one way (README, docs/README.md; issue 14, items 5 and 8): wire/
+//! imports nothing above it; proto/ no verbs, driver, sim, cli or io; the driver no verbs,
+//! sim or cli; io/ none of proto, verbs, driver, sim or cli. This reads the sources and
+//! fails on any `crate::X` path (in a `use`, a `use crate::{..}` group, or inline) that
+//! names a forbidden module, outside comments and test code (`*tests.rs` files and what
+//! follows `#[cfg(test)]` at the start of a line).
+
+use std::path::{Path, PathBuf};
+
+/// The crate's top-level modules.
+const MODULES: &[&str] = &[
+    "capture",
+    "cli",
+    "driver",
+    "io",
+    "oob",
+    "pcap_out",
+    "pcap_tap",
+    "proto",
+    "sim",
+    "trace_out",
+    "verbs",
+    "wire",
+];
+
+/// (layer, the modules it must not import).
+fn rules() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        (
+            "wire",
+            MODULES.iter().copied().filter(|m| *m != "wire").collect(),
+        ),
+        ("proto", vec!["verbs", "driver", "sim", "cli", "io"]),
+        ("driver", vec!["verbs", "sim", "cli"]),
+        ("io", vec!["proto", "verbs", "driver", "sim", "cli"]),
+    ]
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The files of one layer: `src/<layer>.rs` and everything under `src/<layer>/`.
+fn layer_files(src: &Path, layer: &str) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    let file = src.join(format!("{layer}.rs"));
+    if file.is_file() {
+        v.push(file);
+    }
+    rs_files(&src.join(layer), &mut v);
+    v.retain(|p| {
+        !p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .ends_with("tests.rs")
+    });
+    v.sort();
+    v
+}
+
+/// The top-level modules that `code` (one file, comments and tests cut) names through
+/// `crate::`, with the line of each.
+fn crate_refs(code: &str) -> Vec<(usize, String)> {
+    let mut refs = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let line = line.split("//").next().unwrap_or("");
+        let mut rest = line;
+        while let Some(i) = rest.find("crate::") {
+            // `xrnic_crate::` or `$crate::` are other paths.
+            let before = rest[..i].chars().last();
+            rest = &rest[i + "crate::".len()..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+                continue;
+            }
+            if let Some(group) = rest.strip_prefix('{') {
+                // `use crate::{a::b, c}` (one line; rustfmt breaks longer groups, whose
+                // other lines start with the names themselves: see `group_lines`).
+                let body = group.split('}').next().unwrap_or("");
+                for item in body.split(',') {
+                    let head: String = item
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !head.is_empty() {
+                        refs.push((n + 1, head));
+                    }
+                }
+                continue;
+            }
+            let head: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            refs.push((n + 1, head));
+        }
+    }
+    refs.extend(group_lines(code));
+    refs
+}
+
+/// The items of multi-line `use crate::{` groups.
+fn group_lines(code: &str) -> Vec<(usize, String)> {
+    let mut refs = Vec::new();
+    let mut open = false;
+    for (n, line) in code.lines().enumerate() {
+        let t = line.trim();
+        if t.starts_with("use crate::{") || t.starts_with("pub use crate::{") {
+            open = !t.contains('}');
+            continue;
+        }
+        if open {
+            if t.starts_with('}') {
+                open = false;
+                continue;
+            }
+            for item in t.split(',') {
+                let head: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !head.is_empty() {
+                    refs.push((n + 1, head));
+                }
+            }
+        }
+    }
+    refs
+}
+
+/// A file's text without its test code: an inline `#[cfg(test)] mod .. {` to the end of
+/// the file (where test modules stand), and the item after any other `#[cfg(test)]` line
+/// (a `use`, an out-of-line `mod`). Lines cut become empty, so line numbers stay.
+fn non_test(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::with_capacity(lines.len());
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[cfg(test)]" {
+            out.push(lines[i]);
+            i += 1;
+            continue;
+        }
+        // The attribute and any further attributes, then the item's first line.
+        let mut j = i + 1;
+        while j < lines.len() && lines[j].trim().starts_with("#[") {
+            j += 1;
+        }
+        let item = lines.get(j).map_or("", |l| l.trim());
+        let inline_mod =
+            (item.starts_with("mod ") || item.starts_with("pub mod ")) && item.ends_with('{');
+        let end = if inline_mod { lines.len() } else { j + 1 };
+        out.extend(std::iter::repeat_n("", end.min(lines.len()) - i));
+        i = end;
+    }
+    out.join("\n")
+}
+
+#[test]
+fn each_layer_imports_only_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut bad = Vec::new();
+    for (layer, forbidden) in rules() {
+        let files = layer_files(&src, layer);
+        assert!(!files.is_empty(), "no sources for {layer}");
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (line, m) in crate_refs(&non_test(&text)) {
+                if forbidden.contains(&m.as_str()) {
+                    bad.push(format!(
+                        "{}:{line}: {layer} imports crate::{m}",
+                        f.strip_prefix(&src).unwrap().display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
+}
+
+/// The checker itself finds each form of a forbidden path.
+#[test]
+fn the_checker_sees_every_form_of_a_path() {
+    let code = "use crate::sim::Pair;\n\
+                let x = crate::verbs::netdev::mac_text(&m); // crate::cli in a comment\n\
+                use crate::{io::netns, wire::Qpn};\n\
+                use crate::{\n    driver::Engine,\n    proto::Rnic,\n};\n\
+                $crate::proto::trace::enabled();\n\
+                #[cfg(test)]\nuse crate::cli::x;\n\
+                #[cfg(test)]\nmod tests {\n    use crate::cli::y;\n}";
+    let refs: Vec<String> = crate_refs(&non_test(code))
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    for m in ["sim", "verbs", "io", "wire", "driver", "proto"] {
+        assert!(refs.contains(&m.to_string()), "{m} in {refs:?}");
+    }
+    assert!(!refs.contains(&"cli".to_string()), "{refs:?}");
+    assert_eq!(refs.iter().filter(|m| *m == "proto").count(), 1, "{refs:?}");
+}

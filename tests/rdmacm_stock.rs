@@ -117,9 +117,12 @@ fn rping(size: usize, count: usize) {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
+    // The server's output is read while the client runs: with -v a 16 KiB ping is a
+    // 16 KiB line, and a pipe nobody drains would stop rping in write(2).
+    let server = std::thread::spawn(move || server.wait_with_output().unwrap());
     wait_xdp(&pair, Side::B);
     let client = client(&pair, &[&p, "-c", "-a", &b, "-C", &c, "-S", &s, "-v"]);
-    let server = server.wait_with_output().unwrap();
+    let server = server.join().unwrap();
     for (who, o) in [("client", &client), ("server", &server)] {
         assert!(o.status.success(), "{who}: {}", text(o));
     }

@@ -538,3 +538,43 @@ fn a_duplicate_before_the_first_psn_matches_nothing() {
     assert!(drain(&mut p, Side::B).is_empty());
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap().responses_replayed, 0);
 }
+
+/// A responder that moves its QP to ERR right after a receive completed (librdmacm's
+/// `rdma_disconnect` does, rping's server and client both) still sends the ACK it owed
+/// for that SEND, as rxe does (it acknowledges in the same pass that executed the
+/// request): the sender's SEND completes SUCCESS instead of retrying to
+/// RETRY_EXC_ERR. READ responses are not sent from ERR.
+#[test]
+fn an_ack_owed_when_the_responder_moves_to_err_still_leaves() {
+    let (mut p, c, src, dst) = setup();
+    p.dev(Side::B)
+        .post_recv(c.qp_b, recv_wr(7, sge(&dst, 0, 64)))
+        .unwrap();
+    p.dev(Side::A)
+        .post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 64)))
+        .unwrap();
+    let sends = drain(&mut p, Side::A);
+    assert_eq!(sends.len(), 1);
+    feed(&mut p, Side::B, &sends);
+    let wcs = poll(&mut p, Side::B, &c);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    // B's application moves the QP to ERR before B's driver transmitted anything.
+    let mut a = QpAttr::default();
+    a.qp_state = QpState::Err;
+    p.dev(Side::B)
+        .modify_qp(c.qp_b, &a, AttrMask::STATE)
+        .unwrap();
+    let acks = drain(&mut p, Side::B);
+    assert_eq!(acks.len(), 1, "the owed ACK");
+    let (op, psn, syn) = info(&acks[0]);
+    assert_eq!(op, Opcode::RC_ACK);
+    assert_eq!(psn, info(&sends[0]).1);
+    assert!(matches!(syn, Some(Syndrome::Ack { .. })), "{syn:?}");
+    feed(&mut p, Side::A, &acks);
+    let wcs = poll(&mut p, Side::A, &c);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    // Nothing else leaves B in ERR.
+    assert!(drain(&mut p, Side::B).is_empty());
+}

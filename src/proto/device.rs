@@ -962,9 +962,8 @@ impl Rnic {
         for pass in 0..2 {
             let responder_turn = (pass == 0) == resp_first;
             if responder_turn {
-                if qp.state == QpState::Err {
-                    continue;
-                }
+                // In ERR only the answers to requests executed before the move are left
+                // in `resp.out` (`Qp::enter_error`).
                 // Checked here first: most calls find nothing queued.
                 if qp.resp.out.is_empty() {
                     continue;

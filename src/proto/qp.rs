@@ -7,7 +7,7 @@
 //! applies an accepted modification and performs the state's side effects (flush on ERR,
 //! wipe on RESET, drain on SQD).
 
-use crate::wire::{Psn, Qpn};
+use crate::wire::{Psn, Qpn, Syndrome};
 
 use super::memory::Access;
 
@@ -605,7 +605,7 @@ use super::counters::QpCounters;
 use super::cq::{Cq, WcStatus, WorkCompletion};
 use super::memory::Pd;
 use super::requester::Requester;
-use super::responder::Responder;
+use super::responder::{RespOut, Responder};
 
 /// Sizes and completion queues given at `create_qp` (`struct ibv_qp_init_attr`, RC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -759,7 +759,22 @@ impl Qp {
             };
             ctx.complete(self.recv_cq, wc);
         }
-        self.resp.out.clear();
+        // Requests already executed keep their answer: an ACK or an atomic response
+        // queued before the move still leaves (the QP sends nothing else in ERR). rxe
+        // sends its ACK in the same responder pass that executed the request
+        // (rxe_resp.c, RESPST_ACKNOWLEDGE), so a program that moves its QP to ERR right
+        // after a receive completion (librdmacm's rdma_disconnect) never leaves the peer
+        // retrying a request it executed. READ responses are not sent: their data is
+        // read at transmit time, and a QP in ERR touches no memory.
+        self.resp.out.retain(|o| {
+            matches!(
+                o,
+                RespOut::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                } | RespOut::Atomic { .. }
+            )
+        });
         self.resp.cur = None;
         super::device::ud::flush(self, ctx);
     }

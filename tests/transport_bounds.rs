@@ -19,14 +19,7 @@ use xrnic::wire::{FrameRepr, NakCode, Opcode, Psn, Qpn, Syndrome};
 const RES: u8 = 4;
 
 fn setup() -> (Pair, RcPair, MrInfo, MrInfo) {
-    let opts = ConnectOpts {
-        max_rd_atomic: RES,
-        ..ConnectOpts::default()
-    };
-    let (mut p, c) = pair(LinkConfig::default(), &opts);
-    let src = mr(&mut p, Side::A, &c, 4096, Access::LOCAL_WRITE);
-    let dst = mr(&mut p, Side::B, &c, 4096, Access::ALL);
-    (p, c, src, dst)
+    setup_res(RES)
 }
 
 /// Every frame `side` wants to send now.
@@ -83,35 +76,119 @@ fn psn_a() -> u32 {
     ConnectOpts::default().psn_a.value()
 }
 
-/// The largest number of responses B may hold for one QP: the bound of its response
-/// queue (`2 * max_dest_rd_atomic + 4`, src/proto/responder.rs `out_full`), plus the one
-/// fatal NAK that is never dropped.
+/// The largest number of responses B may hold for one QP while at most
+/// max_dest_rd_atomic READ/atomic responses are queued: the bound of its response queue
+/// (`2 * max_dest_rd_atomic + 4`, src/proto/responder.rs `out_cap`), plus the one fatal
+/// NAK that is never dropped.
 const OUT_CAP: usize = 2 * RES as usize + 4 + 1;
 
+/// The hard cap on READ/atomic responses not sent yet (src/proto/responder.rs
+/// `RD_ATOMIC_HARD_CAP`): `ibv_qp_attr.max_rd_atomic` is a u8, no requester keeps more.
+const HARD_CAP: u32 = u8::MAX as u32;
+
+fn setup_res(res: u8) -> (Pair, RcPair, MrInfo, MrInfo) {
+    let opts = ConnectOpts {
+        max_rd_atomic: res,
+        ..ConnectOpts::default()
+    };
+    let (mut p, c) = pair(LinkConfig::default(), &opts);
+    let src = mr(&mut p, Side::A, &c, 4096, Access::LOCAL_WRITE);
+    let dst = mr(&mut p, Side::B, &c, 4096, Access::ALL);
+    (p, c, src, dst)
+}
+
+fn fetch_add_wr(local: &MrInfo, remote: &MrInfo) -> SendWr {
+    let mut aw = send_wr(2, WrOpcode::AtomicFetchAndAdd, sge(local, 8, 8));
+    aw.atomic = AtomicInfo {
+        remote_addr: remote.addr,
+        rkey: remote.rkey,
+        compare_add: 1,
+        swap: 0,
+    };
+    aw
+}
+
 /// READ/atomic responder resources (IBTA vol. 1 §9.7.5.1, max_dest_rd_atomic): a peer
-/// that has more READs or atomics outstanding than B's responder resources makes an
-/// invalid request: NAK invalid request (class A, §9.9: B's QP goes to ERR), counted in
-/// `invalid_requests`. The first RES are answered.
+/// with more READs/atomics outstanding than B's responder resources is served anyway,
+/// as Linux rxe serves it (`check_resource`: "it is the requesters job to not send too
+/// many read/atomic ops, we just recycle the responder resource queue"); a perftest
+/// requester on rxe (max_qp_rd_atom 128) may do it against xrnic's 16. Each READ/atomic
+/// past the bound is counted in `rd_atomic_over_limit`; no NAK, B's QP stays in RTS;
+/// the atomic runs once. The oldest resources were recycled (rxe `rxe_prepare_res`): a
+/// duplicate of the first READ is dropped, one of the newest is replayed.
 #[test]
-fn reads_past_max_dest_rd_atomic_get_nak_invalid_request() {
+fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
+    for (res, outstanding, atomic_last) in [
+        (RES, RES + 1, false),
+        (RES, 3 * RES, true),
+        (16, 128, false),
+    ] {
+        let (mut p, c, src, dst) = setup_res(res);
+        let read = request(&mut p, &c, read_wr(&src, &dst));
+        let atomic = request(&mut p, &c, fetch_add_wr(&src, &dst));
+        let p0 = psn_a();
+        let n = u32::from(outstanding);
+        // Responses are not drained: all stay outstanding at B.
+        for i in 0..n {
+            let psn = (p0 + i) & 0xff_ffff;
+            let f = if atomic_last && i + 1 == n {
+                with_psn(&atomic, psn)
+            } else {
+                with_psn(&read, psn)
+            };
+            p.b.handle_frame(0, &f);
+        }
+        let got = infos(&drain(&mut p, Side::B));
+        let reads = got
+            .iter()
+            .filter(|g| g.0 == Opcode::RC_READ_RESPONSE_ONLY)
+            .count();
+        let atomics = got.iter().filter(|g| g.0 == Opcode::RC_ATOMIC_ACK).count();
+        assert_eq!(reads + atomics, n as usize, "{got:x?}");
+        assert_eq!(atomics, usize::from(atomic_last));
+        assert!(
+            got.iter().all(|g| !matches!(g.2, Some(Syndrome::Nak(_)))),
+            "{got:x?}"
+        );
+        let k = p.b.qp_counters(c.qp_b).unwrap();
+        assert_eq!(k.rd_atomic_over_limit, u64::from(outstanding - res));
+        assert_eq!(k.invalid_requests, 0);
+        assert_eq!(k.atomics_executed, u64::from(atomic_last));
+        assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Rts);
+
+        // The first READ's replay state was recycled: its duplicate is dropped (class D).
+        p.b.handle_frame(0, &with_psn(&read, p0));
+        assert!(drain(&mut p, Side::B).is_empty(), "recycled: dropped");
+        // The newest READ's is kept: replayed.
+        let newest = (p0 + n - 1 - u32::from(atomic_last)) & 0xff_ffff;
+        p.b.handle_frame(0, &with_psn(&read, newest));
+        let got = infos(&drain(&mut p, Side::B));
+        assert_eq!(got.len(), 1, "{got:x?}");
+        assert_eq!(
+            (got[0].0, got[0].1),
+            (Opcode::RC_READ_RESPONSE_ONLY, newest)
+        );
+        let k = p.b.qp_counters(c.qp_b).unwrap();
+        assert_eq!((k.duplicate_request, k.responses_replayed), (2, 1));
+    }
+}
+
+/// The memory bound behind it: at most 255 READ/atomic responses not sent yet per QP
+/// (`ibv_qp_attr.max_rd_atomic` is a u8: no requester within its own settings has more
+/// outstanding). One more is an invalid request: NAK invalid request (class A, §9.9: B's
+/// QP goes to ERR), counted in `invalid_requests`; the 255 before it are answered and a
+/// refused atomic is not executed.
+#[test]
+fn reads_past_the_hard_cap_get_nak_invalid_request() {
     for atomic_last in [false, true] {
         let (mut p, c, src, dst) = setup();
         let read = request(&mut p, &c, read_wr(&src, &dst));
-        let mut aw = send_wr(2, WrOpcode::AtomicFetchAndAdd, sge(&src, 8, 8));
-        aw.atomic = AtomicInfo {
-            remote_addr: dst.addr,
-            rkey: dst.rkey,
-            compare_add: 1,
-            swap: 0,
-        };
-        // A has RES outstanding at most; the atomic is its second request.
-        let atomic = request(&mut p, &c, aw);
+        let atomic = request(&mut p, &c, fetch_add_wr(&src, &dst));
         let p0 = psn_a();
-        // Responses are not drained: all RES stay outstanding at B.
-        for i in 0..u32::from(RES) {
+        for i in 0..HARD_CAP {
             p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
         }
-        let extra = (p0 + u32::from(RES)) & 0xff_ffff;
+        let extra = (p0 + HARD_CAP) & 0xff_ffff;
         let last = if atomic_last {
             with_psn(&atomic, extra)
         } else {
@@ -123,7 +200,7 @@ fn reads_past_max_dest_rd_atomic_get_nak_invalid_request() {
             .iter()
             .filter(|g| g.0 == Opcode::RC_READ_RESPONSE_ONLY)
             .count();
-        assert_eq!(responses, usize::from(RES), "{got:x?}");
+        assert_eq!(responses, HARD_CAP as usize);
         assert_eq!(
             got.last().unwrap(),
             &(
@@ -131,13 +208,36 @@ fn reads_past_max_dest_rd_atomic_get_nak_invalid_request() {
                 extra,
                 Some(Syndrome::Nak(NakCode::InvalidRequest))
             ),
-            "{got:x?}"
         );
         let k = p.b.qp_counters(c.qp_b).unwrap();
         assert_eq!(k.invalid_requests, 1);
+        assert_eq!(k.rd_atomic_over_limit, u64::from(HARD_CAP - u32::from(RES)));
         assert_eq!(k.atomics_executed, 0, "the refused atomic was not executed");
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Err);
     }
+}
+
+/// No responder resources at all (max_dest_rd_atomic 0): every READ is an invalid
+/// request, as on rxe (`check_resource` → RESPST_ERR_TOO_MANY_RDMA_ATM_REQ).
+#[test]
+fn reads_without_responder_resources_get_nak_invalid_request() {
+    // The READ comes from a pair with resources; B of a pair without any gets it (the
+    // same QPNs, PSNs and addresses: both pairs are built the same way).
+    let (mut p, c, src, dst) = setup();
+    let read = request(&mut p, &c, read_wr(&src, &dst));
+    let (mut q, d, _, _) = setup_res(0);
+    assert_eq!(q.b.query_qp(d.qp_b).unwrap().max_dest_rd_atomic, 0);
+    q.b.handle_frame(0, &read);
+    let got = infos(&drain(&mut q, Side::B));
+    assert_eq!(
+        got,
+        vec![(
+            Opcode::RC_ACK,
+            psn_a(),
+            Some(Syndrome::Nak(NakCode::InvalidRequest))
+        )]
+    );
+    assert_eq!(q.b.qp_counters(d.qp_b).unwrap().invalid_requests, 1);
 }
 
 /// A peer that waits for each READ's responses before the next stays within the
@@ -185,14 +285,7 @@ fn response_cache_holds_max_dest_rd_atomic_entries() {
 #[test]
 fn duplicate_atomic_flood_is_bounded() {
     let (mut p, c, src, dst) = setup();
-    let mut w = send_wr(2, WrOpcode::AtomicFetchAndAdd, sge(&src, 8, 8));
-    w.atomic = AtomicInfo {
-        remote_addr: dst.addr,
-        rkey: dst.rkey,
-        compare_add: 1,
-        swap: 0,
-    };
-    let f = request(&mut p, &c, w);
+    let f = request(&mut p, &c, fetch_add_wr(&src, &dst));
     for _ in 0..1000 {
         p.b.handle_frame(0, &f);
     }
@@ -360,4 +453,46 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
         .into_iter()
         .find(|f| FrameRepr::parse(f).unwrap().roce.bth.opcode == Opcode::CNP)
         .expect("A's NP sent a CNP")
+}
+
+/// Requester state a peer cannot create: ACKs and NAKs (even a fatal NAK remote access
+/// error) for PSNs A never sent are dropped (IBTA vol. 1 §9.7.4, response PSN
+/// validation), each counted in `ghost_responses`; A's outstanding READ still completes.
+#[test]
+fn responses_for_psns_never_sent_are_dropped_and_counted() {
+    let (mut p, c, src, dst) = setup();
+    let read = request(&mut p, &c, read_wr(&src, &dst));
+    // B's answer to A's READ, as a template of a response frame addressed to A.
+    p.b.handle_frame(0, &read);
+    let resp = drain(&mut p, Side::B).remove(0);
+    let never = (psn_a() + 1000) & 0xff_ffff;
+    let mut n = 0;
+    for syndrome in [
+        Syndrome::ACK_UNLIMITED,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        Syndrome::Nak(NakCode::RemoteAccessError),
+    ] {
+        let mut r = FrameRepr::parse(&resp).unwrap();
+        r.roce.bth.opcode = Opcode::RC_ACK;
+        r.roce.bth.psn = Psn::new(never);
+        r.roce.ext.aeth = Some(xrnic::wire::AethRepr {
+            syndrome,
+            msn: xrnic::wire::Msn::new(1),
+        });
+        r.roce.payload = &[];
+        let mut out = vec![0u8; r.buffer_len()];
+        let len = r.emit(&mut out).unwrap();
+        for _ in 0..100 {
+            p.a.handle_frame(0, &out[..len]);
+            n += 1;
+        }
+    }
+    let k = p.a.qp_counters(c.qp_a).unwrap();
+    assert_eq!((k.ghost_responses, k.naks_received), (n, 0), "{k:?}");
+    assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Rts);
+    // The real response still completes the READ.
+    p.a.handle_frame(0, &resp);
+    let wcs = poll(&mut p, Side::A, &c);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!(wcs[0].status, xrnic::proto::WcStatus::Success);
 }

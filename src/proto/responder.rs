@@ -939,23 +939,18 @@ pub(crate) fn do_write(
     Ok(1)
 }
 
-/// The bound of a QP's response queue (`Responder::out`): what a peer can make the
-/// responder hold by sending requests faster than it takes the answers. The READ/atomic
-/// responses of new requests are bounded by max_dest_rd_atomic (`rd_atomic_busy`), each
-/// may be followed by one ACK, plus room for duplicates' replays; a fatal NAK is never
-/// dropped (`usize::MAX`).
-fn out_cap(qp: &Qp) -> usize {
-    2 * qp.attr.max_dest_rd_atomic as usize + 4
-}
+/// The most READ/atomic responses not sent yet (for new requests) one QP holds: past it,
+/// NAK invalid request. The advertised bound is max_dest_rd_atomic, but rxe serves a
+/// requester past it (see [`rd_atomic_admit`]); no requester can be set to keep more than
+/// 255 outstanding (`ibv_qp_attr.max_rd_atomic` is a u8, as the CM's initiator depth),
+/// so a peer within its own settings never meets this cap. It bounds memory only.
+pub(crate) const RD_ATOMIC_HARD_CAP: usize = u8::MAX as usize;
 
-/// True when the READ/atomic responses not sent yet for new (not duplicate) requests
-/// already use every responder resource (max_dest_rd_atomic). A requester never has more
-/// READs/atomics outstanding than our max_dest_rd_atomic (IBTA vol. 1 §9.7.5.1, responder
-/// resources; rxe `check_resource` refuses with NAK invalid request when there are none),
-/// and a response not fully sent is one it still waits for.
-fn rd_atomic_busy(qp: &Qp) -> bool {
-    let fresh = qp
-        .resp
+/// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
+/// the responder resources in use (a response not fully sent is one the requester still
+/// waits for).
+fn rd_atomic_in_use(qp: &Qp) -> usize {
+    qp.resp
         .out
         .iter()
         .filter(|o| match o {
@@ -967,12 +962,43 @@ fn rd_atomic_busy(qp: &Qp) -> bool {
             RespOut::Atomic { replay, .. } => !replay,
             RespOut::Ack { .. } => false,
         })
-        .count();
-    fresh >= usize::from(qp.attr.max_dest_rd_atomic)
+        .count()
 }
 
-/// Make room in the response cache: it holds at most max_dest_rd_atomic entries; the
-/// requester never has more outstanding, so the oldest is no longer needed.
+/// The bound of a QP's response queue (`Responder::out`): what a peer can make the
+/// responder hold by sending requests faster than it takes the answers. Room for each
+/// READ/atomic response in use (at least max_dest_rd_atomic of them) and one ACK after
+/// each, plus room for duplicates' replays; a fatal NAK is never dropped (`usize::MAX`).
+/// At most `2 * RD_ATOMIC_HARD_CAP + 4` entries.
+fn out_cap(qp: &Qp) -> usize {
+    2 * rd_atomic_in_use(qp).max(usize::from(qp.attr.max_dest_rd_atomic)) + 4
+}
+
+/// Admission of a new READ/atomic (IBTA vol. 1 §9.7.5.1, responder resources: a
+/// requester keeps at most the responder's max_dest_rd_atomic outstanding). With
+/// max_dest_rd_atomic 0 there are none: NAK invalid request, as rxe `check_resource`
+/// (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ). Past max_dest_rd_atomic in use, rxe does not
+/// refuse ("it is the requesters job ... we just recycle the responder resource queue":
+/// `rxe_prepare_res` reuses the oldest of its max_dest_rd_atomic resources), and a perftest
+/// requester on rxe may keep more outstanding than xrnic advertises; so it is served,
+/// counted in `rd_atomic_over_limit` (true here: the caller counts it once the request
+/// passed its other checks), and `cache_push` recycles the oldest cached entry. Only past
+/// [`RD_ATOMIC_HARD_CAP`]: NAK invalid request.
+fn rd_atomic_admit(qp: &Qp) -> Result<bool, Fault> {
+    if qp.attr.max_dest_rd_atomic == 0 {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let in_use = rd_atomic_in_use(qp);
+    if in_use >= RD_ATOMIC_HARD_CAP {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    Ok(in_use >= usize::from(qp.attr.max_dest_rd_atomic))
+}
+
+/// Make room in the response cache: it holds at most max_dest_rd_atomic entries (rxe's
+/// ring of max_dest_rd_atomic resources); a requester within the bound never has more
+/// outstanding, so the oldest is no longer needed. One past it loses the oldest's replay
+/// (its duplicate is dropped, class D), as on rxe.
 fn cache_push(qp: &mut Qp, c: Cached) {
     let cap = usize::from(qp.attr.max_dest_rd_atomic.max(1));
     while qp.resp.cache.len() >= cap {
@@ -982,9 +1008,7 @@ fn cache_push(qp: &mut Qp, c: Cached) {
 }
 
 fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result<u32, Fault> {
-    if rd_atomic_busy(qp) {
-        return Err(Fault::Nak(NakCode::InvalidRequest));
-    }
+    let over = rd_atomic_admit(qp)?;
     let reth = ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     if reth.dma_len > 1 << 31 {
         return Err(Fault::Nak(NakCode::InvalidRequest));
@@ -1002,6 +1026,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         )?
     };
     let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+    qp.counters.rd_atomic_over_limit += u64::from(over);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
     let end_count = qp.resp.psn_count + u64::from(npkts);
@@ -1038,9 +1063,7 @@ fn do_atomic(
     psn: Psn,
     ext: &ExtHeaders,
 ) -> Result<u32, Fault> {
-    if rd_atomic_busy(qp) {
-        return Err(Fault::Nak(NakCode::InvalidRequest));
-    }
+    let over = rd_atomic_admit(qp)?;
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     // The target must be 8-byte aligned (IBTA §9.4). xrnic NAKs a misaligned one as a
     // remote access error; rxe sends NAK invalid request instead
@@ -1057,6 +1080,7 @@ fn do_atomic(
         .atomic(m, cmp, a.swap_add)
         .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
     qp.counters.atomics_executed += 1;
+    qp.counters.rd_atomic_over_limit += u64::from(over);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
     let end_count = qp.resp.psn_count + 1;

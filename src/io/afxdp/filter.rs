@@ -95,6 +95,10 @@ pub enum XdpModeChoice {
     Skb,
 }
 
+/// The environment variable that loads the XDP program without frags (`0`), as on a
+/// kernel before 5.18: the port binds single-buffer and caps its MTU.
+pub const XDP_FRAGS_ENV: &str = "XRNIC_XDP_FRAGS";
+
 /// The environment variable that forces an attach mode: `native`, `skb` or `auto`.
 pub const XDP_MODE_ENV: &str = "XRNIC_XDP_MODE";
 
@@ -120,6 +124,7 @@ pub struct RoceFilter {
     // Field order is drop order: detach (close the bpf_link) before the object goes.
     link: Option<OwnedFd>,
     mode: Option<XdpMode>,
+    frags: bool,
     obj: Object,
 }
 
@@ -169,7 +174,11 @@ fn frags_hint() -> String {
 }
 
 impl RoceFilter {
-    /// Load the program and its maps into the kernel (not attached anywhere yet).
+    /// Load the program and its maps into the kernel (not attached anywhere yet). The
+    /// program is frags-aware (`BPF_F_XDP_HAS_FRAGS`, Linux 5.18+); when the kernel refuses
+    /// it that way, or [`XDP_FRAGS_ENV`]`=0` asks, the same program is loaded without the
+    /// flag ([`RoceFilter::frags`] false: the port then binds single-buffer), with one
+    /// warning naming the feature.
     pub fn load() -> Result<Self, Error> {
         super::sys::require_root("loading the XDP program")?;
         // libbpf's own default level: warnings and information, not debug.
@@ -177,15 +186,54 @@ impl RoceFilter {
         PRINT.call_once(|| {
             libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, libbpf_print)));
         });
-        let open = ObjectBuilder::default()
+        if std::env::var(XDP_FRAGS_ENV).is_ok_and(|v| v == "0") {
+            let f = Self::load_with(false)?;
+            tracing::warn!(
+                "xrnic's XDP program loaded without frags ({XDP_FRAGS_ENV}=0): AF_XDP \
+                 single-buffer, the port's MTU is capped to fit"
+            );
+            return Ok(f);
+        }
+        match Self::load_with(true) {
+            Ok(f) => Ok(f),
+            Err(e) => match Self::load_with(false) {
+                Ok(f) => {
+                    let (maj, min) = XDP_FRAGS_SINCE;
+                    tracing::warn!(
+                        kernel = %super::features::kernel_release(),
+                        "xrnic's XDP program did not load frags-aware (BPF_F_XDP_HAS_FRAGS, \
+                         Linux {maj}.{min}+: {e}); loaded without it: AF_XDP single-buffer, \
+                         the port's MTU is capped to fit"
+                    );
+                    Ok(f)
+                }
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    fn load_with(frags: bool) -> Result<Self, Error> {
+        let mut open = ObjectBuilder::default()
             .open_memory(OBJECT)
             .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
+        if !frags {
+            for mut p in open.progs_mut() {
+                // SAFETY: the pointer is the open object's live program, only read here.
+                let flags = unsafe {
+                    libbpf_sys::bpf_program__flags(
+                        libbpf_rs::AsRawLibbpf::as_libbpf_object(&*p).as_ptr(),
+                    )
+                };
+                p.set_flags(flags & !libbpf_sys::BPF_F_XDP_HAS_FRAGS);
+            }
+        }
         let obj = open
             .load()
             .map_err(|e| Error::LoadProgram(format!("{e:#}{}", frags_hint())))?;
         let f = RoceFilter {
             link: None,
             mode: None,
+            frags,
             obj,
         };
         // Fail now, not at first use, if the object lacks what we expect.
@@ -193,6 +241,11 @@ impl RoceFilter {
         f.find_map(XSKS)?;
         f.find_map(STATS)?;
         Ok(f)
+    }
+
+    /// Loaded frags-aware (multi-buffer frames reach the program whole)?
+    pub fn frags(&self) -> bool {
+        self.frags
     }
 
     fn find_prog(&self) -> Result<libbpf_rs::ProgramMut<'_>, Error> {

@@ -330,6 +330,14 @@ impl XskPort {
             opts.need_wakeup = false;
         }
         let mut mode = BufferMode::for_options(&opts);
+        if mode == BufferMode::Multi && filter.as_ref().is_some_and(|f| !f.frags()) {
+            let (maj, min) = super::filter::XDP_FRAGS_SINCE;
+            mode = BufferMode::Single {
+                why: format!(
+                    "xrnic's XDP program runs without frags (BPF_F_XDP_HAS_FRAGS, Linux {maj}.{min}+)"
+                ),
+            };
+        }
         let sock_cfg = |mode: &BufferMode| {
             let mut bind = BindFlags::empty();
             if *mode == BufferMode::Multi {

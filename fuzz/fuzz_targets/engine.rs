@@ -24,7 +24,7 @@
 use libfuzzer_sys::fuzz_target;
 use xrnic::proto::{
     Access, AddressVector, AttrMask, Cq, MAX_FRAME_LEN, MrInfo, Mtu, Pd, QpAttr, QpInitAttr,
-    QpState, RecvWr, Rnic, SendWr, Sge, UserMem, WrOpcode,
+    QpState, QpType, RecvWr, Rnic, SendWr, Sge, UserMem, WrOpcode,
 };
 use xrnic::sim::{Side, side_config};
 use xrnic::wire::{
@@ -162,6 +162,8 @@ impl World {
             max_send_wr: MAX_WR,
             max_recv_wr: MAX_WR,
             sq_sig_all: false,
+            qp_type: QpType::Rc,
+            srq: None,
         };
         let peer = Qpn::new(0x11);
         let mut qps = Vec::new();

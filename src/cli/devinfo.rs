@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
-use crate::io::afxdp::BufferMode;
+use crate::io::afxdp::{BufferMode, XdpMode};
 use crate::proto::Mtu;
 use crate::verbs::{self, DeviceInfo, netdev, query_netdev};
 
@@ -122,6 +122,13 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
             "\t\t\taf_xdp:\t\t\tsingle-buffer, frames up to {} bytes, max_mtu capped at {} ({why})",
             BufferMode::Single { why: why.clone() }.max_frame(),
             p.max_mtu.bytes()
+        );
+    }
+    // Not an ibv_devinfo field either: said only for generic (skb) XDP.
+    if d.xdp_mode == Some(XdpMode::Skb) {
+        let _ = writeln!(
+            s,
+            "\t\t\txdp_mode:\t\tskb (generic XDP, AF_XDP in copy mode)"
         );
     }
     if verbose {
@@ -274,6 +281,7 @@ mod tests {
             gid_types: vec![GidType::RoceV2; gids.len()],
             gids,
             af_xdp: Some(BufferMode::Multi),
+            xdp_mode: None,
         }
     }
 

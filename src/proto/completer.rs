@@ -45,7 +45,7 @@ pub(crate) fn handle_response(
     let una = qp.req.una();
     if !psn.before(qp.req.high_psn) {
         // A response to something never sent: ignore it (a "ghost" ACK, IBTA §9.7.4 response PSN validation).
-        qp.counters.dropped_wrong_state += 1;
+        qp.counters.ghost_responses += 1;
         return;
     }
     let syndrome = ext.aeth.map(|a| a.syndrome);

@@ -29,6 +29,9 @@ pub struct QpCounters {
     pub duplicate_request: u64,
     /// Requester: responses for PSNs already acknowledged.
     pub duplicate_response: u64,
+    /// Requester: responses (ACK, NAK, READ response, atomic ACK) for a PSN it never
+    /// sent, dropped (IBTA vol. 1 §9.7.4 response PSN validation; a "ghost" ACK).
+    pub ghost_responses: u64,
     /// Requester: the retransmission timer expired (mlx5 `local_ack_timeout_err`).
     pub local_ack_timeout_err: u64,
     /// Requester: rnr_retry exhausted (mlx5 `rnr_nak_retry_err`).
@@ -50,6 +53,11 @@ pub struct QpCounters {
     pub atomics_executed: u64,
     /// Duplicate READ / atomic requests answered from the response cache.
     pub responses_replayed: u64,
+    /// Responder: READ/atomic requests that arrived while `max_dest_rd_atomic` responses
+    /// were still unsent (the requester exceeds the responder resources it was given).
+    /// Served, as rxe does; each recycled the oldest cached response, whose duplicate
+    /// can then no longer be replayed (docs/transport.md, "Responder resources").
+    pub rd_atomic_over_limit: u64,
     /// UC responder: messages dropped whole or in part (a PSN gap, a missing FIRST, a
     /// refused packet, no receive WQE): never delivered (IBTA §9.4, rxe `drop_msg`).
     pub uc_messages_dropped: u64,
@@ -79,6 +87,7 @@ impl QpCounters {
             packet_seq_err,
             duplicate_request,
             duplicate_response,
+            ghost_responses,
             local_ack_timeout_err,
             rnr_nak_retry_err,
             retry_exceeded_err,
@@ -89,6 +98,7 @@ impl QpCounters {
             dropped_wrong_state,
             atomics_executed,
             responses_replayed,
+            rd_atomic_over_limit,
             uc_messages_dropped,
             uc_packets_dropped
         );

@@ -156,7 +156,29 @@ impl Cached {
 
 impl Responder {
     /// Queue an ACK/NAK; returns the PSN of a queued plain ACK it replaced, if any.
-    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome, msn: Msn, dup: bool) -> Option<Psn> {
+    fn push_ack(
+        &mut self,
+        cap: usize,
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+        dup: bool,
+    ) -> Option<Psn> {
+        // The same RNR NAK again (a peer resending the PSN before we answered): one is
+        // enough.
+        if let (
+            Syndrome::RnrNak { .. },
+            Some(RespOut::Ack {
+                psn: p,
+                syndrome: s,
+                ..
+            }),
+        ) = (syndrome, self.out.back())
+        {
+            if *p == psn && *s == syndrome {
+                return None;
+            }
+        }
         // Coalesce: a newer plain ACK replaces a queued plain ACK (never a NAK).
         let mut replaced = None;
         if let Syndrome::Ack { .. } = syndrome {
@@ -169,6 +191,11 @@ impl Responder {
                 self.out.pop_back();
                 replaced = Some(old);
             }
+        }
+        // A full queue drops this ACK / RNR NAK / sequence NAK (as if lost on the wire:
+        // the requester's timer recovers); the request stays counted by its own counter.
+        if replaced.is_none() && self.out.len() >= cap {
+            return None;
         }
         self.out.push_back(RespOut::Ack {
             psn,
@@ -359,7 +386,13 @@ impl Responder {
 
 fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
     let msn = qp.resp.msn;
-    qp.resp.push_ack(psn, Syndrome::Nak(code), msn, false);
+    // Sequence-error NAKs are bounded like ACKs; a fatal NAK is always queued.
+    let cap = if code == NakCode::PsnSequenceError {
+        out_cap(qp)
+    } else {
+        usize::MAX
+    };
+    qp.resp.push_ack(cap, psn, Syndrome::Nak(code), msn, false);
     qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
@@ -448,7 +481,8 @@ pub(crate) fn handle_request(
             }
             if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
                 let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
-                let coalesced = qp.resp.push_ack(psn, s, m, false);
+                let cap = out_cap(qp);
+                let coalesced = qp.resp.push_ack(cap, psn, s, m, false);
                 qp_event!(
                     ctx.now,
                     ctx.dev,
@@ -468,8 +502,9 @@ pub(crate) fn handle_request(
             // sequence-error NAK that would cut the requester's RNR wait short.
             qp.resp.nak_seq_sent = true;
             let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
+            let cap = out_cap(qp);
             qp.resp
-                .push_ack(psn, Syndrome::RnrNak { timer: t }, m, false);
+                .push_ack(cap, psn, Syndrome::RnrNak { timer: t }, m, false);
             qp_event!(
                 ctx.now,
                 ctx.dev,
@@ -488,7 +523,8 @@ pub(crate) fn handle_request(
             qp.resp.cur = None;
             if ack_req {
                 let m = qp.resp.msn;
-                qp.resp.push_ack(psn, Syndrome::ACK_UNLIMITED, m, false);
+                qp.resp
+                    .push_ack(usize::MAX, psn, Syndrome::ACK_UNLIMITED, m, false);
             }
             qp_event!(
                 ctx.now,
@@ -570,10 +606,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             let inside = reth.va >= va
                 && reth.va.checked_add(u64::from(len)) <= va.checked_add(u64::from(olen))
                 && skipped + u64::from(npkts) <= u64::from(c.npkts);
-            if rkey != reth.rkey.0
-                || !inside
-                || qp.resp.out.len() > 2 * qp.attr.max_dest_rd_atomic as usize + 4
-            {
+            if rkey != reth.rkey.0 || !inside || qp.resp.out.len() > out_cap(qp) {
                 return;
             }
             let mem = if len == 0 {
@@ -653,7 +686,9 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             {
                 let same =
                     Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
-                if same {
+                if same && qp.resp.out.len() >= out_cap(qp) {
+                    // Full: dropped like a duplicate READ past the bound (class D).
+                } else if same {
                     qp.counters.responses_replayed += 1;
                     qp.resp.out.push_back(RespOut::Atomic {
                         psn,
@@ -674,7 +709,8 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             // atomic completed without its response (rxe "IB/rxe: fix for duplicate
             // request processing and ack psns").
             let (p, m) = (qp.resp.ack_psn, qp.resp.msn);
-            qp.resp.push_ack(p, Syndrome::ACK_UNLIMITED, m, true);
+            let cap = out_cap(qp);
+            qp.resp.push_ack(cap, p, Syndrome::ACK_UNLIMITED, m, true);
         }
     }
 }
@@ -903,8 +939,66 @@ pub(crate) fn do_write(
     Ok(1)
 }
 
-/// Make room in the response cache: it holds at most max_dest_rd_atomic entries; the
-/// requester never has more outstanding, so the oldest is no longer needed.
+/// The most READ/atomic responses not sent yet (for new requests) one QP holds: past it,
+/// NAK invalid request. The advertised bound is max_dest_rd_atomic, but rxe serves a
+/// requester past it (see [`rd_atomic_admit`]); no requester can be set to keep more than
+/// 255 outstanding (`ibv_qp_attr.max_rd_atomic` is a u8, as the CM's initiator depth),
+/// so a peer within its own settings never meets this cap. It bounds memory only.
+pub(crate) const RD_ATOMIC_HARD_CAP: usize = u8::MAX as usize;
+
+/// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
+/// the responder resources in use (a response not fully sent is one the requester still
+/// waits for).
+fn rd_atomic_in_use(qp: &Qp) -> usize {
+    qp.resp
+        .out
+        .iter()
+        .filter(|o| match o {
+            RespOut::Read {
+                first_psn,
+                replay_end,
+                ..
+            } => replay_end == first_psn,
+            RespOut::Atomic { replay, .. } => !replay,
+            RespOut::Ack { .. } => false,
+        })
+        .count()
+}
+
+/// The bound of a QP's response queue (`Responder::out`): what a peer can make the
+/// responder hold by sending requests faster than it takes the answers. Room for each
+/// READ/atomic response in use (at least max_dest_rd_atomic of them) and one ACK after
+/// each, plus room for duplicates' replays; a fatal NAK is never dropped (`usize::MAX`).
+/// At most `2 * RD_ATOMIC_HARD_CAP + 4` entries.
+fn out_cap(qp: &Qp) -> usize {
+    2 * rd_atomic_in_use(qp).max(usize::from(qp.attr.max_dest_rd_atomic)) + 4
+}
+
+/// Admission of a new READ/atomic (IBTA vol. 1 §9.7.5.1, responder resources: a
+/// requester keeps at most the responder's max_dest_rd_atomic outstanding). With
+/// max_dest_rd_atomic 0 there are none: NAK invalid request, as rxe `check_resource`
+/// (RESPST_ERR_TOO_MANY_RDMA_ATM_REQ). Past max_dest_rd_atomic in use, rxe does not
+/// refuse ("it is the requesters job ... we just recycle the responder resource queue":
+/// `rxe_prepare_res` reuses the oldest of its max_dest_rd_atomic resources), and a perftest
+/// requester on rxe may keep more outstanding than xrnic advertises; so it is served,
+/// counted in `rd_atomic_over_limit` (true here: the caller counts it once the request
+/// passed its other checks), and `cache_push` recycles the oldest cached entry. Only past
+/// [`RD_ATOMIC_HARD_CAP`]: NAK invalid request.
+fn rd_atomic_admit(qp: &Qp) -> Result<bool, Fault> {
+    if qp.attr.max_dest_rd_atomic == 0 {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    let in_use = rd_atomic_in_use(qp);
+    if in_use >= RD_ATOMIC_HARD_CAP {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    Ok(in_use >= usize::from(qp.attr.max_dest_rd_atomic))
+}
+
+/// Make room in the response cache: it holds at most max_dest_rd_atomic entries (rxe's
+/// ring of max_dest_rd_atomic resources); a requester within the bound never has more
+/// outstanding, so the oldest is no longer needed. One past it loses the oldest's replay
+/// (its duplicate is dropped, class D), as on rxe.
 fn cache_push(qp: &mut Qp, c: Cached) {
     let cap = usize::from(qp.attr.max_dest_rd_atomic.max(1));
     while qp.resp.cache.len() >= cap {
@@ -914,9 +1008,7 @@ fn cache_push(qp: &mut Qp, c: Cached) {
 }
 
 fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result<u32, Fault> {
-    if qp.attr.max_dest_rd_atomic == 0 {
-        return Err(Fault::Nak(NakCode::InvalidRequest));
-    }
+    let over = rd_atomic_admit(qp)?;
     let reth = ext.reth.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     if reth.dma_len > 1 << 31 {
         return Err(Fault::Nak(NakCode::InvalidRequest));
@@ -934,6 +1026,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
         )?
     };
     let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+    qp.counters.rd_atomic_over_limit += u64::from(over);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
     let end_count = qp.resp.psn_count + u64::from(npkts);
@@ -970,9 +1063,7 @@ fn do_atomic(
     psn: Psn,
     ext: &ExtHeaders,
 ) -> Result<u32, Fault> {
-    if qp.attr.max_dest_rd_atomic == 0 {
-        return Err(Fault::Nak(NakCode::InvalidRequest));
-    }
+    let over = rd_atomic_admit(qp)?;
     let a = ext.atomic.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
     // The target must be 8-byte aligned (IBTA §9.4). xrnic NAKs a misaligned one as a
     // remote access error; rxe sends NAK invalid request instead
@@ -989,6 +1080,7 @@ fn do_atomic(
         .atomic(m, cmp, a.swap_add)
         .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
     qp.counters.atomics_executed += 1;
+    qp.counters.rd_atomic_over_limit += u64::from(over);
     qp.resp.msn = qp.resp.msn.next();
     let msn = qp.resp.msn;
     let end_count = qp.resp.psn_count + 1;

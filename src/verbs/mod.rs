@@ -577,6 +577,9 @@ pub struct DeviceInfo {
     /// A software device's AF_XDP buffer mode (single-buffer caps the MTU); `None` for an
     /// RDMA device.
     pub af_xdp: Option<afxdp::BufferMode>,
+    /// A software device's XDP attach mode as `XRNIC_XDP_MODE` forces it (`None`: auto,
+    /// native unless the driver refuses it, which the port logs; or an RDMA device).
+    pub xdp_mode: Option<afxdp::XdpMode>,
 }
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): no PCI vendor.
@@ -653,6 +656,11 @@ fn query_netdev_with(ifname: &str, mode: afxdp::BufferMode) -> Result<DeviceInfo
         gids,
         netdev: Some(nd),
         af_xdp: Some(mode),
+        xdp_mode: match afxdp::XdpModeChoice::from_env() {
+            Ok(afxdp::XdpModeChoice::Skb) => Some(afxdp::XdpMode::Skb),
+            Ok(afxdp::XdpModeChoice::Native) => Some(afxdp::XdpMode::Native),
+            _ => None,
+        },
     })
 }
 

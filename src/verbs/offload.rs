@@ -170,6 +170,7 @@ fn read_facts(name: &str, ctx: &ibv::Context) -> Result<RdmaFacts> {
             gids,
             gid_types: gid_types.clone(),
             af_xdp: None,
+            xdp_mode: None,
         },
         gid_types,
     })

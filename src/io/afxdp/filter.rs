@@ -6,10 +6,16 @@
 //! here. Each [`RoceFilter`] is its own copy of the program and its maps; the attachment
 //! is a bpf_link, so the program leaves the interface when the filter is dropped (or the
 //! process dies).
+//!
+//! Attach mode ([`XdpMode`]): native (in the driver) by default; when the driver refuses
+//! native XDP (virtio_net on Linux 6.1 at MTU 9000, drivers without XDP) the program is
+//! attached in generic (skb) mode instead, with one log line, and the AF_XDP socket must
+//! bind in copy mode. `XRNIC_XDP_MODE=native|skb|auto` ([`XDP_MODE_ENV`]) forces one.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use libbpf_rs::{Link, MapCore, MapFlags, Object, ObjectBuilder, ProgramInput};
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder, ProgramInput};
 
 use super::Error;
 
@@ -58,19 +64,80 @@ pub struct FilterStats {
     pub malformed: u64,
 }
 
+/// How the program runs on the interface (the kernel's XDP attach modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver (`XDP_FLAGS_DRV_MODE`), before any skb exists.
+    Native,
+    /// Generic XDP (`XDP_FLAGS_SKB_MODE`), after the kernel built an skb: any driver, any
+    /// MTU, slower; AF_XDP sockets bind in copy mode (`XDP_COPY`).
+    Skb,
+}
+
+impl XdpMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            XdpMode::Native => "native",
+            XdpMode::Skb => "skb",
+        }
+    }
+}
+
+/// The attach mode asked for ([`XDP_MODE_ENV`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpModeChoice {
+    /// Native, or generic when the driver refuses native XDP (logged).
+    #[default]
+    Auto,
+    /// Native or fail.
+    Native,
+    /// Generic (skb) mode always.
+    Skb,
+}
+
+/// The environment variable that loads the XDP program without frags (`0`), as on a
+/// kernel before 5.18: the port binds single-buffer and caps its MTU.
+pub const XDP_FRAGS_ENV: &str = "XRNIC_XDP_FRAGS";
+
+/// The environment variable that forces an attach mode: `native`, `skb` or `auto`.
+pub const XDP_MODE_ENV: &str = "XRNIC_XDP_MODE";
+
+impl XdpModeChoice {
+    /// From [`XDP_MODE_ENV`] (unset: auto); any other value is an error naming it.
+    pub fn from_env() -> Result<Self, Error> {
+        match std::env::var(XDP_MODE_ENV) {
+            Err(_) => Ok(XdpModeChoice::Auto),
+            Ok(v) => match v.as_str() {
+                "" | "auto" => Ok(XdpModeChoice::Auto),
+                "native" => Ok(XdpModeChoice::Native),
+                "skb" => Ok(XdpModeChoice::Skb),
+                other => Err(Error::Config(format!(
+                    "{XDP_MODE_ENV}={other:?}: expected native, skb or auto"
+                ))),
+            },
+        }
+    }
+}
+
 /// One loaded copy of the XDP filter, optionally attached to one interface.
 pub struct RoceFilter {
-    // Field order is drop order: detach before the object (and its maps) goes.
-    link: Option<Link>,
+    // Field order is drop order: detach (close the bpf_link) before the object goes.
+    link: Option<OwnedFd>,
+    mode: Option<XdpMode>,
+    frags: bool,
     obj: Object,
 }
 
 impl std::fmt::Debug for RoceFilter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RoceFilter")
-            .field("attached", &self.link.is_some())
+            .field("attached", &self.mode)
             .finish()
     }
+}
+
+fn libc_ebusy() -> i32 {
+    rustix::io::Errno::BUSY.raw_os_error()
 }
 
 /// Whether a libbpf message goes to stderr. libbpf prints one line per refused attach,
@@ -107,7 +174,11 @@ fn frags_hint() -> String {
 }
 
 impl RoceFilter {
-    /// Load the program and its maps into the kernel (not attached anywhere yet).
+    /// Load the program and its maps into the kernel (not attached anywhere yet). The
+    /// program is frags-aware (`BPF_F_XDP_HAS_FRAGS`, Linux 5.18+); when the kernel refuses
+    /// it that way, or [`XDP_FRAGS_ENV`]`=0` asks, the same program is loaded without the
+    /// flag ([`RoceFilter::frags`] false: the port then binds single-buffer), with one
+    /// warning naming the feature.
     pub fn load() -> Result<Self, Error> {
         super::sys::require_root("loading the XDP program")?;
         // libbpf's own default level: warnings and information, not debug.
@@ -115,18 +186,66 @@ impl RoceFilter {
         PRINT.call_once(|| {
             libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Info, libbpf_print)));
         });
-        let open = ObjectBuilder::default()
+        if std::env::var(XDP_FRAGS_ENV).is_ok_and(|v| v == "0") {
+            let f = Self::load_with(false)?;
+            tracing::warn!(
+                "xrnic's XDP program loaded without frags ({XDP_FRAGS_ENV}=0): AF_XDP \
+                 single-buffer, the port's MTU is capped to fit"
+            );
+            return Ok(f);
+        }
+        match Self::load_with(true) {
+            Ok(f) => Ok(f),
+            Err(e) => match Self::load_with(false) {
+                Ok(f) => {
+                    let (maj, min) = XDP_FRAGS_SINCE;
+                    tracing::warn!(
+                        kernel = %super::features::kernel_release(),
+                        "xrnic's XDP program did not load frags-aware (BPF_F_XDP_HAS_FRAGS, \
+                         Linux {maj}.{min}+: {e}); loaded without it: AF_XDP single-buffer, \
+                         the port's MTU is capped to fit"
+                    );
+                    Ok(f)
+                }
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    fn load_with(frags: bool) -> Result<Self, Error> {
+        let mut open = ObjectBuilder::default()
             .open_memory(OBJECT)
             .map_err(|e| Error::LoadProgram(format!("{e:#}")))?;
+        if !frags {
+            for mut p in open.progs_mut() {
+                // SAFETY: the pointer is the open object's live program, only read here.
+                let flags = unsafe {
+                    libbpf_sys::bpf_program__flags(
+                        libbpf_rs::AsRawLibbpf::as_libbpf_object(&*p).as_ptr(),
+                    )
+                };
+                p.set_flags(flags & !libbpf_sys::BPF_F_XDP_HAS_FRAGS);
+            }
+        }
         let obj = open
             .load()
             .map_err(|e| Error::LoadProgram(format!("{e:#}{}", frags_hint())))?;
-        let f = RoceFilter { link: None, obj };
+        let f = RoceFilter {
+            link: None,
+            mode: None,
+            frags,
+            obj,
+        };
         // Fail now, not at first use, if the object lacks what we expect.
         f.find_prog()?;
         f.find_map(XSKS)?;
         f.find_map(STATS)?;
         Ok(f)
+    }
+
+    /// Loaded frags-aware (multi-buffer frames reach the program whole)?
+    pub fn frags(&self) -> bool {
+        self.frags
     }
 
     fn find_prog(&self) -> Result<libbpf_rs::ProgramMut<'_>, Error> {
@@ -143,24 +262,87 @@ impl RoceFilter {
             .ok_or_else(|| Error::LoadProgram(format!("map {name} missing from the object")))
     }
 
-    /// Attach to the interface `ifindex` (native XDP where the driver has it, as veth
-    /// does). Replaces an earlier attachment of this filter.
-    pub fn attach(&mut self, ifindex: u32, ifname: &str) -> Result<(), Error> {
+    /// Attach to the interface `ifindex` in the mode [`XDP_MODE_ENV`] asks for (native
+    /// by default, generic when the driver refuses native XDP: one warning says so).
+    /// Replaces an earlier attachment of this filter. Returns the mode attached in.
+    pub fn attach(&mut self, ifindex: u32, ifname: &str) -> Result<XdpMode, Error> {
         self.link = None;
+        self.mode = None;
+        let choice = XdpModeChoice::from_env()?;
         let idx = i32::try_from(ifindex).map_err(|_| Error::AttachRefused {
             ifname: ifname.to_string(),
             reason: format!("interface index {ifindex} out of range"),
         })?;
-        let prog = self.find_prog()?;
-        let link = super::sys::retry_busy(|| prog.attach_xdp(idx), super::sys::is_busy_libbpf)
-            .map_err(|e| Error::AttachRefused {
-                ifname: ifname.to_string(),
-                reason: format!(
-                    "{e:#} (another XDP program attached? an MTU too large for the driver's XDP?)"
-                ),
-            })?;
-        self.link = Some(link);
-        Ok(())
+        let refused = |mode: XdpMode, e: std::io::Error| Error::AttachRefused {
+            ifname: ifname.to_string(),
+            reason: format!(
+                "{} XDP: {e} (another XDP program attached? an MTU too large for the driver's \
+                 native XDP? {XDP_MODE_ENV}=skb attaches in generic mode)",
+                mode.as_str()
+            ),
+        };
+        let first = match choice {
+            XdpModeChoice::Skb => XdpMode::Skb,
+            _ => XdpMode::Native,
+        };
+        let (fd, mode) = match self.link_create(idx, first) {
+            Ok(fd) => (fd, first),
+            Err(e) if choice == XdpModeChoice::Auto && e.raw_os_error() != Some(libc_ebusy()) => {
+                let fd = self
+                    .link_create(idx, XdpMode::Skb)
+                    .map_err(|e2| refused(XdpMode::Skb, e2))?;
+                tracing::warn!(
+                    ifname,
+                    "native XDP refused ({e}): xrnic's XDP program runs in generic (skb) \
+                     mode, the AF_XDP socket binds in copy mode (slower; \
+                     {XDP_MODE_ENV}=native makes this an error)"
+                );
+                (fd, XdpMode::Skb)
+            }
+            Err(e) => return Err(refused(first, e)),
+        };
+        self.link = Some(fd);
+        self.mode = Some(mode);
+        Ok(mode)
+    }
+
+    /// The mode the program is attached in, if attached.
+    pub fn mode(&self) -> Option<XdpMode> {
+        self.mode
+    }
+
+    /// bpf_link_create(BPF_XDP) with the mode's flag, retrying EBUSY (a queue still being
+    /// released); closing the returned fd detaches the program.
+    fn link_create(&self, ifindex: i32, mode: XdpMode) -> std::io::Result<OwnedFd> {
+        let prog = self
+            .find_prog()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let prog_fd = prog.as_fd().as_raw_fd();
+        let flags = match mode {
+            XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
+            XdpMode::Skb => libbpf_sys::XDP_FLAGS_SKB_MODE,
+        };
+        super::sys::retry_busy(
+            || {
+                // SAFETY: an all-zero bpf_link_create_opts is its documented default (libbpf
+                // LIBBPF_OPTS); `sz` and `flags` are set before the call.
+                let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+                opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
+                opts.flags = flags;
+                // SAFETY: `prog_fd` is the loaded program's fd, alive for the call; `opts`
+                // lives across it. libbpf returns a new fd or a negative errno.
+                let fd = unsafe {
+                    libbpf_sys::bpf_link_create(prog_fd, ifindex, libbpf_sys::BPF_XDP, &opts)
+                };
+                if fd < 0 {
+                    Err(std::io::Error::from_raw_os_error(-fd))
+                } else {
+                    // SAFETY: `fd` is a new bpf_link fd that nothing else owns.
+                    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+                }
+            },
+            |e: &std::io::Error| e.raw_os_error() == Some(libc_ebusy()),
+        )
     }
 
     /// Is the program attached to an interface?

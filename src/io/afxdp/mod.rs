@@ -20,7 +20,9 @@ pub mod sys;
 
 pub use error::Error;
 pub use features::{KernelFeatures, Support, kernel_features};
-pub use filter::{FilterStats, RoceFilter, XdpAction};
+pub use filter::{
+    FilterStats, RoceFilter, XDP_FRAGS_ENV, XDP_MODE_ENV, XdpAction, XdpMode, XdpModeChoice,
+};
 pub use port::{
     BindMode, BufferMode, CHUNK_DATA, CHUNK_SIZE, FrameCounts, KernelStats, MAX_FRAME, PortOptions,
     PortStats, SINGLE_BUFFER_ENV, XskPort,

@@ -286,6 +286,19 @@ impl XskPort {
         } else {
             None
         };
+        // Generic (skb) XDP hands AF_XDP copies only: bind in copy mode.
+        let skb = filter.as_ref().and_then(|f| f.mode()) == Some(super::XdpMode::Skb);
+        let mut opts = opts;
+        if skb {
+            match opts.bind_mode {
+                BindMode::ZeroCopy => {
+                    return Err(Error::Config(format!(
+                        "zero-copy needs native XDP, but {ifname}'s XDP program runs in skb mode"
+                    )));
+                }
+                _ => opts.bind_mode = BindMode::Copy,
+            }
+        }
 
         let frame_size =
             FrameSize::new(CHUNK_SIZE).map_err(|e| Error::Config(format!("chunk size: {e}")))?;
@@ -305,7 +318,6 @@ impl XskPort {
             ))
         })?;
 
-        let mut opts = opts;
         let features = super::features::kernel_features();
         if opts.need_wakeup && !features.need_wakeup.available() {
             let (maj, min) = super::features::NEED_WAKEUP_SINCE;
@@ -318,6 +330,14 @@ impl XskPort {
             opts.need_wakeup = false;
         }
         let mut mode = BufferMode::for_options(&opts);
+        if mode == BufferMode::Multi && filter.as_ref().is_some_and(|f| !f.frags()) {
+            let (maj, min) = super::filter::XDP_FRAGS_SINCE;
+            mode = BufferMode::Single {
+                why: format!(
+                    "xrnic's XDP program runs without frags (BPF_F_XDP_HAS_FRAGS, Linux {maj}.{min}+)"
+                ),
+            };
+        }
         let sock_cfg = |mode: &BufferMode| {
             let mut bind = BindFlags::empty();
             if *mode == BufferMode::Multi {
@@ -474,6 +494,11 @@ impl XskPort {
     /// Multi-buffer or single-buffer, and why.
     pub fn buffer_mode(&self) -> &BufferMode {
         &self.mode
+    }
+
+    /// The attach mode of the port's XDP filter (`None` without one).
+    pub fn xdp_mode(&self) -> Option<super::XdpMode> {
+        self.filter.as_ref().and_then(|f| f.mode())
     }
 
     pub fn options(&self) -> &PortOptions {

@@ -136,7 +136,7 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
             } else {
                 with_psn(&read, psn)
             };
-            p.b.handle_frame(0, &f);
+            let _ = p.b.handle_frame(0, &f);
         }
         let got = infos(&drain(&mut p, Side::B));
         let reads = got
@@ -157,11 +157,11 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Rts);
 
         // The first READ's replay state was recycled: its duplicate is dropped (class D).
-        p.b.handle_frame(0, &with_psn(&read, p0));
+        let _ = p.b.handle_frame(0, &with_psn(&read, p0));
         assert!(drain(&mut p, Side::B).is_empty(), "recycled: dropped");
         // The newest READ's is kept: replayed.
         let newest = (p0 + n - 1 - u32::from(atomic_last)) & 0xff_ffff;
-        p.b.handle_frame(0, &with_psn(&read, newest));
+        let _ = p.b.handle_frame(0, &with_psn(&read, newest));
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1, "{got:x?}");
         assert_eq!(
@@ -186,7 +186,7 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         let atomic = request(&mut p, &c, fetch_add_wr(&src, &dst));
         let p0 = psn_a();
         for i in 0..HARD_CAP {
-            p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+            let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
         }
         let extra = (p0 + HARD_CAP) & 0xff_ffff;
         let last = if atomic_last {
@@ -194,7 +194,7 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         } else {
             with_psn(&read, extra)
         };
-        p.b.handle_frame(0, &last);
+        let _ = p.b.handle_frame(0, &last);
         let got = infos(&drain(&mut p, Side::B));
         let responses = got
             .iter()
@@ -227,7 +227,7 @@ fn reads_without_responder_resources_get_nak_invalid_request() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let (mut q, d, _, _) = setup_res(0);
     assert_eq!(q.b.query_qp(d.qp_b).unwrap().max_dest_rd_atomic, 0);
-    q.b.handle_frame(0, &read);
+    let _ = q.b.handle_frame(0, &read);
     let got = infos(&drain(&mut q, Side::B));
     assert_eq!(
         got,
@@ -248,7 +248,7 @@ fn reads_within_max_dest_rd_atomic_are_all_answered() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let p0 = psn_a();
     for i in 0..4 * u32::from(RES) {
-        p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, Opcode::RC_READ_RESPONSE_ONLY);
@@ -266,13 +266,13 @@ fn response_cache_holds_max_dest_rd_atomic_entries() {
     let p0 = psn_a();
     let n = u32::from(RES) + 1;
     for i in 0..n {
-        p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
         drain(&mut p, Side::B);
     }
-    p.b.handle_frame(0, &with_psn(&read, p0));
+    let _ = p.b.handle_frame(0, &with_psn(&read, p0));
     assert!(drain(&mut p, Side::B).is_empty(), "evicted: dropped");
     let newest = (p0 + n - 1) & 0xff_ffff;
-    p.b.handle_frame(0, &with_psn(&read, newest));
+    let _ = p.b.handle_frame(0, &with_psn(&read, newest));
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got, vec![(Opcode::RC_READ_RESPONSE_ONLY, newest, got[0].2)]);
     let k = p.b.qp_counters(c.qp_b).unwrap();
@@ -287,7 +287,7 @@ fn duplicate_atomic_flood_is_bounded() {
     let (mut p, c, src, dst) = setup();
     let f = request(&mut p, &c, fetch_add_wr(&src, &dst));
     for _ in 0..1000 {
-        p.b.handle_frame(0, &f);
+        let _ = p.b.handle_frame(0, &f);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -306,7 +306,7 @@ fn rnr_flood_queues_one_rnr_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for _ in 0..1000 {
-        p.b.handle_frame(0, &f);
+        let _ = p.b.handle_frame(0, &f);
     }
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got.len(), 1, "{got:x?}");
@@ -321,7 +321,8 @@ fn out_of_sequence_flood_gets_one_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..1000u32 {
-        p.b.handle_frame(0, &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff));
+        let _ =
+            p.b.handle_frame(0, &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff));
     }
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(
@@ -344,12 +345,12 @@ fn duplicates_and_rnr_alternating_cannot_grow_the_response_queue() {
     let (mut p, c, src, dst) = setup();
     p.b.post_recv(c.qp_b, recv_wr(9, sge(&dst, 0, 64))).unwrap();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
-    p.b.handle_frame(0, &f);
+    let _ = p.b.handle_frame(0, &f);
     drain(&mut p, Side::B);
     let next = with_psn(&f, (psn_a() + 1) & 0xff_ffff);
     for _ in 0..500 {
-        p.b.handle_frame(0, &f);
-        p.b.handle_frame(0, &next);
+        let _ = p.b.handle_frame(0, &f);
+        let _ = p.b.handle_frame(0, &next);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -374,7 +375,8 @@ fn receive_queue_is_capped_and_sends_past_it_get_rnr() {
     assert!(p.b.post_recv(c.qp_b, recv_wr(5, sge(&dst, 0, 64))).is_err());
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..5u32 {
-        p.b.handle_frame(0, &with_psn(&f, (psn_a() + i) & 0xff_ffff));
+        let _ =
+            p.b.handle_frame(0, &with_psn(&f, (psn_a() + i) & 0xff_ffff));
     }
     let k = p.b.qp_counters(c.qp_b).unwrap();
     assert_eq!(k.out_of_buffer, 1, "the fifth SEND finds no WQE");
@@ -403,7 +405,7 @@ fn cnp_state_is_per_local_qp_only() {
     let n = r.emit(&mut ce).unwrap();
     ce.truncate(n);
     for _ in 0..1000 {
-        p.b.handle_frame(0, &ce);
+        let _ = p.b.handle_frame(0, &ce);
     }
     let got = infos(&drain(&mut p, Side::B));
     let cnps = got.iter().filter(|g| g.0 == Opcode::CNP).count();
@@ -419,7 +421,7 @@ fn cnp_state_is_per_local_qp_only() {
         r.roce.bth.dest_qp = Qpn::new(0x1000 + q);
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        p.b.handle_frame(0, &out[..n]);
+        let _ = p.b.handle_frame(0, &out[..n]);
     }
     assert_eq!(p.b.congestion().unwrap().qp_statuses().len(), before);
     assert_eq!(p.b.counters().rp_cnp_ignored, 1000);
@@ -437,7 +439,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
     p.a.post_send(c.qp_a, w).unwrap();
     let req = drain(p, Side::A);
     for f in &req {
-        p.b.handle_frame(0, f);
+        let _ = p.b.handle_frame(0, f);
     }
     let acks = drain(p, Side::B);
     for a in &acks {
@@ -447,7 +449,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
         }
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        p.a.handle_frame(0, &out[..n]);
+        let _ = p.a.handle_frame(0, &out[..n]);
     }
     drain(p, Side::A)
         .into_iter()
@@ -463,7 +465,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     let (mut p, c, src, dst) = setup();
     let read = request(&mut p, &c, read_wr(&src, &dst));
     // B's answer to A's READ, as a template of a response frame addressed to A.
-    p.b.handle_frame(0, &read);
+    let _ = p.b.handle_frame(0, &read);
     let resp = drain(&mut p, Side::B).remove(0);
     let never = (psn_a() + 1000) & 0xff_ffff;
     let mut n = 0;
@@ -483,7 +485,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
         let mut out = vec![0u8; r.buffer_len()];
         let len = r.emit(&mut out).unwrap();
         for _ in 0..100 {
-            p.a.handle_frame(0, &out[..len]);
+            let _ = p.a.handle_frame(0, &out[..len]);
             n += 1;
         }
     }
@@ -491,7 +493,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     assert_eq!((k.ghost_responses, k.naks_received), (n, 0), "{k:?}");
     assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Rts);
     // The real response still completes the READ.
-    p.a.handle_frame(0, &resp);
+    let _ = p.a.handle_frame(0, &resp);
     let wcs = poll(&mut p, Side::A, &c);
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!(wcs[0].status, xrnic::proto::WcStatus::Success);

@@ -18,6 +18,7 @@ use core::ffi::{c_char, c_int, c_void};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use xrnic::cm::{CmEvent, CmId, ConnParam, Path};
 use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, rej_reason, service_id};
@@ -416,6 +417,8 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         if let (Some(p), Some(c)) = (&st.port, st.cm) {
             reg(|r| r.conns.remove(&(Arc::as_ptr(p) as usize, c)));
             p.with_cm(|cm, now| cm.destroy(now, c));
+            // A DREQ or REJ the destroy sent leaves before the program may exit.
+            p.drain_sends(Duration::from_millis(200));
         }
         if let Some(sid) = st.listen {
             for p in &st.listen_ports {
@@ -1057,11 +1060,9 @@ pub extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
-        errno_ret(
-            p.with_cm(|cm, now| cm.disconnect(now, c))
-                .then_some(())
-                .ok_or(libc::EINVAL),
-        )
+        let ok = p.with_cm(|cm, now| cm.disconnect(now, c));
+        p.drain_sends(Duration::from_millis(200));
+        errno_ret(ok.then_some(()).ok_or(libc::EINVAL))
     })
 }
 

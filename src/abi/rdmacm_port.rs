@@ -7,6 +7,7 @@
 //! held, so that the dispatcher may call back into the port (accept, rtu) freely.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,10 @@ pub struct Port {
     smr: xv::Mr,
     next_send: Mutex<usize>,
     ahs: Mutex<HashMap<[u8; 16], xv::Ah>>,
+    /// MADs posted, and their send completions seen by the port's thread (a UD send
+    /// completes when its frame leaves): `drain_sends` waits for the two to meet.
+    sends_posted: AtomicU64,
+    sends_done: AtomicU64,
 }
 
 // SAFETY: `ctx` is a leaked, never-freed ibv_context that is only handed to C callers
@@ -140,6 +145,8 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
         smr,
         next_send: Mutex::new(0),
         ahs: Mutex::new(HashMap::new()),
+        sends_posted: AtomicU64::new(0),
+        sends_done: AtomicU64::new(0),
     })
 }
 
@@ -217,7 +224,25 @@ impl Port {
         self.smr.write(slot * MAD_LEN, mad)?;
         let mut wr = SendWr::new(slot as u64 | 1 << 32, WrOpcode::Send);
         wr.sg_list = vec![self.smr.sge(slot * MAD_LEN, MAD_LEN as u32)];
-        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)
+        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)?;
+        self.sends_posted.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Wait (at most `limit`) until every MAD posted so far has left the device. The
+    /// kernel's CM outlives the process that asked for a DREQ or a REJ; this one lives in
+    /// the process, so `rdma_disconnect` and `rdma_destroy_id` wait here: a program that
+    /// exits right after them (rping's client does) still has its DREQ on the wire, and
+    /// the peer is not left waiting for a disconnect that never comes.
+    pub fn drain_sends(&self, limit: Duration) {
+        let target = self.sends_posted.load(Ordering::Acquire);
+        let end = Instant::now() + limit;
+        while self.sends_done.load(Ordering::Acquire) < target && Instant::now() < end {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The completion is made as the frame is handed to the socket; give the driver
+        // the moment it needs to kick the transmit ring before the process may exit.
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -240,6 +265,7 @@ fn run(p: &Port) {
         p.cq.wait_into(16, wait, &mut wcs);
         for w in &wcs {
             if w.wr_id >> 32 != 0 {
+                p.sends_done.fetch_add(1, Ordering::AcqRel);
                 continue; // a send completion
             }
             let slot = w.wr_id as usize;

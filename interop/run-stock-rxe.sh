@@ -81,6 +81,23 @@ SCENARIOS=(
 	# netem drops 2 % of the guest's frames (rxe's data, ACKs, READ requests, responses).
 	'loss_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|2%'
 	'loss_read_bw_xs|ib_read_bw|-s 65536 -n 100|server|4|1024|2%'
+	# UD, UC and SRQ (issue 16)
+	'ud_pp_xc|ibv_ud_pingpong|-s 1024 -n 50 -c|client|4|1024|0'
+	'ud_pp_xs_ll|ibv_ud_pingpong|-s 512 -n 50 -c|server|0|1024|0'
+	'uc_pp_xc|ibv_uc_pingpong|-s 4096 -n 50 -c|client|4|1024|0'
+	'uc_pp_xs|ibv_uc_pingpong|-s 4096 -n 50 -c|server|4|1024|0'
+	'srq_pp_xc|ibv_srq_pingpong|-q 16 -s 4096 -n 50 -c|client|4|1024|0'
+	'srq_pp_xs|ibv_srq_pingpong|-q 16 -s 4096 -n 50 -c|server|4|1024|0'
+	'ud_send_bw_xc|ib_send_bw|-c UD -n 200|client|4|1024|0'
+	'ud_send_bw_xs|ib_send_bw|-c UD -n 200|server|4|1024|0'
+	'ud_send_lat_xc|ib_send_lat|-c UD -n 100|client|4|1024|0'
+	'uc_send_bw_xs|ib_send_bw|-c UC -n 200|server|4|1024|0'
+	'uc_write_bw_xc|ib_write_bw|-c UC -n 200|client|4|1024|0'
+	'srq_send_bw_xs|ib_send_bw|--use-srq -n 200|server|4|1024|0'
+	# librdmacm over each side's CM (issue 17): rxe's kernel CM against xrnic's
+	'rping_xc|rping|-s -a 192.0.2.11 -C 20 -S 4096 -v|client|4|1024|0|-c -a @PEER@ -C 20 -S 4096 -v'
+	'rping_xs|rping|-s -a 192.0.2.100 -C 20 -v|server|4|1024|0|-c -a @PEER@ -C 20 -v'
+	'ucmatose_xc|ucmatose|-c 4 -C 1|client|4|1024|0|-s @PEER@ -c 4 -C 1'
 )
 # Not in the default set (run them by name).
 EXTRA=(
@@ -193,7 +210,11 @@ command_line() {
 	[[ $is_client == 1 && -n $cargs ]] && args=$cargs
 	local cmd="/usr/bin/$tool"
 	case $kind in
-	verbs) cmd+=" -d $dev -g $gid -m $mtu" ;;
+	verbs)
+		cmd+=" -d $dev -g $gid"
+		# ibv_ud_pingpong has no -m: a UD message fits the port's active MTU.
+		[[ $tool == ibv_ud_pingpong ]] || cmd+=" -m $mtu"
+		;;
 	perftest) cmd+=" -d $dev -x $gid -m $mtu -F" ;;
 	esac
 	cmd+=" $args"

@@ -683,8 +683,14 @@ impl Cm {
         let c = self.conns.get(&id)?;
         Some(QpParams {
             dest_qpn: c.remote_qpn,
-            rq_psn: c.remote_psn,
-            sq_psn: c.local.psn,
+            // The Starting PSN a side puts in its REQ or REP is the PSN it expects to
+            // receive, as the kernel's CM reads it (cm.c: `ib_send_cm_req` and
+            // `ib_send_cm_rep` keep their own message's Starting PSN as `rq_psn`;
+            // `cm_req_handler` / `cm_rep_handler` take the peer's as `sq_psn`). Seen on
+            // the wire against rxe: with the two swapped its first SEND is NAKed with a
+            // PSN sequence error.
+            rq_psn: c.local.psn,
+            sq_psn: c.remote_psn,
             path_mtu: c.path.mtu,
             // cm.c `cm_init_qp_rtr_attr` / `cm_init_qp_rts_attr`: our own responder
             // resources and initiator depth (from the REQ we sent or the REP we sent).

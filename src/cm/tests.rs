@@ -197,16 +197,18 @@ fn req_mra_rep_rtu_then_dreq_drep_and_timewait() {
     assert_eq!(established(&n.ev_b), [b]);
     assert_eq!(n.a.state(a), Some(State::Established));
     assert_eq!(n.b.state(b), Some(State::Established));
-    // The QP moves each side makes: the other's QPN and PSN.
+    // The QP moves each side makes: the other's QPN; each receives from the PSN it
+    // announced and sends from the PSN the other announced (the kernel's cm.c reading:
+    // A's REQ said 0x111, B's REP 0x222).
     let qa = n.a.qp_attr(a).unwrap();
     assert_eq!(
         (qa.dest_qpn, qa.rq_psn, qa.sq_psn, qa.path_mtu),
-        (0x22, 0x222, 0x111, 3)
+        (0x22, 0x111, 0x222, 3)
     );
     let qb = n.b.qp_attr(b).unwrap();
     assert_eq!(
         (qb.dest_qpn, qb.rq_psn, qb.sq_psn, qb.path_mtu),
-        (0x11, 0x111, 0x222, 3)
+        (0x11, 0x222, 0x111, 3)
     );
     assert_eq!(qb.path.remote_gid, GA);
     assert_eq!((qa.retry_cnt, qa.rnr_retry, qb.rnr_retry), (7, 7, 7));

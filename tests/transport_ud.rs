@@ -629,3 +629,67 @@ fn resources_show_the_qp_type() {
     assert!(line(ua.qpn).contains(" type UD state RTS "), "{lines}");
     assert!(line(rc.qp_a).contains(" type RC state RTS "), "{lines}");
 }
+
+/// rxe's UD datagrams over IPv6 (link-local GIDs), from a capture the project recorded
+/// against rxe (interop/captures/stock_ud_pingpong_ll.pcapng): each lands on an xrnic UD QP
+/// after a GRH that is the frame's own 40-byte IPv6 header (rxe
+/// `build_rdma_network_hdr`), with `src_qp` and `byte_len` 40 + payload.
+#[test]
+fn rxe_ud_datagrams_over_ipv6_land_after_the_ipv6_header_as_grh() {
+    let f = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("interop/captures/stock_ud_pingpong_ll.pcapng");
+    let mut checked = 0;
+    for fr in xrnic::capture::read_file(&f).unwrap() {
+        let Ok(v) = FrameView::parse(&fr.data) else {
+            continue;
+        };
+        // rxe's frames: the guest's qemu MAC (52:54:00:...) as the source.
+        if v.bth().opcode() != Opcode::UD_SEND_ONLY || fr.data[6..9] != [0x52, 0x54, 0x00] {
+            continue;
+        }
+        assert!(v.is_ipv6());
+        let b = &fr.data;
+        let dst_mac: [u8; 6] = b[..6].try_into().unwrap();
+        let dst_gid: [u8; 16] = b[38..54].try_into().unwrap();
+        let mut d = Rnic::new(Config {
+            mac: dst_mac,
+            gids: vec![dst_gid],
+            ..Config::default()
+        });
+        let pd = d.alloc_pd();
+        let cq = d.create_cq(8);
+        let mut init = ud_init(cq, 4);
+        init.qp_type = QpType::Ud;
+        let q = d.create_qp(pd, &init).unwrap();
+        assert_eq!(q, v.bth().dest_qp(), "the capture's QP is the first one");
+        to_rts(&mut d, q, 0x1111_1111);
+        let mr = d.reg_mr(pd, 1024, Access::LOCAL_WRITE).unwrap();
+        d.post_recv(
+            q,
+            RecvWr {
+                wr_id: 3,
+                sg_list: vec![Sge {
+                    addr: mr.addr,
+                    length: 1024,
+                    lkey: mr.lkey,
+                }],
+            },
+        )
+        .unwrap();
+        let _ = d.handle_frame(0, b);
+        let mut wcs = Vec::new();
+        d.poll_cq(cq, 8, &mut wcs);
+        assert_eq!(wcs.len(), 1, "frame #{}", fr.number);
+        let w = wcs[0];
+        let payload = v.payload();
+        assert_eq!(w.status, WcStatus::Success);
+        assert!(w.grh);
+        assert_eq!(w.src_qp, Qpn::new(0x11));
+        assert_eq!(w.byte_len as usize, GRH_LEN + payload.len());
+        let got = &d.mr_bytes(mr.lkey).unwrap()[..GRH_LEN + payload.len()];
+        assert_eq!(got[..GRH_LEN], b[14..54], "the GRH is the IPv6 header");
+        assert_eq!(got[GRH_LEN..], *payload);
+        checked += 1;
+    }
+    assert!(checked >= 8, "rxe's datagrams in the capture: {checked}");
+}

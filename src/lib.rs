@@ -4,7 +4,6 @@
 //! sans-IO transport) ← `verbs` / driver → `io` (AF_XDP, simulated link, captures).
 
 pub mod capture;
-pub mod cli;
 pub mod cm;
 pub mod driver;
 pub mod io;

@@ -9,6 +9,7 @@
 //! (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,8 +18,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{StatFiles, netns_cmd, require_tshark, text, wait_listening};
 use serde_json::Value;
 use xrnic::io::netns::{Side, VethPair};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 
 fn scratch(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -105,7 +104,7 @@ fn directions(bytes: &[u8]) -> Vec<u32> {
 /// `xrnic explain --json`; check the timestamps lie in [`from`, `to`] (wall clock).
 fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
     let p = path.to_str().unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(xrnic_bin())
         .args(["decode", "--strict", p])
         .output()
         .unwrap();
@@ -157,7 +156,7 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
         }
     }
 
-    let o = Command::new(BIN)
+    let o = Command::new(xrnic_bin())
         .args(["explain", "--json", p])
         .output()
         .unwrap();
@@ -429,7 +428,7 @@ fn sigint_leaves_a_complete_capture_and_exit_status_130() {
             text(o)
         );
         // The file ends with a whole packet block, and every packet decodes.
-        let d = Command::new(BIN)
+        let d = Command::new(xrnic_bin())
             .args(["decode", "--strict", cap.to_str().unwrap()])
             .output()
             .unwrap();

@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use cli_support::*;
 use serde_json::Value;
-use xrnic::cli::sim::{Ops, SimOptions, SimParams, SimSummary, SizeSpec, simulate_with};
 use xrnic::proto::{Mtu, QpState, RdmaInfo, SendWr, Sge, WcStatus, WrOpcode};
 use xrnic::sim::{ConnectOpts, LinkConfig, Pair};
 use xrnic::wire::Rkey;
+use xrnic_cli::cli::sim::{Ops, SimOptions, SimParams, SimSummary, SizeSpec, simulate_with};
 
 fn lossy() -> SimParams {
     SimParams {
@@ -97,8 +97,12 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
     let frames = xrnic::capture::read_file(&path).unwrap();
     assert_eq!(frames.len() as u64, s.packets_sent);
     let mut sink = Vec::new();
-    let d = xrnic::cli::decode::decode_frames(&frames, xrnic::cli::decode::Format::Text, &mut sink)
-        .unwrap();
+    let d = xrnic_cli::cli::decode::decode_frames(
+        &frames,
+        xrnic_cli::cli::decode::Format::Text,
+        &mut sink,
+    )
+    .unwrap();
     assert_eq!(d.roce as u64, s.packets_sent);
     assert!(d.all_good(), "{d:?}");
     // Virtual time, nanoseconds: the last frame is within the run's virtual time.

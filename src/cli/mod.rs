@@ -1,5 +1,5 @@
 //! The `xrnic` subcommands as library code, so that tests, fuzz targets and the binary
-//! share one implementation. The binary (`src/bin/xrnic`) only parses the command line
+//! share one implementation. The binary (src/cli/main.rs, crate `xrnic-cli`) only parses the command line
 //! with clap and calls in here.
 //!
 //! Contract: nothing here panics on bad input (a capture is untrusted data); every failure

@@ -13,13 +13,14 @@ use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
 
-/// The `xrnic` binary cargo built for these tests.
-pub const XRNIC: &str = env!("CARGO_BIN_EXE_xrnic");
+mod bin_path;
+/// The `xrnic` binary (target/<profile>/xrnic, built by the `xrnic-cli` package).
+pub use bin_path::xrnic_bin;
 
 /// `xrnic ARGS` run in the network namespace of `side` of `pair`.
 pub fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.end(side).netns, XRNIC])
+    c.args(["netns", "exec", &pair.end(side).netns, xrnic_bin()])
         .args(args);
     c
 }

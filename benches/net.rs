@@ -33,16 +33,14 @@
 //! `XRNIC_BENCH_ROUNDS` interleaved rounds (default 3) and each keeps its best round; every
 //! round's ratios are printed and listed in the JSON (`round_*`).
 
-#[path = "../tests/common/bin_path.rs"]
-mod bin_path;
 #[allow(dead_code)]
 #[path = "afxdp_rtt.rs"]
 mod rtt;
-use bin_path::xrnic_bin;
 
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
+use common::xrnic_bin;
 use rtt::raw::{self, common};
 use xrnic::io::netns::{Side, VethPair};
 use xrnic_cli::cli::perf::{PerfArgs, PerfError, PerfTest, perf};

@@ -560,8 +560,10 @@ fn an_ack_owed_when_the_responder_moves_to_err_still_leaves() {
     assert_eq!(wcs.len(), 1);
     assert_eq!(wcs[0].status, WcStatus::Success);
     // B's application moves the QP to ERR before B's driver transmitted anything.
-    let mut a = QpAttr::default();
-    a.qp_state = QpState::Err;
+    let a = QpAttr {
+        qp_state: QpState::Err,
+        ..Default::default()
+    };
     p.dev(Side::B)
         .modify_qp(c.qp_b, &a, AttrMask::STATE)
         .unwrap();

@@ -4,7 +4,7 @@
 //!
 //! Contract:
 //! - A client is a connection: its pid, uid and comm come from SO_PEERCRED and /proc when
-//!   it connects; everything it creates lives in its [`Client`] and only there, so it
+//!   it connects; everything it creates lives in its `Client` and only there, so it
 //!   names (and can touch) only its own objects; its MRs are registered over its own
 //!   memory (process_vm_readv/writev, [`crate::proto::UserMem::remote`]).
 //! - EOF or any error on a client's socket ends the client: its QPs are destroyed first

@@ -38,7 +38,7 @@
 //!   device closes (read by `xrnic stat`, and by `xrnic res` for the QP/MR/CQ listing it
 //!   carries); it names its writer by pid and start time. [`remove_live_snapshots`] is
 //!   for a program's signal handler.
-//! - Optional capture tap ([`crate::pcap_tap`]): every frame received (before the fault
+//! - Optional capture tap ([`crate::driver::tap`]): every frame received (before the fault
 //!   injector, with the engine's verdict) and sent (with its [`TxReason`](crate::proto::TxReason)) goes to a
 //!   pcapng written by a thread of its own; off, it costs a branch per frame.
 //! - Dropping the [`Driver`] stops and joins the thread, then drops the port (which
@@ -58,13 +58,15 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
-use crate::pcap_tap::Tap;
 use crate::proto::resources::{Owner, Resources};
 use crate::proto::{Cq, DeviceCounters, MAX_FRAME_LEN, QpCounters, QpState, Rnic, WorkCompletion};
 use crate::wire::Qpn;
 
 pub mod loopback;
 pub mod poll;
+pub mod tap;
+
+use tap::Tap;
 
 pub use poll::POLL_LEASE;
 use poll::{Port, Stepper};
@@ -288,7 +290,7 @@ pub struct DriverOptions {
     /// The interface's identity in its namespace, for the snapshot; none for a simulated
     /// device, and the snapshot says `simulated`.
     pub link: Option<LinkId>,
-    /// Capture every frame received and sent into this pcapng file ([`crate::pcap_tap`]).
+    /// Capture every frame received and sent into this pcapng file ([`crate::driver::tap`]).
     pub pcap: Option<PathBuf>,
 }
 

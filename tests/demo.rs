@@ -79,7 +79,7 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
     }
     assert_eq!(namespaces_of(pid), Vec::<String>::new(), "{t}");
     // The capture, checked here independently of the demo's own check.
-    let frames = xrnic::capture::read_file(&pcap).expect("the demo's capture");
+    let frames = xrnic::io::capture::read_file(&pcap).expect("the demo's capture");
     let sum = xrnic_cli::cli::decode::decode_frames(
         &frames,
         xrnic_cli::cli::decode::Format::Text,
@@ -107,7 +107,7 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
             .output()
             .expect("decode");
         assert!(d.status.success(), "{}: {d:?}", cap.display());
-        let frames = xrnic::capture::read_file(&cap).expect("the device capture");
+        let frames = xrnic::io::capture::read_file(&cap).expect("the device capture");
         let sum = xrnic_cli::cli::decode::decode_frames(
             &frames,
             xrnic_cli::cli::decode::Format::Text,

@@ -110,7 +110,7 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
         .unwrap();
     assert!(o.status.success(), "decode --strict {p}: {}", text(&o));
 
-    let frames = xrnic::capture::read_file(path).unwrap();
+    let frames = xrnic::io::capture::read_file(path).unwrap();
     assert!(!frames.is_empty(), "{p}: empty");
     let since = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap();
     let mut last = Duration::ZERO;
@@ -129,7 +129,7 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
         last = f.timestamp;
     }
     let bytes = std::fs::read(path).unwrap();
-    let comments = xrnic::pcap_out::packet_comments(&bytes);
+    let comments = xrnic::io::pcap_out::packet_comments(&bytes);
     assert_eq!(comments.len(), frames.len());
     let dirs = directions(&bytes);
     assert!(dirs.iter().all(|&d| d == 1 || d == 2), "{p}: {dirs:?}");
@@ -433,7 +433,7 @@ fn sigint_leaves_a_complete_capture_and_exit_status_130() {
             .output()
             .unwrap();
         assert!(d.status.success(), "{}", text(&d));
-        assert!(xrnic::capture::read_file(cap).unwrap().len() > 10);
+        assert!(xrnic::io::capture::read_file(cap).unwrap().len() > 10);
     }
     let _ = std::fs::remove_file(&ca);
     let _ = std::fs::remove_file(&cb);
@@ -596,7 +596,7 @@ fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
     let bytes = std::fs::read(&cap).unwrap();
     let _ = std::fs::remove_file(&cap);
     assert_eq!(directions(&bytes), [1, 1, 1], "three inbound frames");
-    let c = xrnic::pcap_out::packet_comments(&bytes);
+    let c = xrnic::io::pcap_out::packet_comments(&bytes);
     let c: Vec<&str> = c.iter().map(|c| c.as_deref().unwrap_or("")).collect();
     assert!(
         c[0].contains("malformed") && c[1].contains("malformed"),
@@ -605,7 +605,7 @@ fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
     assert!(c[2].contains("bad ICRC"), "{c:?}");
     // The frames are there byte for byte: the UDP payloads as sent, after Ethernet (14),
     // IPv4 (20) and UDP (8).
-    let frames = xrnic::capture::read_bytes(&bytes).unwrap();
+    let frames = xrnic::io::capture::read_bytes(&bytes).unwrap();
     for (f, p) in frames.iter().zip(&bad) {
         assert_eq!(f.data.get(42..42 + p.len()), Some(&p[..]), "{:?}", f.data);
     }

@@ -6,7 +6,7 @@
 use std::io;
 
 use libfuzzer_sys::fuzz_target;
-use xrnic::capture;
+use xrnic::io::capture;
 use xrnic_cli::cli::decode::{Format, decode_frames};
 
 fuzz_target!(|data: &[u8]| {

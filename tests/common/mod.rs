@@ -82,7 +82,7 @@ pub fn vector_frames() -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     for f in files {
         let frames =
-            xrnic::capture::read_file(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            xrnic::io::capture::read_file(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         for fr in frames {
             out.push((format!("{} #{}", f.display(), fr.number), fr.data));
         }

@@ -1,5 +1,5 @@
 //! The stat snapshot format and its files: what a driver writes to
-//! /run/xrnic/<netdev>.<netns inode>.json (or `DriverOptions::stat_path`) for
+//! `/run/xrnic/<netdev>.<netns inode>.json` (or `DriverOptions::stat_path`) for
 //! `xrnic stat` and `xrnic res` to read (docs/rnic.md, docs/observability.md), the list of
 //! this process's live snapshot files, and the atomic write (temporary file + rename).
 

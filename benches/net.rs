@@ -40,10 +40,11 @@ mod rtt;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
+use common::xrnic_bin;
 use rtt::raw::{self, common};
-use xrnic::cli::perf::{PerfArgs, PerfError, PerfTest, perf};
-use xrnic::cli::pingpong::{PingpongArgs, pingpong};
 use xrnic::io::netns::{Side, VethPair};
+use xrnic_cli::cli::perf::{PerfArgs, PerfError, PerfTest, perf};
+use xrnic_cli::cli::pingpong::{PingpongArgs, pingpong};
 
 fn main() {
     if !rustix::process::geteuid().is_root() {
@@ -398,7 +399,7 @@ struct PerfResult {
 /// tool (perftest) or the library (`cargo build --release -p xrnic-verbs`) is missing.
 fn stock_perftest(pair: &VethPair, args: &[&str], col: usize) -> Result<Option<f64>, String> {
     use std::process::{Command, Stdio};
-    let xrnic = env!("CARGO_BIN_EXE_xrnic");
+    let xrnic = xrnic_bin();
     let lib = std::path::Path::new(xrnic).with_file_name("libibverbs.so");
     let tool = format!("/usr/bin/{}", args[0]);
     if !lib.exists() || !std::path::Path::new(&tool).exists() {
@@ -452,7 +453,7 @@ fn stock_perftest(pair: &VethPair, args: &[&str], col: usize) -> Result<Option<f
 
 /// `xrnic up` (or, `up` false, `xrnic down`) on both ends' interfaces.
 fn service_up(pair: &VethPair, up: bool) -> Result<(), String> {
-    let xrnic = env!("CARGO_BIN_EXE_xrnic");
+    let xrnic = xrnic_bin();
     for side in [Side::A, Side::B] {
         let e = pair.end(side);
         let verb = if up { "up" } else { "down" };
@@ -578,8 +579,8 @@ fn pp_args(
 
 /// Congestion control of the xrnic runs: the default, or `XRNIC_BENCH_CC=dcqcn|off` (to
 /// measure what DCQCN costs: run the bench once each way).
-fn bench_cc() -> xrnic::cli::cc::CcArgs {
-    let mut cc = xrnic::cli::cc::CcArgs::default();
+fn bench_cc() -> xrnic_cli::cli::cc::CcArgs {
+    let mut cc = xrnic_cli::cli::cc::CcArgs::default();
     match std::env::var("XRNIC_BENCH_CC").as_deref() {
         Ok("dcqcn") => cc.dcqcn = true,
         Ok("off") => cc.no_dcqcn = true,

@@ -3,14 +3,10 @@
 //! Layers, with one direction of dependency: [`wire`] (packet formats) ← `proto` (the
 //! sans-IO transport) ← `verbs` / driver → `io` (AF_XDP, simulated link, captures).
 
-pub mod capture;
-pub mod cli;
 pub mod cm;
 pub mod driver;
 pub mod io;
 pub mod oob;
-pub mod pcap_out;
-pub mod pcap_tap;
 pub mod proto;
 pub mod service;
 pub mod sim;

@@ -6,7 +6,7 @@ use xrnic::wire::{FrameView, Opcode};
 
 fn mads(path: &std::path::Path) -> Vec<(Vec<u8>, Mad)> {
     let mut out = Vec::new();
-    for fr in xrnic::capture::read_file(path).unwrap() {
+    for fr in xrnic::io::capture::read_file(path).unwrap() {
         let Ok(v) = FrameView::parse(&fr.data) else {
             continue;
         };

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use xrnic::capture;
+use xrnic::io::capture;
 use xrnic::proto::congestion::{
     Algorithm, CnpVerdict, CongestionControl, Dcqcn, DcqcnParams, Pacer, Phase, build_cnp,
 };

@@ -214,7 +214,7 @@ fn ce_marks_become_cnps_that_cut_the_senders_rate() {
         .expect("the snapshot has the QP's rate state");
     assert_eq!(rate.rp_cnp_handled, ca.rp_cnp_handled);
     assert!(rate.alpha.is_some());
-    let text = xrnic::cli::stat::render(&snap, true);
+    let text = xrnic_cli::cli::stat::render(&snap, true);
     assert!(text.contains("dcqcn: rate_mbps "), "{text}");
     assert!(
         text.contains(&format!("rp_cnp_handled {}", ca.rp_cnp_handled)),

@@ -5,11 +5,10 @@
 //! (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 
 /// The namespaces whose names carry `pid` (VethPair names them `xrnic-<pid>-<n>-<side>`).
 fn namespaces_of(pid: u32) -> Vec<String> {
@@ -35,7 +34,7 @@ fn tmp_pcap(name: &str) -> std::path::PathBuf {
 #[ignore = "needs root"]
 fn demo_verifies_everything_and_leaves_no_namespace() {
     let pcap = tmp_pcap("demo");
-    let child = Command::new(BIN)
+    let child = Command::new(xrnic_bin())
         .args(["demo", "-n", "20", "--pcap"])
         .arg(&pcap)
         .stdout(Stdio::piped())
@@ -80,10 +79,10 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
     }
     assert_eq!(namespaces_of(pid), Vec::<String>::new(), "{t}");
     // The capture, checked here independently of the demo's own check.
-    let frames = xrnic::capture::read_file(&pcap).expect("the demo's capture");
-    let sum = xrnic::cli::decode::decode_frames(
+    let frames = xrnic::io::capture::read_file(&pcap).expect("the demo's capture");
+    let sum = xrnic_cli::cli::decode::decode_frames(
         &frames,
-        xrnic::cli::decode::Format::Text,
+        xrnic_cli::cli::decode::Format::Text,
         &mut std::io::sink(),
     )
     .expect("decode");
@@ -93,7 +92,7 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
     // The devices' own captures beside it (the capture taps), one interface per step:
     // every ICRC valid, both directions, and the demo says where they are.
     for side in ["a", "b"] {
-        let cap = xrnic::cli::demo::rnic_capture(&pcap, side);
+        let cap = xrnic_cli::cli::demo::rnic_capture(&pcap, side);
         assert!(
             stdout.contains(&format!(
                 "demo: device {} capture {}: ",
@@ -102,16 +101,16 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
             )),
             "{t}"
         );
-        let d = Command::new(BIN)
+        let d = Command::new(xrnic_bin())
             .args(["decode", "--strict"])
             .arg(&cap)
             .output()
             .expect("decode");
         assert!(d.status.success(), "{}: {d:?}", cap.display());
-        let frames = xrnic::capture::read_file(&cap).expect("the device capture");
-        let sum = xrnic::cli::decode::decode_frames(
+        let frames = xrnic::io::capture::read_file(&cap).expect("the device capture");
+        let sum = xrnic_cli::cli::decode::decode_frames(
             &frames,
-            xrnic::cli::decode::Format::Text,
+            xrnic_cli::cli::decode::Format::Text,
             &mut std::io::sink(),
         )
         .expect("decode");
@@ -135,7 +134,7 @@ fn demo_verifies_everything_and_leaves_no_namespace() {
 #[ignore = "needs root"]
 fn demo_interrupted_leaves_no_namespace() {
     let pcap = tmp_pcap("demo-sigint");
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(xrnic_bin())
         .args(["demo", "-n", "5000", "--pcap"])
         .arg(&pcap)
         .stdout(Stdio::piped())
@@ -193,7 +192,7 @@ fn demo_without_root_says_so() {
             "--reuid=65534",
             "--regid=65534",
             "--clear-groups",
-            BIN,
+            xrnic_bin(),
             "demo",
         ])
         .output()
@@ -220,7 +219,7 @@ fn demo_without_dumpcap_names_the_package() {
             .unwrap_or_else(|| panic!("{tool} not found"));
         let _ = std::os::unix::fs::symlink(found, dir.join(tool));
     }
-    let child = Command::new(BIN)
+    let child = Command::new(xrnic_bin())
         .arg("demo")
         .env("PATH", &dir)
         .stdout(Stdio::piped())

@@ -9,14 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// The crate's top-level modules.
 const MODULES: &[&str] = &[
-    "capture",
-    "cli",
+    "cm",
     "driver",
     "io",
     "oob",
-    "pcap_out",
-    "pcap_tap",
     "proto",
+    "service",
     "sim",
     "trace_out",
     "verbs",

@@ -4,10 +4,14 @@
 //! interface name given as an RDMA device gets a hint; `--netdev` and `--device` are
 //! exclusive.
 
+#[path = "common/bin_path.rs"]
+mod bin_path;
+use bin_path::xrnic_bin;
+
 use std::process::{Command, Output};
 
 fn xrnic(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_xrnic"));
+    let mut c = Command::new(xrnic_bin());
     c.args(args);
     for (k, v) in env {
         c.env(k, v);

@@ -5,13 +5,13 @@
 //! are `#[ignore = "needs root"]` (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::process::{Command, Output, Stdio};
 
 use common::{text, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
 
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";
 const HEADER_MB: &str =
@@ -386,7 +386,7 @@ fn perf_dcqcn_json_rates_cc_log_and_plot() {
     // The CSV: both QPs sampled, rates filled, delivered bytes end at 200 × 4096 each.
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = csv_text.lines();
-    assert_eq!(lines.next(), Some(xrnic::cli::cclog::HEADER));
+    assert_eq!(lines.next(), Some(xrnic_cli::cli::cclog::HEADER));
     let rows: Vec<Vec<String>> = lines
         .map(|l| l.split(',').map(str::to_string).collect())
         .collect();
@@ -405,7 +405,7 @@ fn perf_dcqcn_json_rates_cc_log_and_plot() {
         );
     }
     let svg = dir.join("cc.svg");
-    let out = Command::new(BIN)
+    let out = Command::new(xrnic_bin())
         .args(["plot", csv_s, "-o", svg.to_str().unwrap()])
         .output()
         .unwrap();
@@ -431,7 +431,7 @@ fn perf_cc_usage_errors() {
             "--cc-log is sampled by the client",
         ),
     ] {
-        let out = Command::new(BIN)
+        let out = Command::new(xrnic_bin())
             .args(["perf", "write", "--netdev", "lo", "--no-stat"])
             .args(args)
             .output()
@@ -440,7 +440,7 @@ fn perf_cc_usage_errors() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
         assert!(t.contains(want), "{args:?}: {t}");
     }
-    let out = Command::new(BIN)
+    let out = Command::new(xrnic_bin())
         .args(["plot", "/nonexistent.csv", "-o", "/tmp/x.svg"])
         .output()
         .unwrap();

@@ -9,7 +9,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{XRNIC, under_ci};
+use common::{under_ci, xrnic_bin};
 use xrnic::io::netns::{Side, VethPair};
 
 fn tool(name: &str) -> Option<String> {
@@ -41,7 +41,7 @@ fn text(o: &Output) -> String {
 }
 
 fn library_built() {
-    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",
@@ -57,7 +57,7 @@ fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
         &pair.end(side).netns,
         "timeout",
         "120",
-        XRNIC,
+        xrnic_bin(),
     ])
     .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
     .args(args);

@@ -6,14 +6,13 @@
 //! (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{StatFiles, netns_cmd, text, wait_listening};
 use xrnic::io::netns::{Side, VethPair};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 
 /// Server on B, client on A; returns (server output, client output).
 fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {
@@ -528,7 +527,12 @@ fn rc_pingpong_errors_are_clear() {
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{t}");
     // Not root: re-run as nobody.
     let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            xrnic_bin(),
+        ])
         .args(["rc-pingpong", "--netdev", "lo"])
         .output()
         .expect("setpriv");

@@ -9,6 +9,7 @@
 //! (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -17,8 +18,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{StatFiles, netns_cmd, require_tshark, text, wait_listening};
 use serde_json::Value;
 use xrnic::io::netns::{Side, VethPair};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 
 fn scratch(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -105,13 +104,13 @@ fn directions(bytes: &[u8]) -> Vec<u32> {
 /// `xrnic explain --json`; check the timestamps lie in [`from`, `to`] (wall clock).
 fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
     let p = path.to_str().unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(xrnic_bin())
         .args(["decode", "--strict", p])
         .output()
         .unwrap();
     assert!(o.status.success(), "decode --strict {p}: {}", text(&o));
 
-    let frames = xrnic::capture::read_file(path).unwrap();
+    let frames = xrnic::io::capture::read_file(path).unwrap();
     assert!(!frames.is_empty(), "{p}: empty");
     let since = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap();
     let mut last = Duration::ZERO;
@@ -130,7 +129,7 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
         last = f.timestamp;
     }
     let bytes = std::fs::read(path).unwrap();
-    let comments = xrnic::pcap_out::packet_comments(&bytes);
+    let comments = xrnic::io::pcap_out::packet_comments(&bytes);
     assert_eq!(comments.len(), frames.len());
     let dirs = directions(&bytes);
     assert!(dirs.iter().all(|&d| d == 1 || d == 2), "{p}: {dirs:?}");
@@ -157,7 +156,7 @@ fn examine(path: &Path, from: SystemTime, to: SystemTime) -> Seen {
         }
     }
 
-    let o = Command::new(BIN)
+    let o = Command::new(xrnic_bin())
         .args(["explain", "--json", p])
         .output()
         .unwrap();
@@ -429,12 +428,12 @@ fn sigint_leaves_a_complete_capture_and_exit_status_130() {
             text(o)
         );
         // The file ends with a whole packet block, and every packet decodes.
-        let d = Command::new(BIN)
+        let d = Command::new(xrnic_bin())
             .args(["decode", "--strict", cap.to_str().unwrap()])
             .output()
             .unwrap();
         assert!(d.status.success(), "{}", text(&d));
-        assert!(xrnic::capture::read_file(cap).unwrap().len() > 10);
+        assert!(xrnic::io::capture::read_file(cap).unwrap().len() > 10);
     }
     let _ = std::fs::remove_file(&ca);
     let _ = std::fs::remove_file(&cb);
@@ -597,7 +596,7 @@ fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
     let bytes = std::fs::read(&cap).unwrap();
     let _ = std::fs::remove_file(&cap);
     assert_eq!(directions(&bytes), [1, 1, 1], "three inbound frames");
-    let c = xrnic::pcap_out::packet_comments(&bytes);
+    let c = xrnic::io::pcap_out::packet_comments(&bytes);
     let c: Vec<&str> = c.iter().map(|c| c.as_deref().unwrap_or("")).collect();
     assert!(
         c[0].contains("malformed") && c[1].contains("malformed"),
@@ -606,7 +605,7 @@ fn frames_the_engine_refuses_are_in_the_capture_with_the_reason() {
     assert!(c[2].contains("bad ICRC"), "{c:?}");
     // The frames are there byte for byte: the UDP payloads as sent, after Ethernet (14),
     // IPv4 (20) and UDP (8).
-    let frames = xrnic::capture::read_bytes(&bytes).unwrap();
+    let frames = xrnic::io::capture::read_bytes(&bytes).unwrap();
     for (f, p) in frames.iter().zip(&bad) {
         assert_eq!(f.data.get(42..42 + p.len()), Some(&p[..]), "{:?}", f.data);
     }

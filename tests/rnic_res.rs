@@ -8,6 +8,7 @@
 //! (docs/testing.md).
 
 mod common;
+use common::xrnic_bin;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -22,7 +23,6 @@ use xrnic::verbs::{
 };
 use xrnic::wire::Rkey;
 
-const BIN: &str = env!("CARGO_BIN_EXE_xrnic");
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(10);
 const PSN_A: u32 = 0x123456;
@@ -56,7 +56,7 @@ impl Drop for Scratch {
 /// `xrnic ARGS` in `side`'s namespace.
 fn xrnic(pair: &VethPair, side: Side, args: &[&str]) -> Output {
     Command::new("ip")
-        .args(["netns", "exec", &pair.end(side).netns, BIN])
+        .args(["netns", "exec", &pair.end(side).netns, xrnic_bin()])
         .args(args)
         .output()
         .expect("run xrnic")
@@ -384,7 +384,7 @@ fn res_of_another_xrnic_process_names_it_and_turns_stale_when_it_is_killed() {
     let _cleanup = DefaultSnapshot(file.clone());
     // A server waiting for a client: its device and its QP (INIT) stay up meanwhile.
     let mut server = Command::new("ip")
-        .args(["netns", "exec", &pair.end(Side::B).netns, BIN])
+        .args(["netns", "exec", &pair.end(Side::B).netns, xrnic_bin()])
         .args(["rc-pingpong", "--netdev", &ifb, "-p", "18950"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use xrnic::capture;
+use xrnic::io::capture;
 use xrnic::wire::{
     AethRepr, Error, FrameRepr, FrameView, IpRepr, NakCode, Opcode, Operation, Psn, Qpn, Segment,
     Syndrome,

@@ -11,7 +11,7 @@ mod common;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{XRNIC, text, under_ci};
+use common::{text, under_ci, xrnic_bin};
 use xrnic::io::netns::{Side, VethPair};
 
 /// The stock tool's path, or None (skip; a failure under CI=true).
@@ -34,7 +34,7 @@ struct Svc {
 impl Svc {
     fn start() -> Option<Svc> {
         tool("ibv_rc_pingpong")?;
-        let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+        let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
         assert!(
             lib.exists(),
             "{} missing: cargo build --workspace",
@@ -68,7 +68,7 @@ impl Svc {
     /// `xrnic ARGS` as root in A.
     fn root(&self, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.pair.end(Side::A).netns, XRNIC])
+        c.args(["netns", "exec", &self.pair.end(Side::A).netns, xrnic_bin()])
             .args(args);
         c
     }
@@ -90,7 +90,7 @@ impl Svc {
 
     /// A stock tool as nobody through `xrnic exec`.
     fn tool(&self, args: &[&str]) -> Command {
-        let mut v = vec![XRNIC, "exec", "--netdev", self.ifname(), "--"];
+        let mut v = vec![xrnic_bin(), "exec", "--netdev", self.ifname(), "--"];
         v.extend_from_slice(args);
         let mut c = self.as_nobody(&v);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -390,7 +390,7 @@ fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
             // The service still answers this client.
             let pd2 = dev.alloc_pd().unwrap();
             drop(pd2);
-            let doc = xrnic::cli::service::res_of(&ifname).unwrap().unwrap();
+            let doc = xrnic_cli::cli::service::res_of(&ifname).unwrap().unwrap();
             let me = std::process::id() as i32;
             doc.clients.iter().find(|c| c.pid == me).unwrap().bad_slots
         })

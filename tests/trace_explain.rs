@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use cli_support::*;
 use serde_json::Value;
-use xrnic::cli::sim::{Ops, SimOptions, SimParams, SimSummary, SizeSpec, simulate_with};
 use xrnic::proto::{Mtu, QpState, RdmaInfo, SendWr, Sge, WcStatus, WrOpcode};
 use xrnic::sim::{ConnectOpts, LinkConfig, Pair};
 use xrnic::wire::Rkey;
+use xrnic_cli::cli::sim::{Ops, SimOptions, SimParams, SimSummary, SizeSpec, simulate_with};
 
 fn lossy() -> SimParams {
     SimParams {
@@ -94,11 +94,15 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
     assert_eq!(out.pcap_packets, s.packets_sent);
 
     // Recorded as each device sent it (before the link): every ICRC is valid.
-    let frames = xrnic::capture::read_file(&path).unwrap();
+    let frames = xrnic::io::capture::read_file(&path).unwrap();
     assert_eq!(frames.len() as u64, s.packets_sent);
     let mut sink = Vec::new();
-    let d = xrnic::cli::decode::decode_frames(&frames, xrnic::cli::decode::Format::Text, &mut sink)
-        .unwrap();
+    let d = xrnic_cli::cli::decode::decode_frames(
+        &frames,
+        xrnic_cli::cli::decode::Format::Text,
+        &mut sink,
+    )
+    .unwrap();
     assert_eq!(d.roce as u64, s.packets_sent);
     assert!(d.all_good(), "{d:?}");
     // Virtual time, nanoseconds: the last frame is within the run's virtual time.
@@ -107,7 +111,7 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
 
     // The comments name every retransmission, and the link's doings.
     let bytes = std::fs::read(&path).unwrap();
-    let comments = xrnic::pcap_out::packet_comments(&bytes);
+    let comments = xrnic::io::pcap_out::packet_comments(&bytes);
     assert_eq!(comments.len(), frames.len());
     let retrans = comments
         .iter()
@@ -242,7 +246,7 @@ fn rnr_run_traces_waits_and_comments_rnr_retries() {
     let waits = events.iter().filter(|e| e["ev"] == "rnr_wait").count() as u64;
     assert_eq!(waits, s.rnr_naks_sent);
     let bytes = std::fs::read(&path).unwrap();
-    let comments = xrnic::pcap_out::packet_comments(&bytes);
+    let comments = xrnic::io::pcap_out::packet_comments(&bytes);
     let rnr_naks = comments
         .iter()
         .flatten()
@@ -299,7 +303,7 @@ fn dcqcn_run_traces_rate_updates_and_cnps() {
     let sent = events.iter().filter(|e| e["ev"] == "cnp_sent").count() as u64;
     assert_eq!(sent, out.cnps_sent);
     let bytes = std::fs::read(&path).unwrap();
-    let cnp_comments = xrnic::pcap_out::packet_comments(&bytes)
+    let cnp_comments = xrnic::io::pcap_out::packet_comments(&bytes)
         .into_iter()
         .flatten()
         .filter(|c| c.starts_with("CNP"))

@@ -1,9 +1,13 @@
 //! End to end: the built `xrnic sim` binary, its JSON summary and its exit codes.
 
+#[path = "common/bin_path.rs"]
+mod bin_path;
+use bin_path::xrnic_bin;
+
 use std::process::Command;
 
 fn xrnic(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xrnic"))
+    let out = Command::new(xrnic_bin())
         .args(args)
         .output()
         .expect("run xrnic");

@@ -9,9 +9,9 @@
 //! alternating IPv4 and IPv6 GIDs. Cargo.toml sets `[profile.test] opt-level = 1` so that
 //! these runs take seconds, not minutes, in `cargo test`.
 
-use xrnic::cli::sim::{Ops, SimParams, SizeSpec, simulate};
 use xrnic::proto::Mtu;
 use xrnic::sim::LinkConfig;
+use xrnic_cli::cli::sim::{Ops, SimParams, SizeSpec, simulate};
 
 const MTUS: [Mtu; 5] = [
     Mtu::Mtu256,

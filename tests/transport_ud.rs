@@ -554,7 +554,7 @@ fn rxe_cm_mads_land_on_qp1_with_the_grh_rxe_writes() {
     let mut checked = 0;
     for f in std::fs::read_dir(&dir).unwrap() {
         let f = f.unwrap().path();
-        for fr in xrnic::capture::read_file(&f).unwrap() {
+        for fr in xrnic::io::capture::read_file(&f).unwrap() {
             let Ok(v) = FrameView::parse(&fr.data) else {
                 continue;
             };

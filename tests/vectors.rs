@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use xrnic::capture;
+use xrnic::io::capture;
 use xrnic::wire::{Error, FrameRepr, FrameView};
 
 /// The folder; the test using it is ignored where build.rs found it missing.

@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{XRNIC, text, under_ci};
+use common::{text, under_ci, xrnic_bin};
 use xrnic::io::netns::{Side, VethPair};
 
 /// tests/c/NAME.c built into a fresh directory, or None (skip; a failure under CI=true).
@@ -45,7 +45,7 @@ fn exec(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str) -> Comm
 fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid: &str) -> Command {
     let e = pair.end(side);
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", &e.netns, "timeout", "120", XRNIC])
+    c.args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
         .args(["exec", "--netdev", &e.ifname, "--"])
         .arg(exe)
         .arg(format!("xrnic_{}", e.ifname))
@@ -58,7 +58,7 @@ fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid
 #[test]
 #[ignore = "needs root"]
 fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
-    let lib = Path::new(XRNIC).with_file_name("libibverbs.so");
+    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",
@@ -106,7 +106,7 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
 #[test]
 #[ignore = "needs root"]
 fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
-    let lib = Path::new(XRNIC).with_file_name("libibverbs.so");
+    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",

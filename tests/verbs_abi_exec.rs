@@ -8,7 +8,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{XRNIC, text, under_ci};
+use common::{text, under_ci, xrnic_bin};
 use xrnic::io::netns::{Side, VethPair};
 
 /// The stock tool, or None (skip; a failure under CI=true).
@@ -23,7 +23,7 @@ fn tool(name: &str) -> Option<String> {
 }
 
 fn library_built() -> bool {
-    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: build the workspace first (cargo build --workspace)",
@@ -38,7 +38,7 @@ fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
         "netns",
         "exec",
         &pair.end(side).netns,
-        XRNIC,
+        xrnic_bin(),
         "exec",
         "--netdev",
     ])
@@ -124,8 +124,8 @@ fn the_offload_backend_refuses_xrnics_own_libibverbs() {
     if !library_built() {
         return;
     }
-    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
-    let out = Command::new(XRNIC)
+    let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
+    let out = Command::new(xrnic_bin())
         .args(["devinfo", "-d", "rxe0"])
         .env("XRNIC_LIBIBVERBS", &lib)
         .output()

@@ -10,7 +10,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{XRNIC, text, under_ci};
+use common::{text, under_ci, xrnic_bin};
 use xrnic::io::netns::{Side, VethPair};
 
 /// The stock tool, or None (skip; a failure under CI=true).
@@ -25,7 +25,7 @@ fn tool(name: &str, package: &str) -> Option<String> {
 }
 
 fn library_built() {
-    let lib = std::path::Path::new(XRNIC).with_file_name("libibverbs.so");
+    let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: build the workspace first (cargo build --workspace)",
@@ -43,7 +43,7 @@ fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
         &pair.end(side).netns,
         "timeout",
         "120",
-        XRNIC,
+        xrnic_bin(),
     ])
     .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
     .args(args);

@@ -16,6 +16,10 @@
 //! Every case checks delivered bytes and completions (status, opcode, length, immediate),
 //! not just that calls return.
 
+#[path = "common/bin_path.rs"]
+mod bin_path;
+use bin_path::xrnic_bin;
+
 use std::time::Duration;
 
 use xrnic::verbs::{
@@ -525,7 +529,7 @@ fn offload_in_rxe_guest() {
     let _ = std::fs::remove_file(format!("{outdir}/A.console"));
     let out = std::process::Command::new(format!("{dir}/interop/run-offload.sh"))
         .args(["-o", &outdir, "-t", "api"])
-        .env("XRNIC", env!("CARGO_BIN_EXE_xrnic"))
+        .env("XRNIC", xrnic_bin())
         .env("XRNIC_API_TEST", &me)
         .output()
         .expect("run interop/run-offload.sh");

@@ -1,13 +1,13 @@
 //! Fuzz target `decode_pcap`: any bytes given to the capture reader (pcap or pcapng) give
 //! frames or an error, never a panic; the frames then go through exactly what
-//! `xrnic decode` does with them (`cli::decode::decode_frames`), in text and in JSON.
+//! `xrnic decode` does with them (`xrnic_cli::cli::decode::decode_frames`), in text and in JSON.
 #![no_main]
 
 use std::io;
 
 use libfuzzer_sys::fuzz_target;
-use xrnic::capture;
-use xrnic::cli::decode::{Format, decode_frames};
+use xrnic::io::capture;
+use xrnic_cli::cli::decode::{Format, decode_frames};
 
 fuzz_target!(|data: &[u8]| {
     let frames = match capture::read_bytes(data) {

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use etherparse::{LaxNetSlice, LaxSlicedPacket, TransportSlice};
 use serde::Serialize;
 
-use crate::capture::{self, CaptureError, CapturedFrame};
+use crate::io::capture::{self, CaptureError, CapturedFrame};
 use crate::wire::{
     AethRepr, Bth, Error as WireError, FrameView, IpRepr, NakCode, Opcode, Operation, ROCE_V2_PORT,
     Syndrome, aeth_credits, rnr_timer_ns,

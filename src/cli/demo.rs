@@ -20,7 +20,7 @@
 //!   block.
 //! - The capture (default `target/demo-wire.pcapng`, `--pcap`) is decoded with
 //!   [`crate::cli::decode`]: it must hold RoCE packets, all parsed, all with valid ICRCs.
-//! - Beside it, each device's own capture ([`crate::pcap_tap`], with the comments saying
+//! - Beside it, each device's own capture ([`crate::driver::tap`], with the comments saying
 //!   why a frame was sent or dropped): `<FILE>.rnic-a.pcapng` (side A, the clients) and
 //!   `.rnic-b.pcapng` (side B, the servers), `.pcapng` of FILE replaced. Each step writes
 //!   its own pair of files (`--pcap` of the tools, `DeviceOptions::pcap` in the verbs step)
@@ -120,9 +120,9 @@ impl RnicCaps {
                 .iter()
                 .map(|(what, f)| (what.clone(), f[i].clone()))
                 .collect();
-            let n = crate::pcap_out::merge(&out, &parts)?;
-            let frames =
-                crate::capture::read_file(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let n = crate::io::pcap_out::merge(&out, &parts)?;
+            let frames = crate::io::capture::read_file(&out)
+                .map_err(|e| format!("{}: {e}", out.display()))?;
             let sum = crate::cli::decode::decode_frames(
                 &frames,
                 crate::cli::decode::Format::Text,
@@ -138,7 +138,7 @@ impl RnicCaps {
                     sum.malformed
                 ));
             }
-            let comments = crate::pcap_out::packet_comments(
+            let comments = crate::io::pcap_out::packet_comments(
                 &std::fs::read(&out).map_err(|e| format!("{}: {e}", out.display()))?,
             );
             println!(
@@ -204,7 +204,7 @@ fn on_signal() {
     }
     // This process's own devices (the verbs step): their captures up to now, and no
     // snapshot left behind.
-    crate::pcap_tap::flush_all(Duration::from_secs(5));
+    crate::driver::tap::flush_all(Duration::from_secs(5));
     crate::driver::remove_live_snapshots();
     for ns in c.netns.drain(..) {
         let _ = Command::new("ip")
@@ -519,7 +519,8 @@ fn stop_capture(cap: Capture) -> Result<(u64, u64), String> {
 }
 
 fn check_capture(pcap: &Path, captured: u64, dropped: u64) -> Result<(), String> {
-    let frames = crate::capture::read_file(pcap).map_err(|e| format!("{}: {e}", pcap.display()))?;
+    let frames =
+        crate::io::capture::read_file(pcap).map_err(|e| format!("{}: {e}", pcap.display()))?;
     let sum = crate::cli::decode::decode_frames(
         &frames,
         crate::cli::decode::Format::Text,

@@ -2,7 +2,7 @@
 //! text ladder diagram (or an SVG sequence diagram) with a summary.
 //!
 //! Contract:
-//! - Input is any pcap/pcapng (read with [`crate::capture`]); each RoCE packet is decoded
+//! - Input is any pcap/pcapng (read with [`crate::io::capture`]); each RoCE packet is decoded
 //!   with [`super::decode::decode_frame`]. Packets that do not parse are counted
 //!   (`malformed`) and left out of the ladders; a bad ICRC is shown on its line.
 //! - A *flow* is one direction (source IP, destination IP, destination QPN). Two opposite
@@ -158,7 +158,7 @@ fn is_response_psn(p: &Packet) -> bool {
 
 /// Analyse decoded frames (with their pcapng comments, if any).
 pub fn explain_frames(
-    frames: &[crate::capture::CapturedFrame],
+    frames: &[crate::io::capture::CapturedFrame],
     comments: &[Option<String>],
     full: bool,
 ) -> (Vec<Ladder>, Summary) {
@@ -658,14 +658,14 @@ pub fn run(args: &ExplainArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let frames = match crate::capture::read_bytes(&bytes) {
+    let frames = match crate::io::capture::read_bytes(&bytes) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("xrnic explain: cannot read {}: {e}", args.file.display());
             return ExitCode::from(1);
         }
     };
-    let comments = crate::pcap_out::packet_comments(&bytes);
+    let comments = crate::io::pcap_out::packet_comments(&bytes);
     let (ladders, sum) = explain_frames(&frames, &comments, args.full);
     if let Some(svg) = &args.svg {
         let text = super::explain_svg::render(&ladders);

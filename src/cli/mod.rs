@@ -1,5 +1,5 @@
 //! The `xrnic` subcommands as library code, so that tests, fuzz targets and the binary
-//! share one implementation. The binary (`src/bin/xrnic`) only parses the command line
+//! share one implementation. The binary (src/cli/main.rs, crate `xrnic-cli`) only parses the command line
 //! with clap and calls in here.
 //!
 //! Contract: nothing here panics on bad input (a capture is untrusted data); every failure
@@ -56,7 +56,7 @@ pub(crate) fn pick_gid(
 }
 
 /// For a command that opens a device (`rc-pingpong`, `perf`): on SIGINT/SIGTERM/SIGHUP,
-/// flush every live capture tap (`--pcap`, [`crate::pcap_tap::flush_all`]) and remove the
+/// flush every live capture tap (`--pcap`, [`crate::driver::tap::flush_all`]) and remove the
 /// stat snapshots of the devices still open ([`crate::driver::remove_live_snapshots`]),
 /// then exit with status 130: the capture holds every frame up to the signal, and
 /// `xrnic stat` does not show a device that is gone. Does nothing when the process already
@@ -64,7 +64,7 @@ pub(crate) fn pick_gid(
 /// does the same.
 pub(crate) fn close_on_signal(prog: &'static str) {
     let _ = ctrlc::set_handler(move || {
-        let taps = crate::pcap_tap::flush_all(std::time::Duration::from_secs(5));
+        let taps = crate::driver::tap::flush_all(std::time::Duration::from_secs(5));
         crate::driver::remove_live_snapshots();
         let flushed = if taps > 0 {
             "; the capture is flushed"

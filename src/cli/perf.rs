@@ -48,7 +48,7 @@
 //!   searched near our clock and the whole expected content derived from it. An atomic
 //!   server checks its counters with `--verify` against the stock client too (perftest
 //!   adds 1, and compares 0 / swaps 0, like us).
-//! - `--pcap FILE` writes the device's own capture ([`crate::pcap_tap`]), on either role;
+//! - `--pcap FILE` writes the device's own capture ([`crate::driver::tap`]), on either role;
 //!   SIGINT/SIGTERM flush it (and remove the stat snapshot) before exiting with status 130
 //!   (`cli::close_on_signal`).
 //! - The device: `--netdev IF` (the software backend) or `-d`/`--device NAME`, an RDMA

@@ -24,7 +24,7 @@
 //!   after the run the device stays up until its QP has been quiet for 150 ms, so that a
 //!   peer whose last ACK was lost still gets its retransmission answered (the stock tool
 //!   exits at once, and its peer's last send can then fail on a lossy link). `--pcap
-//!   FILE` writes the device's own capture ([`crate::pcap_tap`]). SIGINT/SIGTERM flush it
+//!   FILE` writes the device's own capture ([`crate::driver::tap`]). SIGINT/SIGTERM flush it
 //!   and remove the device's stat snapshot before exiting with status 130
 //!   (`cli::close_on_signal`).
 //! - `--verify` checks every received message: its length, and every byte equal to 0x7b,

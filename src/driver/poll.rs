@@ -64,7 +64,7 @@ use rand_chacha::ChaCha8Rng;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 use super::{BATCH, DriverOptions, FrameIo, MAX_KICKS, STRIDE, Shared};
-use crate::pcap_tap::{RxFate, Tap, handle_frame_tapped};
+use crate::driver::tap::{RxFate, Tap, handle_frame_tapped};
 use crate::proto::{Cq, TxReason, WorkCompletion};
 
 /// How long one busy poll keeps the driver from watching the socket. Long compared with

@@ -30,7 +30,7 @@ use std::collections::BinaryHeap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::pcap_out::{Direction, Interface, PcapNgOut};
+use crate::io::pcap_out::{Direction, Interface, PcapNgOut};
 use crate::proto::verdict::RxTally;
 use crate::proto::{
     Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,

@@ -262,7 +262,7 @@ pub struct DeviceOptions {
     /// this file when it closes: the snapshot in `stat_dir` is removed then.
     pub final_stat: Option<PathBuf>,
     /// Capture every frame the device sends and receives into this pcapng file, with a
-    /// comment on each frame that is not the obvious next one ([`crate::pcap_tap`]).
+    /// comment on each frame that is not the obvious next one ([`crate::driver::tap`]).
     pub pcap: Option<PathBuf>,
     /// DCQCN congestion control with these parameters (`None`: off, nothing changes on
     /// the wire). On: data frames are ECT(0) unless the QP's traffic class sets the ECN

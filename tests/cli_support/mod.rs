@@ -6,6 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "../common/bin_path.rs"]
+mod bin_path;
+use bin_path::xrnic_bin;
+
 #[path = "../../examples/write_capture.rs"]
 pub mod write_capture;
 
@@ -65,7 +69,7 @@ pub fn vector_files() -> Vec<PathBuf> {
 
 /// Run the built binary.
 pub fn xrnic(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xrnic"))
+    Command::new(xrnic_bin())
         .args(args)
         .output()
         .expect("run xrnic")

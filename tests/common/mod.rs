@@ -13,13 +13,14 @@ use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
 
-/// The `xrnic` binary cargo built for these tests.
-pub const XRNIC: &str = env!("CARGO_BIN_EXE_xrnic");
+mod bin_path;
+/// The `xrnic` binary (target/<profile>/xrnic, built by the `xrnic-cli` package).
+pub use bin_path::xrnic_bin;
 
 /// `xrnic ARGS` run in the network namespace of `side` of `pair`.
 pub fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", &pair.end(side).netns, XRNIC])
+    c.args(["netns", "exec", &pair.end(side).netns, xrnic_bin()])
         .args(args);
     c
 }
@@ -81,7 +82,7 @@ pub fn vector_frames() -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     for f in files {
         let frames =
-            xrnic::capture::read_file(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            xrnic::io::capture::read_file(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         for fr in frames {
             out.push((format!("{} #{}", f.display(), fr.number), fr.data));
         }

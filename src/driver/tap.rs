@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::pcap_out::{Direction, Interface, PcapNgOut};
+use crate::io::pcap_out::{Direction, Interface, PcapNgOut};
 use crate::proto::trace::TxReason;
 use crate::proto::{Rnic, RxVerdict};
 
@@ -405,12 +405,12 @@ mod tests {
         assert_eq!(t.finish(), Ok(5));
         let bytes = std::fs::read(&p).unwrap();
         let _ = std::fs::remove_file(&p);
-        let frames = crate::capture::read_bytes(&bytes).unwrap();
+        let frames = crate::io::capture::read_bytes(&bytes).unwrap();
         let firsts: Vec<u8> = frames.iter().map(|f| f.data[0]).collect();
         assert_eq!(firsts, [1, 2, 3, 4, 5]);
         assert_eq!(frames[2].timestamp, Duration::from_nanos(ts + 5));
         assert_eq!(frames[2].data.len(), 70);
-        let c = crate::pcap_out::packet_comments(&bytes);
+        let c = crate::io::pcap_out::packet_comments(&bytes);
         assert_eq!(c[0], None);
         assert!(c[1].as_deref().unwrap().starts_with("retransmission"));
         assert!(c[2].as_deref().unwrap().contains("no such QP"));
@@ -429,7 +429,7 @@ mod tests {
         }
         t.commit();
         assert!(flush_all(Duration::from_secs(10)) >= 1);
-        let frames = crate::capture::read_file(&p).unwrap();
+        let frames = crate::io::capture::read_file(&p).unwrap();
         assert_eq!(frames.len(), 10);
         drop(t);
         let _ = std::fs::remove_file(&p);
@@ -451,7 +451,7 @@ mod tests {
         assert_eq!(t.finish(), Ok(1));
         let bytes = std::fs::read(&p).unwrap();
         let _ = std::fs::remove_file(&p);
-        let c = crate::pcap_out::packet_comments(&bytes);
+        let c = crate::io::pcap_out::packet_comments(&bytes);
         assert_eq!(c.len(), 1);
         assert!(
             c[0].as_deref()

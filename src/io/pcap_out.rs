@@ -2,7 +2,7 @@
 //! packet that needs one (why it was sent, what the link did to it).
 //!
 //! Contract: [`PcapNgOut`] writes a pcapng section (through the `pcap-file` crate) that
-//! Wireshark, tshark and [`crate::capture::read_file`] open. Interfaces are Ethernet with
+//! Wireshark, tshark and [`crate::io::capture::read_file`] open. Interfaces are Ethernet with
 //! `if_tsresol` 9: timestamps are nanoseconds (pcap-file writes the raw nanosecond count,
 //! so the resolution must be declared or readers would take it for microseconds). Each
 //! Enhanced Packet Block may carry `epb_flags` with the direction (inbound/outbound, pcapng
@@ -246,7 +246,7 @@ mod tests {
         assert!(out.write(2, 0, &[0], None, None).is_err());
         assert_eq!(out.packets(), 2);
         let bytes = out.finish().unwrap();
-        let frames = crate::capture::read_bytes(&bytes).unwrap();
+        let frames = crate::io::capture::read_bytes(&bytes).unwrap();
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].timestamp, Duration::from_nanos(1_234));
         assert_eq!(frames[1].timestamp, Duration::from_nanos(5_000_000_007));
@@ -280,7 +280,7 @@ mod tests {
         let out = dir.join(format!("xrnic-merge-{tag}-out.pcapng"));
         assert_eq!(merge(&out, &parts), Ok(4));
         let bytes = std::fs::read(&out).unwrap();
-        let frames = crate::capture::read_bytes(&bytes).unwrap();
+        let frames = crate::io::capture::read_bytes(&bytes).unwrap();
         let ts: Vec<u64> = frames
             .iter()
             .map(|f| f.timestamp.as_nanos() as u64)

@@ -639,7 +639,7 @@ fn rxe_ud_datagrams_over_ipv6_land_after_the_ipv6_header_as_grh() {
     let f = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("interop/captures/stock_ud_pingpong_ll.pcapng");
     let mut checked = 0;
-    for fr in xrnic::capture::read_file(&f).unwrap() {
+    for fr in xrnic::io::capture::read_file(&f).unwrap() {
         let Ok(v) = FrameView::parse(&fr.data) else {
             continue;
         };

@@ -10,8 +10,9 @@
 //! Events reach `rdma_get_cm_event` through a queue per channel whose `fd` is an
 //! eventfd in semaphore mode: readable while events wait.
 //!
-//! Not here (documented errors): UD ids (RDMA_PS_UDP: rdma_create_id gives EOPNOTSUPP,
-//! the library has no UD QPs yet), multicast, rsockets (ENOSYS), ECE, `rdma_create_ep`
+//! UD ids (RDMA_PS_UDP, SIDR) are in `ud`.
+//!
+//! Not here (documented errors): multicast, rsockets (ENOSYS), ECE, `rdma_create_ep`
 //! and `rdma_getaddrinfo` for names other than numeric addresses.
 
 use core::ffi::{c_char, c_int, c_void};
@@ -20,7 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use xrnic::cm::{CmEvent, CmId, ConnParam, Path};
-use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, rej_reason, service_id};
+use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, RDMA_PS_UDP, rej_reason, service_id};
 
 use crate::rdmacm_port::{Port, port};
 use crate::types::*;
@@ -158,6 +159,8 @@ struct IdState {
     rep_private: Vec<u8>,
     /// The peer's REQ / REP numbers for the events.
     remote: Option<ConnNumbers>,
+    /// A UD id's path (for the address handle of its ESTABLISHED event).
+    ud_path: Option<Path>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -369,7 +372,11 @@ fn new_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> *mut 
     id.channel = ch;
     id.context = context;
     id.ps = ps;
-    id.qp_type = 2; // IBV_QPT_RC
+    id.qp_type = if ps == c_int::from(RDMA_PS_UDP) {
+        ud::QPT_UD
+    } else {
+        2 // IBV_QPT_RC
+    };
     let x = Box::into_raw(Box::new(XId {
         id: core::cell::UnsafeCell::new(id),
         st: Mutex::new(IdState::default()),
@@ -396,8 +403,8 @@ pub extern "C" fn rdma_create_id(
                 -1,
             );
         }
-        if ps != c_int::from(RDMA_PS_TCP) {
-            // RDMA_PS_UDP / IPOIB / IB need UD QPs in the library (not yet).
+        if ps != c_int::from(RDMA_PS_TCP) && ps != c_int::from(RDMA_PS_UDP) {
+            // RDMA_PS_IPOIB / RDMA_PS_IB: not here.
             return err(libc::EOPNOTSUPP, -1);
         }
         let x = new_id(ch, context, ps);
@@ -699,6 +706,9 @@ const QP_DEST_QPN: u32 = 1 << 20;
 
 /// `rdma_init_qp_attr` for `state` (IBV_QPS_INIT 1, RTR 2, RTS 3).
 fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int> {
+    if ud::is_ud(x) {
+        return ud::init_qp_attr(state);
+    }
     let mut a = ibv_qp_attr {
         qp_state: state,
         ..Default::default()
@@ -842,7 +852,15 @@ pub extern "C" fn rdma_create_qp(
             idm.send_cq = (*init).send_cq;
             idm.recv_cq = (*init).recv_cq;
         }
-        if let Err(e) = move_qp(x, 1) {
+        // librdmacm `ucma_init_ud_qp`: a UD id's QP goes on to RTR and RTS at once.
+        let moved = if ud::is_ud(x) {
+            move_qp(x, 1)
+                .and_then(|()| move_qp(x, 2))
+                .and_then(|()| move_qp(x, 3))
+        } else {
+            move_qp(x, 1)
+        };
+        if let Err(e) = moved {
             crate::qp::ibv_destroy_qp(qp);
             id_mut(x).qp = core::ptr::null_mut();
             return err(e, -1);
@@ -921,6 +939,9 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         ) else {
             return err(libc::EINVAL, -1);
         };
+        if ud::is_ud(x) {
+            return errno_ret(ud::connect(x, id, &p, param));
+        }
         let psn = random_psn();
         let mut cp = param_of(x, param, psn);
         if cp.private_data.len() > 92 - CMA_HDR_LEN {
@@ -974,6 +995,9 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
+        if ud::is_ud(x) {
+            return errno_ret(ud::accept(x, &p, c, param));
+        }
         let psn = random_psn();
         let cp = param_of(x, param, psn);
         {
@@ -1179,6 +1203,11 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             private_data,
         } => {
             let Some(x) = conn_id(p, c) else { return };
+            if ud::is_ud(x) {
+                // A SIDR_REP with a status other than OK.
+                ud::on_refused(p, c, reason);
+                return;
+            }
             let mut e = conn_event(x, ev::REJECTED, Some(Default::default()), &private_data);
             e.ev.status = c_int::from(reason);
             push(x.c().channel, e);
@@ -1197,11 +1226,13 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
             push(x.c().channel, event(x, ev::TIMEWAIT_EXIT, 0));
         }
-        CmEvent::SidrRequest { id: c, .. } => {
-            // No UD ids in the library yet: answer "service not supported".
-            p.with_cm(|cm, _| cm.reject(c, 0, &[]));
-        }
-        CmEvent::SidrReply { .. } => {}
+        CmEvent::SidrRequest {
+            listener,
+            id: c,
+            from,
+            req,
+        } => ud::on_request(p, listener, c, from, &req),
+        CmEvent::SidrReply { id: c, rep } => ud::on_reply(p, c, &rep),
     }
 }
 
@@ -1482,3 +1513,4 @@ pub mod unsupported {
 
 #[cfg(test)]
 mod tests;
+mod ud;

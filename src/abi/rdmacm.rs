@@ -424,6 +424,10 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             reg(|r| r.conns.remove(&(Arc::as_ptr(p) as usize, c)));
             p.with_cm(|cm, now| cm.destroy(now, c));
         }
+        if let Some(p) = &st.port {
+            // The last MADs of this id (a DREP, a REJ) leave before the program may exit.
+            p.drain(std::time::Duration::from_millis(500));
+        }
         if let Some(sid) = st.listen {
             for p in &st.listen_ports {
                 p.with_cm(|cm, _| cm.unlisten(sid));

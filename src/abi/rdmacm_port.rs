@@ -7,7 +7,7 @@
 //! held, so that the dispatcher may call back into the port (accept, rtu) freely.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use xrnic::cm::{Cm, CmConfig, CmEvent};
@@ -36,6 +36,9 @@ pub struct Port {
     rmr: xv::Mr,
     smr: xv::Mr,
     next_send: Mutex<usize>,
+    /// MADs posted whose send completion has not come yet (see `drain`).
+    in_flight: Mutex<usize>,
+    sent: Condvar,
     ahs: Mutex<HashMap<[u8; 16], xv::Ah>>,
 }
 
@@ -139,6 +142,8 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
         rmr,
         smr,
         next_send: Mutex::new(0),
+        in_flight: Mutex::new(0),
+        sent: Condvar::new(),
         ahs: Mutex::new(HashMap::new()),
     })
 }
@@ -217,7 +222,26 @@ impl Port {
         self.smr.write(slot * MAD_LEN, mad)?;
         let mut wr = SendWr::new(slot as u64 | 1 << 32, WrOpcode::Send);
         wr.sg_list = vec![self.smr.sge(slot * MAD_LEN, MAD_LEN as u32)];
-        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)
+        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)?;
+        *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        Ok(())
+    }
+
+    /// Wait (at most `max`) until every MAD posted so far has left. rdma_destroy_id
+    /// calls it: a program that answers the peer's DREQ (DREP) and exits at once would
+    /// otherwise end the process, and the CM on QP1 with it, before the DREP is on the
+    /// wire; the kernel's CM outlives the process and still sends it (cm.c).
+    pub fn drain(&self, max: Duration) {
+        let g = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = self.sent.wait_timeout_while(g, max, |n| *n > 0);
+    }
+
+    fn sent_one(&self) {
+        let mut n = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.sent.notify_all();
+        }
     }
 }
 
@@ -240,7 +264,8 @@ fn run(p: &Port) {
         p.cq.wait_into(16, wait, &mut wcs);
         for w in &wcs {
             if w.wr_id >> 32 != 0 {
-                continue; // a send completion
+                p.sent_one(); // a send completion
+                continue;
             }
             let slot = w.wr_id as usize;
             if w.status == xv::WcStatus::Success

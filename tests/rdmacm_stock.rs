@@ -281,3 +281,62 @@ fn stock_udaddy_one_id() {
 fn stock_udaddy_three_ids() {
     udaddy(3);
 }
+
+/// A perftest tool with `-R` (its connection through librdmacm, RC QPs): perftest opens
+/// its own device context first, and the CM shares it (a second open of the device
+/// would find the interface's XDP program taken). Both ends exit 0 and print the
+/// results row for `bytes` × `iters`.
+fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
+    library_built();
+    let Some(p) = tool_at("/usr/bin", name, "perftest") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let n = iters.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-R", "-n", &n])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-R", "-n", &n, &b]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let row = out.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[0] == bytes.to_string() && f[1] == n
+        });
+        assert!(row, "{who}: no results row: {}", text(o));
+    }
+}
+
+fn tool_at(dir: &str, name: &str, package: &str) -> Option<String> {
+    let p = format!("{dir}/{name}");
+    if std::path::Path::new(&p).exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} ({package})");
+    eprintln!("skipping: {p} not installed ({package})");
+    None
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_send_lat_rdma_cm() {
+    perftest_rdma_cm("ib_send_lat", 100, 2);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_write_bw_rdma_cm() {
+    perftest_rdma_cm("ib_write_bw", 200, 65536);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_read_bw_rdma_cm() {
+    perftest_rdma_cm("ib_read_bw", 200, 65536);
+}

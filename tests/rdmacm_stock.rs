@@ -94,7 +94,9 @@ fn client(pair: &VethPair, args: &[&str]) -> Output {
         );
         // A UD id's SIDR_REQ before the listener: SIDR_REP "not supported", UNREACHABLE.
         let early = (all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8'))
-            || all.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1");
+            || all.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1")
+            // The synchronous API: rdma_connect fails with ECONNREFUSED on that REJ.
+            || all.contains("rdma_connect: Connection refused");
         if !early {
             return o;
         }
@@ -339,4 +341,35 @@ fn stock_ib_write_bw_rdma_cm() {
 #[ignore = "needs root"]
 fn stock_ib_read_bw_rdma_cm() {
     perftest_rdma_cm("ib_read_bw", 200, 65536);
+}
+
+/// librdmacm's synchronous API: rdma_server / rdma_client (rdma_getaddrinfo,
+/// rdma_create_ep with a NULL channel, rdma_listen, rdma_get_request, blocking
+/// rdma_accept / rdma_connect, the CQs and completion channels rdma_create_qp makes,
+/// rdma_get_recv_comp, rdma_destroy_ep): one message each way, both "end 0".
+#[test]
+#[ignore = "needs root"]
+fn stock_rdma_server_rdma_client_sync_api() {
+    library_built();
+    let (Some(srv), Some(cli)) = (tool("rdma_server"), tool("rdma_client")) else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&srv])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&cli, "-s", &b]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o, name) in [("client", &c, "rdma_client"), ("server", &s, "rdma_server")] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&format!("{name}: end 0")),
+            "{who}: {}",
+            text(o)
+        );
+    }
 }

@@ -10,10 +10,11 @@
 //! Events reach `rdma_get_cm_event` through a queue per channel whose `fd` is an
 //! eventfd in semaphore mode: readable while events wait.
 //!
-//! UD ids (RDMA_PS_UDP, SIDR) are in `ud`.
+//! UD ids (RDMA_PS_UDP, SIDR) are in `ud`; the synchronous mode (NULL channel) and
+//! `rdma_create_ep` / `rdma_get_request` in `sync`.
 //!
-//! Not here (documented errors): multicast, rsockets (ENOSYS), ECE, `rdma_create_ep`
-//! and `rdma_getaddrinfo` for names other than numeric addresses.
+//! Not here (documented errors): multicast, rsockets (ENOSYS), ECE, and
+//! `rdma_getaddrinfo` for names other than numeric addresses.
 
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::{HashMap, VecDeque};
@@ -161,6 +162,12 @@ struct IdState {
     remote: Option<ConnNumbers>,
     /// A UD id's path (for the address handle of its ESTABLISHED event).
     ud_path: Option<Path>,
+    /// Made with a NULL channel: calls wait for their event (`sync`).
+    sync: bool,
+    /// A sync listener's QP attributes for its requests (`rdma_create_ep`).
+    qp_init: Option<ibv_qp_init_attr>,
+    /// `rdma_create_qp` made the id's CQs and completion channels.
+    own_cqs: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -392,22 +399,26 @@ pub extern "C" fn rdma_create_id(
     ps: c_int,
 ) -> c_int {
     guard(-1, || {
-        if out.is_null() || xchan(ch).is_none() {
-            // A NULL channel is librdmacm's synchronous mode: not here.
-            return err(
-                if ch.is_null() {
-                    libc::EOPNOTSUPP
-                } else {
-                    libc::EINVAL
-                },
-                -1,
-            );
+        if out.is_null() || (!ch.is_null() && xchan(ch).is_none()) {
+            return err(libc::EINVAL, -1);
         }
         if ps != c_int::from(RDMA_PS_TCP) && ps != c_int::from(RDMA_PS_UDP) {
             // RDMA_PS_IPOIB / RDMA_PS_IB: not here.
             return err(libc::EOPNOTSUPP, -1);
         }
+        // A NULL channel: librdmacm's synchronous mode, a channel of the id's own.
+        let sync = ch.is_null();
+        let ch = if sync { sync::own_channel() } else { ch };
+        if ch.is_null() {
+            return -1;
+        }
         let x = new_id(ch, context, ps);
+        // SAFETY: just made and registered.
+        unsafe { &*x }
+            .st
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync = sync;
         // SAFETY: `out` is the caller's pointer slot.
         unsafe { *out = x as *mut rdma_cm_id };
         0
@@ -434,6 +445,9 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
         }
         reg(|r| r.ids.remove(&(id as usize)));
+        if st.sync {
+            sync::release(x.c().channel, x.c().event);
+        }
         // SAFETY: it was registered: a Box<XId> from new_id, now unreachable.
         drop(unsafe { Box::from_raw(id as *mut XId) });
         0
@@ -623,7 +637,7 @@ pub extern "C" fn rdma_resolve_addr(
             }
             Err(e) => push(x.c().channel, event(x, ev::ADDR_ERROR, -e)),
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -649,7 +663,7 @@ pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) ->
                 event(x, ev::ROUTE_ERROR, -crate::errno_of(&e)),
             ),
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -844,7 +858,29 @@ pub extern "C" fn rdma_create_qp(
         if init.is_null() {
             return err(libc::EINVAL, -1);
         }
-        let pd = if pd.is_null() { x.c().pd } else { pd };
+        // SAFETY: the caller's attribute struct.
+        let ia = unsafe { &mut *init };
+        let pd = if pd.is_null() && !x.c().pd.is_null() {
+            x.c().pd
+        } else {
+            pd
+        };
+        let pd = if pd.is_null() || ia.send_cq.is_null() || ia.recv_cq.is_null() {
+            // librdmacm makes what is missing (cma.c `ucma_get_pd`, `ucma_create_cqs`).
+            let made_cqs = ia.send_cq.is_null() || ia.recv_cq.is_null();
+            match sync::complete_init(x, pd, ia) {
+                Ok(p) => {
+                    x.st.lock().unwrap_or_else(|e| e.into_inner()).own_cqs |= made_cqs;
+                    p
+                }
+                Err(e) => {
+                    sync::destroy_cqs(x);
+                    return err(e, -1);
+                }
+            }
+        } else {
+            pd
+        };
         let qp = crate::qp::ibv_create_qp(pd, init);
         if qp.is_null() {
             return -1;
@@ -880,6 +916,7 @@ pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
                 crate::qp::ibv_destroy_qp(x.c().qp);
                 id_mut(x).qp = core::ptr::null_mut();
             }
+            sync::destroy_cqs(x);
         }
     })
 }
@@ -944,7 +981,7 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
             return err(libc::EINVAL, -1);
         };
         if ud::is_ud(x) {
-            return errno_ret(ud::connect(x, id, &p, param));
+            return errno_ret(ud::connect(x, id, &p, param).and_then(|()| sync::complete(x)));
         }
         let psn = random_psn();
         let mut cp = param_of(x, param, psn);
@@ -983,7 +1020,7 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         };
         let _ = c;
         p.with_cm(|_, _| ());
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -1016,7 +1053,7 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
         if !p.with_cm(|cm, now| cm.accept(now, c, cp)) {
             return err(libc::EINVAL, -1);
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -1120,7 +1157,7 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             };
             let lport = sockaddr(&l.c().route.addr.src as *const _ as *const libc::sockaddr)
                 .map_or(0, |a| a.port());
-            let child = new_id(l.c().channel, l.c().context, l.c().ps);
+            let child = new_child(l);
             // SAFETY: just made, registered, not yet visible to the program.
             let cx = unsafe { &*child };
             let ci = id_mut(cx);
@@ -1275,23 +1312,23 @@ pub extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_chann
     })
 }
 
-/// `rdma_get_request`, `rdma_create_ep` and the synchronous (NULL channel) mode.
-pub extern "C" fn rdma_get_request(_listen: *mut rdma_cm_id, _id: *mut *mut rdma_cm_id) -> c_int {
-    err(libc::EOPNOTSUPP, -1)
-}
+pub use sync::{rdma_create_ep, rdma_destroy_ep, rdma_get_request};
 
-pub extern "C" fn rdma_create_ep(
-    _id: *mut *mut rdma_cm_id,
-    _res: *mut c_void,
-    _pd: *mut ibv_pd,
-    _qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    err(libc::EOPNOTSUPP, -1)
-}
-
-pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    rdma_destroy_qp(id);
-    rdma_destroy_id(id);
+/// A passive id for a request to listener `l`: on `l`'s channel, or, for a sync
+/// listener, sync on a channel of its own (librdmacm `ucma_process_conn_req`).
+fn new_child(l: &XId) -> *mut XId {
+    if !sync::is_sync(l) {
+        return new_id(l.c().channel, l.c().context, l.c().ps);
+    }
+    let ch = sync::own_channel();
+    let child = new_id(ch, l.c().context, l.c().ps);
+    // SAFETY: just made and registered.
+    unsafe { &*child }
+        .st
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .sync = true;
+    child
 }
 
 pub extern "C" fn rdma_set_option(
@@ -1515,6 +1552,7 @@ pub mod unsupported {
     }
 }
 
+mod sync;
 #[cfg(test)]
 mod tests;
 mod ud;

@@ -164,7 +164,7 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
     };
     let lport = sockaddr(&l.c().route.addr.src as *const _ as *const libc::sockaddr)
         .map_or(0, |a| a.port());
-    let child = new_id(l.c().channel, l.c().context, l.c().ps);
+    let child = new_child(l);
     // SAFETY: just made, registered, not yet visible to the program.
     let cx = unsafe { &*child };
     let ci = id_mut(cx);

@@ -373,3 +373,35 @@ fn stock_rdma_server_rdma_client_sync_api() {
         );
     }
 }
+
+/// ucmatose with its default message count (10 each way on each connection), 2
+/// connections: both exit 0 after the server's DREQs are answered.
+#[test]
+#[ignore = "needs root"]
+fn stock_ucmatose_default_message_count() {
+    library_built();
+    let Some(p) = tool("ucmatose") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-c", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-s", &b, "-c", "2"]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("return status 0"),
+            "{who}: {}",
+            text(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&s.stdout).contains("disconnected"),
+        "{}",
+        text(&s)
+    );
+}

@@ -92,7 +92,12 @@ fn client(pair: &VethPair, args: &[&str]) -> Output {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        if !(all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8')) {
+        // A UD id's SIDR_REQ before the listener: SIDR_REP "not supported", UNREACHABLE.
+        let early = (all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8'))
+            || all.contains("RDMA_CM_EVENT_UNREACHABLE, error: 1")
+            // The synchronous API: rdma_connect fails with ECONNREFUSED on that REJ.
+            || all.contains("rdma_connect: Connection refused");
+        if !early {
             return o;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -229,5 +234,174 @@ fn stock_ucmatose_four_connections() {
         String::from_utf8_lossy(&c.stdout).contains("data transfers complete"),
         "{}",
         text(&c)
+    );
+}
+
+/// udaddy (RDMA_PS_UDP ids, SIDR_REQ / SIDR_REP, UD QPs from `rdma_create_qp`): the
+/// client's messages reach the server, which answers through an AH made from the
+/// completion (`ibv_create_ah_from_wc`), on `connections` ids; both print "return status 0".
+fn udaddy(connections: usize) {
+    library_built();
+    let Some(p) = tool("udaddy") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let n = connections.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-c", &n])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-s", &b, "-c", &n]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("data transfers complete"),
+            "{who}: {}",
+            text(o)
+        );
+        assert!(out.contains("return status 0"), "{who}: {}", text(o));
+    }
+    // The server only replies after receiving each node's messages.
+    assert!(
+        String::from_utf8_lossy(&s.stdout).contains("sending replies"),
+        "{}",
+        text(&s)
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_udaddy_one_id() {
+    udaddy(1);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_udaddy_three_ids() {
+    udaddy(3);
+}
+
+/// A perftest tool with `-R` (its connection through librdmacm, RC QPs): perftest opens
+/// its own device context first, and the CM shares it (a second open of the device
+/// would find the interface's XDP program taken). Both ends exit 0 and print the
+/// results row for `bytes` × `iters`.
+fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
+    library_built();
+    let Some(p) = tool_at("/usr/bin", name, "perftest") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let n = iters.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-R", "-n", &n])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-R", "-n", &n, &b]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let row = out.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[0] == bytes.to_string() && f[1] == n
+        });
+        assert!(row, "{who}: no results row: {}", text(o));
+    }
+}
+
+fn tool_at(dir: &str, name: &str, package: &str) -> Option<String> {
+    let p = format!("{dir}/{name}");
+    if std::path::Path::new(&p).exists() {
+        return Some(p);
+    }
+    assert!(!under_ci(), "CI=true needs {p} ({package})");
+    eprintln!("skipping: {p} not installed ({package})");
+    None
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_send_lat_rdma_cm() {
+    perftest_rdma_cm("ib_send_lat", 100, 2);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_write_bw_rdma_cm() {
+    perftest_rdma_cm("ib_write_bw", 200, 65536);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_read_bw_rdma_cm() {
+    perftest_rdma_cm("ib_read_bw", 200, 65536);
+}
+
+/// librdmacm's synchronous API: rdma_server / rdma_client (rdma_getaddrinfo,
+/// rdma_create_ep with a NULL channel, rdma_listen, rdma_get_request, blocking
+/// rdma_accept / rdma_connect, the CQs and completion channels rdma_create_qp makes,
+/// rdma_get_recv_comp, rdma_destroy_ep): one message each way, both "end 0".
+#[test]
+#[ignore = "needs root"]
+fn stock_rdma_server_rdma_client_sync_api() {
+    library_built();
+    let (Some(srv), Some(cli)) = (tool("rdma_server"), tool("rdma_client")) else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&srv])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&cli, "-s", &b]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o, name) in [("client", &c, "rdma_client"), ("server", &s, "rdma_server")] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&format!("{name}: end 0")),
+            "{who}: {}",
+            text(o)
+        );
+    }
+}
+
+/// ucmatose with its default message count (10 each way on each connection), 2
+/// connections: both exit 0 after the server's DREQs are answered.
+#[test]
+#[ignore = "needs root"]
+fn stock_ucmatose_default_message_count() {
+    library_built();
+    let Some(p) = tool("ucmatose") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    let server = exec(&pair, Side::B, &[&p, "-c", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let c = client(&pair, &[&p, "-s", &b, "-c", "2"]);
+    let s = server.wait_with_output().unwrap();
+    for (who, o) in [("client", &c), ("server", &s)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("return status 0"),
+            "{who}: {}",
+            text(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&s.stdout).contains("disconnected"),
+        "{}",
+        text(&s)
     );
 }

@@ -193,6 +193,21 @@ pub fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
     Some(unsafe { &*((ctx as *const u8).sub(CTX_OFFSET) as *const XContext) })
 }
 
+/// A context of `ifname`'s device the program has open, if any: librdmacm shares it
+/// (one device per interface and process, the XDP program; rdmacm_port.rs).
+pub fn open_context(ifname: &str) -> Option<*mut ibv_context> {
+    let open: Vec<usize> = CONTEXTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()?
+        .iter()
+        .copied()
+        .collect();
+    open.into_iter()
+        .map(|p| p as *mut ibv_context)
+        .find(|&p| context(p).is_some_and(|x| x.xdev.ifname == ifname))
+}
+
 /// Open the device with every signal blocked in this thread, so the driver thread
 /// (which inherits the mask) never takes a signal meant for the program (perftest's
 /// SIGALRM, a terminal's SIGINT); the caller's mask is restored after.

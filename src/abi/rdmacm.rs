@@ -10,9 +10,11 @@
 //! Events reach `rdma_get_cm_event` through a queue per channel whose `fd` is an
 //! eventfd in semaphore mode: readable while events wait.
 //!
-//! Not here (documented errors): UD ids (RDMA_PS_UDP: rdma_create_id gives EOPNOTSUPP,
-//! the library has no UD QPs yet), multicast, rsockets (ENOSYS), ECE, `rdma_create_ep`
-//! and `rdma_getaddrinfo` for names other than numeric addresses.
+//! UD ids (RDMA_PS_UDP, SIDR) are in `ud`; the synchronous mode (NULL channel) and
+//! `rdma_create_ep` / `rdma_get_request` in `sync`.
+//!
+//! Not here (documented errors): multicast, rsockets (ENOSYS), ECE, and
+//! `rdma_getaddrinfo` for names other than numeric addresses.
 
 use core::ffi::{c_char, c_int, c_void};
 use std::collections::{HashMap, VecDeque};
@@ -21,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xrnic::cm::{CmEvent, CmId, ConnParam, Path};
-use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, rej_reason, service_id};
+use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, RDMA_PS_UDP, rej_reason, service_id};
 
 use crate::rdmacm_port::{Port, port};
 use crate::types::*;
@@ -159,6 +161,14 @@ struct IdState {
     rep_private: Vec<u8>,
     /// The peer's REQ / REP numbers for the events.
     remote: Option<ConnNumbers>,
+    /// A UD id's path (for the address handle of its ESTABLISHED event).
+    ud_path: Option<Path>,
+    /// Made with a NULL channel: calls wait for their event (`sync`).
+    sync: bool,
+    /// A sync listener's QP attributes for its requests (`rdma_create_ep`).
+    qp_init: Option<ibv_qp_init_attr>,
+    /// `rdma_create_qp` made the id's CQs and completion channels.
+    own_cqs: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -370,7 +380,11 @@ fn new_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> *mut 
     id.channel = ch;
     id.context = context;
     id.ps = ps;
-    id.qp_type = 2; // IBV_QPT_RC
+    id.qp_type = if ps == c_int::from(RDMA_PS_UDP) {
+        ud::QPT_UD
+    } else {
+        2 // IBV_QPT_RC
+    };
     let x = Box::into_raw(Box::new(XId {
         id: core::cell::UnsafeCell::new(id),
         st: Mutex::new(IdState::default()),
@@ -386,22 +400,26 @@ pub extern "C" fn rdma_create_id(
     ps: c_int,
 ) -> c_int {
     guard(-1, || {
-        if out.is_null() || xchan(ch).is_none() {
-            // A NULL channel is librdmacm's synchronous mode: not here.
-            return err(
-                if ch.is_null() {
-                    libc::EOPNOTSUPP
-                } else {
-                    libc::EINVAL
-                },
-                -1,
-            );
+        if out.is_null() || (!ch.is_null() && xchan(ch).is_none()) {
+            return err(libc::EINVAL, -1);
         }
-        if ps != c_int::from(RDMA_PS_TCP) {
-            // RDMA_PS_UDP / IPOIB / IB need UD QPs in the library (not yet).
+        if ps != c_int::from(RDMA_PS_TCP) && ps != c_int::from(RDMA_PS_UDP) {
+            // RDMA_PS_IPOIB / RDMA_PS_IB: not here.
             return err(libc::EOPNOTSUPP, -1);
         }
+        // A NULL channel: librdmacm's synchronous mode, a channel of the id's own.
+        let sync = ch.is_null();
+        let ch = if sync { sync::own_channel() } else { ch };
+        if ch.is_null() {
+            return -1;
+        }
         let x = new_id(ch, context, ps);
+        // SAFETY: just made and registered.
+        unsafe { &*x }
+            .st
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sync = sync;
         // SAFETY: `out` is the caller's pointer slot.
         unsafe { *out = x as *mut rdma_cm_id };
         0
@@ -417,8 +435,11 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         if let (Some(p), Some(c)) = (&st.port, st.cm) {
             reg(|r| r.conns.remove(&(Arc::as_ptr(p) as usize, c)));
             p.with_cm(|cm, now| cm.destroy(now, c));
-            // A DREQ or REJ the destroy sent leaves before the program may exit.
-            p.drain_sends(Duration::from_millis(200));
+        }
+        if let Some(p) = &st.port {
+            // The last MADs of this id (a DREQ or DREP, a REJ) leave before the program
+            // may exit.
+            p.drain_sends(Duration::from_millis(500));
         }
         if let Some(sid) = st.listen {
             for p in &st.listen_ports {
@@ -426,6 +447,9 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
         }
         reg(|r| r.ids.remove(&(id as usize)));
+        if st.sync {
+            sync::release(x.c().channel, x.c().event);
+        }
         // SAFETY: it was registered: a Box<XId> from new_id, now unreachable.
         drop(unsafe { Box::from_raw(id as *mut XId) });
         0
@@ -615,7 +639,7 @@ pub extern "C" fn rdma_resolve_addr(
             }
             Err(e) => push(x.c().channel, event(x, ev::ADDR_ERROR, -e)),
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -641,7 +665,7 @@ pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) ->
                 event(x, ev::ROUTE_ERROR, -crate::errno_of(&e)),
             ),
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -702,6 +726,9 @@ const QP_DEST_QPN: u32 = 1 << 20;
 
 /// `rdma_init_qp_attr` for `state` (IBV_QPS_INIT 1, RTR 2, RTS 3).
 fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int), c_int> {
+    if ud::is_ud(x) {
+        return ud::init_qp_attr(state);
+    }
     let mut a = ibv_qp_attr {
         qp_state: state,
         ..Default::default()
@@ -833,7 +860,29 @@ pub extern "C" fn rdma_create_qp(
         if init.is_null() {
             return err(libc::EINVAL, -1);
         }
-        let pd = if pd.is_null() { x.c().pd } else { pd };
+        // SAFETY: the caller's attribute struct.
+        let ia = unsafe { &mut *init };
+        let pd = if pd.is_null() && !x.c().pd.is_null() {
+            x.c().pd
+        } else {
+            pd
+        };
+        let pd = if pd.is_null() || ia.send_cq.is_null() || ia.recv_cq.is_null() {
+            // librdmacm makes what is missing (cma.c `ucma_get_pd`, `ucma_create_cqs`).
+            let made_cqs = ia.send_cq.is_null() || ia.recv_cq.is_null();
+            match sync::complete_init(x, pd, ia) {
+                Ok(p) => {
+                    x.st.lock().unwrap_or_else(|e| e.into_inner()).own_cqs |= made_cqs;
+                    p
+                }
+                Err(e) => {
+                    sync::destroy_cqs(x);
+                    return err(e, -1);
+                }
+            }
+        } else {
+            pd
+        };
         let qp = crate::qp::ibv_create_qp(pd, init);
         if qp.is_null() {
             return -1;
@@ -845,7 +894,15 @@ pub extern "C" fn rdma_create_qp(
             idm.send_cq = (*init).send_cq;
             idm.recv_cq = (*init).recv_cq;
         }
-        if let Err(e) = move_qp(x, 1) {
+        // librdmacm `ucma_init_ud_qp`: a UD id's QP goes on to RTR and RTS at once.
+        let moved = if ud::is_ud(x) {
+            move_qp(x, 1)
+                .and_then(|()| move_qp(x, 2))
+                .and_then(|()| move_qp(x, 3))
+        } else {
+            move_qp(x, 1)
+        };
+        if let Err(e) = moved {
             crate::qp::ibv_destroy_qp(qp);
             id_mut(x).qp = core::ptr::null_mut();
             return err(e, -1);
@@ -861,6 +918,7 @@ pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
                 crate::qp::ibv_destroy_qp(x.c().qp);
                 id_mut(x).qp = core::ptr::null_mut();
             }
+            sync::destroy_cqs(x);
         }
     })
 }
@@ -924,6 +982,9 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         ) else {
             return err(libc::EINVAL, -1);
         };
+        if ud::is_ud(x) {
+            return errno_ret(ud::connect(x, id, &p, param).and_then(|()| sync::complete(x)));
+        }
         let psn = random_psn();
         let mut cp = param_of(x, param, psn);
         if cp.private_data.len() > 92 - CMA_HDR_LEN {
@@ -961,7 +1022,7 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         };
         let _ = c;
         p.with_cm(|_, _| ());
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -977,6 +1038,9 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
+        if ud::is_ud(x) {
+            return errno_ret(ud::accept(x, &p, c, param));
+        }
         let psn = random_psn();
         let cp = param_of(x, param, psn);
         {
@@ -991,7 +1055,7 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
         if !p.with_cm(|cm, now| cm.accept(now, c, cp)) {
             return err(libc::EINVAL, -1);
         }
-        0
+        errno_ret(sync::complete(x))
     })
 }
 
@@ -1093,7 +1157,7 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             };
             let lport = sockaddr(&l.c().route.addr.src as *const _ as *const libc::sockaddr)
                 .map_or(0, |a| a.port());
-            let child = new_id(l.c().channel, l.c().context, l.c().ps);
+            let child = new_child(l);
             // SAFETY: just made, registered, not yet visible to the program.
             let cx = unsafe { &*child };
             let ci = id_mut(cx);
@@ -1180,6 +1244,11 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             private_data,
         } => {
             let Some(x) = conn_id(p, c) else { return };
+            if ud::is_ud(x) {
+                // A SIDR_REP with a status other than OK.
+                ud::on_refused(p, c, reason);
+                return;
+            }
             let mut e = conn_event(x, ev::REJECTED, Some(Default::default()), &private_data);
             e.ev.status = c_int::from(reason);
             push(x.c().channel, e);
@@ -1198,11 +1267,13 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
             push(x.c().channel, event(x, ev::TIMEWAIT_EXIT, 0));
         }
-        CmEvent::SidrRequest { id: c, .. } => {
-            // No UD ids in the library yet: answer "service not supported".
-            p.with_cm(|cm, _| cm.reject(c, 0, &[]));
-        }
-        CmEvent::SidrReply { .. } => {}
+        CmEvent::SidrRequest {
+            listener,
+            id: c,
+            from,
+            req,
+        } => ud::on_request(p, listener, c, from, &req),
+        CmEvent::SidrReply { id: c, rep } => ud::on_reply(p, c, &rep),
     }
 }
 
@@ -1241,23 +1312,23 @@ pub extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_chann
     })
 }
 
-/// `rdma_get_request`, `rdma_create_ep` and the synchronous (NULL channel) mode.
-pub extern "C" fn rdma_get_request(_listen: *mut rdma_cm_id, _id: *mut *mut rdma_cm_id) -> c_int {
-    err(libc::EOPNOTSUPP, -1)
-}
+pub use sync::{rdma_create_ep, rdma_destroy_ep, rdma_get_request};
 
-pub extern "C" fn rdma_create_ep(
-    _id: *mut *mut rdma_cm_id,
-    _res: *mut c_void,
-    _pd: *mut ibv_pd,
-    _qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    err(libc::EOPNOTSUPP, -1)
-}
-
-pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    rdma_destroy_qp(id);
-    rdma_destroy_id(id);
+/// A passive id for a request to listener `l`: on `l`'s channel, or, for a sync
+/// listener, sync on a channel of its own (librdmacm `ucma_process_conn_req`).
+fn new_child(l: &XId) -> *mut XId {
+    if !sync::is_sync(l) {
+        return new_id(l.c().channel, l.c().context, l.c().ps);
+    }
+    let ch = sync::own_channel();
+    let child = new_id(ch, l.c().context, l.c().ps);
+    // SAFETY: just made and registered.
+    unsafe { &*child }
+        .st
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .sync = true;
+    child
 }
 
 pub extern "C" fn rdma_set_option(
@@ -1316,115 +1387,6 @@ pub extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     })
 }
 
-#[repr(C)]
-pub struct rdma_addrinfo {
-    pub ai_flags: c_int,
-    pub ai_family: c_int,
-    pub ai_qp_type: c_int,
-    pub ai_port_space: c_int,
-    pub ai_src_len: libc::socklen_t,
-    pub ai_dst_len: libc::socklen_t,
-    pub ai_src_addr: *mut libc::sockaddr,
-    pub ai_dst_addr: *mut libc::sockaddr,
-    pub ai_src_canonname: *mut c_char,
-    pub ai_dst_canonname: *mut c_char,
-    pub ai_route_len: usize,
-    pub ai_route: *mut c_void,
-    pub ai_connect_len: usize,
-    pub ai_connect: *mut c_void,
-    pub ai_next: *mut rdma_addrinfo,
-}
-
-/// The answer and the addresses it points to (`ai` first: the C caller's pointer).
-#[repr(C)]
-struct XAddrInfo {
-    ai: rdma_addrinfo,
-    src: libc::sockaddr_storage,
-    dst: libc::sockaddr_storage,
-}
-
-fn cstr(p: *const c_char) -> Option<String> {
-    // SAFETY: a NUL-terminated string from the caller, or NULL.
-    (!p.is_null()).then(|| {
-        unsafe { core::ffi::CStr::from_ptr(p) }
-            .to_string_lossy()
-            .into_owned()
-    })
-}
-
-/// `rdma_getaddrinfo` for numeric addresses (RAI_PASSIVE: the source), port space TCP.
-pub extern "C" fn rdma_getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-    res: *mut *mut rdma_addrinfo,
-) -> c_int {
-    guard(-1, || {
-        if res.is_null() {
-            return err(libc::EINVAL, -1);
-        }
-        // SAFETY: the caller's hints, or NULL.
-        let (flags, ps) = if hints.is_null() {
-            (0, c_int::from(RDMA_PS_TCP))
-        } else {
-            unsafe { ((*hints).ai_flags, (*hints).ai_port_space) }
-        };
-        let port: u16 = cstr(service).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let ip: IpAddr = match cstr(node) {
-            Some(n) => match n.parse() {
-                Ok(ip) => ip,
-                Err(_) => return err(libc::EINVAL, libc::EAI_NONAME),
-            },
-            None => "0.0.0.0".parse().expect("a literal"),
-        };
-        // SAFETY: sockaddr_storage is plain data; all-zero is AF_UNSPEC.
-        let zero: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
-        let mut x = Box::new(XAddrInfo {
-            // SAFETY: rdma_addrinfo is C data; all-zero is valid (NULL pointers).
-            ai: unsafe { core::mem::zeroed() },
-            src: zero,
-            dst: zero,
-        });
-        let a = SocketAddr::new(ip, port);
-        let len = if ip.is_ipv4() {
-            core::mem::size_of::<libc::sockaddr_in>()
-        } else {
-            core::mem::size_of::<libc::sockaddr_in6>()
-        } as libc::socklen_t;
-        x.ai.ai_flags = flags;
-        x.ai.ai_family = if ip.is_ipv4() {
-            libc::AF_INET
-        } else {
-            libc::AF_INET6
-        };
-        x.ai.ai_qp_type = 2;
-        x.ai.ai_port_space = if ps == 0 {
-            c_int::from(RDMA_PS_TCP)
-        } else {
-            ps
-        };
-        if flags & 1 != 0 {
-            store(&mut x.src, a);
-            x.ai.ai_src_len = len;
-            x.ai.ai_src_addr = &mut x.src as *mut _ as *mut libc::sockaddr;
-        } else {
-            store(&mut x.dst, a);
-            x.ai.ai_dst_len = len;
-            x.ai.ai_dst_addr = &mut x.dst as *mut _ as *mut libc::sockaddr;
-        }
-        // SAFETY: caller's out-parameter; the box is freed by rdma_freeaddrinfo.
-        unsafe { *res = Box::into_raw(x) as *mut rdma_addrinfo };
-        0
-    })
-}
-
-pub extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    if !res.is_null() {
-        // SAFETY: a Box<XAddrInfo> from rdma_getaddrinfo (its first field).
-        drop(unsafe { Box::from_raw(res as *mut XAddrInfo) });
-    }
-}
-
 /// Entry points xrnic does not implement: multicast, SRQs on ids, ECE, rsockets.
 pub mod unsupported {
     use super::*;
@@ -1481,5 +1443,9 @@ pub mod unsupported {
     }
 }
 
+mod addrinfo;
+pub use addrinfo::{rdma_addrinfo, rdma_freeaddrinfo, rdma_getaddrinfo};
+mod sync;
 #[cfg(test)]
 mod tests;
+mod ud;

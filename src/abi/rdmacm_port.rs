@@ -63,6 +63,29 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     if let Some(p) = g.iter().find(|p| p.ifname == ifname) {
         return Ok(p.clone());
     }
+    // The program's own context of this device, when it opened one first (perftest -R
+    // does): the CM shares it, a second open would find the XDP program taken.
+    let ctx = match crate::device::open_context(ifname) {
+        Some(c) => c,
+        None => open_own(ifname)?,
+    };
+    let x = crate::device::context(ctx).ok_or(libc::ENODEV)?;
+    let dev = x.dev.clone();
+    let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
+        eprintln!("xrnic: rdma_cm on {ifname}: {e}");
+        crate::errno_of(&e)
+    })?);
+    g.push(p.clone());
+    let t = p.clone();
+    std::thread::Builder::new()
+        .name(format!("xrnic-cm-{ifname}"))
+        .spawn(move || run(&t))
+        .map_err(|_| libc::EAGAIN)?;
+    Ok(p)
+}
+
+/// Open `ifname`'s device for the CM (no context of the program's to share).
+fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
     let mut n = 0;
     let list = crate::device::ibv_get_device_list(&mut n);
     if list.is_null() {
@@ -86,19 +109,7 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     if ctx.is_null() {
         return Err(libc::ENODEV);
     }
-    let x = crate::device::context(ctx).ok_or(libc::ENODEV)?;
-    let dev = x.dev.clone();
-    let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
-        eprintln!("xrnic: rdma_cm on {ifname}: {e}");
-        crate::errno_of(&e)
-    })?);
-    g.push(p.clone());
-    let t = p.clone();
-    std::thread::Builder::new()
-        .name(format!("xrnic-cm-{ifname}"))
-        .spawn(move || run(&t))
-        .map_err(|_| libc::EAGAIN)?;
-    Ok(p)
+    Ok(ctx)
 }
 
 fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port> {
@@ -240,9 +251,11 @@ impl Port {
         while self.sends_done.load(Ordering::Acquire) < target && Instant::now() < end {
             std::thread::sleep(Duration::from_micros(200));
         }
-        // The completion is made as the frame is handed to the socket; give the driver
-        // the moment it needs to kick the transmit ring before the process may exit.
-        std::thread::sleep(Duration::from_millis(2));
+        // The completion is made as the engine emits the frame, before the driver has
+        // pushed it to the socket and kicked the ring: give the driver that moment
+        // before the process may exit (a DREP lost this way left ucmatose's peer
+        // waiting for its DREQ retries).
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

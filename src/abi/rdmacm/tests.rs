@@ -75,10 +75,18 @@ fn event_channel_fd_is_readable_while_events_wait() {
         rdma_create_id(ch, &mut id, core::ptr::null_mut(), 0x0106),
         0
     );
-    // UD ids are refused with a clear errno.
+    // UD ids (RDMA_PS_UDP) are UD; IPoIB ids are refused with a clear errno.
     let mut ud: *mut rdma_cm_id = core::ptr::null_mut();
     assert_eq!(
         rdma_create_id(ch, &mut ud, core::ptr::null_mut(), 0x0111),
+        0
+    );
+    // SAFETY: the id just made.
+    assert_eq!(unsafe { (*ud).qp_type }, ud::QPT_UD);
+    assert_eq!(rdma_destroy_id(ud), 0);
+    let mut ipoib: *mut rdma_cm_id = core::ptr::null_mut();
+    assert_eq!(
+        rdma_create_id(ch, &mut ipoib, core::ptr::null_mut(), 0x0002),
         -1
     );
     let x = xid(id).unwrap();
@@ -106,4 +114,67 @@ fn event_channel_fd_is_readable_while_events_wait() {
     // SAFETY: rdma_event_str returns a static NUL-terminated string.
     let s = unsafe { core::ffi::CStr::from_ptr(rdma_event_str(ev::REJECTED)) };
     assert_eq!(s.to_str().unwrap(), "RDMA_CM_EVENT_REJECTED");
+}
+
+#[test]
+fn ud_ids_qp_attributes_are_the_udp_port_space_ones() {
+    // librdmacm ucma_init_ud_qp: INIT with port, P_Key index and RDMA_UDP_QKEY; RTR
+    // with the state only; RTS with SQ PSN 0.
+    let (a, m) = ud::init_qp_attr(1).unwrap();
+    assert_eq!((a.qp_state, a.qkey, a.port_num), (1, 0x0123_4567, 1));
+    assert_eq!(m, (1 | 1 << 4 | 1 << 5 | 1 << 6) as c_int);
+    let (a, m) = ud::init_qp_attr(2).unwrap();
+    assert_eq!((a.qp_state, m), (2, 1));
+    let (a, m) = ud::init_qp_attr(3).unwrap();
+    assert_eq!((a.qp_state, a.sq_psn, m), (3, 0, (1 | 1 << 16) as c_int));
+    assert!(ud::init_qp_attr(4).is_err());
+}
+
+#[test]
+fn a_sync_id_waits_for_its_event_and_keeps_it() {
+    // A NULL channel: the id gets a channel of its own (librdmacm's synchronous mode).
+    let mut id: *mut rdma_cm_id = core::ptr::null_mut();
+    assert_eq!(
+        rdma_create_id(
+            core::ptr::null_mut(),
+            &mut id,
+            core::ptr::null_mut(),
+            0x0106
+        ),
+        0
+    );
+    let x = xid(id).unwrap();
+    assert!(!x.c().channel.is_null());
+    assert!(sync::is_sync(x));
+    push(x.c().channel, event(x, ev::ADDR_RESOLVED, 0));
+    assert_eq!(sync::complete(x), Ok(()));
+    let first = x.c().event;
+    assert!(!first.is_null());
+    // SAFETY: the event the id holds.
+    assert_eq!(unsafe { (*first).event }, ev::ADDR_RESOLVED);
+    // A REJECTED event is ECONNREFUSED (ucma_complete), the previous event acked.
+    let mut rej = event(x, ev::REJECTED, 28);
+    rej.ev.status = 28;
+    push(x.c().channel, rej);
+    assert_eq!(sync::complete(x), Err(libc::ECONNREFUSED));
+    // SAFETY: the event the id holds now.
+    assert_eq!(unsafe { (*x.c().event).event }, ev::REJECTED);
+    push(
+        x.c().channel,
+        event(x, ev::ROUTE_ERROR, -libc::EHOSTUNREACH),
+    );
+    assert_eq!(sync::complete(x), Err(libc::EHOSTUNREACH));
+    // rdma_get_request refuses an id that is not a listener's event source.
+    let mut ch_id: *mut rdma_cm_id = core::ptr::null_mut();
+    let ch = rdma_create_event_channel();
+    assert_eq!(
+        rdma_create_id(ch, &mut ch_id, core::ptr::null_mut(), 0x0106),
+        0
+    );
+    let mut out: *mut rdma_cm_id = core::ptr::null_mut();
+    assert_eq!(rdma_get_request(ch_id, &mut out), -1);
+    assert_eq!(rdma_destroy_id(ch_id), 0);
+    rdma_destroy_event_channel(ch);
+    // Destroying the sync id frees its channel and its last event.
+    assert_eq!(rdma_destroy_id(id), 0);
 }

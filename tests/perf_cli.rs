@@ -212,7 +212,14 @@ fn perf_duration_mode_and_gbits() {
             assert_eq!(p.peak, 0.0, "-D reports no peak: {t}");
             let v = p.json.unwrap();
             assert_eq!(v["duration"].as_u64(), Some(1), "{v}");
-            assert!((v["bw_avg_gbps"].as_f64().unwrap() - p.avg).abs() <= 0.01 * p.avg + 1e-6);
+            // The table prints two decimals (perftest's %.2f): at a slow link's 0.09 Gb/s
+            // that rounding alone is several per cent of the value.
+            let j = v["bw_avg_gbps"].as_f64().unwrap();
+            assert!(
+                (j - p.avg).abs() <= 0.005 + 0.01 * p.avg,
+                "json {j} text {}: {t}",
+                p.avg
+            );
         }
     }
 }

@@ -83,20 +83,25 @@
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
 pub mod ibv;
+mod mr;
 mod mr_copy;
 pub mod netdev;
 mod offload;
 mod qp;
 pub(crate) mod remote;
 mod srq;
+mod stat_files;
 #[cfg(test)]
 mod tests;
 mod ud;
 
+pub use mr::Mr;
+use mr::MrKind;
 pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
 pub use srq::Srq;
+pub use stat_files::{STAT_DIR, snapshot_is_here, stat_file, stat_files};
 pub use ud::Ah;
 
 use std::net::IpAddr;
@@ -336,62 +341,6 @@ impl Default for DeviceOptions {
 /// detached (a process killed just before, whose link the kernel releases some tens of
 /// milliseconds later) before it reports [`Error::XdpBusy`].
 pub const XDP_DETACH_PATIENCE: Duration = Duration::from_secs(1);
-
-/// The directory `xrnic` tools write stat snapshots to.
-pub const STAT_DIR: &str = "/run/xrnic";
-
-/// The stat snapshot file of `netdev` in the calling thread's network namespace:
-/// `<dir>/<netdev>.<netns inode>.json`. The inode keeps two namespaces' `eth0` apart;
-/// `xrnic stat` run in the same namespace finds the same file.
-pub fn stat_file(dir: &std::path::Path, netdev: &str) -> std::io::Result<PathBuf> {
-    let ino = netns_inode()?;
-    Ok(dir.join(format!("{netdev}.{ino}.json")))
-}
-
-/// The inode of the calling thread's network namespace.
-fn netns_inode() -> std::io::Result<u64> {
-    use std::os::unix::fs::MetadataExt;
-    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
-}
-
-/// Every stat snapshot of the calling thread's network namespace in `dir`, as
-/// `(netdev, path)` sorted by netdev: the devices `xrnic res` lists without `--netdev`.
-/// A missing `dir` is no snapshot, not an error.
-pub fn stat_files(dir: &std::path::Path) -> std::io::Result<Vec<(String, PathBuf)>> {
-    let suffix = format!(".{}.json", netns_inode()?);
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for e in entries {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        // Interface names may hold dots (`eth0.100`): strip the suffix, not split.
-        if let Some(netdev) = name.strip_suffix(&suffix).filter(|n| !n.is_empty()) {
-            out.push((netdev.to_string(), e.path()));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Whether `snap` was written for the interface of its name in the calling thread's
-/// network namespace: the same index and MAC address ([`crate::driver::LinkId`]). False
-/// for a file a deleted namespace left behind under an inode the kernel has since given to
-/// this one, or written for an interface since deleted. A simulated device's snapshot is
-/// taken as it is; one of an older xrnic (no identity) needs an interface of its name.
-pub fn snapshot_is_here(snap: &crate::driver::Snapshot) -> bool {
-    if snap.simulated {
-        return true;
-    }
-    match (crate::io::link::link_info(None, &snap.netdev), &snap.link) {
-        (Err(_), _) => false,
-        (Ok(_), None) => true,
-        (Ok(l), Some(id)) => crate::driver::LinkId::new(l.ifindex, l.mac) == *id,
-    }
-}
 
 /// Device attributes (`struct ibv_device_attr`, the fields xrnic has values for).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1379,169 +1328,6 @@ impl Pd {
                 })
             }
             _ => Err(Error::DeviceMismatch),
-        }
-    }
-}
-
-#[derive(Debug)]
-enum MrKind {
-    Soft(Arc<PdInner>),
-    Verbs(ibv::Mr),
-    Svc(remote::RemoteMr),
-}
-
-/// A memory region (`struct ibv_mr`).
-#[derive(Debug)]
-pub struct Mr {
-    lkey: Lkey,
-    rkey: Rkey,
-    addr: u64,
-    length: usize,
-    kind: MrKind,
-}
-
-impl Mr {
-    pub fn lkey(&self) -> Lkey {
-        self.lkey
-    }
-    pub fn rkey(&self) -> Rkey {
-        self.rkey
-    }
-    /// The address of the first byte, in the device's address space (what SGEs, RETHs
-    /// and atomic requests name).
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-    pub fn len(&self) -> usize {
-        self.length
-    }
-    pub fn is_empty(&self) -> bool {
-        self.length == 0
-    }
-
-    /// A scatter/gather element for bytes `offset..offset + length` of this region.
-    pub fn sge(&self, offset: usize, length: u32) -> Sge {
-        Sge {
-            addr: self.addr + offset as u64,
-            length,
-            lkey: self.lkey,
-        }
-    }
-
-    fn check(&self, offset: usize, len: usize) -> Result<()> {
-        if offset.checked_add(len).is_none_or(|e| e > self.length) {
-            return Err(Error::OutOfBounds {
-                offset,
-                len,
-                size: self.length,
-            });
-        }
-        Ok(())
-    }
-
-    /// Copy bytes out of the region.
-    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.check(offset, out.len())?;
-        match &self.kind {
-            MrKind::Soft(pd) => {
-                let g = pd.shared.lock();
-                let b = g
-                    .rnic
-                    .mr_bytes(self.lkey)
-                    .ok_or(VerbsError::NotFound("memory region"))?;
-                out.copy_from_slice(&b[offset..offset + out.len()]);
-            }
-            MrKind::Verbs(mr) => mr.read(offset, out),
-            MrKind::Svc(mr) => {
-                let m = mr.mem().ok_or(VerbsError::NotFound("memory region"))?;
-                if !m.read(offset, out) {
-                    return Err(Error::Io(std::io::Error::from_raw_os_error(14)));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Copy bytes into the region.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.check(offset, data.len())?;
-        match &self.kind {
-            MrKind::Soft(pd) => {
-                let mut g = pd.shared.lock();
-                let b = g
-                    .rnic
-                    .mr_bytes_mut(self.lkey)
-                    .ok_or(VerbsError::NotFound("memory region"))?;
-                b[offset..offset + data.len()].copy_from_slice(data);
-            }
-            MrKind::Verbs(mr) => mr.write(offset, data),
-            MrKind::Svc(mr) => {
-                let m = mr.mem().ok_or(VerbsError::NotFound("memory region"))?;
-                if !m.write(offset, data) {
-                    return Err(Error::Io(std::io::Error::from_raw_os_error(14)));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Look at the region's bytes: `f` gets a copy of the whole region, made when called
-    /// (`mr_copy`). No lock is held while `f` runs, so it may call any verb; what the
-    /// NIC writes meanwhile is not in the copy. For a few bytes, [`Mr::read`] copies less.
-    pub fn with<T>(&self, f: impl FnOnce(&[u8]) -> T) -> Result<T> {
-        match &self.kind {
-            MrKind::Soft(_) | MrKind::Svc(_) => {
-                let mut copy = vec![0u8; self.length];
-                self.read(0, &mut copy)?;
-                Ok(f(&copy))
-            }
-            MrKind::Verbs(mr) => Ok(mr.with(f)),
-        }
-    }
-
-    /// Change the region's bytes: `f` gets a copy of the whole region, and the bytes it
-    /// changed are written back when it returns (`mr_copy`); bytes it left alone keep
-    /// whatever the NIC wrote there meanwhile. No lock is held while `f` runs, so it may
-    /// call any verb. For a few bytes, [`Mr::write`] copies less.
-    pub fn with_mut<T>(&self, f: impl FnOnce(&mut [u8]) -> T) -> Result<T> {
-        match &self.kind {
-            MrKind::Soft(pd) => {
-                let mut copy = vec![0u8; self.length];
-                self.read(0, &mut copy)?;
-                let old = copy.clone();
-                let r = f(&mut copy);
-                let mut g = pd.shared.lock();
-                let b = g
-                    .rnic
-                    .mr_bytes_mut(self.lkey)
-                    .ok_or(VerbsError::NotFound("memory region"))?;
-                mr_copy::changed_runs(&old, &copy, |at, run| {
-                    b[at..at + run.len()].copy_from_slice(run);
-                });
-                Ok(r)
-            }
-            MrKind::Verbs(mr) => Ok(mr.with_mut(f)),
-            MrKind::Svc(_) => {
-                let mut copy = vec![0u8; self.length];
-                self.read(0, &mut copy)?;
-                let old = copy.clone();
-                let r = f(&mut copy);
-                let mut res = Ok(());
-                mr_copy::changed_runs(&old, &copy, |at, run| {
-                    if res.is_ok() {
-                        res = self.write(at, run);
-                    }
-                });
-                res.map(|()| r)
-            }
-        }
-    }
-}
-
-impl Drop for Mr {
-    fn drop(&mut self) {
-        if let MrKind::Soft(pd) = &self.kind {
-            let _ = pd.shared.lock().rnic.dereg_mr(self.lkey);
         }
     }
 }

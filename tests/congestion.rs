@@ -230,57 +230,62 @@ fn hyper_increase_when_both_counters_pass_f() {
     assert_eq!(idx, script.len());
 }
 
-/// ConnectX profile: α from 1023/1024 with g = 5/1024 per 1 µs period, cuts bounded by
-/// rp_min_dec_fac, the monitor period, the target kept until the timer raised the rate
-/// (rp_clamp_tgt_rate_after_time_inc), and the 1 Mb/s floor.
+/// ConnectX profile, as NVIDIA's register descriptions read (mstflint's
+/// tools_open_roce_cc_ecn): α updated once per rp_dce_tcp_rtt (1 µs) from the first CNP,
+/// α ← g + (1 − g)α with g = 1019/1024 if a CNP came in the period, else (1 − g)α; a cut
+/// at each rp_rate_reduce_monitor_period (4 µs) grid point whose period had a CNP, after
+/// that point's α update, bounded by rp_min_dec_fac; no clamp of the target without an
+/// increase. Computed here tick by tick, independently of the implementation.
 #[test]
-fn connectx_cuts_down_to_the_min_rate_floor() {
+fn connectx_per_period_alpha_and_cuts_on_the_monitor_grid() {
     let p = DcqcnParams::connectx();
     let line = 10e9;
-    let g = 5.0 / 1024.0;
+    let g = 1019.0 / 1024.0;
     let mut rp = Dcqcn::new(p, line as u64);
-    let mut rc = line;
-    let rt = line;
+    let t0 = 10 * US;
+    // CNPs every 3 µs from t0 (t0 is the first CNP).
+    let cnps: Vec<u64> = (0..120u64).map(|n| t0 + n * 3 * US).collect();
+    let (mut rc, rt) = (line, line);
     let mut alpha: f64 = 1023.0 / 1024.0;
-    let mut handled = 0;
-    let mut ignored = 0;
-    // CNPs every 3 µs: every other one falls inside the 4 µs monitor period.
-    let mut last_cut: Option<u64> = None;
-    for n in 0..120u64 {
-        let now = 10 * US + n * 3 * US;
-        let v = rp.on_cnp(now);
-        let expect_cut = last_cut.is_none_or(|t| now - t >= 4 * US);
-        if !expect_cut {
-            assert_eq!(v, CnpVerdict::Ignored, "CNP {n}");
-            ignored += 1;
-            continue;
+    let mut cuts = 0;
+    let mut next = 0;
+    let end = t0 + 400 * US;
+    let mut t = t0;
+    while t < end {
+        // The CNPs of [t, t + 1 µs): fed to the RP at their times.
+        while next < cnps.len() && cnps[next] < t + US {
+            assert_eq!(rp.on_cnp(cnps[next]), CnpVerdict::Handled);
+            next += 1;
         }
-        assert_eq!(v, CnpVerdict::Handled, "CNP {n}");
-        handled += 1;
-        if let Some(t) = last_cut {
-            for _ in 0..(now - t) / US {
-                alpha *= 1.0 - g;
+        let had_cnp = cnps.iter().any(|&c| c > t0 && c >= t && c < t + US);
+        t += US;
+        alpha = if had_cnp {
+            g + (1.0 - g) * alpha
+        } else {
+            (1.0 - g) * alpha
+        };
+        if (t - t0) % (4 * US) == 0 {
+            let lo = t - 4 * US;
+            if cnps.iter().any(|&c| c >= lo && c < t) {
+                rc = (rc * (1.0 - (alpha / 2.0).min(0.5))).max(1e6);
+                cuts += 1;
             }
         }
-        // rp_gd 11: factor α/2; rp_min_dec_fac 50 %: at most half.
-        let factor = (alpha / 2.0).min(0.5);
-        rc = (rc * (1.0 - factor)).max(1e6);
-        alpha = (1.0 - g) * alpha + g;
-        last_cut = Some(now);
-        // No timer event yet (300 µs), so the target stays at line rate.
-        assert_state(&rp, rc, rt, alpha, &format!("CNP {n}"));
+        rp.on_timer(t);
+        assert_state(&rp, rc, rt, alpha, &format!("at {t} ns"));
     }
-    assert_eq!(rp.rate_bps(), 1_000_000, "floor reached");
-    assert_eq!(rp.cnp_counts(), (handled, ignored));
-    assert!(ignored > 0 && handled > 0);
+    assert!(cuts > 50, "{cuts} cuts");
+    assert!(rc < line / 100.0, "cut down: {rc}");
+    assert_eq!(rp.cnp_counts(), (120, 0));
 
     // After a timer event, the next cut clamps the target to the current rate.
-    let t = last_cut.unwrap();
-    rp.on_timer(t + 300 * US);
+    let last = rp.last_cut();
+    rp.on_timer(last + 300 * US);
     // Fast recovery (F = 1): Rc ← (Rt + Rc)/2.
     rc = (rt + rc) / 2.0;
     assert!(close(rp.rate(), rc));
-    rp.on_cnp(t + 301 * US);
+    rp.on_cnp(last + 301 * US);
+    rp.on_timer(last + 304 * US);
     assert!(close(rp.target(), rc), "Rt ← Rc after a timer increase");
 }
 
@@ -290,6 +295,9 @@ fn max_rate_cap_and_line_rate_cap() {
     for (max_mbps, line) in [(2000u32, 10e9), (0, 1e9)] {
         let mut p = DcqcnParams::connectx();
         p.rp_max_rate = max_mbps;
+        // Cuts with the CNP, from α = 1023/1024 (with the 4 µs monitor period the first cut
+        // would come after four 1 µs α periods at g = 1019/1024, i.e. with α ≈ 0).
+        p.rp_rate_reduce_monitor_period = 0;
         let cap = if max_mbps == 0 {
             line
         } else {
@@ -332,7 +340,10 @@ fn max_rate_cap_and_line_rate_cap() {
 #[test]
 fn pacer_follows_the_reaction_point() {
     let line = 10_000_000_000;
-    let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
+    // No monitor period: the cut comes with the CNP.
+    let mut p = DcqcnParams::connectx();
+    p.rp_rate_reduce_monitor_period = 0;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
     let q = Qpn::new(0x11);
     cc.add_qp(0, q);
     cc.on_sent(0, q, 16384); // empty the bucket
@@ -500,6 +511,8 @@ fn connectx_cnp_is_accepted_by_the_reaction_point() {
         cc.handle_cnp_frame(100 * US, &view),
         Some(CnpVerdict::Handled)
     );
+    // The cut at the end of the 4 µs monitor period.
+    cc.handle_timeout(104 * US);
     let s = cc.qp_status(qpn).unwrap();
     assert!(s.rate_bps < line, "rate cut by the ConnectX CNP");
     assert_eq!(s.target_bps, line);
@@ -567,6 +580,7 @@ fn ce_mark_to_cnp_to_rate_cut() {
         sender.handle_cnp_frame(12 * US, &v),
         Some(CnpVerdict::Handled)
     );
+    sender.handle_timeout(16 * US);
     assert!(sender.qp_status(sq).unwrap().rate_bps < line);
 }
 
@@ -753,7 +767,9 @@ fn engine_surface_cnp_queue_and_held_qps() {
 #[test]
 fn unthrottled_qps_are_unpaced_when_asked_and_throttled_ones_paced() {
     const LINE: u64 = 10_000_000_000;
-    let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), LINE, 4096);
+    let mut p = DcqcnParams::connectx();
+    p.rp_rate_reduce_monitor_period = 0;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), LINE, 4096);
     cc.set_pace_unthrottled(false);
     let q = Qpn::new(0x11);
     cc.add_qp(0, q);

@@ -179,7 +179,9 @@ fn ce_marks_become_cnps_that_cut_the_senders_rate() {
         "one QP: its CNPs are the device's"
     );
     let alpha = st.alpha.expect("DCQCN has an α");
-    assert!(alpha > 0.0 && alpha <= 1.0, "α {alpha}");
+    // With ConnectX's g = 1019/1024 per 1 µs period, α is back at 0 a few hundred µs after
+    // the last CNP: any value of [0, 1].
+    assert!((0.0..=1.0).contains(&alpha), "α {alpha}");
     let cong = a.dev.congestion().expect("DCQCN is on");
     assert_eq!(cong.counters.rp_cnp_handled, ca.rp_cnp_handled);
     assert_eq!(cong.line_rate_bps, line);

@@ -32,7 +32,7 @@ use crate::wire::{FrameView, Opcode, Qpn};
 pub use dcqcn::{Dcqcn, Phase};
 pub use np::{NotificationPoint, NpCounters, build_cnp};
 pub use pacer::Pacer;
-pub use params::{DcqcnParams, PARAMS, ParamError, ParamInfo};
+pub use params::{DcqcnParams, DcqcnStyle, PARAMS, ParamError, ParamInfo};
 
 /// What a reaction point did with a CNP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,6 +62,11 @@ pub trait RateController: core::fmt::Debug + Send {
     fn alpha(&self) -> Option<f64>;
     /// Short name for tools (`dcqcn`).
     fn name(&self) -> &'static str;
+    /// DCQCN's stage counters (timer and byte-counter events since the last cut), and
+    /// whether a cut is owed; for traces.
+    fn stage_state(&self) -> (u32, u32, bool) {
+        (0, 0, false)
+    }
 }
 
 /// Which algorithm new QPs get.
@@ -98,6 +103,8 @@ struct QpCc {
     pacer: Pacer,
     handled: u64,
     ignored: u64,
+    /// Bytes this QP sent (for traces).
+    bytes_sent: u64,
     /// Refused by [`CongestionControl::may_send`] until then (for `poll_timeout`).
     held_until: Option<u64>,
 }
@@ -207,6 +214,7 @@ impl CongestionControl {
                 pacer: Pacer::new(now, rate, self.burst),
                 handled: 0,
                 ignored: 0,
+                bytes_sent: 0,
                 held_until: None,
             },
         );
@@ -256,6 +264,27 @@ impl CongestionControl {
                     CnpVerdict::Ignored => q.ignored += 1,
                 }
                 Self::sync(q, now, line, dev, qpn);
+                // Every CNP with the reaction point's state after it, and the bytes the
+                // QP sent so far: enough to replay the run against another model.
+                if crate::proto::trace::enabled() {
+                    if let Some(cc) = q.cc.as_ref() {
+                        let (t, bc, cut_due) = cc.stage_state();
+                        crate::proto::trace::qp_event!(
+                            now,
+                            dev,
+                            qpn,
+                            "cnp",
+                            handled = v == CnpVerdict::Handled,
+                            rate_bps = cc.rate_bps(),
+                            target_bps = cc.target_bps(),
+                            alpha = cc.alpha().unwrap_or(0.0),
+                            timer_events = t,
+                            byte_events = bc,
+                            cut_due = cut_due,
+                            bytes_sent = q.bytes_sent
+                        );
+                    }
+                }
                 v
             }
             None => CnpVerdict::Ignored,
@@ -348,6 +377,7 @@ impl CongestionControl {
         let pace_all = self.pace_unthrottled;
         if let Some(q) = self.qps.get_mut(&qpn) {
             q.held_until = None;
+            q.bytes_sent = q.bytes_sent.saturating_add(len as u64);
             // An unpaced QP leaves its bucket full, for the first frames after a cut.
             if pace_all || q.rate(line) < line {
                 q.pacer.consume(now, len);

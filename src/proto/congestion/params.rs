@@ -35,6 +35,24 @@ pub struct DcqcnParams {
     pub np_min_time_between_cnps: u32,
     pub np_cnp_dscp: u32,
     pub np_cnp_prio: u32,
+    /// What the knobs do not say: how α is updated, whether the limiter is released at
+    /// full rate. Not an mlx5 parameter: set by the profile (see [`DcqcnStyle`]).
+    pub style: DcqcnStyle,
+}
+
+/// The parts of DCQCN no mlx5 knob covers, as each reference describes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcqcnStyle {
+    /// NVIDIA's description (mstflint's tools_open_roce_cc_ecn register, HPCC's ns-3
+    /// `*Mlx` functions): α is updated once per `rp_dce_tcp_rtt` period, up if a CNP came
+    /// in the period and down if not; the limiter is released once back at the maximum
+    /// rate (`rpg_max_rate`: "once this limit is reached, the RP rate limiter is
+    /// released").
+    ConnectX,
+    /// The SIGCOMM 2015 paper: α ← (1 − g)α + g at each cut, decaying once per K without
+    /// one; no release (a QP back at the maximum rate stays under the control loop).
+    Paper,
 }
 
 /// One row of the parameter table.
@@ -159,7 +177,8 @@ pub const PARAMS: &[ParamInfo] = &[
         0,
         MAX_MBPS,
         "non-zero: the first CNP of an unthrottled QP sets current and target rate to this \
-         value instead of cutting; 0: the first CNP cuts like any other"
+         value (the rate its limiter is allocated at), then cuts like any CNP; 0: the \
+         limiter starts at the maximum rate"
     ),
     row!(
         rp_dce_tcp_g,
@@ -167,9 +186,8 @@ pub const PARAMS: &[ParamInfo] = &[
         "1/1024",
         0,
         1023,
-        "α retention: on a handled CNP α ← (g/1024)·α + (1 − g/1024); per update period \
-         without CNP α ← (g/1024)·α. The paper's gain g is 1 − rp_dce_tcp_g/1024 \
-         (1019 → 5/1024; the paper's 1/256 is 1020)"
+        "α gain g = rp_dce_tcp_g/1024, as NVIDIA's register description: α ← g + (1 − g)·α \
+         with a CNP, α ← (1 − g)·α without (the paper's g = 1/256 is 4)"
     ),
     row!(
         rp_dce_tcp_rtt,
@@ -177,8 +195,8 @@ pub const PARAMS: &[ParamInfo] = &[
         "µs",
         1,
         MAX_US,
-        "α update period (the paper's K): α decays once per full period without a handled CNP, \
-         counted from the last handled CNP"
+        "α update period (the paper's K): ConnectX style, one update per period counted \
+         from the first CNP; paper style, a decay per full period since the last cut"
     ),
     row!(
         rp_rate_reduce_monitor_period,
@@ -186,8 +204,9 @@ pub const PARAMS: &[ParamInfo] = &[
         "µs",
         0,
         MAX_US,
-        "at most one cut per period: a CNP less than this after the last cut is ignored \
-         (counted in rp_cnp_ignored); 0: every CNP cuts"
+        "at most one cut per period: a CNP less than this after the last cut is kept and \
+         cuts at the start of the next period (counted from the first CNP); several CNPs \
+         in one period make one cut; 0: every CNP cuts at once"
     ),
     row!(
         rp_initial_alpha_value,
@@ -212,8 +231,9 @@ pub const PARAMS: &[ParamInfo] = &[
         "bool",
         0,
         1,
-        "1 (with rp_clamp_tgt_rate 0): a cut sets Rt ← Rc only if the timer raised the rate \
-         since the last cut; otherwise the target is kept (semantics unverified)"
+        "with rp_clamp_tgt_rate 0, a cut sets Rt ← Rc if the byte counter raised the rate \
+         since the last cut, and with this flag 1 also if the timer did (NVIDIA: \"and not \
+         only due to the byte counter\")"
     ),
     row!(
         np_min_time_between_cnps,
@@ -312,16 +332,17 @@ impl DcqcnParams {
             np_min_time_between_cnps: 4,
             np_cnp_dscp: 48,
             np_cnp_prio: 6,
+            style: DcqcnStyle::ConnectX,
         }
     }
 
     /// The SIGCOMM 2015 paper (Zhu et al.): g = 1/256, K = 55 µs, F = 5, R_AI = 40 Mb/s,
-    /// CNP interval 50 µs, Rt ← Rc and Rc ← Rc(1 − α/2) on every CNP, α starting at 1.
-    /// The paper's timer T, byte counter B, R_HAI and minimum rate are not given there:
-    /// those keep the ConnectX values.
+    /// CNP interval 50 µs, Rt ← Rc and Rc ← Rc(1 − α/2) on every CNP, α starting at 1,
+    /// α per cut and no release ([`DcqcnStyle::Paper`]). T, B, R_HAI and the minimum
+    /// rate keep the ConnectX values (docs/congestion.md says why).
     pub const fn paper() -> Self {
         let mut p = Self::connectx();
-        p.rp_dce_tcp_g = 1020; // (1 − 1/256) × 1024
+        p.rp_dce_tcp_g = 4; // g = 1/256
         p.rp_dce_tcp_rtt = 55;
         p.rp_threshold = 5;
         p.rp_ai_rate = 40;
@@ -331,6 +352,7 @@ impl DcqcnParams {
         p.rp_rate_reduce_monitor_period = 0;
         p.rp_initial_alpha_value = 1024;
         p.rp_clamp_tgt_rate = 1;
+        p.style = DcqcnStyle::Paper;
         p
     }
 
@@ -419,9 +441,9 @@ impl DcqcnParams {
     pub(crate) fn monitor_period_ns(&self) -> u64 {
         u64::from(self.rp_rate_reduce_monitor_period) * 1000
     }
-    /// The paper's g: the weight of a new CNP in α.
+    /// g: the weight of a new CNP in α (`rp_dce_tcp_g` / 1024, NVIDIA's register text).
     pub(crate) fn alpha_gain(&self) -> f64 {
-        1.0 - f64::from(self.rp_dce_tcp_g) / 1024.0
+        f64::from(self.rp_dce_tcp_g) / 1024.0
     }
     pub(crate) fn initial_alpha(&self) -> f64 {
         f64::from(self.rp_initial_alpha_value) / 1024.0

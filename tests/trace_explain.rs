@@ -281,7 +281,7 @@ fn dcqcn_run_traces_rate_updates_and_cnps() {
     p.size = SizeSpec::Fixed(16384);
     p.messages = 60;
     let opts = SimOptions {
-        dcqcn: true,
+        dcqcn: Some(xrnic::proto::congestion::DcqcnParams::connectx()),
         pcap: Some(path.clone()),
         ..SimOptions::default()
     };
@@ -584,7 +584,7 @@ fn ce_marks_on_ipv6_frames_reach_the_notification_point() {
     p.size = SizeSpec::Fixed(8192);
     p.messages = 30;
     let opts = SimOptions {
-        dcqcn: true,
+        dcqcn: Some(xrnic::proto::congestion::DcqcnParams::connectx()),
         ..SimOptions::default()
     };
     let (s, out) = simulate_with(&p, &opts);

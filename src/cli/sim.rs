@@ -152,6 +152,78 @@ pub struct SimArgs {
     /// Turn DCQCN congestion control on in both devices (data becomes ECN-capable).
     #[arg(long)]
     pub dcqcn: bool,
+    /// DCQCN parameter set, as `xrnic perf` (implies --dcqcn).
+    #[arg(long = "cc-profile", value_enum, value_name = "PROFILE")]
+    pub cc_profile: Option<crate::cli::cc::CcProfile>,
+    /// One DCQCN parameter by its mlx5 name in its raw unit, e.g. rp_ai_rate=10; repeat it
+    /// or separate with commas (implies --dcqcn).
+    #[arg(long = "cc-param", value_name = "NAME=VALUE", value_parser = crate::cli::cc::parse_cc_param)]
+    pub cc_param: Vec<String>,
+    /// Instead of the verified workload, a dumbbell: --qps QPs of A write to B through a
+    /// bottleneck port of this rate (RED with ECN marking, --red), A's line at
+    /// --bandwidth-gbps; prints goodput per QP, utilization, Jain fairness, CNPs.
+    #[arg(long, value_name = "MBIT")]
+    pub bottleneck_mbps: Option<u64>,
+    /// Dumbbell: QPs writing through the bottleneck.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub qps: u32,
+    /// Dumbbell: virtual run time in ms (the middle half is measured, as perftest -D).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(4..=3_600_000))]
+    pub duration_ms: u64,
+    /// Dumbbell: one-way delay each way, microseconds.
+    #[arg(long, default_value_t = 500)]
+    pub bottleneck_delay_us: u64,
+    /// Dumbbell: the bottleneck's RED as MIN,MAX,PROBABILITY,LIMIT[,WLOG] (bytes, bytes,
+    /// 0..1, bytes, EWMA weight 2^-WLOG); default the lab's 15000,45000,0.2,400000,3.
+    #[arg(long, value_name = "MIN,MAX,P,LIMIT[,WLOG]", value_parser = parse_red)]
+    pub red: Option<crate::sim::dumbbell::RedConfig>,
+}
+
+/// Parse `--red MIN,MAX,P,LIMIT[,WLOG]`.
+pub fn parse_red(s: &str) -> Result<crate::sim::dumbbell::RedConfig, String> {
+    let f: Vec<&str> = s.split(',').map(str::trim).collect();
+    if !(4..=5).contains(&f.len()) {
+        return Err(format!("'{s}' is not MIN,MAX,PROBABILITY,LIMIT[,WLOG]"));
+    }
+    let int = |t: &str| -> Result<u64, String> {
+        t.parse().map_err(|_| format!("'{t}' is not a byte count"))
+    };
+    let red = crate::sim::dumbbell::RedConfig {
+        min: int(f[0])?,
+        max: int(f[1])?,
+        max_p: parse_prob(f[2])?,
+        limit: int(f[3])?,
+        wlog: match f.get(4) {
+            Some(w) => w
+                .parse::<u32>()
+                .ok()
+                .filter(|w| (1..=31).contains(w))
+                .ok_or_else(|| format!("WLOG '{w}' is not 1..=31"))?,
+            None => 3,
+        },
+    };
+    if red.min >= red.max || red.max > red.limit {
+        return Err(format!("RED needs MIN < MAX <= LIMIT, not '{s}'"));
+    }
+    Ok(red)
+}
+
+impl SimArgs {
+    /// The DCQCN parameters asked for: `None` unless --dcqcn, --cc-profile or --cc-param.
+    pub fn dcqcn_params(&self) -> Result<Option<crate::proto::congestion::DcqcnParams>, String> {
+        if !self.dcqcn && self.cc_profile.is_none() && self.cc_param.is_empty() {
+            return Ok(None);
+        }
+        let mut p = self
+            .cc_profile
+            .map_or_else(crate::proto::congestion::DcqcnParams::connectx, |c| {
+                c.params()
+            });
+        for c in &self.cc_param {
+            p.apply_all(c).map_err(|e| e.to_string())?;
+        }
+        Ok(Some(p))
+    }
 }
 
 /// What [`simulate_with`] does besides [`SimParams`]: options that do not change the
@@ -162,8 +234,8 @@ pub struct SimOptions {
     pub recv_depth: Option<u32>,
     /// B reposts a consumed receive this long (virtual ns) after its completion.
     pub recv_delay_ns: u64,
-    /// DCQCN on both devices.
-    pub dcqcn: bool,
+    /// DCQCN on both devices, with these parameters.
+    pub dcqcn: Option<crate::proto::congestion::DcqcnParams>,
     /// Write a pcapng of every transmitted frame here.
     pub pcap: Option<std::path::PathBuf>,
 }
@@ -340,8 +412,8 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
             }
         }
     }
-    if o.dcqcn {
-        use crate::proto::congestion::{Algorithm, CongestionControl, DcqcnParams};
+    if let Some(params) = o.dcqcn {
+        use crate::proto::congestion::{Algorithm, CongestionControl};
         let line = if p.link.bandwidth_bps == 0 {
             100_000_000_000
         } else {
@@ -349,7 +421,7 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
         };
         for d in [&mut pair.a, &mut pair.b] {
             d.enable_congestion_control(CongestionControl::new(
-                Algorithm::Dcqcn(DcqcnParams::connectx()),
+                Algorithm::Dcqcn(params),
                 line,
                 crate::proto::congestion::Pacer::DEFAULT_BURST,
             ));
@@ -744,10 +816,20 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
 /// `xrnic sim`: run, print, and return the exit code (0 all verified, 1 otherwise).
 pub fn run(args: &SimArgs) -> i32 {
     use std::io::Write;
+    let dcqcn = match args.dcqcn_params() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("xrnic sim: {e}");
+            return 2;
+        }
+    };
+    if let Some(mbps) = args.bottleneck_mbps {
+        return run_dumbbell(args, mbps, dcqcn);
+    }
     let opts = SimOptions {
         recv_depth: args.recv_depth,
         recv_delay_ns: args.recv_delay_us.saturating_mul(1000),
-        dcqcn: args.dcqcn,
+        dcqcn,
         pcap: args.pcap.clone(),
     };
     let params = SimParams::from(args);
@@ -791,7 +873,7 @@ pub fn run(args: &SimArgs) -> i32 {
             out.pcap_retransmission_comments
         );
     }
-    if args.dcqcn || args.ecn_mark > 0.0 {
+    if dcqcn.is_some() || args.ecn_mark > 0.0 {
         text += &format!(
             "  congestion: {} frames marked CE by the link, {} CNPs sent\n",
             s.link.ce_marked, out.cnps_sent
@@ -822,6 +904,86 @@ pub fn run(args: &SimArgs) -> i32 {
     // A closed pipe (`| head`) is not a reason to panic; the exit code still tells.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     if s.ok { 0 } else { 1 }
+}
+
+/// `xrnic sim --bottleneck-mbps`: the dumbbell (src/sim/dumbbell.rs), its figures and,
+/// with --json, one JSON object as the last line; 0 when the run had no error.
+fn run_dumbbell(
+    args: &SimArgs,
+    mbps: u64,
+    dcqcn: Option<crate::proto::congestion::DcqcnParams>,
+) -> i32 {
+    use crate::sim::dumbbell::{DumbbellConfig, RedConfig, run};
+    use std::io::Write;
+    if mbps == 0 {
+        eprintln!("xrnic sim: --bottleneck-mbps must be at least 1");
+        return 2;
+    }
+    if args.pcap.is_some() {
+        eprintln!("xrnic sim: --pcap is not available with --bottleneck-mbps");
+        return 2;
+    }
+    let cfg = DumbbellConfig {
+        qps: args.qps,
+        line_rate_bps: args.bandwidth_gbps.max(1).saturating_mul(1_000_000_000),
+        bottleneck_bps: mbps.saturating_mul(1_000_000),
+        delay_ns: args.bottleneck_delay_us.saturating_mul(1000),
+        red: args.red.unwrap_or(RedConfig::LAB),
+        dcqcn,
+        duration_ns: args.duration_ms.saturating_mul(1_000_000),
+        msg_bytes: 65536,
+        depth: args.depth,
+        seed: args.seed,
+    };
+    let r = match &args.trace {
+        Some(path) => match crate::trace_out::json_lines(path) {
+            Ok(sub) => tracing::subscriber::with_default(sub, || run(&cfg)),
+            Err(e) => {
+                eprintln!("xrnic sim: {e}");
+                return 1;
+            }
+        },
+        None => run(&cfg),
+    };
+    let mut text = format!(
+        "xrnic sim: {} QPs through {mbps} Mbit/s ({} DCQCN), middle half of {} ms\n",
+        cfg.qps,
+        if dcqcn.is_some() { "with" } else { "without" },
+        args.duration_ms
+    );
+    text += &format!(
+        "  goodput {:.2} Mb/s ({:.1} % of the bottleneck; per QP {}), Jain {:.3}, link busy {:.1} %\n",
+        r.goodput_mbps,
+        100.0 * r.utilization,
+        r.per_qp_mbps
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        r.jain,
+        100.0 * r.link_busy
+    );
+    text += &format!(
+        "  CE marked {}, dropped {}, CNPs sent {} handled {}, retransmitted {}, mean queue {:.0} B, errors {}\n",
+        r.ce_marked,
+        r.dropped,
+        r.np_cnp_sent,
+        r.rp_cnp_handled,
+        r.retransmitted_packets,
+        r.mean_queue_bytes,
+        r.errors
+    );
+    if args.json {
+        match serde_json::to_string(&r) {
+            Ok(j) => text += &format!("{j}\n"),
+            Err(e) => {
+                eprintln!("xrnic sim: cannot encode the summary: {e}");
+                return 1;
+            }
+        }
+    }
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if r.errors == 0 { 0 } else { 1 }
 }
 
 #[cfg(test)]
@@ -884,5 +1046,135 @@ mod tests {
             "{s:#?}"
         );
         assert_eq!(s.atomics_executed, s.atomics_posted);
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct W {
+        #[command(flatten)]
+        a: SimArgs,
+    }
+
+    fn args(v: &[&str]) -> Result<SimArgs, clap::Error> {
+        use clap::Parser;
+        let mut all = vec!["sim"];
+        all.extend_from_slice(v);
+        W::try_parse_from(all).map(|w| w.a)
+    }
+
+    #[test]
+    fn cc_flags_pick_the_parameters_like_perf() {
+        use crate::proto::congestion::DcqcnParams;
+        assert_eq!(args(&[]).unwrap().dcqcn_params(), Ok(None));
+        assert_eq!(
+            args(&["--dcqcn"]).unwrap().dcqcn_params(),
+            Ok(Some(DcqcnParams::connectx()))
+        );
+        let p = args(&[
+            "--cc-profile",
+            "paper",
+            "--cc-param",
+            "rp_ai_rate=7,rp_gd=12",
+        ])
+        .unwrap()
+        .dcqcn_params()
+        .unwrap()
+        .expect("--cc-profile implies DCQCN");
+        let mut want = DcqcnParams::paper();
+        want.rp_ai_rate = 7;
+        want.rp_gd = 12;
+        assert_eq!(p, want);
+        let p = args(&["--cc-param", "rp_time_reset=1000"])
+            .unwrap()
+            .dcqcn_params()
+            .unwrap()
+            .unwrap();
+        assert_eq!((p.rp_time_reset, p.rp_ai_rate), (1000, 5));
+        for bad in [
+            &["--cc-param", "rp_nope=1"][..],
+            &["--cc-param", "rp_gd=99"],
+            &["--cc-profile", "dctcp"],
+            &["--red", "45000,15000,0.2,400000"],
+            &["--red", "1,2,3"],
+            &["--red", "15000,45000,1.5,400000"],
+            &["--qps", "0"],
+        ] {
+            let e = args(bad).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+        let r = args(&["--red", "1000,2000,0.5,9000,4"])
+            .unwrap()
+            .red
+            .unwrap();
+        assert_eq!((r.min, r.max, r.limit, r.wlog), (1000, 2000, 9000, 4));
+        assert_eq!(r.max_p, 0.5);
+    }
+
+    /// `--trace` on a dumbbell logs every CNP the sender takes with the reaction point's
+    /// state after it and the bytes the QP sent: fields that let another model replay the
+    /// run; the count matches the device counter.
+    #[test]
+    fn trace_logs_every_cnp_with_the_rate_state() {
+        let path = std::env::temp_dir().join(format!("xrnic-sim-cnp-{}.jsonl", std::process::id()));
+        let p = path.to_str().unwrap();
+        let a = args(&[
+            "--bottleneck-mbps",
+            "50",
+            "--bandwidth-gbps",
+            "10",
+            "--qps",
+            "2",
+            "--duration-ms",
+            "300",
+            "--dcqcn",
+            "--cc-param",
+            "rp_rate_to_set_on_first_cnp=25",
+            "--trace",
+            p,
+        ])
+        .unwrap();
+        assert_eq!(run(&a), 0);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let cnps: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["ev"] == "cnp")
+            .collect();
+        assert!(cnps.len() > 10, "{} CNP events", cnps.len());
+        let mut last_bytes = std::collections::HashMap::new();
+        for v in &cnps {
+            assert_eq!(v["dev"], "A", "{v}");
+            for f in [
+                "rate_bps",
+                "target_bps",
+                "timer_events",
+                "byte_events",
+                "bytes_sent",
+            ] {
+                assert!(v[f].is_u64(), "{f} in {v}");
+            }
+            assert!(v["alpha"].is_f64(), "{v}");
+            assert!(v["cut_due"].is_boolean() && v["handled"] == true, "{v}");
+            let rate = v["rate_bps"].as_u64().unwrap();
+            assert!(rate <= v["target_bps"].as_u64().unwrap(), "{v}");
+            // Bytes sent only grow, per QP; the first CNP of a QP set 25 Mb/s and owes
+            // the cut (the 4 µs monitor period).
+            let b = v["bytes_sent"].as_u64().unwrap();
+            let prev = last_bytes.insert(v["qpn"].as_u64().unwrap(), b);
+            if prev.is_none() {
+                assert_eq!(rate, 25_000_000, "{v}");
+                assert_eq!(v["cut_due"], true, "{v}");
+            }
+            let prev = prev.unwrap_or(0);
+            assert!(b >= prev, "{v}");
+        }
+        // A second identical run traces the same CNPs (virtual time, seeded).
+        let r = crate::sim::dumbbell::run(&crate::sim::dumbbell::DumbbellConfig {
+            qps: 2,
+            duration_ns: 300_000_000,
+            dcqcn: a.dcqcn_params().unwrap(),
+            ..Default::default()
+        });
+        assert_eq!(r.rp_cnp_handled, cnps.len() as u64);
     }
 }

@@ -24,6 +24,8 @@
 //! link did (dropped, duplicated, corrupted, delayed past later frames). Every frame that
 //! is not the obvious next one carries a comment with the engine's [`TxReason`].
 
+pub mod dumbbell;
+
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The DCQCN lab (docs/congestion.md): two xrnic QPs through a real ECN-marking bottleneck,
-# run once with DCQCN and once without, with figures checked against the goals.
+# The DCQCN lab (docs/congestion.md): 2, 4 and 8 xrnic QPs through a real ECN-marking
+# bottleneck, each count run once with DCQCN and once without, with figures checked
+# against the goals.
 #
 #   interop/dcqcn-lab.sh [-o OUTDIR] [-D SECONDS] [--rate MBIT] [--cc-param N=V]...
 #                        [--red "RED OPTIONS"] [--docs DIR] [--runs "dcqcn nodcqcn"]
+#                        [--qps "2 4 8"]
 #                        [--report-only]   (figures and plots again from OUTDIR, no runs)
 #                        [--connectx-defaults]   (DCQCN as --dcqcn alone gives it)
+#                        [--connectx-scaled]   (ConnectX's defaults scaled to the lab's RTT)
 #
 # Topology (everything inside the harness namespace of net.sh, nothing reaches outside):
 #
@@ -22,11 +25,11 @@
 # not ECN-capable: RED drops instead of marking). Writes OUTDIR/{dcqcn,nodcqcn}.{csv,svg,json}
 # and OUTDIR/summary.txt; with --docs DIR also copies the CSVs, plots and summary there.
 #
-# Goals with DCQCN (exit status 1 when one is missed): goodput of both QPs together
-# ≥ 80 % of the bottleneck, Jain fairness ≥ 0.9, receiver np_cnp_sent > 0, sender
-# rp_cnp_handled > 0, fewer retransmitted packets than without DCQCN (at most a quarter
-# of them), and the DCQCN client completing. A client that fails (e.g. retry counter
-# exceeded) is reported with the figures of its CSV.
+# Goals with DCQCN, for every QP count (exit status 1 when one is missed): goodput of the
+# QPs together ≥ 90 % of the bottleneck, Jain fairness ≥ 0.95, receiver np_cnp_sent > 0,
+# sender rp_cnp_handled > 0, no retransmitted packet, and the DCQCN client completing.
+# A client that fails (e.g. retry counter exceeded) is reported with the figures of its
+# CSV.
 
 set -euo pipefail
 # shellcheck source=guest.sh
@@ -41,15 +44,24 @@ RATE=50
 # avpkt = one 1024-byte-MTU RoCE frame; the hard limit (400 kB, 64 ms) is a deep buffer,
 # reached only when ECN-capable senders do not slow down (or by retransmission bursts).
 RED_OPTS="limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2"
-# DCQCN for this network: the ConnectX defaults are made for µs round trips at 25-100
-# Gb/s; here the round trip is milliseconds and the fair share 25 Mb/s, so the time
-# constants are scaled up and the increase step down (docs/congestion.md, "Lab"):
-# α period 5 ms and at most one cut per 5 ms (about a round trip through the queue), an
-# increase event every 10 ms of +1 Mb/s (+2 Mb/s hyper), the target clamped to the rate
-# at every cut (as in the paper), at most one CNP per QP per ms. --connectx-defaults
-# runs the plain ConnectX parameters instead; --cc-param adds to either.
-LAB_CC="rp_time_reset=10000,rp_ai_rate=1,rp_hai_rate=2,rp_dce_tcp_rtt=5000"
-LAB_CC+=",rp_rate_reduce_monitor_period=5000,rp_clamp_tgt_rate=1,np_min_time_between_cnps=1000"
+# DCQCN for this network (docs/congestion.md, "The lab parameters", tuned with
+# `xrnic sim --bottleneck-mbps 50`): the ConnectX defaults are made for µs round trips
+# at 25-100 Gb/s; here the round trip is milliseconds and a fair share a few Mb/s. α
+# updated every 5 ms with gain 16/1024, at most one cut per 5 ms of α/4 (rp_gd 12), the
+# target clamped at every cut, an increase event every 20 ms with F = 5 fast-recovery
+# rounds and +1 Mb/s steps, at most one CNP per QP per ms. --connectx-defaults runs the
+# plain ConnectX parameters instead, --connectx-scaled ConnectX's with its timers scaled
+# by the round-trip ratio and its byte counter by the BDP ratio; --cc-param adds to any.
+LAB_CC="rp_dce_tcp_rtt=5000,rp_dce_tcp_g=16,rp_rate_reduce_monitor_period=5000,rp_gd=12"
+LAB_CC+=",rp_time_reset=20000,rp_threshold=5,rp_ai_rate=1,rp_hai_rate=1,rp_clamp_tgt_rate=1"
+LAB_CC+=",np_min_time_between_cnps=1000,rp_rate_to_set_on_first_cnp=25"
+# ConnectX × 1000 in time (a 4 µs data-centre round trip against ~4 ms here), the byte
+# counter × 1/2 (BDP 100 Gb/s × 4 µs = 50 kB against 50 Mb/s × 4 ms = 25 kB); the rates
+# cannot scale down (1 Mb/s is the unit) and stay ConnectX's.
+SCALED_CC="rp_time_reset=131071,rp_dce_tcp_rtt=1000,rp_rate_reduce_monitor_period=4000"
+SCALED_CC+=",np_min_time_between_cnps=4000,rp_byte_reset=16384"
+PROFILE=lab
+QPS_LIST="2 4 8"
 CC_PARAMS=()
 DOCS=
 RUNS="dcqcn nodcqcn"
@@ -57,7 +69,7 @@ REPORT_ONLY=
 XRNIC=${XRNIC:-}
 
 usage() {
-	sed -n '2,8p' "$0" >&2
+	sed -n '2,11p' "$0" >&2
 	exit 2
 }
 
@@ -71,7 +83,9 @@ while (($#)); do
 	--docs) DOCS=$2; shift 2 ;;
 	--runs) RUNS=$2; shift 2 ;;
 	--report-only) REPORT_ONLY=1; shift ;;
-	--connectx-defaults) LAB_CC=; shift ;;
+	--connectx-defaults) LAB_CC=; PROFILE=connectx; shift ;;
+	--connectx-scaled) LAB_CC=$SCALED_CC; PROFILE=connectx-scaled; shift ;;
+	--qps) QPS_LIST=$2; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "dcqcn-lab: unknown option '$1'" >&2; usage ;;
 	esac
@@ -140,7 +154,8 @@ XRI_BR=br1 xri_net_add_veth rcv 1500 192.0.2.2/24 fd00::2/64
 SND=(ip netns exec "$XRI_NS-snd")
 RCV=(ip netns exec "$XRI_NS-rcv")
 
-GUEST_TIMEOUT=$((4 * DURATION + 240))
+NRUNS=$(($(wc -w <<<"$QPS_LIST") * $(wc -w <<<"$RUNS")))
+GUEST_TIMEOUT=$((NRUNS * (DURATION + 30) + 240))
 xri_log "booting the switch guest (qemu TCG)"
 xri_guest_start sw lab0,lab1 192.0.2.250/24 fd00::250/64 1500 "$SCN" "$OUT" "$GUEST_TIMEOUT"
 # A busy host (other builds) must not make the TCG guest or the xrnic drivers the
@@ -187,14 +202,14 @@ fresh_qdisc_block() {
 fi
 
 PORT=18515
-# run NAME SENDER-CC-OPTIONS...
+# run NAME QPS SENDER-CC-OPTIONS...
 run() {
-	local name=$1
-	shift
+	local name=$1 qps=$2
+	shift 2
 	local before after rpid rc=0
 	before=$(fresh_qdisc_block)
 	"${RCV[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 --dcqcn "${CC_PARAMS[@]}" --json --no-stat \
-		-q 2 -D "$DURATION" -p "$PORT" >"$OUT/$name.server.out" 2>&1 &
+		-q "$qps" -D "$DURATION" -p "$PORT" >"$OUT/$name.server.out" 2>&1 &
 	rpid=$!
 	xri_on_exit xri_kill_pid "$rpid"
 	# The server is ready once it listens.
@@ -202,8 +217,8 @@ run() {
 		"${RCV[@]}" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
 		sleep 0.1
 	done
-	xri_log "run $name: xrnic perf write -q 2 -D $DURATION $*"
-	"${SND[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 -q 2 -D "$DURATION" --json --no-stat \
+	xri_log "run $name: xrnic perf write -q $qps -D $DURATION $*"
+	"${SND[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 -q "$qps" -D "$DURATION" --json --no-stat \
 		-p "$PORT" --cc-log "$OUT/$name.csv" --cc-log-interval 50 "$@" 192.0.2.2 \
 		>"$OUT/$name.client.out" 2>&1 || rc=$?
 	xri_log "run $name: the client exited (status $rc)"
@@ -221,34 +236,39 @@ run() {
 	return 0
 }
 
-for r in $RUNS; do
-	case $r in
-	dcqcn) run dcqcn --dcqcn "${CC_PARAMS[@]}" ;;
-	nodcqcn) run nodcqcn --no-dcqcn ;;
-	*) xri_die "--runs takes dcqcn and/or nodcqcn, not '$r'" ;;
-	esac
+for q in $QPS_LIST; do
+	[[ $q =~ ^[0-9]+$ ]] && ((q >= 1)) || xri_die "--qps takes QP counts, not '$q'"
+	for r in $RUNS; do
+		case $r in
+		dcqcn) run "dcqcn-q$q" "$q" --dcqcn "${CC_PARAMS[@]}" ;;
+		nodcqcn) run "nodcqcn-q$q" "$q" --no-dcqcn ;;
+		*) xri_die "--runs takes dcqcn and/or nodcqcn, not '$r'" ;;
+		esac
+	done
 done
 
-for name in dcqcn nodcqcn; do
-	[[ -s $OUT/$name.csv ]] || continue
-	if [[ $name == nodcqcn ]]; then
-		title="without DCQCN"
-	elif [[ -n $LAB_CC ]]; then
-		title="with DCQCN (lab parameters)"
-	else
-		title="with DCQCN (ConnectX defaults)"
-	fi
-	"$XRNIC" plot "$OUT/$name.csv" -o "$OUT/$name.svg" --bottleneck-mbps "$RATE" \
-		--title "$title: 2 QPs, RDMA WRITE through htb ${RATE}mbit + red ecn" ||
-		xri_log "plot of $name failed"
+for q in $QPS_LIST; do
+	for base in dcqcn nodcqcn; do
+		name=$base-q$q
+		[[ -s $OUT/$name.csv ]] || continue
+		if [[ $base == nodcqcn ]]; then
+			title="without DCQCN"
+		else
+			title="with DCQCN ($PROFILE parameters)"
+		fi
+		"$XRNIC" plot "$OUT/$name.csv" -o "$OUT/$name.svg" --bottleneck-mbps "$RATE" \
+			--title "$title: $q QPs, RDMA WRITE through htb ${RATE}mbit + red ecn" ||
+			xri_log "plot of $name failed"
+	done
 done
 
 rc=0
 CC_TEXT="ConnectX defaults"
 ((${#CC_PARAMS[@]})) && CC_TEXT="ConnectX defaults with ${CC_PARAMS[*]}"
-python3 - "$OUT" "$RATE" "$DURATION" "$CC_TEXT" >"$OUT/summary.txt" <<'PY' || rc=$?
+python3 - "$OUT" "$RATE" "$DURATION" "$CC_TEXT" "$QPS_LIST" >"$OUT/summary.txt" <<'PY' || rc=$?
 import json, re, sys
 out, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+qps_list = sys.argv[5].split()
 
 def load(path):
     try:
@@ -305,14 +325,12 @@ def error_line(path):
     except OSError:
         return ""
 
-res = {}
-for name in ("dcqcn", "nodcqcn"):
+def figures(name):
     c, s = load(f"{out}/{name}.client.json"), load(f"{out}/{name}.server.json")
     try:
         q = delta(qdisc(f"{out}/{name}.qdisc-before.txt"), qdisc(f"{out}/{name}.qdisc-after.txt"))
     except OSError:
-        res[name] = None
-        continue
+        return None
     failed = error_line(f"{out}/{name}.client.out")
     if c:
         bw = [x["bw_avg_gbps"] * 1000 for x in c["qps"]]
@@ -323,55 +341,55 @@ for name in ("dcqcn", "nodcqcn"):
         # The client failed (e.g. retry counter exceeded): its CSV has what happened.
         got = from_csv(f"{out}/{name}.csv", duration)
         if got is None:
-            res[name] = None
-            continue
+            return None
         bw, retrans = got
         timeouts, handled = "?", 0
     jain = sum(bw) ** 2 / (len(bw) * sum(x * x for x in bw)) if any(bw) else 0.0
-    res[name] = dict(
+    return dict(
         goodput=sum(bw), per_qp=bw, jain=jain, retrans=retrans, timeouts=timeouts,
         rp_cnp_handled=handled, failed=failed,
         np_cnp_sent=(s or {}).get("counters", {}).get("device", {}).get("np_cnp_sent", 0),
         red=q.get("red", {}), htb=q.get("htb", {}),
     )
 
-print(f"DCQCN lab: 2 QPs, RDMA WRITE 64 KiB, through htb {rate:g} Mbit/s + red ecn")
-print(f"DCQCN: {sys.argv[4]}")
-print(f"{'':28}{'with DCQCN':>16}{'without DCQCN':>16}")
-def row(label, f):
+def row(res, label, f):
     cells = [f(res[n]) if res[n] else "failed" for n in ("dcqcn", "nodcqcn")]
     print(f"{label:28}{cells[0]:>16}{cells[1]:>16}")
-row("goodput, both QPs (Mb/s)", lambda r: f"{r['goodput']:.1f}")
-row("  of the bottleneck", lambda r: f"{100 * r['goodput'] / rate:.1f} %")
-row("goodput per QP (Mb/s)", lambda r: " / ".join(f"{x:.1f}" for x in r["per_qp"]))
-row("Jain fairness", lambda r: f"{r['jain']:.3f}")
-row("retransmitted packets", lambda r: str(r["retrans"]))
-row("ACK timeouts", lambda r: str(r["timeouts"]))
-row("receiver np_cnp_sent", lambda r: str(r["np_cnp_sent"]))
-row("sender rp_cnp_handled", lambda r: str(r["rp_cnp_handled"]))
-row("switch: red marked CE", lambda r: str(r["red"].get("marked", "?")))
-row("switch: red early drops", lambda r: str(r["red"].get("early", "?")))
-row("switch: red tail drops", lambda r: str(r["red"].get("pdrop", "?")))
-row("switch: packets forwarded", lambda r: str(r["htb"].get("pkts", "?")))
-for n in ("dcqcn", "nodcqcn"):
-    if res[n] and res[n]["failed"]:
-        print(f"({n}: the client failed: {res[n]['failed']}; its figures come from its CSV)")
 
-d, n = res["dcqcn"], res["nodcqcn"]
 goals = []
-if d is None:
-    goals.append(("the DCQCN run completed", False))
-else:
+print(f"DCQCN lab: RDMA WRITE 64 KiB through htb {rate:g} Mbit/s + red ecn, {duration:g} s runs")
+print(f"DCQCN: {sys.argv[4]}")
+for nq in qps_list:
+    res = {b: figures(f"{b}-q{nq}") for b in ("dcqcn", "nodcqcn")}
+    print()
+    print(f"{nq} QPs{'':23}{'with DCQCN':>16}{'without DCQCN':>16}")
+    row(res, "goodput, all QPs (Mb/s)", lambda r: f"{r['goodput']:.1f}")
+    row(res, "  of the bottleneck", lambda r: f"{100 * r['goodput'] / rate:.1f} %")
+    row(res, "goodput per QP (Mb/s)", lambda r: " / ".join(f"{x:.1f}" for x in r["per_qp"])[:15])
+    row(res, "Jain fairness", lambda r: f"{r['jain']:.3f}")
+    row(res, "retransmitted packets", lambda r: str(r["retrans"]))
+    row(res, "ACK timeouts", lambda r: str(r["timeouts"]))
+    row(res, "receiver np_cnp_sent", lambda r: str(r["np_cnp_sent"]))
+    row(res, "sender rp_cnp_handled", lambda r: str(r["rp_cnp_handled"]))
+    row(res, "switch: red marked CE", lambda r: str(r["red"].get("marked", "?")))
+    row(res, "switch: red early drops", lambda r: str(r["red"].get("early", "?")))
+    row(res, "switch: red tail drops", lambda r: str(r["red"].get("pdrop", "?")))
+    row(res, "switch: packets forwarded", lambda r: str(r["htb"].get("pkts", "?")))
+    for n in ("dcqcn", "nodcqcn"):
+        if res[n] and res[n]["failed"]:
+            print(f"({n}: the client failed: {res[n]['failed']}; its figures come from its CSV)")
+    d = res["dcqcn"]
+    if d is None:
+        goals.append((f"{nq} QPs: the DCQCN run completed", False))
+        continue
     goals += [
-        (f"goodput >= 80 % of {rate:g} Mb/s", d["goodput"] >= 0.8 * rate),
-        ("Jain fairness >= 0.9", d["jain"] >= 0.9),
-        ("CNPs sent (receiver np_cnp_sent > 0)", d["np_cnp_sent"] > 0),
-        ("CNPs handled (sender rp_cnp_handled > 0)", d["rp_cnp_handled"] > 0),
+        (f"{nq} QPs: goodput >= 90 % of {rate:g} Mb/s ({100 * d['goodput'] / rate:.1f} %)",
+         d["goodput"] >= 0.9 * rate),
+        (f"{nq} QPs: Jain fairness >= 0.95 ({d['jain']:.3f})", d["jain"] >= 0.95),
+        (f"{nq} QPs: CNPs sent and handled", d["np_cnp_sent"] > 0 and d["rp_cnp_handled"] > 0),
+        (f"{nq} QPs: no retransmission ({d['retrans']})", d["retrans"] == 0),
+        (f"{nq} QPs: the DCQCN client completed", not d["failed"]),
     ]
-    if n is not None:
-        goals.append(("retransmissions at most 1/4 of those without DCQCN",
-                      d["retrans"] * 4 <= n["retrans"] and n["retrans"] > 0))
-    goals.append(("the DCQCN client completed", not d["failed"]))
 print()
 for g, ok in goals:
     print(f"  {'ok  ' if ok else 'MISS'} {g}")
@@ -381,8 +399,8 @@ cat "$OUT/summary.txt"
 xri_log "lab done in $(xri_elapsed "$T0") s; results in $OUT"
 if [[ -n $DOCS ]]; then
 	mkdir -p "$DOCS"
-	for f in dcqcn.csv dcqcn.svg nodcqcn.csv nodcqcn.svg summary.txt; do
-		[[ -f $OUT/$f ]] && cp "$OUT/$f" "$DOCS/dcqcn-lab-$f"
+	for f in "$OUT"/dcqcn-q*.csv "$OUT"/dcqcn-q*.svg "$OUT"/nodcqcn-q*.csv "$OUT"/nodcqcn-q*.svg "$OUT"/summary.txt; do
+		[[ -f $f ]] && cp "$f" "$DOCS/dcqcn-lab-${f##*/}"
 	done
 fi
 exit "$rc"

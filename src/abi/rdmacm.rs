@@ -1261,6 +1261,11 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             let Some(x) = conn_id(p, c) else { return };
             push(x.c().channel, event(x, ev::DISCONNECTED, 0));
         }
+        CmEvent::DreqError { id: c } => {
+            // cma.c cma_ib_handler: IB_CM_DREQ_ERROR is DISCONNECTED with -ETIMEDOUT.
+            let Some(x) = conn_id(p, c) else { return };
+            push(x.c().channel, event(x, ev::DISCONNECTED, -libc::ETIMEDOUT));
+        }
         CmEvent::TimewaitExit { id: c } => {
             let Some(x) = conn_id(p, c) else { return };
             reg(|r| r.conns.remove(&(p as *const Port as usize, c)));

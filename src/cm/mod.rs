@@ -14,7 +14,7 @@
 //! Timers: a sent REQ, REP or DREQ (and a SIDR_REQ) is resent after
 //! `2 × packet life + peer's cm_response_timeout` (cm.c `timeout_ms`), at most
 //! `max_cm_retries` times; then the id fails (REQ, REP: [`CmEvent::Unreachable`]; DREQ:
-//! [`CmEvent::Disconnected`], cm.c `IB_CM_DREQ_ERROR`). An MRA for our REQ stretches the
+//! [`CmEvent::DreqError`], cm.c `IB_CM_DREQ_ERROR`). An MRA for our REQ stretches the
 //! wait by its service timeout. Duplicates are answered as cm.c does: a REQ again → MRA
 //! again (or nothing after REP: REP has its own timer), a REP again → RTU again, a DREQ
 //! in timewait → DREP again. Timewait lasts `2 × packet life` plus the ACK timeout.
@@ -112,8 +112,11 @@ pub enum CmEvent {
     },
     /// No answer after every retry (REQ, REP) or SIDR: RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT.
     Unreachable { id: CmId },
-    /// DREQ received, DREP received, or our DREQ unanswered: RDMA_CM_EVENT_DISCONNECTED.
+    /// DREQ received or DREP received: RDMA_CM_EVENT_DISCONNECTED.
     Disconnected { id: CmId },
+    /// Our DREQ unanswered after every retry (cm.c `IB_CM_DREQ_ERROR`): the peer is gone;
+    /// RDMA_CM_EVENT_DISCONNECTED with status -ETIMEDOUT (cma.c `cma_ib_handler`).
+    DreqError { id: CmId },
     /// The id left timewait (RDMA_CM_EVENT_TIMEWAIT_EXIT); it is gone.
     TimewaitExit { id: CmId },
     /// A SIDR_REQ for a listener (RDMA_CM_EVENT_CONNECT_REQUEST on a UD id).
@@ -730,7 +733,7 @@ impl Cm {
                 let state = c.state;
                 match state {
                     State::DreqSent => {
-                        self.events.push_back(CmEvent::Disconnected { id });
+                        self.events.push_back(CmEvent::DreqError { id });
                         self.enter_timewait(now, id);
                     }
                     _ => {

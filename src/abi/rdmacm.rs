@@ -1449,7 +1449,9 @@ pub mod unsupported {
 }
 
 mod addrinfo;
+mod res;
 pub use addrinfo::{rdma_addrinfo, rdma_freeaddrinfo, rdma_getaddrinfo};
+pub(crate) use res::publish as publish_ids;
 mod sync;
 #[cfg(test)]
 mod tests;

@@ -25,6 +25,7 @@ use crate::wire::mad::{
     CmMsg, Dreq, Mad, Mra, MsgRef, Rej, Rep, Req, Rtu, SidrRep, SidrReq, rej_reason, sidr_status,
 };
 
+pub mod res;
 #[cfg(test)]
 mod tests;
 
@@ -147,6 +148,25 @@ pub enum State {
     SidrReqRcvd,
 }
 
+impl State {
+    /// cm.c's name of the state (`enum ib_cm_state` without `IB_CM_`).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::ReqSent => "REQ_SENT",
+            State::MraReqRcvd => "MRA_REQ_RCVD",
+            State::ReqRcvd => "REQ_RCVD",
+            State::MraReqSent => "MRA_REQ_SENT",
+            State::RepSent => "REP_SENT",
+            State::Established => "ESTABLISHED",
+            State::DreqSent => "DREQ_SENT",
+            State::DreqRcvd => "DREQ_RCVD",
+            State::Timewait => "TIMEWAIT",
+            State::SidrReqSent => "SIDR_REQ_SENT",
+            State::SidrReqRcvd => "SIDR_REQ_RCVD",
+        }
+    }
+}
+
 /// A MAD to send on QP1 to the port with GID `to`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
@@ -248,6 +268,11 @@ impl Cm {
     /// The state of `id`, `None` once it is gone.
     pub fn state(&self, id: CmId) -> Option<State> {
         self.conns.get(&id).map(|c| c.state)
+    }
+
+    /// The QPN our side of connection `id` carries (0 for a SIDR id).
+    pub fn local_qpn(&self, id: CmId) -> Option<u32> {
+        self.conns.get(&id).map(|c| c.local.qpn)
     }
 
     /// Every live id with its state and service (for `xrnic res` / `rdma res show cm_id`).

@@ -315,7 +315,8 @@ run_xrnic() {
 }
 
 # xrnic_client LOGBASE CMD...: as xr_client in the guest: retry (up to 30 s) only while
-# the guest's server is not listening yet.
+# the guest's server is not listening yet (perftest -R says a REJ, RDMA_CM_EVENT_REJECTED
+# = 8, as "Unexpected CM event bl blka 8").
 xrnic_client() {
 	local base=$1 i rc
 	shift
@@ -323,7 +324,7 @@ xrnic_client() {
 		rc=0
 		run_xrnic "$H_NS" "$base" "$@" || rc=$?
 		((rc == 0)) && return 0
-		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED" \
+		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED|unexpected cm event bl blka 8$" \
 			"$base.out" "$base.err" || return "$rc"
 		sleep 0.5
 	done

@@ -8,6 +8,7 @@
 //! - the peer killed (SIGKILL) after ESTABLISHED, then rdma_disconnect: nobody answers
 //!   the DREQ; after every retry DISCONNECTED with status -ETIMEDOUT (cma.c
 //!   `IB_CM_DREQ_ERROR`).
+//!
 //! Root: AF_XDP, XDP. The library must be built (`cargo build --workspace`).
 
 mod common;

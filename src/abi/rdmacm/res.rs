@@ -46,11 +46,14 @@ fn ps_name(ps: libc::c_int) -> String {
     }
 }
 
+/// An id's record and, when it has a connection, where the CM keeps it.
+type Row = (CmIdRecord, Option<(Arc<Port>, CmId)>);
+
 /// The ids now, sorted (a stable listing: rewritten only on a change).
 fn records() -> Vec<CmIdRecord> {
     // Under the registry's lock no id is freed (rdma_destroy_id unregisters it first);
     // an id whose state another thread holds right now is left out of this turn.
-    let rows: Vec<(CmIdRecord, Option<(Arc<Port>, CmId)>)> = reg(|r| {
+    let rows: Vec<Row> = reg(|r| {
         r.ids
             .iter()
             .filter_map(|&a| {

@@ -452,6 +452,9 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         }
         // SAFETY: it was registered: a Box<XId> from new_id, now unreachable.
         drop(unsafe { Box::from_raw(id as *mut XId) });
+        // The listing now, not at the port thread's next turn: a program exits right
+        // after its last rdma_destroy_id, and its file must go with it.
+        publish_ids();
         0
     })
 }

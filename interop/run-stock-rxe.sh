@@ -36,7 +36,8 @@ XRNIC_TIMEOUT=${XRI_XRNIC_TIMEOUT:-150}
 
 # One line per scenario:
 #   name | tool | args both sides get | xrnic's role | gid | mtu | loss | client args
-# tool     a program in /usr/bin on the host and in the guest image (setup.sh PROGRAMS)
+# tool     a program in /usr/bin on the host and in the guest image (setup.sh PROGRAMS,
+#          or GUEST_EXTRA_TOOLS); SERVER,CLIENT when the two sides run different programs
 # args     options for both sides; the harness adds the device (-d rxe0 / -d xrnic_eth0),
 #          the GID index (-g for ibv_*_pingpong, -x for perftest; none for rdmacm tools),
 #          -m MTU (not for rdmacm tools) and -F (perftest); the client also gets the
@@ -105,6 +106,24 @@ SCENARIOS=(
 	'rping_xc|rping|-s -a 192.0.2.11 -C 20 -S 4096 -v|client|4|1024|0|-c -a @PEER@ -C 20 -S 4096 -v'
 	'rping_xs|rping|-s -a 192.0.2.100 -C 20 -v|server|4|1024|0|-c -a @PEER@ -C 20 -v'
 	'ucmatose_xc|ucmatose|-c 4 -C 1|client|4|1024|0|-s @PEER@ -c 4 -C 1'
+	'ucmatose_xs|ucmatose|-c 4 -C 10|server|4|1024|0|-s @PEER@ -c 4 -C 10'
+	'udaddy_xc|udaddy|-c 2 -C 10|client|4|1024|0|-s @PEER@ -c 2 -C 10'
+	'udaddy_xs|udaddy|-c 2 -C 10|server|4|1024|0|-s @PEER@ -c 2 -C 10'
+	# rdma_server / rdma_client (the synchronous API, rdma_create_ep): not in the base
+	# image, they go in as one more archive (GUEST_EXTRA_TOOLS).
+	'rdma_server_xc|rdma_server,rdma_client||client|4|1024|0|-s @PEER@'
+	'rdma_server_xs|rdma_server,rdma_client||server|4|1024|0|-s @PEER@'
+	# perftest -R: the QP exchange over the CM (still IPv4 addresses). xrnic as client
+	# races the TCG guest's server: perftest connects twice (its exchange, then the test
+	# QP), and the second REQ can come before the guest's perftest listens again; rxe
+	# answers REJ 8 and the client exits (1 of 3 runs of write_bw_cm_xc, 1 of 2 of
+	# send_lat_cm_xc; `xrnic explain` of the capture shows it). docs/interop.md.
+	'write_bw_cm_xc|ib_write_bw|-R -s 65536 -n 100|client|4|1024|0'
+	'write_bw_cm_xs|ib_write_bw|-R -s 65536 -n 100|server|4|1024|0'
+	'read_bw_cm_xc|ib_read_bw|-R -s 65536 -n 100|client|4|1024|0'
+	'read_bw_cm_xs|ib_read_bw|-R -s 65536 -n 100|server|4|1024|0'
+	'send_lat_cm_xc|ib_send_lat|-R -s 64 -n 200|client|4|1024|0'
+	'send_lat_cm_xs|ib_send_lat|-R -s 64 -n 200|server|4|1024|0'
 )
 # Not in the default set (run them by name).
 EXTRA=(
@@ -197,6 +216,27 @@ H_NS=$XRI_NS-h1
 H_MAC=$(ip netns exec "$H_NS" cat /sys/class/net/eth0/address)
 G_MAC=$(xri_guest_mac "$G_IP4")
 
+# Programs not in the base image (setup.sh PROGRAMS): a scenario using one boots the guest
+# with one more archive holding it (its libraries are the image's: librdmacm, libibverbs).
+GUEST_EXTRA_TOOLS=(rdma_server rdma_client)
+
+# extra_archive TOOL FILE: FILE is a cpio archive of the GUEST_EXTRA_TOOLS among TOOL
+# (SERVER,CLIENT); returns 1 when there are none.
+extra_archive() {
+	local t stage found=
+	stage=$(mktemp -d /tmp/xri-extra.XXXXXX)
+	mkdir -p "$stage/usr/bin"
+	for t in ${1//,/ }; do
+		[[ " ${GUEST_EXTRA_TOOLS[*]} " == *" $t "* ]] || continue
+		[[ -x /usr/bin/$t ]] || xri_die "missing /usr/bin/$t (rdmacm-utils)"
+		cp -L "/usr/bin/$t" "$stage/usr/bin/"
+		found=1
+	done
+	[[ -n $found ]] && (cd "$stage" && find . -type f | cpio -o -H newc --quiet -R 0:0) >"$2"
+	rm -rf "$stage"
+	[[ -n $found ]]
+}
+
 # kind_of TOOL: verbs (ibv_*_pingpong), perftest (ib_*) or cm (rdmacm's rping, ucmatose,
 # udaddy: no device, GID or MTU options).
 kind_of() {
@@ -215,6 +255,10 @@ command_line() {
 	dev=rxe0
 	[[ $side == xrnic ]] && dev=xrnic_eth0
 	[[ $is_client == 1 && -n $cargs ]] && args=$cargs
+	if [[ $tool == *,* ]]; then
+		tool=${tool%,*}
+		[[ $is_client == 1 ]] && tool=${2#*,}
+	fi
 	local cmd="/usr/bin/$tool"
 	case $kind in
 	verbs)
@@ -275,7 +319,10 @@ run_xrnic() {
 }
 
 # xrnic_client LOGBASE CMD...: as xr_client in the guest: retry (up to 30 s) only while
-# the guest's server is not listening yet.
+# the guest's server is not listening yet (rdma_client's synchronous rdma_connect says
+# "Connection refused" on the REJ). Not on perftest -R's "Unexpected CM event bl blka 8":
+# it says the same when its second (data) connection is refused after the first one
+# worked, and a new client then meets rxe's old connection (REJ "stale connection").
 xrnic_client() {
 	local base=$1 i rc
 	shift
@@ -283,7 +330,7 @@ xrnic_client() {
 		rc=0
 		run_xrnic "$H_NS" "$base" "$@" || rc=$?
 		((rc == 0)) && return 0
-		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED" \
+		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED|rdma_connect: connection refused" \
 			"$base.out" "$base.err" || return "$rc"
 		sleep 0.5
 	done
@@ -349,7 +396,10 @@ for entry in "${SCENARIOS[@]}"; do
 	xri_log "scenario $name ($tool, xrnic $role, ${FAMNAME[$fam]} GID, MTU $pmtu, loss $loss)"
 	t0=$(xri_now)
 	xri_net_capture_start "$OUT/$name.pcapng"
-	xri_guest_start A tapA "$G_IP4" "$G_IP6" "$mtu" "$dir/guest.sh" "$dir" "$SCENARIO_TIMEOUT"
+	extra=
+	extra_archive "$tool" "$dir/extra.cpio" && extra=$dir/extra.cpio
+	XRI_GUEST_EXTRA=$extra xri_guest_start A tapA "$G_IP4" "$G_IP6" "$mtu" "$dir/guest.sh" "$dir" \
+		"$SCENARIO_TIMEOUT"
 	ok=1
 	xrc=0
 	why=
@@ -396,7 +446,7 @@ for entry in "${SCENARIOS[@]}"; do
 	((xrc == 0)) || ok=0
 	xri_net_capture_stop
 	secs=$(xri_elapsed "$t0")
-	rm -f "$dir"/*.initrd
+	rm -f "$dir"/*.initrd "$dir/extra.cpio"
 	# The tables: the client's always, the server's where the tool prints one.
 	tr -d '\r' <"$dir/A.console" >"$dir/guest.out"
 	if ((ok)); then

@@ -405,3 +405,130 @@ fn stock_ucmatose_default_message_count() {
         text(&s)
     );
 }
+
+/// `xrnic res cm_id [--json]` in each namespace.
+fn res_cm_id(pair: &VethPair, side: Side, json: bool) -> String {
+    let mut args = vec![xrnic_bin(), "res", "cm_id"];
+    if json {
+        args.push("--json");
+    }
+    let o = pair.exec(side, &args).unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `xrnic res cm_id` while rping runs (no `-C`: until killed): B lists its listener
+/// (LISTEN on 7174) and the connected id (CONNECT, cm-state ESTABLISHED, B:7174 to A's
+/// address, a QPN), A its connected id towards B:7174; each names the rping process
+/// (pid, comm), like `rdma resource show cm_id`.
+#[test]
+#[ignore = "needs root"]
+fn res_cm_id_lists_a_live_rpings_ids() {
+    use serde_json::Value;
+    library_built();
+    let Some(p) = tool("rping") else { return };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let (a, b) = (
+        pair.end(Side::A).ipv4.to_string(),
+        pair.end(Side::B).ipv4.to_string(),
+    );
+    let mut server = exec(&pair, Side::B, &[&p, "-s", "-a", &b])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_xdp(&pair, Side::B);
+    let state = |v: &Value| v["state"].as_str().unwrap_or("").to_string();
+    let mut client: Option<std::process::Child> = None;
+    let mut found = None;
+    for _ in 0..300 {
+        // Again while B's listener is not up yet (REJ 8: the client exits).
+        let exited = client
+            .as_mut()
+            .is_none_or(|c| c.try_wait().unwrap().is_some());
+        if exited {
+            client = Some(
+                exec(&pair, Side::A, &[&p, "-c", "-a", &b])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let vb: Value = serde_json::from_str(&res_cm_id(&pair, Side::B, true)).unwrap();
+        let va: Value = serde_json::from_str(&res_cm_id(&pair, Side::A, true)).unwrap();
+        let (lb, la) = (
+            vb.as_array().unwrap().clone(),
+            va.as_array().unwrap().clone(),
+        );
+        let est = |v: &Value| v["cm_state"] == "ESTABLISHED";
+        if lb.iter().any(est) && la.iter().any(est) {
+            found = Some((lb, la));
+            break;
+        }
+    }
+    let (lb, la) = found.expect("rping's ids never listed as ESTABLISHED on both sides");
+    let listen: Vec<&Value> = lb.iter().filter(|v| state(v) == "LISTEN").collect();
+    assert_eq!(listen.len(), 1, "{lb:?}");
+    let l = listen[0];
+    assert_eq!(l["src_addr"], format!("{b}:7174"), "{l}");
+    assert_eq!(
+        (&l["ps"], &l["qp_type"]),
+        (&"TCP".into(), &"RC".into()),
+        "{l}"
+    );
+    assert_eq!(l["comm"], "rping", "{l}");
+    let conn_b = lb
+        .iter()
+        .find(|v| state(v) == "CONNECT")
+        .expect("B's connection");
+    assert_eq!(conn_b["src_addr"], format!("{b}:7174"), "{conn_b}");
+    assert!(
+        conn_b["dst_addr"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{a}:")),
+        "{conn_b}"
+    );
+    let conn_a = la
+        .iter()
+        .find(|v| state(v) == "CONNECT")
+        .expect("A's connection");
+    assert_eq!(conn_a["dst_addr"], format!("{b}:7174"), "{conn_a}");
+    // Each side's id names its end of the pair: A's source is B's destination.
+    assert_eq!(conn_a["src_addr"], conn_b["dst_addr"], "{conn_a} {conn_b}");
+    for v in [conn_a, conn_b] {
+        assert!(v["lqpn"].as_u64().is_some_and(|q| q > 1), "{v}");
+        assert_eq!(v["cm_state"], "ESTABLISHED", "{v}");
+    }
+    // The owners are the live rping processes.
+    let mut pids = Vec::new();
+    for v in [l, conn_a, conn_b] {
+        let pid = v["pid"].as_u64().unwrap();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert_eq!(comm.trim_end(), "rping", "{v}");
+        pids.push(pid);
+    }
+    assert_eq!(l["pid"], conn_b["pid"], "B's two ids are one process's");
+    assert_ne!(conn_a["pid"], conn_b["pid"]);
+    // The text form, one line per id.
+    let t = res_cm_id(&pair, Side::B, false);
+    assert!(
+        t.lines()
+            .any(|x| x.contains("state LISTEN ps TCP qp-type RC")
+                && x.contains(&format!("src-addr {b}:7174"))
+                && x.ends_with("comm rping")),
+        "{t}"
+    );
+    for pid in [
+        conn_a["pid"].as_u64().unwrap(),
+        conn_b["pid"].as_u64().unwrap(),
+    ] {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let _ = server.wait();
+    if let Some(mut c) = client {
+        let _ = c.wait();
+    }
+}

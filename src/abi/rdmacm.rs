@@ -452,6 +452,9 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         }
         // SAFETY: it was registered: a Box<XId> from new_id, now unreachable.
         drop(unsafe { Box::from_raw(id as *mut XId) });
+        // The listing now, not at the port thread's next turn: a program exits right
+        // after its last rdma_destroy_id, and its file must go with it.
+        publish_ids();
         0
     })
 }
@@ -1261,6 +1264,11 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             let Some(x) = conn_id(p, c) else { return };
             push(x.c().channel, event(x, ev::DISCONNECTED, 0));
         }
+        CmEvent::DreqError { id: c } => {
+            // cma.c cma_ib_handler: IB_CM_DREQ_ERROR is DISCONNECTED with -ETIMEDOUT.
+            let Some(x) = conn_id(p, c) else { return };
+            push(x.c().channel, event(x, ev::DISCONNECTED, -libc::ETIMEDOUT));
+        }
         CmEvent::TimewaitExit { id: c } => {
             let Some(x) = conn_id(p, c) else { return };
             reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
@@ -1444,7 +1452,9 @@ pub mod unsupported {
 }
 
 mod addrinfo;
+mod res;
 pub use addrinfo::{rdma_addrinfo, rdma_freeaddrinfo, rdma_getaddrinfo};
+pub(crate) use res::publish as publish_ids;
 mod sync;
 #[cfg(test)]
 mod tests;

@@ -295,6 +295,8 @@ fn run(p: &Port) {
             });
         }
         p.with_cm(|cm, now| cm.handle_timeout(now));
+        // `xrnic res cm_id` (src/abi/rdmacm/res.rs).
+        crate::rdmacm::publish_ids();
     }
 }
 

@@ -17,6 +17,12 @@
 //!   `xrnic sim --pcap` (every frame once, as sent) the retransmission count equals the
 //!   simulator's `retransmitted_packets`.
 //! - Runs of in-order MIDDLE packets collapse into one line unless `--full`.
+//! - Connection management: a packet to QP 1 whose payload is a CM MAD (IBTA vol.1 §12.6,
+//!   §12.11; [`crate::wire::mad`]) is drawn as the CM message it carries (REQ, MRA, REP,
+//!   RTU, REJ with its reason's name, DREQ, DREP, SIDR_REQ, SIDR_REP) with its comm IDs and
+//!   what it negotiates; the two QP 1 flows between two addresses are one ladder (the CM's).
+//!   A MAD whose transaction ID and type its side already sent is marked resent (the
+//!   CM's retry after `2 × packet life + response timeout`, kernel cm.c).
 //! - pcapng packet comments (e.g. the reasons `xrnic sim --pcap` records) are shown.
 //! - `--json` prints one JSON object per QP pair and then a summary object
 //!   ([`Summary`]) as the last line. Exit status 1 when the file cannot be read or the
@@ -31,7 +37,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use super::decode::{Outcome, Packet, decode_frame};
-use crate::wire::{Opcode, Operation, Psn, Segment};
+use crate::wire::mad::{CmMsg, CmaHdr, Mad, MsgRef, rej_reason, service_port, sidr_status};
+use crate::wire::{FrameView, Opcode, Operation, Psn, Segment};
 
 /// Arguments of `xrnic explain`.
 #[derive(Clone, Debug, clap::Args)]
@@ -78,6 +85,10 @@ pub struct Summary {
     pub payload_bytes: u64,
     /// Frame bytes of every RoCE packet.
     pub frame_bytes: u64,
+    /// CM MADs (to QP 1), resends included.
+    pub cm_mads: usize,
+    /// CM REJs and SIDR_REPs with a status other than OK.
+    pub cm_rejects: usize,
 }
 
 impl Summary {
@@ -93,6 +104,8 @@ impl Summary {
         self.frame_bytes += o.frame_bytes;
         self.roce_packets += o.roce_packets;
         self.bad_icrc += o.bad_icrc;
+        self.cm_mads += o.cm_mads;
+        self.cm_rejects += o.cm_rejects;
     }
 }
 
@@ -123,6 +136,8 @@ pub enum StepKind {
     Cnp,
     Retransmission,
     Collapsed,
+    /// A connection-management MAD on QP 1.
+    Cm,
     Other,
 }
 
@@ -141,6 +156,134 @@ struct Pkt {
     flow: usize,
     p: Packet,
     comment: Option<String>,
+    /// The CM MAD a packet to QP 1 carries.
+    cm: Option<Mad>,
+}
+
+/// The CM MAD in a frame to QP 1 (the GSI QP, IBTA §13.4), if it holds one.
+fn cm_mad(f: &crate::io::capture::CapturedFrame, dest_qp: u32) -> Option<Mad> {
+    if dest_qp != 1 {
+        return None;
+    }
+    let v = FrameView::parse(&f.data).ok()?;
+    Mad::parse(v.payload()).ok()
+}
+
+fn msg_ref(m: MsgRef) -> &'static str {
+    match m {
+        MsgRef::Req => "REQ",
+        MsgRef::Rep => "REP",
+        MsgRef::Other => "other",
+    }
+}
+
+/// An RDMA CM service ID as `RDMA_PS_TCP port 7174`, any other as hex.
+fn service(sid: u64) -> String {
+    match service_port(sid) {
+        Some((0x0106, port)) => format!("RDMA_PS_TCP port {port}"),
+        Some((0x0111, port)) => format!("RDMA_PS_UDP port {port}"),
+        Some((0x0002, port)) => format!("RDMA_PS_IPOIB port {port}"),
+        Some((ps, port)) => format!("port space {ps:#06x} port {port}"),
+        None => format!("service {sid:#018x}"),
+    }
+}
+
+/// Private data's used length (the bytes up to the last non-zero one).
+fn used(pd: &[u8]) -> usize {
+    pd.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)
+}
+
+/// The ladder label of a CM MAD and whether it refuses (REJ, SIDR_REP not OK).
+fn cm_label(m: &Mad) -> (String, bool) {
+    let mut refuses = false;
+    let l = match &m.msg {
+        CmMsg::Req(r) => {
+            let mut l = format!(
+                "CM REQ comm {:#010x} {} qpn {:#08x} psn {} mtu {}",
+                r.local_comm_id,
+                service(r.service_id),
+                r.local_qpn,
+                r.starting_psn,
+                128u32 << r.path_mtu.min(5)
+            );
+            if let Some(h) = CmaHdr::parse(&r.private_data) {
+                let _ = write!(l, " from {} to {}", h.src, h.dst);
+            }
+            l
+        }
+        CmMsg::Mra(r) => format!(
+            "CM MRA comm {:#010x}->{:#010x} for {}, wait {} ms",
+            r.local_comm_id,
+            r.remote_comm_id,
+            msg_ref(r.message_mraed),
+            crate::cm::cm_time_ns(r.service_timeout) / 1_000_000
+        ),
+        CmMsg::Rej(r) => {
+            refuses = true;
+            let mut l = format!(
+                "CM REJ comm {:#010x}->{:#010x} of {}: reason {} ({})",
+                r.local_comm_id,
+                r.remote_comm_id,
+                msg_ref(r.message_rejected),
+                r.reason,
+                rej_reason::name(r.reason).unwrap_or("unknown")
+            );
+            let n = used(&r.private_data);
+            if n > 0 {
+                let _ = write!(l, ", {n} B private data");
+            }
+            l
+        }
+        CmMsg::Rep(r) => format!(
+            "CM REP comm {:#010x}->{:#010x} qpn {:#08x} psn {}",
+            r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn
+        ),
+        CmMsg::Rtu(r) => format!(
+            "CM RTU comm {:#010x}->{:#010x}",
+            r.local_comm_id, r.remote_comm_id
+        ),
+        CmMsg::Dreq(r) => format!(
+            "CM DREQ comm {:#010x}->{:#010x} qpn {:#08x}",
+            r.local_comm_id, r.remote_comm_id, r.remote_qpn
+        ),
+        CmMsg::Drep(r) => format!(
+            "CM DREP comm {:#010x}->{:#010x}",
+            r.local_comm_id, r.remote_comm_id
+        ),
+        CmMsg::SidrReq(r) => {
+            let mut l = format!(
+                "CM SIDR_REQ request {:#010x} {}",
+                r.request_id,
+                service(r.service_id)
+            );
+            if let Some(h) = CmaHdr::parse(&r.private_data) {
+                let _ = write!(l, " from {} to {}", h.src, h.dst);
+            }
+            l
+        }
+        CmMsg::SidrRep(r) => {
+            refuses = r.status != sidr_status::OK;
+            let mut l = format!(
+                "CM SIDR_REP request {:#010x} status {} ({})",
+                r.request_id,
+                r.status,
+                sidr_status::name(r.status)
+            );
+            if !refuses {
+                let _ = write!(l, " qpn {:#08x} qkey {:#010x}", r.qpn, r.qkey);
+            }
+            l
+        }
+        CmMsg::Unsupported {
+            local_comm_id,
+            remote_comm_id,
+            ..
+        } => format!(
+            "CM {} comm {local_comm_id:#010x}->{remote_comm_id:#010x} (not served)",
+            m.msg.name()
+        ),
+    };
+    (l, refuses)
 }
 
 fn info(p: &Packet) -> Option<&'static crate::wire::OpInfo> {
@@ -191,10 +334,12 @@ pub fn explain_frames(
         // Times count from the first RoCE packet of the file.
         let start = *t0.get_or_insert(p.time);
         p.time = (p.time - start) * 1e6;
+        let cm = cm_mad(f, dqp);
         pkts.push(Pkt {
             flow,
             p,
             comment: comments.get(i).cloned().flatten(),
+            cm,
         });
     }
     let pairs = pair_flows(&keys, &pkts);
@@ -242,6 +387,21 @@ fn pair_flows(keys: &[FlowKey], pkts: &[Pkt]) -> Vec<(usize, Option<usize>)> {
     }
     cands.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
     let mut partner: Vec<Option<usize>> = vec![None; n];
+    // The CM's two QP 1 flows between two addresses are one conversation.
+    for x in 0..n {
+        for y in x + 1..n {
+            if keys[x].2 == 1
+                && keys[y].2 == 1
+                && keys[x].0 == keys[y].1
+                && keys[x].1 == keys[y].0
+                && partner[x].is_none()
+                && partner[y].is_none()
+            {
+                partner[x] = Some(y);
+                partner[y] = Some(x);
+            }
+        }
+    }
     for &(s, x, y) in &cands {
         if s > 0 && partner[x].is_none() && partner[y].is_none() {
             partner[x] = Some(y);
@@ -322,12 +482,40 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
     let mut dirs = [Dir::default(); 2];
     let mut mtu: Option<u32> = None;
     let mut steps: Vec<Step> = Vec::new();
+    // (side, transaction ID, attribute ID) of each CM MAD seen: a second one is a resend.
+    let mut cm_seen: std::collections::HashSet<(usize, u64, u16)> = Default::default();
     for k in pkts.iter().filter(|k| k.flow == l || Some(k.flow) == r) {
         let p = &k.p;
         let d = usize::from(k.flow != l);
         let from_left = d == 0;
         s.roce_packets += 1;
         s.frame_bytes += p.len as u64;
+        if let Some(m) = &k.cm {
+            s.cm_mads += 1;
+            let (label, refuses) = cm_label(m);
+            s.cm_rejects += usize::from(refuses);
+            let mut notes = Vec::new();
+            if p.icrc_ok == Some(false) {
+                s.bad_icrc += 1;
+                notes.push("bad ICRC: the receiver drops it".to_string());
+            }
+            if !cm_seen.insert((d, m.tid, m.msg.attr_id() as u16)) {
+                notes.push("resent (same transaction ID)".to_string());
+            }
+            if let Some(c) = &k.comment {
+                notes.extend(c.split("; ").map(str::to_string));
+            }
+            steps.push(Step {
+                frame: p.frame,
+                time_us: p.time,
+                from_left,
+                label,
+                notes,
+                kind: StepKind::Cm,
+                count: 1,
+            });
+            continue;
+        }
         let psn = Psn::new(p.psn.unwrap_or(0));
         let plen = p.payload_len.unwrap_or(0);
         let name = p.opcode_name.unwrap_or("unknown").trim_start_matches("RC_");
@@ -629,7 +817,7 @@ pub fn render_text(l: &Ladder) -> String {
     let m = &l.summary;
     let _ = writeln!(
         o,
-        "  {} packets, {} messages, {} retransmitted, {} NAKs, {} RNR NAKs, {} CNPs, {} gaps, {} round trips, {} payload bytes, {} frame bytes{}",
+        "  {} packets, {} messages, {} retransmitted, {} NAKs, {} RNR NAKs, {} CNPs, {} gaps, {} round trips, {} payload bytes, {} frame bytes{}{}",
         m.roce_packets,
         m.messages,
         m.retransmitted_packets,
@@ -642,6 +830,11 @@ pub fn render_text(l: &Ladder) -> String {
         m.frame_bytes,
         if m.bad_icrc > 0 {
             format!(", {} bad ICRC", m.bad_icrc)
+        } else {
+            String::new()
+        },
+        if m.cm_mads > 0 {
+            format!(", {} CM MADs ({} refusals)", m.cm_mads, m.cm_rejects)
         } else {
             String::new()
         }

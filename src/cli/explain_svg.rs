@@ -36,6 +36,7 @@ fn colour(k: StepKind) -> &'static str {
         StepKind::Nak | StepKind::RnrNak => "#d9822b",
         StepKind::Retransmission => "#c62828",
         StepKind::Cnp => "#7b3fa0",
+        StepKind::Cm => "#00838f",
         StepKind::Collapsed | StepKind::Other => "#777777",
     }
 }

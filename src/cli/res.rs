@@ -37,6 +37,10 @@ pub enum Object {
     /// Protection domains (device service only: a device in one process has its PDs in
     /// its own listing of MRs and QPs).
     Pd,
+    /// RDMA CM ids of the librdmacm programs running on xrnic (state, port space,
+    /// addresses, QPN, owner), like `rdma resource show cm_id`.
+    #[value(name = "cm_id", alias = "cm-id")]
+    CmId,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -133,7 +137,7 @@ pub fn render(devs: &[DeviceRes], object: Option<Object>, now: f64) -> String {
                     Object::Qp => d.res.qp_lines(),
                     Object::Mr => d.res.mr_lines(),
                     Object::Cq => d.res.cq_lines(),
-                    Object::Pd => String::new(),
+                    Object::Pd | Object::CmId => String::new(),
                 };
             }
         }
@@ -196,8 +200,72 @@ pub fn read_device(path: &Path) -> Result<DeviceRes, String> {
 }
 
 /// `xrnic res`.
+/// The cm_ids of every live process of this network namespace that publishes them
+/// ([`crate::cm::res`]), as `(pid, comm, id)`, optionally only those on `netdev`. Files of
+/// processes that are gone are skipped; an unreadable one is an error.
+pub fn cm_ids(
+    dir: &Path,
+    netdev: Option<&str>,
+) -> Result<Vec<(u32, String, crate::cm::res::CmIdRecord)>, String> {
+    let files = crate::cm::res::cm_files(dir)
+        .map_err(|e| format!("cannot list {}/cm: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for (_, path) in files {
+        let f = match crate::cm::res::read(&path) {
+            Ok(f) => f,
+            // Removed between listing and reading: that process is done.
+            Err(_) if !path.exists() => continue,
+            Err(e) => return Err(e),
+        };
+        if !f.writer_alive() {
+            continue;
+        }
+        for id in f.ids {
+            if netdev.is_none_or(|n| n == id.ifname) {
+                out.push((f.pid, f.comm.clone(), id));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `xrnic res cm_id`: one line per id (or a JSON array); no id is an empty listing.
+fn run_cm_id(args: &ResArgs) -> ExitCode {
+    use std::io::Write;
+    let ids = match cm_ids(&args.dir, args.netdev.as_deref()) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("xrnic res: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let out = if args.json {
+        let v: Vec<serde_json::Value> = ids
+            .iter()
+            .map(|(pid, comm, id)| {
+                let mut o = serde_json::to_value(id).unwrap_or_default();
+                if let Some(m) = o.as_object_mut() {
+                    m.insert("pid".into(), (*pid).into());
+                    m.insert("comm".into(), comm.clone().into());
+                }
+                o
+            })
+            .collect();
+        serde_json::Value::Array(v).to_string() + "\n"
+    } else {
+        ids.iter()
+            .map(|(pid, comm, id)| id.line(*pid, comm) + "\n")
+            .collect()
+    };
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    ExitCode::SUCCESS
+}
+
 pub fn run(args: &ResArgs) -> ExitCode {
     use std::io::Write;
+    if args.object == Some(Object::CmId) {
+        return run_cm_id(args);
+    }
     let mut failed = false;
     let mut devs = Vec::new();
     // A device service on the interface holds the live state of every process using it.

@@ -351,6 +351,8 @@ pub fn res_run(
         Object::Mr => "mr",
         Object::Cq => "cq",
         Object::Pd => "pd",
+        // Not the service's: each process publishes its own (cli::res::run_cm_id).
+        Object::CmId => "cm_id",
     });
     if json {
         let v = serde_json::Value::Array(to_json(&doc, o));

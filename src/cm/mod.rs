@@ -14,7 +14,7 @@
 //! Timers: a sent REQ, REP or DREQ (and a SIDR_REQ) is resent after
 //! `2 × packet life + peer's cm_response_timeout` (cm.c `timeout_ms`), at most
 //! `max_cm_retries` times; then the id fails (REQ, REP: [`CmEvent::Unreachable`]; DREQ:
-//! [`CmEvent::Disconnected`], cm.c `IB_CM_DREQ_ERROR`). An MRA for our REQ stretches the
+//! [`CmEvent::DreqError`], cm.c `IB_CM_DREQ_ERROR`). An MRA for our REQ stretches the
 //! wait by its service timeout. Duplicates are answered as cm.c does: a REQ again → MRA
 //! again (or nothing after REP: REP has its own timer), a REP again → RTU again, a DREQ
 //! in timewait → DREP again. Timewait lasts `2 × packet life` plus the ACK timeout.
@@ -25,6 +25,7 @@ use crate::wire::mad::{
     CmMsg, Dreq, Mad, Mra, MsgRef, Rej, Rep, Req, Rtu, SidrRep, SidrReq, rej_reason, sidr_status,
 };
 
+pub mod res;
 #[cfg(test)]
 mod tests;
 
@@ -112,8 +113,11 @@ pub enum CmEvent {
     },
     /// No answer after every retry (REQ, REP) or SIDR: RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT.
     Unreachable { id: CmId },
-    /// DREQ received, DREP received, or our DREQ unanswered: RDMA_CM_EVENT_DISCONNECTED.
+    /// DREQ received or DREP received: RDMA_CM_EVENT_DISCONNECTED.
     Disconnected { id: CmId },
+    /// Our DREQ unanswered after every retry (cm.c `IB_CM_DREQ_ERROR`): the peer is gone;
+    /// RDMA_CM_EVENT_DISCONNECTED with status -ETIMEDOUT (cma.c `cma_ib_handler`).
+    DreqError { id: CmId },
     /// The id left timewait (RDMA_CM_EVENT_TIMEWAIT_EXIT); it is gone.
     TimewaitExit { id: CmId },
     /// A SIDR_REQ for a listener (RDMA_CM_EVENT_CONNECT_REQUEST on a UD id).
@@ -142,6 +146,25 @@ pub enum State {
     Timewait,
     SidrReqSent,
     SidrReqRcvd,
+}
+
+impl State {
+    /// cm.c's name of the state (`enum ib_cm_state` without `IB_CM_`).
+    pub fn name(self) -> &'static str {
+        match self {
+            State::ReqSent => "REQ_SENT",
+            State::MraReqRcvd => "MRA_REQ_RCVD",
+            State::ReqRcvd => "REQ_RCVD",
+            State::MraReqSent => "MRA_REQ_SENT",
+            State::RepSent => "REP_SENT",
+            State::Established => "ESTABLISHED",
+            State::DreqSent => "DREQ_SENT",
+            State::DreqRcvd => "DREQ_RCVD",
+            State::Timewait => "TIMEWAIT",
+            State::SidrReqSent => "SIDR_REQ_SENT",
+            State::SidrReqRcvd => "SIDR_REQ_RCVD",
+        }
+    }
 }
 
 /// A MAD to send on QP1 to the port with GID `to`.
@@ -245,6 +268,11 @@ impl Cm {
     /// The state of `id`, `None` once it is gone.
     pub fn state(&self, id: CmId) -> Option<State> {
         self.conns.get(&id).map(|c| c.state)
+    }
+
+    /// The QPN our side of connection `id` carries (0 for a SIDR id).
+    pub fn local_qpn(&self, id: CmId) -> Option<u32> {
+        self.conns.get(&id).map(|c| c.local.qpn)
     }
 
     /// Every live id with its state and service (for `xrnic res` / `rdma res show cm_id`).
@@ -730,7 +758,7 @@ impl Cm {
                 let state = c.state;
                 match state {
                     State::DreqSent => {
-                        self.events.push_back(CmEvent::Disconnected { id });
+                        self.events.push_back(CmEvent::DreqError { id });
                         self.enter_timewait(now, id);
                     }
                     _ => {

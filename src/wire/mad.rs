@@ -113,16 +113,59 @@ impl fmt::Display for MadError {
 
 impl std::error::Error for MadError {}
 
-/// REJ reasons (IBTA §12.6.7.2, Table 103; kernel `enum ib_cm_rej_reason`).
+/// REJ reasons (IBTA §12.6.7.2, Table 103; kernel include/rdma/ib_cm.h
+/// `enum ib_cm_rej_reason`).
 pub mod rej_reason {
     pub const NO_QP: u16 = 1;
-    pub const TIMEOUT: u16 = 1;
-    pub const INVALID_COMM_ID: u16 = 5;
+    pub const TIMEOUT: u16 = 4;
+    pub const INVALID_COMM_ID: u16 = 6;
     pub const INVALID_SERVICE_ID: u16 = 8;
     pub const STALE_CONN: u16 = 10;
     pub const INVALID_MTU: u16 = 26;
     pub const CONSUMER_DEFINED: u16 = 28;
     pub const INVALID_CLASS_VERSION: u16 = 31;
+
+    /// The reason's name as IBTA Table 103 gives it (the kernel's `ibcm_rej_reason_strs`
+    /// spell the same), `None` for a code the table does not define.
+    pub fn name(reason: u16) -> Option<&'static str> {
+        Some(match reason {
+            1 => "no QP",
+            2 => "no EEC",
+            3 => "no resources",
+            4 => "timeout",
+            5 => "unsupported request",
+            6 => "invalid comm ID",
+            7 => "invalid comm instance",
+            8 => "invalid service ID",
+            9 => "invalid transport type",
+            10 => "stale connection",
+            11 => "RDC does not exist",
+            12 => "invalid GID",
+            13 => "invalid LID",
+            14 => "invalid SL",
+            15 => "invalid traffic class",
+            16 => "invalid hop limit",
+            17 => "invalid packet rate",
+            18 => "invalid alternate GID",
+            19 => "invalid alternate LID",
+            20 => "invalid alternate SL",
+            21 => "invalid alternate traffic class",
+            22 => "invalid alternate hop limit",
+            23 => "invalid alternate packet rate",
+            24 => "port CM redirect",
+            25 => "port redirect",
+            26 => "invalid MTU",
+            27 => "insufficient responder resources",
+            28 => "consumer defined",
+            29 => "invalid RNR retry",
+            30 => "duplicate local comm ID",
+            31 => "invalid class version",
+            32 => "invalid flow label",
+            33 => "invalid alternate flow label",
+            35 => "vendor option not supported",
+            _ => return None,
+        })
+    }
 }
 
 /// Which message a REJ or MRA is about (IBTA Table 103: MessageRejected / MessageMRAed).
@@ -317,6 +360,19 @@ pub mod sidr_status {
     pub const UNSUPPORTED: u8 = 1;
     pub const REJECT: u8 = 2;
     pub const NO_QP: u8 = 3;
+
+    /// The status's name (IBTA Table 109; kernel `enum ib_cm_sidr_status`).
+    pub fn name(status: u8) -> &'static str {
+        match status {
+            0 => "OK",
+            1 => "unsupported",
+            2 => "rejected",
+            3 => "no QP",
+            4 => "redirect",
+            5 => "unsupported version",
+            _ => "unknown status",
+        }
+    }
 }
 
 /// ServiceIDResolutionResponse (IBTA §12.11.2, Table 109).

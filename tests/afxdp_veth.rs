@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xrnic::io::afxdp::{FrameCounts, PortOptions, XskPort};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::FrameRepr;
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold: frames on a veth arrive within
 /// microseconds; the deadline only turns a lost frame into a failure instead of a hang.

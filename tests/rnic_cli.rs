@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{StatFiles, netns_cmd, text, wait_listening};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// Server on B, client on A; returns (server output, client output).
 fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {

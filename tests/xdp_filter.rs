@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use xrnic::io::afxdp::{FilterStats, PortOptions, RoceFilter, XdpAction, XskPort};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{Error as WireError, FrameView};
+use xrnic_netns::{Side, VethPair};
 
 fn load() -> RoceFilter {
     RoceFilter::load().expect("load the XDP filter")

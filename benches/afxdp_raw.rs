@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{Addr, payload, roce_frame};
 use xrnic::io::afxdp::{PortOptions, XskPort};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// What one size measured.
 pub struct RawResult {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use raw::common::{self, payload, roce_frame};
 use xrnic::io::afxdp::XskPort;
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// Round trips before the clock starts (rings, caches, branch predictors).
 const WARMUP: u32 = 1000;

@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 
 use common::xrnic_bin;
 use rtt::raw::{self, common};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic_cli::cli::perf::{PerfArgs, PerfError, PerfTest, perf};
 use xrnic_cli::cli::pingpong::{PingpongArgs, pingpong};
+use xrnic_netns::{Side, VethPair};
 
 fn main() {
     if !rustix::process::geteuid().is_root() {

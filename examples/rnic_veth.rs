@@ -15,10 +15,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Device, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 fn main() -> ExitCode {
     match run() {

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use xrnic::io::afxdp::{FrameCounts, PortOptions, XskPort};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::FrameRepr;
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold: frames on a veth arrive within
 /// microseconds; the deadline only turns a lost frame into a failure instead of a hang.
@@ -337,6 +337,102 @@ fn queued_frames_leave_with_the_next_kick_in_order() {
     recv_n(&mut b, 1, &mut got);
     assert_eq!(got, frames, "flush pushed the last queued frame");
     assert_eq!(settle(&mut a), start);
+}
+
+/// The path of a kernel without `XDP_USE_NEED_WAKEUP` (before 5.4), forced: bound
+/// without the flag, a port kicks the tx ring with a `sendto` after every batch it sends,
+/// never wakes the kernel for the fill ring, and single- and multi-chunk frames cross
+/// intact with every chunk back in place.
+#[test]
+#[ignore = "needs root"]
+fn without_need_wakeup_every_batch_is_kicked_and_frames_cross_intact() {
+    let pair = VethPair::new(9000).expect("veth pair");
+    let opts = PortOptions {
+        need_wakeup: false,
+        frame_count: 64,
+        ring_size: 64,
+        batch_size: 8,
+        ..PortOptions::default()
+    };
+    let mut a = open(&pair, Side::A, opts);
+    let mut b = open(&pair, Side::B, opts);
+    assert!(!a.options().need_wakeup && !b.options().need_wakeup);
+    let (start_a, start_b) = (a.frame_counts(), b.frame_counts());
+    let frames: Vec<Vec<u8>> = (0..600)
+        .map(|i| {
+            roce_frame(
+                addr(&pair, i % 3 == 0),
+                i,
+                &payload(i, [64, 1024, 4096][i as usize % 3]),
+            )
+        })
+        .collect();
+    let mut got = Vec::new();
+    let mut batches = 0;
+    for batch in frames.chunks(8) {
+        let refs: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+        let mut sent = 0;
+        let deadline = Instant::now() + PATIENCE;
+        while sent < refs.len() {
+            let kicks = a.stats().tx_kicks;
+            let n = a.send_batch(&refs[sent..]).expect("send");
+            if n > 0 {
+                // Without need_wakeup nothing tells the port the kernel is awake: each
+                // batch it puts on the ring ends with its own kick.
+                assert!(a.stats().tx_kicks > kicks, "batch {batches} not kicked");
+                batches += 1;
+            }
+            sent += n;
+            if sent < refs.len() {
+                assert!(
+                    Instant::now() < deadline,
+                    "tx stuck at {sent}/{}",
+                    refs.len()
+                );
+                a.wait(Duration::from_millis(1)).expect("wait");
+            }
+        }
+        recv_n(&mut b, batch.len(), &mut got);
+    }
+    assert_eq!(
+        got.len(),
+        frames.len(),
+        "kernel stats {:?}",
+        b.kernel_stats()
+    );
+    assert!(
+        got.iter().zip(&frames).all(|(g, s)| g == s),
+        "a frame changed"
+    );
+    assert!(a.stats().tx_kicks >= batches, "{:?}", a.stats());
+    assert_eq!(b.stats().fill_wakeups, 0, "{:?}", b.stats());
+    assert_eq!(settle(&mut a), start_a, "sender's chunks");
+    assert_eq!(settle(&mut b), start_b, "receiver's chunks");
+}
+
+/// Zero-copy asked of a driver without it (veth) fails naming the feature and the first
+/// kernel with it; the default bind lets the kernel choose, and the port says it chose
+/// copy mode (`XDP_OPTIONS`).
+#[test]
+#[ignore = "needs root"]
+fn zero_copy_on_veth_is_refused_by_name_and_auto_reports_copy_mode() {
+    let pair = VethPair::new(1500).expect("veth pair");
+    let zc = PortOptions {
+        bind_mode: xrnic::io::afxdp::BindMode::ZeroCopy,
+        ..PortOptions::default()
+    };
+    let e = pair
+        .run_in(Side::A, || XskPort::open(&pair.end(Side::A).ifname, 0, zc))
+        .expect("enter netns")
+        .expect_err("veth has no AF_XDP zero-copy");
+    let msg = e.to_string();
+    let (maj, min) = xrnic::io::afxdp::ZERO_COPY_SINCE;
+    assert!(
+        msg.contains("XDP_ZEROCOPY") && msg.contains(&format!("Linux {maj}.{min}+")),
+        "{msg}"
+    );
+    let a = open(&pair, Side::A, PortOptions::default());
+    assert_eq!(a.zero_copy(), Some(false), "veth binds in copy mode");
 }
 
 #[test]

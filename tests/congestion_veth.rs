@@ -10,11 +10,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, DcqcnParams, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, Remote,
     SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(20);

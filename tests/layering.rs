@@ -4,6 +4,11 @@
 //! fails on any `crate::X` path (in a `use`, a `use crate::{..}` group, or inline) that
 //! names a forbidden module, outside comments and test code (`*tests.rs` files and what
 //! follows `#[cfg(test)]` at the start of a line).
+//!
+//! And the library runs no external program (issue 15, build point 1): no file of the
+//! `xrnic` crate's src (the other crates' folders, src/cli, src/abi and src/netns, aside;
+//! test code aside) names `std::process::Command` in any form, nor libc's exec, spawn or
+//! fork calls. The namespace harness that runs `ip` is the `xrnic-netns` crate.
 
 use std::path::{Path, PathBuf};
 
@@ -192,7 +197,7 @@ fn each_layer_imports_only_below_it() {
 fn the_checker_sees_every_form_of_a_path() {
     let code = "use crate::sim::Pair;\n\
                 let x = crate::verbs::netdev::mac_text(&m); // crate::cli in a comment\n\
-                use crate::{io::netns, wire::Qpn};\n\
+                use crate::{io::link, wire::Qpn};\n\
                 use crate::{\n    driver::Engine,\n    proto::Rnic,\n};\n\
                 $crate::proto::trace::enabled();\n\
                 #[cfg(test)]\nuse crate::cli::x;\n\
@@ -206,4 +211,184 @@ fn the_checker_sees_every_form_of_a_path() {
     }
     assert!(!refs.contains(&"cli".to_string()), "{refs:?}");
     assert_eq!(refs.iter().filter(|m| *m == "proto").count(), 1, "{refs:?}");
+}
+
+/// Every `.rs` file of the library crate: all of src/ except the folders that are crates
+/// of their own (they hold a Cargo.toml: src/cli, src/abi, src/netns) and `*tests.rs`
+/// test modules.
+fn library_files(src: &Path) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if !p.join("Cargo.toml").exists() {
+                    walk(&p, out);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && !p
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .ends_with("tests.rs")
+            {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(src, &mut v);
+    v.sort();
+    v
+}
+
+/// The ways `code` (one file, tests cut) could run a program, each with its line: a path
+/// to `std::process::Command` (direct, aliased, in a `process::{..}` group over any number
+/// of lines, or a `process::*` glob), `Command::new`, `CommandExt`, and libc's exec /
+/// spawn / fork / system calls.
+fn program_runs(code: &str) -> Vec<(usize, String)> {
+    const CALLS: &[&str] = &[
+        "Command::new",
+        "CommandExt",
+        "process::Command",
+        "process::*",
+        "libc::exec",
+        "libc::posix_spawn",
+        "libc::fork",
+        "libc::vfork",
+        "libc::system",
+        "libc::popen",
+    ];
+    let mut hits = Vec::new();
+    // Inside a `process::{` group: its brace depth.
+    let mut group: Option<usize> = None;
+    for (n, line) in code.lines().enumerate() {
+        let line = line.split("//").next().unwrap_or("");
+        let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+        for c in CALLS {
+            if compact.contains(c) {
+                hits.push((n + 1, c.to_string()));
+            }
+        }
+        let mut rest = compact.as_str();
+        loop {
+            if let Some(depth) = group.as_mut() {
+                let mut end = None;
+                for (i, ch) in rest.char_indices() {
+                    match ch {
+                        '{' => *depth += 1,
+                        '}' => {
+                            *depth -= 1;
+                            if *depth == 0 {
+                                end = Some(i);
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let body = &rest[..end.unwrap_or(rest.len())];
+                if body
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|w| w == "Command")
+                {
+                    hits.push((n + 1, "process::{.., Command, ..}".to_string()));
+                }
+                match end {
+                    Some(i) => {
+                        group = None;
+                        rest = &rest[i + 1..];
+                    }
+                    None => break,
+                }
+            }
+            match rest.find("process::{") {
+                Some(i) => {
+                    rest = &rest[i + "process::{".len()..];
+                    group = Some(1);
+                }
+                None => break,
+            }
+        }
+    }
+    hits.sort();
+    hits.dedup();
+    hits
+}
+
+#[test]
+fn no_file_of_the_library_runs_a_program() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let files = library_files(&src);
+    // The walk sees the library and only the library (a broken walk would pass vacuously).
+    let rel: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(root).unwrap().display().to_string())
+        .collect();
+    for f in [
+        "src/lib.rs",
+        "src/driver.rs",
+        "src/io/link.rs",
+        "src/io/afxdp/port.rs",
+    ] {
+        assert!(rel.iter().any(|r| r == f), "{f} not among {rel:?}");
+    }
+    for other in ["src/cli/", "src/abi/", "src/netns/"] {
+        assert!(!rel.iter().any(|r| r.starts_with(other)), "{other} walked");
+    }
+    let mut bad = Vec::new();
+    for (f, r) in files.iter().zip(&rel) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (line, what) in program_runs(&non_test(&text)) {
+            bad.push(format!("{r}:{line}: {what}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "the library runs a program (it must not: issue 15; a harness that runs one \
+         belongs in src/netns or src/cli):\n{}",
+        bad.join("\n")
+    );
+}
+
+/// The program-run checker finds each form, and not test code or comments.
+#[test]
+fn the_program_checker_sees_every_form() {
+    let forms = [
+        "use std::process::Command;",
+        "use std::process::Command as Cmd;",
+        "let o = std::process::Command::new(\"ip\").output();",
+        "use std::process::{Child, Command, Stdio};",
+        "use std::process::{\n    Child,\n    Command,\n};",
+        "use std::{io, process::{Output, Command}};",
+        "use std::process::*;",
+        "use std::os::unix::process::CommandExt;",
+        "let c = Command :: new(x);",
+        "unsafe { libc::execvp(p, a) };",
+        "unsafe { libc::posix_spawnp(p, a) };",
+        "unsafe { libc::fork() };",
+    ];
+    for f in forms {
+        assert!(!program_runs(&non_test(f)).is_empty(), "missed: {f}");
+    }
+    let clean = [
+        "let id = std::process::id();",
+        "use std::process::{exit, id};",
+        "std::process::abort();",
+        "// std::process::Command in a comment",
+        "enum Cmd { Command }",
+        "#[cfg(test)]\nuse std::process::Command;",
+        "#[cfg(test)]\nmod tests {\n    use std::process::Command;\n}",
+    ];
+    for c in clean {
+        assert!(program_runs(&non_test(c)).is_empty(), "false hit: {c}");
+    }
+    // The line of a hit inside a multi-line group is the line naming Command.
+    assert_eq!(
+        program_runs("use std::process::{\n    Child,\n    Command,\n};"),
+        vec![(3, "process::{.., Command, ..}".to_string())]
+    );
 }

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use xrnic::io::afxdp::{Error, PortOptions, XskPort};
 use xrnic::io::link;
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 fn netns_exists(name: &str) -> bool {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();

@@ -10,7 +10,7 @@ use common::xrnic_bin;
 use std::process::{Command, Output, Stdio};
 
 use common::{text, wait_listening};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 const RESULT_LINE: &str =
     "---------------------------------------------------------------------------------------";

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{under_ci, xrnic_bin};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 fn tool(name: &str) -> Option<String> {
     let p = format!("/usr/bin/{name}");

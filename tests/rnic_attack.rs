@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use etherparse::PacketBuilder;
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Pd, Qp, QpInitAttr, QpState, Remote,
     SendWr, WcStatus, WrOpcode,
@@ -32,6 +31,7 @@ use xrnic::wire::{
     AethRepr, AtomicEthRepr, BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Msn, NakCode, Opcode,
     Psn, Qpn, RethRepr, Rkey, RoceRepr, Syndrome, UdpRepr,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(20);

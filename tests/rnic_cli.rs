@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{StatFiles, netns_cmd, text, wait_listening};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// Server on B, client on A; returns (server output, client output).
 fn pingpong(pair: &VethPair, extra: &[&str], port: u16) -> (Output, Output) {
@@ -443,6 +443,56 @@ fn single_buffer_env_caps_the_mtu_and_rc_pingpong_passes_at_2048() {
         "{}",
         text(&client)
     );
+}
+
+/// xrnic needs no bpffs: nothing is pinned, and libxdp's dispatcher (which would take its
+/// lock on /sys/fs/bpf) is never loaded. `ip netns exec` gives the program a fresh sysfs
+/// without the bpffs mount under it; the running server's own mount table shows none,
+/// and a verified rc-pingpong passes.
+#[test]
+#[ignore = "needs root"]
+fn rc_pingpong_runs_with_no_bpffs_mounted() {
+    let pair = VethPair::new(1500).expect("veth pair");
+    let _stats = StatFiles::of(&pair);
+    let side = |s: Side| pair.end(s).ifname.clone();
+    let (ifa, ifb) = (side(Side::A), side(Side::B));
+    let common = ["-s", "4096", "-n", "50", "--verify", "-p", "18790"];
+    let mut args_b = vec!["rc-pingpong", "--netdev", &ifb];
+    args_b.extend_from_slice(&common);
+    let mut server = netns_cmd(&pair, Side::B, &args_b)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start server");
+    wait_listening(&pair, Side::B, 18790, &mut server);
+    // `ip netns exec` execs the program in place: the child is the xrnic server, which
+    // has its XDP program attached and its socket bound by now.
+    let mounts = std::fs::read_to_string(format!("/proc/{}/mountinfo", server.id()))
+        .expect("the server's mount table");
+    // mountinfo: "... - FSTYPE SOURCE OPTIONS" after the optional fields.
+    let bpffs: Vec<&str> = mounts
+        .lines()
+        .filter(|l| {
+            l.split(" - ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                == Some("bpf")
+        })
+        .collect();
+    assert!(bpffs.is_empty(), "bpffs mounted for the server: {bpffs:?}");
+    assert!(
+        mounts.lines().any(|l| l.contains(" - sysfs ")),
+        "not a mount table: {mounts}"
+    );
+    let mut args_a = vec!["rc-pingpong", "--netdev", &ifa];
+    args_a.extend_from_slice(&common);
+    args_a.push("192.0.2.2");
+    let client = netns_cmd(&pair, Side::A, &args_a)
+        .output()
+        .expect("run client");
+    let server = server.wait_with_output().expect("server output");
+    check_run(&client, 4096, 50, "::ffff:192.0.2.1", "::ffff:192.0.2.2");
+    check_run(&server, 4096, 50, "::ffff:192.0.2.2", "::ffff:192.0.2.1");
 }
 
 #[test]

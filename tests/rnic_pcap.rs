@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{StatFiles, netns_cmd, require_tshark, text, wait_listening};
 use serde_json::Value;
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 fn scratch(name: &str) -> PathBuf {
     let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))

@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::text;
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, QpState, Remote,
     SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
 use xrnic::wire::Rkey;
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(10);

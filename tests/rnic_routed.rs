@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 
 use common::{netns_cmd, text, wait_listening};
 use xrnic::io::link;
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::netdev;
+use xrnic_netns::{Side, VethPair};
 
 /// `xrnic ARGS` server on B and client on A (towards B's IPv4 address, over the router);
 /// (server, client).

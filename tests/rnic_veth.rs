@@ -12,11 +12,11 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use xrnic::io::afxdp::PortOptions;
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, RecvWr, Remote,
     SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(10);

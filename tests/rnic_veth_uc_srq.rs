@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, AsyncEvent, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Pd, Qp, QpInitAttr,
     QpType, RecvWr, Remote, SendWr, Srq, SrqAttr, SrqAttrMask, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(10);

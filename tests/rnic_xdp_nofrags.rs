@@ -9,10 +9,10 @@ mod common;
 use std::time::Duration;
 
 use xrnic::io::afxdp::{RoceFilter, XDP_FRAGS_ENV};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Device, DeviceOptions, Mtu, QpInitAttr, Remote, SendWr, WcStatus, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 const LEN: usize = 256 * 1024;
 

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{text, under_ci, xrnic_bin};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// The stock tool's path, or None (skip; a failure under CI=true).
 fn tool(name: &str) -> Option<String> {

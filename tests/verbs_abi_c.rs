@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{text, under_ci, xrnic_bin};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// tests/c/NAME.c built into a fresh directory, or None (skip; a failure under CI=true).
 fn build(name: &str) -> Option<(PathBuf, PathBuf)> {

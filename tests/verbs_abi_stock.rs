@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{text, under_ci, xrnic_bin};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// The stock tool, or None (skip; a failure under CI=true).
 fn tool(name: &str, package: &str) -> Option<String> {

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, AddressVector, Cq, Device, DeviceOptions, GRH_LEN, GSI_QKEY, GSI_QPN, Mr, Qp,
     QpInitAttr, QpState, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// A guard against hanging, not a performance threshold.
 const PATIENCE: Duration = Duration::from_secs(10);

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use xrnic::io::afxdp::{FilterStats, PortOptions, RoceFilter, XdpAction, XskPort};
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{Error as WireError, FrameView};
+use xrnic_netns::{Side, VethPair};
 
 fn load() -> RoceFilter {
     RoceFilter::load().expect("load the XDP filter")
@@ -248,4 +248,17 @@ fn vector_frames_are_classified_like_the_wire_parser_does() {
         assert_eq!(s.redirected, roce);
         assert_eq!(s.not_roce, other);
     });
+}
+
+/// This kernel attaches XDP through a BPF link: the probe that tells a kernel without
+/// them (before 5.9) from an interface that refuses attaches and detaches on a private
+/// loopback, and leaves the caller's namespace untouched.
+#[test]
+#[ignore = "needs root"]
+fn the_xdp_link_probe_attaches_on_a_private_loopback() {
+    let f = load();
+    assert_eq!(f.xdp_link_refusal().expect("probe"), None);
+    assert!(!f.is_attached());
+    // Run again: the first probe's link is gone (its namespace too), nothing is busy.
+    assert_eq!(f.xdp_link_refusal().expect("probe"), None);
 }

@@ -6,8 +6,8 @@
 //!   missing and exits 1 before creating anything.
 //! - Builds an observed veth pair ([`VethPair::observed`], MTU 9000, 192.0.2.0/24 and
 //!   fd00::/64): namespaces A and B, with a bridge in a third namespace where `dumpcap`
-//!   captures both directions (a capture on an AF_XDP end sees nothing, see
-//!   [`crate::io::netns`]).
+//!   captures both directions (a capture on an AF_XDP end sees nothing: the
+//!   `xrnic_netns` crate's doc, src/netns/lib.rs, says why).
 //! - Steps, one report line each: `rc-pingpong --verify` as two child processes of this
 //!   binary (`ip netns exec NS xrnic rc-pingpong ...`, what a user would type) for several
 //!   sizes with IPv4 and IPv6 GIDs; `xrnic perf write|read|send|atomic --verify` the same
@@ -40,11 +40,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::io::netns::{Side, VethPair};
 use crate::verbs::{
     Access, ConnectOpts, Cq, Device, Mr, Mtu, QpInitAttr, RecvWr, Remote, SendWr, WcStatus,
     WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// `xrnic demo` options.
 #[derive(Clone, Debug, clap::Args)]

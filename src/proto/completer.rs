@@ -296,8 +296,22 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
     }
 }
 
-/// Forward progress: refill the retry budgets and restart the ACK timer (§9.7.6).
+/// Forward progress: refill the retry budgets and restart the ACK timer (§9.7.6), and
+/// measure how fast the peer acknowledges (the requester's AckReq spacing follows it,
+/// `Requester::paced_ack_every`).
 fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
+    let una = qp.req.una();
+    if let Some((t0, u0)) = qp.req.pace_from {
+        let acked = una.diff(u0);
+        if acked > 0 {
+            let sample = ctx.now.saturating_sub(t0) / acked as u64;
+            qp.req.ack_pace_ns = Some(match qp.req.ack_pace_ns {
+                Some(old) => (old.saturating_mul(3) / 4).saturating_add(sample / 4),
+                None => sample,
+            });
+        }
+    }
+    qp.req.pace_from = qp.req.outstanding().then_some((ctx.now, una));
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gbn_from = None;

@@ -1035,6 +1035,11 @@ impl Rnic {
                         .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
                     (None, _) => self.cfg.ack_every,
                 };
+                // At the pace the peer acknowledges (a slow path: an emulated guest), an
+                // ACK comes back within a quarter of the local ACK timeout too.
+                let ack_every = qp
+                    .req
+                    .paced_ack_every(ack_every, local_ack_timeout_ns(qp.attr.timeout));
                 let lim = ReqLimits {
                     mtu,
                     max_rd_atomic: u32::from(qp.attr.max_rd_atomic),

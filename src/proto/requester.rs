@@ -313,9 +313,37 @@ pub(crate) struct Requester {
     pub gbn_from: Option<Psn>,
     /// Why the transmit point last went back: the reason retransmissions carry.
     pub resend_reason: TxReason,
+    /// The time and oldest unacknowledged PSN of the last progress after which packets
+    /// were still outstanding: where the next progress measures how fast the peer
+    /// acknowledges ([`Requester::ack_pace_ns`]). A timeout or Go-Back-N in between
+    /// stays in the sample: the timer must outlast what the path really takes,
+    /// recovery included (an expiry with nothing lost is what the pace is for).
+    pub pace_from: Option<(u64, Psn)>,
+    /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
+    /// of the old value, 1/4 of the new sample): how fast the path delivers.
+    pub ack_pace_ns: Option<u64>,
 }
 
 impl Requester {
+    /// AckReq at least every this many packets so that, at the measured acknowledgement
+    /// pace, an ACK comes back within a quarter of the local ACK timeout `timeout_ns`:
+    /// on a path slower than `ack_every` packets per timeout (a TCG guest moves ~1 MB/s,
+    /// so 64 packets of 1 KiB take about as long as perftest's 67 ms timeout) the timer
+    /// would otherwise expire between ACKs with nothing lost, and each expiry resends a
+    /// window behind the packets still queued at the receiver. `ack_every` when the pace
+    /// is not known yet or fast enough.
+    pub fn paced_ack_every(&self, ack_every: u32, timeout_ns: Option<u64>) -> u32 {
+        match (self.ack_pace_ns, timeout_ns) {
+            (Some(ns), Some(t)) => {
+                let n = (t / 4) / ns.max(1);
+                u32::try_from(n)
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, ack_every.max(1))
+            }
+            _ => ack_every,
+        }
+    }
+
     /// Oldest PSN not yet acknowledged (or the next new PSN when nothing is outstanding).
     pub fn una(&self) -> Psn {
         match self.sq.front() {

@@ -8,10 +8,10 @@ use std::process::{Child, Command, Output};
 use std::time::Duration;
 
 use etherparse::PacketBuilder;
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
+use xrnic_netns::{Side, VethPair};
 
 mod bin_path;
 /// The `xrnic` binary (target/<profile>/xrnic, built by the `xrnic-cli` package).

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{have, library_dir, require};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 fn text(o: &std::process::Output) -> String {
     format!(

@@ -12,7 +12,7 @@
 //! | feature | bind flag | first kernel | without it |
 //! |---|---|---|---|
 //! | multi-buffer | `XDP_USE_SG` | 6.6 | single-buffer sockets: frames up to [`CHUNK_DATA`] bytes, the port's MTU capped so a frame always fits (docs/rnic.md) |
-//! | need_wakeup | `XDP_USE_NEED_WAKEUP` | 5.4 | a `sendto` kick after every batch and a wake-up after every refill |
+//! | need_wakeup | `XDP_USE_NEED_WAKEUP` | 5.4 | a `sendto` kick after every transmit batch; no fill-ring wake-up (without the flag the kernel takes fill-ring chunks as frames arrive, and a zero-copy driver keeps polling the ring) |
 //!
 //! Without root (no AF_XDP socket can be made) the answer falls back to the kernel's
 //! version (`uname -r`), and says so.
@@ -128,16 +128,7 @@ struct ProbeUmem([u8; 8192]);
 /// Bind a throw-away AF_XDP socket to `lo` queue 0 in copy mode with `flags`, in a
 /// network namespace of its own.
 fn probe(flags: SocketAddrXdpFlags) -> Result<(), Errno> {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: only the network namespace is unshared (not CLONE_FILES), on a thread
-            // that exists for this probe and shares no descriptors it creates.
-            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }?;
-            probe_here(flags)
-        })
-        .join()
-        .unwrap_or(Err(Errno::FAULT))
-    })
+    super::sys::in_private_netns(|| probe_here(flags))?
 }
 
 fn probe_here(flags: SocketAddrXdpFlags) -> Result<(), Errno> {

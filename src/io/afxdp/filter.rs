@@ -5,7 +5,9 @@
 //! The object file is compiled by `build.rs` (libbpf-cargo) into `OUT_DIR` and embedded
 //! here. Each [`RoceFilter`] is its own copy of the program and its maps; the attachment
 //! is a bpf_link, so the program leaves the interface when the filter is dropped (or the
-//! process dies).
+//! process dies). XDP links need Linux 5.9 ([`XDP_LINK_SINCE`]); when an attach fails, a
+//! probe on a private namespace's loopback tells a kernel without them (the error then
+//! names the feature and the version) from an interface that refuses.
 //!
 //! Attach mode ([`XdpMode`]): native (in the driver) by default; when the driver refuses
 //! native XDP (virtio_net on Linux 6.1 at MTU 9000, drivers without XDP) the program is
@@ -273,23 +275,31 @@ impl RoceFilter {
             ifname: ifname.to_string(),
             reason: format!("interface index {ifindex} out of range"),
         })?;
+        let prog_fd = self.find_prog()?.as_fd().as_raw_fd();
         let refused = |mode: XdpMode, e: std::io::Error| Error::AttachRefused {
             ifname: ifname.to_string(),
-            reason: format!(
-                "{} XDP: {e} (another XDP program attached? an MTU too large for the driver's \
-                 native XDP? {XDP_MODE_ENV}=skb attaches in generic mode)",
-                mode.as_str()
-            ),
+            // A kernel without XDP links refuses every attach: say that, not "this
+            // interface" (EBUSY is an attached program, never the kernel).
+            reason: match (e.raw_os_error() != Some(libc_ebusy()))
+                .then(|| link_refusal(prog_fd))
+                .flatten()
+            {
+                Some(why) => format!("{} XDP: {e}; {why}", mode.as_str()),
+                None => format!(
+                    "{} XDP: {e} (another XDP program attached? an MTU too large for the \
+                     driver's native XDP? {XDP_MODE_ENV}=skb attaches in generic mode)",
+                    mode.as_str()
+                ),
+            },
         };
         let first = match choice {
             XdpModeChoice::Skb => XdpMode::Skb,
             _ => XdpMode::Native,
         };
-        let (fd, mode) = match self.link_create(idx, first) {
+        let (fd, mode) = match link_create(prog_fd, idx, first) {
             Ok(fd) => (fd, first),
             Err(e) if choice == XdpModeChoice::Auto && e.raw_os_error() != Some(libc_ebusy()) => {
-                let fd = self
-                    .link_create(idx, XdpMode::Skb)
+                let fd = link_create(prog_fd, idx, XdpMode::Skb)
                     .map_err(|e2| refused(XdpMode::Skb, e2))?;
                 tracing::warn!(
                     ifname,
@@ -311,38 +321,11 @@ impl RoceFilter {
         self.mode
     }
 
-    /// bpf_link_create(BPF_XDP) with the mode's flag, retrying EBUSY (a queue still being
-    /// released); closing the returned fd detaches the program.
-    fn link_create(&self, ifindex: i32, mode: XdpMode) -> std::io::Result<OwnedFd> {
-        let prog = self
-            .find_prog()
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
-        let prog_fd = prog.as_fd().as_raw_fd();
-        let flags = match mode {
-            XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
-            XdpMode::Skb => libbpf_sys::XDP_FLAGS_SKB_MODE,
-        };
-        super::sys::retry_busy(
-            || {
-                // SAFETY: an all-zero bpf_link_create_opts is its documented default (libbpf
-                // LIBBPF_OPTS); `sz` and `flags` are set before the call.
-                let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
-                opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
-                opts.flags = flags;
-                // SAFETY: `prog_fd` is the loaded program's fd, alive for the call; `opts`
-                // lives across it. libbpf returns a new fd or a negative errno.
-                let fd = unsafe {
-                    libbpf_sys::bpf_link_create(prog_fd, ifindex, libbpf_sys::BPF_XDP, &opts)
-                };
-                if fd < 0 {
-                    Err(std::io::Error::from_raw_os_error(-fd))
-                } else {
-                    // SAFETY: `fd` is a new bpf_link fd that nothing else owns.
-                    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-                }
-            },
-            |e: &std::io::Error| e.raw_os_error() == Some(libc_ebusy()),
-        )
+    /// Whether this kernel attaches XDP programs through a BPF link: `None` when it does
+    /// (the probe attached the program to a private namespace's loopback), or the
+    /// sentence naming the missing feature ([`link_refusal`]).
+    pub fn xdp_link_refusal(&self) -> Result<Option<String>, Error> {
+        Ok(link_refusal(self.find_prog()?.as_fd().as_raw_fd()))
     }
 
     /// Is the program attached to an interface?
@@ -415,9 +398,101 @@ impl RoceFilter {
     }
 }
 
+/// bpf_link_create(BPF_XDP) of the program `prog_fd` with the mode's flag, retrying EBUSY
+/// (a queue still being released); closing the returned fd detaches the program.
+fn link_create(prog_fd: RawFd, ifindex: i32, mode: XdpMode) -> std::io::Result<OwnedFd> {
+    let flags = match mode {
+        XdpMode::Native => libbpf_sys::XDP_FLAGS_DRV_MODE,
+        XdpMode::Skb => libbpf_sys::XDP_FLAGS_SKB_MODE,
+    };
+    super::sys::retry_busy(
+        || {
+            // SAFETY: an all-zero bpf_link_create_opts is its documented default (libbpf
+            // LIBBPF_OPTS); `sz` and `flags` are set before the call.
+            let mut opts: libbpf_sys::bpf_link_create_opts = unsafe { std::mem::zeroed() };
+            opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
+            opts.flags = flags;
+            // SAFETY: `prog_fd` is the loaded program's fd, alive for the call; `opts`
+            // lives across it. libbpf returns a new fd or a negative errno.
+            let fd = unsafe {
+                libbpf_sys::bpf_link_create(prog_fd, ifindex, libbpf_sys::BPF_XDP, &opts)
+            };
+            if fd < 0 {
+                Err(std::io::Error::from_raw_os_error(-fd))
+            } else {
+                // SAFETY: `fd` is a new bpf_link fd that nothing else owns.
+                Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+            }
+        },
+        |e: &std::io::Error| e.raw_os_error() == Some(libc_ebusy()),
+    )
+}
+
+/// The first kernel that attaches XDP programs through a BPF link (`BPF_LINK_CREATE` with
+/// `BPF_XDP`), as [`RoceFilter::attach`] does.
+pub const XDP_LINK_SINCE: (u32, u32) = (5, 9);
+
+/// Attach the program `prog_fd` in generic mode to `lo` of a private network namespace
+/// (no other XDP user can be there) and detach it at once: whether the kernel has XDP
+/// links at all, whatever the real interface refused. The sentence to tell the user when
+/// it has not (see [`link_refusal_text`]).
+fn link_refusal(prog_fd: RawFd) -> Option<String> {
+    // The loopback interface is index 1 in every network namespace.
+    let probe = super::sys::in_private_netns(|| link_create(prog_fd, 1, XdpMode::Skb).map(drop));
+    link_refusal_text(probe, &super::features::kernel_release())
+}
+
+/// From the loopback probe's outcome: `None` when it attached (the kernel has XDP links:
+/// the real interface refused for its own reasons); when the kernel refused even there,
+/// or no private namespace could be made on a kernel older than [`XDP_LINK_SINCE`], the
+/// sentence naming the feature and the first kernel with it.
+fn link_refusal_text(
+    probe: Result<std::io::Result<()>, rustix::io::Errno>,
+    release: &str,
+) -> Option<String> {
+    let (maj, min) = XDP_LINK_SINCE;
+    let needs = format!(
+        "xrnic attaches its XDP program through a BPF link (BPF_LINK_CREATE with BPF_XDP), \
+         which needs Linux {maj}.{min}+; this kernel is {release}"
+    );
+    match probe {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(format!(
+            "the kernel refuses an XDP link even on a private loopback ({e}): {needs}"
+        )),
+        Err(_) => super::features::parse_release(release)
+            .is_some_and(|v| v < XDP_LINK_SINCE)
+            .then_some(needs),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_without_xdp_links_is_named_with_the_first_version_that_has_them() {
+        let einval = || std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error());
+        // The probe attached: the interface refused, not the kernel.
+        assert_eq!(link_refusal_text(Ok(Ok(())), "5.4.0-100-generic"), None);
+        // The kernel refused a link even on the loopback: whatever its version says.
+        for release in ["5.4.0-100-generic", "6.1.0-13-amd64"] {
+            let t = link_refusal_text(Ok(Err(einval())), release).expect("a refusal");
+            assert!(
+                t.contains("BPF link") && t.contains("Linux 5.9+") && t.contains(release),
+                "{t}"
+            );
+        }
+        // No probe could run: the version decides.
+        let no_ns = || Err(rustix::io::Errno::PERM);
+        let t = link_refusal_text(no_ns(), "5.4.0-100-generic").expect("old kernel");
+        assert!(
+            t.contains("Linux 5.9+") && t.contains("5.4.0-100-generic"),
+            "{t}"
+        );
+        assert_eq!(link_refusal_text(no_ns(), "6.1.0-13-amd64"), None);
+        assert_eq!(link_refusal_text(no_ns(), "garbage"), None);
+    }
 
     #[test]
     fn only_the_retried_busy_attach_lines_of_libbpf_are_kept_off_stderr() {

@@ -25,5 +25,5 @@ pub use filter::{
 };
 pub use port::{
     BindMode, BufferMode, CHUNK_DATA, CHUNK_SIZE, FrameCounts, KernelStats, MAX_FRAME, PortOptions,
-    PortStats, SINGLE_BUFFER_ENV, XskPort,
+    PortStats, SINGLE_BUFFER_ENV, XskPort, ZERO_COPY_SINCE,
 };

@@ -54,10 +54,25 @@ pub const MAX_FRAME: usize = 9216;
 /// `XDP_PKT_CONTD` from <linux/if_xdp.h>: more chunks of this packet follow.
 const XDP_PKT_CONTD: u32 = 1;
 
+/// The first kernel with AF_XDP zero-copy (`XDP_ZEROCOPY`, the i40e driver first; each
+/// driver adds it on its own, veth never).
+pub const ZERO_COPY_SINCE: (u32, u32) = (4, 20);
+
+/// What a refused [`BindMode::ZeroCopy`] bind says after the kernel's error.
+fn zero_copy_hint() -> String {
+    let (maj, min) = ZERO_COPY_SINCE;
+    format!(
+        "no such queue? AF_XDP zero-copy (XDP_ZEROCOPY, Linux {maj}.{min}+) needs a driver \
+         with zero-copy support, and veth has none; BindMode::Auto lets the kernel fall back \
+         to copy mode"
+    )
+}
+
 /// How the socket binds to the device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BindMode {
-    /// Zero-copy where the driver has it, copy mode otherwise (the kernel decides).
+    /// Zero-copy where the driver has it, copy mode otherwise (the kernel decides, and
+    /// [`XskPort::zero_copy`] tells which it chose).
     #[default]
     Auto,
     /// Always copy mode (veth has no zero-copy).
@@ -219,6 +234,8 @@ pub struct XskPort {
     rx_discard: bool,
     stats: PortStats,
     mode: BufferMode,
+    /// The kernel's answer to `XDP_OPTIONS` after the bind: zero-copy or copy mode.
+    zero_copy: Option<bool>,
 }
 
 impl std::fmt::Debug for XskPort {
@@ -389,10 +406,8 @@ impl XskPort {
             ))
         };
         let hint = match opts.bind_mode {
-            BindMode::ZeroCopy => {
-                "no such queue? zero-copy needs a driver with AF_XDP zero-copy support"
-            }
-            _ => "no such queue?",
+            BindMode::ZeroCopy => zero_copy_hint(),
+            _ => "no such queue?".to_string(),
         };
         let created = match create(sock_cfg(&mode)?) {
             // A kernel that has multi-buffer but a driver whose zero-copy mode has not
@@ -409,10 +424,10 @@ impl XskPort {
                         mode = single;
                         Ok(s)
                     }
-                    Err(_) => Err(describe(&e, hint)),
+                    Err(_) => Err(describe(&e, &hint)),
                 }
             }
-            r => r.map_err(|e| describe(&e, hint)),
+            r => r.map_err(|e| describe(&e, &hint)),
         };
         let (tx_q, rx_q, rings) = created?;
         if let BufferMode::Single { why } = &mode {
@@ -451,8 +466,30 @@ impl XskPort {
             rx_discard: false,
             stats: PortStats::default(),
             mode,
+            zero_copy: None,
         };
         port.rx_off = port.rx_buf.as_ptr().align_offset(64);
+        // XDP_OPTIONS (Linux 5.3) says whether the kernel bound in zero-copy or copy mode
+        // (BindMode::Auto leaves the choice to it); older kernels cannot tell.
+        port.zero_copy = rustix::net::sockopt::xdp_options(port.as_fd())
+            .ok()
+            .map(|o| o.contains(rustix::net::xdp::XdpOptionsFlags::XDP_OPTIONS_ZEROCOPY));
+        tracing::info!(
+            ifname,
+            queue,
+            copy = match port.zero_copy {
+                Some(true) => "zero-copy",
+                Some(false) => "copy",
+                None => "unknown (no XDP_OPTIONS, Linux 5.3+)",
+            },
+            buffers = match &port.mode {
+                BufferMode::Multi => "multi-buffer",
+                BufferMode::Single { .. } => "single-buffer",
+            },
+            xdp = port.xdp_mode().map_or("none (no filter)", |m| m.as_str()),
+            need_wakeup = port.opts.need_wakeup,
+            "AF_XDP socket bound"
+        );
         let to_fill = (opts.frame_count / 2) as usize;
         let at = port.free.len() - to_fill;
         // SAFETY: the descriptors came from this UMEM and are owned by user space (none
@@ -494,6 +531,12 @@ impl XskPort {
     /// Multi-buffer or single-buffer, and why.
     pub fn buffer_mode(&self) -> &BufferMode {
         &self.mode
+    }
+
+    /// Whether the kernel bound the socket in zero-copy mode (`XDP_OPTIONS`); `None` on
+    /// a kernel that cannot say (before 5.3).
+    pub fn zero_copy(&self) -> Option<bool> {
+        self.zero_copy
     }
 
     /// The attach mode of the port's XDP filter (`None` without one).

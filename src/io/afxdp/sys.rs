@@ -41,6 +41,24 @@ pub fn ifindex(ifname: &str) -> Result<u32, Error> {
     netdevice::name_to_index(&fd, ifname).map_err(|e| missing(e.into()))
 }
 
+/// Run `f` on a thread of its own in a fresh, empty network namespace (unshare(2)
+/// `CLONE_NEWNET`: only `lo` in it, down; it is gone when the thread ends). The kernel
+/// feature probes use it: no other process's socket or XDP program can be on its `lo`,
+/// and nothing they do there touches the caller's interfaces. `Err` with the errno when
+/// the namespace cannot be made.
+pub fn in_private_netns<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, Errno> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: only the network namespace is unshared (not CLONE_FILES), on a thread
+            // that exists for this call and shares no descriptors it creates.
+            unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNET) }?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or(Err(Errno::FAULT))
+    })
+}
+
 /// How long [`retry_busy`] keeps trying.
 const BUSY_PATIENCE: Duration = Duration::from_secs(1);
 

@@ -15,9 +15,11 @@
 //! (192.0.2.0/26 and 192.0.2.64/26, fd00::a:0/112 and fd00::b:0/112), forwarding on in the
 //! middle, default routes through it, so the peer is reached through a next hop.
 //!
-//! This harness (for tests, benchmarks and `xrnic demo`) builds namespaces and links with
-//! iproute2's `ip`; it is the one part of the library that runs a program, and nothing
-//! on a device's path uses it ([`super::link`] reads the kernel over rtnetlink).
+//! This harness (crate `xrnic-netns`, for tests, benchmarks and `xrnic demo`) builds
+//! namespaces and links with iproute2's `ip`. It is a crate of its own so that the engine
+//! library `xrnic` runs no program: nothing on a device's path uses it
+//! ([`xrnic::io::link`] reads the kernel over rtnetlink, and tests/layering.rs fails when
+//! a file of the library uses `std::process::Command`).
 //!
 //! Code runs inside a namespace on a fresh thread that first calls setns(2)
 //! ([`VethPair::run_in`]): sockets and XDP attachments created there stay bound to that
@@ -231,8 +233,8 @@ impl VethPair {
                 ip(&["-6", "-n", ns, "route", "add", "default", "via", gw6])?;
             }
         }
-        pair.a.mac = super::link::mac_of(&pair.a.netns, &pair.a.ifname)?;
-        pair.b.mac = super::link::mac_of(&pair.b.netns, &pair.b.ifname)?;
+        pair.a.mac = xrnic::io::link::mac_of(&pair.a.netns, &pair.a.ifname)?;
+        pair.b.mac = xrnic::io::link::mac_of(&pair.b.netns, &pair.b.ifname)?;
         Ok(pair)
     }
 

@@ -32,8 +32,11 @@ use xrnic::verbs::{
 
 /// The QP counts of section (h).
 pub const QP_COUNTS: [usize; 5] = [1, 16, 256, 4096, 10_000];
-/// Messages in flight in total, whatever the number of QPs.
-pub const WINDOW: usize = 512;
+/// Messages in flight in total, whatever the number of QPs: 32 of 16 KiB are 128
+/// packets, the PSN window of one QP (`Config::max_unacked_psns`), so one QP can keep
+/// them all in flight and N QPs never put more on the wire than one (more would overflow
+/// the AF_XDP rings and measure loss recovery, not the QPs).
+pub const WINDOW: usize = 32;
 /// Bytes per WRITE in section (h): 4 frames at path MTU 4096.
 pub const MSG: u32 = 16 * 1024;
 
@@ -87,12 +90,16 @@ fn cpu_secs() -> Result<(f64, f64), String> {
     Ok((tick(11)?, tick(12)?))
 }
 
+/// The devices run DCQCN (the default), or not with `XRNIC_BENCH_CC=off` (what the other
+/// sections' `bench_cc` reads): to see what congestion control costs with many QPs.
 fn open(pair: &VethPair, side: Side) -> Result<Device, String> {
-    pair.run_in(side, || {
-        Device::open_with(&pair.end(side).ifname, &DeviceOptions::default())
-    })
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("open device on {side:?}: {e}"))
+    let mut opts = DeviceOptions::default();
+    if std::env::var("XRNIC_BENCH_CC").as_deref() == Ok("off") {
+        opts.dcqcn = None;
+    }
+    pair.run_in(side, || Device::open_with(&pair.end(side).ifname, &opts))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("open device on {side:?}: {e}"))
 }
 
 /// The per-QP cap on messages in flight for `n` QPs and a total `window`.
@@ -175,13 +182,15 @@ pub fn run_qps(
     let region = msg as usize * window;
     let mra = pda.reg_mr(region, Access::ALL).map_err(e("reg_mr"))?;
     let mrb = pdb.reg_mr(region, Access::ALL).map_err(e("reg_mr"))?;
-    let init = |cq: &Cq, wr: usize| QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        max_send_wr: wr as u32,
-        max_recv_wr: 1,
-        sq_sig_all: true,
-    };
+    fn init(cq: &Cq, wr: usize) -> QpInitAttr<'_> {
+        QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            max_send_wr: wr as u32,
+            max_recv_wr: 1,
+            sq_sig_all: true,
+        }
+    }
     let mut qa: Vec<Qp> = Vec::with_capacity(n);
     let mut qb: Vec<Qp> = Vec::with_capacity(n);
     for _ in 0..n {
@@ -191,8 +200,8 @@ pub fn run_qps(
     let o = ConnectOpts {
         access: Access::ALL,
         path_mtu: Mtu::Mtu4096,
-        // 4.096 µs * 2^18 ≈ 1 s: the window drains in milliseconds; no retransmission.
-        timeout: 18,
+        // 4.096 µs * 2^14 ≈ 67 ms, perftest's and rc_pingpong's.
+        timeout: 14,
         ..ConnectOpts::default()
     };
     let gid = |d: &Device| d.query_gid(1).ok_or("no GID at index 1".to_string());

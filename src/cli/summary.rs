@@ -190,7 +190,7 @@ const ROWS: &[Row] = &[
         section: "dcqcn-lab",
         source: Source::Text {
             line: "of the bottleneck",
-            after: "bottleneck",
+            after: "",
         },
         goal: Goal::AtLeast(80.0),
         why: "congestion.md#lab",

@@ -14,8 +14,9 @@
 #   make bench-wire  wire-layer benchmarks (criterion); figures into docs/results.md
 #   make bench-transport  the transport engine per packet against its floor; figures into
 #                    docs/results.md
-#   make bench-net   xrnic against raw AF_XDP and kernel UDP on one veth pair (root);
-#                    figures into docs/results.md
+#   make bench-net   xrnic against raw AF_XDP, kernel UDP and TCP on one veth pair, and
+#                    WRITE over 1 to 10 000 QPs (root); figures into docs/results.md;
+#                    XRNIC_BENCH_ONLY=a,h,... runs only those sections (benches/net.rs)
 #   make demo-rnic   two xrnic devices on a veth pair: SEND, WRITE, READ, FETCH_ADD (root)
 #   make verbs-lib   xrnic's libibverbs.so.1 (release): `target/release/xrnic exec -- PROGRAM`
 #                    runs an unmodified libibverbs program on xrnic (docs/verbs-abi.md)
@@ -131,18 +132,22 @@ test-loaded:
 # Each benchmark target writes its figures into its section of docs/results.md
 # (scripts/results.sh): the ratio report, not criterion's own groups.
 RESULTS := scripts/results.sh
+# Then the summary table of docs/performance.md follows results.md (src/cli/summary.rs).
+SUMMARY = $(CARGO) run --quiet -p xrnic-cli --bin xrnic -- bench-summary
 
 bench-wire:
 	@$(DEPS) $(DEB_BUILD)
 	@mkdir -p target
 	set -o pipefail; $(CARGO) bench --bench wire | tee target/bench-wire.txt
 	sed -n '/^ratios to bare_crc32/,/^{/p' target/bench-wire.txt | $(RESULTS) bench-wire "make bench-wire"
+	$(SUMMARY)
 
 bench-transport:
 	@$(DEPS) $(DEB_BUILD)
 	@mkdir -p target
 	set -o pipefail; $(CARGO) bench --bench transport -- nomatch 2>&1 | tee target/bench-transport.txt
 	grep '^transport:' target/bench-transport.txt | $(RESULTS) bench-transport "make bench-transport"
+	$(SUMMARY)
 
 bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
@@ -150,6 +155,7 @@ bench-net:
 	$(CARGO) build --release -p xrnic-verbs
 	set -o pipefail; $(CARGO) bench --bench net | tee target/bench-net.txt
 	sed -n '/^best of/,$$p' target/bench-net.txt | $(RESULTS) bench-net "make bench-net"
+	$(SUMMARY)
 
 # One target at a time at the lowest priority (shared machine); corpora seeded from
 # ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).
@@ -196,6 +202,7 @@ bench-rxe: interop-setup verbs-lib
 		-r $(BENCH_RXE_ROUNDS) | tee target/bench-rxe.txt
 	sed -n '/^rxe ⟷ xrnic/,$$p' target/bench-rxe.txt | $(RESULTS) bench-rxe \
 		"make bench-rxe BENCH_RXE_ROUNDS=$(BENCH_RXE_ROUNDS) BENCH_RXE_MTU=$(BENCH_RXE_MTU)"
+	$(SUMMARY)
 
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic
@@ -215,5 +222,6 @@ dcqcn-lab: interop-setup
 	if [[ -s target/dcqcn-lab/summary.txt ]]; then \
 		$(RESULTS) dcqcn-lab "make dcqcn-lab$(if $(DCQCN_LAB_ARGS), DCQCN_LAB_ARGS='$(DCQCN_LAB_ARGS)')" \
 			<target/dcqcn-lab/summary.txt || rc=1; \
+		$(SUMMARY) || rc=1; \
 	fi; \
 	exit $$rc

@@ -37,6 +37,9 @@
 #[path = "afxdp_rtt.rs"]
 mod rtt;
 
+#[path = "net/many_qps.rs"]
+mod many_qps;
+
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -60,6 +63,35 @@ fn main() {
     }
 }
 
+/// The sections `XRNIC_BENCH_ONLY` selects (all when unset).
+const SECTIONS: &str = "abcdefghi";
+
+/// `XRNIC_BENCH_ONLY=a,d,h` (or `adh`): the section letters to run; unset: all. An
+/// unknown letter is an error, not ignored.
+fn selected_sections() -> Result<String, String> {
+    let Ok(v) = std::env::var("XRNIC_BENCH_ONLY") else {
+        return Ok(SECTIONS.to_string());
+    };
+    let picked: String = v
+        .chars()
+        .filter(|c| *c != ',' && !c.is_whitespace())
+        .collect();
+    if picked.is_empty() {
+        return Err("XRNIC_BENCH_ONLY is empty: give section letters, e.g. a,b,h".into());
+    }
+    if let Some(c) = picked.chars().find(|c| !SECTIONS.contains(*c)) {
+        return Err(format!(
+            "XRNIC_BENCH_ONLY: no section '{c}' (sections: {})",
+            SECTIONS
+                .chars()
+                .map(String::from)
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    Ok(picked)
+}
+
 fn run() -> Result<(), String> {
     let secs: f64 = std::env::var("XRNIC_BENCH_SECS")
         .ok()
@@ -68,8 +100,12 @@ fn run() -> Result<(), String> {
     let dur = Duration::from_secs_f64(secs);
     // perf -D needs whole seconds, plus its own warm-up and cool-down of a quarter each.
     let perf_secs = (secs.ceil() as u64).max(1);
+    let only = selected_sections()?;
+    let on = |c: char| only.contains(c);
     let pair = VethPair::new(9000).map_err(|e| format!("cannot create the veth pair: {e}"))?;
-    println!("bench-net: one veth pair, MTU 9000, copy-mode AF_XDP, {secs} s per measurement");
+    println!(
+        "bench-net: one veth pair, MTU 9000, copy-mode AF_XDP, {secs} s per measurement, sections {only}"
+    );
 
     let rounds: usize = std::env::var("XRNIC_BENCH_ROUNDS")
         .ok()
@@ -97,39 +133,91 @@ fn run() -> Result<(), String> {
     let mut udp_xdp_poll_rtts = Vec::new();
     let mut raw_rtts = Vec::new();
     let mut raw_rtts2 = Vec::new();
+    let mut qps_rounds: Vec<Vec<many_qps::QpsResult>> = Vec::new();
+    let mut tcp_rounds = Vec::new();
+    let mut xw_rounds = Vec::new();
     for round in 1..=rounds {
         println!("round {round} of {rounds}");
-        println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
-        raw::header();
-        raw_1024.push(raw::run_one(&pair, 1024, dur)?);
-        raw_4096.push(raw::run_one(&pair, 4096, dur)?);
-        println!("(b) xrnic perf write, 64 KiB, MTU 1024 and 4096, {perf_secs} s each (-D)");
-        w_1024.push(perf_bw(&pair, PerfTest::Write, 65536, 1024, perf_secs)?);
-        w_4096.push(perf_bw(&pair, PerfTest::Write, 65536, 4096, perf_secs)?);
-        println!("(d) round trip of 64 bytes");
-        rtts.push(rc_pingpong_rtt(&pair, 64, 20_000, false)?);
-        rtts_events.push(rc_pingpong_rtt(&pair, 64, 20_000, true)?);
-        udp_rtts.push(udp_rtt(&pair, 64, 20_000, false, false)?);
-        udp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, false)?);
-        udp_xdp_rtts.push(udp_rtt(&pair, 64, 20_000, false, true)?);
-        udp_xdp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, true)?);
-        raw_rtts.push(rtt::run(&pair, 1, 20_000)?);
-        raw_rtts2.push(rtt::run(&pair, 2, 20_000)?);
-        let (r, w) = (raw_1024.last(), w_1024.last());
-        let (r4, w4) = (raw_4096.last(), w_4096.last());
-        if let (Some(r), Some(w), Some(r4), Some(w4)) = (r, w, r4, w4) {
+        if on('a') {
+            println!("(a) raw AF_XDP, SEND ONLY frames A -> B");
+            raw::header();
+            raw_1024.push(raw::run_one(&pair, 1024, dur)?);
+            raw_4096.push(raw::run_one(&pair, 4096, dur)?);
+        }
+        if on('b') {
+            println!("(b) xrnic perf write, 64 KiB, MTU 1024 and 4096, {perf_secs} s each (-D)");
+            w_1024.push(perf_bw(&pair, PerfTest::Write, 65536, 1024, perf_secs)?);
+            w_4096.push(perf_bw(&pair, PerfTest::Write, 65536, 4096, perf_secs)?);
+        }
+        if on('d') {
+            println!("(d) round trip of 64 bytes");
+            rtts.push(rc_pingpong_rtt(&pair, 64, 20_000, false)?);
+            rtts_events.push(rc_pingpong_rtt(&pair, 64, 20_000, true)?);
+            udp_rtts.push(udp_rtt(&pair, 64, 20_000, false, false)?);
+            udp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, false)?);
+            udp_xdp_rtts.push(udp_rtt(&pair, 64, 20_000, false, true)?);
+            udp_xdp_poll_rtts.push(udp_rtt(&pair, 64, 20_000, true, true)?);
+        }
+        if on('e') {
+            println!("(e) raw AF_XDP ping-pong, 1 and 2 frames each way");
+            raw_rtts.push(rtt::run(&pair, 1, 20_000)?);
+            raw_rtts2.push(rtt::run(&pair, 2, 20_000)?);
+        }
+        if on('h') {
             println!(
-                "  round {round}: WRITE/raw {:.3} (1024), {:.3} (4096); rc-pingpong {:.2} us, -e {:.2} us, UDP {:.2} us, polled UDP {:.2} us, with XDP {:.2} / {:.2} us, raw AF_XDP 1 frame {:.2} us, 2 frames {:.2} us",
-                w.gbps / r.payload_gbps,
-                w4.gbps / r4.payload_gbps,
-                rtts[round - 1],
-                rtts_events[round - 1],
-                udp_rtts[round - 1],
-                udp_poll_rtts[round - 1],
-                udp_xdp_rtts[round - 1],
-                udp_xdp_poll_rtts[round - 1],
-                raw_rtts[round - 1],
-                raw_rtts2[round - 1],
+                "(h) WRITE over N RC QPs, {} B messages, {} in flight in total, MTU 4096",
+                many_qps::MSG,
+                many_qps::WINDOW
+            );
+            let mut v = Vec::new();
+            for n in many_qps::QP_COUNTS {
+                let r = many_qps::run_qps(&pair, n, many_qps::MSG, many_qps::WINDOW, dur)?;
+                println!(
+                    "  {n:>6} QPs: {:>7.3} Gbit/s, {:>6.0} bytes per QP (RSS)",
+                    r.gbps, r.mem_per_qp
+                );
+                v.push(r);
+            }
+            qps_rounds.push(v);
+        }
+        if on('i') {
+            println!("(i) one TCP stream and one QP's WRITE (64 KiB, 128 in flight), CPU per GB");
+            let t = many_qps::tcp_stream(&pair, dur)?;
+            let x = many_qps::run_qps(&pair, 1, 65536, 128, dur)?;
+            println!(
+                "  TCP {:.3} Gbit/s, {:.3} CPU s/GB; xrnic WRITE {:.3} Gbit/s, {:.3} CPU s/GB",
+                t.0,
+                (t.1 + t.2) / (t.3 as f64 / 1e9),
+                x.gbps,
+                x.cpu_per_gb()
+            );
+            tcp_rounds.push(t);
+            xw_rounds.push(x);
+        }
+        let last = |v: &[f64]| v.last().copied();
+        let ratio = |w: Option<&PerfResult>, r: Option<&raw::RawResult>| {
+            w.zip(r)
+                .map(|(w, r)| format!("{:.3}", w.gbps / r.payload_gbps))
+        };
+        let us = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.2}"));
+        if on('a') && on('b') {
+            println!(
+                "  round {round}: WRITE/raw {} (1024), {} (4096)",
+                ratio(w_1024.last(), raw_1024.last()).unwrap_or_default(),
+                ratio(w_4096.last(), raw_4096.last()).unwrap_or_default(),
+            );
+        }
+        if on('d') || on('e') {
+            println!(
+                "  round {round}: rc-pingpong {} us, -e {} us, UDP {} us, polled UDP {} us, with XDP {} / {} us, raw AF_XDP 1 frame {} us, 2 frames {} us",
+                us(last(&rtts)),
+                us(last(&rtts_events)),
+                us(last(&udp_rtts)),
+                us(last(&udp_poll_rtts)),
+                us(last(&udp_xdp_rtts)),
+                us(last(&udp_xdp_poll_rtts)),
+                us(last(&raw_rtts)),
+                us(last(&raw_rtts2)),
             );
         }
     }
@@ -137,19 +225,13 @@ fn run() -> Result<(), String> {
         v.iter()
             .max_by(|a, b| a.payload_gbps.total_cmp(&b.payload_gbps))
             .map(|r| (r.frame_len, r.payload_gbps))
-            .ok_or_else(|| "no raw round".to_string())
     };
-    let best = |v: &[PerfResult]| {
-        v.iter()
-            .copied()
-            .max_by(|a, b| a.gbps.total_cmp(&b.gbps))
-            .ok_or_else(|| "no perf round".to_string())
-    };
-    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
-    let (frame_1024, raw_1024_gbps) = best_raw(&raw_1024)?;
-    let (frame_4096, raw_4096_gbps) = best_raw(&raw_4096)?;
-    let (w_1024_best, w_4096_best) = (best(&w_1024)?, best(&w_4096)?);
-    let (w_1024_gbps, w_4096_gbps) = (w_1024_best.gbps, w_4096_best.gbps);
+    let best = |v: &[PerfResult]| v.iter().copied().max_by(|a, b| a.gbps.total_cmp(&b.gbps));
+    let min = |v: &[f64]| v.iter().copied().reduce(f64::min);
+    let (frame_1024, raw_1024_gbps) = best_raw(&raw_1024).unzip();
+    let (frame_4096, raw_4096_gbps) = best_raw(&raw_4096).unzip();
+    let (w_1024_best, w_4096_best) = (best(&w_1024), best(&w_4096));
+    let (w_1024_gbps, w_4096_gbps) = (w_1024_best.map(|r| r.gbps), w_4096_best.map(|r| r.gbps));
     let rtt_us = min(&rtts);
     let rtt_events_us = min(&rtts_events);
     let udp_block_us = min(&udp_rtts);
@@ -161,137 +243,156 @@ fn run() -> Result<(), String> {
     // The baseline is the fastest of the kernel's ways (on an idle VM a blocking wake-up
     // alone can take tens of µs, which a poller never pays; under load polling can lose
     // to blocking), with or without the XDP program on the veth pair.
-    let udp_rtt_us = udp_block_us
-        .min(udp_poll_us)
-        .min(udp_xdp_block_us)
-        .min(udp_xdp_poll_us);
+    let udp_rtt_us = [udp_block_us, udp_poll_us, udp_xdp_block_us, udp_xdp_poll_us]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min);
+    let div = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
 
-    println!("(b, c) xrnic perf, the other tests once, IPv4 GIDs, {perf_secs} s each (-D)");
-    let mut perf_rows = vec![
-        (PerfTest::Write, 65536u32, 1024u32, w_1024_best),
-        (PerfTest::Write, 65536, 4096, w_4096_best),
-    ];
-    for (test, size, mtu) in [
-        (PerfTest::Send, 65536, 1024),
-        (PerfTest::Send, 65536, 4096),
-        (PerfTest::Read, 65536, 1024),
-        (PerfTest::Read, 65536, 4096),
-        (PerfTest::Write, 8, 1024),
-    ] {
-        let r = perf_bw(&pair, test, size, mtu, perf_secs)?;
-        perf_rows.push((test, size, mtu, r));
+    let mut perf_rows = Vec::new();
+    if let Some(w) = w_1024_best {
+        perf_rows.push((PerfTest::Write, 65536u32, 1024u32, w));
+    }
+    if let Some(w) = w_4096_best {
+        perf_rows.push((PerfTest::Write, 65536, 4096, w));
+    }
+    if on('c') {
+        println!("(b, c) xrnic perf, the other tests once, IPv4 GIDs, {perf_secs} s each (-D)");
+        for (test, size, mtu) in [
+            (PerfTest::Send, 65536, 1024),
+            (PerfTest::Send, 65536, 4096),
+            (PerfTest::Read, 65536, 1024),
+            (PerfTest::Read, 65536, 4096),
+            (PerfTest::Write, 8, 1024),
+        ] {
+            let r = perf_bw(&pair, test, size, mtu, perf_secs)?;
+            perf_rows.push((test, size, mtu, r));
+        }
     }
     let w_8 = perf_rows
         .iter()
         .find(|(t, s, ..)| (*t, *s) == (PerfTest::Write, 8))
-        .map(|(.., r)| r.mpps)
-        .ok_or_else(|| "missing perf row".to_string())?;
-    println!("(f) stock perftest through xrnic's libibverbs.so.1 (`xrnic exec`), IPv4 GIDs");
+        .map(|(.., r)| r.mpps);
     let bw = format!("ib_write_bw -s 65536 -m 4096 -D {perf_secs} --report_gbits -x 1");
     let bw: Vec<&str> = bw.split(' ').collect();
-    let abi_write_gbps = stock_perftest(&pair, &bw, 3)?;
     // perftest's latency is half the round trip (t_typical, the median).
     let lat = ["ib_write_lat", "-s", "64", "-n", "20000", "-x", "1"];
-    let abi_write_lat_us = stock_perftest(&pair, &lat, 4)?;
-    let abi_write_ratio = abi_write_gbps.map(|g| g / w_4096_gbps);
-    println!("(g) the same through the device service (`xrnic up` on both ends)");
-    let (service_write_ratio, service_rtt_us) = match service_up(&pair, true) {
-        Ok(()) => {
-            let bw = stock_perftest(&pair, &bw, 3);
-            let lat = stock_perftest(&pair, &lat, 4);
-            service_up(&pair, false)?;
-            let ratio = match (bw?, abi_write_gbps) {
-                (Some(s), Some(i)) => Some(s / i),
-                _ => None,
-            };
-            (ratio, lat?.map(|l| 2.0 * l))
+    let (mut abi_write_gbps, mut abi_write_lat_us) = (None, None);
+    if on('f') {
+        println!("(f) stock perftest through xrnic's libibverbs.so.1 (`xrnic exec`), IPv4 GIDs");
+        abi_write_gbps = stock_perftest(&pair, &bw, 3)?;
+        abi_write_lat_us = stock_perftest(&pair, &lat, 4)?;
+    }
+    let abi_write_ratio = div(abi_write_gbps, w_4096_gbps);
+    let (mut service_write_ratio, mut service_rtt_us) = (None, None);
+    if on('g') {
+        println!("(g) the same through the device service (`xrnic up` on both ends)");
+        match service_up(&pair, true) {
+            Ok(()) => {
+                let bw = stock_perftest(&pair, &bw, 3);
+                let lat = stock_perftest(&pair, &lat, 4);
+                service_up(&pair, false)?;
+                service_write_ratio = div(bw?, abi_write_gbps);
+                service_rtt_us = lat?.map(|l| 2.0 * l);
+            }
+            Err(e) => println!("  skipped: {e}"),
         }
-        Err(e) => {
-            println!("  skipped: {e}");
-            (None, None)
+    }
+    println!("best of {rounds} rounds:");
+    let line = |name: &str, v: Option<f64>, what: &str| {
+        if let Some(v) = v {
+            println!("  {name:<20} {v:>8.2} us{what}");
         }
     };
-    println!("best of {rounds} rounds:");
-    println!("  rc-pingpong 64 B     {rtt_us:>8.2} us");
-    println!("  rc-pingpong -e 64 B  {rtt_events_us:>8.2} us");
-    println!("  kernel UDP 64 B      {udp_block_us:>8.2} us (blocking, no XDP program: checked)");
-    println!("  kernel UDP 64 B      {udp_poll_us:>8.2} us (polling, no XDP program: checked)");
-    println!("  kernel UDP 64 B      {udp_xdp_block_us:>8.2} us (blocking, XDP program attached)");
-    println!("  kernel UDP 64 B      {udp_xdp_poll_us:>8.2} us (polling, XDP program attached)");
-    println!("  raw AF_XDP 64 B      {raw_rtt_us:>8.2} us (1 frame each way, polling)");
-    println!("  raw AF_XDP 64 B      {raw_rtt2_us:>8.2} us (2 frames each way in one kick)");
+    line("rc-pingpong 64 B", rtt_us, "");
+    line("rc-pingpong -e 64 B", rtt_events_us, "");
+    line(
+        "kernel UDP 64 B",
+        udp_block_us,
+        " (blocking, no XDP program: checked)",
+    );
+    line(
+        "kernel UDP 64 B",
+        udp_poll_us,
+        " (polling, no XDP program: checked)",
+    );
+    line(
+        "kernel UDP 64 B",
+        udp_xdp_block_us,
+        " (blocking, XDP program attached)",
+    );
+    line(
+        "kernel UDP 64 B",
+        udp_xdp_poll_us,
+        " (polling, XDP program attached)",
+    );
+    line(
+        "raw AF_XDP 64 B",
+        raw_rtt_us,
+        " (1 frame each way, polling)",
+    );
+    line(
+        "raw AF_XDP 64 B",
+        raw_rtt2_us,
+        " (2 frames each way in one kick)",
+    );
 
-    let r1024 = w_1024_gbps / raw_1024_gbps;
-    let r4096 = w_4096_gbps / raw_4096_gbps;
+    let r1024 = div(w_1024_gbps, raw_1024_gbps);
+    let r4096 = div(w_4096_gbps, raw_4096_gbps);
     println!();
     println!(
         "{:<34} {:>10} {:>10} {:>8} {:>6}",
         "", "xrnic", "baseline", "ratio", "goal"
     );
-    println!(
-        "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
-        format!("WRITE Gbit/s, {frame_1024} B frames"),
+    let row3 = |name: String, x: Option<f64>, base: Option<f64>, goal: &str| {
+        if let (Some(x), Some(b)) = (x, base) {
+            println!("{name:<34} {x:>10.3} {b:>10.3} {:>8.3} {goal:>6}", x / b);
+        }
+    };
+    let row2 = |name: &str, x: Option<f64>, base: Option<f64>, goal: &str| {
+        if let (Some(x), Some(b)) = (x, base) {
+            println!("{name:<34} {x:>10.2} {b:>10.2} {:>8.3} {goal:>6}", x / b);
+        }
+    };
+    let frame = |f: Option<usize>| f.map_or(String::new(), |f| f.to_string());
+    row3(
+        format!("WRITE Gbit/s, {} B frames", frame(frame_1024)),
         w_1024_gbps,
         raw_1024_gbps,
-        r1024,
-        ">=0.7"
+        ">=0.7",
     );
-    println!(
-        "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
-        format!("WRITE Gbit/s, {frame_4096} B frames"),
+    row3(
+        format!("WRITE Gbit/s, {} B frames", frame(frame_4096)),
         w_4096_gbps,
         raw_4096_gbps,
-        r4096,
-        ">=0.7"
+        ">=0.7",
     );
-    println!(
-        "{:<34} {:>10.2} {:>10.2} {:>8.3} {:>6}",
-        "64 B round trip us (best UDP)",
-        rtt_us,
-        udp_rtt_us,
-        rtt_us / udp_rtt_us,
-        "<1"
-    );
-    println!(
-        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+    row2("64 B round trip us (best UDP)", rtt_us, udp_rtt_us, "<1");
+    row2(
         "  same, rc-pingpong -e (events)",
         rtt_events_us,
         udp_rtt_us,
-        rtt_events_us / udp_rtt_us,
+        "",
     );
-    println!(
-        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
+    row2(
         "  same, vs raw AF_XDP 2 frames",
         rtt_us,
         raw_rtt2_us,
-        rtt_us / raw_rtt2_us,
+        "<=1.2",
     );
-    println!(
-        "{:<34} {:>10.2} {:>10.2} {:>8.3}",
-        "  raw AF_XDP 1 frame vs UDP",
-        raw_rtt_us,
-        udp_rtt_us,
-        raw_rtt_us / udp_rtt_us,
+    row2("  raw AF_XDP 1 frame vs UDP", raw_rtt_us, udp_rtt_us, "");
+    row3(
+        "stock ib_write_bw / perf write".into(),
+        abi_write_gbps,
+        w_4096_gbps,
+        ">=0.95",
     );
-    if let Some(r) = abi_write_ratio {
-        println!(
-            "{:<34} {:>10.3} {:>10.3} {:>8.3} {:>6}",
-            "stock ib_write_bw / perf write",
-            abi_write_gbps.unwrap_or(0.0),
-            w_4096_gbps,
-            r,
-            ">=0.95"
-        );
-    }
-    if let Some(l) = abi_write_lat_us {
-        println!(
-            "{:<34} {:>10.2} {:>10.2} {:>8.3}",
-            "stock ib_write_lat 64 B us (x2)",
-            2.0 * l,
-            rtt_us,
-            2.0 * l / rtt_us,
-        );
-    }
+    row2(
+        "stock ib_write_lat 64 B us (x2)",
+        abi_write_lat_us.map(|l| 2.0 * l),
+        rtt_us,
+        "",
+    );
     if let Some(r) = service_write_ratio {
         println!(
             "{:<34} {:>10.3} {:>10} {:>8.3} {:>6}",
@@ -301,12 +402,85 @@ fn run() -> Result<(), String> {
     if let Some(l) = service_rtt_us {
         println!("{:<34} {:>10.2}", "service ib_write_lat 64 B us (x2)", l);
     }
-    println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w_8);
-    println!();
-    println!(
-        "{:<8} {:>6} {:>5} {:>10} {:>10} {:>11}",
-        "perf", "size", "mtu", "Gbit/s", "M msg/s", "vs raw"
+    if let Some(w) = w_8 {
+        println!("{:<34} {:>10.4}", "8 B WRITE M msg/s", w);
+    }
+    // (h): each QP count keeps its best round, like the other goodputs.
+    let qps_best: Vec<many_qps::QpsResult> = many_qps::QP_COUNTS
+        .iter()
+        .filter_map(|&n| {
+            qps_rounds
+                .iter()
+                .flatten()
+                .filter(|r| r.qps == n)
+                .copied()
+                .max_by(|a, b| a.gbps.total_cmp(&b.gbps))
+        })
+        .collect();
+    let qps_gbps = |n: usize| qps_best.iter().find(|r| r.qps == n).map(|r| r.gbps);
+    let qps_10000_ratio = div(qps_gbps(10_000), qps_gbps(1));
+    // The memory per QP at the largest count (the fixed costs spread thinnest), the
+    // largest of the rounds: a later round's QPs may reuse what the allocator kept from
+    // an earlier one's, and grow the resident set less.
+    let mem_per_qp = qps_rounds
+        .iter()
+        .flatten()
+        .filter(|r| Some(r.qps) == many_qps::QP_COUNTS.last().copied())
+        .map(|r| r.mem_per_qp)
+        .reduce(f64::max);
+    for r in &qps_best {
+        row3(
+            format!("WRITE Gbit/s, {} QPs / 1 QP", r.qps),
+            Some(r.gbps),
+            qps_gbps(1),
+            if r.qps == 10_000 { ">=0.9" } else { "" },
+        );
+    }
+    if let Some(m) = mem_per_qp {
+        println!("{:<34} {:>10.0}", "memory per QP, bytes (RSS)", m);
+    }
+    // (i): the best round of each; CPU per GB of that round.
+    let tcp_best = tcp_rounds
+        .iter()
+        .copied()
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let xw_best = xw_rounds
+        .iter()
+        .copied()
+        .max_by(|a, b| a.gbps.total_cmp(&b.gbps));
+    let tcp_gbps = tcp_best.map(|t| t.0);
+    let tcp_cpu_per_gb = tcp_best.map(|t| (t.1 + t.2) / (t.3 as f64 / 1e9));
+    let xw_cpu_per_gb = xw_best.map(|x| x.cpu_per_gb());
+    let cpu_per_gb_ratio = div(xw_cpu_per_gb, tcp_cpu_per_gb);
+    row3(
+        "WRITE Gbit/s, 1 QP / 1 TCP stream".into(),
+        xw_best.map(|x| x.gbps),
+        tcp_gbps,
+        "",
     );
+    row3(
+        "CPU s per GB, WRITE / TCP".into(),
+        xw_cpu_per_gb,
+        tcp_cpu_per_gb,
+        "",
+    );
+    if let (Some(x), Some(t)) = (xw_best, tcp_best) {
+        let gb = |b: u64| b as f64 / 1e9;
+        println!(
+            "  CPU s/GB user+system: xrnic {:.3}+{:.3}, TCP {:.3}+{:.3}",
+            x.cpu_user / gb(x.bytes),
+            x.cpu_sys / gb(x.bytes),
+            t.1 / gb(t.3),
+            t.2 / gb(t.3)
+        );
+    }
+    if !perf_rows.is_empty() {
+        println!();
+        println!(
+            "{:<8} {:>6} {:>5} {:>10} {:>10} {:>11}",
+            "perf", "size", "mtu", "Gbit/s", "M msg/s", "vs raw"
+        );
+    }
     for (test, size, mtu, r) in &perf_rows {
         let base = if *mtu == 1024 {
             raw_1024_gbps
@@ -314,16 +488,17 @@ fn run() -> Result<(), String> {
             raw_4096_gbps
         };
         println!(
-            "{:<8} {:>6} {:>5} {:>10.3} {:>10.4} {:>11.3}",
+            "{:<8} {:>6} {:>5} {:>10.3} {:>10.4} {:>11}",
             format!("{test:?}").to_lowercase(),
             size,
             mtu,
             r.gbps,
             r.mpps,
-            r.gbps / base
+            base.map_or("-".into(), |b| format!("{:.3}", r.gbps / b))
         );
     }
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
+        "sections": only,
         "rounds": rounds,
         "raw_gbps_1024": raw_1024_gbps,
         "write_gbps_1024": w_1024_gbps,
@@ -334,7 +509,7 @@ fn run() -> Result<(), String> {
         "write_8b_mpps": w_8,
         "rtt_us": rtt_us,
         "udp_rtt_us": udp_rtt_us,
-        "rtt_ratio": rtt_us / udp_rtt_us,
+        "rtt_ratio": div(rtt_us, udp_rtt_us),
         "rtt_events_us": rtt_events_us,
         "round_write_ratio_1024": ratios(&w_1024, &raw_1024),
         "round_write_ratio_4096": ratios(&w_4096, &raw_4096),
@@ -351,13 +526,38 @@ fn run() -> Result<(), String> {
         "raw_rtt2_us": raw_rtt2_us,
         "round_raw_rtt_us": raw_rtts,
         "round_raw_rtt2_us": raw_rtts2,
-        "rtt_over_raw2": rtt_us / raw_rtt2_us,
+        "rtt_over_raw2": div(rtt_us, raw_rtt2_us),
         "abi_write_gbps": abi_write_gbps,
         "abi_write_ratio": abi_write_ratio,
         "abi_write_lat_us": abi_write_lat_us,
         "service_write_ratio": service_write_ratio,
         "service_rtt_us": service_rtt_us,
     });
+    // Two objects: one json! this long passes the macro recursion limit.
+    let more = serde_json::json!({
+        "qps_10000_ratio": qps_10000_ratio,
+        "mem_per_qp_bytes": mem_per_qp,
+        "tcp_gbps": tcp_gbps,
+        "tcp_write_gbps": xw_best.map(|x| x.gbps),
+        "tcp_cpu_s_per_gb": tcp_cpu_per_gb,
+        "write_cpu_s_per_gb": xw_cpu_per_gb,
+        "cpu_per_gb_ratio": cpu_per_gb_ratio,
+        "write_cpu_user_s_per_gb": xw_best.map(|x| x.cpu_user / (x.bytes as f64 / 1e9)),
+        "write_cpu_sys_s_per_gb": xw_best.map(|x| x.cpu_sys / (x.bytes as f64 / 1e9)),
+        "tcp_cpu_user_s_per_gb": tcp_best.map(|t| t.1 / (t.3 as f64 / 1e9)),
+        "tcp_cpu_sys_s_per_gb": tcp_best.map(|t| t.2 / (t.3 as f64 / 1e9)),
+    });
+    if let (Some(obj), serde_json::Value::Object(more)) = (json.as_object_mut(), more) {
+        obj.extend(more);
+        for n in many_qps::QP_COUNTS {
+            obj.insert(format!("qps_{n}_gbps"), qps_gbps(n).into());
+        }
+        let round_qps: Vec<Vec<f64>> = qps_rounds
+            .iter()
+            .map(|v| v.iter().map(|r| r.gbps).collect())
+            .collect();
+        obj.insert("round_qps_gbps".into(), round_qps.into());
+    }
     println!("{json}");
     Ok(())
 }

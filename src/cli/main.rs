@@ -65,6 +65,10 @@ enum Command {
     /// Draw bandwidth against message size (CSV `stack,test,bytes,gbps`, as
     /// `make bench-rxe` writes it) as an SVG chart. Exit status 1 when the CSV cannot be read.
     PlotSweep(xrnic_cli::cli::plot_sweep::PlotSweepArgs),
+    /// Rewrite the summary table of docs/performance.md (figure, command, latest value,
+    /// goal, state) from the benchmark sections of docs/results.md; the bench targets run
+    /// it. Exit status 1 when a file cannot be read or has no summary block.
+    BenchSummary(xrnic_cli::cli::summary::SummaryArgs),
     /// Start the device service of a network interface (root): one xrnic device shared
     /// by every process of the network namespace, which then need no root (their
     /// `xrnic_IF` goes through it). Returns once the service serves (`--foreground`:
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => xrnic_cli::cli::demo::run(&args),
         Command::Plot(args) => xrnic_cli::cli::plot::run(&args),
         Command::PlotSweep(args) => xrnic_cli::cli::plot_sweep::run(&args),
+        Command::BenchSummary(args) => xrnic_cli::cli::summary::run(&args),
         Command::Exec(args) => xrnic_cli::cli::exec::run(&args),
         Command::Up(args) => xrnic_cli::cli::service::up(&args),
         Command::Down(args) => xrnic_cli::cli::service::down(&args),

@@ -22,6 +22,7 @@ pub mod res;
 pub mod service;
 pub mod sim;
 pub mod stat;
+pub mod summary;
 
 /// The source GID a traffic tool uses: the requested index, or by default the first
 /// IPv4-mapped GID (what `-g 1` means to an rxe user on an IPv4 network). `flag` names the

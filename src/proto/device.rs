@@ -23,6 +23,7 @@ use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
+use super::sched::Scheduler;
 use super::timers::local_ack_timeout_ns;
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
@@ -91,8 +92,11 @@ pub struct Rnic {
     pub(super) async_events: std::collections::VecDeque<super::srq::AsyncEvent>,
     retired: QpCounters,
     dev: DeviceCounters,
-    /// Round-robin start for `poll_transmit`.
-    rr: usize,
+    /// Which QPs may have a frame to send and which have a timer armed
+    /// (`super::sched`): what `poll_transmit` and the timers walk instead of every slot.
+    pub(super) sched: Scheduler,
+    /// Scratch of `handle_timeout`: the slots whose timers are due.
+    due: Vec<usize>,
     scratch: Vec<u8>,
     /// Congestion control (DCQCN), when enabled.
     cc: Option<CongestionControl>,
@@ -117,7 +121,8 @@ impl Rnic {
             async_events: std::collections::VecDeque::new(),
             retired: QpCounters::default(),
             dev: DeviceCounters::default(),
-            rr: 0,
+            sched: Scheduler::default(),
+            due: Vec::new(),
             scratch: Vec::new(),
             cc: None,
             name: "xrnic0",
@@ -297,6 +302,7 @@ impl Rnic {
         if let Some(q) = self.qps[i].take() {
             self.retired.add(&q.counters);
         }
+        self.sched.forget(i);
         if self.gsi_slot == Some(i) {
             self.gsi_slot = None;
         }
@@ -304,6 +310,23 @@ impl Rnic {
             cc.remove_qp(qpn);
         }
         Ok(())
+    }
+
+    /// QP slot `i` may have work now: it goes on the ready list and its timer is tracked
+    /// (`super::sched`). Called after every call that may give a QP something to send or
+    /// arm, move or clear its timers.
+    pub(super) fn touch(&mut self, i: usize) {
+        if let Some(Some(qp)) = self.qps.get(i) {
+            let d = qp_deadline(qp);
+            self.sched.track(i, d);
+            self.sched.wake(i);
+        }
+    }
+
+    pub(super) fn touch_qpn(&mut self, qpn: Qpn) {
+        if let Some(i) = self.slot(qpn) {
+            self.touch(i);
+        }
     }
 
     fn slot(&self, qpn: Qpn) -> Option<usize> {
@@ -339,6 +362,12 @@ impl Rnic {
 
     /// `ibv_modify_qp` for RC: see [`super::qp::check_modify`] for the rules.
     pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        let r = self.modify_qp_now(qpn, attr, mask);
+        self.touch_qpn(qpn);
+        r
+    }
+
+    fn modify_qp_now(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
         let ngids = self.cfg.gids.len();
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
@@ -434,6 +463,12 @@ impl Rnic {
     /// `ibv_post_send`. Malformed requests are refused here (like EINVAL/ENOMEM); a bad
     /// local key completes the WR with LOC_PROT_ERR when it reaches the queue head.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        let r = self.post_send_rc(qpn, wr);
+        self.touch_qpn(qpn);
+        r
+    }
+
+    fn post_send_rc(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
         let max_wr = self.cfg.max_qp_wr;
         let max_unacked = self.cfg.max_unacked_psns;
         let (qp, mut ctx) = self
@@ -681,6 +716,9 @@ impl Rnic {
     pub fn handle_frame(&mut self, now: u64, frame: &[u8]) -> RxVerdict {
         let (v, slot) = self.judge_frame(now, frame);
         self.count_rx(v, slot, frame.len());
+        if let Some(i) = slot {
+            self.touch(i);
+        }
         v
     }
 
@@ -832,13 +870,7 @@ impl Rnic {
     /// The earliest time `handle_timeout` has work, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
         let cc = self.cc.as_ref().and_then(|c| c.poll_timeout());
-        self.qps
-            .iter()
-            .flatten()
-            .flat_map(|q| [q.req.retry_deadline, q.req.rnr_until])
-            .chain([cc])
-            .flatten()
-            .min()
+        [self.sched.next_deadline(), cc].into_iter().flatten().min()
     }
 
     /// Run every timer that is due at `now`.
@@ -846,16 +878,17 @@ impl Rnic {
         self.last_now = now;
         if let Some(cc) = self.cc.as_mut() {
             cc.handle_timeout(now);
+            // Whatever the pacer held may go now (it holds them again if not).
+            self.sched.release_held();
         }
-        for i in 0..self.qps.len() {
+        let mut due = std::mem::take(&mut self.due);
+        self.sched.take_due(now, &mut due);
+        for &i in &due {
             let Some(qp) = self.qps[i].as_mut() else {
                 continue;
             };
-            let due = [qp.req.retry_deadline, qp.req.rnr_until]
-                .into_iter()
-                .flatten()
-                .any(|t| t <= now);
-            if due {
+            // The tracked deadline is the QP's own (`touch` follows every change).
+            if qp_deadline(qp).is_some_and(|t| t <= now) {
                 let mut ctx = Ctx {
                     mem: &mut self.mem,
                     cqs: &mut self.cqs,
@@ -867,7 +900,11 @@ impl Rnic {
                 };
                 completer::handle_timeout(qp, &mut ctx);
             }
+            // Re-arms (or clears) its timer and lets it send what the timer released.
+            self.touch(i);
         }
+        due.clear();
+        self.due = due;
     }
 
     /// Write the next frame to send into `buf` and return its length. `buf` must hold
@@ -890,16 +927,26 @@ impl Rnic {
         if let Some(len) = self.transmit_cnp(buf) {
             return Some((len, TxReason::Cnp));
         }
-        let n = self.qps.len();
-        // Round robin without a division per call (this runs per packet).
-        let mut i = if self.rr < n { self.rr } else { 0 };
-        for _ in 0..n {
-            if let Some(r) = self.transmit_qp(i, now, buf) {
-                // Next time start after this QP: packet-by-packet round robin.
-                self.rr = if i + 1 < n { i + 1 } else { 0 };
-                return Some(r);
+        // The ready list, not every slot (`super::sched`): each slot tried at most once.
+        for _ in 0..self.sched.ready_len() {
+            let Some(i) = self.sched.next_ready() else {
+                break;
+            };
+            let r = self.transmit_qp(i, now, buf);
+            let Some(qp) = self.qps.get(i).and_then(Option::as_ref) else {
+                continue;
+            };
+            // Sending arms the retransmission timer; a local error may have cleared it.
+            self.sched.track(i, qp_deadline(qp));
+            if r.is_some() {
+                // Back at the end: packet-by-packet round robin.
+                self.sched.wake(i);
+                return r;
             }
-            i = if i + 1 < n { i + 1 } else { 0 };
+            if self.cc.as_ref().is_some_and(|cc| cc.is_held(qp.qpn)) {
+                self.sched.hold(i);
+            }
+            // Otherwise it has nothing to send until something wakes it.
         }
         None
     }
@@ -1136,6 +1183,14 @@ impl Rnic {
             }
         }
         None
+    }
+}
+
+/// A QP's earliest transport deadline: retransmission or the end of an RNR wait.
+fn qp_deadline(qp: &Qp) -> Option<u64> {
+    match (qp.req.retry_deadline, qp.req.rnr_until) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

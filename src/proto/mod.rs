@@ -34,6 +34,7 @@ pub mod qp;
 pub mod requester;
 pub mod resources;
 pub mod responder;
+mod sched;
 pub mod srq;
 pub mod timers;
 pub mod trace;

@@ -354,6 +354,12 @@ impl Rnic {
 
     /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.
     pub fn post_send_ud(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
+        let r = self.post_send_ud_now(qpn, wr, dest);
+        self.touch_qpn(qpn);
+        r
+    }
+
+    fn post_send_ud_now(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
         let max_wr = self.cfg.max_qp_wr;
         let ngids = self.cfg.gids.len();
         let (qp, mut ctx) = self

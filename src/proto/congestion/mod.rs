@@ -346,6 +346,12 @@ impl CongestionControl {
         }
     }
 
+    /// Whether the pacer refused QP `qpn` its last frame and holds it until a time
+    /// [`Self::poll_timeout`] reports.
+    pub fn is_held(&self, qpn: Qpn) -> bool {
+        self.qps.get(&qpn).is_some_and(|q| q.held_until.is_some())
+    }
+
     /// When QP `qpn` may send a frame of `len` bytes: `now` if it may now. Unknown QPs are
     /// not paced.
     pub fn next_send_time(&self, now: u64, qpn: Qpn, len: usize) -> u64 {

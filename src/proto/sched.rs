@@ -1,0 +1,207 @@
+//! The device's QP scheduler: which QP slots may have a frame to send, and which have a
+//! transport timer armed, so that `Rnic::poll_transmit`, `poll_timeout` and
+//! `handle_timeout` cost what the QPs with work cost, not what every QP costs
+//! (docs/performance.md, "Many QPs"). A device with 10 000 QPs of which a few hundred
+//! are busy then walks those few hundred.
+//!
+//! - The ready list: slots in round-robin order. A slot is put there ([`Scheduler::wake`])
+//!   by whatever may give its QP a frame to send: a post, a received frame for it, a timer
+//!   of it that ran, a state change. `poll_transmit` takes slots from the front and puts a
+//!   slot that sent a frame back at the end (packet-by-packet round robin, as the scan
+//!   over all slots did before); a slot that had nothing to send leaves the list until the
+//!   next wake.
+//! - The held list: slots the DCQCN pacer refused (their rate holds them until a time the
+//!   congestion control's `poll_timeout` reports); they go back to the ready list each
+//!   time the device's timers run.
+//! - The timer set: each slot's earliest deadline (retransmission or RNR wait), ordered,
+//!   updated by [`Scheduler::track`] after every call that may arm, move or clear one;
+//!   its first entry is the device's earliest transport deadline.
+
+use std::collections::{BTreeSet, VecDeque};
+
+#[derive(Debug, Default)]
+pub(crate) struct Scheduler {
+    ready: VecDeque<usize>,
+    /// Whether each slot is in `ready`.
+    queued: Vec<bool>,
+    /// Slots the pacer refused, until the timers next run.
+    held: Vec<usize>,
+    /// Whether each slot is in `held`.
+    is_held: Vec<bool>,
+    /// (deadline, slot) of every slot with a timer armed.
+    timers: BTreeSet<(u64, usize)>,
+    /// Each slot's entry in `timers`.
+    armed: Vec<Option<u64>>,
+}
+
+/// Grow `v` so that index `i` exists.
+fn reach<T: Default + Clone>(v: &mut Vec<T>, i: usize) {
+    if v.len() <= i {
+        v.resize(i + 1, T::default());
+    }
+}
+
+impl Scheduler {
+    /// Slot `i` may have something to send: queue it (once) at the end.
+    pub fn wake(&mut self, i: usize) {
+        reach(&mut self.queued, i);
+        if !self.queued[i] {
+            self.queued[i] = true;
+            self.ready.push_back(i);
+        }
+    }
+
+    /// The next slot to try, taken off the ready list.
+    pub fn next_ready(&mut self) -> Option<usize> {
+        let i = self.ready.pop_front()?;
+        self.queued[i] = false;
+        Some(i)
+    }
+
+    /// Slots on the ready list now.
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Slot `i` was refused by the pacer: retried when the timers next run.
+    pub fn hold(&mut self, i: usize) {
+        reach(&mut self.is_held, i);
+        if !self.is_held[i] {
+            self.is_held[i] = true;
+            self.held.push(i);
+        }
+    }
+
+    /// The timers ran: every held slot is tried again.
+    pub fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        for &i in &held {
+            self.is_held[i] = false;
+            self.wake(i);
+        }
+        // Keep the allocation.
+        self.held = held;
+        self.held.clear();
+    }
+
+    /// Slot `i`'s earliest deadline is now `deadline` (None: no timer armed).
+    pub fn track(&mut self, i: usize, deadline: Option<u64>) {
+        reach(&mut self.armed, i);
+        if self.armed[i] == deadline {
+            return;
+        }
+        if let Some(old) = self.armed[i] {
+            self.timers.remove(&(old, i));
+        }
+        if let Some(d) = deadline {
+            self.timers.insert((d, i));
+        }
+        self.armed[i] = deadline;
+    }
+
+    /// The earliest deadline of any slot.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.timers.first().map(|&(d, _)| d)
+    }
+
+    /// Take the slots whose deadline is at or before `now` into `out` (their entries
+    /// removed: the caller runs their timers and tracks them again).
+    pub fn take_due(&mut self, now: u64, out: &mut Vec<usize>) {
+        while let Some(&(d, i)) = self.timers.first() {
+            if d > now {
+                break;
+            }
+            self.timers.pop_first();
+            self.armed[i] = None;
+            out.push(i);
+        }
+    }
+
+    /// Slot `i` is gone (its QP destroyed): forget its timer. A stale ready or held entry
+    /// is harmless (an empty slot sends nothing).
+    pub fn forget(&mut self, i: usize) {
+        self.track(i, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_list_is_round_robin_and_each_slot_is_queued_once() {
+        let mut s = Scheduler::default();
+        for i in [3, 1, 3, 7, 1] {
+            s.wake(i);
+        }
+        assert_eq!(s.ready_len(), 3);
+        assert_eq!(s.next_ready(), Some(3));
+        // A slot that sent goes back to the end; one that had nothing stays off.
+        s.wake(3);
+        assert_eq!(s.next_ready(), Some(1));
+        assert_eq!(s.next_ready(), Some(7));
+        assert_eq!(s.next_ready(), Some(3));
+        assert_eq!(s.next_ready(), None);
+        // Taken off, it can be queued again.
+        s.wake(1);
+        assert_eq!(s.next_ready(), Some(1));
+    }
+
+    #[test]
+    fn held_slots_come_back_when_the_timers_run() {
+        let mut s = Scheduler::default();
+        s.hold(5);
+        s.hold(5);
+        s.hold(2);
+        assert_eq!(s.next_ready(), None);
+        s.release_held();
+        assert_eq!(s.next_ready(), Some(5));
+        assert_eq!(s.next_ready(), Some(2));
+        assert_eq!(s.next_ready(), None);
+        // Released once: nothing is held any more.
+        s.release_held();
+        assert_eq!(s.next_ready(), None);
+        // Held while already ready: it is ready once.
+        s.wake(4);
+        s.hold(4);
+        s.release_held();
+        assert_eq!(s.next_ready(), Some(4));
+        assert_eq!(s.next_ready(), None);
+    }
+
+    #[test]
+    fn timers_give_the_earliest_deadline_and_follow_moves() {
+        let mut s = Scheduler::default();
+        assert_eq!(s.next_deadline(), None);
+        s.track(0, Some(500));
+        s.track(9, Some(300));
+        s.track(4, Some(800));
+        assert_eq!(s.next_deadline(), Some(300));
+        // Moved later, then cleared: the set follows exactly.
+        s.track(9, Some(900));
+        assert_eq!(s.next_deadline(), Some(500));
+        s.track(0, None);
+        assert_eq!(s.next_deadline(), Some(800));
+        let mut due = Vec::new();
+        s.take_due(799, &mut due);
+        assert!(due.is_empty());
+        s.take_due(900, &mut due);
+        assert_eq!(due, [4, 9]);
+        assert_eq!(s.next_deadline(), None);
+        // A slot taken is untracked: tracking it again re-arms it.
+        s.track(4, Some(1000));
+        assert_eq!(s.next_deadline(), Some(1000));
+        s.forget(4);
+        assert_eq!(s.next_deadline(), None);
+    }
+
+    #[test]
+    fn equal_deadlines_of_different_slots_are_both_kept() {
+        let mut s = Scheduler::default();
+        s.track(1, Some(100));
+        s.track(2, Some(100));
+        let mut due = Vec::new();
+        s.take_due(100, &mut due);
+        assert_eq!(due, [1, 2]);
+    }
+}

@@ -11,15 +11,14 @@
 //! refilled by progress. Exhaustion or a fatal NAK completes the WR in error and moves the
 //! QP to ERR, which flushes the rest.
 
-use crate::wire::{
-    ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits, rnr_timer_ns,
-};
+use crate::wire::{ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits};
 
 use super::Ctx;
 use super::cq::WcStatus;
 use super::qp::{Qp, QpState};
 use super::requester::scatter;
-use super::timers::local_ack_timeout_ns;
+use super::time::Instant;
+use super::timers::{local_ack_timeout, rnr_timer};
 use super::trace::{TxReason, qp_event};
 
 /// Why the completer goes back.
@@ -141,7 +140,7 @@ pub(crate) fn handle_response(
                     }
                     // Wait the responder's timer (table 45), then resend from the NAKed PSN.
                     // The ACK timer stops meanwhile: the peer told us why it is silent.
-                    qp.req.rnr_until = Some(ctx.now + rnr_timer_ns(timer));
+                    qp.req.rnr_until = Some(ctx.now + rnr_timer(timer));
                     qp.req.retry_deadline = None;
                     qp.req.gbn_from = None;
                     qp.req.resend_reason = TxReason::RnrRetry;
@@ -152,8 +151,8 @@ pub(crate) fn handle_response(
                         qp.qpn,
                         "rnr_wait",
                         from_psn = psn.value(),
-                        wait_ns = rnr_timer_ns(timer),
-                        until_ns = ctx.now + rnr_timer_ns(timer)
+                        wait_ns = crate::wire::rnr_timer_ns(timer),
+                        until_ns = (ctx.now + rnr_timer(timer)).as_nanos()
                     );
                 }
                 _ => qp.counters.dropped_wrong_state += 1,
@@ -301,7 +300,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gbn_from = None;
-    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+    qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| ctx.now + t);
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -309,7 +308,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
         "psn_window",
         una = qp.req.una().value(),
         next_psn = qp.req.next_psn.value(),
-        ack_deadline_ns = qp.req.retry_deadline
+        ack_deadline_ns = qp.req.retry_deadline.map(Instant::as_nanos)
     );
 }
 
@@ -371,7 +370,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         qp.req.gbn_from = None;
         qp.req.resend_reason = TxReason::RetransmitTimeout;
         qp.req.rewind(una);
-        qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+        qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| ctx.now + t);
         qp_event!(
             ctx.now,
             ctx.dev,
@@ -379,7 +378,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             "go_back_n",
             from_psn = una.value(),
             cause = "Timeout",
-            ack_deadline_ns = qp.req.retry_deadline
+            ack_deadline_ns = qp.req.retry_deadline.map(Instant::as_nanos)
         );
     }
 }

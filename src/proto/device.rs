@@ -23,7 +23,8 @@ use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
-use super::timers::local_ack_timeout_ns;
+use super::time::Instant;
+use super::timers::local_ack_timeout;
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::{Ctx, completer::handle_response};
@@ -99,7 +100,7 @@ pub struct Rnic {
     /// The name trace events carry.
     name: &'static str,
     /// The `now` of the latest sans-IO call: the time verbs' trace events carry.
-    last_now: u64,
+    last_now: Instant,
     /// Completions added to any CQ, shared with each CQ ([`Rnic::completions_added`]).
     completions_added: Arc<AtomicU64>,
     /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
@@ -121,7 +122,7 @@ impl Rnic {
             scratch: Vec::new(),
             cc: None,
             name: "xrnic0",
-            last_now: 0,
+            last_now: Instant::ZERO,
             completions_added: Arc::new(AtomicU64::new(0)),
             gsi_slot: None,
         }
@@ -315,13 +316,13 @@ impl Rnic {
         matches!(self.qps.get(i), Some(Some(q)) if q.qpn == qpn).then_some(i)
     }
 
-    fn split(&mut self, qpn: Qpn, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+    fn split(&mut self, qpn: Qpn, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let i = self.slot(qpn)?;
         self.split_slot(i, now)
     }
 
     /// The QP in slot `i` and a context over the rest of the device.
-    fn split_slot(&mut self, i: usize, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+    fn split_slot(&mut self, i: usize, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let qp = self.qps.get_mut(i)?.as_mut()?;
         Some((
             qp,
@@ -637,8 +638,8 @@ impl Rnic {
                     rq_wrs: q.resp.rq.len(),
                     retry_left: q.req.retry_left,
                     rnr_left: q.req.rnr_left,
-                    rnr_wait_until_ns: q.req.rnr_until,
-                    ack_deadline_ns: q.req.retry_deadline,
+                    rnr_wait_until_ns: q.req.rnr_until.map(Instant::as_nanos),
+                    ack_deadline_ns: q.req.retry_deadline.map(Instant::as_nanos),
                     packets_sent: q.counters.packets_sent,
                     retransmitted_packets: q.counters.retransmitted_packets,
                 })
@@ -678,7 +679,7 @@ impl Rnic {
     // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
     // tap's): per packet, a call here costs as much as several of the checks below.
     #[inline(always)]
-    pub fn handle_frame(&mut self, now: u64, frame: &[u8]) -> RxVerdict {
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> RxVerdict {
         let (v, slot) = self.judge_frame(now, frame);
         self.count_rx(v, slot, frame.len());
         v
@@ -728,7 +729,7 @@ impl Rnic {
     /// Judge one frame and hand it to its QP's transport when it is taken: the verdict,
     /// and the QP's slot when the verdict was reached at a QP. Counts nothing itself.
     #[inline(always)]
-    fn judge_frame(&mut self, now: u64, frame: &[u8]) -> (RxVerdict, Option<usize>) {
+    fn judge_frame(&mut self, now: Instant, frame: &[u8]) -> (RxVerdict, Option<usize>) {
         self.last_now = now;
         // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
         let parsed = FrameView::parse(frame);
@@ -755,7 +756,7 @@ impl Rnic {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
             return match self.cc.as_mut() {
                 Some(cc) => {
-                    let v = cc.handle_cnp_frame(now, view);
+                    let v = cc.handle_cnp_frame(now.as_nanos(), view);
                     qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
                     (RxVerdict::Taken, None)
                 }
@@ -824,14 +825,18 @@ impl Rnic {
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {
-            cc.on_received(now, dest_qp, view.ip_ecn());
+            cc.on_received(now.as_nanos(), dest_qp, view.ip_ecn());
         }
         (RxVerdict::Taken, Some(slot))
     }
 
     /// The earliest time `handle_timeout` has work, if any.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        let cc = self.cc.as_ref().and_then(|c| c.poll_timeout());
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let cc = self
+            .cc
+            .as_ref()
+            .and_then(|c| c.poll_timeout())
+            .map(Instant::from_nanos);
         self.qps
             .iter()
             .flatten()
@@ -842,10 +847,10 @@ impl Rnic {
     }
 
     /// Run every timer that is due at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
         if let Some(cc) = self.cc.as_mut() {
-            cc.handle_timeout(now);
+            cc.handle_timeout(now.as_nanos());
         }
         for i in 0..self.qps.len() {
             let Some(qp) = self.qps[i].as_mut() else {
@@ -872,14 +877,14 @@ impl Rnic {
 
     /// Write the next frame to send into `buf` and return its length. `buf` must hold
     /// [`MAX_FRAME_LEN`] bytes; a shorter buffer gets nothing.
-    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.poll_transmit_with_reason(now, buf).map(|(n, _)| n)
     }
 
     /// [`Self::poll_transmit`], also telling why the frame is sent (see [`TxReason`]).
     pub fn poll_transmit_with_reason(
         &mut self,
-        now: u64,
+        now: Instant,
         buf: &mut [u8],
     ) -> Option<(usize, TxReason)> {
         self.last_now = now;
@@ -931,7 +936,7 @@ impl Rnic {
         }
     }
 
-    fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<(usize, TxReason)> {
+    fn transmit_qp(&mut self, i: usize, now: Instant, buf: &mut [u8]) -> Option<(usize, TxReason)> {
         // With congestion control on, data is ECN-capable so that switches mark it CE
         // instead of dropping it (ConnectX and hiroce send ECT(0), docs/wire-format.md §5).
         let ect = self.cc.is_some();
@@ -1024,11 +1029,11 @@ impl Rnic {
                 // packets take longer than the timeout itself, which would then expire
                 // with nothing lost (§9.7.6.1: the timer restarts only on progress).
                 let ack_every = match (&self.cc, qp.attr.timeout) {
-                    (Some(cc), timeout) => local_ack_timeout_ns(timeout)
+                    (Some(cc), timeout) => local_ack_timeout(timeout)
                         .and_then(|t| {
                             cc.throttled_packets_within(
                                 qp.qpn,
-                                t / 4,
+                                super::time::duration_nanos(t / 4),
                                 mtu as usize + PACING_HEADROOM,
                             )
                         })
@@ -1044,7 +1049,7 @@ impl Rnic {
                 };
                 // DCQCN: the requester's frames leave at the QP's current rate.
                 if let Some(cc) = self.cc.as_mut() {
-                    if !cc.may_send(now, qp.qpn, mtu as usize + PACING_HEADROOM) {
+                    if !cc.may_send(now.as_nanos(), qp.qpn, mtu as usize + PACING_HEADROOM) {
                         continue;
                     }
                 }
@@ -1077,7 +1082,7 @@ impl Rnic {
                     qp.counters.retransmitted_packets += 1;
                 }
                 if qp.req.retry_deadline.is_none() && !uc {
-                    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
+                    qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
                     if let Some(at) = qp.req.retry_deadline {
                         qp_event!(
                             now,
@@ -1085,7 +1090,7 @@ impl Rnic {
                             qp.qpn,
                             "timer_armed",
                             timer = "ack",
-                            at_ns = at
+                            at_ns = at.as_nanos()
                         );
                     }
                 }
@@ -1124,7 +1129,7 @@ impl Rnic {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
                     if let Some(cc) = self.cc.as_mut() {
-                        cc.on_sent(now, qp.qpn, l);
+                        cc.on_sent(now.as_nanos(), qp.qpn, l);
                     }
                     return Some((l, p.reason));
                 }

@@ -15,6 +15,7 @@ use crate::wire::{AtomicEthRepr, Lkey, Opcode, Psn, RethRepr, Rkey};
 use super::cq::{WcOpcode, WcStatus};
 use super::framing::TxExt;
 use super::memory::{Access, MemRef, MemTable, Pd};
+use super::time::Instant;
 use super::trace::TxReason;
 
 /// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
@@ -303,9 +304,9 @@ pub(crate) struct Requester {
     pub credits: Option<u32>,
     pub pkts_since_ack_req: u32,
     /// The retransmission (local ACK timeout) deadline.
-    pub retry_deadline: Option<u64>,
+    pub retry_deadline: Option<Instant>,
     /// Sending is suspended until this time after an RNR NAK.
-    pub rnr_until: Option<u64>,
+    pub rnr_until: Option<Instant>,
     pub retry_left: u8,
     pub rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
@@ -357,7 +358,7 @@ impl Requester {
         mem: &MemTable,
         scratch: &mut Vec<u8>,
         honour_credits: bool,
-        now: u64,
+        now: Instant,
     ) -> Option<ReqPacket> {
         if self.rnr_until.is_some_and(|t| now < t) {
             return None;

@@ -18,7 +18,7 @@ use super::cq::WcStatus;
 use super::qp::{Qp, QpState};
 use super::requester::scatter;
 use super::time::Instant;
-use super::timers::{local_ack_timeout, rnr_timer};
+use super::timers::{Timer, local_ack_timeout, rnr_timer};
 use super::trace::{TxReason, qp_event};
 
 /// Why the completer goes back.
@@ -103,7 +103,7 @@ pub(crate) fn handle_response(
                     }
                     match code {
                         NakCode::PsnSequenceError => {
-                            if qp.req.rnr_until.is_some() {
+                            if qp.req.timers.is_armed(Timer::RnrWait) {
                                 return;
                             }
                             go_back(qp, ctx, psn, Cause::SeqNak);
@@ -140,8 +140,10 @@ pub(crate) fn handle_response(
                     }
                     // Wait the responder's timer (table 45), then resend from the NAKed PSN.
                     // The ACK timer stops meanwhile: the peer told us why it is silent.
-                    qp.req.rnr_until = Some(ctx.now + rnr_timer(timer));
-                    qp.req.retry_deadline = None;
+                    qp.req
+                        .timers
+                        .arm(Timer::RnrWait, ctx.now, Some(rnr_timer(timer)));
+                    qp.req.timers.stop(Timer::Retransmit);
                     qp.req.gbn_from = None;
                     qp.req.resend_reason = TxReason::RnrRetry;
                     qp.req.rewind(psn);
@@ -300,7 +302,11 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gbn_from = None;
-    qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| ctx.now + t);
+    qp.req.timers.arm(
+        Timer::Retransmit,
+        ctx.now,
+        local_ack_timeout(qp.attr.timeout),
+    );
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -308,7 +314,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
         "psn_window",
         una = qp.req.una().value(),
         next_psn = qp.req.next_psn.value(),
-        ack_deadline_ns = qp.req.retry_deadline.map(Instant::as_nanos)
+        ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
     );
 }
 
@@ -336,17 +342,15 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
 /// The retransmission timer or the RNR wait expired.
 pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-        qp.req.retry_deadline = None;
-        qp.req.rnr_until = None;
+        qp.req.timers.stop_all();
         return;
     }
-    if qp.req.rnr_until.is_some_and(|t| t <= ctx.now) {
-        qp.req.rnr_until = None;
+    if qp.req.timers.expire(Timer::RnrWait, ctx.now) {
         qp_event!(ctx.now, ctx.dev, qp.qpn, "timer_fired", timer = "rnr");
     }
-    if qp.req.retry_deadline.is_some_and(|t| t <= ctx.now) {
+    if qp.req.timers.is_expired(Timer::Retransmit, ctx.now) {
         if !qp.req.outstanding() {
-            qp.req.retry_deadline = None;
+            qp.req.timers.stop(Timer::Retransmit);
             return;
         }
         // §9.7.6: no response within the local ACK timeout: resend from the oldest
@@ -370,7 +374,11 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         qp.req.gbn_from = None;
         qp.req.resend_reason = TxReason::RetransmitTimeout;
         qp.req.rewind(una);
-        qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| ctx.now + t);
+        qp.req.timers.arm(
+            Timer::Retransmit,
+            ctx.now,
+            local_ack_timeout(qp.attr.timeout),
+        );
         qp_event!(
             ctx.now,
             ctx.dev,
@@ -378,7 +386,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             "go_back_n",
             from_psn = una.value(),
             cause = "Timeout",
-            ack_deadline_ns = qp.req.retry_deadline.map(Instant::as_nanos)
+            ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
         );
     }
 }

@@ -24,7 +24,7 @@ use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsErr
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::time::Instant;
-use super::timers::local_ack_timeout;
+use super::timers::{Timer, local_ack_timeout};
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::{Ctx, completer::handle_response};
@@ -638,8 +638,8 @@ impl Rnic {
                     rq_wrs: q.resp.rq.len(),
                     retry_left: q.req.retry_left,
                     rnr_left: q.req.rnr_left,
-                    rnr_wait_until_ns: q.req.rnr_until.map(Instant::as_nanos),
-                    ack_deadline_ns: q.req.retry_deadline.map(Instant::as_nanos),
+                    rnr_wait_until_ns: q.req.timers.get(Timer::RnrWait).map(Instant::as_nanos),
+                    ack_deadline_ns: q.req.timers.get(Timer::Retransmit).map(Instant::as_nanos),
                     packets_sent: q.counters.packets_sent,
                     retransmitted_packets: q.counters.retransmitted_packets,
                 })
@@ -831,6 +831,7 @@ impl Rnic {
     }
 
     /// The earliest time `handle_timeout` has work, if any.
+    #[must_use = "the caller must call handle_timeout at this deadline"]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let cc = self
             .cc
@@ -840,9 +841,8 @@ impl Rnic {
         self.qps
             .iter()
             .flatten()
-            .flat_map(|q| [q.req.retry_deadline, q.req.rnr_until])
-            .chain([cc])
-            .flatten()
+            .filter_map(|q| q.req.timers.next_timeout())
+            .chain(cc)
             .min()
     }
 
@@ -856,10 +856,7 @@ impl Rnic {
             let Some(qp) = self.qps[i].as_mut() else {
                 continue;
             };
-            let due = [qp.req.retry_deadline, qp.req.rnr_until]
-                .into_iter()
-                .flatten()
-                .any(|t| t <= now);
+            let due = qp.req.timers.next_timeout().is_some_and(|t| t <= now);
             if due {
                 let mut ctx = Ctx {
                     mem: &mut self.mem,
@@ -877,11 +874,13 @@ impl Rnic {
 
     /// Write the next frame to send into `buf` and return its length. `buf` must hold
     /// [`MAX_FRAME_LEN`] bytes; a shorter buffer gets nothing.
+    #[must_use = "the frame written into `buf` must be sent"]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.poll_transmit_with_reason(now, buf).map(|(n, _)| n)
     }
 
     /// [`Self::poll_transmit`], also telling why the frame is sent (see [`TxReason`]).
+    #[must_use = "the frame written into `buf` must be sent"]
     pub fn poll_transmit_with_reason(
         &mut self,
         now: Instant,
@@ -1081,9 +1080,10 @@ impl Rnic {
                 if p.retransmit {
                     qp.counters.retransmitted_packets += 1;
                 }
-                if qp.req.retry_deadline.is_none() && !uc {
-                    qp.req.retry_deadline = local_ack_timeout(qp.attr.timeout).map(|t| now + t);
-                    if let Some(at) = qp.req.retry_deadline {
+                if !qp.req.timers.is_armed(Timer::Retransmit) && !uc {
+                    let t = local_ack_timeout(qp.attr.timeout);
+                    qp.req.timers.arm(Timer::Retransmit, now, t);
+                    if let Some(at) = qp.req.timers.get(Timer::Retransmit) {
                         qp_event!(
                             now,
                             self.name,

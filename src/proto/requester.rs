@@ -16,6 +16,7 @@ use super::cq::{WcOpcode, WcStatus};
 use super::framing::TxExt;
 use super::memory::{Access, MemRef, MemTable, Pd};
 use super::time::Instant;
+use super::timers::{Timer, TimerTable};
 use super::trace::TxReason;
 
 /// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
@@ -303,10 +304,8 @@ pub(crate) struct Requester {
     /// Credits from the last ACK when honoured; `None` = unlimited.
     pub credits: Option<u32>,
     pub pkts_since_ack_req: u32,
-    /// The retransmission (local ACK timeout) deadline.
-    pub retry_deadline: Option<Instant>,
-    /// Sending is suspended until this time after an RNR NAK.
-    pub rnr_until: Option<Instant>,
+    /// The retransmission (local ACK timeout) and RNR wait timers.
+    pub timers: TimerTable,
     pub retry_left: u8,
     pub rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
@@ -360,7 +359,7 @@ impl Requester {
         honour_credits: bool,
         now: Instant,
     ) -> Option<ReqPacket> {
-        if self.rnr_until.is_some_and(|t| now < t) {
+        if self.timers.get(Timer::RnrWait).is_some_and(|t| now < t) {
             return None;
         }
         let una = self.una();

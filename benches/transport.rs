@@ -92,7 +92,7 @@ impl Bench {
         }
         let mut got = 0;
         let (cq, wcs) = (self.c.cq_a, &mut self.wcs);
-        self.pair.run_until(u64::MAX, |p| {
+        self.pair.run_until(xrnic::proto::Instant::MAX, |p| {
             wcs.clear();
             got += p.a.poll_cq(cq, usize::MAX, wcs);
             got as u64 >= BATCH

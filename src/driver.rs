@@ -768,7 +768,7 @@ fn run(shared: &Shared, opts: &DriverOptions) {
             stop = true;
         }
         let now_i = Instant::now();
-        let now = now_i.duration_since(epoch).as_nanos() as u64;
+        let now = poll::engine_time(epoch, now_i);
         // While an application busy-polls, it reads the receive ring: wake only when its
         // lease ends (or it ends it), not for every frame.
         let lease = shared.lease_until(now);
@@ -777,9 +777,9 @@ fn run(shared: &Shared, opts: &DriverOptions) {
             shared
                 .rx_waiter
                 .load(Ordering::SeqCst)
-                .then(|| now + POLL_LEASE.as_nanos() as u64)
+                .then(|| now + POLL_LEASE)
         });
-        let stat_at = next_stat.saturating_duration_since(epoch).as_nanos() as u64;
+        let stat_at = poll::engine_time(epoch, next_stat);
         let wake_limit = lease.map_or(stat_at, |l| l.min(stat_at));
         let step = {
             let mut port = shared.lock_port();
@@ -837,7 +837,7 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         // Sleep until a frame arrives (unless an application polls), the API kicks, the
         // engine's next deadline, the lease's end, or the next snapshot is due.
         let wake_at = shared.wake_at.load(Ordering::SeqCst);
-        let mut wait = Duration::from_nanos(wake_at.saturating_sub(now));
+        let mut wait = crate::proto::Instant::from_nanos(wake_at) - now;
         if step.in_flight > 0 {
             // Frames still leaving (zero-copy drivers complete asynchronously): look again
             // soon, while still waking for received frames and kicks.
@@ -931,20 +931,17 @@ mod tests {
         let now = s.now();
         let _ = s.poll_progress();
         let long = s.lease_until(now).expect("an empty poll takes the lease");
-        assert!(long >= now + POLL_LEASE.as_nanos() as u64);
+        assert!(long >= now + POLL_LEASE);
         s.poll_found();
         let short = s.lease_until(now).expect("still leased within the grace");
-        assert!(
-            short <= s.now() + poll::POLL_GRACE.as_nanos() as u64,
-            "{short}"
-        );
+        assert!(short <= s.now() + poll::POLL_GRACE, "{short}");
         // Without a lease there is nothing to shorten (and no timer to arm).
         s.poll_lease.store(0, Ordering::SeqCst);
         s.poll_found();
-        assert_eq!(s.lease_until(0), None);
+        assert_eq!(s.lease_until(crate::proto::Instant::ZERO), None);
         // The next empty poll lengthens the lease again.
         let _ = s.poll_progress();
-        assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE.as_nanos() as u64);
+        assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! 0x20-0x2B): every opcode named, the ICRCs valid, and a lost UC packet shown as a gap
 //! (UC has no retransmission to name).
 
+use xrnic::proto::Instant;
 mod cli_support;
 
 use cli_support::*;
@@ -45,10 +46,10 @@ fn uc_frames() -> Vec<Vec<u8>> {
     p.a.post_send(c.qp_a, w).unwrap();
     let mut out = Vec::new();
     let mut buf = vec![0u8; xrnic::proto::MAX_FRAME_LEN];
-    while let Some(n) = p.a.poll_transmit(0, &mut buf) {
+    while let Some(n) = p.a.poll_transmit(Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
-    assert!(p.b.poll_transmit(0, &mut buf).is_none());
+    assert!(p.b.poll_transmit(Instant::ZERO, &mut buf).is_none());
     out
 }
 

@@ -10,6 +10,7 @@ mod common;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use xrnic::proto::Instant;
 
 use common::{mr, send_wr, sge};
 use xrnic::proto::congestion::{Algorithm, CongestionControl, DcqcnParams, Pacer};
@@ -99,7 +100,7 @@ fn run(cc: bool) -> Outcome {
     let deliver = |heap: &mut BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>, dev: &mut Rnic, now| {
         while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
             let Reverse((_, _, f)) = heap.pop().unwrap();
-            let _ = dev.handle_frame(now, &f);
+            let _ = dev.handle_frame(Instant::from_nanos(now), &f);
         }
     };
     while wcs.len() < wrs {
@@ -107,12 +108,12 @@ fn run(cc: bool) -> Outcome {
         deliver(&mut to_b, dev_b, now);
         deliver(&mut to_a, dev_a, now);
         for d in [&mut *dev_a, &mut *dev_b] {
-            if d.poll_timeout().is_some_and(|t| t <= now) {
-                d.handle_timeout(now);
+            if d.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
+                d.handle_timeout(Instant::from_nanos(now));
             }
         }
         while a_free <= now {
-            let Some(n) = dev_a.poll_transmit(now, &mut buf) else {
+            let Some(n) = dev_a.poll_transmit(Instant::from_nanos(now), &mut buf) else {
                 break;
             };
             let mut f = buf[..n].to_vec();
@@ -124,7 +125,7 @@ fn run(cc: bool) -> Outcome {
             a_free = now + ser_ns(n, LINE);
         }
         for _ in 0..1000 {
-            let Some(n) = dev_b.poll_transmit(now, &mut buf) else {
+            let Some(n) = dev_b.poll_transmit(Instant::from_nanos(now), &mut buf) else {
                 break;
             };
             seq += 1;
@@ -148,8 +149,8 @@ fn run(cc: bool) -> Outcome {
         let next = [
             to_b.peek().map(|Reverse((t, _, _))| *t),
             to_a.peek().map(|Reverse((t, _, _))| *t),
-            dev_a.poll_timeout(),
-            dev_b.poll_timeout(),
+            dev_a.poll_timeout().map(Instant::as_nanos),
+            dev_b.poll_timeout().map(Instant::as_nanos),
             Some(a_free).filter(|&t| t > now),
             Some(bn_free).filter(|&t| t > now && !queue.is_empty()),
         ]

@@ -3,6 +3,8 @@
 //! built from a real one the engine emitted, checking the verdict, the counter it names,
 //! and that no other device, QP or UD counter moved.
 
+use std::time::Duration;
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -23,7 +25,7 @@ fn setup() -> (Pair, RcPair, Vec<u8>) {
     p.a.post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 8)))
         .unwrap();
     let mut buf = vec![0u8; xrnic::proto::MAX_FRAME_LEN];
-    let n = p.a.poll_transmit(0, &mut buf).unwrap();
+    let n = p.a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
     buf.truncate(n);
     (p, c, buf)
 }
@@ -61,7 +63,7 @@ fn snap(p: &Pair, qpn: Qpn) -> Snap {
 /// `expect` does to the snapshot taken before (of QP `qpn`).
 fn check(p: &mut Pair, qpn: Qpn, frame: &[u8], want: RxVerdict, expect: impl FnOnce(&mut Snap)) {
     let before = snap(p, qpn);
-    let v = p.b.handle_frame(0, frame);
+    let v = p.b.handle_frame(Instant::ZERO, frame);
     assert_eq!(v, want);
     let mut want_snap = before;
     expect(&mut want_snap);
@@ -377,8 +379,17 @@ fn the_simulator_tallies_each_sides_verdicts() {
         p.a.post_send(c.qp_a, w).unwrap();
     }
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 40, 10_000_000_000, &mut wcs);
-    p.run_until(p.now + 100_000_000, |pr| pr.link.in_flight() == 0);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        40,
+        Instant::from_nanos(10_000_000_000),
+        &mut wcs,
+    );
+    p.run_until(p.now + Duration::from_nanos(100_000_000), |pr| {
+        pr.link.in_flight() == 0
+    });
     let mut refused = 0;
     for (s, t) in [(Side::A, p.verdicts[0]), (Side::B, p.verdicts[1])] {
         let d = p.dev(s).counters();

@@ -2,6 +2,7 @@
 //! decode cleanly and name every retransmission, `xrnic explain` on them and on real
 //! captures, the per-QP event trace, and resource listings with a QP in ERR.
 
+use xrnic::proto::Instant;
 mod cli_support;
 
 use std::collections::HashSet;
@@ -336,7 +337,7 @@ fn resources_show_a_qp_driven_into_err() {
     pair.a.post_send(c.qp_a, w).unwrap();
     let mut wcs = Vec::new();
     let (_, events) = traced(|| {
-        pair.run_until(1_000_000_000, |p| {
+        pair.run_until(Instant::from_nanos(1_000_000_000), |p| {
             p.a.poll_cq(c.cq_a, 16, &mut wcs);
             !wcs.is_empty()
         })

@@ -1,6 +1,7 @@
 //! Both QPs as requester and responder at once, scatter/gather lists on both ends, PSNs
 //! crossing the 2^24 wrap, over a lossy link.
 
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -127,7 +128,7 @@ fn both_directions_with_scatter_gather_over_a_lossy_link() {
     }
     let (cqa, cqb) = (c.cq_a, c.cq_b);
     let (mut wa, mut wb) = (vec![], vec![]);
-    let done = p.run_until(60_000_000_000, |pr| {
+    let done = p.run_until(Instant::from_nanos(60_000_000_000), |pr| {
         pr.a.poll_cq(cqa, usize::MAX, &mut wa);
         pr.b.poll_cq(cqb, usize::MAX, &mut wb);
         wa.len() >= 5 * N && wb.len() >= 5 * N

@@ -4,6 +4,7 @@
 //! A's requester builds them; the tests re-emit them with other PSNs, as a hostile or
 //! buggy peer would send them) and side B's responder is the one under attack.
 
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -26,7 +27,7 @@ fn setup() -> (Pair, RcPair, MrInfo, MrInfo) {
 fn drain(p: &mut Pair, side: Side) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = vec![0u8; MAX_FRAME_LEN];
-    while let Some(n) = p.dev(side).poll_transmit(0, &mut buf) {
+    while let Some(n) = p.dev(side).poll_transmit(Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
@@ -136,7 +137,7 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
             } else {
                 with_psn(&read, psn)
             };
-            let _ = p.b.handle_frame(0, &f);
+            let _ = p.b.handle_frame(Instant::ZERO, &f);
         }
         let got = infos(&drain(&mut p, Side::B));
         let reads = got
@@ -157,11 +158,11 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Rts);
 
         // The first READ's replay state was recycled: its duplicate is dropped (class D).
-        let _ = p.b.handle_frame(0, &with_psn(&read, p0));
+        let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0));
         assert!(drain(&mut p, Side::B).is_empty(), "recycled: dropped");
         // The newest READ's is kept: replayed.
         let newest = (p0 + n - 1 - u32::from(atomic_last)) & 0xff_ffff;
-        let _ = p.b.handle_frame(0, &with_psn(&read, newest));
+        let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest));
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1, "{got:x?}");
         assert_eq!(
@@ -186,7 +187,8 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         let atomic = request(&mut p, &c, fetch_add_wr(&src, &dst));
         let p0 = psn_a();
         for i in 0..HARD_CAP {
-            let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+            let _ =
+                p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
         }
         let extra = (p0 + HARD_CAP) & 0xff_ffff;
         let last = if atomic_last {
@@ -194,7 +196,7 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         } else {
             with_psn(&read, extra)
         };
-        let _ = p.b.handle_frame(0, &last);
+        let _ = p.b.handle_frame(Instant::ZERO, &last);
         let got = infos(&drain(&mut p, Side::B));
         let responses = got
             .iter()
@@ -227,7 +229,7 @@ fn reads_without_responder_resources_get_nak_invalid_request() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let (mut q, d, _, _) = setup_res(0);
     assert_eq!(q.b.query_qp(d.qp_b).unwrap().max_dest_rd_atomic, 0);
-    let _ = q.b.handle_frame(0, &read);
+    let _ = q.b.handle_frame(Instant::ZERO, &read);
     let got = infos(&drain(&mut q, Side::B));
     assert_eq!(
         got,
@@ -248,7 +250,8 @@ fn reads_within_max_dest_rd_atomic_are_all_answered() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let p0 = psn_a();
     for i in 0..4 * u32::from(RES) {
-        let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        let _ =
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, Opcode::RC_READ_RESPONSE_ONLY);
@@ -266,13 +269,14 @@ fn response_cache_holds_max_dest_rd_atomic_entries() {
     let p0 = psn_a();
     let n = u32::from(RES) + 1;
     for i in 0..n {
-        let _ = p.b.handle_frame(0, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        let _ =
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
         drain(&mut p, Side::B);
     }
-    let _ = p.b.handle_frame(0, &with_psn(&read, p0));
+    let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0));
     assert!(drain(&mut p, Side::B).is_empty(), "evicted: dropped");
     let newest = (p0 + n - 1) & 0xff_ffff;
-    let _ = p.b.handle_frame(0, &with_psn(&read, newest));
+    let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest));
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got, vec![(Opcode::RC_READ_RESPONSE_ONLY, newest, got[0].2)]);
     let k = p.b.qp_counters(c.qp_b).unwrap();
@@ -287,7 +291,7 @@ fn duplicate_atomic_flood_is_bounded() {
     let (mut p, c, src, dst) = setup();
     let f = request(&mut p, &c, fetch_add_wr(&src, &dst));
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(0, &f);
+        let _ = p.b.handle_frame(Instant::ZERO, &f);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -306,7 +310,7 @@ fn rnr_flood_queues_one_rnr_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(0, &f);
+        let _ = p.b.handle_frame(Instant::ZERO, &f);
     }
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got.len(), 1, "{got:x?}");
@@ -321,8 +325,10 @@ fn out_of_sequence_flood_gets_one_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..1000u32 {
-        let _ =
-            p.b.handle_frame(0, &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff));
+        let _ = p.b.handle_frame(
+            Instant::ZERO,
+            &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff),
+        );
     }
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(
@@ -345,12 +351,12 @@ fn duplicates_and_rnr_alternating_cannot_grow_the_response_queue() {
     let (mut p, c, src, dst) = setup();
     p.b.post_recv(c.qp_b, recv_wr(9, sge(&dst, 0, 64))).unwrap();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
-    let _ = p.b.handle_frame(0, &f);
+    let _ = p.b.handle_frame(Instant::ZERO, &f);
     drain(&mut p, Side::B);
     let next = with_psn(&f, (psn_a() + 1) & 0xff_ffff);
     for _ in 0..500 {
-        let _ = p.b.handle_frame(0, &f);
-        let _ = p.b.handle_frame(0, &next);
+        let _ = p.b.handle_frame(Instant::ZERO, &f);
+        let _ = p.b.handle_frame(Instant::ZERO, &next);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -376,7 +382,7 @@ fn receive_queue_is_capped_and_sends_past_it_get_rnr() {
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..5u32 {
         let _ =
-            p.b.handle_frame(0, &with_psn(&f, (psn_a() + i) & 0xff_ffff));
+            p.b.handle_frame(Instant::ZERO, &with_psn(&f, (psn_a() + i) & 0xff_ffff));
     }
     let k = p.b.qp_counters(c.qp_b).unwrap();
     assert_eq!(k.out_of_buffer, 1, "the fifth SEND finds no WQE");
@@ -405,7 +411,7 @@ fn cnp_state_is_per_local_qp_only() {
     let n = r.emit(&mut ce).unwrap();
     ce.truncate(n);
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(0, &ce);
+        let _ = p.b.handle_frame(Instant::ZERO, &ce);
     }
     let got = infos(&drain(&mut p, Side::B));
     let cnps = got.iter().filter(|g| g.0 == Opcode::CNP).count();
@@ -421,7 +427,7 @@ fn cnp_state_is_per_local_qp_only() {
         r.roce.bth.dest_qp = Qpn::new(0x1000 + q);
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        let _ = p.b.handle_frame(0, &out[..n]);
+        let _ = p.b.handle_frame(Instant::ZERO, &out[..n]);
     }
     assert_eq!(p.b.congestion().unwrap().qp_statuses().len(), before);
     assert_eq!(p.b.counters().rp_cnp_ignored, 1000);
@@ -439,7 +445,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
     p.a.post_send(c.qp_a, w).unwrap();
     let req = drain(p, Side::A);
     for f in &req {
-        let _ = p.b.handle_frame(0, f);
+        let _ = p.b.handle_frame(Instant::ZERO, f);
     }
     let acks = drain(p, Side::B);
     for a in &acks {
@@ -449,7 +455,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
         }
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        let _ = p.a.handle_frame(0, &out[..n]);
+        let _ = p.a.handle_frame(Instant::ZERO, &out[..n]);
     }
     drain(p, Side::A)
         .into_iter()
@@ -465,7 +471,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     let (mut p, c, src, dst) = setup();
     let read = request(&mut p, &c, read_wr(&src, &dst));
     // B's answer to A's READ, as a template of a response frame addressed to A.
-    let _ = p.b.handle_frame(0, &read);
+    let _ = p.b.handle_frame(Instant::ZERO, &read);
     let resp = drain(&mut p, Side::B).remove(0);
     let never = (psn_a() + 1000) & 0xff_ffff;
     let mut n = 0;
@@ -485,7 +491,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
         let mut out = vec![0u8; r.buffer_len()];
         let len = r.emit(&mut out).unwrap();
         for _ in 0..100 {
-            let _ = p.a.handle_frame(0, &out[..len]);
+            let _ = p.a.handle_frame(Instant::ZERO, &out[..len]);
             n += 1;
         }
     }
@@ -493,7 +499,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     assert_eq!((k.ghost_responses, k.naks_received), (n, 0), "{k:?}");
     assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Rts);
     // The real response still completes the READ.
-    let _ = p.a.handle_frame(0, &resp);
+    let _ = p.a.handle_frame(Instant::ZERO, &resp);
     let wcs = poll(&mut p, Side::A, &c);
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!(wcs[0].status, xrnic::proto::WcStatus::Success);

@@ -1,5 +1,7 @@
 //! Counters per QP and per device, on a lossy link and with hand-made bad frames.
 
+use std::time::Duration;
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -34,9 +36,18 @@ fn lossy_run_counts_what_happened() {
         p.a.post_send(c.qp_a, w).unwrap();
     }
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, n as usize, 10_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        n as usize,
+        Instant::from_nanos(10_000_000_000),
+        &mut wcs,
+    );
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
-    p.run_until(p.now + 100_000_000, |pr| pr.link.in_flight() == 0);
+    p.run_until(p.now + Duration::from_nanos(100_000_000), |pr| {
+        pr.link.in_flight() == 0
+    });
 
     let (a, b) = (p.a.counters(), p.b.counters());
     let (qa, qb) = (
@@ -94,7 +105,14 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     w.rdma.rkey = dst.rkey;
     p.a.post_send(c.qp_a, w).unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(1_000_000),
+        &mut wcs,
+    );
     let good = p
         .capture
         .as_ref()
@@ -196,7 +214,7 @@ fn a_frame_from_a_third_gid_is_unknown_qp_not_the_qps_packet() {
     p.a.post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 8)))
         .unwrap();
     let mut buf = vec![0u8; xrnic::proto::MAX_FRAME_LEN];
-    let n = p.a.poll_transmit(0, &mut buf).unwrap();
+    let n = p.a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
     let mut f = xrnic::wire::FrameRepr::parse(&buf[..n]).unwrap();
     match &mut f.ip {
         xrnic::wire::IpRepr::V4 { src, .. } => *src = [192, 0, 2, 3],
@@ -206,7 +224,7 @@ fn a_frame_from_a_third_gid_is_unknown_qp_not_the_qps_packet() {
     let m = f.emit(&mut third).unwrap();
     let before = p.b.counters();
     let bq = p.b.qp_counters(c.qp_b).unwrap();
-    let _ = p.b.handle_frame(0, &third[..m]);
+    let _ = p.b.handle_frame(Instant::ZERO, &third[..m]);
     let after = p.b.counters();
     assert_eq!(after.unknown_qp_dropped, before.unknown_qp_dropped + 1);
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap(), bq, "not the QP's packet");

@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use xrnic::proto::{Access, QpState, WcStatus, WrOpcode, timers::local_ack_timeout_ns};
+use xrnic::proto::Instant;
+use xrnic::proto::{Access, QpState, WcStatus, WrOpcode, timers::local_ack_timeout};
 use xrnic::sim::{ConnectOpts, LinkConfig, Side};
 use xrnic::wire::{NakCode, Opcode, Syndrome};
 
@@ -30,11 +31,18 @@ fn black_hole_gives_retry_exc_err_after_retry_cnt_plus_one_timeouts() {
             .unwrap();
         let t0 = p.now;
         let mut wcs = vec![];
-        run_for_wcs(&mut p, Side::A, &c, 2, u64::MAX / 2, &mut wcs);
-        let t = local_ack_timeout_ns(timeout).unwrap();
+        run_for_wcs(
+            &mut p,
+            Side::A,
+            &c,
+            2,
+            Instant::from_nanos(u64::MAX / 2),
+            &mut wcs,
+        );
+        let t = local_ack_timeout(timeout).unwrap();
         assert_eq!(
             p.now - t0,
-            (u64::from(retry_cnt) + 1) * t,
+            (u32::from(retry_cnt) + 1) * t,
             "timeout {timeout} retry_cnt {retry_cnt}"
         );
         assert_eq!(wcs[0].status, WcStatus::RetryExcErr);
@@ -116,7 +124,14 @@ fn remote_access_errors_nak_and_touch_nothing() {
                 .unwrap();
             let mut wcs = vec![];
             let what = format!("{fault:?} {op:?}");
-            run_for_wcs(&mut p, Side::A, &c, 2, 1_000_000_000, &mut wcs);
+            run_for_wcs(
+                &mut p,
+                Side::A,
+                &c,
+                2,
+                Instant::from_nanos(1_000_000_000),
+                &mut wcs,
+            );
             assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{what}");
             assert_eq!(wcs[1].status, WcStatus::WrFlushErr, "{what}");
             let naks = frames(&p, Side::B, Opcode::RC_ACK);
@@ -175,7 +190,14 @@ fn receive_too_small_is_loc_len_err_there_and_rem_inv_req_here() {
     p.a.post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 3000)))
         .unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
     assert_eq!(wcs[0].status, WcStatus::RemInvReqErr);
     let rx = poll(&mut p, Side::B, &c);
     assert_eq!((rx[0].wr_id, rx[0].status), (7, WcStatus::LocLenErr));
@@ -204,7 +226,14 @@ fn bad_local_key_is_loc_prot_err_in_order() {
     p.a.post_send(c.qp_a, send_wr(3, WrOpcode::Send, bad))
         .unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 3, 1_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        3,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
     let st: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(
         st,

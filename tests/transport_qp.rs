@@ -2,6 +2,8 @@
 //! flushing in ERR, SQD, address vectors on the wire (IPv4 and IPv6), idle QP memory,
 //! credits, and counters.
 
+use std::time::Duration;
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -220,7 +222,7 @@ fn err_flushes_posted_work_in_order_and_later_posts_too() {
     }
     // One packet goes out (and stays unacknowledged); the rest wait.
     let mut buf = vec![0u8; xrnic::proto::MAX_FRAME_LEN];
-    assert!(d.poll_transmit(0, &mut buf).is_some());
+    assert!(d.poll_transmit(Instant::ZERO, &mut buf).is_some());
     modify(&mut d, q, QpState::Err, AttrMask::default()).unwrap();
     d.post_send(q, send_wr(4, WrOpcode::RdmaRead, vec![]))
         .unwrap();
@@ -233,7 +235,10 @@ fn err_flushes_posted_work_in_order_and_later_posts_too() {
         got,
         [(1, f), (2, f), (3, f), (10, f), (11, f), (4, f), (12, f)]
     );
-    assert!(d.poll_transmit(1, &mut buf).is_none(), "ERR sends nothing");
+    assert!(
+        d.poll_transmit(Instant::from_nanos(1), &mut buf).is_none(),
+        "ERR sends nothing"
+    );
     assert_eq!(d.poll_timeout(), None, "and runs no timer");
 }
 
@@ -258,14 +263,21 @@ fn sqd_stops_new_work_and_rts_resumes_it() {
     w.wr_id = 2;
     p.a.post_send(c.qp_a, w).unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
-    p.run_until(p.now + 10_000_000, |_| false);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
+    p.run_until(p.now + Duration::from_nanos(10_000_000), |_| false);
     assert_eq!(wcs.len(), 1, "the started WR finishes, the new one waits");
     let q = p.a.query_qp(c.qp_a).unwrap();
     assert_eq!((q.qp_state, q.sq_draining), (QpState::Sqd, false));
     attr.qp_state = QpState::Rts;
     p.a.modify_qp(c.qp_a, &attr, AttrMask::STATE).unwrap();
-    let limit = p.now + 1_000_000_000;
+    let limit = p.now + Duration::from_nanos(1_000_000_000);
     run_for_wcs(&mut p, Side::A, &c, 2, limit, &mut wcs);
     assert_eq!(wcs[1].wr_id, 2);
     assert_eq!(wcs[1].status, WcStatus::Success);
@@ -284,7 +296,14 @@ fn a_new_address_vector_shows_in_the_next_frame() {
     w.rdma.rkey = dst.rkey;
     p.a.post_send(c.qp_a, w.clone()).unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
     // SQD -> SQD may change the address vector (IBTA §10.3 / ibv_modify_qp).
     let mut attr = p.a.query_qp(c.qp_a).unwrap();
     attr.qp_state = QpState::Sqd;
@@ -297,7 +316,7 @@ fn a_new_address_vector_shows_in_the_next_frame() {
     p.a.modify_qp(c.qp_a, &attr, AttrMask::STATE).unwrap();
     w.wr_id = 2;
     p.a.post_send(c.qp_a, w).unwrap();
-    p.run_until(p.now + 1_000_000, |_| false);
+    p.run_until(p.now + Duration::from_nanos(1_000_000), |_| false);
     let sent: Vec<_> = p
         .capture
         .take()
@@ -342,7 +361,14 @@ fn ipv4_and_ipv6_frames_carry_the_address_vector() {
         p.a.post_send(c.qp_a, send_wr(1, WrOpcode::Send, sge(&src, 0, 1999)))
             .unwrap();
         let mut wcs = vec![];
-        run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+        run_for_wcs(
+            &mut p,
+            Side::A,
+            &c,
+            1,
+            Instant::from_nanos(1_000_000_000),
+            &mut wcs,
+        );
         assert_eq!(wcs[0].status, WcStatus::Success);
         assert_eq!(
             p.b.mr_bytes(dst.lkey).unwrap()[..1999],
@@ -439,7 +465,14 @@ fn credits_are_advertised_and_honoured_when_configured() {
         p.a.post_send(c.qp_a, send_wr(0, WrOpcode::Send, sge(&src, 0, 8)))
             .unwrap();
         let mut wcs = vec![];
-        run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+        run_for_wcs(
+            &mut p,
+            Side::A,
+            &c,
+            1,
+            Instant::from_nanos(1_000_000_000),
+            &mut wcs,
+        );
         // Three receives left: credit code 3 means three credits (IBTA table 46).
         let acks = frames(&p, Side::B, Opcode::RC_ACK);
         assert_eq!(acks[0].1, Some(Syndrome::Ack { credit_code: 3 }));
@@ -449,11 +482,11 @@ fn credits_are_advertised_and_honoured_when_configured() {
         }
         // Within one RNR period, count the SENDs that went out.
         let t = p.now;
-        p.run_until(t + 200_000, |_| false);
+        p.run_until(t + Duration::from_nanos(200_000), |_| false);
         sent.push(
             frames(&p, Side::A, Opcode::RC_SEND_ONLY)
                 .iter()
-                .filter(|f| f.0 >= t)
+                .filter(|f| f.0 >= t.as_nanos())
                 .count(),
         );
     }
@@ -479,7 +512,7 @@ fn qps_of_one_device_take_turns_on_the_wire() {
     }
     let mut w1 = vec![];
     let mut w2 = vec![];
-    p.run_until(1_000_000_000, |pr| {
+    p.run_until(Instant::from_nanos(1_000_000_000), |pr| {
         pr.a.poll_cq(c1.cq_a, 8, &mut w1);
         pr.a.poll_cq(c2.cq_a, 8, &mut w2);
         !w1.is_empty() && !w2.is_empty()

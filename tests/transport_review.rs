@@ -3,6 +3,7 @@
 //! simulator, mostly frame by frame (frames of one side handed to the other by hand, in
 //! chosen orders, some patched), and checks the rule the comment cites.
 
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -18,7 +19,7 @@ use xrnic::wire::{FrameRepr, Lkey, NakCode, Opcode, PKey, Syndrome};
 fn drain(p: &mut Pair, side: Side) -> Vec<Vec<u8>> {
     let mut out = vec![];
     let mut buf = vec![0u8; MAX_FRAME_LEN];
-    while let Some(n) = p.dev(side).poll_transmit(0, &mut buf) {
+    while let Some(n) = p.dev(side).poll_transmit(Instant::ZERO, &mut buf) {
         out.push(buf[..n].to_vec());
     }
     out
@@ -28,7 +29,7 @@ fn drain(p: &mut Pair, side: Side) -> Vec<Vec<u8>> {
 fn one(p: &mut Pair, side: Side) -> Option<Vec<u8>> {
     let mut buf = vec![0u8; MAX_FRAME_LEN];
     p.dev(side)
-        .poll_transmit(0, &mut buf)
+        .poll_transmit(Instant::ZERO, &mut buf)
         .map(|n| buf[..n].to_vec())
 }
 
@@ -54,7 +55,7 @@ fn patch(frame: &[u8], f: impl FnOnce(&mut FrameRepr<'_>)) -> Vec<u8> {
 
 fn feed(p: &mut Pair, to: Side, frames: &[Vec<u8>]) {
     for f in frames {
-        let _ = p.dev(to).handle_frame(0, f);
+        let _ = p.dev(to).handle_frame(Instant::ZERO, f);
     }
 }
 
@@ -114,7 +115,14 @@ fn send_with_inv_never_invalidates_a_reg_mr_region() {
         w.invalidate_rkey = victim.rkey;
         p.a.post_send(c.qp_a, w).unwrap();
         let mut rx = vec![];
-        run_for_wcs(&mut p, Side::B, &c, 1, 1_000_000_000, &mut rx);
+        run_for_wcs(
+            &mut p,
+            Side::B,
+            &c,
+            1,
+            Instant::from_nanos(1_000_000_000),
+            &mut rx,
+        );
         assert_eq!((rx[0].wr_id, rx[0].status), (7, WcStatus::RemInvReqErr));
         assert_eq!(rx[0].invalidated_rkey, None);
         assert!(p.b.mr_bytes(victim.lkey).is_some(), "the region survives");
@@ -169,7 +177,14 @@ fn send_from_a_deregistered_mr_is_loc_prot_err_not_an_empty_packet() {
         p.a.dereg_mr(if two_sges { a2.lkey } else { a1.lkey })
             .unwrap();
         let mut wcs = vec![];
-        run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+        run_for_wcs(
+            &mut p,
+            Side::A,
+            &c,
+            1,
+            Instant::from_nanos(1_000_000_000),
+            &mut wcs,
+        );
         assert_eq!(wcs[0].status, WcStatus::LocProtErr, "two_sges {two_sges}");
         assert!(frames(&p, Side::A, Opcode::RC_SEND_ONLY).is_empty());
         assert!(poll(&mut p, Side::B, &c).is_empty(), "nothing received");
@@ -206,7 +221,7 @@ fn read_whose_mr_goes_before_its_responses_naks_remote_access() {
         // The first response leaves; then the region goes.
         let first = one(&mut p, Side::B).unwrap();
         assert_eq!(info(&first).0, Opcode::RC_READ_RESPONSE_FIRST);
-        let _ = p.a.handle_frame(0, &first);
+        let _ = p.a.handle_frame(Instant::ZERO, &first);
         p.b.dereg_mr(target.lkey).unwrap();
         if reuse_key {
             let pd = p.b.alloc_pd();
@@ -387,7 +402,14 @@ fn posted_send_does_not_read_a_new_region_with_the_same_key() {
     let again = same_key_again(&mut p, Side::A, c.pd_a, a1.lkey, Access::LOCAL_WRITE);
     p.a.mr_bytes_mut(again.lkey).unwrap().fill(0x99);
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 1_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
     assert_eq!(wcs[0].status, WcStatus::LocProtErr);
     assert!(p.b.mr_bytes(dst.lkey).unwrap().iter().all(|&b| b == 0));
 }
@@ -409,11 +431,11 @@ fn a_frame_with_a_foreign_pkey_is_dropped_and_counted() {
     let f = drain(&mut p, Side::A).remove(0);
     let foreign = patch(&f, |r| r.roce.bth.pkey = PKey(0x8001));
     let limited = patch(&f, |r| r.roce.bth.pkey = PKey(0x7fff));
-    let _ = p.b.handle_frame(0, &foreign);
+    let _ = p.b.handle_frame(Instant::ZERO, &foreign);
     assert!(poll(&mut p, Side::B, &c).is_empty(), "dropped");
     assert_eq!(p.b.counters().bad_pkey_dropped, 1);
     assert!(drain(&mut p, Side::B).is_empty(), "and not answered");
-    let _ = p.b.handle_frame(0, &limited);
+    let _ = p.b.handle_frame(Instant::ZERO, &limited);
     assert_eq!(poll(&mut p, Side::B, &c).len(), 1, "0x7FFF matches 0xFFFF");
     assert_eq!(p.b.counters().bad_pkey_dropped, 1);
 }
@@ -443,7 +465,7 @@ fn a_nak_syndrome_in_an_atomic_ack_or_read_response_is_an_error() {
                 a.syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
             }
         });
-        let _ = p.a.handle_frame(0, &bad);
+        let _ = p.a.handle_frame(Instant::ZERO, &bad);
         let st: Vec<_> = poll(&mut p, Side::A, &c).iter().map(|w| w.status).collect();
         assert_eq!(st, [WcStatus::RemAccessErr], "read {read}");
     }
@@ -464,13 +486,13 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
     let psn0 = info(&req[0]).1;
     // Shifted by 8 bytes: not the same request.
     let shifted = patch(&req[0], |r| r.roce.ext.reth.as_mut().unwrap().va += 8);
-    let _ = p.b.handle_frame(0, &shifted);
+    let _ = p.b.handle_frame(Instant::ZERO, &shifted);
     assert!(drain(&mut p, Side::B).is_empty(), "shifted VA dropped");
     // The first 1024 bytes only: one response at the first PSN.
     let head = patch(&req[0], |r| {
         r.roce.ext.reth.as_mut().unwrap().dma_len = 1024
     });
-    let _ = p.b.handle_frame(0, &head);
+    let _ = p.b.handle_frame(Instant::ZERO, &head);
     let got: Vec<_> = drain(&mut p, Side::B).iter().map(|f| info(f).0).collect();
     assert_eq!(got, [Opcode::RC_READ_RESPONSE_ONLY]);
     // The middle 1024 bytes, from the second PSN.
@@ -480,7 +502,7 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
         reth.va += 1024;
         reth.dma_len = 1024;
     });
-    let _ = p.b.handle_frame(0, &mid);
+    let _ = p.b.handle_frame(Instant::ZERO, &mid);
     let got: Vec<_> = drain(&mut p, Side::B)
         .iter()
         .map(|f| (info(f).0, info(f).1))
@@ -534,7 +556,7 @@ fn a_duplicate_before_the_first_psn_matches_nothing() {
     feed(&mut p, Side::B, &req);
     assert_eq!(drain(&mut p, Side::B).len(), 1);
     let before = patch(&req[0], |r| r.roce.bth.psn = r.roce.bth.psn.sub(1));
-    let _ = p.b.handle_frame(0, &before);
+    let _ = p.b.handle_frame(Instant::ZERO, &before);
     assert!(drain(&mut p, Side::B).is_empty());
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap().responses_replayed, 0);
 }

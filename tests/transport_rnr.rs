@@ -2,6 +2,8 @@
 //! the requester waits that long on virtual time and retries; a posted receive lets it
 //! finish; an exhausted rnr_retry fails the WR, moves the QP to ERR and flushes the rest.
 
+use std::time::Duration;
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -26,7 +28,9 @@ fn rnr_nak_carries_the_timer_the_sender_waits_and_a_receive_finishes_it() {
         .unwrap();
 
     // Five RNR rounds on virtual time, no receive posted.
-    p.run_until(5 * rnr_timer_ns(14) + 50_000, |_| false);
+    p.run_until(Instant::from_nanos(5 * rnr_timer_ns(14) + 50_000), |_| {
+        false
+    });
     let naks = frames(&p, Side::B, Opcode::RC_ACK);
     assert!(naks.len() >= 4, "{naks:?}");
     for (_, syn, _) in &naks {
@@ -54,7 +58,7 @@ fn rnr_nak_carries_the_timer_the_sender_waits_and_a_receive_finishes_it() {
     p.b.post_recv(c.qp_b, recv_wr(9, sge(&dst, 0, 100)))
         .unwrap();
     let mut wcs = vec![];
-    let limit = p.now + 10 * rnr_timer_ns(14);
+    let limit = p.now + Duration::from_nanos(10 * rnr_timer_ns(14));
     run_for_wcs(&mut p, Side::A, &c, 1, limit, &mut wcs);
     assert_eq!(wcs[0].status, WcStatus::Success);
     assert_eq!(wcs[0].wr_id, 1);
@@ -91,7 +95,14 @@ fn rnr_retry_exhausted_fails_moves_to_err_and_flushes() {
     }
     let t0 = p.now;
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 3, 1_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        3,
+        Instant::from_nanos(1_000_000_000),
+        &mut wcs,
+    );
     let st: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(
         st,
@@ -105,7 +116,7 @@ fn rnr_retry_exhausted_fails_moves_to_err_and_flushes() {
     // The first try and two retries were all NAKed; the third NAK exhausts the budget.
     let naks = frames(&p, Side::B, Opcode::RC_ACK);
     assert_eq!(naks.len(), 3);
-    assert!(p.now - t0 >= 2 * rnr_timer_ns(5));
+    assert!(p.now - t0 >= Duration::from_nanos(2 * rnr_timer_ns(5)));
     let ca = p.a.qp_counters(c.qp_a).unwrap();
     assert_eq!(ca.rnr_nak_retry_err, 1);
     assert_eq!(ca.rnr_naks_received, 3);
@@ -137,11 +148,18 @@ fn write_with_immediate_needs_a_receive_too() {
     w.rdma.rkey = dst.rkey;
     w.imm_data = 0xdead_beef;
     p.a.post_send(c.qp_a, w).unwrap();
-    p.run_until(200_000, |_| false);
+    p.run_until(Instant::from_nanos(200_000), |_| false);
     assert!(p.b.qp_counters(c.qp_b).unwrap().rnr_naks_sent >= 1);
     p.b.post_recv(c.qp_b, recv_wr(5, vec![])).unwrap();
     let mut wcs = vec![];
-    run_for_wcs(&mut p, Side::A, &c, 1, 10_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        1,
+        Instant::from_nanos(10_000_000),
+        &mut wcs,
+    );
     assert_eq!(wcs[0].status, WcStatus::Success);
     let rx = poll(&mut p, Side::B, &c);
     assert_eq!(rx.len(), 1);

@@ -2,6 +2,8 @@
 //! `get_srq_wqe`): 16 RC QPs on one SRQ with RNR NAKs while it is empty, the limit event
 //! raised once and disarmed, re-armed by modify; UC QPs on an SRQ; the verbs' errors.
 
+use std::time::Duration;
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -124,12 +126,12 @@ fn srq_shared_by_16_rc_qps_rnr_while_empty_and_limit_event_once() {
     // Until the SRQ runs dry: 8 delivered, the rest waits on RNR NAKs.
     let cq_b = s.conns[0].cq_b;
     let mut got = Vec::new();
-    let delivered_8 = s.p.run_until(50_000_000, |p| {
+    let delivered_8 = s.p.run_until(Instant::from_nanos(50_000_000), |p| {
         p.b.poll_cq(cq_b, usize::MAX, &mut got);
         got.len() >= 8
     });
     assert!(delivered_8, "{got:?}");
-    s.p.run_until(s.p.now + 2_000_000, |_| false);
+    s.p.run_until(s.p.now + Duration::from_nanos(2_000_000), |_| false);
     let mut more = Vec::new();
     s.p.b.poll_cq(cq_b, usize::MAX, &mut more);
     got.extend(more);
@@ -150,10 +152,11 @@ fn srq_shared_by_16_rc_qps_rnr_while_empty_and_limit_event_once() {
     assert_eq!(s.p.b.query_srq(s.srq).unwrap().srq_limit, 0);
     // Refill: every message arrives, each on the QP it was sent to, byte for byte.
     post_srq(&mut s, 8, 24);
-    let done = s.p.run_until(s.p.now + 200_000_000, |p| {
-        p.b.poll_cq(cq_b, usize::MAX, &mut got);
-        got.len() >= 2 * QPS
-    });
+    let done =
+        s.p.run_until(s.p.now + Duration::from_nanos(200_000_000), |p| {
+            p.b.poll_cq(cq_b, usize::MAX, &mut got);
+            got.len() >= 2 * QPS
+        });
     assert!(done, "{} of {}", got.len(), 2 * QPS);
     assert_eq!(s.p.b.poll_async_event(), None, "disarmed: nothing more");
     let mut seen = vec![0usize; QPS];
@@ -190,7 +193,7 @@ fn srq_shared_by_16_rc_qps_rnr_while_empty_and_limit_event_once() {
         s.p.a.post_send(c0.qp_a, w).unwrap();
     }
     let before = got.len();
-    s.p.run_until(s.p.now + 50_000_000, |p| {
+    s.p.run_until(s.p.now + Duration::from_nanos(50_000_000), |p| {
         p.b.poll_cq(cq_b, usize::MAX, &mut got);
         got.len() >= before + 3
     });
@@ -207,7 +210,7 @@ fn srq_shared_by_16_rc_qps_rnr_while_empty_and_limit_event_once() {
 fn uc_qps_on_an_srq_drop_messages_while_it_is_empty() {
     let mut s = setup(QpType::Uc, LinkConfig::default());
     send_all(&mut s, 1);
-    s.p.run_until(50_000_000, |_| false);
+    s.p.run_until(Instant::from_nanos(50_000_000), |_| false);
     let cq_b = s.conns[0].cq_b;
     let mut got = Vec::new();
     s.p.b.poll_cq(cq_b, usize::MAX, &mut got);
@@ -223,7 +226,7 @@ fn uc_qps_on_an_srq_drop_messages_while_it_is_empty() {
     assert_eq!(sum(&mut s, |c| c.rnr_naks_sent), 0);
     post_srq(&mut s, 0, QPS as u64);
     send_all(&mut s, 1);
-    s.p.run_until(s.p.now + 50_000_000, |_| false);
+    s.p.run_until(s.p.now + Duration::from_nanos(50_000_000), |_| false);
     s.p.b.poll_cq(cq_b, usize::MAX, &mut got);
     assert_eq!(got.len(), QPS);
     let mem = s.p.b.mr_bytes(s.dst.lkey).unwrap().to_vec();
@@ -367,12 +370,12 @@ fn srq_with_loss_delivers_each_message_once() {
     send_all(&mut s, 2);
     let cq_b = s.conns[0].cq_b;
     let mut got = Vec::new();
-    let done = s.p.run_until(2_000_000_000, |p| {
+    let done = s.p.run_until(Instant::from_nanos(2_000_000_000), |p| {
         p.b.poll_cq(cq_b, usize::MAX, &mut got);
         got.len() >= 2 * QPS
     });
     assert!(done);
-    s.p.run_until(s.p.now + 100_000_000, |_| false);
+    s.p.run_until(s.p.now + Duration::from_nanos(100_000_000), |_| false);
     s.p.b.poll_cq(cq_b, usize::MAX, &mut got);
     assert_eq!(got.len(), 2 * QPS);
     assert!(s.p.link.stats.lost > 0);

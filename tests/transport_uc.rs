@@ -3,6 +3,7 @@
 //! of the message (a SEND is never delivered torn), resynchronisation on the next
 //! FIRST/ONLY, WRITE with immediate, and the UC `post_send` / `modify_qp` rules.
 
+use xrnic::proto::Instant;
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -229,7 +230,7 @@ fn uc_write_with_immediate_and_no_receive_wqe_is_dropped_silently() {
     w.rdma.remote_addr = dst.addr;
     w.rdma.rkey = dst.rkey;
     p.dev(Side::A).post_send(c.qp_a, w).unwrap();
-    p.run_until(10_000_000, |_| false);
+    p.run_until(Instant::from_nanos(10_000_000), |_| false);
     let cb = p.dev(Side::B).qp_counters(c.qp_b).unwrap();
     assert_eq!(
         (cb.out_of_buffer, cb.uc_messages_dropped, cb.rnr_naks_sent),
@@ -269,8 +270,15 @@ fn uc_lossy_link_delivers_whole_messages_or_none() {
         off += n;
     }
     let mut a_wcs = Vec::new();
-    run_for_wcs(&mut p, Side::A, &c, N, 1_000_000_000, &mut a_wcs);
-    p.run_until(1_000_000_000, |_| false);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        N,
+        Instant::from_nanos(1_000_000_000),
+        &mut a_wcs,
+    );
+    p.run_until(Instant::from_nanos(1_000_000_000), |_| false);
     assert!(a_wcs.iter().all(|w| w.status == WcStatus::Success));
     let got = poll(&mut p, Side::B, &c);
     let mem = p.dev(Side::B).mr_bytes(dst.lkey).unwrap().to_vec();

@@ -9,9 +9,12 @@
 //! words at the end; and that B executed each atomic once. [`run`] prints a summary (with
 //! `--json`, the last line is one JSON object) and returns 0 only when all of it held.
 
+use std::time::Duration;
+
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::proto::Instant;
 use crate::proto::{
     Access, MrInfo, Mtu, RdmaInfo, RecvWr, Rnic, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
@@ -477,9 +480,9 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
     let mut recv_expect: std::collections::VecDeque<Msg> = Default::default();
     let mut next_id = 0u64;
     let mut wcs: Vec<WorkCompletion> = Vec::new();
-    let mut reposts: std::collections::VecDeque<(u64, u64)> = Default::default();
+    let mut reposts: std::collections::VecDeque<(Instant, u64)> = Default::default();
     let mut scratch = vec![0u8; MAX_SIZE as usize];
-    let limit_ns = 3_600_000_000_000u64;
+    let limit = Instant::from_nanos(3_600_000_000_000);
     let mtu = p.mtu.bytes();
 
     loop {
@@ -712,7 +715,7 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
                 }
                 _ => s.mismatches += 1,
             }
-            reposts.push_back((pair.now + o.recv_delay_ns, slot));
+            reposts.push_back((pair.now + Duration::from_nanos(o.recv_delay_ns), slot));
         }
         // The application gives receive buffers back after its delay.
         while reposts.front().is_some_and(|&(t, _)| t <= pair.now) {
@@ -738,7 +741,7 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
         {
             break;
         }
-        if pair.now > limit_ns {
+        if pair.now > limit {
             s.stalled = Some(format!(
                 "virtual time limit reached with {} outstanding",
                 in_flight.len()
@@ -760,7 +763,9 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
         }
     }
     // Let the last ACKs and duplicates settle so counters are final.
-    pair.run_until(pair.now + 1_000_000_000, |pr| pr.link.in_flight() == 0);
+    pair.run_until(pair.now + Duration::from_secs(1), |pr| {
+        pr.link.in_flight() == 0
+    });
 
     if let Some(b) = pair.b.mr_bytes(b_atomic.lkey) {
         let ok = b.chunks(8).zip(model.iter()).all(|(w, m)| {
@@ -789,7 +794,7 @@ fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSum
     s.local_ack_timeouts = ca.qp.local_ack_timeout_err + cb.qp.local_ack_timeout_err;
     s.atomics_executed = cb.qp.atomics_executed;
     s.packets_sent = ca.qp.packets_sent + cb.qp.packets_sent;
-    s.virtual_time_us = pair.now / 1000;
+    s.virtual_time_us = pair.now.as_nanos() / 1000;
     s.link = pair.link.stats;
     if s.atomics_executed != s.atomics_posted {
         s.mismatches += 1;

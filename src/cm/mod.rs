@@ -296,6 +296,7 @@ impl Cm {
         self.listeners.remove(&service_id);
     }
 
+    #[must_use = "a drained MAD must be sent"]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.tx.pop_front()
     }

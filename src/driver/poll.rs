@@ -65,7 +65,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 use super::{BATCH, DriverOptions, FrameIo, MAX_KICKS, STRIDE, Shared};
 use crate::driver::tap::{RxFate, Tap, handle_frame_tapped};
-use crate::proto::{Cq, TxReason, WorkCompletion};
+use crate::proto::{Cq, Instant as EngineTime, TxReason, WorkCompletion};
 
 /// How long one busy poll keeps the driver from watching the socket. Long compared with
 /// a round trip (tens of µs), short compared with the local ACK timeout (67 ms for
@@ -135,7 +135,7 @@ pub(super) enum Stepper {
     /// The driver thread; when the step finds nothing to do it announces its sleep
     /// (under the engine lock), to wake at the engine's deadline or `wake_limit`
     /// (nanoseconds since the epoch), whichever is first.
-    Driver { wake_limit: u64 },
+    Driver { wake_limit: EngineTime },
     /// An application thread posting work (the doorbell).
     App,
     /// An application thread polling a CQ that was empty: ACKs it produces are deferred.
@@ -158,7 +158,7 @@ pub(super) struct Step {
     /// Frames still on the port's transmit ring.
     pub(super) in_flight: u32,
     /// The engine's next deadline after the step.
-    pub(super) deadline: Option<u64>,
+    pub(super) deadline: Option<EngineTime>,
 }
 
 impl std::fmt::Debug for Port {
@@ -185,8 +185,8 @@ impl Port {
         }
     }
 
-    /// One round of progress at `now` (nanoseconds since the driver's epoch).
-    pub(super) fn step(&mut self, shared: &Shared, now: u64, who: Stepper) -> Step {
+    /// One round of progress at `now` (on the engine's clock: since the driver's epoch).
+    pub(super) fn step(&mut self, shared: &Shared, now: EngineTime, who: Stepper) -> Step {
         // Completions the step adds wake their waiters when the lock is released
         // (`EngineGuard`), the socket waiter's own step excepted: it looks next.
         let mut g = shared.lock_as(who != Stepper::Waiter);
@@ -196,10 +196,9 @@ impl Port {
             Stepper::App | Stepper::Poll | Stepper::Waiter => e.stats.app_steps += 1,
         }
         let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
-        let ts = self
-            .tap
-            .as_ref()
-            .map_or(0, |t| t.timestamp(shared.epoch + Duration::from_nanos(now)));
+        let ts = self.tap.as_ref().map_or(0, |t| {
+            t.timestamp(shared.epoch + Duration::from_nanos(now.as_nanos()))
+        });
         let (rng, rx_drop, tap) = (&mut self.rng, self.rx_drop, &mut self.tap);
         let (rx_ce_mark, ce_buf) = (self.rx_ce_mark, &mut self.ce_buf);
         let rx = self.io.recv_batch(&mut |frame| {
@@ -275,7 +274,7 @@ impl Port {
         if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
             // Announced under the lock: a post made after this sees the flag and kicks.
             let wake_at = deadline.map_or(wake_limit, |d| d.min(wake_limit));
-            shared.wake_at.store(wake_at, Ordering::SeqCst);
+            shared.wake_at.store(wake_at.as_nanos(), Ordering::SeqCst);
             shared.sleeping.store(true, Ordering::SeqCst);
         }
         drop(g);
@@ -357,10 +356,15 @@ impl Port {
     }
 }
 
+/// `at` on the engine's clock, whose origin is the driver's `epoch`.
+pub(super) fn engine_time(epoch: Instant, at: Instant) -> EngineTime {
+    EngineTime::from_nanos(u64::try_from(at.duration_since(epoch).as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl Shared {
-    /// Nanoseconds since the driver's epoch: the engine's clock.
-    pub fn now(&self) -> u64 {
-        Instant::now().duration_since(self.epoch).as_nanos() as u64
+    /// The engine's clock: the time since the driver's epoch.
+    pub fn now(&self) -> EngineTime {
+        engine_time(self.epoch, Instant::now())
     }
 
     /// One application step if no other thread is stepping; `None` if one is (that
@@ -390,7 +394,7 @@ impl Shared {
         let leftover = s.full || s.stalled || s.in_flight > 0;
         let earlier = s
             .deadline
-            .is_some_and(|d| d < self.wake_at.load(Ordering::SeqCst));
+            .is_some_and(|d| d.as_nanos() < self.wake_at.load(Ordering::SeqCst));
         if leftover || earlier {
             self.kick();
         }
@@ -410,8 +414,9 @@ impl Shared {
     /// step produced may be deferred: the caller polls its CQ again and calls
     /// [`Shared::flush_deferred`] when that finds nothing.
     pub fn poll_progress(&self) -> bool {
-        let lease = self.now() + POLL_LEASE.as_nanos() as u64;
-        self.poll_lease.fetch_max(lease, Ordering::SeqCst);
+        let lease = self.now() + POLL_LEASE;
+        self.poll_lease
+            .fetch_max(lease.as_nanos(), Ordering::SeqCst);
         self.app_step_as(Stepper::Poll).is_some()
     }
 
@@ -420,7 +425,7 @@ impl Shared {
     /// [`POLL_GRACE`] from now, and the grace timer wakes the sleeping driver then to
     /// watch the socket again unless an empty poll lengthened the lease meanwhile.
     pub fn poll_found(&self) {
-        let until = self.now() + POLL_GRACE.as_nanos() as u64;
+        let until = (self.now() + POLL_GRACE).as_nanos();
         let shortened = self
             .poll_lease
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| {
@@ -479,14 +484,14 @@ impl Shared {
     /// End the poll lease (a thread is about to sleep on a completion): the driver
     /// watches the socket again from now on.
     pub(super) fn end_lease(&self) {
-        if self.poll_lease.swap(0, Ordering::SeqCst) > self.now() {
+        if self.poll_lease.swap(0, Ordering::SeqCst) > self.now().as_nanos() {
             self.kick();
         }
     }
 
     /// Whether an application holds the poll lease at `now`.
-    pub(super) fn lease_until(&self, now: u64) -> Option<u64> {
-        let l = self.poll_lease.load(Ordering::SeqCst);
+    pub(super) fn lease_until(&self, now: EngineTime) -> Option<EngineTime> {
+        let l = EngineTime::from_nanos(self.poll_lease.load(Ordering::SeqCst));
         (l > now).then_some(l)
     }
 
@@ -544,8 +549,9 @@ impl Shared {
             }
             notified = !fds[1].revents().is_empty();
         };
-        let lease = self.now() + POLL_LEASE.as_nanos() as u64;
-        self.poll_lease.fetch_max(lease, Ordering::SeqCst);
+        let lease = self.now() + POLL_LEASE;
+        self.poll_lease
+            .fetch_max(lease.as_nanos(), Ordering::SeqCst);
         self.rx_waiter.store(false, Ordering::SeqCst);
         Some(n)
     }

@@ -69,7 +69,7 @@ impl RxFate {
 /// Hand `frame` to the engine and record it with the engine's verdict.
 pub fn handle_frame_tapped(
     rnic: &mut Rnic,
-    now: u64,
+    now: crate::proto::Instant,
     frame: &[u8],
     tap: &mut Tap,
     ts_ns: u64,

@@ -11,15 +11,14 @@
 //! refilled by progress. Exhaustion or a fatal NAK completes the WR in error and moves the
 //! QP to ERR, which flushes the rest.
 
-use crate::wire::{
-    ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits, rnr_timer_ns,
-};
+use crate::wire::{ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_credits};
 
 use super::Ctx;
 use super::cq::WcStatus;
 use super::qp::{Qp, QpState};
 use super::requester::scatter;
-use super::timers::local_ack_timeout_ns;
+use super::time::Instant;
+use super::timers::{Timer, local_ack_timeout, rnr_timer};
 use super::trace::{TxReason, qp_event};
 
 /// Why the completer goes back.
@@ -104,7 +103,7 @@ pub(crate) fn handle_response(
                     }
                     match code {
                         NakCode::PsnSequenceError => {
-                            if qp.req.rnr_until.is_some() {
+                            if qp.req.timers.is_armed(Timer::RnrWait) {
                                 return;
                             }
                             go_back(qp, ctx, psn, Cause::SeqNak);
@@ -141,8 +140,10 @@ pub(crate) fn handle_response(
                     }
                     // Wait the responder's timer (table 45), then resend from the NAKed PSN.
                     // The ACK timer stops meanwhile: the peer told us why it is silent.
-                    qp.req.rnr_until = Some(ctx.now + rnr_timer_ns(timer));
-                    qp.req.retry_deadline = None;
+                    qp.req
+                        .timers
+                        .arm(Timer::RnrWait, ctx.now, Some(rnr_timer(timer)));
+                    qp.req.timers.stop(Timer::Retransmit);
                     qp.req.gbn_from = None;
                     qp.req.resend_reason = TxReason::RnrRetry;
                     qp.req.rewind(psn);
@@ -152,8 +153,8 @@ pub(crate) fn handle_response(
                         qp.qpn,
                         "rnr_wait",
                         from_psn = psn.value(),
-                        wait_ns = rnr_timer_ns(timer),
-                        until_ns = ctx.now + rnr_timer_ns(timer)
+                        wait_ns = crate::wire::rnr_timer_ns(timer),
+                        until_ns = (ctx.now + rnr_timer(timer)).as_nanos()
                     );
                 }
                 _ => qp.counters.dropped_wrong_state += 1,
@@ -304,7 +305,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     if let Some((t0, u0)) = qp.req.pace_from {
         let acked = una.diff(u0);
         if acked > 0 {
-            let sample = ctx.now.saturating_sub(t0) / acked as u64;
+            let sample = super::time::duration_nanos(ctx.now - t0) / acked as u64;
             qp.req.ack_pace_ns = Some(match qp.req.ack_pace_ns {
                 Some(old) => (old.saturating_mul(3) / 4).saturating_add(sample / 4),
                 None => sample,
@@ -315,7 +316,11 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
     qp.req.retry_left = qp.attr.retry_cnt;
     qp.req.rnr_left = qp.attr.rnr_retry;
     qp.req.gbn_from = None;
-    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+    qp.req.timers.arm(
+        Timer::Retransmit,
+        ctx.now,
+        local_ack_timeout(qp.attr.timeout),
+    );
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -323,7 +328,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
         "psn_window",
         una = qp.req.una().value(),
         next_psn = qp.req.next_psn.value(),
-        ack_deadline_ns = qp.req.retry_deadline
+        ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
     );
 }
 
@@ -351,17 +356,15 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
 /// The retransmission timer or the RNR wait expired.
 pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-        qp.req.retry_deadline = None;
-        qp.req.rnr_until = None;
+        qp.req.timers.stop_all();
         return;
     }
-    if qp.req.rnr_until.is_some_and(|t| t <= ctx.now) {
-        qp.req.rnr_until = None;
+    if qp.req.timers.expire(Timer::RnrWait, ctx.now) {
         qp_event!(ctx.now, ctx.dev, qp.qpn, "timer_fired", timer = "rnr");
     }
-    if qp.req.retry_deadline.is_some_and(|t| t <= ctx.now) {
+    if qp.req.timers.is_expired(Timer::Retransmit, ctx.now) {
         if !qp.req.outstanding() {
-            qp.req.retry_deadline = None;
+            qp.req.timers.stop(Timer::Retransmit);
             return;
         }
         // §9.7.6: no response within the local ACK timeout: resend from the oldest
@@ -385,7 +388,11 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         qp.req.gbn_from = None;
         qp.req.resend_reason = TxReason::RetransmitTimeout;
         qp.req.rewind(una);
-        qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| ctx.now + t);
+        qp.req.timers.arm(
+            Timer::Retransmit,
+            ctx.now,
+            local_ack_timeout(qp.attr.timeout),
+        );
         qp_event!(
             ctx.now,
             ctx.dev,
@@ -393,7 +400,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             "go_back_n",
             from_psn = una.value(),
             cause = "Timeout",
-            ack_deadline_ns = qp.req.retry_deadline
+            ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
         );
     }
 }

@@ -24,7 +24,8 @@ use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsErr
 use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::sched::Scheduler;
-use super::timers::local_ack_timeout_ns;
+use super::time::{Instant, duration_nanos};
+use super::timers::{Timer, local_ack_timeout};
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::{Ctx, completer::handle_response};
@@ -103,7 +104,7 @@ pub struct Rnic {
     /// The name trace events carry.
     name: &'static str,
     /// The `now` of the latest sans-IO call: the time verbs' trace events carry.
-    last_now: u64,
+    last_now: Instant,
     /// Completions added to any CQ, shared with each CQ ([`Rnic::completions_added`]).
     completions_added: Arc<AtomicU64>,
     /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
@@ -126,7 +127,7 @@ impl Rnic {
             scratch: Vec::new(),
             cc: None,
             name: "xrnic0",
-            last_now: 0,
+            last_now: Instant::ZERO,
             completions_added: Arc::new(AtomicU64::new(0)),
             gsi_slot: None,
         }
@@ -338,13 +339,13 @@ impl Rnic {
         matches!(self.qps.get(i), Some(Some(q)) if q.qpn == qpn).then_some(i)
     }
 
-    fn split(&mut self, qpn: Qpn, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+    fn split(&mut self, qpn: Qpn, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let i = self.slot(qpn)?;
         self.split_slot(i, now)
     }
 
     /// The QP in slot `i` and a context over the rest of the device.
-    fn split_slot(&mut self, i: usize, now: u64) -> Option<(&mut Qp, Ctx<'_>)> {
+    fn split_slot(&mut self, i: usize, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let qp = self.qps.get_mut(i)?.as_mut()?;
         Some((
             qp,
@@ -672,8 +673,8 @@ impl Rnic {
                     rq_wrs: q.resp.rq.len(),
                     retry_left: q.req.retry_left,
                     rnr_left: q.req.rnr_left,
-                    rnr_wait_until_ns: q.req.rnr_until,
-                    ack_deadline_ns: q.req.retry_deadline,
+                    rnr_wait_until_ns: q.req.timers.get(Timer::RnrWait).map(Instant::as_nanos),
+                    ack_deadline_ns: q.req.timers.get(Timer::Retransmit).map(Instant::as_nanos),
                     packets_sent: q.counters.packets_sent,
                     retransmitted_packets: q.counters.retransmitted_packets,
                 })
@@ -713,7 +714,7 @@ impl Rnic {
     // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
     // tap's): per packet, a call here costs as much as several of the checks below.
     #[inline(always)]
-    pub fn handle_frame(&mut self, now: u64, frame: &[u8]) -> RxVerdict {
+    pub fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> RxVerdict {
         let (v, slot) = self.judge_frame(now, frame);
         self.count_rx(v, slot, frame.len());
         if let Some(i) = slot {
@@ -766,7 +767,7 @@ impl Rnic {
     /// Judge one frame and hand it to its QP's transport when it is taken: the verdict,
     /// and the QP's slot when the verdict was reached at a QP. Counts nothing itself.
     #[inline(always)]
-    fn judge_frame(&mut self, now: u64, frame: &[u8]) -> (RxVerdict, Option<usize>) {
+    fn judge_frame(&mut self, now: Instant, frame: &[u8]) -> (RxVerdict, Option<usize>) {
         self.last_now = now;
         // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
         let parsed = FrameView::parse(frame);
@@ -793,7 +794,7 @@ impl Rnic {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
             return match self.cc.as_mut() {
                 Some(cc) => {
-                    let v = cc.handle_cnp_frame(now, view);
+                    let v = cc.handle_cnp_frame(now.as_nanos(), view);
                     qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
                     (RxVerdict::Taken, None)
                 }
@@ -862,22 +863,27 @@ impl Rnic {
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {
-            cc.on_received(now, dest_qp, view.ip_ecn());
+            cc.on_received(now.as_nanos(), dest_qp, view.ip_ecn());
         }
         (RxVerdict::Taken, Some(slot))
     }
 
     /// The earliest time `handle_timeout` has work, if any.
-    pub fn poll_timeout(&self) -> Option<u64> {
-        let cc = self.cc.as_ref().and_then(|c| c.poll_timeout());
+    #[must_use = "the caller must call handle_timeout at this deadline"]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let cc = self
+            .cc
+            .as_ref()
+            .and_then(|c| c.poll_timeout())
+            .map(Instant::from_nanos);
         [self.sched.next_deadline(), cc].into_iter().flatten().min()
     }
 
     /// Run every timer that is due at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
         if let Some(cc) = self.cc.as_mut() {
-            cc.handle_timeout(now);
+            cc.handle_timeout(now.as_nanos());
             // Whatever the pacer held may go now (it holds them again if not).
             self.sched.release_held();
         }
@@ -909,14 +915,16 @@ impl Rnic {
 
     /// Write the next frame to send into `buf` and return its length. `buf` must hold
     /// [`MAX_FRAME_LEN`] bytes; a shorter buffer gets nothing.
-    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+    #[must_use = "the frame written into `buf` must be sent"]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.poll_transmit_with_reason(now, buf).map(|(n, _)| n)
     }
 
     /// [`Self::poll_transmit`], also telling why the frame is sent (see [`TxReason`]).
+    #[must_use = "the frame written into `buf` must be sent"]
     pub fn poll_transmit_with_reason(
         &mut self,
-        now: u64,
+        now: Instant,
         buf: &mut [u8],
     ) -> Option<(usize, TxReason)> {
         self.last_now = now;
@@ -978,7 +986,7 @@ impl Rnic {
         }
     }
 
-    fn transmit_qp(&mut self, i: usize, now: u64, buf: &mut [u8]) -> Option<(usize, TxReason)> {
+    fn transmit_qp(&mut self, i: usize, now: Instant, buf: &mut [u8]) -> Option<(usize, TxReason)> {
         // With congestion control on, data is ECN-capable so that switches mark it CE
         // instead of dropping it (ConnectX and hiroce send ECT(0), docs/wire-format.md §5).
         let ect = self.cc.is_some();
@@ -1071,11 +1079,11 @@ impl Rnic {
                 // packets take longer than the timeout itself, which would then expire
                 // with nothing lost (§9.7.6.1: the timer restarts only on progress).
                 let ack_every = match (&self.cc, qp.attr.timeout) {
-                    (Some(cc), timeout) => local_ack_timeout_ns(timeout)
+                    (Some(cc), timeout) => local_ack_timeout(timeout)
                         .and_then(|t| {
                             cc.throttled_packets_within(
                                 qp.qpn,
-                                t / 4,
+                                super::time::duration_nanos(t / 4),
                                 mtu as usize + PACING_HEADROOM,
                             )
                         })
@@ -1084,9 +1092,10 @@ impl Rnic {
                 };
                 // At the pace the peer acknowledges (a slow path: an emulated guest), an
                 // ACK comes back within a quarter of the local ACK timeout too.
-                let ack_every = qp
-                    .req
-                    .paced_ack_every(ack_every, local_ack_timeout_ns(qp.attr.timeout));
+                let ack_every = qp.req.paced_ack_every(
+                    ack_every,
+                    local_ack_timeout(qp.attr.timeout).map(duration_nanos),
+                );
                 let lim = ReqLimits {
                     mtu,
                     max_rd_atomic: u32::from(qp.attr.max_rd_atomic),
@@ -1096,7 +1105,7 @@ impl Rnic {
                 };
                 // DCQCN: the requester's frames leave at the QP's current rate.
                 if let Some(cc) = self.cc.as_mut() {
-                    if !cc.may_send(now, qp.qpn, mtu as usize + PACING_HEADROOM) {
+                    if !cc.may_send(now.as_nanos(), qp.qpn, mtu as usize + PACING_HEADROOM) {
                         continue;
                     }
                 }
@@ -1128,16 +1137,17 @@ impl Rnic {
                 if p.retransmit {
                     qp.counters.retransmitted_packets += 1;
                 }
-                if qp.req.retry_deadline.is_none() && !uc {
-                    qp.req.retry_deadline = local_ack_timeout_ns(qp.attr.timeout).map(|t| now + t);
-                    if let Some(at) = qp.req.retry_deadline {
+                if !qp.req.timers.is_armed(Timer::Retransmit) && !uc {
+                    let t = local_ack_timeout(qp.attr.timeout);
+                    qp.req.timers.arm(Timer::Retransmit, now, t);
+                    if let Some(at) = qp.req.timers.get(Timer::Retransmit) {
                         qp_event!(
                             now,
                             self.name,
                             qp.qpn,
                             "timer_armed",
                             timer = "ack",
-                            at_ns = at
+                            at_ns = at.as_nanos()
                         );
                     }
                 }
@@ -1176,7 +1186,7 @@ impl Rnic {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
                     if let Some(cc) = self.cc.as_mut() {
-                        cc.on_sent(now, qp.qpn, l);
+                        cc.on_sent(now.as_nanos(), qp.qpn, l);
                     }
                     return Some((l, p.reason));
                 }
@@ -1187,11 +1197,8 @@ impl Rnic {
 }
 
 /// A QP's earliest transport deadline: retransmission or the end of an RNR wait.
-fn qp_deadline(qp: &Qp) -> Option<u64> {
-    match (qp.req.retry_deadline, qp.req.rnr_until) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+fn qp_deadline(qp: &Qp) -> Option<Instant> {
+    qp.req.timers.next_timeout()
 }
 
 /// A WR whose local check failed (at post time, or when its data was gathered: the

@@ -1,8 +1,9 @@
 //! The RC transport core, sans-IO (IBTA vol. 1 chapters 9 and 10, RoCE v2 annex A17).
 //!
 //! Contract:
-//! - No I/O, no clock, no threads. Time is a `u64` of nanoseconds passed into every call
-//!   that needs it (`now`); the engine only compares and adds such values. Given the same
+//! - No I/O, no clock, no threads. Time is an [`Instant`] on the caller's clock passed into
+//!   every call that needs it (`now`); the engine only compares instants and adds
+//!   `Duration`s to them, saturating ([`time`]). Given the same
 //!   calls with the same arguments it produces the same frames, deadlines and completions.
 //! - Input: [`Rnic::handle_frame`] takes one whole Ethernet frame. It parses it with
 //!   `FrameView::parse`, verifies the ICRC and drops (and counts) anything malformed or not
@@ -18,7 +19,7 @@
 //!   error completions and counters.
 //!
 //! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
-//! attributes), [`uc`] (the UC service), [`srq`] (shared receive queues, async events), [`requester`], [`responder`], [`completer`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
+//! attributes), [`uc`] (the UC service), [`srq`] (shared receive queues, async events), [`requester`], [`responder`], [`completer`], [`time`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
 //! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
 //! [`Rnic`] that owns them all; UD QPs and the GSI QP live in `device::ud` (src/proto/ud.rs,
 //! docs/transport.md §9a).
@@ -36,6 +37,7 @@ pub mod resources;
 pub mod responder;
 mod sched;
 pub mod srq;
+pub mod time;
 pub mod timers;
 pub mod trace;
 pub mod uc;
@@ -53,6 +55,7 @@ pub use qp::{
 };
 pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
+pub use time::Instant;
 pub use trace::TxReason;
 pub use verdict::RxVerdict;
 
@@ -76,7 +79,7 @@ pub(crate) struct Ctx<'a> {
     pub mem: &'a mut memory::MemTable,
     pub cqs: &'a mut [Option<cq::CompletionQueue>],
     pub cfg: &'a Config,
-    pub now: u64,
+    pub now: Instant,
     /// The device name, for trace events.
     pub dev: &'static str,
     /// The device's shared receive queues ([`srq`]).

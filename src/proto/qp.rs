@@ -606,6 +606,7 @@ use super::cq::{Cq, WcStatus, WorkCompletion};
 use super::memory::Pd;
 use super::requester::Requester;
 use super::responder::{RespOut, Responder};
+use super::timers::Timer;
 
 /// Sizes and completion queues given at `create_qp` (`struct ibv_qp_init_attr`, RC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,7 +701,7 @@ impl Qp {
             self.req.tx_idx -= 1;
         }
         if !self.req.outstanding() {
-            self.req.retry_deadline = None;
+            self.req.timers.stop(Timer::Retransmit);
         }
         let signaled = self.init.sq_sig_all
             || w.wr
@@ -743,8 +744,7 @@ impl Qp {
         while !self.req.sq.is_empty() {
             self.complete_send_front(ctx, WcStatus::WrFlushErr, 0);
         }
-        self.req.retry_deadline = None;
-        self.req.rnr_until = None;
+        self.req.timers.stop_all();
         while let Some(r) = self.resp.rq.pop_front() {
             let wc = WorkCompletion {
                 wr_id: r.wr_id,

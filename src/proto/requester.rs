@@ -15,6 +15,8 @@ use crate::wire::{AtomicEthRepr, Lkey, Opcode, Psn, RethRepr, Rkey};
 use super::cq::{WcOpcode, WcStatus};
 use super::framing::TxExt;
 use super::memory::{Access, MemRef, MemTable, Pd};
+use super::time::Instant;
+use super::timers::{Timer, TimerTable};
 use super::trace::TxReason;
 
 /// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
@@ -302,10 +304,8 @@ pub(crate) struct Requester {
     /// Credits from the last ACK when honoured; `None` = unlimited.
     pub credits: Option<u32>,
     pub pkts_since_ack_req: u32,
-    /// The retransmission (local ACK timeout) deadline.
-    pub retry_deadline: Option<u64>,
-    /// Sending is suspended until this time after an RNR NAK.
-    pub rnr_until: Option<u64>,
+    /// The retransmission (local ACK timeout) and RNR wait timers.
+    pub timers: TimerTable,
     pub retry_left: u8,
     pub rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
@@ -318,7 +318,7 @@ pub(crate) struct Requester {
     /// acknowledges ([`Requester::ack_pace_ns`]). A timeout or Go-Back-N in between
     /// stays in the sample: the timer must outlast what the path really takes,
     /// recovery included (an expiry with nothing lost is what the pace is for).
-    pub pace_from: Option<(u64, Psn)>,
+    pub pace_from: Option<(super::time::Instant, Psn)>,
     /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
     /// of the old value, 1/4 of the new sample): how fast the path delivers.
     pub ack_pace_ns: Option<u64>,
@@ -385,9 +385,9 @@ impl Requester {
         mem: &MemTable,
         scratch: &mut Vec<u8>,
         honour_credits: bool,
-        now: u64,
+        now: Instant,
     ) -> Option<ReqPacket> {
-        if self.rnr_until.is_some_and(|t| now < t) {
+        if self.timers.get(Timer::RnrWait).is_some_and(|t| now < t) {
             return None;
         }
         let una = self.una();

@@ -19,6 +19,8 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
+use super::time::Instant;
+
 #[derive(Debug, Default)]
 pub(crate) struct Scheduler {
     ready: VecDeque<usize>,
@@ -29,9 +31,9 @@ pub(crate) struct Scheduler {
     /// Whether each slot is in `held`.
     is_held: Vec<bool>,
     /// (deadline, slot) of every slot with a timer armed.
-    timers: BTreeSet<(u64, usize)>,
+    timers: BTreeSet<(Instant, usize)>,
     /// Each slot's entry in `timers`.
-    armed: Vec<Option<u64>>,
+    armed: Vec<Option<Instant>>,
 }
 
 /// Grow `v` so that index `i` exists.
@@ -85,7 +87,7 @@ impl Scheduler {
     }
 
     /// Slot `i`'s earliest deadline is now `deadline` (None: no timer armed).
-    pub fn track(&mut self, i: usize, deadline: Option<u64>) {
+    pub fn track(&mut self, i: usize, deadline: Option<Instant>) {
         reach(&mut self.armed, i);
         if self.armed[i] == deadline {
             return;
@@ -100,13 +102,13 @@ impl Scheduler {
     }
 
     /// The earliest deadline of any slot.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub fn next_deadline(&self) -> Option<Instant> {
         self.timers.first().map(|&(d, _)| d)
     }
 
     /// Take the slots whose deadline is at or before `now` into `out` (their entries
     /// removed: the caller runs their timers and tracks them again).
-    pub fn take_due(&mut self, now: u64, out: &mut Vec<usize>) {
+    pub fn take_due(&mut self, now: Instant, out: &mut Vec<usize>) {
         while let Some(&(d, i)) = self.timers.first() {
             if d > now {
                 break;
@@ -128,6 +130,10 @@ impl Scheduler {
 mod tests {
     use super::*;
 
+    fn t(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
     #[test]
     fn ready_list_is_round_robin_and_each_slot_is_queued_once() {
         let mut s = Scheduler::default();
@@ -135,16 +141,16 @@ mod tests {
             s.wake(i);
         }
         assert_eq!(s.ready_len(), 3);
-        assert_eq!(s.next_ready(), Some(3));
+        assert_eq!(s.next_ready(), Some(t(3)));
         // A slot that sent goes back to the end; one that had nothing stays off.
         s.wake(3);
-        assert_eq!(s.next_ready(), Some(1));
-        assert_eq!(s.next_ready(), Some(7));
-        assert_eq!(s.next_ready(), Some(3));
+        assert_eq!(s.next_ready(), Some(t(1)));
+        assert_eq!(s.next_ready(), Some(t(7)));
+        assert_eq!(s.next_ready(), Some(t(3)));
         assert_eq!(s.next_ready(), None);
         // Taken off, it can be queued again.
         s.wake(1);
-        assert_eq!(s.next_ready(), Some(1));
+        assert_eq!(s.next_ready(), Some(t(1)));
     }
 
     #[test]
@@ -155,8 +161,8 @@ mod tests {
         s.hold(2);
         assert_eq!(s.next_ready(), None);
         s.release_held();
-        assert_eq!(s.next_ready(), Some(5));
-        assert_eq!(s.next_ready(), Some(2));
+        assert_eq!(s.next_ready(), Some(t(5)));
+        assert_eq!(s.next_ready(), Some(t(2)));
         assert_eq!(s.next_ready(), None);
         // Released once: nothing is held any more.
         s.release_held();
@@ -165,7 +171,7 @@ mod tests {
         s.wake(4);
         s.hold(4);
         s.release_held();
-        assert_eq!(s.next_ready(), Some(4));
+        assert_eq!(s.next_ready(), Some(t(4)));
         assert_eq!(s.next_ready(), None);
     }
 
@@ -173,24 +179,24 @@ mod tests {
     fn timers_give_the_earliest_deadline_and_follow_moves() {
         let mut s = Scheduler::default();
         assert_eq!(s.next_deadline(), None);
-        s.track(0, Some(500));
-        s.track(9, Some(300));
-        s.track(4, Some(800));
-        assert_eq!(s.next_deadline(), Some(300));
+        s.track(0, Some(t(500)));
+        s.track(9, Some(t(300)));
+        s.track(4, Some(t(800)));
+        assert_eq!(s.next_deadline(), Some(t(300)));
         // Moved later, then cleared: the set follows exactly.
-        s.track(9, Some(900));
-        assert_eq!(s.next_deadline(), Some(500));
+        s.track(9, Some(t(900)));
+        assert_eq!(s.next_deadline(), Some(t(500)));
         s.track(0, None);
-        assert_eq!(s.next_deadline(), Some(800));
+        assert_eq!(s.next_deadline(), Some(t(800)));
         let mut due = Vec::new();
-        s.take_due(799, &mut due);
+        s.take_due(t(799), &mut due);
         assert!(due.is_empty());
-        s.take_due(900, &mut due);
+        s.take_due(t(900), &mut due);
         assert_eq!(due, [4, 9]);
         assert_eq!(s.next_deadline(), None);
         // A slot taken is untracked: tracking it again re-arms it.
-        s.track(4, Some(1000));
-        assert_eq!(s.next_deadline(), Some(1000));
+        s.track(4, Some(t(1000)));
+        assert_eq!(s.next_deadline(), Some(t(1000)));
         s.forget(4);
         assert_eq!(s.next_deadline(), None);
     }
@@ -198,10 +204,10 @@ mod tests {
     #[test]
     fn equal_deadlines_of_different_slots_are_both_kept() {
         let mut s = Scheduler::default();
-        s.track(1, Some(100));
-        s.track(2, Some(100));
+        s.track(1, Some(t(100)));
+        s.track(2, Some(t(100)));
         let mut due = Vec::new();
-        s.take_due(100, &mut due);
+        s.take_due(t(100), &mut due);
         assert_eq!(due, [1, 2]);
     }
 }

@@ -234,6 +234,7 @@ impl Rnic {
     }
 
     /// The next asynchronous event (`ibv_get_async_event`), oldest first.
+    #[must_use = "a drained event is gone"]
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
         self.async_events.pop_front()
     }

@@ -1,29 +1,103 @@
-//! Transport timers as plain numbers of virtual nanoseconds.
+//! Transport timer durations (IBTA §9.7.6, table 45) and retry budgets.
 //!
 //! Contract: the engine never reads a clock. Every deadline is `now + duration` computed
-//! from the `now` the caller passed in, and the caller learns the earliest deadline from
-//! `Rnic::poll_timeout`.
+//! from the [`Instant`](super::Instant) the caller passed in, and the caller learns the
+//! earliest deadline from `Rnic::poll_timeout`.
+
+use std::time::Duration;
+
+use super::time::Instant;
 
 /// The local ACK timeout of IBTA §9.7.6 / §11.2: 4.096 µs × 2^timeout; 0 means
 /// "infinite" (no retransmission timer).
-pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
+pub const fn local_ack_timeout(timeout: u8) -> Option<Duration> {
     if timeout == 0 {
         None
     } else {
         // 4096 ns × 2^t, t ≤ 31: at most 8.8e12 ns, no overflow.
-        Some(4096u64 << (timeout & 0x1f))
+        Some(Duration::from_nanos(4096u64 << (timeout & 0x1f)))
     }
 }
 
-/// The RNR NAK timer (IBTA table 45), re-exported from the wire layer for one place to look.
-pub use crate::wire::rnr_timer_ns;
+/// The RNR NAK timer of IBTA table 45 for a 5-bit timer code (the wire layer's table).
+pub const fn rnr_timer(code: u8) -> Duration {
+    Duration::from_nanos(crate::wire::rnr_timer_ns(code))
+}
 
-/// `rnr_retry` and `retry_cnt` counters; rnr_retry 7 means "retry forever" (IBTA
-/// §9.7.5; retry_cnt 7 means seven retries, as on hardware, unlike rxe).
+/// The kinds of timer a QP runs (issue 14, item 3). ACKs need none: consecutive plain
+/// ACKs coalesce in the responder's queue and leave at the next transmit
+/// (`responder::push_ack`); the DCQCN timers (rate increase, pacer release) run in the
+/// congestion module, per QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timer {
+    /// The local ACK timeout (§9.7.6): armed when a request leaves with none running,
+    /// restarted on progress, stopped while an RNR wait runs.
+    Retransmit,
+    /// Sending suspended after an RNR NAK until the responder's RNR timer ran out
+    /// (§9.7.5, table 45).
+    RnrWait,
+}
+
+impl Timer {
+    const COUNT: usize = 2;
+}
+
+/// One QP's timers: a deadline per [`Timer`] kind, the only place deadlines are written
+/// (quinn-proto's `TimerTable` is the model).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RetryBudget {
-    pub retry_left: u8,
-    pub rnr_left: u8,
+pub struct TimerTable {
+    at: [Option<Instant>; Timer::COUNT],
+}
+
+impl TimerTable {
+    /// Run `t` for `d` from `now`; `None` (an infinite timeout) stops it.
+    pub fn arm(&mut self, t: Timer, now: Instant, d: Option<Duration>) {
+        self.at[t as usize] = d.map(|d| now + d);
+    }
+
+    /// Stop `t`.
+    pub fn stop(&mut self, t: Timer) {
+        self.at[t as usize] = None;
+    }
+
+    /// Stop every timer (a QP leaving RTS/SQD, or reset).
+    pub fn stop_all(&mut self) {
+        self.at = [None; Timer::COUNT];
+    }
+
+    /// When `t` fires, if it runs.
+    #[must_use]
+    pub fn get(&self, t: Timer) -> Option<Instant> {
+        self.at[t as usize]
+    }
+
+    /// Whether `t` runs.
+    #[must_use]
+    pub fn is_armed(&self, t: Timer) -> bool {
+        self.at[t as usize].is_some()
+    }
+
+    /// Whether `t` runs and is due at `now`.
+    #[must_use]
+    pub fn is_expired(&self, t: Timer, now: Instant) -> bool {
+        self.at[t as usize].is_some_and(|at| at <= now)
+    }
+
+    /// Stop `t` if it is due at `now`; whether it was.
+    #[must_use]
+    pub fn expire(&mut self, t: Timer, now: Instant) -> bool {
+        let due = self.is_expired(t, now);
+        if due {
+            self.stop(t);
+        }
+        due
+    }
+
+    /// The earliest deadline of all timers.
+    #[must_use]
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.at.iter().flatten().min().copied()
+    }
 }
 
 #[cfg(test)]
@@ -32,10 +106,44 @@ mod tests {
 
     #[test]
     fn ack_timeout_table() {
-        assert_eq!(local_ack_timeout_ns(0), None);
-        assert_eq!(local_ack_timeout_ns(1), Some(8192));
+        assert_eq!(local_ack_timeout(0), None);
+        assert_eq!(local_ack_timeout(1), Some(Duration::from_nanos(8192)));
         // 14 → 67.1 ms, the common setting.
-        assert_eq!(local_ack_timeout_ns(14), Some(67_108_864));
-        assert_eq!(rnr_timer_ns(12), 640_000);
+        assert_eq!(
+            local_ack_timeout(14),
+            Some(Duration::from_nanos(67_108_864))
+        );
+        assert_eq!(rnr_timer(12), Duration::from_micros(640));
+    }
+
+    #[test]
+    fn a_timer_table_keeps_one_deadline_per_kind() {
+        let t0 = Instant::from_nanos(1000);
+        let mut tt = TimerTable::default();
+        assert_eq!(tt.next_timeout(), None);
+        tt.arm(Timer::Retransmit, t0, local_ack_timeout(1));
+        tt.arm(Timer::RnrWait, t0, Some(Duration::from_nanos(10)));
+        assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(1010)));
+        assert!(!tt.is_expired(Timer::RnrWait, Instant::from_nanos(1009)));
+        assert!(tt.expire(Timer::RnrWait, Instant::from_nanos(1010)));
+        assert!(!tt.is_armed(Timer::RnrWait), "expire stops it");
+        assert!(!tt.expire(Timer::RnrWait, Instant::MAX), "once");
+        assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(1000 + 8192)));
+        // Re-arming replaces the deadline; an infinite timeout (0) stops the timer.
+        tt.arm(
+            Timer::Retransmit,
+            Instant::from_nanos(5000),
+            local_ack_timeout(1),
+        );
+        assert_eq!(
+            tt.get(Timer::Retransmit),
+            Some(Instant::from_nanos(5000 + 8192))
+        );
+        tt.arm(Timer::Retransmit, t0, local_ack_timeout(0));
+        assert_eq!(tt.next_timeout(), None);
+        tt.arm(Timer::RnrWait, Instant::MAX, Some(Duration::MAX));
+        assert_eq!(tt.get(Timer::RnrWait), Some(Instant::MAX), "saturates");
+        tt.stop_all();
+        assert_eq!(tt, TimerTable::default());
     }
 }

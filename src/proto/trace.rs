@@ -130,13 +130,33 @@ pub fn enabled() -> bool {
     tracing::enabled!(target: "xrnic", tracing::Level::DEBUG)
 }
 
+/// What an event's `now_ns` field is made of: an engine [`Instant`], or the
+/// nanoseconds the congestion module's DCQCN model counts in.
+///
+/// [`Instant`]: super::Instant
+pub trait TraceTime {
+    fn trace_nanos(self) -> u64;
+}
+
+impl TraceTime for super::Instant {
+    fn trace_nanos(self) -> u64 {
+        self.as_nanos()
+    }
+}
+
+impl TraceTime for u64 {
+    fn trace_nanos(self) -> u64 {
+        self
+    }
+}
+
 /// Emit one engine event: `qp_event!(now, dev, qpn, "kind", field = value, ...)`.
 macro_rules! qp_event {
     ($now:expr, $dev:expr, $qpn:expr, $ev:literal $(, $($f:tt)*)?) => {
         tracing::event!(
             target: "xrnic",
             tracing::Level::DEBUG,
-            now_ns = $now,
+            now_ns = $crate::proto::trace::TraceTime::trace_nanos($now),
             dev = $dev,
             qpn = $qpn.value(),
             ev = $ev

@@ -41,6 +41,7 @@ use super::super::requester::{LocalSeg, SendFlags, SendWr, WrOpcode, resolve_sge
 use super::super::trace::{TxReason, qp_event};
 use super::super::verdict::RxVerdict;
 use super::{PKEY_TABLE, Rnic};
+use crate::proto::time::Instant;
 
 /// The QPN of the General Services Interface QP (IBTA §13.5.1).
 pub const GSI_QPN: Qpn = Qpn::new(1);
@@ -426,7 +427,7 @@ impl Rnic {
     /// QP's slot when the verdict was reached at the QP (the caller counts both).
     pub(super) fn handle_ud(
         &mut self,
-        now: u64,
+        now: Instant,
         view: &FrameView<'_>,
     ) -> (RxVerdict, Option<usize>) {
         let bth = view.bth();

@@ -20,7 +20,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::proto::congestion::{Algorithm, CongestionControl, DcqcnParams, Pacer};
 use crate::proto::{
-    Access, MAX_FRAME_LEN, RdmaInfo, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+    Access, Instant, MAX_FRAME_LEN, RdmaInfo, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 use crate::sim::{ConnectOpts, LinkConfig, Pair, QpEnd, Side};
 
@@ -231,7 +232,7 @@ pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
     let deliver = |heap: &mut Heap, dev: &mut crate::proto::Rnic, now| {
         while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
             if let Some(Reverse((_, _, f))) = heap.pop() {
-                let _ = dev.handle_frame(now, &f);
+                let _ = dev.handle_frame(Instant::from_nanos(now), &f);
             }
         }
     };
@@ -247,12 +248,12 @@ pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
         deliver(&mut to_b, dev_b, now);
         deliver(&mut to_a, dev_a, now);
         for d in [&mut *dev_a, &mut *dev_b] {
-            if d.poll_timeout().is_some_and(|t| t <= now) {
-                d.handle_timeout(now);
+            if d.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
+                d.handle_timeout(Instant::from_nanos(now));
             }
         }
         while a_free <= now {
-            let Some(len) = dev_a.poll_transmit(now, &mut buf) else {
+            let Some(len) = dev_a.poll_transmit(Instant::from_nanos(now), &mut buf) else {
                 break;
             };
             a_free = now + ser_ns(len, cfg.line_rate_bps);
@@ -298,7 +299,7 @@ pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
             queue.push_back(f);
         }
         for _ in 0..4096 {
-            let Some(len) = dev_b.poll_transmit(now, &mut buf) else {
+            let Some(len) = dev_b.poll_transmit(Instant::from_nanos(now), &mut buf) else {
                 break;
             };
             seq += 1;
@@ -340,8 +341,8 @@ pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
         let next = [
             to_b.peek().map(|Reverse((t, _, _))| *t),
             to_a.peek().map(|Reverse((t, _, _))| *t),
-            dev_a.poll_timeout(),
-            dev_b.poll_timeout(),
+            dev_a.poll_timeout().map(Instant::as_nanos),
+            dev_b.poll_timeout().map(Instant::as_nanos),
             Some(a_free).filter(|&t| t > now),
             Some(bn_free).filter(|&t| t > now && !queue.is_empty()),
         ]

@@ -28,11 +28,13 @@ pub mod dumbbell;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::io::pcap_out::{Direction, Interface, PcapNgOut};
+use crate::proto::Instant;
 use crate::proto::verdict::RxTally;
 use crate::proto::{
     Access, AddressVector, AttrMask, Config, Cq, MAX_FRAME_LEN, Mtu, Pd, QpAttr, QpInitAttr,
@@ -145,7 +147,7 @@ impl LinkFate {
 
 #[derive(Debug)]
 struct InFlight {
-    at: u64,
+    at: Instant,
     seq: u64,
     to: Side,
     bytes: Vec<u8>,
@@ -180,7 +182,7 @@ pub struct Link {
     /// All other frames, per destination: their arrival times only grow (the sender's
     /// side of the wire is serialized and the delay is constant), so a FIFO suffices.
     fifo: [std::collections::VecDeque<InFlight>; 2],
-    busy_until: [u64; 2],
+    busy_until: [Instant; 2],
     seq: u64,
     pool: Vec<Vec<u8>>,
     pub stats: LinkStats,
@@ -193,7 +195,7 @@ impl Link {
             rng: ChaCha8Rng::seed_from_u64(seed),
             queue: BinaryHeap::new(),
             fifo: Default::default(),
-            busy_until: [0; 2],
+            busy_until: [Instant::ZERO; 2],
             seq: 0,
             pool: Vec::new(),
             stats: LinkStats::default(),
@@ -201,7 +203,7 @@ impl Link {
     }
 
     /// When side `from` may start sending its next frame.
-    pub fn ready_at(&self, from: Side) -> u64 {
+    pub fn ready_at(&self, from: Side) -> Instant {
         self.busy_until[from.idx()]
     }
 
@@ -248,7 +250,7 @@ impl Link {
     /// with nothing in flight, where it is due at once and nothing can come before it.
     /// The statistics, the wire's busy time and the PRNG (never drawn from at probability
     /// 0) end as `send_owned` followed by `pop_due` would leave them.
-    pub fn pass_through(&mut self, now: u64, from: Side) {
+    pub fn pass_through(&mut self, now: Instant, from: Side) {
         debug_assert!(self.is_ideal() && self.in_flight() == 0);
         self.stats.frames_sent += 1;
         self.stats.frames_delivered += 1;
@@ -258,23 +260,23 @@ impl Link {
     }
 
     /// Put a frame on the wire from `from` at `now`; what the link does to it.
-    pub fn send(&mut self, now: u64, from: Side, frame: &[u8]) -> LinkFate {
+    pub fn send(&mut self, now: Instant, from: Side, frame: &[u8]) -> LinkFate {
         let b = self.buffer(frame);
         self.send_owned(now, from, b, frame.len())
     }
 
     /// Put the frame `buf[..len]` on the wire, handing over the buffer (no copy); what
     /// the link does to it.
-    pub fn send_owned(&mut self, now: u64, from: Side, buf: Vec<u8>, len: usize) -> LinkFate {
+    pub fn send_owned(&mut self, now: Instant, from: Side, buf: Vec<u8>, len: usize) -> LinkFate {
         let mut fate = LinkFate::default();
         let len = len.min(buf.len());
         self.stats.frames_sent += 1;
         let start = now.max(self.busy_until[from.idx()]);
-        let ser = if self.cfg.bandwidth_bps == 0 {
+        let ser = Duration::from_nanos(if self.cfg.bandwidth_bps == 0 {
             0
         } else {
             (len as u64 * 8 * 1_000_000_000).div_ceil(self.cfg.bandwidth_bps)
-        };
+        });
         self.busy_until[from.idx()] = start + ser;
         if self.chance(self.cfg.loss) {
             self.stats.lost += 1;
@@ -290,12 +292,12 @@ impl Link {
             None
         };
         for mut bytes in std::iter::once(buf).chain(dup) {
-            let mut at = start + ser + self.cfg.delay_ns;
+            let mut at = start + ser + Duration::from_nanos(self.cfg.delay_ns);
             let reordered = self.chance(self.cfg.reorder) && self.cfg.reorder_extra_ns > 0;
             if reordered {
                 self.stats.reordered += 1;
                 fate.reordered = true;
-                at += self.rng.random_range(1..=self.cfg.reorder_extra_ns);
+                at += Duration::from_nanos(self.rng.random_range(1..=self.cfg.reorder_extra_ns));
             }
             if self.cfg.ce_mark > 0.0 && self.chance(self.cfg.ce_mark) && mark_ce(&mut bytes[..len])
             {
@@ -326,7 +328,7 @@ impl Link {
     }
 
     /// The queue holding the earliest frame: 0/1 the FIFOs, 2 the reorder heap.
-    fn earliest(&self) -> Option<(usize, u64)> {
+    fn earliest(&self) -> Option<(usize, Instant)> {
         let key = |f: &InFlight| (f.at, f.seq);
         [
             self.fifo[0].front().map(key),
@@ -341,13 +343,13 @@ impl Link {
     }
 
     /// When the next frame arrives somewhere.
-    pub fn next_delivery(&self) -> Option<u64> {
+    pub fn next_delivery(&self) -> Option<Instant> {
         self.earliest().map(|(_, at)| at)
     }
 
     /// A frame due at `now`: the side it arrives at, its buffer and its length
     /// (the frame is `buf[..len]`; give the buffer back with [`Link::recycle`]).
-    pub fn pop_due(&mut self, now: u64) -> Option<(Side, Vec<u8>, usize)> {
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Side, Vec<u8>, usize)> {
         let (q, at) = self.earliest()?;
         if at > now {
             return None;
@@ -372,11 +374,11 @@ pub struct Pair {
     pub a: Rnic,
     pub b: Rnic,
     pub link: Link,
-    /// Virtual time in nanoseconds.
-    pub now: u64,
+    /// Virtual time.
+    pub now: Instant,
     /// When set, every frame a side transmits is recorded here (time, sender, bytes),
     /// before the link impairs it: a capture of the wire for tests.
-    pub capture: Option<Vec<(u64, Side, Vec<u8>)>>,
+    pub capture: Option<Vec<(Instant, Side, Vec<u8>)>>,
     /// When set, every transmitted frame goes into this pcapng (see the module docs).
     pub pcap: Option<SimPcap>,
     /// The verdicts each side's engine gave the frames it received (A, B).
@@ -410,7 +412,7 @@ impl SimPcap {
         })
     }
 
-    fn record(&mut self, at: u64, side: Side, frame: &[u8], reason: TxReason, fate: &[&str]) {
+    fn record(&mut self, at: Instant, side: Side, frame: &[u8], reason: TxReason, fate: &[&str]) {
         if self.error.is_some() {
             return;
         }
@@ -422,7 +424,7 @@ impl SimPcap {
         let comment = (!parts.is_empty()).then(|| parts.join("; "));
         if let Err(e) = self.out.write(
             side.idx() as u32,
-            at,
+            at.as_nanos(),
             frame,
             Some(Direction::Outbound),
             comment.as_deref(),
@@ -468,7 +470,7 @@ impl Pair {
             a: Rnic::new(a),
             b: Rnic::new(b),
             link: Link::new(link, seed),
-            now: 0,
+            now: Instant::ZERO,
             capture: None,
             pcap: None,
             verdicts: Default::default(),
@@ -590,14 +592,14 @@ impl Pair {
         }
     }
 
-    /// Step until `done` holds, nothing is left to do, or virtual time passes `limit_ns`.
+    /// Step until `done` holds, nothing is left to do, or virtual time passes `limit`.
     /// Returns whether `done` held.
-    pub fn run_until(&mut self, limit_ns: u64, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
+    pub fn run_until(&mut self, limit: Instant, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
         loop {
             if done(self) {
                 return true;
             }
-            if self.now > limit_ns || !self.step() {
+            if self.now > limit || !self.step() {
                 return done(self);
             }
         }
@@ -775,9 +777,9 @@ mod tests {
             let mut l = Link::new(cfg, seed);
             let mut out = vec![];
             for i in 0..2000u64 {
-                let _ = l.send(i * 1000, Side::A, &[i as u8; 100]);
+                let _ = l.send(Instant::from_nanos(i * 1000), Side::A, &[i as u8; 100]);
             }
-            while let Some((to, b, n)) = l.pop_due(u64::MAX) {
+            while let Some((to, b, n)) = l.pop_due(Instant::MAX) {
                 assert_eq!(to, Side::B);
                 out.push(b[..n].to_vec());
             }
@@ -809,14 +811,15 @@ mod tests {
             },
             1,
         );
-        let _ = l.send(0, Side::A, &[0; 1000]);
-        assert_eq!(l.ready_at(Side::A), 1000);
-        let _ = l.send(0, Side::A, &[0; 1000]);
-        assert_eq!(l.ready_at(Side::A), 2000);
-        assert_eq!(l.next_delivery(), Some(2000));
-        assert!(l.pop_due(1999).is_none());
-        assert!(l.pop_due(2000).is_some());
-        assert_eq!(l.next_delivery(), Some(3000));
+        let t = Instant::from_nanos;
+        let _ = l.send(t(0), Side::A, &[0; 1000]);
+        assert_eq!(l.ready_at(Side::A), t(1000));
+        let _ = l.send(t(0), Side::A, &[0; 1000]);
+        assert_eq!(l.ready_at(Side::A), t(2000));
+        assert_eq!(l.next_delivery(), Some(t(2000)));
+        assert!(l.pop_due(t(1999)).is_none());
+        assert!(l.pop_due(t(2000)).is_some());
+        assert_eq!(l.next_delivery(), Some(t(3000)));
     }
     /// The direct hand-over on an ideal link (`Link::pass_through`) is the queue's
     /// behaviour without the queue: the same workload run through it and through the
@@ -897,7 +900,7 @@ mod tests {
             s.imm_data = 0x1234;
             p.b.post_send(c.qp_b, s).unwrap();
             let mut wcs: Vec<WorkCompletion> = Vec::new();
-            p.run_until(1_000_000_000, |p| {
+            p.run_until(Instant::from_nanos(1_000_000_000), |p| {
                 p.a.poll_cq(c.cq_a, usize::MAX, &mut wcs);
                 p.b.poll_cq(c.cq_b, usize::MAX, &mut wcs);
                 wcs.len() >= 8

@@ -1,7 +1,7 @@
 //! Helpers shared by the transport integration tests.
 #![allow(dead_code)]
 
-use xrnic::proto::{Access, MrInfo, RecvWr, SendWr, Sge, WorkCompletion, WrOpcode};
+use xrnic::proto::{Access, Instant, MrInfo, RecvWr, SendWr, Sge, WorkCompletion, WrOpcode};
 use xrnic::sim::{ConnectOpts, LinkConfig, Pair, RcPair, Side};
 use xrnic::wire::{FrameView, Opcode, Syndrome};
 
@@ -57,10 +57,10 @@ pub fn run_for_wcs(
     s: Side,
     c: &RcPair,
     n: usize,
-    limit_ns: u64,
+    limit: Instant,
     acc: &mut Vec<WorkCompletion>,
 ) {
-    let done = p.run_until(limit_ns, |pr| {
+    let done = p.run_until(limit, |pr| {
         let cq = match s {
             Side::A => c.cq_a,
             Side::B => c.cq_b,
@@ -70,13 +70,13 @@ pub fn run_for_wcs(
     });
     assert!(
         done,
-        "only {} of {n} completions by t={} ns: {acc:?}",
+        "only {} of {n} completions by t={}: {acc:?}",
         acc.len(),
         p.now
     );
 }
 
-/// Captured frames sent by `from` with `opcode`: (time, AETH syndrome if any, PSN).
+/// Captured frames sent by `from` with `opcode`: (time in ns, AETH syndrome if any, PSN).
 pub fn frames(p: &Pair, from: Side, opcode: Opcode) -> Vec<(u64, Option<Syndrome>, u32)> {
     p.capture
         .as_ref()
@@ -89,7 +89,7 @@ pub fn frames(p: &Pair, from: Side, opcode: Opcode) -> Vec<(u64, Option<Syndrome
             let r = v.repr();
             (r.roce.bth.opcode == opcode).then(|| {
                 (
-                    *t,
+                    t.as_nanos(),
                     r.roce.ext.aeth.map(|a| a.syndrome),
                     r.roce.bth.psn.value(),
                 )

@@ -320,6 +320,7 @@ impl CongestionControl {
 
     /// The next local QP whose peer must get a CNP (build it with [`build_cnp`], DestQP =
     /// the QP's remote QPN, marking from [`Self::cnp_marking`]).
+    #[must_use = "a drained CNP must be sent"]
     pub fn poll_cnp(&mut self) -> Option<Qpn> {
         self.cnps.pop_front()
     }

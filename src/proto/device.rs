@@ -1175,3 +1175,7 @@ pub(crate) mod ud;
 #[cfg(test)]
 #[path = "device_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "event_tests.rs"]
+mod event_tests;

@@ -462,10 +462,15 @@ impl Drop for EngineGuard<'_> {
         let Some(mut g) = self.guard.take() else {
             return;
         };
-        if g.rnic.completions_added() == self.added {
+        // The hook also moves the engine's asynchronous events out: some come with no
+        // completion (COMM_EST on an RDMA WRITE, CQ_ERR).
+        let completed = g.rnic.completions_added() != self.added;
+        if !completed && !g.rnic.async_events_pending() {
             return;
         }
-        self.shared.notify(&mut g, self.wake_socket_waiter);
+        if completed {
+            self.shared.notify(&mut g, self.wake_socket_waiter);
+        }
         drop(g);
         self.shared.run_completion_hook();
     }

@@ -268,9 +268,9 @@ impl Rnic {
         self.async_events.pop_front()
     }
 
-    /// Asynchronous events wait to be read ([`Rnic::poll_async_event`]).
-    pub fn async_events_pending(&self) -> bool {
-        !self.async_events.is_empty()
+    /// Asynchronous events waiting to be read ([`Rnic::poll_async_event`]).
+    pub fn async_events_len(&self) -> usize {
+        self.async_events.len()
     }
 
     /// Checks of `create_qp` for a QP on an SRQ: the SRQ exists and shares the QP's PD

@@ -493,6 +493,9 @@ VS_KNOWN=(
 	# maps every copy failure but -EFAULT to it); xrnic says IBV_WC_LOC_PROT_ERR, what
 	# rdma-core's ibv_poll_cq(3) names for an SGE that references no valid MR (as mlx5).
 	'a bad lkey completes with IBV_WC_LOC_PROT_ERR'
+	# rxe raises no QP events (6.1: only SRQ_LIMIT_REACHED, SQ_DRAINED, CQ_ERR and port
+	# events); xrnic raises COMM_EST for the first packet on a QP in RTR (IBTA 11.6.3.1).
+	'ibv_get_async_event: IBV_EVENT_COMM_EST on the QP in RTR'
 )
 
 # The C verbs suite: on rxe0 in a guest (both ends in the one guest, over rxe's loopback;

@@ -432,6 +432,8 @@ pub struct EngineGuard<'a> {
     shared: &'a Shared,
     /// [`Rnic::completions_added`] when locked.
     added: u64,
+    /// [`Rnic::async_events_len`] when locked.
+    events: usize,
     /// False for the thread asleep on the socket, which looks at its CQ right after its
     /// own step: it need not signal itself.
     wake_socket_waiter: bool,
@@ -462,10 +464,17 @@ impl Drop for EngineGuard<'_> {
         let Some(mut g) = self.guard.take() else {
             return;
         };
-        if g.rnic.completions_added() == self.added {
+        // The hook also moves the engine's asynchronous events out: some come with no
+        // completion (COMM_EST on an RDMA WRITE, CQ_ERR). Only events raised while this
+        // guard was held count: the hook's own looks at the engine raise none, so it is
+        // never run again from inside itself (its slot's lock is not reentrant).
+        let completed = g.rnic.completions_added() != self.added;
+        if !completed && g.rnic.async_events_len() <= self.events {
             return;
         }
-        self.shared.notify(&mut g, self.wake_socket_waiter);
+        if completed {
+            self.shared.notify(&mut g, self.wake_socket_waiter);
+        }
         drop(g);
         self.shared.run_completion_hook();
     }
@@ -489,6 +498,7 @@ impl Shared {
         let guard = self.raw_lock();
         EngineGuard {
             added: guard.rnic.completions_added(),
+            events: guard.rnic.async_events_len(),
             wake_socket_waiter,
             shared: self,
             guard: Some(guard),

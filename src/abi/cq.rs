@@ -272,6 +272,8 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if !live::remove(cq, Kind::Cq) {
             return ret(Err(libc::EINVAL));
         }
+        // SAFETY: still allocated (freed below); its context pointer is ours.
+        crate::events::forget(unsafe { (*cq).context }, cq as usize);
         // SAFETY: removed above: a leaked Box<XCq> freed once.
         let x = unsafe { Box::from_raw(cq as *mut XCq) };
         if let Some(ctx) = context(x.ibv.context) {

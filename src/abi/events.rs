@@ -4,28 +4,43 @@
 //! The fd is an eventfd in semaphore mode, one count per queued event: `poll`/`epoll`
 //! see it readable while an event waits, `ibv_get_async_event` blocks on it (or fails
 //! EAGAIN when the program made it O_NONBLOCK, as with rdma-core's fd). The engine
-//! queues its events ([`xrnic::verbs::Device::poll_async_event`]); the device's
-//! completion hook moves them here ([`AsyncQueue::pump`]), so an event reaches the fd
-//! with the completion that follows it (the SRQ limit: the receive that took the SRQ
-//! below its limit). The hook looks only while the context has an SRQ (the one source
-//! of events today), so RC-only programs pay nothing.
+//! queues its events ([`xrnic::verbs::Device::poll_async_event`]); the driver runs the
+//! device's completion hook after a step that added completions or events, and the hook
+//! moves them here ([`AsyncQueue::pump`]).
 //!
-//! Events: IBV_EVENT_SRQ_LIMIT_REACHED (element: the `ibv_srq *`). The engine raises no
-//! QP events yet (QP_FATAL, COMM_EST, LAST_WQE_REACHED) nor port events: docs/verbs-abi.md.
+//! Events (element in brackets): IBV_EVENT_SRQ_LIMIT_REACHED (the `ibv_srq *`),
+//! IBV_EVENT_COMM_EST, IBV_EVENT_QP_LAST_WQE_REACHED, IBV_EVENT_QP_FATAL,
+//! IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR (the `ibv_qp *`), IBV_EVENT_CQ_ERR (the
+//! `ibv_cq *`): the engine's [`AsyncEvent`] says when each is raised.
+//!
+//! Acknowledgement as rdma-core's (libibverbs/device.c, cmd_destroy_*): the library
+//! counts the events `ibv_get_async_event` handed out for each object, and
+//! `ibv_ack_async_event` the ones acknowledged, into the object's `events_completed`
+//! (`async_events_completed` for a CQ). Destroying a QP, CQ or SRQ drops its events not
+//! yet read and waits until every event handed out for it is acknowledged.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
-use std::collections::VecDeque;
-use std::sync::{Mutex, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use xrnic::verbs::{self as xv, AsyncEvent};
 
 use crate::device::context;
+use crate::live::{self, Kind};
 use crate::types::*;
 use crate::{guard, set_errno};
 
-/// `IBV_EVENT_SRQ_LIMIT_REACHED` of `enum ibv_event_type`.
+/// `enum ibv_event_type` (verbs.h).
+pub const IBV_EVENT_CQ_ERR: c_int = 0;
+pub const IBV_EVENT_QP_FATAL: c_int = 1;
+pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
+pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
+pub const IBV_EVENT_COMM_EST: c_int = 4;
 pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
+pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
+
+/// One event waiting to be read: the element (`ibv_qp *`, ... as usize), its type.
+type Item = (usize, c_int);
 
 /// The events of one context, waiting to be read.
 #[derive(Default)]
@@ -33,9 +48,31 @@ pub struct AsyncQueue {
     /// The device, the context (`ibv_context *` as usize) and its async fd, set once
     /// the context exists.
     src: OnceLock<(xv::Device, usize, c_int)>,
-    events: Mutex<VecDeque<(usize, c_int)>>,
-    /// Objects that can raise events (SRQs): the hook looks only while non-zero.
-    pub interest: AtomicUsize,
+    events: Mutex<VecDeque<Item>>,
+}
+
+/// Per object (`ibv_qp *`, `ibv_cq *`, `ibv_srq *` as usize): events handed out by
+/// `ibv_get_async_event` and events acknowledged. An entry exists only while its object
+/// is allocated (destroy removes it before freeing).
+static ACKS: Mutex<Option<HashMap<usize, (u32, u32)>>> = Mutex::new(None);
+static ACKED: Condvar = Condvar::new();
+
+fn qp_by_num(ctx: usize, qpn: u32) -> Option<usize> {
+    live::find(Kind::Qp, |p| {
+        // SAFETY: `p` is a live Qp entry (a leaked Box<XQp> whose first field is the
+        // ibv_qp); find holds the table's lock, ibv_destroy_qp removes it before freeing.
+        let q = unsafe { &*(p as *const ibv_qp) };
+        q.context as usize == ctx && q.qp_num == qpn
+    })
+}
+
+/// The CQ of context `ctx` for which `is` holds (given the CQ's xrnic handle).
+fn cq_where(ctx: usize, is: impl Fn(&xv::Cq) -> bool) -> Option<usize> {
+    live::find(Kind::Cq, |p| {
+        // SAFETY: as in `qp_by_num`, for a leaked Box<XCq>.
+        let x = unsafe { &*(p as *const crate::cq::XCq) };
+        x.ibv.context as usize == ctx && is(&x.state.cq)
+    })
 }
 
 impl AsyncQueue {
@@ -45,28 +82,72 @@ impl AsyncQueue {
     }
 
     /// Move the engine's events to the queue and count each on the fd (the completion
-    /// hook calls this, with the engine unlocked).
+    /// hook calls this, with the engine unlocked). The element is looked up and the
+    /// event queued under the queue's lock, which [`forget`] takes after a destroy
+    /// removed its object from the live table: no event names a freed object.
     pub fn pump(&self) {
-        if self.interest.load(Ordering::SeqCst) == 0 {
-            return;
-        }
         let Some((dev, ctx, fd)) = self.src.get() else {
             return;
         };
+        let ctx = *ctx;
         while let Some(ev) = dev.poll_async_event() {
+            let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
             let item = match ev {
-                AsyncEvent::SrqLimitReached(s) => crate::srq::by_num(*ctx as *mut ibv_context, s.0)
+                AsyncEvent::SrqLimitReached(s) => crate::srq::by_num(ctx as *mut ibv_context, s.0)
                     .map(|p| (p as usize, IBV_EVENT_SRQ_LIMIT_REACHED)),
+                AsyncEvent::CommEst(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_COMM_EST))
+                }
+                AsyncEvent::QpLastWqeReached(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_LAST_WQE_REACHED))
+                }
+                AsyncEvent::QpFatal(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_FATAL))
+                }
+                AsyncEvent::QpReqErr(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_REQ_ERR))
+                }
+                AsyncEvent::QpAccessErr(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_ACCESS_ERR))
+                }
+                AsyncEvent::CqErr(c) => {
+                    cq_where(ctx, |x| x.engine_cq() == Some(c)).map(|p| (p, IBV_EVENT_CQ_ERR))
+                }
             };
             // An event about an object already destroyed has no one to go to.
             let Some(item) = item else { continue };
-            self.events
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back(item);
+            q.push_back(item);
+            drop(q);
             // SAFETY: writes 8 bytes from a live local to the context's eventfd.
             let _ = unsafe { libc::write(*fd, &1u64 as *const u64 as *const c_void, 8) };
         }
+    }
+}
+
+/// Called by ibv_destroy_qp / _cq / _srq once `element` left the live table and before
+/// it is freed: drop its events not yet read, then wait until every event handed out
+/// for it is acknowledged (rdma-core's destroy waits the same way: `events_completed`
+/// against the kernel's `events_reported`).
+pub fn forget(ctx: *mut ibv_context, element: usize) {
+    if let Some(x) = context(ctx) {
+        x.notify
+            .async_q
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&(el, _)| el != element);
+    }
+    let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let m = g.get_or_insert_with(HashMap::new);
+        match m.get(&element) {
+            Some(&(out, acked)) if acked < out => {}
+            _ => {
+                m.remove(&element);
+                return;
+            }
+        }
+        g = ACKED.wait(g).unwrap_or_else(|e| e.into_inner());
     }
 }
 
@@ -83,21 +164,30 @@ pub extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_asy
             return -1;
         }
         let fd = x.vctx.context.async_fd;
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into a live local.
-        if unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) } != 8 {
-            return -1;
-        }
-        let ev = x
-            .notify
-            .async_q
-            .events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        let Some((element, event_type)) = ev else {
-            set_errno(libc::EAGAIN);
-            return -1;
+        // A count whose event was dropped (its object destroyed before it was read)
+        // finds the queue empty: read the next one.
+        let (element, event_type) = loop {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into a live local.
+            if unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) } != 8 {
+                return -1;
+            }
+            let mut q = x
+                .notify
+                .async_q
+                .events
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if let Some(item) = q.pop_front() {
+                // Counted before the queue's lock goes: a destroy that purges the
+                // queue next then waits for this event's acknowledgement.
+                let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
+                g.get_or_insert_with(HashMap::new)
+                    .entry(item.0)
+                    .or_insert((0, 0))
+                    .0 += 1;
+                break item;
+            }
         };
         // SAFETY: `event` points to the caller's ibv_async_event.
         unsafe {
@@ -110,8 +200,8 @@ pub extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_asy
     })
 }
 
-/// `ibv_ack_async_event`: counts the event on its object (`events_completed`, the
-/// field rdma-core's destroy verbs wait on; xrnic's destroy does not wait).
+/// `ibv_ack_async_event`: counts the event on its object (`events_completed`, or a CQ's
+/// `async_events_completed`) and wakes a destroy waiting for it.
 pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
     guard((), || {
         if event.is_null() {
@@ -119,17 +209,28 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         }
         // SAFETY: `event` points to an event ibv_get_async_event filled.
         let e = unsafe { &*event };
-        if e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED {
-            let srq = e.element as *mut ibv_srq;
-            if crate::srq::xsrq(srq).is_some() {
-                // SAFETY: a live SRQ (a leaked Box<XSrq> whose first field is this
-                // ibv_srq); its counter is the program's, written through the raw
-                // pointer, as rdma-core does under the SRQ's mutex.
-                unsafe {
-                    let p = core::ptr::addr_of_mut!((*srq).events_completed);
-                    p.write(p.read().wrapping_add(1));
+        let el = e.element as usize;
+        let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(n) = g.as_mut().and_then(|m| m.get_mut(&el)) else {
+            return;
+        };
+        n.1 = n.1.wrapping_add(1);
+        // SAFETY: the entry exists, so the object is still allocated (its destroy
+        // removes the entry under this lock before freeing it); the counter is the
+        // program's, written as rdma-core does under the object's mutex.
+        unsafe {
+            let p = match e.event_type {
+                IBV_EVENT_CQ_ERR => {
+                    core::ptr::addr_of_mut!((*(el as *mut ibv_cq)).async_events_completed)
                 }
-            }
+                IBV_EVENT_SRQ_LIMIT_REACHED => {
+                    core::ptr::addr_of_mut!((*(el as *mut ibv_srq)).events_completed)
+                }
+                _ => core::ptr::addr_of_mut!((*(el as *mut ibv_qp)).events_completed),
+            };
+            p.write(p.read().wrapping_add(1));
         }
+        drop(g);
+        ACKED.notify_all();
     })
 }

@@ -144,6 +144,15 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     ibv.qp_num = qp.qp_num().value();
     ibv.qp_type = a.qp_type;
     ibv.srq = a.srq;
+    // The send WQE's size as the kernel's rxe sizes it (rxe_qp.c `rxe_qp_init_req`): room
+    // for the larger of the SGE list (16 bytes an SGE) and the inline data, and the
+    // capabilities reported are what that room holds. So a QP asked for no inline data
+    // still takes 16 bytes per send SGE inline (rdma_xclient posts IBV_SEND_INLINE with
+    // max_inline_data 0), and inline room adds SGEs.
+    let mut c = c;
+    let wqe = (c.max_send_sge * 16).max(c.max_inline_data);
+    c.max_send_sge = wqe / 16;
+    c.max_inline_data = wqe;
     let inline = if c.max_inline_data > 0 {
         let slot = (c.max_inline_data as usize).next_multiple_of(64);
         let slots = c.max_send_wr as usize + 1;
@@ -195,6 +204,8 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if !live::remove(qp, Kind::Qp) {
             return ret(Err(libc::EINVAL));
         }
+        // SAFETY: still allocated (freed below); its context pointer is ours.
+        crate::events::forget(unsafe { (*qp).context }, qp as usize);
         // SAFETY: removed above: a leaked Box<XQp> freed once.
         let x = unsafe { Box::from_raw(qp as *mut XQp) };
         for c in &x.cqs {

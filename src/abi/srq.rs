@@ -11,7 +11,6 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use xrnic::verbs::{self as xv, RecvWr, SrqAttr, SrqAttrMask};
 
-use crate::device::context;
 use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
@@ -79,9 +78,6 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq,
     ibv.pd = pd;
     ibv.handle = next_handle();
     p.users.fetch_add(1, Ordering::SeqCst);
-    if let Some(c) = context(p.ibv.context) {
-        c.notify.async_q.interest.fetch_add(1, Ordering::SeqCst);
-    }
     let x = Box::into_raw(Box::new(XSrq {
         ibv,
         srq,
@@ -150,16 +146,14 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         if !live::remove(srq, Kind::Srq) {
             return ret(Err(libc::EINVAL));
         }
+        // SAFETY: still allocated (freed below); its context pointer is ours.
+        crate::events::forget(unsafe { (*srq).context }, srq as usize);
         // SAFETY: removed above: a leaked Box<XSrq> freed once.
         let x = unsafe { Box::from_raw(srq as *mut XSrq) };
         let pd = x.pd;
-        let ctx = x.ibv.context;
         if let Err(e) = x.srq.destroy() {
             // No QP of ours uses it (checked above): not expected.
             eprintln!("xrnic: ibv_destroy_srq: {e}");
-        }
-        if let Some(c) = context(ctx) {
-            c.notify.async_q.interest.fetch_sub(1, Ordering::SeqCst);
         }
         // SAFETY: an SRQ keeps its PD (ibv_dealloc_pd is EBUSY while `users` > 0).
         unsafe { &*pd }.users.fetch_sub(1, Ordering::SeqCst);

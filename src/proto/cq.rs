@@ -168,15 +168,17 @@ impl CompletionQueue {
         }
     }
 
-    /// Add a completion, or count an overrun when the CQ is full.
-    pub(crate) fn push(&mut self, wc: WorkCompletion) {
+    /// Add a completion, or count an overrun when the CQ is full (false).
+    pub(crate) fn push(&mut self, wc: WorkCompletion) -> bool {
         if self.entries.len() >= self.capacity {
             self.overruns += 1;
+            false
         } else {
             self.entries.push_back(wc);
             // Relaxed: the `Rnic` is used by one thread at a time (its owner's lock
             // orders the accesses); the atomic only lets the CQs share the count.
             self.added.fetch_add(1, Ordering::Relaxed);
+            true
         }
     }
 

@@ -1242,3 +1242,7 @@ pub(crate) mod ud;
 #[cfg(test)]
 #[path = "device_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "event_tests.rs"]
+mod event_tests;

@@ -89,9 +89,22 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Add `wc` to `cq`; a full CQ drops it, counts the overrun and raises
+    /// IBV_EVENT_CQ_ERR (rxe `rxe_cq_post`).
     pub fn complete(&mut self, cq: Cq, wc: WorkCompletion) {
-        if let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize) {
-            q.push(wc);
+        if let Some(Some(q)) = self.cqs.get_mut(cq.0 as usize)
+            && !q.push(wc)
+        {
+            self.raise(srq::AsyncEvent::CqErr(cq));
+        }
+    }
+
+    /// Queue an asynchronous event for [`Rnic::poll_async_event`]. A device whose owner
+    /// never reads them keeps the first [`srq::MAX_ASYNC_EVENTS`]; later ones are
+    /// dropped (the queue never grows without bound).
+    pub fn raise(&mut self, ev: srq::AsyncEvent) {
+        if self.events.len() < srq::MAX_ASYNC_EVENTS {
+            self.events.push_back(ev);
         }
     }
 }

@@ -735,9 +735,13 @@ impl Qp {
 
     /// Move to ERR: every posted WR completes with WR_FLUSH_ERR, in order (IBTA §10.3,
     /// `ibv_modify_qp` to IBV_QPS_ERR).
+    /// A QP on an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED as it enters ERR (§10.2.9.5).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         if self.state != QpState::Err {
             super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, "state", from = ?self.state, to = ?QpState::Err);
+            if self.init.srq.is_some() {
+                ctx.raise(super::srq::AsyncEvent::QpLastWqeReached(self.qpn));
+            }
         }
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;

@@ -13,8 +13,8 @@
 use std::collections::VecDeque;
 
 use crate::wire::{
-    AethRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Segment,
-    Syndrome, aeth_credits,
+    AethRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Qpn,
+    Segment, Syndrome, aeth_credits,
 };
 
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
@@ -22,6 +22,7 @@ use super::framing::TxExt;
 use super::memory::{Access, AccessError, MemRef, MemTable};
 use super::qp::{Qp, QpState};
 use super::requester::{LocalSeg, Payload, scatter};
+use super::srq::AsyncEvent;
 use super::trace::{TxReason, qp_event};
 use super::{Ctx, Fault};
 
@@ -140,6 +141,8 @@ pub(crate) struct Responder {
     pub pkts_since_ack: u32,
     /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
     pub fatal: bool,
+    /// IBV_EVENT_COMM_EST was raised ([`comm_est`]); cleared by RESET.
+    pub comm_est: bool,
     /// PSNs consumed since the QP was created, not wrapped: ages the response cache.
     pub psn_count: u64,
     /// The PSN of the newest SEND/WRITE packet executed (rxe `ack_psn` − 1): what an ACK
@@ -384,7 +387,7 @@ impl Responder {
     }
 }
 
-fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
+fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
     let msn = qp.resp.msn;
     // Sequence-error NAKs are bounded like ACKs; a fatal NAK is always queued.
     let cap = if code == NakCode::PsnSequenceError {
@@ -396,9 +399,32 @@ fn nak(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, code: NakCode) {
     qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
-        // responder QP too (§9.9, rxe `do_class_ac_error`).
+        // responder QP too (§9.9, rxe `do_class_ac_error`). No receive completion
+        // reports it (an RDMA request has none): an affiliated error does (§11.6.3.1).
+        if !qp.resp.fatal {
+            ctx.raise(responder_error_event(qp.qpn, code));
+        }
         qp.resp.fatal = true;
         qp.resp.cur = None;
+    }
+}
+
+/// The affiliated asynchronous error of a responder QP that NAKed with `code` and goes
+/// to ERR (IBTA §11.6.3.1; mlx5 raises the same three).
+pub(crate) fn responder_error_event(qpn: Qpn, code: NakCode) -> AsyncEvent {
+    match code {
+        NakCode::RemoteAccessError => AsyncEvent::QpAccessErr(qpn),
+        NakCode::RemoteOperationalError => AsyncEvent::QpFatal(qpn),
+        _ => AsyncEvent::QpReqErr(qpn),
+    }
+}
+
+/// IBV_EVENT_COMM_EST the first time a packet reaches `qp` in RTR (IBTA §11.6.3.1:
+/// the event tells a CM that missed its RTU that the connection works).
+pub(crate) fn comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    if qp.state == QpState::Rtr && !qp.resp.comm_est {
+        qp.resp.comm_est = true;
+        ctx.raise(AsyncEvent::CommEst(qp.qpn));
     }
 }
 
@@ -417,6 +443,7 @@ pub(crate) fn handle_request(
         qp.counters.dropped_wrong_state += 1;
         return;
     }
+    comm_est(qp, ctx);
     let mtu = qp.attr.path_mtu.bytes();
     let d = psn.diff(qp.resp.epsn);
     if d > 0 {

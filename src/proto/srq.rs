@@ -16,12 +16,14 @@
 use std::collections::VecDeque;
 
 use super::Ctx;
+use super::cq::Cq;
 use super::device::Rnic;
 use super::memory::{Access, Pd};
 use super::qp::{Qp, QpState, VerbsError};
 use super::requester::{RecvWr, resolve_sges};
 use super::responder::RecvWqe;
 use super::trace::qp_event;
+use crate::wire::Qpn;
 
 /// A shared receive queue handle (`struct ibv_srq`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -52,12 +54,39 @@ impl SrqAttrMask {
     }
 }
 
-/// An asynchronous event (`struct ibv_async_event`), the ones this engine raises.
+/// An asynchronous event (`struct ibv_async_event`), the ones this engine raises
+/// (IBTA vol. 1 §11.6.3: affiliated events and errors). Errors that a work completion
+/// reports (a requester's failed WR, a receive completed in error) raise none: the
+/// completion is the report, as with rxe and mlx5.
+#[must_use]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AsyncEvent {
     /// IBV_EVENT_SRQ_LIMIT_REACHED: the SRQ holds fewer WQEs than its armed limit.
     SrqLimitReached(Srq),
+    /// IBV_EVENT_COMM_EST: the first packet arrived on an RC or UC QP in RTR (§11.6.3.1
+    /// "Communication Established"); once per RTR.
+    CommEst(Qpn),
+    /// IBV_EVENT_QP_LAST_WQE_REACHED: a QP on an SRQ entered ERR (by modify or by an
+    /// error): it takes no more WQEs from the SRQ (§10.2.9.5, §11.6.3.1).
+    QpLastWqeReached(Qpn),
+    /// IBV_EVENT_QP_FATAL: the responder QP goes to ERR after a class A error it
+    /// answered with a Remote Operational Error NAK (§9.9.3.1.1; "Local Work Queue
+    /// Catastrophic Error", §11.6.3.1).
+    QpFatal(Qpn),
+    /// IBV_EVENT_QP_REQ_ERR: the responder QP goes to ERR after an invalid request it
+    /// answered with an Invalid Request NAK ("Invalid Request Local Work Queue Error").
+    QpReqErr(Qpn),
+    /// IBV_EVENT_QP_ACCESS_ERR: the responder QP goes to ERR after an access violation
+    /// it answered with a Remote Access Error NAK ("Local Access Violation Work Queue
+    /// Error").
+    QpAccessErr(Qpn),
+    /// IBV_EVENT_CQ_ERR: a completion found its CQ full and was dropped (CQ overrun,
+    /// §11.6.3.1 "CQ Error"; rxe `rxe_cq_post`).
+    CqErr(Cq),
 }
+
+/// Most asynchronous events a device holds unread ([`Ctx::raise`]).
+pub const MAX_ASYNC_EVENTS: usize = 1024;
 
 /// Largest `max_sge` of an SRQ (rxe's `RXE_MAX_SRQ_SGE` is 27; ibv_devinfo `max_srq_sge`).
 pub const MAX_SRQ_SGE: u32 = 27;
@@ -96,7 +125,7 @@ pub(crate) fn take_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     qp.resp.rq.push_back(wqe);
     if s.limit > 0 && (s.rq.len() as u32) < s.limit {
         s.limit = 0;
-        ctx.events.push_back(AsyncEvent::SrqLimitReached(srq));
+        ctx.raise(AsyncEvent::SrqLimitReached(srq));
     }
 }
 
@@ -237,6 +266,11 @@ impl Rnic {
     #[must_use = "a drained event is gone"]
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
         self.async_events.pop_front()
+    }
+
+    /// Asynchronous events waiting to be read ([`Rnic::poll_async_event`]).
+    pub fn async_events_len(&self) -> usize {
+        self.async_events.len()
     }
 
     /// Checks of `create_qp` for a QP on an SRQ: the SRQ exists and shares the QP's PD

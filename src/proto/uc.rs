@@ -135,6 +135,7 @@ pub(crate) fn handle_request(
         qp.counters.dropped_wrong_state += 1;
         return;
     }
+    super::responder::comm_est(qp, ctx);
     let starts = info.segment.starts();
     let in_seq = psn == qp.resp.epsn && !qp.uc.drop_msg;
     if !in_seq && !starts {

@@ -163,10 +163,22 @@ impl Srq {
     }
 }
 
+impl super::Cq {
+    /// The engine's handle of this CQ (what [`AsyncEvent::CqErr`] names); `None` on the
+    /// offload backend and through the device service.
+    pub fn engine_cq(&self) -> Option<proto::Cq> {
+        match &self.kind {
+            super::CqKind::Soft(c) => Some(c.cq),
+            _ => None,
+        }
+    }
+}
+
 impl Device {
     /// The next asynchronous event (`ibv_get_async_event` without blocking), oldest
     /// first; `None` when there is none (and on the offload backend, whose events
     /// libibverbs delivers on its own async fd).
+    #[must_use]
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.inner.soft()?.lock().rnic.poll_async_event()
     }

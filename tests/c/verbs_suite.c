@@ -83,7 +83,35 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 	return 0;
 }
 
-static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index)
+/* The next asynchronous event within `ms` milliseconds (poll(2) on the async fd, then
+ * ibv_get_async_event): 0 with *ev filled (to be acknowledged), -1 when none came. */
+static int wait_async(struct ibv_context *ctx, int ms, struct ibv_async_event *ev)
+{
+	struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
+
+	if (poll(&pfd, 1, ms) != 1)
+		return -1;
+	return ibv_get_async_event(ctx, ev);
+}
+
+static int to_rts(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				      IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* INIT, RTR and (when `rts`) RTS. */
+static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index, int rts)
 {
 	struct ibv_qp_attr a;
 
@@ -111,16 +139,7 @@ static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index)
 				   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC);
+	return rts ? to_rts(qp) : 0;
 }
 
 int main(int argc, char **argv)
@@ -224,8 +243,13 @@ int main(int argc, char **argv)
 	 * bad_wr left NULL), so the WR would be sent once that QP reaches RTS
 	 * (docs/interop.md, the C suite on rxe). */
 	qia.cap.max_inline_data = 0;
+	qia.cap.max_send_sge = 2;
 	qp2 = ibv_create_qp(pd, &qia);
 	check(qp2 != NULL, "ibv_create_qp (a second QP)");
+	/* rxe sizes the send WQE for the larger of the SGEs and the inline data, and
+	 * reports what it holds: 2 SGEs of 16 bytes make 32 bytes of inline data. */
+	check(qp2 != NULL && qia.cap.max_inline_data == 32 && qia.cap.max_send_sge == 2,
+	      "max_inline_data 0 with 2 send SGEs: 32 reported");
 	bad = NULL;
 	i = qp2 ? ibv_post_send(qp2, &swr, &bad) : 0;
 	check(i != 0, "ibv_post_send on a QP in RESET fails");
@@ -240,7 +264,9 @@ int main(int argc, char **argv)
 	check(write_info(argv[4], argv[3], &me) == 0 &&
 		      read_info(argv[4], server ? "client" : "server", &peer) == 0,
 	      "exchange QP numbers through DIR");
-	check(modify(qp, &peer, gid_index) == 0, "ibv_modify_qp INIT, RTR, RTS");
+	/* The server stays in RTR until the first packet arrives (COMM_EST). */
+	check(modify(qp, &peer, gid_index, !server) == 0,
+	      server ? "ibv_modify_qp INIT, RTR" : "ibv_modify_qp INIT, RTR, RTS");
 
 	/* Receives: three, the first one waited for through the channel. */
 	for (i = 0; i < 3; i++) {
@@ -319,6 +345,40 @@ int main(int argc, char **argv)
 		printf("info: a bad lkey: %s\n", n ? ibv_wc_status_str(wc.status) : "no completion");
 		check(n && wc.status == IBV_WC_LOC_PROT_ERR && wc.wr_id == 5,
 		      "a bad lkey completes with IBV_WC_LOC_PROT_ERR");
+		{
+			/* The completion reported the error: no asynchronous event. */
+			struct ibv_async_event ev;
+			int got = wait_async(ctx, 300, &ev) == 0;
+			if (got) {
+				printf("info: async event %s\n", ibv_event_type_str(ev.event_type));
+				ibv_ack_async_event(&ev);
+			}
+			check(!got, "no async event for an error a completion reports");
+		}
+		/* The QP is in ERR now: what is posted completes flushed. */
+		memset(&qa, 0, sizeof qa);
+		check(ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_CAP, &qia) == 0 &&
+			      qa.qp_state == IBV_QPS_ERR,
+		      "ibv_query_qp: ERR after the error");
+		sge.lkey = mr->lkey;
+		swr.wr_id = 6;
+		memset(&wc, 0, sizeof wc);
+		check(ibv_post_send(qp, &swr, &bad) == 0 && poll_one(scq, &wc) == 1 &&
+			      wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 6,
+		      "a SEND posted in ERR completes with IBV_WC_WR_FLUSH_ERR");
+		{
+			struct ibv_sge many[40];
+			for (i = 0; i < 40; i++)
+				many[i] = sge;
+			swr.sg_list = many;
+			swr.num_sge = (int)qa.cap.max_send_sge + 1;
+			bad = NULL;
+			check(swr.num_sge <= 40 && ibv_post_send(qp, &swr, &bad) == EINVAL &&
+				      bad == &swr,
+			      "more SGEs than max_send_sge: EINVAL, bad_wr the WR");
+			swr.sg_list = &sge;
+			swr.num_sge = 1;
+		}
 	} else {
 		struct ibv_cq *ev_cq;
 		void *ev_ctx;
@@ -327,6 +387,18 @@ int main(int argc, char **argv)
 		check(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == rcq,
 		      "ibv_get_cq_event names the CQ");
 		ibv_ack_cq_events(rcq, 1);
+		{
+			/* The first packet reached the QP in RTR (IBTA vol. 1 §11.6.3.1). */
+			struct ibv_async_event ev;
+			int got = wait_async(ctx, 2000, &ev) == 0;
+			check(got && ev.event_type == IBV_EVENT_COMM_EST && ev.element.qp == qp,
+			      "ibv_get_async_event: IBV_EVENT_COMM_EST on the QP in RTR");
+			if (got)
+				ibv_ack_async_event(&ev);
+			check(!got || qp->events_completed == 1,
+			      "ibv_ack_async_event counts on the QP (events_completed)");
+		}
+		check(to_rts(qp) == 0, "ibv_modify_qp RTS after the first receive");
 		cq = rcq;
 		check(poll_one(cq, &wc) == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 &&
 			      wc.byte_len == 64 && wc.opcode == IBV_WC_RECV,

@@ -56,6 +56,12 @@ pub struct UpArgs {
     /// Most bytes of all one client's MRs.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_mr_bytes)]
     pub max_mr_bytes: u64,
+    /// Submission slots taken from one client in each round of the service loop.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().slots_per_round)]
+    pub slots_per_round: usize,
+    /// Control messages answered for one client in each round.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().msgs_per_round)]
+    pub msgs_per_round: usize,
 }
 
 impl UpArgs {
@@ -67,7 +73,8 @@ impl UpArgs {
             max_cq_slots: self.max_cq_slots,
             max_mrs: self.max_mrs,
             max_mr_bytes: self.max_mr_bytes,
-            ..Limits::default()
+            slots_per_round: self.slots_per_round,
+            msgs_per_round: self.msgs_per_round,
         }
     }
 
@@ -80,6 +87,8 @@ impl UpArgs {
             ("--max-cq-slots", self.max_cq_slots.to_string()),
             ("--max-mrs", self.max_mrs.to_string()),
             ("--max-mr-bytes", self.max_mr_bytes.to_string()),
+            ("--slots-per-round", self.slots_per_round.to_string()),
+            ("--msgs-per-round", self.msgs_per_round.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])

@@ -778,3 +778,84 @@ fn pump_completions(c: &mut Client) {
         let _ = rustix::io::write(n, &1u64.to_ne_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// One client whose submission ring holds 1 000 slots when it rings once: each round
+    /// of the loop takes `slots_per_round` of them and says the next round must not wait;
+    /// another client connecting meanwhile is answered in the next round, not after the
+    /// whole ring (issue 18: a client that floods never stops the others).
+    #[test]
+    fn a_full_ring_is_taken_a_share_per_round_and_others_are_answered_between() {
+        let (dev, _peer) = Device::open_sim_pair().unwrap();
+        let name = format!("svc-unit-{}", std::process::id());
+        let limits = Limits {
+            slots_per_round: 16,
+            ..Limits::default()
+        };
+        let mut svc = Service::with_limits(dev, &name, limits).unwrap();
+        let connect = || {
+            let sock = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap();
+            let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(&name)).unwrap();
+            rustix::net::connect(&sock, &addr).unwrap();
+            sock
+        };
+        let send = |sock: &OwnedFd, req: &Req| {
+            shm::send_with_fds(sock.as_fd(), &serde_json::to_vec(req).unwrap(), &[]).unwrap();
+        };
+        let recv = |sock: &OwnedFd| {
+            let mut buf = vec![0u8; 64 * 1024];
+            let (n, fds) = shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::DONTWAIT)
+                .unwrap()
+                .unwrap();
+            (serde_json::from_slice::<Resp>(&buf[..n]).unwrap(), fds)
+        };
+        let a = connect();
+        send(
+            &a,
+            &Req::Hello {
+                comm: "flooder".into(),
+            },
+        );
+        // Round 1 accepts, round 2 answers the hello.
+        svc.once(Duration::ZERO).unwrap();
+        svc.once(Duration::ZERO).unwrap();
+        let (resp, mut fds) = recv(&a);
+        assert!(matches!(resp, Resp::Hello { .. }), "{resp:?}");
+        let _notify = fds.pop().unwrap();
+        let bell = fds.pop().unwrap();
+        let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+        // 1 000 slots no decoder takes (kind 0xff): each one a bad slot when taken.
+        for _ in 0..1000 {
+            assert!(ring.push(&[0xffu64; wire::SQ_WORDS]));
+        }
+        rustix::io::write(&bell, &1u64.to_ne_bytes()).unwrap();
+        let taken = |svc: &Service| svc.clients[0].bad_slots;
+        assert!(svc.once(Duration::ZERO).unwrap(), "slots are left");
+        assert_eq!(taken(&svc), 16);
+        // A second client connects and says hello while the flood lasts.
+        let b = connect();
+        send(&b, &Req::Hello { comm: "b".into() });
+        assert!(svc.once(Duration::ZERO).unwrap());
+        assert_eq!(taken(&svc), 32);
+        assert!(svc.once(Duration::ZERO).unwrap());
+        assert_eq!(taken(&svc), 48, "no new doorbell: the round still takes its share");
+        let (resp, _) = recv(&b);
+        assert!(matches!(resp, Resp::Hello { .. }), "b is answered: {resp:?}");
+        let mut rounds = 3;
+        while svc.once(Duration::ZERO).unwrap() {
+            rounds += 1;
+        }
+        assert_eq!(taken(&svc), 1000);
+        assert_eq!(rounds, 1000usize.div_ceil(16) - 1, "rounds that left slots");
+    }
+}

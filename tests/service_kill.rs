@@ -247,7 +247,10 @@ fn a_thousand_start_kill_cycles_leave_nothing_and_a_flat_rss() {
     eprintln!(
         "service pid {service_pid}: VmRSS {rss_warm} kB after {warm} cycles, {rss_end} kB after {n}"
     );
-    assert!(killed_with_qp >= n / 2, "half the kills hit a client with a QP");
+    assert!(
+        killed_with_qp >= n / 2,
+        "half the kills hit a client with a QP"
+    );
     let left = s.res();
     assert!(left.is_empty(), "left behind: {left:?}");
     // The engine holds nothing either: the service's device snapshot lists its QPs, MRs

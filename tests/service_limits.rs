@@ -116,9 +116,18 @@ fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
             };
             // The sender's client: 5 SENDs out, 5 ACKs in; the receiver's: 5 in, 5 ACKs.
             let c = |qpn: u32, k: &str| of(qpn)["counters"][k].clone();
-            assert_eq!((c(na, "packets_sent"), c(na, "acks_received")), (5.into(), 5.into()));
-            assert_eq!((c(nb, "packets_received"), c(nb, "acks_sent")), (5.into(), 5.into()));
-            assert_eq!((c(na, "acks_sent"), c(nb, "acks_received")), (0.into(), 0.into()));
+            assert_eq!(
+                (c(na, "packets_sent"), c(na, "acks_received")),
+                (5.into(), 5.into())
+            );
+            assert_eq!(
+                (c(nb, "packets_received"), c(nb, "acks_sent")),
+                (5.into(), 5.into())
+            );
+            assert_eq!(
+                (c(na, "acks_sent"), c(nb, "acks_received")),
+                (0.into(), 0.into())
+            );
             // Each client's counters are its QP's.
             for qpn in [na, nb] {
                 let q = doc["qps"]
@@ -127,7 +136,12 @@ fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
                     .iter()
                     .find(|q| q["qpn"] == qpn)
                     .unwrap();
-                for k in ["packets_sent", "packets_received", "acks_sent", "bytes_sent"] {
+                for k in [
+                    "packets_sent",
+                    "packets_received",
+                    "acks_sent",
+                    "bytes_sent",
+                ] {
                     assert_eq!(of(qpn)["counters"][k], q["counters"][k], "{k}: {doc}");
                 }
             }
@@ -247,7 +261,10 @@ fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
     });
     assert!(out(&c).contains("4096       2000"), "{}", text(&c));
     assert!(sv.status.success());
-    assert!(posts > 2000, "the flooder rang while the pair ran ({posts} posts)");
+    assert!(
+        posts > 2000,
+        "the flooder rang while the pair ran ({posts} posts)"
+    );
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -244,10 +244,11 @@ fn serve(args: &UpArgs) -> Result<(), String> {
     let _ = std::fs::create_dir_all(&args.stat_dir);
     let dev =
         crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
-    let svc = Service::with_limits(dev, &args.netdev, args.limits()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
-        _ => e.to_string(),
-    })?;
+    let svc =
+        Service::with_limits(dev, &args.netdev, args.limits()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
+            _ => e.to_string(),
+        })?;
     let stop = svc.stop_flag();
     let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
     eprintln!(

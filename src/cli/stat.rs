@@ -397,7 +397,10 @@ mod tests {
             t.contains("qp 18 state RTS dest_qpn 1 pid 200 comm ibv_rc_pingpong\n"),
             "{t}"
         );
-        assert!(t.contains("  device: qp") || t.contains("  all qps: packets_sent 16"), "{t}");
+        assert!(
+            t.contains("  device: qp") || t.contains("  all qps: packets_sent 16"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -848,9 +848,16 @@ mod tests {
         assert!(svc.once(Duration::ZERO).unwrap());
         assert_eq!(taken(&svc), 32);
         assert!(svc.once(Duration::ZERO).unwrap());
-        assert_eq!(taken(&svc), 48, "no new doorbell: the round still takes its share");
+        assert_eq!(
+            taken(&svc),
+            48,
+            "no new doorbell: the round still takes its share"
+        );
         let (resp, _) = recv(&b);
-        assert!(matches!(resp, Resp::Hello { .. }), "b is answered: {resp:?}");
+        assert!(
+            matches!(resp, Resp::Hello { .. }),
+            "b is answered: {resp:?}"
+        );
         let mut rounds = 3;
         while svc.once(Duration::ZERO).unwrap() {
             rounds += 1;

@@ -153,6 +153,7 @@ bench-net:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 	@mkdir -p target
 	$(CARGO) build --release -p xrnic-verbs
+	$(CARGO) build --release --bin xrnic
 	set -o pipefail; $(CARGO) bench --bench net | tee target/bench-net.txt
 	sed -n '/^best of/,$$p' target/bench-net.txt | $(RESULTS) bench-net "make bench-net"
 	$(SUMMARY)

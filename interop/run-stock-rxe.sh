@@ -11,10 +11,11 @@
 #     -o OUTDIR  where captures, logs and report.txt go (default interop/out/stock-DATE)
 #     -l         list the scenarios and exit
 #     -s SPEC    run this scenario instead of the built-in list (repeatable); SPEC is a
-#                line of the table below: 'name|tool|args|role|gid|mtu|loss[|client args]'
+#                line of the table below: 'name|tool|args|role|gid|mtu|loss[|cargs[|via]]'
 #   e.g.  interop/run-stock-rxe.sh 'pp_*'
 #         interop/run-stock-rxe.sh -s 'w|ib_write_bw|-s 4096 -n 50|server|4|1024|0'
 #         interop/run-stock-rxe.sh verbs_suite
+#         interop/run-stock-rxe.sh 'svc_*'     (through the device service)
 #
 # The guest is 192.0.2.11 / fd00::11; xrnic's endpoint 192.0.2.100 / fd00::100 in
 # namespace $XRI_NS-h1 (and 192.0.2.101 in $XRI_NS-h2 for the verbs suite's second end).
@@ -48,6 +49,12 @@ XRNIC_TIMEOUT=${XRI_XRNIC_TIMEOUT:-150}
 # mtu      path MTU 1024 (link MTU 1500) or 4096 (link MTU 9000)
 # loss     0, or a netem loss rate (e.g. 2%) on the guest's eth0 for the whole run
 # client args  the client's options when they differ from the server's (rping -s / -c)
+# via      empty: the tool opens xrnic's device in its own process (as root); svc: the
+#          host runs the device service first (`xrnic up eth0`) and the tool runs as
+#          nobody through it (docs/rnic.md, "One device, many processes"; nobody cannot
+#          open a device of its own: XDP needs root, so a pass went through it); after the row
+#          `xrnic res --netdev eth0 --json` must be empty (what the tool made went with
+#          it), then `xrnic down eth0`
 # Later rows (UD/UC/SRQ, rdmacm) are one line each, e.g.
 #   'ud_send_xc|ib_send_bw|-c UD -s 1024 -n 100|client|4|1024|0'
 #   'rping_xc|rping|-s -a 0.0.0.0 -C 10 -S 4096|client|4|1024|0|-c -a @PEER@ -C 10 -S 4096'
@@ -124,6 +131,13 @@ SCENARIOS=(
 	'read_bw_cm_xs|ib_read_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'send_lat_cm_xc|ib_send_lat|-R -s 64 -n 200|client|4|1024|0'
 	'send_lat_cm_xs|ib_send_lat|-R -s 64 -n 200|server|4|1024|0'
+	# Through the device service on the host (issue 18): RC only, both roles.
+	'svc_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|0||svc'
+	'svc_write_bw_xs|ib_write_bw|-s 65536 -n 100|server|4|1024|0||svc'
+	'svc_pp_xc|ibv_rc_pingpong|-c -s 4096 -n 20|client|4|1024|0||svc'
+	'svc_pp_xs|ibv_rc_pingpong|-c -s 4096 -n 20|server|4|1024|0||svc'
+	'svc_read_lat_xc|ib_read_lat|-s 64 -n 200|client|4|1024|0||svc'
+	'svc_read_lat_xs|ib_read_lat|-s 64 -n 200|server|4|1024|0||svc'
 )
 # Not in the default set (run them by name).
 EXTRA=(
@@ -139,10 +153,10 @@ usage() {
 }
 
 valid_spec() {
-	local n t a r f m l
-	IFS='|' read -r n t a r f m l _ <<<"$1"
+	local n t a r f m l c v
+	IFS='|' read -r n t a r f m l c v <<<"$1"
 	[[ -n $n && -n $t && ($r == client || $r == server) && ($f == 4 || $f == 6 || $f == 0) &&
-		($m == 1024 || $m == 4096) && ($l == 0 || $l =~ ^[0-9.]+%$) ]]
+		($m == 1024 || $m == 4096) && ($l == 0 || $l =~ ^[0-9.]+%$) && ($v == "" || $v == svc) ]]
 }
 
 OUT=
@@ -162,7 +176,7 @@ RUN_SUITE=1
 if ((${#CUSTOM[@]})); then
 	for spec in "${CUSTOM[@]}"; do
 		valid_spec "$spec" ||
-			xri_die "bad -s spec '$spec' (want 'name|tool|args|client or server|4, 6 or 0|1024 or 4096|0 or N%[|client args]')"
+			xri_die "bad -s spec '$spec' (want 'name|tool|args|client or server|4, 6 or 0|1024 or 4096|0 or N%[|client args[|svc]]')"
 	done
 	SCENARIOS=("${CUSTOM[@]}")
 	RUN_SUITE=
@@ -313,9 +327,39 @@ write_guest() {
 run_xrnic() {
 	local ns=$1 base=$2
 	shift 2
-	echo "+ xrnic exec --netdev eth0 -- $*" >"$base.err"
+	echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --netdev eth0 -- $*" >"$base.err"
 	ip netns exec "$ns" timeout -k 5 "$XRNIC_TIMEOUT" \
-		"$XRNIC" exec --netdev eth0 -- "$@" >"$base.out" 2>>"$base.err"
+		"${XPRE[@]}" "$XRNIC" exec --netdev eth0 -- "$@" >"$base.out" 2>>"$base.err"
+}
+
+# What runs before `xrnic exec`: nothing, or (rows through the service) setpriv to nobody.
+XPRE=()
+NOBODY=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+
+# svc_up DIR: the device service on the host's eth0 (its log in DIR/service.log), once
+# `xrnic exec` made its library link as root (nobody cannot write beside the binary).
+svc_up() {
+	local dir=$1
+	ip netns exec "$H_NS" "$XRNIC" exec -- true || return 1
+	"${NOBODY[@]}" test -r "$(dirname "$XRNIC")/xrnic-verbs/libibverbs.so.1" ||
+		xri_die "nobody cannot read $(dirname "$XRNIC")/xrnic-verbs/libibverbs.so.1 (a path others can read is needed for the svc rows)"
+	ip netns exec "$H_NS" "$XRNIC" up eth0 --log "$dir/service.log" >"$dir/service.up" 2>&1
+}
+
+# svc_down DIR: 0 when the service holds nothing (within 1 s: a client's resources go
+# with its socket), its last `xrnic res --json` in DIR/service-res.json; then `xrnic down`.
+svc_down() {
+	local dir=$1 i rc=1
+	for ((i = 0; i < 10; i++)); do
+		ip netns exec "$H_NS" "$XRNIC" res --netdev eth0 --json >"$dir/service-res.json" 2>&1 || break
+		if [[ $(tr -d ' \n' <"$dir/service-res.json") == '[]' ]]; then
+			rc=0
+			break
+		fi
+		sleep 0.1
+	done
+	ip netns exec "$H_NS" "$XRNIC" down eth0 >>"$dir/service.up" 2>&1 || rc=1
+	return "$rc"
 }
 
 # xrnic_client LOGBASE CMD...: as xr_client in the guest: retry (up to 30 s) only while
@@ -366,10 +410,12 @@ declare -A FAMNAME=([4]=IPv4 [6]=IPv6 [0]=fe80)
 RESULTS=()
 FAILED=0
 for entry in "${SCENARIOS[@]}"; do
-	IFS='|' read -r name tool args role fam pmtu loss cargs <<<"$entry"
+	IFS='|' read -r name tool args role fam pmtu loss cargs via <<<"$entry"
 	selected "$name" || continue
 	dir=$OUT/$name
 	mkdir -p "$dir"
+	XPRE=()
+	[[ $via == svc ]] && XPRE=("${NOBODY[@]}")
 	mtu=1500
 	[[ $pmtu == 4096 ]] && mtu=9000
 	xri_ns ip link set br0 mtu "$mtu"
@@ -393,8 +439,16 @@ for entry in "${SCENARIOS[@]}"; do
 	# shellcheck disable=SC2206  # the command is words on purpose
 	xargv=($xcmd)
 
-	xri_log "scenario $name ($tool, xrnic $role, ${FAMNAME[$fam]} GID, MTU $pmtu, loss $loss)"
+	xri_log "scenario $name ($tool, xrnic $role, ${FAMNAME[$fam]} GID, MTU $pmtu, loss $loss${via:+, through the device service as nobody})"
 	t0=$(xri_now)
+	svc_why=
+	if [[ $via == svc ]]; then
+		if svc_up "$dir"; then
+			xri_on_exit ip netns exec "$H_NS" "$XRNIC" down eth0
+		else
+			svc_why="xrnic up failed: $(tail -n 3 "$dir/service.up" "$dir/service.log" 2>/dev/null | tr '\n' ' ')"
+		fi
+	fi
 	xri_net_capture_start "$OUT/$name.pcapng"
 	extra=
 	extra_archive "$tool" "$dir/extra.cpio" && extra=$dir/extra.cpio
@@ -407,8 +461,8 @@ for entry in "${SCENARIOS[@]}"; do
 		# Started directly (no subshell around it), so that $! is the process chain
 		# ip -> timeout -> the tool and a kill reaches the tool: a server left running
 		# would keep eth0's XDP program and fail the next scenarios.
-		echo "+ xrnic exec --netdev eth0 -- ${xargv[*]}" >"$dir/xrnic.err"
-		ip netns exec "$H_NS" timeout -k 5 "$XRNIC_TIMEOUT" \
+		echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --netdev eth0 -- ${xargv[*]}" >"$dir/xrnic.err"
+		ip netns exec "$H_NS" timeout -k 5 "$XRNIC_TIMEOUT" "${XPRE[@]}" \
 			"$XRNIC" exec --netdev eth0 -- "${xargv[@]}" >"$dir/xrnic.out" 2>>"$dir/xrnic.err" &
 		xpid=$!
 		xri_on_exit xri_kill_pid "$xpid"
@@ -444,6 +498,12 @@ for entry in "${SCENARIOS[@]}"; do
 		fi
 	fi
 	((xrc == 0)) || ok=0
+	if [[ $via == svc ]]; then
+		[[ -z $svc_why ]] || { ok=0 why=$svc_why; }
+		if [[ -z $svc_why ]] && ! svc_down "$dir"; then
+			ok=0 why="the service still holds resources after the row: $(tr -d '\n' <"$dir/service-res.json" | cut -c1-300)"
+		fi
+	fi
 	xri_net_capture_stop
 	secs=$(xri_elapsed "$t0")
 	rm -f "$dir"/*.initrd "$dir/extra.cpio"

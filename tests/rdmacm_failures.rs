@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{text, under_ci, xrnic_bin};
-use xrnic::io::netns::{Side, VethPair};
+use xrnic_netns::{Side, VethPair};
 
 /// cc tests/c/rdmacm_fail.c, or `None` (skipped) without cc or the headers.
 fn build() -> Option<(PathBuf, PathBuf)> {

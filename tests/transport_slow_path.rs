@@ -11,7 +11,7 @@
 mod common;
 
 use common::*;
-use xrnic::proto::{Access, WcStatus, WrOpcode};
+use xrnic::proto::{Access, Instant, WcStatus, WrOpcode};
 use xrnic::sim::{ConnectOpts, LinkConfig, Side};
 
 /// Four 1 MiB WRITEs over a `mbps` link with perftest's timeout: (timeouts, retransmitted
@@ -41,7 +41,14 @@ fn four_mib_over(mbps: u64) -> (u64, u64) {
     }
     let mut wcs = vec![];
     // Virtual time: 4 MiB at 7 Mb/s is about 5 s.
-    run_for_wcs(&mut p, Side::A, &c, 4, 100_000_000_000, &mut wcs);
+    run_for_wcs(
+        &mut p,
+        Side::A,
+        &c,
+        4,
+        Instant::from_nanos(100_000_000_000),
+        &mut wcs,
+    );
     assert!(
         wcs.iter().all(|w| w.status == WcStatus::Success),
         "{mbps} Mb/s: {wcs:?}"

@@ -24,11 +24,11 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use xrnic::io::netns::{Side, VethPair};
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, Remote, SendFlags,
     SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
+use xrnic_netns::{Side, VethPair};
 
 /// The QP counts of section (h).
 pub const QP_COUNTS: [usize; 5] = [1, 16, 256, 4096, 10_000];

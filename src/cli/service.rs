@@ -8,7 +8,8 @@
 //!   Without `--foreground` the service is a new process of this binary in its own
 //!   session (`xrnic up IF --foreground`), its stderr in `--log` (default
 //!   `/run/xrnic/service.<IF>.log`). `--foreground` serves in this process until `xrnic
-//!   down`, SIGINT or SIGTERM.
+//!   down`, SIGINT or SIGTERM. `--max-qps` and its kind set the per-client caps
+//!   ([`Limits`]).
 //! - `xrnic down IF` asks the service to stop (root or the service's user) and returns
 //!   once its socket is gone; exit 1 when no service runs on IF.
 //! - `xrnic res` asks the service of each interface it lists first ([`res_of`]).
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::io::shm;
-use crate::service::server::Service;
+use crate::service::server::{Limits, Service};
 use crate::service::wire::{self, Req, ResDoc, Resp};
 
 #[derive(Clone, Debug, clap::Args)]
@@ -37,6 +38,62 @@ pub struct UpArgs {
     /// Write stat snapshots for `xrnic stat` to this directory.
     #[arg(long, value_name = "DIR", default_value = crate::verbs::STAT_DIR)]
     pub stat_dir: PathBuf,
+    /// Most PDs one client may hold (past it: ENOMEM).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_pds)]
+    pub max_pds: usize,
+    /// Most QPs one client may hold.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_qps)]
+    pub max_qps: usize,
+    /// Most CQs one client may hold.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_cqs)]
+    pub max_cqs: usize,
+    /// Most completion ring slots (48 bytes of shared memory each) of all one client's CQs.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_cq_slots)]
+    pub max_cq_slots: u64,
+    /// Most MRs one client may hold.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_mrs)]
+    pub max_mrs: usize,
+    /// Most bytes of all one client's MRs.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_mr_bytes)]
+    pub max_mr_bytes: u64,
+    /// Submission slots taken from one client in each round of the service loop.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().slots_per_round)]
+    pub slots_per_round: usize,
+    /// Control messages answered for one client in each round.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().msgs_per_round)]
+    pub msgs_per_round: usize,
+}
+
+impl UpArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            max_pds: self.max_pds,
+            max_qps: self.max_qps,
+            max_cqs: self.max_cqs,
+            max_cq_slots: self.max_cq_slots,
+            max_mrs: self.max_mrs,
+            max_mr_bytes: self.max_mr_bytes,
+            slots_per_round: self.slots_per_round,
+            msgs_per_round: self.msgs_per_round,
+        }
+    }
+
+    /// The caps as options again, for the daemon's command line.
+    fn limit_args(&self) -> Vec<String> {
+        [
+            ("--max-pds", self.max_pds.to_string()),
+            ("--max-qps", self.max_qps.to_string()),
+            ("--max-cqs", self.max_cqs.to_string()),
+            ("--max-cq-slots", self.max_cq_slots.to_string()),
+            ("--max-mrs", self.max_mrs.to_string()),
+            ("--max-mr-bytes", self.max_mr_bytes.to_string()),
+            ("--slots-per-round", self.slots_per_round.to_string()),
+            ("--msgs-per-round", self.msgs_per_round.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+    }
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -138,6 +195,7 @@ pub fn up(args: &UpArgs) -> ExitCode {
     let mut child = match std::process::Command::new(exe)
         .args(["up", &args.netdev, "--foreground", "--stat-dir"])
         .arg(&args.stat_dir)
+        .args(args.limit_args())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(file)
@@ -186,10 +244,11 @@ fn serve(args: &UpArgs) -> Result<(), String> {
     let _ = std::fs::create_dir_all(&args.stat_dir);
     let dev =
         crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
-    let svc = Service::new(dev, &args.netdev).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
-        _ => e.to_string(),
-    })?;
+    let svc =
+        Service::with_limits(dev, &args.netdev, args.limits()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
+            _ => e.to_string(),
+        })?;
     let stop = svc.stop_flag();
     let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
     eprintln!(

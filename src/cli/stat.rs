@@ -14,6 +14,12 @@
 //! reported as stale; one of an older xrnic that wrote `running: false` on close, as
 //! closed.
 //!
+//! With the device service up on the interface (`xrnic up IF`: the snapshot is the
+//! service's), the counters are also shown per client ([`per_client`]): a `client` line
+//! for each connected process (pid, comm, uid, its QPs, the sum of their counters), and
+//! each `qp` line names its owner; with `--json`, a `clients` array of the same. The
+//! `device:` line stays the device's totals (every QP the device ever had, every client).
+//!
 //! `--device NAME` (an RDMA device, the offload backend) prints the kernel's counters of
 //! its port 1 instead ([`crate::verbs::hw_counters`]: sysfs `hw_counters/` and
 //! `counters/`, what `rdma statistic show` reads) in the same layout: a `link` line and
@@ -26,6 +32,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::driver::Snapshot;
+use crate::service::wire::ResDoc;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct StatArgs {
@@ -54,6 +61,84 @@ fn fields(v: &serde_json::Value) -> String {
         }
     }
     s
+}
+
+/// One client of the device service in `xrnic stat`: its QPs (those the snapshot holds)
+/// and the sum of their counters.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ClientStat {
+    pub pid: i32,
+    pub comm: String,
+    pub uid: u32,
+    pub qps: Vec<u32>,
+    pub counters: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The service's clients with their QPs' counters summed (numbers only; a QP the
+/// snapshot, written every 500 ms, does not hold yet counts nothing).
+pub fn per_client(s: &Snapshot, d: &ResDoc) -> Vec<ClientStat> {
+    d.clients
+        .iter()
+        .map(|c| {
+            let mine: Vec<u32> = c.qps.iter().map(|q| q.lqpn).collect();
+            let mut counters = serde_json::Map::new();
+            let mut qps = Vec::new();
+            for q in s.qps.iter().filter(|q| mine.contains(&q.qpn)) {
+                qps.push(q.qpn);
+                for (k, v) in q.counters.as_object().into_iter().flatten() {
+                    if let Some(n) = v.as_u64() {
+                        let e = counters.entry(k.clone()).or_insert(serde_json::json!(0u64));
+                        *e = serde_json::json!(e.as_u64().unwrap_or(0) + n);
+                    }
+                }
+            }
+            ClientStat {
+                pid: c.pid,
+                comm: c.comm.clone(),
+                uid: c.uid,
+                qps,
+                counters,
+            }
+        })
+        .collect()
+}
+
+/// [`render`] of the service's snapshot: the client lines after the device's, each QP
+/// line with its owner.
+pub fn render_service(s: &Snapshot, alive: bool, clients: &[ClientStat]) -> String {
+    let mut t = String::new();
+    let owner = |qpn: u32| {
+        clients
+            .iter()
+            .find(|c| c.qps.contains(&qpn))
+            .map(|c| format!(" pid {} comm {}", c.pid, c.comm))
+            .unwrap_or_default()
+    };
+    for line in render(s, alive).lines() {
+        t.push_str(line);
+        if let Some(rest) = line.strip_prefix("qp ") {
+            if let Some(qpn) = rest.split(' ').next().and_then(|n| n.parse().ok()) {
+                t.push_str(&owner(qpn));
+            }
+        }
+        t.push('\n');
+        if line.starts_with("  port:") {
+            let _ = writeln!(t, "  service: pid {} clients {}", s.pid, clients.len());
+            for c in clients {
+                let qps: Vec<String> = c.qps.iter().map(u32::to_string).collect();
+                let _ = writeln!(
+                    t,
+                    "client pid {} comm {} uid {} qps [{}]\n {}",
+                    c.pid,
+                    c.comm,
+                    c.uid,
+                    qps.join(","),
+                    fields(&serde_json::Value::Object(c.counters.clone()))
+                );
+            }
+        }
+    }
+    t
 }
 
 /// The text `xrnic stat` prints for a snapshot. `alive`: whether the writer still runs.
@@ -187,10 +272,22 @@ pub fn run(args: &StatArgs) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let alive = snap.writer_alive();
-    let out = if args.json {
-        String::from_utf8_lossy(&text).into_owned() + "\n"
-    } else {
-        render(&snap, alive)
+    // The service's own snapshot: its clients too.
+    let clients = match crate::cli::service::res_of(netdev) {
+        Ok(Some(d)) if d.service_pid == snap.pid => Some(per_client(&snap, &d)),
+        _ => None,
+    };
+    let out = match (args.json, &clients) {
+        (true, None) => String::from_utf8_lossy(&text).into_owned() + "\n",
+        (true, Some(c)) => {
+            let mut v: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("clients".into(), serde_json::json!(c));
+            }
+            v.to_string() + "\n"
+        }
+        (false, None) => render(&snap, alive),
+        (false, Some(c)) => render_service(&snap, alive, c),
     };
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
     ExitCode::SUCCESS
@@ -235,6 +332,75 @@ mod tests {
             "{t}"
         );
         assert!(render(&s, false).contains("(stale"));
+    }
+
+    #[test]
+    fn service_clients_get_their_qps_counters_summed() {
+        use crate::service::wire::{ClientRes, QpRes};
+        let qp = |qpn, sent, rx| QpSnapshot {
+            qpn,
+            state: "RTS".into(),
+            dest_qpn: 1,
+            counters: serde_json::json!({"packets_sent": sent, "packets_received": rx}),
+            rate: None,
+        };
+        let s = Snapshot {
+            link: None,
+            simulated: false,
+            netdev: "eth0".into(),
+            pid: 7,
+            start_time: None,
+            running: true,
+            written_at: 0.0,
+            device: serde_json::json!({"qp": {"packets_sent": 16}}),
+            driver: serde_json::json!({}),
+            port: serde_json::json!({"rx_frames": 1}),
+            qps: vec![qp(17, 1, 2), qp(18, 4, 8), qp(19, 10, 20)],
+            resources: None,
+        };
+        let client = |pid, comm: &str, qpns: &[u32]| ClientRes {
+            pid,
+            uid: 65534,
+            comm: comm.into(),
+            qps: qpns
+                .iter()
+                .map(|&lqpn| QpRes {
+                    lqpn,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        // Client 100's QP 40 is not in the snapshot yet: it counts nothing.
+        let d = ResDoc {
+            service_pid: 7,
+            netdev: "eth0".into(),
+            clients: vec![
+                client(100, "ib_send_bw", &[17, 19, 40]),
+                client(200, "ibv_rc_pingpong", &[18]),
+            ],
+        };
+        let c = per_client(&s, &d);
+        assert_eq!(c.len(), 2);
+        assert_eq!((c[0].pid, c[0].qps.as_slice()), (100, &[17, 19][..]));
+        assert_eq!(c[0].counters["packets_sent"], 11);
+        assert_eq!(c[0].counters["packets_received"], 22);
+        assert_eq!((c[1].pid, c[1].qps.as_slice()), (200, &[18][..]));
+        assert_eq!(c[1].counters["packets_sent"], 4);
+        let t = render_service(&s, true, &c);
+        assert!(t.contains("  service: pid 7 clients 2\n"), "{t}");
+        assert!(
+            t.contains("client pid 100 comm ib_send_bw uid 65534 qps [17,19]\n  packets_received 22 packets_sent 11\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("qp 18 state RTS dest_qpn 1 pid 200 comm ibv_rc_pingpong\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("  device: qp") || t.contains("  all qps: packets_sent 16"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ fn events(p: &mut Pair, s: Side) -> Vec<AsyncEvent> {
 
 /// Run until both sides are idle (bounded).
 fn settle(p: &mut Pair) {
-    let limit = p.now + 1_000_000_000;
+    let limit = p.now + std::time::Duration::from_secs(1);
     p.run_until(limit, |_| false);
 }
 

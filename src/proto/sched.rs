@@ -141,16 +141,16 @@ mod tests {
             s.wake(i);
         }
         assert_eq!(s.ready_len(), 3);
-        assert_eq!(s.next_ready(), Some(t(3)));
+        assert_eq!(s.next_ready(), Some(3));
         // A slot that sent goes back to the end; one that had nothing stays off.
         s.wake(3);
-        assert_eq!(s.next_ready(), Some(t(1)));
-        assert_eq!(s.next_ready(), Some(t(7)));
-        assert_eq!(s.next_ready(), Some(t(3)));
+        assert_eq!(s.next_ready(), Some(1));
+        assert_eq!(s.next_ready(), Some(7));
+        assert_eq!(s.next_ready(), Some(3));
         assert_eq!(s.next_ready(), None);
         // Taken off, it can be queued again.
         s.wake(1);
-        assert_eq!(s.next_ready(), Some(t(1)));
+        assert_eq!(s.next_ready(), Some(1));
     }
 
     #[test]
@@ -161,8 +161,8 @@ mod tests {
         s.hold(2);
         assert_eq!(s.next_ready(), None);
         s.release_held();
-        assert_eq!(s.next_ready(), Some(t(5)));
-        assert_eq!(s.next_ready(), Some(t(2)));
+        assert_eq!(s.next_ready(), Some(5));
+        assert_eq!(s.next_ready(), Some(2));
         assert_eq!(s.next_ready(), None);
         // Released once: nothing is held any more.
         s.release_held();
@@ -171,7 +171,7 @@ mod tests {
         s.wake(4);
         s.hold(4);
         s.release_held();
-        assert_eq!(s.next_ready(), Some(t(4)));
+        assert_eq!(s.next_ready(), Some(4));
         assert_eq!(s.next_ready(), None);
     }
 

@@ -15,6 +15,13 @@
 //!   work request the engine refuses becomes an error completion (`IBV_WC_LOC_QP_OP_ERR`)
 //!   on the QP's send or receive CQ, since the client's post already returned. Nothing a
 //!   client writes stops the loop or reaches another client.
+//! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
+//!   ring slots in all) and MRs (and registered bytes in all); a verb past a cap fails
+//!   with ENOMEM, as a NIC out of resources answers. Each round of the loop takes at most
+//!   `slots_per_round` submission slots and `msgs_per_round` control messages of one
+//!   client before it turns to the others (what is left stays for the next round, which
+//!   then does not wait), so a client that rings without end is served at the same pace
+//!   as the rest.
 
 use std::collections::HashMap;
 use std::io;
@@ -69,6 +76,11 @@ struct Client {
     cqs: HashMap<u32, CqEnt>,
     qps: HashMap<u32, QpEnt>,
     bad_slots: u64,
+    /// The last round left slots in the submission ring.
+    more: bool,
+    /// Completion ring slots of its CQs, bytes of its MRs ([`Limits`]).
+    cq_slots: u64,
+    mr_bytes: u64,
 }
 
 impl Client {
@@ -109,6 +121,48 @@ fn bad(errno: i32, msg: &str) -> Resp {
     }
 }
 
+/// Per-client caps (`xrnic up --max-qps ...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_pds: usize,
+    pub max_qps: usize,
+    pub max_cqs: usize,
+    /// Completion ring slots of all the client's CQs (each slot is shared memory the
+    /// service allocates: [`wire::CQ_SLOT_BYTES`]).
+    pub max_cq_slots: u64,
+    pub max_mrs: usize,
+    /// Bytes of all the client's MRs. Nothing is pinned (the service reads and writes
+    /// the client's memory with process_vm_readv/writev), so this bounds what one client
+    /// may name, not the service's memory.
+    pub max_mr_bytes: u64,
+    /// Submission slots taken from one client per round of the loop.
+    pub slots_per_round: usize,
+    /// Control messages answered for one client per round.
+    pub msgs_per_round: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_pds: 1024,
+            max_qps: 4096,
+            max_cqs: 4096,
+            max_cq_slots: 1 << 22,
+            max_mrs: 16384,
+            max_mr_bytes: 1 << 40,
+            slots_per_round: 256,
+            msgs_per_round: 64,
+        }
+    }
+}
+
+fn over(what: &str, cap: impl std::fmt::Display) -> Resp {
+    Resp::Err {
+        errno: libc::ENOMEM,
+        msg: format!("this client holds the most {what} the service allows ({cap})"),
+    }
+}
+
 /// The service of one device.
 pub struct Service {
     dev: Device,
@@ -119,12 +173,18 @@ pub struct Service {
     clients: Vec<Client>,
     my_uid: u32,
     stop: Arc<AtomicBool>,
+    limits: Limits,
 }
 
 impl Service {
     /// Bind the socket of `ifname` and take `dev` (opened in this process). Fails with
     /// `AddrInUse` when a service already serves the interface in this namespace.
     pub fn new(dev: Device, ifname: &str) -> io::Result<Service> {
+        Service::with_limits(dev, ifname, Limits::default())
+    }
+
+    /// [`Service::new`] with per-client caps.
+    pub fn with_limits(dev: Device, ifname: &str, limits: Limits) -> io::Result<Service> {
         let listener = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -151,6 +211,7 @@ impl Service {
             clients: Vec::new(),
             my_uid: rustix::process::getuid().as_raw(),
             stop: Arc::new(AtomicBool::new(false)),
+            limits,
         })
     }
 
@@ -161,8 +222,14 @@ impl Service {
 
     /// Serve until `xrnic down` (or the stop flag).
     pub fn run(mut self) -> io::Result<()> {
+        let mut busy = false;
         while !self.stop.load(Ordering::SeqCst) {
-            self.once(Duration::from_millis(100))?;
+            let wait = if busy {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(100)
+            };
+            busy = self.once(wait)?;
         }
         let _ = self.dev.set_completion_hook(None);
         // Clients first (their QPs are destroyed while the driver still runs), then the
@@ -171,8 +238,10 @@ impl Service {
         Ok(())
     }
 
-    /// One round: wait up to `timeout` for a socket or doorbell, handle what is ready.
-    fn once(&mut self, timeout: Duration) -> io::Result<()> {
+    /// One round: wait up to `timeout` for a socket or doorbell, handle what is ready;
+    /// true when a client's ring still holds slots this round left (the next round
+    /// then does not wait).
+    fn once(&mut self, timeout: Duration) -> io::Result<bool> {
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + 2 * self.clients.len());
         fds.push(PollFd::new(&self.listener, PollFlags::IN));
         fds.push(PollFd::new(&*self.cq_kick, PollFlags::IN));
@@ -198,9 +267,12 @@ impl Service {
             let _ = rustix::io::read(&*self.cq_kick, &mut b);
         }
         let mut dead = Vec::new();
+        let mut busy = false;
         for i in 0..self.clients.len() {
-            if ready[3 + 2 * i] {
-                drain_doorbell(&mut self.clients[i]);
+            let c = &mut self.clients[i];
+            if ready[3 + 2 * i] || c.more {
+                c.more = drain_doorbell(c, self.limits.slots_per_round);
+                busy |= c.more;
             }
             if ready[2 + 2 * i] && !self.serve_messages(i) {
                 dead.push(i);
@@ -217,7 +289,7 @@ impl Service {
         if ready[0] {
             self.accept();
         }
-        Ok(())
+        Ok(busy)
     }
 
     fn accept(&mut self) {
@@ -249,6 +321,9 @@ impl Service {
                 cqs: HashMap::new(),
                 qps: HashMap::new(),
                 bad_slots: 0,
+                more: false,
+                cq_slots: 0,
+                mr_bytes: 0,
             });
         }
     }
@@ -256,7 +331,8 @@ impl Service {
     /// Answer every waiting message of client `i`; false when it is gone.
     fn serve_messages(&mut self, i: usize) -> bool {
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
+        // The socket stays readable when messages are left: the next round comes back.
+        for _ in 0..self.limits.msgs_per_round.max(1) {
             let got =
                 shm::recv_with_fds(self.clients[i].sock.as_fd(), &mut buf, RecvFlags::DONTWAIT);
             let n = match got {
@@ -281,6 +357,7 @@ impl Service {
                 return false;
             }
         }
+        true
     }
 
     fn res_doc(&self) -> ResDoc {
@@ -353,7 +430,7 @@ impl Service {
         if c.sq.is_none() {
             return (bad(libc::EPROTO, "say hello first"), Vec::new());
         }
-        match client_verb(&self.dev, c, req) {
+        match client_verb(&self.dev, &self.limits, c, req) {
             Answer::Plain(r) => (r, Vec::new()),
             Answer::Fds(r, f) => (r, f),
         }
@@ -414,10 +491,11 @@ fn client_res(c: &Client) -> ClientRes {
     r
 }
 
-fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
+fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
     use Answer::Plain;
     let id = c.next;
     match req {
+        Req::AllocPd if c.pds.len() >= lim.max_pds => Plain(over("PDs", lim.max_pds)),
         Req::AllocPd => match dev.alloc_pd() {
             Ok(pd) => {
                 c.next += 1;
@@ -449,8 +527,15 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
             let Ok(len_us) = usize::try_from(len) else {
                 return Plain(bad(libc::EINVAL, "length"));
             };
+            if c.mrs.len() >= lim.max_mrs {
+                return Plain(over("MRs", lim.max_mrs));
+            }
+            if c.mr_bytes.saturating_add(len) > lim.max_mr_bytes {
+                return Plain(over("registered bytes", lim.max_mr_bytes));
+            }
             match p.reg_process_mr(c.pid, addr, len_us, iova, Access(access)) {
                 Ok(mr) => {
+                    c.mr_bytes += len;
                     let (lkey, rkey) = (mr.lkey().0, mr.rkey().0);
                     c.mrs.insert(
                         lkey,
@@ -467,7 +552,10 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
             }
         }
         Req::DeregMr { lkey } => match c.mrs.remove(&lkey) {
-            Some(_) => Plain(Resp::Ok),
+            Some(m) => {
+                c.mr_bytes -= m.len;
+                Plain(Resp::Ok)
+            }
             None => Plain(bad(libc::ENOENT, "no such MR")),
         },
         Req::CreateCq { cqe } => {
@@ -475,6 +563,12 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
                 return Plain(bad(libc::EINVAL, "cqe"));
             }
             let slots = cqe.next_power_of_two().max(16);
+            if c.cqs.len() >= lim.max_cqs {
+                return Plain(over("CQs", lim.max_cqs));
+            }
+            if c.cq_slots + u64::from(slots) > lim.max_cq_slots {
+                return Plain(over("completion ring slots", lim.max_cq_slots));
+            }
             let made = dev
                 .create_cq(cqe as usize)
                 .map_err(|e| errno_resp(&e))
@@ -493,6 +587,7 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
                         _ => return Plain(bad(libc::EMFILE, "no descriptors")),
                     };
                     c.next += 1;
+                    c.cq_slots += u64::from(slots);
                     c.cqs.insert(
                         id,
                         CqEnt {
@@ -512,7 +607,10 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
                 return Plain(bad(libc::EBUSY, "a QP still uses the CQ"));
             }
             match c.cqs.remove(&cq) {
-                Some(_) => Plain(Resp::Ok),
+                Some(e) => {
+                    c.cq_slots -= u64::from(e.ring.capacity());
+                    Plain(Resp::Ok)
+                }
                 None => Plain(bad(libc::ENOENT, "no such CQ")),
             }
         }
@@ -529,6 +627,9 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
             else {
                 return Plain(bad(libc::ENOENT, "no such PD or CQ"));
             };
+            if c.qps.len() >= lim.max_qps {
+                return Plain(over("QPs", lim.max_qps));
+            }
             let mut init = QpInitAttr::new(&s.cq, &r.cq, max_send_wr);
             init.max_recv_wr = max_recv_wr;
             init.sq_sig_all = sq_sig_all;
@@ -576,14 +677,22 @@ fn client_verb(dev: &Device, c: &mut Client, req: Req) -> Answer {
     }
 }
 
-/// Post everything in client `c`'s submission ring.
-fn drain_doorbell(c: &mut Client) {
-    let Some((ring, bell)) = &c.sq else { return };
+/// Post what is in client `c`'s submission ring, at most `max` slots; true when slots
+/// are left.
+fn drain_doorbell(c: &mut Client, max: usize) -> bool {
+    let Some((ring, bell)) = &c.sq else {
+        return false;
+    };
     let mut b = [0u8; 8];
     let _ = rustix::io::read(bell, &mut b);
     let mut w = [0u64; wire::SQ_WORDS];
     let mut failed: Vec<(u32, WorkCompletion)> = Vec::new();
-    loop {
+    let mut more = false;
+    for n in 0.. {
+        if n == max.max(1) {
+            more = true;
+            break;
+        }
         match ring.pop(&mut w) {
             Pop::Empty => break,
             Pop::Corrupt => {
@@ -624,6 +733,7 @@ fn drain_doorbell(c: &mut Client) {
             }
         }
     }
+    more
 }
 
 fn refused(wr_id: u64, qpn: Qpn, send: bool) -> WorkCompletion {
@@ -666,5 +776,93 @@ fn pump_completions(c: &mut Client) {
     }
     if let (true, Some(n)) = (any, &c.notify) {
         let _ = rustix::io::write(n, &1u64.to_ne_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// One client whose submission ring holds 1 000 slots when it rings once: each round
+    /// of the loop takes `slots_per_round` of them and says the next round must not wait;
+    /// another client connecting meanwhile is answered in the next round, not after the
+    /// whole ring (issue 18: a client that floods never stops the others).
+    #[test]
+    fn a_full_ring_is_taken_a_share_per_round_and_others_are_answered_between() {
+        let (dev, _peer) = Device::open_sim_pair().unwrap();
+        let name = format!("svc-unit-{}", std::process::id());
+        let limits = Limits {
+            slots_per_round: 16,
+            ..Limits::default()
+        };
+        let mut svc = Service::with_limits(dev, &name, limits).unwrap();
+        let connect = || {
+            let sock = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::SEQPACKET,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap();
+            let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(&name)).unwrap();
+            rustix::net::connect(&sock, &addr).unwrap();
+            sock
+        };
+        let send = |sock: &OwnedFd, req: &Req| {
+            shm::send_with_fds(sock.as_fd(), &serde_json::to_vec(req).unwrap(), &[]).unwrap();
+        };
+        let recv = |sock: &OwnedFd| {
+            let mut buf = vec![0u8; 64 * 1024];
+            let (n, fds) = shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::DONTWAIT)
+                .unwrap()
+                .unwrap();
+            (serde_json::from_slice::<Resp>(&buf[..n]).unwrap(), fds)
+        };
+        let a = connect();
+        send(
+            &a,
+            &Req::Hello {
+                comm: "flooder".into(),
+            },
+        );
+        // Round 1 accepts, round 2 answers the hello.
+        svc.once(Duration::ZERO).unwrap();
+        svc.once(Duration::ZERO).unwrap();
+        let (resp, mut fds) = recv(&a);
+        assert!(matches!(resp, Resp::Hello { .. }), "{resp:?}");
+        let _notify = fds.pop().unwrap();
+        let bell = fds.pop().unwrap();
+        let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+        // 1 000 slots no decoder takes (kind 0xff): each one a bad slot when taken.
+        for _ in 0..1000 {
+            assert!(ring.push(&[0xffu64; wire::SQ_WORDS]));
+        }
+        rustix::io::write(&bell, &1u64.to_ne_bytes()).unwrap();
+        let taken = |svc: &Service| svc.clients[0].bad_slots;
+        assert!(svc.once(Duration::ZERO).unwrap(), "slots are left");
+        assert_eq!(taken(&svc), 16);
+        // A second client connects and says hello while the flood lasts.
+        let b = connect();
+        send(&b, &Req::Hello { comm: "b".into() });
+        assert!(svc.once(Duration::ZERO).unwrap());
+        assert_eq!(taken(&svc), 32);
+        assert!(svc.once(Duration::ZERO).unwrap());
+        assert_eq!(
+            taken(&svc),
+            48,
+            "no new doorbell: the round still takes its share"
+        );
+        let (resp, _) = recv(&b);
+        assert!(
+            matches!(resp, Resp::Hello { .. }),
+            "b is answered: {resp:?}"
+        );
+        let mut rounds = 3;
+        while svc.once(Duration::ZERO).unwrap() {
+            rounds += 1;
+        }
+        assert_eq!(taken(&svc), 1000);
+        assert_eq!(rounds, 1000usize.div_ceil(16) - 1, "rounds that left slots");
     }
 }

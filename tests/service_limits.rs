@@ -1,0 +1,270 @@
+//! The device service's per-client views and caps: `xrnic stat --netdev IF` shows each
+//! client's counters beside the device's totals, and a client that floods the service
+//! (creates resources in a loop, rings its doorbell without end) meets its caps (ENOMEM)
+//! while another client's stock pair still passes. Root tests (`#[ignore = "needs
+//! root"]`, docs/testing.md); the library must be built (`cargo build --workspace`).
+
+mod common;
+mod service_support;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{text, xrnic_bin};
+use service_support::{Svc, out};
+use xrnic::verbs::{
+    Access, ConnectOpts, Device, Error, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
+};
+use xrnic_netns::Side;
+
+fn errno(e: &Error) -> Option<i32> {
+    match e {
+        Error::Io(io) => io.raw_os_error(),
+        _ => None,
+    }
+}
+
+/// Two clients (two connections of this process to the service), one QP each,
+/// connected over the device's loopback; 5 SENDs from the first to the second. `xrnic
+/// stat --netdev IF` (run while both live) shows both clients, each with its QP and that
+/// QP's counters; the device's totals are the sum of the clients' (nothing else ever ran
+/// on this service).
+#[test]
+#[ignore = "needs root"]
+fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, move || {
+            let (a, b) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            assert!(a.service_pid().is_some() && b.service_pid().is_some());
+            let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+            let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
+            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
+            let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
+            let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
+            let gid = a.query_gid(1).unwrap();
+            let o = ConnectOpts {
+                access: Access::ALL,
+                ..Default::default()
+            };
+            let to = |q: &xrnic::verbs::Qp, psn| Remote {
+                qpn: q.qp_num(),
+                psn,
+                gid,
+            };
+            qa.connect(&to(&qb, 7), 9, 1, &o).unwrap();
+            qb.connect(&to(&qa, 9), 7, 1, &o).unwrap();
+            for i in 0..5u64 {
+                qb.post_recv(RecvWr {
+                    wr_id: i,
+                    sg_list: vec![mb.sge(0, 64)],
+                })
+                .unwrap();
+                let mut wr = SendWr::new(i, WrOpcode::Send);
+                wr.sg_list = vec![ma.sge(0, 13)];
+                qa.post_send(wr).unwrap();
+                for cq in [&ca, &cb] {
+                    let wc = cq.wait(1, Duration::from_secs(10));
+                    assert_eq!(wc.len(), 1);
+                    assert_eq!(wc[0].status, WcStatus::Success);
+                }
+            }
+            let (na, nb) = (qa.qp_num().value(), qb.qp_num().value());
+            let me = i64::from(std::process::id());
+            // The snapshot is written every 500 ms: wait for one with both QPs' counts.
+            let end = Instant::now() + Duration::from_secs(10);
+            let (doc, textout) = loop {
+                let o = Command::new(xrnic_bin())
+                    .args(["stat", "--netdev", &ifname, "--json"])
+                    .output()
+                    .unwrap();
+                assert!(o.status.success(), "{}", text(&o));
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                let sent = |qpn: u32| {
+                    v["clients"].as_array().and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c["qps"] == serde_json::json!([qpn]))
+                            .and_then(|c| c["counters"]["packets_sent"].as_u64())
+                    })
+                };
+                if sent(na).is_some_and(|n| n >= 5) && sent(nb).is_some_and(|n| n >= 1) {
+                    let t = Command::new(xrnic_bin())
+                        .args(["stat", "--netdev", &ifname])
+                        .output()
+                        .unwrap();
+                    break (v, out(&t));
+                }
+                assert!(Instant::now() < end, "no snapshot with both QPs: {v}");
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            let clients = doc["clients"].as_array().unwrap();
+            assert_eq!(clients.len(), 2, "{doc}");
+            for c in clients {
+                assert_eq!(c["pid"], me, "{c}");
+            }
+            let of = |qpn: u32| {
+                clients
+                    .iter()
+                    .find(|c| c["qps"] == serde_json::json!([qpn]))
+                    .unwrap()
+            };
+            // The sender's client: 5 SENDs out, 5 ACKs in; the receiver's: 5 in, 5 ACKs.
+            let c = |qpn: u32, k: &str| of(qpn)["counters"][k].clone();
+            assert_eq!(
+                (c(na, "packets_sent"), c(na, "acks_received")),
+                (5.into(), 5.into())
+            );
+            assert_eq!(
+                (c(nb, "packets_received"), c(nb, "acks_sent")),
+                (5.into(), 5.into())
+            );
+            assert_eq!(
+                (c(na, "acks_sent"), c(nb, "acks_received")),
+                (0.into(), 0.into())
+            );
+            // Each client's counters are its QP's.
+            for qpn in [na, nb] {
+                let q = doc["qps"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|q| q["qpn"] == qpn)
+                    .unwrap();
+                for k in [
+                    "packets_sent",
+                    "packets_received",
+                    "acks_sent",
+                    "bytes_sent",
+                ] {
+                    assert_eq!(of(qpn)["counters"][k], q["counters"][k], "{k}: {doc}");
+                }
+            }
+            // The device's totals: the clients' sum.
+            for k in ["packets_sent", "packets_received", "bytes_received"] {
+                let sum: u64 = clients
+                    .iter()
+                    .map(|c| c["counters"][k].as_u64().unwrap())
+                    .sum();
+                assert_eq!(doc["device"]["qp"][k], sum, "{k}: {doc}");
+            }
+            let pat = format!("qp {na} state RTS dest_qpn {nb} pid {me} comm ");
+            assert!(textout.contains(&pat), "{pat} in:\n{textout}");
+            assert!(textout.contains("  service: pid "), "{textout}");
+            assert!(
+                textout.contains(&format!("client pid {me} comm ")),
+                "{textout}"
+            );
+            drop((qa, qb, ma, mb));
+        })
+        .unwrap();
+}
+
+/// A client that floods: its CQs, QPs, MRs and registered bytes stop at the caps `xrnic
+/// up` was given (ENOMEM, and a freed MR makes room again), then it posts to its QP
+/// without end (each post a slot and a doorbell, refused in RESET: an error completion
+/// each) while a stock ib_send_bw pair, as nobody, runs on the same device and passes.
+#[test]
+#[ignore = "needs root"]
+fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
+    let Some(s) = Svc::start_with(&[
+        "--max-qps",
+        "8",
+        "--max-cqs",
+        "6",
+        "--max-mrs",
+        "32",
+        "--max-mr-bytes",
+        "1048576",
+    ]) else {
+        return;
+    };
+    let ifname = s.ifname().to_string();
+    let stop = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let flood = || {
+        let dev = Device::open(&ifname).unwrap();
+        assert!(dev.service_pid().is_some());
+        let pd = dev.alloc_pd().unwrap();
+        let mut cqs = Vec::new();
+        let e = loop {
+            match dev.create_cq(16) {
+                Ok(c) => cqs.push(c),
+                Err(e) => break e,
+            }
+            assert!(cqs.len() <= 6, "past the CQ cap");
+        };
+        assert_eq!((cqs.len(), errno(&e)), (6, Some(libc::ENOMEM)), "{e}");
+        let mut qps = Vec::new();
+        let e = loop {
+            match pd.create_qp(&QpInitAttr::new(&cqs[0], &cqs[1], 64)) {
+                Ok(q) => qps.push(q),
+                Err(e) => break e,
+            }
+            assert!(qps.len() <= 8, "past the QP cap");
+        };
+        assert_eq!((qps.len(), errno(&e)), (8, Some(libc::ENOMEM)), "{e}");
+        // 16 x 64 KiB fill the 1 MiB; one freed, 17 small ones fill the 32 MRs.
+        let mut big = Vec::new();
+        let e = loop {
+            match pd.reg_mr(65536, Access::LOCAL_WRITE) {
+                Ok(m) => big.push(m),
+                Err(e) => break e,
+            }
+            assert!(big.len() <= 16, "past the byte cap");
+        };
+        assert_eq!((big.len(), errno(&e)), (16, Some(libc::ENOMEM)), "{e}");
+        big.pop();
+        let mut small = Vec::new();
+        let e = loop {
+            match pd.reg_mr(64, Access::LOCAL_WRITE) {
+                Ok(m) => small.push(m),
+                Err(e) => break e,
+            }
+            assert!(small.len() <= 17, "past the MR cap");
+        };
+        assert_eq!((small.len(), errno(&e)), (17, Some(libc::ENOMEM)), "{e}");
+        ready_tx.send(()).unwrap();
+        // Ring without end until the pair is done.
+        let mut posts = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            for q in &qps {
+                let _ = q.post_recv(RecvWr {
+                    wr_id: posts,
+                    sg_list: vec![],
+                });
+                posts += 1;
+            }
+            for c in &cqs {
+                let _ = c.poll(64);
+            }
+        }
+        posts
+    };
+    let (posts, sv, c) = std::thread::scope(|sc| {
+        let h = sc.spawn(|| s.pair.run_in(Side::A, flood).unwrap());
+        ready_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the flooder reached its caps");
+        let (sv, c) = s.pair_run(
+            "ib_send_bw",
+            &["-x", "1", "-n", "2000", "-s", "4096"],
+            18570,
+        );
+        stop.store(true, Ordering::SeqCst);
+        (h.join().unwrap(), sv, c)
+    });
+    assert!(out(&c).contains("4096       2000"), "{}", text(&c));
+    assert!(sv.status.success());
+    assert!(
+        posts > 2000,
+        "the flooder rang while the pair ran ({posts} posts)"
+    );
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -409,7 +409,14 @@ server_prints() {
 declare -A FAMNAME=([4]=IPv4 [6]=IPv6 [0]=fe80)
 RESULTS=()
 FAILED=0
-for entry in "${SCENARIOS[@]}"; do
+# perftest -R with xrnic as the client races the TCG guest's server (its second REQ can
+# come before the guest listens again: REJ 8, docs/interop.md): those rows, and only
+# those, run once more on a fresh guest boot when they fail; the report shows the retry.
+RETRY_ONCE='*_cm_xc'
+declare -A RETRIED=()
+QUEUE=("${SCENARIOS[@]}")
+for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
+	entry=${QUEUE[qi]}
 	IFS='|' read -r name tool args role fam pmtu loss cargs via <<<"$entry"
 	selected "$name" || continue
 	dir=$OUT/$name
@@ -530,6 +537,15 @@ for entry in "${SCENARIOS[@]}"; do
 	fi
 	if ((ok)); then
 		status=pass
+	# shellcheck disable=SC2053  # RETRY_ONCE is a glob on purpose
+	elif [[ $name == $RETRY_ONCE && -z ${RETRIED[$name]:-} ]]; then
+		RETRIED[$name]=1
+		status=retried
+		xri_log "$name failed (guest rc=${XRI_GUEST_RC[A]}, xrnic rc=$xrc${why:+, $why}): perftest -R's race with the slow guest; once more on a fresh guest boot (first try kept in $dir.try1)"
+		rm -rf "$dir.try1"
+		mv "$dir" "$dir.try1"
+		mv "$OUT/$name.pcapng" "$OUT/$name.try1.pcapng" 2>/dev/null || true
+		QUEUE+=("$entry")
 	else
 		status=FAIL
 		FAILED=$((FAILED + 1))

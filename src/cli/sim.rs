@@ -176,7 +176,7 @@ pub struct SimArgs {
     /// Dumbbell: one-way delay each way, microseconds.
     #[arg(long, default_value_t = 500)]
     pub bottleneck_delay_us: u64,
-    /// Dumbbell: the bottleneck's RED as MIN,MAX,PROBABILITY,LIMIT[,WLOG] (bytes, bytes,
+    /// Dumbbell: the bottleneck's RED as `MIN,MAX,PROBABILITY,LIMIT[,WLOG]` (bytes, bytes,
     /// 0..1, bytes, EWMA weight 2^-WLOG); default the lab's 15000,45000,0.2,400000,3.
     #[arg(long, value_name = "MIN,MAX,P,LIMIT[,WLOG]", value_parser = parse_red)]
     pub red: Option<crate::sim::dumbbell::RedConfig>,

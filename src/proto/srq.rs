@@ -85,7 +85,7 @@ pub enum AsyncEvent {
     CqErr(Cq),
 }
 
-/// Most asynchronous events a device holds unread ([`Ctx::raise`]).
+/// Most asynchronous events a device holds unread (`Ctx::raise`).
 pub const MAX_ASYNC_EVENTS: usize = 1024;
 
 /// Largest `max_sge` of an SRQ (rxe's `RXE_MAX_SRQ_SGE` is 27; ibv_devinfo `max_srq_sge`).

@@ -1,7 +1,7 @@
 //! Transport timer durations (IBTA §9.7.6, table 45) and retry budgets.
 //!
 //! Contract: the engine never reads a clock. Every deadline is `now + duration` computed
-//! from the [`Instant`](super::Instant) the caller passed in, and the caller learns the
+//! from the [`Instant`] the caller passed in, and the caller learns the
 //! earliest deadline from `Rnic::poll_timeout`.
 
 use std::time::Duration;

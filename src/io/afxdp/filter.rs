@@ -323,7 +323,7 @@ impl RoceFilter {
 
     /// Whether this kernel attaches XDP programs through a BPF link: `None` when it does
     /// (the probe attached the program to a private namespace's loopback), or the
-    /// sentence naming the missing feature ([`link_refusal`]).
+    /// sentence naming the missing feature (`link_refusal`).
     pub fn xdp_link_refusal(&self) -> Result<Option<String>, Error> {
         Ok(link_refusal(self.find_prog()?.as_fd().as_raw_fd()))
     }

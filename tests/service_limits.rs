@@ -12,10 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{text, xrnic_bin};
-use service_support::{Svc, out};
-use xrnic::verbs::{
-    Access, ConnectOpts, Device, Error, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
-};
+use service_support::{RcPair, Svc, out};
+use xrnic::verbs::{Access, Device, Error, QpInitAttr, RecvWr, SendWr, WcStatus, WrOpcode};
 use xrnic_netns::Side;
 
 fn errno(e: &Error) -> Option<i32> {
@@ -37,29 +35,17 @@ fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, move || {
-            let (a, b) = (
-                Device::open(&ifname).unwrap(),
-                Device::open(&ifname).unwrap(),
-            );
+            let RcPair {
+                a,
+                b,
+                ca,
+                cb,
+                ma,
+                mb,
+                qa,
+                qb,
+            } = RcPair::connect(&ifname);
             assert!(a.service_pid().is_some() && b.service_pid().is_some());
-            let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-            let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
-            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
-            let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
-            let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
-            let gid = a.query_gid(1).unwrap();
-            let o = ConnectOpts {
-                access: Access::ALL,
-                ..Default::default()
-            };
-            let to = |q: &xrnic::verbs::Qp, psn| Remote {
-                qpn: q.qp_num(),
-                psn,
-                gid,
-            };
-            qa.connect(&to(&qb, 7), 9, 1, &o).unwrap();
-            qb.connect(&to(&qa, 9), 7, 1, &o).unwrap();
             for i in 0..5u64 {
                 qb.post_recv(RecvWr {
                     wr_id: i,

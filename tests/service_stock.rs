@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::text;
-use service_support::{Svc, out};
+use service_support::{RcPair, Svc, out};
 use xrnic_netns::Side;
 #[test]
 #[ignore = "needs root"]
@@ -244,51 +244,22 @@ fn memfds() -> Vec<u32> {
 #[test]
 #[ignore = "needs root"]
 fn rust_api_clients_talk_through_the_service_every_operation() {
-    use xrnic::verbs::{
-        Access, ConnectOpts, Device, QpInitAttr, RecvWr, Remote, SendWr, WcStatus, WrOpcode,
-    };
+    use xrnic::verbs::{RecvWr, SendWr, WcStatus, WrOpcode};
     let Some(s) = Svc::start() else { return };
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {
-            let (a, b) = (
-                Device::open(&ifname).unwrap(),
-                Device::open(&ifname).unwrap(),
-            );
+            let RcPair {
+                a,
+                b,
+                ca,
+                cb,
+                ma,
+                mb,
+                qa,
+                qb,
+            } = RcPair::connect(&ifname);
             assert!(a.service_pid().is_some() && b.service_pid().is_some());
-            let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-            let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
-            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
-            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
-            let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
-            let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
-            let gid = a.query_gid(1).unwrap();
-            let o = ConnectOpts {
-                access: Access::ALL,
-                ..Default::default()
-            };
-            qa.connect(
-                &Remote {
-                    qpn: qb.qp_num(),
-                    psn: 7,
-                    gid,
-                },
-                9,
-                1,
-                &o,
-            )
-            .unwrap();
-            qb.connect(
-                &Remote {
-                    qpn: qa.qp_num(),
-                    psn: 9,
-                    gid,
-                },
-                7,
-                1,
-                &o,
-            )
-            .unwrap();
             let wait = |cq: &xrnic::verbs::Cq| {
                 let wc = cq.wait(1, Duration::from_secs(10));
                 assert_eq!(wc.len(), 1, "a completion");

@@ -200,3 +200,52 @@ impl Drop for Svc {
 pub fn out(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// Two devices opened by this process on `ifname` (through the service when it is up),
+/// each with a PD, a 16-entry CQ, a 4 KiB region and an RC QP, the two QPs connected to
+/// each other (A sends from PSN 9, B from 7; all remote access).
+pub struct RcPair {
+    pub a: xrnic::verbs::Device,
+    pub b: xrnic::verbs::Device,
+    pub ca: xrnic::verbs::Cq,
+    pub cb: xrnic::verbs::Cq,
+    pub ma: xrnic::verbs::Mr,
+    pub mb: xrnic::verbs::Mr,
+    pub qa: xrnic::verbs::Qp,
+    pub qb: xrnic::verbs::Qp,
+}
+
+impl RcPair {
+    pub fn connect(ifname: &str) -> RcPair {
+        use xrnic::verbs::{Access, ConnectOpts, Device, QpInitAttr, Remote};
+        let (a, b) = (Device::open(ifname).unwrap(), Device::open(ifname).unwrap());
+        let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+        let ma = pa.reg_mr(4096, Access::ALL).unwrap();
+        let mb = pb.reg_mr(4096, Access::ALL).unwrap();
+        let qa = pa.create_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
+        let qb = pb.create_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
+        let gid = a.query_gid(1).unwrap();
+        let o = ConnectOpts {
+            access: Access::ALL,
+            ..Default::default()
+        };
+        let to = |q: &xrnic::verbs::Qp, psn| Remote {
+            qpn: q.qp_num(),
+            psn,
+            gid,
+        };
+        qa.connect(&to(&qb, 7), 9, 1, &o).unwrap();
+        qb.connect(&to(&qa, 9), 7, 1, &o).unwrap();
+        RcPair {
+            a,
+            b,
+            ca,
+            cb,
+            ma,
+            mb,
+            qa,
+            qb,
+        }
+    }
+}

@@ -561,6 +561,9 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	fi
 	RESULTS+=("$name|$tool|$role|${FAMNAME[$fam]}|$pmtu|$loss|$status|$secs|${XRI_GUEST_RC[A]}/$xrc|$pkts|$nx/$nr|$icrc|$xres/$rres|$xnak/$rnak")
 done
+# The C suite below runs as root on an in-process device: no service row's prefix
+# (setpriv to nobody) may leak into it when a svc_* row came last.
+XPRE=()
 
 # Checks of the C suite whose verdicts differ between rxe and xrnic for a known reason
 # (docs/interop.md, "The C suite on rxe"): the comparison sets them aside and the report

@@ -49,6 +49,9 @@ pub struct QpCounters {
     pub invalid_requests: u64,
     /// Responses or requests that arrived in a state that cannot take them.
     pub dropped_wrong_state: u64,
+    /// Requests dropped unanswered because the process owning the target memory is gone
+    /// (a killed service client before its teardown); the QP then moves to ERR.
+    pub dropped_owner_gone: u64,
     /// Atomic operations executed (never twice for one PSN).
     pub atomics_executed: u64,
     /// Duplicate READ / atomic requests answered from the response cache.
@@ -96,6 +99,7 @@ impl QpCounters {
             remote_access_errors,
             invalid_requests,
             dropped_wrong_state,
+            dropped_owner_gone,
             atomics_executed,
             responses_replayed,
             rd_atomic_over_limit,

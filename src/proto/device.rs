@@ -1057,6 +1057,14 @@ impl Rnic {
                     }
                     _ => Some(&[][..]),
                 };
+                // A READ response out of another process's memory that is gone: the QP
+                // is as good as destroyed (src/proto/responder.rs `owner_gone`).
+                if payload.is_none()
+                    && matches!(p.payload, Payload::Mem { mem, .. } if ctx.mem.owner_gone(mem))
+                {
+                    super::responder::owner_gone(qp, &mut ctx, p.psn);
+                    return None;
+                }
                 let len = payload.and_then(|pl| {
                     emit(
                         &self.cfg, qp, ect, p.opcode, p.psn, false, false, &p.ext, pl, buf,
@@ -1246,3 +1254,6 @@ mod tests;
 #[cfg(test)]
 #[path = "event_tests.rs"]
 mod event_tests;
+#[cfg(test)]
+#[path = "gone_tests.rs"]
+mod gone_tests;

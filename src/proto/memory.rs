@@ -384,6 +384,15 @@ impl MemTable {
             .is_some_and(|end| end <= r.data.len())
     }
 
+    /// True when the reference names memory of another process that a copy found gone
+    /// ([`UserMem::owner_gone`]): a failed copy there is the death of its owner, not an
+    /// access error.
+    pub fn owner_gone(&self, m: MemRef) -> bool {
+        self.slot_of_ref(m)
+            .and_then(|s| self.regions[s].as_ref())
+            .is_some_and(|r| matches!(&r.data, Backing::User(u) if u.owner_gone()))
+    }
+
     /// Copy `dst.len()` bytes at a checked reference plus `skip`; false if the region
     /// went away or the range left it.
     #[inline(always)]

@@ -41,7 +41,7 @@ pub mod time;
 pub mod timers;
 pub mod trace;
 pub mod uc;
-mod user_mem;
+pub(crate) mod user_mem;
 pub mod verdict;
 
 pub use counters::{DeviceCounters, QpCounters};
@@ -72,6 +72,12 @@ pub(crate) enum Fault {
     /// receive completes REM_INV_REQ_ERR, the message is acknowledged, the QP goes to
     /// ERR).
     Invalidate,
+    /// The memory the request targets belongs to a process that is gone
+    /// ([`memory::MemTable::owner_gone`]): its QP is as good as destroyed. Nothing is
+    /// sent (no NAK: the peer must see what a destroyed QP's peer sees, its retries go
+    /// unanswered) and the QP moves to ERR, where it drops what follows (IBTA vol. 1
+    /// §10.3.1) until its owner's teardown destroys it.
+    Gone,
 }
 
 /// What the requester, responder and completer may touch besides their QP.

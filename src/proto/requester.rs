@@ -510,11 +510,18 @@ impl Requester {
             _ => {
                 let off = k as usize * lim.mtu as usize;
                 let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-                // Checked by `readable` above.
-                payload = match &w.segs {
+                // Checked by `readable` above; a copy can still fail on another
+                // process's memory (the process died meanwhile): then nothing is sent
+                // and the WR fails LOC_PROT_ERR at the head, as for a region gone.
+                let gathered = match &w.segs {
                     Ok(segs) => gather(mem, segs, off, len, scratch),
-                    Err(_) => Payload::None,
+                    Err(_) => Some(Payload::None),
                 };
+                let Some(g) = gathered else {
+                    self.sq[idx].segs = Err(WcStatus::LocProtErr);
+                    return None;
+                };
+                payload = g;
                 let only = w.npkts == 1;
                 let first = k == 0;
                 end = k + 1 == w.npkts;
@@ -637,27 +644,26 @@ fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
 
 /// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
 /// memory holds them all, else copied into `scratch`. The caller checked them with
-/// [`readable`].
+/// [`readable`]; `None` when a copy failed all the same (another process's memory whose
+/// owner died or unmapped it: see src/proto/user_mem.rs).
 fn gather(
     mem: &MemTable,
     segs: &[LocalSeg],
     off: usize,
     len: usize,
     scratch: &mut Vec<u8>,
-) -> Payload {
+) -> Option<Payload> {
     if len == 0 {
-        return Payload::None;
+        return Some(Payload::None);
     }
-    let Some((i, o)) = locate(segs, off) else {
-        return Payload::None;
-    };
+    let (i, o) = locate(segs, off)?;
     // Borrowed in place only from engine-owned bytes: application memory is copied.
     if o + len <= segs[i].len as usize && mem.borrowable(segs[i].mem) {
-        return Payload::Mem {
+        return Some(Payload::Mem {
             mem: segs[i].mem,
             skip: o,
             len,
-        };
+        });
     }
     scratch.clear();
     let (mut i, mut o) = (i, o);
@@ -667,14 +673,13 @@ fn gather(
         let at = scratch.len();
         scratch.resize(at + n, 0);
         if !mem.read(s.mem, o, &mut scratch[at..]) {
-            break;
+            return None;
         }
         i += 1;
         o = 0;
     }
-    // Only short if a region went away, which `readable` ruled out; never a panic.
-    scratch.resize(len, 0);
-    Payload::Scratch(len)
+    // Short only if the segments end early, which `readable` ruled out.
+    (scratch.len() == len).then_some(Payload::Scratch(len))
 }
 
 #[cfg(test)]
@@ -768,15 +773,15 @@ mod tests {
         let mut scratch = vec![];
         assert!(matches!(
             gather(&m, &segs, 1, 3, &mut scratch),
-            Payload::Mem {
+            Some(Payload::Mem {
                 skip: 1,
                 len: 3,
                 ..
-            }
+            })
         ));
         assert!(matches!(
             gather(&m, &segs, 4, 4, &mut scratch),
-            Payload::Scratch(4)
+            Some(Payload::Scratch(4))
         ));
         assert_eq!(scratch, [6, 7, 8, 9]);
         assert!(scatter(&mut m, &segs, 5, &[0xaa, 0xbb, 0xcc]));

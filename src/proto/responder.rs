@@ -564,6 +564,7 @@ pub(crate) fn handle_request(
                 qp.enter_error(ctx);
             }
         }
+        Err(Fault::Gone) => owner_gone(qp, ctx, psn),
         Err(Fault::Nak(code)) => {
             match code {
                 NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
@@ -572,6 +573,16 @@ pub(crate) fn handle_request(
             nak(qp, ctx, psn, code);
         }
     }
+}
+
+/// The process that owns the QP's memory is gone ([`Fault::Gone`]): the request is
+/// dropped unanswered and the QP moves to ERR, where it takes nothing more, as a
+/// destroyed QP would; the owner's teardown destroys it soon after.
+pub(crate) fn owner_gone(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
+    qp.counters.dropped_owner_gone += 1;
+    qp.resp.cur = None;
+    qp_event!(ctx.now, ctx.dev, qp.qpn, "owner_gone", psn = psn.value());
+    qp.enter_error(ctx);
 }
 
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ext: &ExtHeaders) {
@@ -835,6 +846,9 @@ pub(crate) fn do_send(
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     if !scatter(ctx.mem, segs, written as usize, payload) {
+        if segs.iter().any(|s| ctx.mem.owner_gone(s.mem)) {
+            return Err(Fault::Gone);
+        }
         complete_recv(
             qp,
             ctx,
@@ -939,6 +953,9 @@ pub(crate) fn do_write(
     if n > 0 {
         let m = mem.ok_or(Fault::Nak(NakCode::InvalidRequest))?;
         if !ctx.mem.write(m, written as usize, payload) {
+            if ctx.mem.owner_gone(m) {
+                return Err(Fault::Gone);
+            }
             return Err(Fault::Nak(NakCode::RemoteAccessError));
         }
     }
@@ -1102,10 +1119,12 @@ fn do_atomic(
     let m = remote_check(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
     // Atomics act on a 64-bit word in host byte order, as the CPU would see it.
     let cmp = (info.operation == Operation::CmpSwap).then_some(a.compare);
-    let orig = ctx
-        .mem
-        .atomic(m, cmp, a.swap_add)
-        .ok_or(Fault::Nak(NakCode::RemoteAccessError))?;
+    let Some(orig) = ctx.mem.atomic(m, cmp, a.swap_add) else {
+        if ctx.mem.owner_gone(m) {
+            return Err(Fault::Gone);
+        }
+        return Err(Fault::Nak(NakCode::RemoteAccessError));
+    };
     qp.counters.atomics_executed += 1;
     qp.counters.rd_atomic_over_limit += u64::from(over);
     qp.resp.msn = qp.resp.msn.next();

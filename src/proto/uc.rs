@@ -211,6 +211,10 @@ pub(crate) fn handle_request(
     };
     // The PSN is consumed whatever became of the packet: the next one is expected.
     qp.resp.epsn = psn.add(1);
+    if let Err(super::Fault::Gone) = result {
+        responder::owner_gone(qp, ctx, psn);
+        return;
+    }
     if let Err(f) = result {
         qp.counters.uc_packets_dropped += 1;
         let why = match f {

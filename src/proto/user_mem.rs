@@ -18,7 +18,7 @@
 //! promises too), not with respect to the client's CPU.
 
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// `len` bytes at `ptr` in this process, which the registrant keeps mapped and valid
 /// until the region is deregistered (see [`UserMem::new`]).
@@ -28,6 +28,9 @@ pub struct UserMem {
     len: usize,
     /// `Some(pid)`: `ptr` is an address in process `pid`, never dereferenced here.
     pid: Option<i32>,
+    /// A copy found process `pid` gone (ESRCH: it exited, or was killed and its memory
+    /// is already released while its sockets are not yet closed). Sticky.
+    gone: AtomicBool,
 }
 
 // SAFETY: UserMem is an address range, not a borrow; every access goes through the
@@ -53,6 +56,7 @@ impl UserMem {
             ptr,
             len,
             pid: None,
+            gone: AtomicBool::new(false),
         })
     }
 
@@ -74,12 +78,21 @@ impl UserMem {
             ptr,
             len,
             pid: Some(pid),
+            gone: AtomicBool::new(false),
         })
     }
 
     /// The process whose memory this is, when not this one.
     pub fn pid(&self) -> Option<i32> {
         self.pid
+    }
+
+    /// True once a copy found the owning process gone (its memory no longer exists).
+    /// The engine then treats the region's QP as destroyed, not as an access error: a
+    /// dead process's QP must not NAK its peer (the peer of a real NIC whose process
+    /// died sees its requests go unanswered: IBTA vol. 1 §9.7.6.1.3, retries).
+    pub fn owner_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
     }
 
     /// One `process_vm_readv` (`write`: `process_vm_writev`) of `local` against `n` bytes
@@ -112,6 +125,9 @@ impl UserMem {
                 libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
             }
         };
+        if done < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            self.gone.store(true, Ordering::Relaxed);
+        }
         done == n as isize
     }
 
@@ -218,7 +234,7 @@ impl UserMem {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -267,7 +283,47 @@ mod tests {
         let bad = UserMem::remote(pid, 4096, 64).unwrap();
         assert!(!bad.read(0, &mut got));
         assert!(!bad.write(0, b"x"));
+        assert!(
+            !bad.owner_gone(),
+            "an unmapped page is a fault, not a dead process"
+        );
         assert!(UserMem::remote(0, 4096, 8).is_none());
         assert!(UserMem::remote(pid, 0, 8).is_none());
+    }
+
+    /// A killed child that is not reaped yet: its pid stays reserved (no other process
+    /// can get it) while its memory is gone, as a killed service client's is before its
+    /// socket closes. The caller reaps it with `wait`.
+    #[allow(clippy::zombie_processes)] // the zombie is the point; the caller reaps it
+    pub(crate) fn zombie() -> std::process::Child {
+        let mut c = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        c.kill().expect("kill sleep");
+        let stat = format!("/proc/{}/stat", c.id());
+        for _ in 0..2000 {
+            // Field 3 of /proc/PID/stat, after the parenthesised name, is the state.
+            let st = std::fs::read_to_string(&stat).unwrap_or_default();
+            if st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')) {
+                return c;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _ = c.wait();
+        panic!("child {} never became a zombie", c.id());
+    }
+
+    #[test]
+    fn a_copy_into_a_dead_process_marks_the_region_gone() {
+        let mut z = zombie();
+        let m = UserMem::remote(z.id() as i32, 0x10000, 64).unwrap();
+        assert!(!m.owner_gone());
+        assert!(!m.write(0, b"abc"), "nothing to write into");
+        assert!(m.owner_gone(), "ESRCH is remembered");
+        let mut got = [0u8; 3];
+        assert!(!m.read(0, &mut got));
+        assert!(m.owner_gone());
+        z.wait().unwrap();
     }
 }

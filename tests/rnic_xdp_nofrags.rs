@@ -6,12 +6,10 @@
 
 mod common;
 
-use std::time::Duration;
+use common::rc::{Connected, remote};
 
 use xrnic::io::afxdp::{RoceFilter, XDP_FRAGS_ENV};
-use xrnic::verbs::{
-    Access, ConnectOpts, Device, DeviceOptions, Mtu, QpInitAttr, Remote, SendWr, WcStatus, WrOpcode,
-};
+use xrnic::verbs::{ConnectOpts, Device, DeviceOptions, Mtu, QpInitAttr};
 use xrnic_netns::{Side, VethPair};
 
 const LEN: usize = 256 * 1024;
@@ -40,69 +38,23 @@ fn xdp_program_without_frags_means_single_buffer_and_an_mtu_cap() {
             "{p:?}"
         );
     }
-    let mk = |d: &Device| {
-        let pd = d.alloc_pd().unwrap();
-        let cq = d.create_cq(256).unwrap();
-        let mr = pd.reg_mr(LEN, Access::ALL).unwrap();
-        let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 64)).unwrap();
-        (cq, mr, qp)
-    };
-    let (cq_a, mr_a, qp_a) = mk(&da);
-    let (_cq_b, mr_b, qp_b) = mk(&db);
-    let o = ConnectOpts {
-        access: Access::ALL,
-        path_mtu: Mtu::Mtu2048,
-        ..ConnectOpts::default()
-    };
-    let (ga, gb) = (da.query_gid(1).unwrap(), db.query_gid(1).unwrap());
-    let remote = |qpn, gid| Remote {
-        qpn,
-        psn: 0x10,
-        gid,
-    };
-    qp_a.connect(&remote(qp_b.qp_num(), gb), 0x10, 1, &o)
-        .unwrap();
-    qp_b.connect(&remote(qp_a.qp_num(), ga), 0x10, 1, &o)
-        .unwrap();
+    let c = Connected::new(&da, &db, LEN, Mtu::Mtu2048);
     // A 4096 path MTU does not fit the capped port.
     let too_big = ConnectOpts {
         path_mtu: Mtu::Mtu4096,
-        ..o
+        ..c.opts
     };
     let qp_c = da
         .alloc_pd()
         .unwrap()
-        .create_qp(&QpInitAttr::new(&cq_a, &cq_a, 4))
+        .create_qp(&QpInitAttr::new(&c.cq_a, &c.cq_a, 4))
         .unwrap();
     assert!(
-        qp_c.connect(&remote(qp_b.qp_num(), gb), 0x10, 1, &too_big)
+        qp_c.connect(&remote(c.qp_b.qp_num(), c.gid_b), 0x10, 1, &too_big)
             .is_err(),
         "path MTU 4096 on a port capped at 2048"
     );
 
     let data: Vec<u8> = (0..LEN).map(|i| (i * 13 + (i >> 10)) as u8).collect();
-    mr_a.write(0, &data).unwrap();
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![mr_a.sge(0, LEN as u32)];
-    wr.rdma.remote_addr = mr_b.addr();
-    wr.rdma.rkey = mr_b.rkey();
-    qp_a.post_send(wr).unwrap();
-    let wcs = cq_a.wait(1, Duration::from_secs(20));
-    assert_eq!(wcs.len(), 1, "WRITE completion");
-    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
-    mr_a.with_mut(|m| m.fill(0)).unwrap();
-    let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
-    rd.sg_list = vec![mr_a.sge(0, LEN as u32)];
-    rd.rdma.remote_addr = mr_b.addr();
-    rd.rdma.rkey = mr_b.rkey();
-    qp_a.post_send(rd).unwrap();
-    let wcs = cq_a.wait(1, Duration::from_secs(20));
-    assert_eq!(wcs.len(), 1, "READ completion");
-    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
-    let mut back = vec![0u8; LEN];
-    mr_a.read(0, &mut back).unwrap();
-    assert!(
-        back == data,
-        "the READ brought back other bytes than the WRITE put"
-    );
+    c.write_then_read_back(&data);
 }

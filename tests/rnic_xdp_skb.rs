@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::time::Duration;
+use common::rc::Connected;
 
-use xrnic::verbs::{
-    Access, ConnectOpts, Device, DeviceOptions, Mtu, QpInitAttr, Remote, SendWr, WcStatus, WrOpcode,
-};
+use xrnic::verbs::{Device, DeviceOptions, Mtu};
 use xrnic_netns::{Side, VethPair};
 
 const LEN: usize = 256 * 1024;
@@ -79,58 +77,7 @@ fn skb_mode_attaches_generic_xdp_and_carries_a_verified_transfer() {
         assert!(text.contains("xdp_mode:\t\tskb"), "{text}");
     }
 
-    let mk = |d: &Device| {
-        let pd = d.alloc_pd().unwrap();
-        let cq = d.create_cq(256).unwrap();
-        let mr = pd.reg_mr(LEN, Access::ALL).unwrap();
-        let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 64)).unwrap();
-        (cq, mr, qp)
-    };
-    let (cq_a, mr_a, qp_a) = mk(&da);
-    let (_cq_b, mr_b, qp_b) = mk(&db);
-    let o = ConnectOpts {
-        access: Access::ALL,
-        path_mtu: Mtu::Mtu1024,
-        ..ConnectOpts::default()
-    };
-    let (ga, gb) = (da.query_gid(1).unwrap(), db.query_gid(1).unwrap());
-    let remote = |qpn, gid| Remote {
-        qpn,
-        psn: 0x10,
-        gid,
-    };
-    qp_a.connect(&remote(qp_b.qp_num(), gb), 0x10, 1, &o)
-        .unwrap();
-    qp_b.connect(&remote(qp_a.qp_num(), ga), 0x10, 1, &o)
-        .unwrap();
-
+    let c = Connected::new(&da, &db, LEN, Mtu::Mtu1024);
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + (i >> 9)) as u8).collect();
-    mr_a.write(0, &data).unwrap();
-    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
-    wr.sg_list = vec![mr_a.sge(0, LEN as u32)];
-    wr.rdma.remote_addr = mr_b.addr();
-    wr.rdma.rkey = mr_b.rkey();
-    qp_a.post_send(wr).unwrap();
-    let mut rd = SendWr::new(2, WrOpcode::RdmaRead);
-    rd.sg_list = vec![mr_a.sge(0, LEN as u32)];
-    rd.rdma.remote_addr = mr_b.addr();
-    rd.rdma.rkey = mr_b.rkey();
-    // The READ overwrites A's source with what B holds: clear it first, after the WRITE.
-    let wcs = cq_a.wait(1, Duration::from_secs(20));
-    assert_eq!(wcs.len(), 1, "WRITE completion");
-    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
-    mr_a.with_mut(|m| m.fill(0)).unwrap();
-    qp_a.post_send(rd).unwrap();
-    let wcs = cq_a.wait(1, Duration::from_secs(20));
-    assert_eq!(wcs.len(), 1, "READ completion");
-    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
-    let mut back = vec![0u8; LEN];
-    mr_a.read(0, &mut back).unwrap();
-    assert!(
-        back == data,
-        "the READ brought back other bytes than the WRITE put"
-    );
-    let mut at_b = vec![0u8; LEN];
-    mr_b.read(0, &mut at_b).unwrap();
-    assert!(at_b == data, "B's region differs from what A wrote");
+    c.write_then_read_back(&data);
 }

@@ -14,6 +14,7 @@ use xrnic::wire::{
 use xrnic_netns::{Side, VethPair};
 
 mod bin_path;
+pub mod rc;
 /// The `xrnic` binary (target/<profile>/xrnic, built by the `xrnic-cli` package).
 pub use bin_path::xrnic_bin;
 

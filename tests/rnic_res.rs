@@ -407,7 +407,8 @@ fn res_of_another_xrnic_process_names_it_and_turns_stale_when_it_is_killed() {
             l.strip_prefix(&format!("link xrnic_{ifb}/1 lqpn "))
                 .and_then(|r| r.split_once(' '))
                 .is_some_and(|(n, r)| {
-                    n.parse::<u32>().is_ok_and(|n| (0x11..=0xFF_FFFF).contains(&n))
+                    n.parse::<u32>()
+                        .is_ok_and(|n| (0x11..=0xFF_FFFF).contains(&n))
                         && r.starts_with("rqpn 0 type RC state INIT ")
                 })
         }),

@@ -140,8 +140,11 @@ EXTRA=(
 	# while the TCG guest's perftest needs longer to listen again (its first REP took ~1 s):
 	# rxe answers REJ 8 "invalid service ID" and perftest exits. On a quiet host this
 	# happened in 5 of 6 attempts (one make interop run, `xrnic explain` of the captures);
-	# perftest's own race against a slow server, not xrnic's, so these rows are run by
-	# name (a failure is re-run once on a fresh guest boot, shown as retried). docs/interop.md.
+	# perftest's own race against a slow server, not xrnic's (the kernel's CM does not
+	# retry a REQ refused with REJ 8, and perftest 4.5-0.17's retry of its second
+	# connection reuses destroyed ids), so these rows are run by name (a failure is re-run
+	# once on a fresh guest boot, shown as retried). The same three with xrnic inside a
+	# guest, as slow as rxe's, are run-rxe-pair.sh -x's xc_*_cm rows. docs/interop.md.
 	'write_bw_cm_xc|ib_write_bw|-R -s 65536 -n 100|client|4|1024|0'
 	'read_bw_cm_xc|ib_read_bw|-R -s 65536 -n 100|client|4|1024|0'
 	'send_lat_cm_xc|ib_send_lat|-R -s 64 -n 200|client|4|1024|0'

@@ -56,9 +56,12 @@ xr_client() {
 		[ $rc -eq 0 ] && return 0
 		# What ibv_*_pingpong / perftest ("Couldn't connect to ADDR:PORT", "Unable to open
 		# file descriptor for socket connection") and rping (a CM REJECT: no listener yet)
-		# print when the server is not listening. "Couldn't connect to remote QP" (a
-		# failed QP transition) does not match: that is a real failure.
-		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED" "$out" || return $rc
+		# print when the server is not listening; perftest -R's parameter-exchange REQ
+		# refused (REJ 8): "Unable to connect (retries = 10)" from the bandwidth tools,
+		# which retry it, "Unexpected CM event bl blka 8" from the latency tools, which do
+		# not. "Couldn't connect to remote QP" (a failed QP transition) does not match:
+		# that is a real failure.
+		grep -qiE "couldn't connect to [0-9a-f.:]+:[0-9]+|unable to open file descriptor for socket|RDMA_CM_EVENT_REJECTED|unable to connect \(retries|unexpected CM event bl blka 8$" "$out" || return $rc
 		i=$((i + 1))
 		[ $i -lt "${XR_RETRIES:-30}" ] || return $rc
 		echo "xr: server not listening yet, retry $i"

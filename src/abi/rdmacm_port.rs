@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xrnic::cm::{Cm, CmConfig, CmEvent};
-use xrnic::proto::GRH_LEN;
+use xrnic::proto::{GRH_LEN, Instant as CmInstant};
 use xrnic::verbs::{self as xv, Access, AddressVector, QpInitAttr, Qpn, RecvWr, SendWr, WrOpcode};
 use xrnic::wire::mad::MAD_LEN;
 
@@ -162,12 +162,13 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
 }
 
 impl Port {
-    pub fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+    /// The CM's clock: the port's monotonic clock since it opened.
+    pub fn now(&self) -> CmInstant {
+        CmInstant::ZERO.saturating_add(self.start.elapsed())
     }
 
     /// Run `f` on the CM, then send what it queued and dispatch what it decided.
-    pub fn with_cm<T>(&self, f: impl FnOnce(&mut Cm, u64) -> T) -> T {
+    pub fn with_cm<T>(&self, f: impl FnOnce(&mut Cm, CmInstant) -> T) -> T {
         let now = self.now();
         let (r, events) = {
             let mut cm = self.cm.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,7 +271,7 @@ fn run(p: &Port) {
             let now = p.now();
             cm.poll_timeout()
                 .map_or(Duration::from_millis(100), |d| {
-                    Duration::from_nanos(d.saturating_sub(now))
+                    d.saturating_duration_since(now)
                 })
                 .min(Duration::from_millis(100))
         };

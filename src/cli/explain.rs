@@ -216,7 +216,7 @@ fn cm_label(m: &Mad) -> (String, bool) {
             r.local_comm_id,
             r.remote_comm_id,
             msg_ref(r.message_mraed),
-            crate::cm::cm_time_ns(r.service_timeout) / 1_000_000
+            crate::cm::cm_time(r.service_timeout).as_millis()
         ),
         CmMsg::Rej(r) => {
             refuses = true;

@@ -5,7 +5,8 @@
 //! Contract (quinn-proto style): the CM never reads a clock and never sends. Inputs are
 //! [`Cm::handle_mad`] (a MAD that arrived on QP1, with the sender's GID), [`Cm::handle_timeout`]
 //! and the consumer's calls ([`Cm::listen`], [`Cm::connect`], [`Cm::accept`], ...), each
-//! with `now` in virtual nanoseconds. Outputs are drained: [`Cm::poll_transmit`] (a MAD
+//! with `now` a [`proto::Instant`](crate::proto::Instant) on the caller's clock (the port's
+//! monotonic clock in src/abi, virtual time in the tests; src/proto/time.rs). Outputs are drained: [`Cm::poll_transmit`] (a MAD
 //! for QP1 at a GID), [`Cm::poll_event`] (what rdma_cm turns into `RDMA_CM_EVENT_*`) and
 //! [`Cm::poll_timeout`]. The CM does not touch QPs: [`Cm::qp_attr`] gives the attributes
 //! for INIT → RTR → RTS from the REQ/REP parameters (`ib_cm_init_qp_attr`), and the
@@ -20,7 +21,9 @@
 //! in timewait → DREP again. Timewait lasts `2 × packet life` plus the ACK timeout.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
+use crate::proto::Instant;
 use crate::wire::mad::{
     CmMsg, Dreq, Mad, Mra, MsgRef, Rej, Rep, Req, Rtu, SidrRep, SidrReq, rej_reason, sidr_status,
 };
@@ -30,8 +33,8 @@ pub mod res;
 mod tests;
 
 /// 4.096 µs × 2^t, the unit of every CM timeout field (IBTA §12.6.5).
-pub const fn cm_time_ns(t: u8) -> u64 {
-    4096u64 << (t & 0x1f)
+pub const fn cm_time(t: u8) -> Duration {
+    Duration::from_nanos(4096u64 << (t & 0x1f))
 }
 
 /// A connection id (the CM's local communication ID).
@@ -202,10 +205,20 @@ struct Conn {
     tid: u64,
     /// The MAD we resend on timeout, with its wait.
     last: Option<[u8; 256]>,
-    deadline: Option<u64>,
-    wait_ns: u64,
+    deadline: Option<Instant>,
+    wait: Duration,
     retries_left: u8,
     sidr_service: u64,
+}
+
+/// Where a REJ goes and what it answers: the peer's port, the transaction it rejects, the
+/// two comm ids (ours 0 when the REQ made no id) and the message rejected.
+struct RejTo {
+    gid: [u8; 16],
+    tid: u64,
+    local: u32,
+    remote: u32,
+    msg: MsgRef,
 }
 
 /// A passive side's parameters: the consumer's, with the retry counts of the REQ
@@ -305,7 +318,7 @@ impl Cm {
         self.events.pop_front()
     }
 
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<Instant> {
         self.conns.values().filter_map(|c| c.deadline).min()
     }
 
@@ -324,9 +337,9 @@ impl Cm {
         self.next_tid
     }
 
-    fn resend_wait(&self) -> u64 {
+    fn resend_wait(&self) -> Duration {
         // cm.c: packet life twice, plus the peer's response time (we send ours: the same).
-        2 * cm_time_ns(self.cfg.packet_life_time) + cm_time_ns(self.cfg.response_timeout)
+        2 * cm_time(self.cfg.packet_life_time) + cm_time(self.cfg.response_timeout)
     }
 
     fn send(&mut self, to: [u8; 16], tid: u64, msg: CmMsg) -> [u8; 256] {
@@ -337,7 +350,7 @@ impl Cm {
     }
 
     /// Send `msg` for `id` and arm its resend timer.
-    fn send_timed(&mut self, now: u64, id: CmId, msg: CmMsg) {
+    fn send_timed(&mut self, now: Instant, id: CmId, msg: CmMsg) {
         let wait = self.resend_wait();
         let retries = self.cfg.max_cm_retries;
         let Some(c) = self.conns.get(&id) else { return };
@@ -345,14 +358,14 @@ impl Cm {
         let mad = self.send(to, tid, msg);
         if let Some(c) = self.conns.get_mut(&id) {
             c.last = Some(mad);
-            c.wait_ns = wait;
+            c.wait = wait;
             c.deadline = Some(now + wait);
             c.retries_left = retries;
         }
     }
 
     /// rdma_connect: send a REQ for `service_id` over `path` with the consumer's QP.
-    pub fn connect(&mut self, now: u64, service_id: u64, path: Path, p: ConnParam) -> CmId {
+    pub fn connect(&mut self, now: Instant, service_id: u64, path: Path, p: ConnParam) -> CmId {
         let id = self.alloc_id();
         let tid = self.new_tid();
         let mut private_data = [0u8; 92];
@@ -412,7 +425,7 @@ impl Cm {
                 tid,
                 last: None,
                 deadline: None,
-                wait_ns: 0,
+                wait: Duration::ZERO,
                 retries_left: 0,
                 sidr_service: service_id,
             },
@@ -422,7 +435,7 @@ impl Cm {
     }
 
     /// rdma_accept on a passive id: send the REP.
-    pub fn accept(&mut self, now: u64, id: CmId, p: ConnParam) -> bool {
+    pub fn accept(&mut self, now: Instant, id: CmId, p: ConnParam) -> bool {
         let guid = self.cfg.ca_guid;
         let Some(c) = self.conns.get_mut(&id) else {
             return false;
@@ -486,40 +499,29 @@ impl Cm {
                 return false;
             }
         };
-        self.send_rej(
-            c.path.remote_gid,
-            c.tid,
-            id,
-            c.remote_id,
+        let to = RejTo {
+            gid: c.path.remote_gid,
+            tid: c.tid,
+            local: id,
+            remote: c.remote_id,
             msg,
-            reason,
-            private,
-        );
+        };
+        self.send_rej(to, reason, private);
         true
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn send_rej(
-        &mut self,
-        to: [u8; 16],
-        tid: u64,
-        local: u32,
-        remote: u32,
-        msg: MsgRef,
-        reason: u16,
-        private: &[u8],
-    ) {
+    fn send_rej(&mut self, to: RejTo, reason: u16, private: &[u8]) {
         let mut private_data = [0u8; 148];
         let n = private.len().min(148);
         private_data[..n].copy_from_slice(&private[..n]);
         self.counters.rejects_sent += 1;
         self.send(
-            to,
-            tid,
+            to.gid,
+            to.tid,
             CmMsg::Rej(Box::new(Rej {
-                local_comm_id: local,
-                remote_comm_id: remote,
-                message_rejected: msg,
+                local_comm_id: to.local,
+                remote_comm_id: to.remote,
+                message_rejected: to.msg,
                 reject_info_length: 0,
                 reason,
                 ari: [0; 72],
@@ -557,7 +559,7 @@ impl Cm {
     }
 
     /// rdma_disconnect: DREQ from ESTABLISHED, DREP when a DREQ came first.
-    pub fn disconnect(&mut self, now: u64, id: CmId) -> bool {
+    pub fn disconnect(&mut self, now: Instant, id: CmId) -> bool {
         let Some(c) = self.conns.get(&id) else {
             return false;
         };
@@ -605,9 +607,8 @@ impl Cm {
         }
     }
 
-    fn enter_timewait(&mut self, now: u64, id: CmId) {
-        let wait =
-            2 * cm_time_ns(self.cfg.packet_life_time) + cm_time_ns(self.cfg.local_ack_timeout);
+    fn enter_timewait(&mut self, now: Instant, id: CmId) {
+        let wait = 2 * cm_time(self.cfg.packet_life_time) + cm_time(self.cfg.local_ack_timeout);
         if let Some(c) = self.conns.get_mut(&id) {
             c.state = State::Timewait;
             c.deadline = Some(now + wait);
@@ -617,7 +618,7 @@ impl Cm {
 
     /// Forget `id` at once (rdma_destroy_id). A connected id sends its DREQ first (cm.c
     /// `cm_destroy_id` does), without waiting for the DREP.
-    pub fn destroy(&mut self, now: u64, id: CmId) {
+    pub fn destroy(&mut self, now: Instant, id: CmId) {
         if let Some(c) = self.conns.get(&id) {
             match c.state {
                 State::Established => {
@@ -634,7 +635,13 @@ impl Cm {
     }
 
     /// rdma_resolve_route on a UD id then `ib_send_cm_sidr_req`.
-    pub fn sidr_request(&mut self, now: u64, service_id: u64, path: Path, private: &[u8]) -> CmId {
+    pub fn sidr_request(
+        &mut self,
+        now: Instant,
+        service_id: u64,
+        path: Path,
+        private: &[u8],
+    ) -> CmId {
         let id = self.alloc_id();
         let tid = self.new_tid();
         let mut private_data = [0u8; 216];
@@ -654,7 +661,7 @@ impl Cm {
                 tid,
                 last: None,
                 deadline: None,
-                wait_ns: 0,
+                wait: Duration::ZERO,
                 retries_left: 0,
                 sidr_service: service_id,
             },
@@ -739,7 +746,7 @@ impl Cm {
     }
 
     /// Resend what timed out; fail what ran out of retries; end timewaits.
-    pub fn handle_timeout(&mut self, now: u64) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         let due: Vec<CmId> = self
             .conns
             .iter()
@@ -770,7 +777,7 @@ impl Cm {
                 continue;
             }
             c.retries_left -= 1;
-            c.deadline = Some(now + c.wait_ns);
+            c.deadline = Some(now + c.wait);
             if let Some(mad) = c.last {
                 let to = c.path.remote_gid;
                 self.tx.push_back(Transmit { to, mad });
@@ -781,7 +788,7 @@ impl Cm {
     }
 
     /// A MAD from the port with GID `from` arrived on QP1.
-    pub fn handle_mad(&mut self, now: u64, from: [u8; 16], local_gid: [u8; 16], buf: &[u8]) {
+    pub fn handle_mad(&mut self, now: Instant, from: [u8; 16], local_gid: [u8; 16], buf: &[u8]) {
         let Ok(mad) = Mad::parse(buf) else {
             self.counters.dropped += 1;
             return;
@@ -817,7 +824,7 @@ impl Cm {
             .map(|(k, _)| *k)
     }
 
-    fn on_req(&mut self, now: u64, from: [u8; 16], local_gid: [u8; 16], tid: u64, r: Box<Req>) {
+    fn on_req(&mut self, now: Instant, from: [u8; 16], local_gid: [u8; 16], tid: u64, r: Box<Req>) {
         if let Some(id) = self.find_remote(&from, r.local_comm_id) {
             // A duplicate (cm.c `cm_dup_req_handler`): MRA again while the consumer thinks,
             // a REJ "stale connection" in timewait, nothing otherwise.
@@ -825,15 +832,14 @@ impl Cm {
             match self.conns[&id].state {
                 State::MraReqSent => self.send_mra(id),
                 State::Timewait => {
-                    self.send_rej(
-                        from,
+                    let to = RejTo {
+                        gid: from,
                         tid,
-                        id,
-                        r.local_comm_id,
-                        MsgRef::Req,
-                        rej_reason::STALE_CONN,
-                        &[],
-                    );
+                        local: id,
+                        remote: r.local_comm_id,
+                        msg: MsgRef::Req,
+                    };
+                    self.send_rej(to, rej_reason::STALE_CONN, &[]);
                 }
                 _ => {}
             }
@@ -843,15 +849,14 @@ impl Cm {
             // cm.c `cm_match_req`: no listener → REJ "invalid service ID"; rdma_cm gives the
             // peer RDMA_CM_EVENT_REJECTED with status 8 (what rping prints for a port
             // nobody listens on).
-            self.send_rej(
-                from,
+            let to = RejTo {
+                gid: from,
                 tid,
-                0,
-                r.local_comm_id,
-                MsgRef::Req,
-                rej_reason::INVALID_SERVICE_ID,
-                &[],
-            );
+                local: 0,
+                remote: r.local_comm_id,
+                msg: MsgRef::Req,
+            };
+            self.send_rej(to, rej_reason::INVALID_SERVICE_ID, &[]);
             return;
         };
         let id = self.alloc_id();
@@ -881,7 +886,7 @@ impl Cm {
                 tid,
                 last: None,
                 deadline: None,
-                wait_ns: 0,
+                wait: Duration::ZERO,
                 retries_left: 0,
                 sidr_service: r.service_id,
             },
@@ -915,8 +920,8 @@ impl Cm {
         );
     }
 
-    fn on_mra(&mut self, now: u64, m: &Mra) {
-        let life = cm_time_ns(self.cfg.packet_life_time);
+    fn on_mra(&mut self, now: Instant, m: &Mra) {
+        let life = cm_time(self.cfg.packet_life_time);
         let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
             self.counters.dropped += 1;
             return;
@@ -924,7 +929,7 @@ impl Cm {
         if c.state == State::ReqSent && m.message_mraed == MsgRef::Req {
             c.state = State::MraReqRcvd;
             c.remote_id = m.local_comm_id;
-            c.deadline = Some(now + life + cm_time_ns(m.service_timeout));
+            c.deadline = Some(now + life + cm_time(m.service_timeout));
         } else {
             self.counters.duplicates += 1;
         }
@@ -1005,7 +1010,7 @@ impl Cm {
         }
     }
 
-    fn on_dreq(&mut self, now: u64, from: [u8; 16], tid: u64, r: &Dreq) {
+    fn on_dreq(&mut self, now: Instant, from: [u8; 16], tid: u64, r: &Dreq) {
         let id = r.remote_comm_id;
         let Some(c) = self.conns.get_mut(&id) else {
             // cm.c answers a DREQ for an unknown id with a DREP (`cm_issue_drep`).
@@ -1044,7 +1049,7 @@ impl Cm {
         }
     }
 
-    fn on_drep(&mut self, now: u64, r: &Rtu) {
+    fn on_drep(&mut self, now: Instant, r: &Rtu) {
         let id = r.remote_comm_id;
         match self.conns.get(&id).map(|c| c.state) {
             Some(State::DreqSent) => {
@@ -1081,7 +1086,7 @@ impl Cm {
                 tid,
                 last: None,
                 deadline: None,
-                wait_ns: 0,
+                wait: Duration::ZERO,
                 retries_left: 0,
                 sidr_service: r.service_id,
             };
@@ -1107,7 +1112,7 @@ impl Cm {
                 tid,
                 last: None,
                 deadline: None,
-                wait_ns: 0,
+                wait: Duration::ZERO,
                 retries_left: 0,
                 sidr_service: r.service_id,
             },

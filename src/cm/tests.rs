@@ -11,7 +11,7 @@ const SID: u64 = service_id(RDMA_PS_TCP, 7471);
 struct Net {
     a: Cm,
     b: Cm,
-    now: u64,
+    now: Instant,
     /// (message name, how many of them to lose).
     lose: Vec<(&'static str, u32)>,
     lost: Vec<&'static str>,
@@ -63,7 +63,7 @@ impl Net {
         Net {
             a: Cm::new(cfg(0x1000)),
             b,
-            now: 0,
+            now: Instant::ZERO,
             lose: Vec::new(),
             lost: Vec::new(),
             ladder: Vec::new(),
@@ -79,8 +79,8 @@ impl Net {
     }
 
     /// Move MADs and run the consumers until nothing is in flight and no deadline is
-    /// left, or `until` virtual ns.
-    fn run(&mut self, until: u64) {
+    /// left, or `until` on the virtual clock.
+    fn run(&mut self, until: Instant) {
         for _ in 0..10_000 {
             let mut moved = false;
             while let Some(t) = self.a.poll_transmit() {
@@ -163,7 +163,7 @@ impl Net {
 
     fn connect(&mut self) -> CmId {
         let id = self.a.connect(self.now, SID, path(), param(0x11, 0x111));
-        self.run(self.now + 1);
+        self.run(self.now + Duration::from_nanos(1));
         id
     }
 }
@@ -216,7 +216,7 @@ fn req_mra_rep_rtu_then_dreq_drep_and_timewait() {
     assert_eq!(n.a.counters().resent + n.b.counters().resent, 0);
 
     assert!(n.a.disconnect(n.now, a));
-    n.run(u64::MAX);
+    n.run(Instant::MAX);
     assert!(n.ev_b.contains(&CmEvent::Disconnected { id: b }));
     assert_eq!(&n.ladder[4..], ["A:DREQ", "B:DREP"]);
     assert!(n.ev_a.contains(&CmEvent::Disconnected { id: a }));
@@ -232,15 +232,15 @@ fn loss_of_each_mad_once_still_connects_and_disconnects() {
     for lost in ["REQ", "MRA", "REP", "RTU", "DREQ", "DREP"] {
         let mut n = Net::new();
         n.lose = vec![(lost, 1)];
-        let a = n.a.connect(0, SID, path(), param(0x11, 0x111));
-        n.run(u64::MAX / 4);
+        let a = n.a.connect(Instant::ZERO, SID, path(), param(0x11, 0x111));
+        n.run(Instant::MAX);
         let b = b_id(&n);
         assert_eq!(established(&n.ev_a), [a], "lost {lost}: {:?}", n.ladder);
         if lost != "RTU" {
             assert_eq!(established(&n.ev_b), [b], "lost {lost}: {:?}", n.ladder);
         }
         assert!(n.a.disconnect(n.now, a), "lost {lost}");
-        n.run(u64::MAX / 4);
+        n.run(Instant::MAX);
         assert!(
             n.ev_b.contains(&CmEvent::Disconnected { id: b }),
             "lost {lost}"
@@ -278,9 +278,13 @@ fn loss_of_each_mad_once_still_connects_and_disconnects() {
 #[test]
 fn no_listener_is_rej_invalid_service_id() {
     let mut n = Net::new();
-    let a =
-        n.a.connect(0, service_id(RDMA_PS_TCP, 9), path(), param(0x11, 1));
-    n.run(u64::MAX / 4);
+    let a = n.a.connect(
+        Instant::ZERO,
+        service_id(RDMA_PS_TCP, 9),
+        path(),
+        param(0x11, 1),
+    );
+    n.run(Instant::MAX);
     assert_eq!(n.ladder, ["A:REQ", "B:REJ"]);
     assert_eq!(
         n.ev_a,
@@ -298,8 +302,8 @@ fn no_listener_is_rej_invalid_service_id() {
 fn a_listener_that_rejects_gives_consumer_defined_with_its_private_data() {
     let mut n = Net::new();
     n.b_accepts = false;
-    let a = n.a.connect(0, SID, path(), param(0x11, 1));
-    n.run(u64::MAX / 4);
+    let a = n.a.connect(Instant::ZERO, SID, path(), param(0x11, 1));
+    n.run(Instant::MAX);
     assert_eq!(n.ladder, ["A:REQ", "B:MRA", "B:REJ"]);
     let Some(CmEvent::Rejected {
         id,
@@ -320,14 +324,17 @@ fn a_listener_that_rejects_gives_consumer_defined_with_its_private_data() {
 fn dead_peer_req_retries_then_unreachable() {
     let mut n = Net::new();
     n.b_dead = true;
-    let a = n.a.connect(0, SID, path(), param(0x11, 1));
-    n.run(u64::MAX / 4);
+    let a = n.a.connect(Instant::ZERO, SID, path(), param(0x11, 1));
+    n.run(Instant::MAX);
     let c = CmConfig::default();
     assert_eq!(n.a.counters().sent, 1 + u64::from(c.max_cm_retries));
     assert_eq!(n.a.counters().resent, u64::from(c.max_cm_retries));
     assert_eq!(n.ev_a, [CmEvent::Unreachable { id: a }]);
-    let wait = 2 * cm_time_ns(c.packet_life_time) + cm_time_ns(c.response_timeout);
-    assert_eq!(n.now, wait * (1 + u64::from(c.max_cm_retries)));
+    let wait = 2 * cm_time(c.packet_life_time) + cm_time(c.response_timeout);
+    assert_eq!(
+        n.now,
+        Instant::ZERO + wait * (1 + u32::from(c.max_cm_retries))
+    );
 }
 
 /// The peer dies while connected: our DREQ is resent, then DISCONNECTED anyway, then
@@ -339,7 +346,7 @@ fn dead_peer_dreq_retries_then_disconnected_and_timewait() {
     n.b_dead = true;
     let before = n.a.counters().sent;
     assert!(n.a.disconnect(n.now, a));
-    n.run(u64::MAX / 4);
+    n.run(Instant::MAX);
     assert_eq!(
         n.a.counters().sent - before,
         1 + u64::from(CmConfig::default().max_cm_retries)
@@ -356,11 +363,11 @@ fn dead_peer_dreq_retries_then_disconnected_and_timewait() {
 fn rep_without_rtu_is_unreachable_on_the_passive_side() {
     let mut n = Net::new();
     n.lose = vec![("REP", u32::MAX)];
-    n.a.connect(0, SID, path(), param(0x11, 1));
+    n.a.connect(Instant::ZERO, SID, path(), param(0x11, 1));
     // A stops existing once its REQ is out.
-    n.run(0);
+    n.run(Instant::ZERO);
     n.a = Cm::new(cfg(0x5000));
-    n.run(u64::MAX / 4);
+    n.run(Instant::MAX);
     let b = b_id(&n);
     assert!(
         n.ev_b.contains(&CmEvent::Unreachable { id: b }),
@@ -374,10 +381,10 @@ fn rep_without_rtu_is_unreachable_on_the_passive_side() {
 fn duplicate_req_is_answered_with_mra_not_a_second_id() {
     let mut n = Net::new();
     n.b_accepts = false;
-    let id = n.a.connect(0, SID, path(), param(0x11, 1));
+    let id = n.a.connect(Instant::ZERO, SID, path(), param(0x11, 1));
     let req = n.a.poll_transmit().unwrap();
-    n.b.handle_mad(0, GA, GB, &req.mad);
-    n.b.handle_mad(0, GA, GB, &req.mad);
+    n.b.handle_mad(Instant::ZERO, GA, GB, &req.mad);
+    n.b.handle_mad(Instant::ZERO, GA, GB, &req.mad);
     let names: Vec<_> = std::iter::from_fn(|| n.b.poll_transmit())
         .map(|t| Net::name(&t.mad))
         .collect();
@@ -393,8 +400,8 @@ fn sidr_resolves_the_ud_qp_and_no_listener_is_unsupported() {
     let sid = service_id(RDMA_PS_UDP, 7174);
     assert!(n.b.listen(sid, 77));
     n.lose = vec![("SIDR_REQ", 1)];
-    let a = n.a.sidr_request(0, sid, path(), b"hi");
-    n.run(u64::MAX / 4);
+    let a = n.a.sidr_request(Instant::ZERO, sid, path(), b"hi");
+    n.run(Instant::MAX);
     assert_eq!(n.ladder, ["A:SIDR_REQ", "B:SIDR_REP"]);
     let Some(CmEvent::SidrReply { id, rep }) = n.ev_a.first() else {
         panic!("{:?}", n.ev_a)
@@ -410,8 +417,9 @@ fn sidr_resolves_the_ud_qp_and_no_listener_is_unsupported() {
     assert_eq!(req.private_data[..2], *b"hi");
 
     let mut n = Net::new();
-    let a = n.a.sidr_request(0, service_id(RDMA_PS_UDP, 1), path(), &[]);
-    n.run(u64::MAX / 4);
+    let a =
+        n.a.sidr_request(Instant::ZERO, service_id(RDMA_PS_UDP, 1), path(), &[]);
+    n.run(Instant::MAX);
     assert!(matches!(n.ev_a[..], [CmEvent::Rejected { id, reason: 1, .. }] if id == a));
 }
 
@@ -422,7 +430,7 @@ fn both_sides_disconnect_at_once() {
     let b = b_id(&n);
     assert!(n.a.disconnect(n.now, a));
     assert!(n.b.disconnect(n.now, b));
-    n.run(u64::MAX / 4);
+    n.run(Instant::MAX);
     assert!(n.ev_a.contains(&CmEvent::Disconnected { id: a }));
     assert!(n.ev_b.contains(&CmEvent::Disconnected { id: b }));
     assert_eq!((n.a.state(a), n.b.state(b)), (None, None));
@@ -431,7 +439,7 @@ fn both_sides_disconnect_at_once() {
 #[test]
 fn garbage_and_stray_mads_are_counted_not_fatal() {
     let mut cm = Cm::new(cfg(1));
-    cm.handle_mad(0, GA, GB, &[0u8; 10]);
+    cm.handle_mad(Instant::ZERO, GA, GB, &[0u8; 10]);
     let rtu = crate::wire::mad::Mad {
         tid: 1,
         msg: CmMsg::Rtu(Box::new(Rtu {
@@ -441,7 +449,7 @@ fn garbage_and_stray_mads_are_counted_not_fatal() {
         })),
     }
     .emit();
-    cm.handle_mad(0, GA, GB, &rtu);
+    cm.handle_mad(Instant::ZERO, GA, GB, &rtu);
     assert_eq!(cm.counters().dropped, 2);
     assert!(cm.poll_event().is_none());
 }
@@ -456,20 +464,20 @@ fn passive_retry_counts_come_from_the_req_and_active_rnr_retry_from_the_rep() {
     let mut p = param(0x11, 1);
     p.retry_count = 6;
     p.rnr_retry_count = 5;
-    let ia = a.connect(0, SID, path(), p);
+    let ia = a.connect(Instant::ZERO, SID, path(), p);
     let req = a.poll_transmit().unwrap();
-    b.handle_mad(0, GA, GB, &req.mad);
+    b.handle_mad(Instant::ZERO, GA, GB, &req.mad);
     let Some(CmEvent::ConnectRequest { id: ib, .. }) = b.poll_event() else {
         panic!()
     };
     let mut acc = param(0x22, 2);
     acc.retry_count = 0;
     acc.rnr_retry_count = 3;
-    assert!(b.accept(0, ib, acc));
+    assert!(b.accept(Instant::ZERO, ib, acc));
     let q = b.qp_attr(ib).unwrap();
     assert_eq!((q.retry_cnt, q.rnr_retry), (6, 5));
     while let Some(t) = b.poll_transmit() {
-        a.handle_mad(0, GB, GA, &t.mad);
+        a.handle_mad(Instant::ZERO, GB, GA, &t.mad);
     }
     let q = a.qp_attr(ia).unwrap();
     assert_eq!((q.retry_cnt, q.rnr_retry), (6, 3), "RNR retry of the REP");

@@ -38,8 +38,12 @@ pub const MAX_FRAME_LEN: usize = 4096 + 256;
 /// ImmDt, ICRC), so the pacer is asked for a whole frame before one is built.
 const PACING_HEADROOM: usize = 128;
 
-/// The first QPN handed out (rxe starts at 17 too; 0 and 1 are special).
-const FIRST_QPN: u32 = 0x11;
+/// The lowest QPN handed out: 0 and 1 are QP0/QP1 (IBTA vol.1 §3.5.5); rxe keeps its QP
+/// pool above 16 too (rxe_param.h `RXE_MIN_QP_INDEX`).
+pub const FIRST_QPN: u32 = 0x11;
+
+/// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
+const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
 
 /// Device configuration.
 #[derive(Clone, Debug)]
@@ -63,6 +67,24 @@ pub struct Config {
     pub max_qp_wr: u32,
     /// The port's active MTU: the largest UD message (IBTA C10-93.1.1; rxe `get_mtu`).
     pub port_mtu: Mtu,
+    /// The QPN of the first QP slot; later slots follow it, wrapping from 0xFFFFFF back to
+    /// [`FIRST_QPN`] (a value below [`FIRST_QPN`] counts as [`FIRST_QPN`]). The default,
+    /// [`FIRST_QPN`], keeps sans-IO runs reproducible; a device on an interface starts at a
+    /// random one ([`random_first_qpn`]), as a real RNIC's QPNs do not restart per process.
+    pub first_qpn: u32,
+}
+
+/// A QPN start drawn at random for each device opened (std's `RandomState` keys come from
+/// the operating system's random source): a process restarted against the same peer does
+/// not reuse the QPNs of its previous run, which the peer's CM would still hold in
+/// timewait and answer with REJ "stale connection" (cm.c `cm_insert_remote_qpn`). rxe's
+/// QPNs come from a device-wide pool handed out cyclically (rxe_pool.c `xa_alloc_cyclic`)
+/// that does not restart per process either.
+pub fn random_first_qpn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    FIRST_QPN + (h.finish() % u64::from(QPN_SPACE)) as u32
 }
 
 impl Default for Config {
@@ -76,6 +98,7 @@ impl Default for Config {
             advertise_credits: false,
             max_qp_wr: 16384,
             port_mtu: Mtu::Mtu4096,
+            first_qpn: FIRST_QPN,
         }
     }
 }
@@ -290,7 +313,7 @@ impl Rnic {
                 self.qps.len() - 1
             }
         };
-        let qpn = Qpn::new(FIRST_QPN + slot as u32);
+        let qpn = self.slot_qpn(slot);
         self.qps[slot] = Some(Qp::new(qpn, pd, *init));
         if let Some(cc) = self.cc.as_mut() {
             cc.add_qp(0, qpn);
@@ -330,10 +353,24 @@ impl Rnic {
         }
     }
 
+    /// How far the first slot's QPN is past [`FIRST_QPN`] (from `Config::first_qpn`).
+    fn qpn_offset(&self) -> u32 {
+        self.cfg.first_qpn.saturating_sub(FIRST_QPN) % QPN_SPACE
+    }
+
+    /// The QPN of QP slot `slot`: `Config::first_qpn` onwards, wrapping within the 24 bits.
+    fn slot_qpn(&self, slot: usize) -> Qpn {
+        let i = (u64::from(self.qpn_offset()) + slot as u64) % u64::from(QPN_SPACE);
+        Qpn::new(FIRST_QPN + i as u32)
+    }
+
     fn slot(&self, qpn: Qpn) -> Option<usize> {
         let i = match qpn {
             ud::GSI_QPN => self.gsi_slot?,
-            _ => qpn.value().checked_sub(FIRST_QPN)? as usize,
+            _ => {
+                let from_first = qpn.value().checked_sub(FIRST_QPN)?;
+                ((from_first + QPN_SPACE - self.qpn_offset()) % QPN_SPACE) as usize
+            }
         };
         // The GSI QP's slot does not answer to the QPN the slot would have.
         matches!(self.qps.get(i), Some(Some(q)) if q.qpn == qpn).then_some(i)

@@ -704,10 +704,15 @@ impl Device {
             // The bind itself fell back to single-buffer: cap the MTU for what it carries.
             info = query_netdev_with(netdev, port.buffer_mode().clone())?;
         }
+        // QPNs from a random start on each open (the peer may still hold the previous
+        // process's QPNs: docs/rnic.md); the simulated pair keeps the fixed start.
+        let first_qpn = crate::proto::device::random_first_qpn();
+        tracing::debug!(netdev, first_qpn, "QPNs start here");
         let cfg = Config {
             mac: nd.mac,
             gids: info.gids.clone(),
             port_mtu: info.port.active_mtu,
+            first_qpn,
             ..Config::default()
         };
         let dopts = DriverOptions {

@@ -4,17 +4,25 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use xrnic::io::capture;
+use xrnic::proto::Instant;
 use xrnic::proto::congestion::{
     Algorithm, CnpVerdict, CongestionControl, Dcqcn, DcqcnParams, Pacer, Phase, build_cnp,
 };
 use xrnic::wire::{EthRepr, Ext, FrameRepr, FrameView, IpRepr, Opcode, Psn, Qpn};
 
 const US: u64 = 1_000;
+
+/// The engine instant `t` nanoseconds after the origin (the congestion control, the pacer
+/// and the NP take engine instants; the reaction point's own tests count nanoseconds).
+fn ns(t: u64) -> Instant {
+    Instant::from_nanos(t)
+}
 const MB: f64 = 1e6;
 
 fn close(a: f64, b: f64) -> bool {
@@ -345,27 +353,31 @@ fn pacer_follows_the_reaction_point() {
     p.rp_rate_reduce_monitor_period = 0;
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
     let q = Qpn::new(0x11);
-    cc.add_qp(0, q);
-    cc.on_sent(0, q, 16384); // empty the bucket
-    let before = cc.next_send_time(0, q, 4096);
-    assert_eq!(cc.on_cnp(0, q), CnpVerdict::Handled);
+    cc.add_qp(ns(0), q);
+    cc.on_sent(ns(0), q, 16384); // empty the bucket
+    let before = cc.next_send_time(ns(0), q, 4096);
+    assert_eq!(cc.on_cnp(ns(0), q), CnpVerdict::Handled);
     let status = cc.qp_status(q).unwrap();
     // α = 1023/1024, rp_gd 11: the rate is cut by α/2.
     let expect_rate = line as f64 * (1.0 - 1023.0 / 2048.0);
     assert!((status.rate_bps as f64 - expect_rate).abs() <= 1.0);
-    let after = cc.next_send_time(0, q, 4096);
+    let after = cc.next_send_time(ns(0), q, 4096);
     // The same 4096 bytes at about half the rate take about twice as long.
     assert!(after > before, "cut applies to the next frame");
     let expect = (4096u64 * 8 * 1_000_000_000).div_ceil(status.rate_bps);
-    assert!(after.abs_diff(expect) <= 1, "{after} vs {expect}");
-    // The timer brings the rate back up and the pacer with it.
-    let t = cc.poll_timeout().unwrap();
-    cc.handle_timeout(t);
+    assert!(
+        after.as_nanos().abs_diff(expect) <= 1,
+        "{after} vs {expect}"
+    );
+    // The QP's rate timer brings the rate back up and the pacer with it.
+    let t = cc.qp_timers(q).rate.unwrap();
+    cc.handle_qp_timeout(t, q);
     assert!(cc.qp_status(q).unwrap().rate_bps > status.rate_bps);
     assert!(cc.next_send_time(t, q, 4096) <= t.max(after));
-    // Unknown QPs: a CNP is counted as ignored, sending is not paced.
+    // Unknown QPs: a CNP is counted as ignored, sending is not paced, no timers.
     assert_eq!(cc.on_cnp(t, Qpn::new(0x99)), CnpVerdict::Ignored);
-    assert_eq!(cc.next_send_time(5, Qpn::new(0x99), 9000), 5);
+    assert_eq!(cc.next_send_time(ns(5), Qpn::new(0x99), 9000), ns(5));
+    assert_eq!(cc.qp_timers(Qpn::new(0x99)), Default::default());
     let c = cc.counters();
     assert_eq!((c.rp_cnp_handled, c.rp_cnp_ignored), (1, 1));
 }
@@ -378,7 +390,7 @@ fn np_one_cnp_per_interval_per_qp_interleaved() {
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), 25_000_000_000, 16384);
     let qps: Vec<Qpn> = (0x11..0x19).map(Qpn::new).collect();
     for &q in &qps {
-        cc.add_qp(0, q);
+        cc.add_qp(ns(0), q);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let mut last: HashMap<Qpn, u64> = HashMap::new();
@@ -388,7 +400,7 @@ fn np_one_cnp_per_interval_per_qp_interleaved() {
         now += rng.random_range(0..1500); // packets 0-1.5 µs apart, QPs interleaved
         let q = qps[rng.random_range(0..qps.len())];
         let ecn = rng.random_range(0..4u8);
-        let cnp = cc.on_received(now, q, ecn);
+        let cnp = cc.on_received(ns(now), q, ecn);
         let expect = ecn == 3 && last.get(&q).is_none_or(|&t| now - t >= 4 * US);
         assert_eq!(cnp, expect, "QP {q:?} at {now}");
         if ecn == 3 {
@@ -506,13 +518,14 @@ fn connectx_cnp_is_accepted_by_the_reaction_point() {
     let qpn = view.bth().dest_qp();
     let line = 25_000_000_000;
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
-    cc.add_qp(0, qpn);
+    cc.add_qp(ns(0), qpn);
     assert_eq!(
-        cc.handle_cnp_frame(100 * US, &view),
+        cc.handle_cnp_frame(ns(100 * US), &view),
         Some(CnpVerdict::Handled)
     );
-    // The cut at the end of the 4 µs monitor period.
-    cc.handle_timeout(104 * US);
+    // The cut at the end of the 4 µs monitor period: the QP's rate timer.
+    assert_eq!(cc.qp_timers(qpn).rate, Some(ns(104 * US)));
+    cc.handle_qp_timeout(ns(104 * US), qpn);
     let s = cc.qp_status(qpn).unwrap();
     assert!(s.rate_bps < line, "rate cut by the ConnectX CNP");
     assert_eq!(s.target_bps, line);
@@ -520,7 +533,7 @@ fn connectx_cnp_is_accepted_by_the_reaction_point() {
     // Not for a QP we have.
     cc.remove_qp(qpn);
     assert_eq!(
-        cc.handle_cnp_frame(200 * US, &view),
+        cc.handle_cnp_frame(ns(200 * US), &view),
         Some(CnpVerdict::Ignored)
     );
     assert_eq!(cc.counters().rp_cnp_ignored, 1);
@@ -543,7 +556,7 @@ fn connectx_cnp_is_accepted_by_the_reaction_point() {
     let mut buf = [0u8; 128];
     let n = other.emit(&mut buf).unwrap();
     let v = FrameView::parse(&buf[..n]).unwrap();
-    assert_eq!(cc.handle_cnp_frame(300 * US, &v), None);
+    assert_eq!(cc.handle_cnp_frame(ns(300 * US), &v), None);
 }
 
 /// NP on one side, RP on the other: a CE mark turns into a CNP frame that cuts the sender.
@@ -554,9 +567,9 @@ fn ce_mark_to_cnp_to_rate_cut() {
     let mut sender = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
     let mut receiver = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
     let (sq, rq) = (Qpn::new(0x11), Qpn::new(0x22));
-    sender.add_qp(0, sq);
-    receiver.add_qp(0, rq);
-    assert!(receiver.on_received(10 * US, rq, 3));
+    sender.add_qp(ns(0), sq);
+    receiver.add_qp(ns(0), rq);
+    assert!(receiver.on_received(ns(10 * US), rq, 3));
     let (dscp, prio) = receiver.cnp_marking();
     let cnp = build_cnp(
         EthRepr::default(),
@@ -577,10 +590,10 @@ fn ce_mark_to_cnp_to_rate_cut() {
     let v = FrameView::parse(&buf[..n]).unwrap();
     assert_eq!(v.ip_ecn(), 2, "CNPs are ECT(0) like ConnectX's");
     assert_eq!(
-        sender.handle_cnp_frame(12 * US, &v),
+        sender.handle_cnp_frame(ns(12 * US), &v),
         Some(CnpVerdict::Handled)
     );
-    sender.handle_timeout(16 * US);
+    sender.handle_qp_timeout(ns(16 * US), sq);
     assert!(sender.qp_status(sq).unwrap().rate_bps < line);
 }
 
@@ -599,7 +612,7 @@ fn pacer_keeps_the_rate_over_a_long_run() {
         (700_000_000, 7_000_000_000),
     ];
     let end = 1_000_000_000u64; // 1 s of virtual time
-    let mut pacer = Pacer::new(0, rates[0].1, burst);
+    let mut pacer = Pacer::new(ns(0), rates[0].1, burst);
     let mut seg = 0;
     // ∫R dt up to `t`, in 10⁻⁹ bit.
     let integral = |t: u64| -> u128 {
@@ -619,11 +632,11 @@ fn pacer_keeps_the_rate_over_a_long_run() {
     let mut max_frame = 0u64;
     let mut len = rng.random_range(64..=4200usize);
     loop {
-        let mut at = pacer.next_send_time(now, len);
+        let mut at = pacer.next_send_time(ns(now), len).as_nanos();
         // A rate change that comes before the frame may leave applies first.
         if let Some(&(t, r)) = rates.get(seg + 1) {
             if at >= t {
-                pacer.set_rate(t, r);
+                pacer.set_rate(ns(t), r);
                 seg += 1;
                 now = t;
                 continue;
@@ -635,10 +648,10 @@ fn pacer_keeps_the_rate_over_a_long_run() {
         }
         // Never earlier than allowed: one ns before, it must refuse.
         if at > now {
-            assert!(!pacer.may_send(at - 1, len));
+            assert!(!pacer.may_send(ns(at - 1), len));
         }
         at = at.max(now);
-        pacer.consume(at, len);
+        pacer.consume(ns(at), len);
         sent += len as u64;
         frames += 1;
         max_frame = max_frame.max(len as u64);
@@ -663,7 +676,7 @@ fn pacer_banks_at_most_the_burst_while_idle() {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let burst: u64 = 16 * 1024;
     let rate: u64 = 2_000_000_000;
-    let mut pacer = Pacer::new(0, rate, burst);
+    let mut pacer = Pacer::new(ns(0), rate, burst);
     let mut now = 0u64;
     let mut sent = 0u64;
     let (mut win_start, mut win_sent) = (0u64, 0u64);
@@ -675,8 +688,8 @@ fn pacer_banks_at_most_the_burst_while_idle() {
             pauses += 1;
         }
         let len = rng.random_range(64..=4200usize);
-        now = pacer.next_send_time(now, len).max(now);
-        pacer.consume(now, len);
+        now = pacer.next_send_time(ns(now), len).as_nanos().max(now);
+        pacer.consume(ns(now), len);
         sent += len as u64;
         let window_bits = u128::from(sent - win_sent) * 8 * 1_000_000_000;
         let allowed =
@@ -732,7 +745,7 @@ fn docs_table_matches_the_code() {
 }
 
 /// What the engine drives: CNPs owed are queued once per QP, a QP refused by its pacer is
-/// remembered so that `poll_timeout` wakes the engine when it may send.
+/// remembered as its pacer timer, so that the engine wakes it when it may send.
 #[test]
 fn engine_surface_cnp_queue_and_held_qps() {
     let mut cc = CongestionControl::new(
@@ -741,25 +754,29 @@ fn engine_surface_cnp_queue_and_held_qps() {
         4096,
     );
     let (q1, q2) = (Qpn::new(0x11), Qpn::new(0x12));
-    cc.add_qp(0, q1);
-    cc.add_qp(0, q2);
-    assert!(cc.on_received(0, q2, 3));
-    assert!(cc.on_received(0, q1, 3));
-    assert!(!cc.on_received(1, q1, 3), "within the interval");
+    cc.add_qp(ns(0), q1);
+    cc.add_qp(ns(0), q2);
+    assert!(cc.on_received(ns(0), q2, 3));
+    assert!(cc.on_received(ns(0), q1, 3));
+    assert!(!cc.on_received(ns(1), q1, 3), "within the interval");
     assert_eq!(cc.poll_cnp(), Some(q2));
     assert_eq!(cc.poll_cnp(), Some(q1));
     assert_eq!(cc.poll_cnp(), None);
-    // Held: 4096 bytes at 1 Gb/s refill in 32768 ns.
-    assert_eq!(cc.poll_timeout(), None);
-    assert!(cc.may_send(0, q1, 4096));
-    cc.on_sent(0, q1, 4096);
-    assert!(!cc.may_send(10, q1, 4096));
-    assert_eq!(cc.poll_timeout(), Some(32_768));
-    cc.handle_timeout(32_768);
-    assert_eq!(cc.poll_timeout(), None);
-    assert!(cc.may_send(32_768, q1, 4096));
+    // Held: 4096 bytes at 1 Gb/s refill in 32768 ns; the other QP has no timer.
+    assert_eq!(cc.qp_timers(q1).pacer, None);
+    assert!(cc.may_send(ns(0), q1, 4096));
+    cc.on_sent(ns(0), q1, 4096);
+    assert!(!cc.may_send(ns(10), q1, 4096));
+    assert_eq!(cc.qp_timers(q1).pacer, Some(ns(32_768)));
+    assert_eq!(cc.qp_timers(q2), Default::default());
+    // Early: still held.
+    cc.handle_qp_timeout(ns(32_767), q1);
+    assert_eq!(cc.qp_timers(q1).pacer, Some(ns(32_768)));
+    cc.handle_qp_timeout(ns(32_768), q1);
+    assert_eq!(cc.qp_timers(q1).pacer, None);
+    assert!(cc.may_send(ns(32_768), q1, 4096));
     // A removed QP owes nothing.
-    assert!(cc.on_received(100_000, q1, 3));
+    assert!(cc.on_received(ns(100_000), q1, 3));
     cc.remove_qp(q1);
     assert_eq!(cc.poll_cnp(), None);
 }
@@ -772,31 +789,34 @@ fn unthrottled_qps_are_unpaced_when_asked_and_throttled_ones_paced() {
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), LINE, 4096);
     cc.set_pace_unthrottled(false);
     let q = Qpn::new(0x11);
-    cc.add_qp(0, q);
+    cc.add_qp(ns(0), q);
     // At line rate: any number of frames at one instant (the port paces), and the bucket
     // stays full for the first frames after a cut.
     for _ in 0..64 {
-        assert!(cc.may_send(0, q, 4096));
-        cc.on_sent(0, q, 4096);
+        assert!(cc.may_send(ns(0), q, 4096));
+        cc.on_sent(ns(0), q, 4096);
     }
-    assert_eq!(cc.next_send_time(0, q, 4096), 0);
-    assert_eq!(cc.throttled_packets_within(q, 1_000_000, 1000), None);
+    assert_eq!(cc.next_send_time(ns(0), q, 4096), ns(0));
+    assert_eq!(
+        cc.throttled_packets_within(q, Duration::from_millis(1), 1000),
+        None
+    );
     // A CNP throttles it to R_c = line · (1 − α/2) with α = 1023/1024 (ConnectX).
-    assert_eq!(cc.on_cnp(10, q), CnpVerdict::Handled);
+    assert_eq!(cc.on_cnp(ns(10), q), CnpVerdict::Handled);
     let r = cc.qp_status(q).unwrap().rate_bps;
     assert!(r < LINE);
-    assert!(cc.may_send(10, q, 4096), "a full bucket after the cut");
-    cc.on_sent(10, q, 4096);
-    assert!(!cc.may_send(10, q, 4096), "paced now");
+    assert!(cc.may_send(ns(10), q, 4096), "a full bucket after the cut");
+    cc.on_sent(ns(10), q, 4096);
+    assert!(!cc.may_send(ns(10), q, 4096), "paced now");
     // Frames of 1000 bytes in 1 ms at R_c: R_c · 1 ms / 8000 bits.
     assert_eq!(
-        cc.throttled_packets_within(q, 1_000_000, 1000),
+        cc.throttled_packets_within(q, Duration::from_millis(1), 1000),
         Some((u128::from(r) * 1_000_000 / 1_000_000_000 / 8000) as u32)
     );
     // Paced by default (the sans-IO tests and `xrnic sim` model a NIC at line rate).
     let mut paced = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), LINE, 4096);
-    paced.add_qp(0, q);
-    assert!(paced.may_send(0, q, 4096));
-    paced.on_sent(0, q, 4096);
-    assert!(!paced.may_send(0, q, 4096));
+    paced.add_qp(ns(0), q);
+    assert!(paced.may_send(ns(0), q, 4096));
+    paced.on_sent(ns(0), q, 4096);
+    assert!(!paced.may_send(ns(0), q, 4096));
 }

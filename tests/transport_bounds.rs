@@ -398,7 +398,7 @@ fn cnp_state_is_per_local_qp_only() {
     let (mut p, c, src, dst) = setup();
     let line = 10_000_000_000;
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
-    cc.add_qp(0, c.qp_b);
+    cc.add_qp(Instant::ZERO, c.qp_b);
     p.b.enable_congestion_control(cc);
     p.b.post_recv(c.qp_b, recv_wr(9, sge(&dst, 0, 64))).unwrap();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
@@ -437,7 +437,7 @@ fn cnp_state_is_per_local_qp_only() {
 fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
     let line = 10_000_000_000;
     let mut cc = CongestionControl::new(Algorithm::Dcqcn(DcqcnParams::connectx()), line, 16384);
-    cc.add_qp(0, c.qp_a);
+    cc.add_qp(Instant::ZERO, c.qp_a);
     p.a.enable_congestion_control(cc);
     // An ACK from B to A, CE-marked, makes A's NP send a CNP to B.
     let mut w = send_wr(4, WrOpcode::RdmaWrite, vec![]);

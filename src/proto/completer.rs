@@ -356,7 +356,7 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
 /// The retransmission timer or the RNR wait expired.
 pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-        qp.req.timers.stop_all();
+        qp.req.timers.stop_transport();
         return;
     }
     if qp.req.timers.expire(Timer::RnrWait, ctx.now) {

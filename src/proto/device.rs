@@ -173,7 +173,7 @@ impl Rnic {
     /// frames are paced, CE-marked packets are answered with CNPs.
     pub fn enable_congestion_control(&mut self, mut cc: CongestionControl) {
         for q in self.qps.iter().flatten() {
-            cc.add_qp(0, q.qpn);
+            cc.add_qp(Instant::ZERO, q.qpn);
         }
         cc.dev = self.name;
         self.cc = Some(cc);
@@ -274,6 +274,14 @@ impl Rnic {
         self.completions_added.load(Ordering::Relaxed)
     }
 
+    /// How many times the transmit and timer paths visited a QP since the device was
+    /// made (`super::sched`: a slot taken from the ready list or from the due timers). A
+    /// driver step costs the QPs it visits, so 10 000 idle QPs cost nothing; tests count
+    /// this instead of timing it.
+    pub fn qp_visits(&self) -> u64 {
+        self.sched.visits()
+    }
+
     /// How many completions `cq` holds (`None`: no such CQ).
     pub fn cq_len(&self, cq: Cq) -> Option<usize> {
         match self.cqs.get(cq.0 as usize) {
@@ -316,7 +324,7 @@ impl Rnic {
         let qpn = self.slot_qpn(slot);
         self.qps[slot] = Some(Qp::new(qpn, pd, *init));
         if let Some(cc) = self.cc.as_mut() {
-            cc.add_qp(0, qpn);
+            cc.add_qp(Instant::ZERO, qpn);
         }
         Ok(qpn)
     }
@@ -336,15 +344,29 @@ impl Rnic {
         Ok(())
     }
 
-    /// QP slot `i` may have work now: it goes on the ready list and its timer is tracked
-    /// (`super::sched`). Called after every call that may give a QP something to send or
-    /// arm, move or clear its timers.
+    /// QP slot `i` may have work now: it goes on the ready list and its timers are
+    /// tracked (`super::sched`). Called after every call that may give a QP something to
+    /// send or arm, move or clear its timers.
     pub(super) fn touch(&mut self, i: usize) {
-        if let Some(Some(qp)) = self.qps.get(i) {
-            let d = qp_deadline(qp);
-            self.sched.track(i, d);
+        if self.track(i) {
             self.sched.wake(i);
         }
+    }
+
+    /// QP slot `i`'s deadlines may have changed: its congestion-control deadlines are
+    /// copied into its timer table (`Timer::Rate`, `Timer::Pacer`), and the table's
+    /// earliest deadline is tracked by the scheduler. False when the slot is empty.
+    fn track(&mut self, i: usize) -> bool {
+        let Some(Some(qp)) = self.qps.get_mut(i) else {
+            return false;
+        };
+        if let Some(cc) = self.cc.as_ref() {
+            let t = cc.qp_timers(qp.qpn);
+            qp.req.timers.set(Timer::Rate, t.rate);
+            qp.req.timers.set(Timer::Pacer, t.pacer);
+        }
+        self.sched.track(i, qp_deadline(qp));
+        true
     }
 
     pub(super) fn touch_qpn(&mut self, qpn: Qpn) {
@@ -829,10 +851,16 @@ impl Rnic {
         let info = view.info();
         if info.service == Service::Cnp {
             // A CNP names the QP whose sending must slow down (RoCE v2 annex A17.9).
+            let qpn = view.bth().dest_qp();
             return match self.cc.as_mut() {
                 Some(cc) => {
-                    let v = cc.handle_cnp_frame(now.as_nanos(), view);
-                    qp_event!(now, self.name, view.bth().dest_qp(), "cnp_received", verdict = ?v);
+                    let v = cc.handle_cnp_frame(now, view);
+                    qp_event!(now, self.name, qpn, "cnp_received", verdict = ?v);
+                    // The cut (or the one owed at the monitor period's end) moves the
+                    // QP's rate timer.
+                    if let Some(i) = self.slot(qpn) {
+                        self.track(i);
+                    }
                     (RxVerdict::Taken, None)
                 }
                 None => (RxVerdict::Unsupported, None),
@@ -900,7 +928,7 @@ impl Rnic {
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {
-            cc.on_received(now.as_nanos(), dest_qp, view.ip_ecn());
+            cc.on_received(now, dest_qp, view.ip_ecn());
         }
         (RxVerdict::Taken, Some(slot))
     }
@@ -908,22 +936,13 @@ impl Rnic {
     /// The earliest time `handle_timeout` has work, if any.
     #[must_use = "the caller must call handle_timeout at this deadline"]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let cc = self
-            .cc
-            .as_ref()
-            .and_then(|c| c.poll_timeout())
-            .map(Instant::from_nanos);
-        [self.sched.next_deadline(), cc].into_iter().flatten().min()
+        // Every QP's timers, the congestion control's too, are in the scheduler's set.
+        self.sched.next_deadline()
     }
 
-    /// Run every timer that is due at `now`.
+    /// Run every timer that is due at `now`: only the QPs with a timer due are visited.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = now;
-        if let Some(cc) = self.cc.as_mut() {
-            cc.handle_timeout(now.as_nanos());
-            // Whatever the pacer held may go now (it holds them again if not).
-            self.sched.release_held();
-        }
         let mut due = std::mem::take(&mut self.due);
         self.sched.take_due(now, &mut due);
         for &i in &due {
@@ -931,7 +950,14 @@ impl Rnic {
                 continue;
             };
             // The tracked deadline is the QP's own (`touch` follows every change).
-            if qp_deadline(qp).is_some_and(|t| t <= now) {
+            if let Some(cc) = self.cc.as_mut() {
+                if qp.req.timers.any_expired(&Timer::CONGESTION, now) {
+                    // Rate events; a pacer hold ends (the QP is woken below and asks the
+                    // pacer again).
+                    cc.handle_qp_timeout(now, qp.qpn);
+                }
+            }
+            if qp.req.timers.any_expired(&Timer::TRANSPORT, now) {
                 let mut ctx = Ctx {
                     mem: &mut self.mem,
                     cqs: &mut self.cqs,
@@ -978,20 +1004,18 @@ impl Rnic {
                 break;
             };
             let r = self.transmit_qp(i, now, buf);
-            let Some(qp) = self.qps.get(i).and_then(Option::as_ref) else {
+            // Sending arms the retransmission timer, a local error may have cleared it,
+            // and the pacer may hold the QP (its `Timer::Pacer`).
+            if !self.track(i) {
                 continue;
-            };
-            // Sending arms the retransmission timer; a local error may have cleared it.
-            self.sched.track(i, qp_deadline(qp));
+            }
             if r.is_some() {
                 // Back at the end: packet-by-packet round robin.
                 self.sched.wake(i);
                 return r;
             }
-            if self.cc.as_ref().is_some_and(|cc| cc.is_held(qp.qpn)) {
-                self.sched.hold(i);
-            }
-            // Otherwise it has nothing to send until something wakes it.
+            // Otherwise it has nothing to send until something wakes it: a post, a frame,
+            // or one of its timers (a pacer hold ends with its `Timer::Pacer`).
         }
         None
     }
@@ -1128,7 +1152,7 @@ impl Rnic {
                         .and_then(|t| {
                             cc.throttled_packets_within(
                                 qp.qpn,
-                                super::time::duration_nanos(t / 4),
+                                t / 4,
                                 mtu as usize + PACING_HEADROOM,
                             )
                         })
@@ -1150,7 +1174,7 @@ impl Rnic {
                 };
                 // DCQCN: the requester's frames leave at the QP's current rate.
                 if let Some(cc) = self.cc.as_mut() {
-                    if !cc.may_send(now.as_nanos(), qp.qpn, mtu as usize + PACING_HEADROOM) {
+                    if !cc.may_send(now, qp.qpn, mtu as usize + PACING_HEADROOM) {
                         continue;
                     }
                 }
@@ -1231,7 +1255,7 @@ impl Rnic {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
                     if let Some(cc) = self.cc.as_mut() {
-                        cc.on_sent(now.as_nanos(), qp.qpn, l);
+                        cc.on_sent(now, qp.qpn, l);
                     }
                     return Some((l, p.reason));
                 }
@@ -1241,7 +1265,8 @@ impl Rnic {
     }
 }
 
-/// A QP's earliest transport deadline: retransmission or the end of an RNR wait.
+/// A QP's earliest deadline: retransmission, the end of an RNR wait, or a
+/// congestion-control timer (rate event, pacer release).
 fn qp_deadline(qp: &Qp) -> Option<Instant> {
     qp.req.timers.next_timeout()
 }
@@ -1294,3 +1319,7 @@ mod event_tests;
 #[cfg(test)]
 #[path = "gone_tests.rs"]
 mod gone_tests;
+
+#[cfg(test)]
+#[path = "cc_sched_tests.rs"]
+mod cc_sched_tests;

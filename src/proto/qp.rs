@@ -748,7 +748,7 @@ impl Qp {
         while !self.req.sq.is_empty() {
             self.complete_send_front(ctx, WcStatus::WrFlushErr, 0);
         }
-        self.req.timers.stop_all();
+        self.req.timers.stop_transport();
         while let Some(r) = self.resp.rq.pop_front() {
             let wc = WorkCompletion {
                 wr_id: r.wr_id,

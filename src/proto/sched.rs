@@ -10,12 +10,11 @@
 //!   slot that sent a frame back at the end (packet-by-packet round robin, as the scan
 //!   over all slots did before); a slot that had nothing to send leaves the list until the
 //!   next wake.
-//! - The held list: slots the DCQCN pacer refused (their rate holds them until a time the
-//!   congestion control's `poll_timeout` reports); they go back to the ready list each
-//!   time the device's timers run.
-//! - The timer set: each slot's earliest deadline (retransmission or RNR wait), ordered,
-//!   updated by [`Scheduler::track`] after every call that may arm, move or clear one;
-//!   its first entry is the device's earliest transport deadline.
+//! - The timer set: each slot's earliest deadline (its QP's `TimerTable`: retransmission,
+//!   RNR wait, the congestion control's rate timer and pacer release), ordered, updated by
+//!   [`Scheduler::track`] after every call that may arm, move or clear one; its first
+//!   entry is the device's earliest deadline. A QP the DCQCN pacer refused leaves the
+//!   ready list like one with nothing to send; its pacer timer brings it back.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -26,14 +25,12 @@ pub(crate) struct Scheduler {
     ready: VecDeque<usize>,
     /// Whether each slot is in `ready`.
     queued: Vec<bool>,
-    /// Slots the pacer refused, until the timers next run.
-    held: Vec<usize>,
-    /// Whether each slot is in `held`.
-    is_held: Vec<bool>,
     /// (deadline, slot) of every slot with a timer armed.
     timers: BTreeSet<(Instant, usize)>,
     /// Each slot's entry in `timers`.
     armed: Vec<Option<Instant>>,
+    /// Slots handed out by `next_ready` and `take_due` since creation.
+    visits: u64,
 }
 
 /// Grow `v` so that index `i` exists.
@@ -57,33 +54,19 @@ impl Scheduler {
     pub fn next_ready(&mut self) -> Option<usize> {
         let i = self.ready.pop_front()?;
         self.queued[i] = false;
+        self.visits += 1;
         Some(i)
+    }
+
+    /// How many slots [`Self::next_ready`] and [`Self::take_due`] handed out since the
+    /// scheduler was made: the QPs the transmit and timer paths visited.
+    pub fn visits(&self) -> u64 {
+        self.visits
     }
 
     /// Slots on the ready list now.
     pub fn ready_len(&self) -> usize {
         self.ready.len()
-    }
-
-    /// Slot `i` was refused by the pacer: retried when the timers next run.
-    pub fn hold(&mut self, i: usize) {
-        reach(&mut self.is_held, i);
-        if !self.is_held[i] {
-            self.is_held[i] = true;
-            self.held.push(i);
-        }
-    }
-
-    /// The timers ran: every held slot is tried again.
-    pub fn release_held(&mut self) {
-        let held = std::mem::take(&mut self.held);
-        for &i in &held {
-            self.is_held[i] = false;
-            self.wake(i);
-        }
-        // Keep the allocation.
-        self.held = held;
-        self.held.clear();
     }
 
     /// Slot `i`'s earliest deadline is now `deadline` (None: no timer armed).
@@ -115,11 +98,12 @@ impl Scheduler {
             }
             self.timers.pop_first();
             self.armed[i] = None;
+            self.visits += 1;
             out.push(i);
         }
     }
 
-    /// Slot `i` is gone (its QP destroyed): forget its timer. A stale ready or held entry
+    /// Slot `i` is gone (its QP destroyed): forget its timer. A stale ready entry
     /// is harmless (an empty slot sends nothing).
     pub fn forget(&mut self, i: usize) {
         self.track(i, None);
@@ -151,28 +135,6 @@ mod tests {
         // Taken off, it can be queued again.
         s.wake(1);
         assert_eq!(s.next_ready(), Some(1));
-    }
-
-    #[test]
-    fn held_slots_come_back_when_the_timers_run() {
-        let mut s = Scheduler::default();
-        s.hold(5);
-        s.hold(5);
-        s.hold(2);
-        assert_eq!(s.next_ready(), None);
-        s.release_held();
-        assert_eq!(s.next_ready(), Some(5));
-        assert_eq!(s.next_ready(), Some(2));
-        assert_eq!(s.next_ready(), None);
-        // Released once: nothing is held any more.
-        s.release_held();
-        assert_eq!(s.next_ready(), None);
-        // Held while already ready: it is ready once.
-        s.wake(4);
-        s.hold(4);
-        s.release_held();
-        assert_eq!(s.next_ready(), Some(4));
-        assert_eq!(s.next_ready(), None);
     }
 
     #[test]

@@ -26,8 +26,7 @@ pub const fn rnr_timer(code: u8) -> Duration {
 
 /// The kinds of timer a QP runs (issue 14, item 3). ACKs need none: consecutive plain
 /// ACKs coalesce in the responder's queue and leave at the next transmit
-/// (`responder::push_ack`); the DCQCN timers (rate increase, pacer release) run in the
-/// congestion module, per QP.
+/// (`responder::push_ack`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timer {
     /// The local ACK timeout (§9.7.6): armed when a request leaves with none running,
@@ -36,14 +35,27 @@ pub enum Timer {
     /// Sending suspended after an RNR NAK until the responder's RNR timer ran out
     /// (§9.7.5, table 45).
     RnrWait,
+    /// The congestion control's next event for the QP (`RateController::poll_timeout`):
+    /// for DCQCN the rate-increase timer (`rp_time_reset`) or the cut owed at the end of
+    /// the rate-reduce monitor period, whichever is first. α needs no timer of its own: it
+    /// is brought up to date at each of these events and at each input
+    /// (`congestion::dcqcn`).
+    Rate,
+    /// The DCQCN pacer refused the QP's next frame: when its bucket lets that frame go.
+    Pacer,
 }
 
 impl Timer {
-    const COUNT: usize = 2;
+    const COUNT: usize = 4;
+    /// The transport's own timers (§9.7.6): what `completer::handle_timeout` runs.
+    pub const TRANSPORT: [Timer; 2] = [Timer::Retransmit, Timer::RnrWait];
+    /// The congestion control's timers: what `CongestionControl::handle_qp_timeout` runs.
+    pub const CONGESTION: [Timer; 2] = [Timer::Rate, Timer::Pacer];
 }
 
 /// One QP's timers: a deadline per [`Timer`] kind, the only place deadlines are written
-/// (quinn-proto's `TimerTable` is the model).
+/// (quinn-proto's `TimerTable` is the model). The device's scheduler orders QPs by
+/// [`TimerTable::next_timeout`], so a QP is visited when one of its timers is due.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimerTable {
     at: [Option<Instant>; Timer::COUNT],
@@ -55,14 +67,23 @@ impl TimerTable {
         self.at[t as usize] = d.map(|d| now + d);
     }
 
+    /// Run `t` until `at` (`None` stops it): for deadlines another module computes on a
+    /// grid of its own (the congestion control's periods), not as `now + duration`.
+    pub fn set(&mut self, t: Timer, at: Option<Instant>) {
+        self.at[t as usize] = at;
+    }
+
     /// Stop `t`.
     pub fn stop(&mut self, t: Timer) {
         self.at[t as usize] = None;
     }
 
-    /// Stop every timer (a QP leaving RTS/SQD, or reset).
-    pub fn stop_all(&mut self) {
-        self.at = [None; Timer::COUNT];
+    /// Stop the transport timers ([`Timer::TRANSPORT`]: a QP leaving RTS/SQD, or reset).
+    /// The congestion control's stay: its state outlives the QP's state changes.
+    pub fn stop_transport(&mut self) {
+        for t in Timer::TRANSPORT {
+            self.stop(t);
+        }
     }
 
     /// When `t` fires, if it runs.
@@ -81,6 +102,12 @@ impl TimerTable {
     #[must_use]
     pub fn is_expired(&self, t: Timer, now: Instant) -> bool {
         self.at[t as usize].is_some_and(|at| at <= now)
+    }
+
+    /// Whether any of `ts` runs and is due at `now`.
+    #[must_use]
+    pub fn any_expired(&self, ts: &[Timer], now: Instant) -> bool {
+        ts.iter().any(|&t| self.is_expired(t, now))
     }
 
     /// Stop `t` if it is due at `now`; whether it was.
@@ -143,7 +170,29 @@ mod tests {
         assert_eq!(tt.next_timeout(), None);
         tt.arm(Timer::RnrWait, Instant::MAX, Some(Duration::MAX));
         assert_eq!(tt.get(Timer::RnrWait), Some(Instant::MAX), "saturates");
-        tt.stop_all();
+        tt.stop_transport();
         assert_eq!(tt, TimerTable::default());
+    }
+
+    #[test]
+    fn congestion_timers_share_the_table_and_outlive_a_transport_stop() {
+        let mut tt = TimerTable::default();
+        tt.arm(
+            Timer::Retransmit,
+            Instant::ZERO,
+            Some(Duration::from_nanos(500)),
+        );
+        tt.set(Timer::Rate, Some(Instant::from_nanos(300)));
+        tt.set(Timer::Pacer, Some(Instant::from_nanos(400)));
+        assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(300)));
+        let now = Instant::from_nanos(350);
+        assert!(tt.any_expired(&Timer::CONGESTION, now));
+        assert!(!tt.any_expired(&Timer::TRANSPORT, now));
+        // A QP leaving RTS stops its transport timers only.
+        tt.stop_transport();
+        assert_eq!(tt.get(Timer::Retransmit), None);
+        assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(300)));
+        tt.set(Timer::Rate, None);
+        assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(400)));
     }
 }

@@ -335,7 +335,7 @@ impl Rnic {
         self.gsi_slot = Some(i);
         if let Some(cc) = self.cc.as_mut() {
             cc.remove_qp(q);
-            cc.add_qp(0, GSI_QPN);
+            cc.add_qp(super::Instant::ZERO, GSI_QPN);
         }
         Ok(GSI_QPN)
     }

@@ -39,6 +39,7 @@
 
 use super::params::{DcqcnParams, DcqcnStyle, mbps};
 use super::{CnpVerdict, RateController};
+use crate::proto::time::Instant;
 
 /// Which phase the last increase event was in (for tracing and tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -386,18 +387,20 @@ impl Dcqcn {
     }
 }
 
+/// The engine's [`Instant`]s become the nanoseconds of the algorithm's own arithmetic (its
+/// periods are grids of nanoseconds from the first CNP) here, at the boundary.
 impl RateController for Dcqcn {
-    fn on_cnp(&mut self, now: u64) -> CnpVerdict {
-        Dcqcn::on_cnp(self, now)
+    fn on_cnp(&mut self, now: Instant) -> CnpVerdict {
+        Dcqcn::on_cnp(self, now.as_nanos())
     }
-    fn on_bytes_sent(&mut self, now: u64, bytes: u64) {
-        Dcqcn::on_bytes_sent(self, now, bytes)
+    fn on_bytes_sent(&mut self, now: Instant, bytes: u64) {
+        Dcqcn::on_bytes_sent(self, now.as_nanos(), bytes)
     }
-    fn on_timer(&mut self, now: u64) {
-        Dcqcn::on_timer(self, now)
+    fn on_timer(&mut self, now: Instant) {
+        Dcqcn::on_timer(self, now.as_nanos())
     }
-    fn poll_timeout(&self) -> Option<u64> {
-        Dcqcn::poll_timeout(self)
+    fn poll_timeout(&self) -> Option<Instant> {
+        Dcqcn::poll_timeout(self).map(Instant::from_nanos)
     }
     fn rate_bps(&self) -> u64 {
         Dcqcn::rate_bps(self)

@@ -5,8 +5,15 @@
 //! to that rate.
 //!
 //! Contract:
-//! - No I/O, no clock: every input carries `now` in nanoseconds; outputs are rates,
-//!   "send now / not before t" answers, CNP decisions and [`CongestionControl::poll_timeout`].
+//! - No I/O, no clock: every input carries `now` (an engine [`Instant`]); outputs are
+//!   rates, "send now / not before t" answers, CNP decisions and, per QP, the two deadlines
+//!   of [`CongestionControl::qp_timers`].
+//! - Timers are per QP, never device-wide: the engine copies a QP's two deadlines (its
+//!   rate controller's next event, its pacer's release) into the QP's `TimerTable`
+//!   (`Timer::Rate`, `Timer::Pacer`) after every call for that QP, its scheduler orders
+//!   them with the transport's, and [`CongestionControl::handle_qp_timeout`] runs one QP's.
+//!   Nothing here walks every QP, so 10 000 idle QPs cost nothing per step
+//!   (docs/performance.md, "Many QPs").
 //! - [`CongestionControl`] is the one object an engine embeds: it owns, per local QP, a
 //!   [`RateController`] and a [`Pacer`] that always runs at the controller's current rate,
 //!   and the device's [`NotificationPoint`]. Rate changes reach the pacer within the same
@@ -27,6 +34,7 @@ pub mod params;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::time::{Duration, Instant};
 use crate::wire::{FrameView, Opcode, Qpn};
 
 pub use dcqcn::{Dcqcn, Phase};
@@ -47,13 +55,14 @@ pub enum CnpVerdict {
 /// The sending side of one congestion-control algorithm for one QP.
 pub trait RateController: core::fmt::Debug + Send {
     /// A CNP for this QP arrived at `now`.
-    fn on_cnp(&mut self, now: u64) -> CnpVerdict;
+    fn on_cnp(&mut self, now: Instant) -> CnpVerdict;
     /// `bytes` of this QP left at `now`.
-    fn on_bytes_sent(&mut self, now: u64, bytes: u64);
+    fn on_bytes_sent(&mut self, now: Instant, bytes: u64);
     /// Run whatever fell due up to `now`; harmless to call early.
-    fn on_timer(&mut self, now: u64);
-    /// When `on_timer` has work next.
-    fn poll_timeout(&self) -> Option<u64>;
+    fn on_timer(&mut self, now: Instant);
+    /// When `on_timer` has work next: every timer the algorithm runs, folded into one
+    /// deadline (the engine schedules it as the QP's `Timer::Rate`).
+    fn poll_timeout(&self) -> Option<Instant>;
     /// The rate the QP may send at now, bit/s.
     fn rate_bps(&self) -> u64;
     /// The rate the controller is heading for, bit/s.
@@ -105,14 +114,30 @@ struct QpCc {
     ignored: u64,
     /// Bytes this QP sent (for traces).
     bytes_sent: u64,
-    /// Refused by [`CongestionControl::may_send`] until then (for `poll_timeout`).
-    held_until: Option<u64>,
+    /// Refused by [`CongestionControl::may_send`] until then (the QP's pacer timer).
+    held_until: Option<Instant>,
 }
 
 impl QpCc {
     fn rate(&self, line: u64) -> u64 {
         self.cc.as_ref().map_or(line, |c| c.rate_bps())
     }
+
+    fn timers(&self) -> QpCcTimers {
+        QpCcTimers {
+            rate: self.cc.as_ref().and_then(|c| c.poll_timeout()),
+            pacer: self.held_until,
+        }
+    }
+}
+
+/// One QP's congestion-control deadlines (the engine's `Timer::Rate` and `Timer::Pacer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCcTimers {
+    /// The rate controller's next event ([`RateController::poll_timeout`]).
+    pub rate: Option<Instant>,
+    /// When the pacer lets a held QP's refused frame go.
+    pub pacer: Option<Instant>,
 }
 
 /// Congestion control of one device: a reaction point and pacer per QP, and the NP.
@@ -147,7 +172,7 @@ impl CongestionControl {
             line_rate_bps,
             burst: burst_bytes,
             qps: BTreeMap::new(),
-            np: NotificationPoint::new(np_params.np_interval_ns()),
+            np: NotificationPoint::new(Duration::from_nanos(np_params.np_interval_ns())),
             cnps: VecDeque::new(),
             handled: 0,
             ignored: 0,
@@ -201,7 +226,7 @@ impl CongestionControl {
     }
 
     /// Start tracking local QP `qpn` (unthrottled, full pacer bucket).
-    pub fn add_qp(&mut self, now: u64, qpn: Qpn) {
+    pub fn add_qp(&mut self, now: Instant, qpn: Qpn) {
         let cc: Option<Box<dyn RateController>> = match self.algorithm {
             Algorithm::None => None,
             Algorithm::Dcqcn(p) => Some(Box::new(Dcqcn::new(p, self.line_rate_bps))),
@@ -227,7 +252,7 @@ impl CongestionControl {
         self.cnps.retain(|&q| q != qpn);
     }
 
-    fn sync(q: &mut QpCc, now: u64, line: u64, dev: &'static str, qpn: Qpn) {
+    fn sync(q: &mut QpCc, now: Instant, line: u64, dev: &'static str, qpn: Qpn) {
         let r = q.rate(line);
         if r != q.pacer.rate_bps() {
             q.pacer.set_rate(now, r);
@@ -250,7 +275,7 @@ impl CongestionControl {
     }
 
     /// A CNP for local QP `qpn` arrived at `now`.
-    pub fn on_cnp(&mut self, now: u64, qpn: Qpn) -> CnpVerdict {
+    pub fn on_cnp(&mut self, now: Instant, qpn: Qpn) -> CnpVerdict {
         let (line, dev) = (self.line_rate_bps, self.dev);
         let v = match self.qps.get_mut(&qpn) {
             Some(q) => {
@@ -298,7 +323,7 @@ impl CongestionControl {
 
     /// A received frame that may be a CNP (already parsed; the caller verified its ICRC).
     /// Returns `None` when it is not a CNP at all, so the caller can go on with it.
-    pub fn handle_cnp_frame(&mut self, now: u64, frame: &FrameView<'_>) -> Option<CnpVerdict> {
+    pub fn handle_cnp_frame(&mut self, now: Instant, frame: &FrameView<'_>) -> Option<CnpVerdict> {
         let bth = frame.bth();
         if bth.opcode() != Opcode::CNP {
             return None;
@@ -310,7 +335,7 @@ impl CongestionControl {
 
     /// Local QP `qpn` received a RoCE packet with IP ECN field `ecn` at `now`: true when a
     /// CNP must go back to its peer now. The QP is then also queued for [`Self::poll_cnp`].
-    pub fn on_received(&mut self, now: u64, qpn: Qpn, ecn: u8) -> bool {
+    pub fn on_received(&mut self, now: Instant, qpn: Qpn, ecn: u8) -> bool {
         let send = self.np.on_packet(now, qpn, ecn);
         if send && !self.cnps.contains(&qpn) {
             self.cnps.push_back(qpn);
@@ -326,8 +351,9 @@ impl CongestionControl {
     }
 
     /// May QP `qpn` send a frame of `len` bytes at `now`? When not, the QP is remembered
-    /// as held until its pacer allows it, and [`Self::poll_timeout`] includes that time.
-    pub fn may_send(&mut self, now: u64, qpn: Qpn, len: usize) -> bool {
+    /// as held until its pacer allows it: that time is its pacer timer
+    /// ([`Self::qp_timers`]).
+    pub fn may_send(&mut self, now: Instant, qpn: Qpn, len: usize) -> bool {
         let line = self.line_rate_bps;
         let pace_all = self.pace_unthrottled;
         let Some(q) = self.qps.get_mut(&qpn) else {
@@ -347,15 +373,9 @@ impl CongestionControl {
         }
     }
 
-    /// Whether the pacer refused QP `qpn` its last frame and holds it until a time
-    /// [`Self::poll_timeout`] reports.
-    pub fn is_held(&self, qpn: Qpn) -> bool {
-        self.qps.get(&qpn).is_some_and(|q| q.held_until.is_some())
-    }
-
     /// When QP `qpn` may send a frame of `len` bytes: `now` if it may now. Unknown QPs are
     /// not paced.
-    pub fn next_send_time(&self, now: u64, qpn: Qpn, len: usize) -> u64 {
+    pub fn next_send_time(&self, now: Instant, qpn: Qpn, len: usize) -> Instant {
         let line = self.line_rate_bps;
         self.qps.get(&qpn).map_or(now, |q| {
             if !self.pace_unthrottled && q.rate(line) >= line {
@@ -366,20 +386,20 @@ impl CongestionControl {
         })
     }
 
-    /// How many frames of `len` bytes QP `qpn` sends in `ns` nanoseconds at its current
-    /// rate, when a reaction point holds it below the line rate; `None` when unthrottled.
-    pub fn throttled_packets_within(&self, qpn: Qpn, ns: u64, len: usize) -> Option<u32> {
+    /// How many frames of `len` bytes QP `qpn` sends in `d` at its current rate, when a
+    /// reaction point holds it below the line rate; `None` when unthrottled.
+    pub fn throttled_packets_within(&self, qpn: Qpn, d: Duration, len: usize) -> Option<u32> {
         let q = self.qps.get(&qpn)?;
         let rate = q.rate(self.line_rate_bps);
         if rate >= self.line_rate_bps || len == 0 {
             return None;
         }
-        let bits = u128::from(rate) * u128::from(ns) / 1_000_000_000;
+        let bits = u128::from(rate) * d.as_nanos() / 1_000_000_000;
         Some(u32::try_from(bits / (len as u128 * 8)).unwrap_or(u32::MAX))
     }
 
     /// QP `qpn` sent a frame of `len` bytes at `now`.
-    pub fn on_sent(&mut self, now: u64, qpn: Qpn, len: usize) {
+    pub fn on_sent(&mut self, now: Instant, qpn: Qpn, len: usize) {
         let (line, dev) = (self.line_rate_bps, self.dev);
         let pace_all = self.pace_unthrottled;
         if let Some(q) = self.qps.get_mut(&qpn) {
@@ -396,34 +416,37 @@ impl CongestionControl {
         }
     }
 
-    /// The earliest rate-controller timer or pacer release of a held QP.
-    pub fn poll_timeout(&self) -> Option<u64> {
+    /// QP `qpn`'s two deadlines: its rate controller's next event and, while the pacer
+    /// holds it, its release. The engine keeps them in the QP's timer table after every
+    /// call for the QP (none for an unknown QP).
+    #[must_use = "the deadlines must be scheduled"]
+    pub fn qp_timers(&self, qpn: Qpn) -> QpCcTimers {
         self.qps
-            .values()
-            .flat_map(|q| [q.cc.as_ref().and_then(|c| c.poll_timeout()), q.held_until])
-            .flatten()
-            .min()
+            .get(&qpn)
+            .map_or(QpCcTimers::default(), QpCc::timers)
     }
 
-    /// Run every rate-controller timer due at `now`.
-    pub fn handle_timeout(&mut self, now: u64) {
-        let line = self.line_rate_bps;
-        let dev = self.dev;
-        for (&qpn, q) in self.qps.iter_mut() {
-            if q.held_until.is_some_and(|t| t <= now) {
-                // Released: the engine asks `may_send` again when it next transmits.
-                q.held_until = None;
+    /// Run QP `qpn`'s congestion-control timers due at `now` (its rate controller's
+    /// events, its pacer's release); harmless when none is due. Its deadlines after that:
+    /// [`Self::qp_timers`].
+    pub fn handle_qp_timeout(&mut self, now: Instant, qpn: Qpn) {
+        let (line, dev) = (self.line_rate_bps, self.dev);
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if q.held_until.is_some_and(|t| t <= now) {
+            // Released: the engine asks `may_send` again when it next transmits.
+            q.held_until = None;
+        }
+        let due =
+            q.cc.as_ref()
+                .and_then(|c| c.poll_timeout())
+                .is_some_and(|t| t <= now);
+        if due {
+            if let Some(cc) = q.cc.as_mut() {
+                cc.on_timer(now);
             }
-            let due =
-                q.cc.as_ref()
-                    .and_then(|c| c.poll_timeout())
-                    .is_some_and(|t| t <= now);
-            if due {
-                if let Some(cc) = q.cc.as_mut() {
-                    cc.on_timer(now);
-                }
-                Self::sync(q, now, line, dev, qpn);
-            }
+            Self::sync(q, now, line, dev, qpn);
         }
     }
 

@@ -15,6 +15,8 @@
 
 use std::collections::HashMap;
 
+use crate::proto::time::{Duration, Instant};
+
 use crate::wire::{
     BthRepr, EthRepr, ExtHeaders, FrameRepr, IpRepr, Opcode, Psn, Qpn, RoceRepr, UdpRepr,
 };
@@ -33,16 +35,16 @@ pub struct NpCounters {
 /// The CNP pacing state of every local QP.
 #[derive(Clone, Debug, Default)]
 pub struct NotificationPoint {
-    interval_ns: u64,
-    last_cnp: HashMap<Qpn, u64>,
+    interval: Duration,
+    last_cnp: HashMap<Qpn, Instant>,
     counters: NpCounters,
 }
 
 impl NotificationPoint {
-    /// At most one CNP per QP per `interval_ns`.
-    pub fn new(interval_ns: u64) -> Self {
+    /// At most one CNP per QP per `interval`.
+    pub fn new(interval: Duration) -> Self {
         NotificationPoint {
-            interval_ns,
+            interval,
             last_cnp: HashMap::new(),
             counters: NpCounters::default(),
         }
@@ -50,7 +52,7 @@ impl NotificationPoint {
 
     /// Local QP `qpn` received a RoCE packet with IP ECN field `ecn` at `now`. True when a
     /// CNP must be sent for it now.
-    pub fn on_packet(&mut self, now: u64, qpn: Qpn, ecn: u8) -> bool {
+    pub fn on_packet(&mut self, now: Instant, qpn: Qpn, ecn: u8) -> bool {
         if ecn & 3 != ECN_CE {
             return false;
         }
@@ -58,7 +60,7 @@ impl NotificationPoint {
         let recent = self
             .last_cnp
             .get(&qpn)
-            .is_some_and(|&t| now.saturating_sub(t) < self.interval_ns);
+            .is_some_and(|&t| now - t < self.interval);
         if recent {
             return false;
         }
@@ -137,14 +139,15 @@ mod tests {
 
     #[test]
     fn only_ce_counts() {
-        let mut np = NotificationPoint::new(50_000);
+        let t = Instant::from_nanos;
+        let mut np = NotificationPoint::new(Duration::from_micros(50));
         for ecn in [0, 1, 2] {
-            assert!(!np.on_packet(0, Qpn::new(17), ecn));
+            assert!(!np.on_packet(t(0), Qpn::new(17), ecn));
         }
         assert_eq!(np.counters(), NpCounters::default());
-        assert!(np.on_packet(0, Qpn::new(17), ECN_CE));
-        assert!(!np.on_packet(49_999, Qpn::new(17), ECN_CE));
-        assert!(np.on_packet(50_000, Qpn::new(17), ECN_CE));
+        assert!(np.on_packet(t(0), Qpn::new(17), ECN_CE));
+        assert!(!np.on_packet(t(49_999), Qpn::new(17), ECN_CE));
+        assert!(np.on_packet(t(50_000), Qpn::new(17), ECN_CE));
         assert_eq!(
             np.counters(),
             NpCounters {

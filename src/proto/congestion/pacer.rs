@@ -1,6 +1,6 @@
 //! A token-bucket pacer per QP: "may this frame of N bytes leave at `now`, else when?".
 //!
-//! Contract: sans-IO and exact. Tokens are kept as integers in units of 10⁻⁹ bit
+//! Contract: sans-IO and exact; times are engine [`Instant`]s. Tokens are kept as integers in units of 10⁻⁹ bit
 //! (rate in bit/s × time in ns), so no rounding drifts over a long run. The bucket holds at
 //! most `burst` bytes and starts full.
 //! - [`Pacer::next_send_time`] answers when a frame of `len` bytes may leave: `now` if the
@@ -20,6 +20,8 @@
 //! burst of 0 would pace every frame individually); [`Pacer::DEFAULT_BURST`] is 16 KiB —
 //! four 4 KiB-MTU frames, the queue a single QP may add at the bottleneck beyond its rate.
 
+use crate::proto::time::Instant;
+
 /// Bytes to token units (10⁻⁹ bit).
 const UNITS_PER_BYTE: i128 = 8 * 1_000_000_000;
 
@@ -30,7 +32,7 @@ pub struct Pacer {
     burst: u64,
     /// Tokens at `last`, in 10⁻⁹ bit; negative while in debt.
     tokens: i128,
-    last: u64,
+    last: Instant,
 }
 
 impl Pacer {
@@ -38,7 +40,7 @@ impl Pacer {
     pub const DEFAULT_BURST: u64 = 16 * 1024;
 
     /// A full bucket of `burst_bytes` filling at `rate_bps`, starting at `now`.
-    pub fn new(now: u64, rate_bps: u64, burst_bytes: u64) -> Self {
+    pub fn new(now: Instant, rate_bps: u64, burst_bytes: u64) -> Self {
         Pacer {
             rate_bps,
             burst: burst_bytes,
@@ -61,18 +63,18 @@ impl Pacer {
         i128::from(self.burst) * UNITS_PER_BYTE
     }
 
-    fn tokens_at(&self, now: u64) -> i128 {
-        let dt = now.saturating_sub(self.last);
-        let earned = i128::from(self.rate_bps) * i128::from(dt);
+    fn tokens_at(&self, now: Instant) -> i128 {
+        let dt = (now - self.last).as_nanos();
+        let earned = i128::from(self.rate_bps) * dt as i128;
         (self.tokens + earned).min(self.cap().max(self.tokens))
     }
 
     /// Whole bytes in the bucket at `now` (negative while in debt).
-    pub fn available(&self, now: u64) -> i64 {
+    pub fn available(&self, now: Instant) -> i64 {
         (self.tokens_at(now) / UNITS_PER_BYTE) as i64
     }
 
-    fn refill(&mut self, now: u64) {
+    fn refill(&mut self, now: Instant) {
         if now > self.last {
             self.tokens = self.tokens_at(now);
             self.last = now;
@@ -80,34 +82,35 @@ impl Pacer {
     }
 
     /// Change the rate from `now` on.
-    pub fn set_rate(&mut self, now: u64, rate_bps: u64) {
+    pub fn set_rate(&mut self, now: Instant, rate_bps: u64) {
         self.refill(now);
         self.rate_bps = rate_bps;
     }
 
     /// When a frame of `len` bytes may leave: `now` if it may leave now, otherwise the
-    /// first time at which it may; `u64::MAX` at rate 0.
-    pub fn next_send_time(&self, now: u64, len: usize) -> u64 {
+    /// first time at which it may; [`Instant::MAX`] at rate 0.
+    pub fn next_send_time(&self, now: Instant, len: usize) -> Instant {
         let need = i128::from((len as u64).min(self.burst)) * UNITS_PER_BYTE;
         let have = self.tokens_at(now);
         if have >= need {
             return now;
         }
         if self.rate_bps == 0 {
-            return u64::MAX;
+            return Instant::MAX;
         }
         let rate = i128::from(self.rate_bps);
         let wait = (need - have + rate - 1) / rate;
-        u64::try_from(i128::from(now) + wait).unwrap_or(u64::MAX)
+        // `wait` is positive here and saturates with the addition.
+        now + std::time::Duration::from_nanos(u64::try_from(wait).unwrap_or(u64::MAX))
     }
 
     /// May a frame of `len` bytes leave at `now`?
-    pub fn may_send(&self, now: u64, len: usize) -> bool {
+    pub fn may_send(&self, now: Instant, len: usize) -> bool {
         self.next_send_time(now, len) <= now
     }
 
     /// A frame of `len` bytes left at `now`.
-    pub fn consume(&mut self, now: u64, len: usize) {
+    pub fn consume(&mut self, now: Instant, len: usize) {
         self.refill(now);
         self.tokens -= i128::from(len as u64) * UNITS_PER_BYTE;
     }
@@ -117,36 +120,40 @@ impl Pacer {
 mod tests {
     use super::*;
 
+    fn t(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
     #[test]
     fn full_bucket_then_paced() {
         // 8 Mb/s = 1 byte per µs.
-        let mut p = Pacer::new(0, 8_000_000, 1000);
-        assert!(p.may_send(0, 1000));
-        p.consume(0, 1000);
-        assert_eq!(p.next_send_time(0, 100), 100_000);
-        assert!(!p.may_send(99_999, 100));
-        assert!(p.may_send(100_000, 100));
+        let mut p = Pacer::new(t(0), 8_000_000, 1000);
+        assert!(p.may_send(t(0), 1000));
+        p.consume(t(0), 1000);
+        assert_eq!(p.next_send_time(t(0), 100), t(100_000));
+        assert!(!p.may_send(t(99_999), 100));
+        assert!(p.may_send(t(100_000), 100));
         // The bucket never holds more than the burst.
-        assert_eq!(p.available(10_000_000_000), 1000);
+        assert_eq!(p.available(t(10_000_000_000)), 1000);
     }
 
     #[test]
     fn frames_larger_than_the_burst_go_into_debt() {
-        let mut p = Pacer::new(0, 8_000_000, 1000);
-        assert!(p.may_send(0, 4000));
-        p.consume(0, 4000);
-        assert_eq!(p.available(0), -3000);
+        let mut p = Pacer::new(t(0), 8_000_000, 1000);
+        assert!(p.may_send(t(0), 4000));
+        p.consume(t(0), 4000);
+        assert_eq!(p.available(t(0)), -3000);
         // 3000 µs to repay, then 100 more for the next 100 bytes.
-        assert_eq!(p.next_send_time(0, 100), 3_100_000);
+        assert_eq!(p.next_send_time(t(0), 100), t(3_100_000));
     }
 
     #[test]
     fn rate_change_applies_from_now() {
-        let mut p = Pacer::new(0, 8_000_000, 1000);
-        p.consume(0, 1000);
-        p.set_rate(50_000, 16_000_000); // 50 bytes earned at the old rate
-        assert_eq!(p.next_send_time(50_000, 150), 100_000);
-        p.set_rate(50_000, 0);
-        assert_eq!(p.next_send_time(50_000, 150), u64::MAX);
+        let mut p = Pacer::new(t(0), 8_000_000, 1000);
+        p.consume(t(0), 1000);
+        p.set_rate(t(50_000), 16_000_000); // 50 bytes earned at the old rate
+        assert_eq!(p.next_send_time(t(50_000), 150), t(100_000));
+        p.set_rate(t(50_000), 0);
+        assert_eq!(p.next_send_time(t(50_000), 150), Instant::MAX);
     }
 }

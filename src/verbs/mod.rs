@@ -109,14 +109,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::{Driver, DriverOptions, DriverStats, Shared, SimIo, sim_link};
+use crate::driver::{Driver, DriverOptions, DriverStats, Shared};
 use crate::io::afxdp::{self, PortOptions, XskPort};
+use crate::io::frame::{SimIo, sim_link};
 use crate::proto::congestion::{Algorithm, CongestionControl, Pacer};
 use crate::proto::{self, Config, Rnic, gid_is_ipv4};
 
 pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus};
 
-pub use crate::driver::IoStats;
+pub use crate::io::frame::IoStats;
 pub use crate::proto::{
     Access, AddressVector, AsyncEvent, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr,
     QpCounters, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask,
@@ -761,7 +762,7 @@ impl Device {
 
     /// [`Device::open_sim_pair`] with options per side (`rx_drop`, `seed`, stats).
     pub fn open_sim_pair_with(a: &DeviceOptions, b: &DeviceOptions) -> Result<(Device, Device)> {
-        let (ia, ib) = sim_link()?;
+        let (ia, ib) = sim_link(proto::MAX_FRAME_LEN + 64)?;
         let side = |n: u8| -> ([u8; 6], Vec<IpAddr>) {
             (
                 [0x02, 0, 0, 0, 0, n],

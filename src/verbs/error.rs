@@ -47,6 +47,11 @@ pub enum Error {
     },
     /// Objects of two different devices (or backends) used together.
     DeviceMismatch,
+    /// A tool named no device ([`super::choose_backend`]).
+    NoDeviceNamed,
+    /// No RDMA device of that name, but a network interface
+    /// ([`super::Device::open_named`]).
+    NetdevNotRdma { name: String, found: Vec<String> },
 }
 
 impl core::fmt::Display for Error {
@@ -98,6 +103,18 @@ impl core::fmt::Display for Error {
             }
             Error::DeviceMismatch => {
                 write!(f, "objects of different devices cannot be used together")
+            }
+            Error::NoDeviceNamed => write!(f, "no device: give --netdev IF or --device NAME"),
+            Error::NetdevNotRdma { name, found } => {
+                let e = Error::NoRdmaDevice {
+                    name: name.clone(),
+                    found: found.clone(),
+                };
+                write!(
+                    f,
+                    "{e}; {name} is a network interface: use --netdev {name} (or -d \
+                     xrnic_{name}) for the software device on it"
+                )
             }
         }
     }

@@ -99,7 +99,7 @@ mod ud;
 pub use error::{Error, Result};
 pub use mr::Mr;
 use mr::MrKind;
-pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
+pub use offload::{Backend, DeviceList, choose_backend, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
 pub use srq::Srq;

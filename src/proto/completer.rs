@@ -188,7 +188,7 @@ pub(crate) fn handle_response(
             }
             let mtu = qp.attr.path_mtu.bytes();
             let Some(w) = qp.req.sq.front() else { return };
-            if w.wr.opcode != super::requester::WrOpcode::RdmaRead || !w.holds(psn) {
+            if w.wr.opcode != super::wr::WrOpcode::RdmaRead || !w.holds(psn) {
                 return;
             }
             let expected = w.first_psn.add(w.acked_pkts);

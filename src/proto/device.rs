@@ -21,13 +21,14 @@ use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::framing::{emit, frame_addrs};
 use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
-use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
+use super::requester::{Payload, ReqLimits, SendWqe, resolve_sges};
 use super::responder::{self, RecvWqe};
 use super::sched::Scheduler;
 use super::time::{Instant, duration_nanos};
 use super::timers::{Timer, local_ack_timeout};
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
+use super::wr::{RecvWr, SendWr};
 use super::{Ctx, completer::handle_response};
 
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the

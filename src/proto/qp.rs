@@ -703,10 +703,8 @@ impl Qp {
         if !self.req.outstanding() {
             self.req.timers.stop(Timer::Retransmit);
         }
-        let signaled = self.init.sq_sig_all
-            || w.wr
-                .send_flags
-                .contains(super::requester::SendFlags::SIGNALED);
+        let signaled =
+            self.init.sq_sig_all || w.wr.send_flags.contains(super::wr::SendFlags::SIGNALED);
         super::trace::qp_event!(
             ctx.now,
             ctx.dev,
@@ -803,7 +801,7 @@ impl Qp {
             .sq
             .iter()
             .map(|w| {
-                w.wr.sg_list.capacity() * size_of::<super::requester::Sge>()
+                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
                     + w.segs.as_ref().map_or(0, |s| {
                         s.capacity() * size_of::<super::requester::LocalSeg>()
                     })

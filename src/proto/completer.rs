@@ -15,8 +15,8 @@ use crate::wire::{ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_cr
 
 use super::Ctx;
 use super::cq::WcStatus;
+use super::memory::scatter;
 use super::qp::{Qp, QpState};
-use super::requester::scatter;
 use super::time::Instant;
 use super::timers::{Timer, local_ack_timeout, rnr_timer};
 use super::trace::{TxReason, qp_event};

@@ -802,9 +802,9 @@ impl Qp {
             .iter()
             .map(|w| {
                 w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
-                    + w.segs.as_ref().map_or(0, |s| {
-                        s.capacity() * size_of::<super::requester::LocalSeg>()
-                    })
+                    + w.segs
+                        .as_ref()
+                        .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
             })
             .sum();
         let rq: usize = self
@@ -812,9 +812,9 @@ impl Qp {
             .rq
             .iter()
             .map(|r| {
-                r.segs.as_ref().map_or(0, |s| {
-                    s.capacity() * size_of::<super::requester::LocalSeg>()
-                })
+                r.segs
+                    .as_ref()
+                    .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
             })
             .sum();
         size_of::<Qp>()

@@ -46,8 +46,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::net::UnixDatagram;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -57,7 +56,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use serde::Serialize;
 
-use crate::io::afxdp::XskPort;
+use crate::io::frame::{FrameIo, IoStats};
 use crate::proto::{Cq, MAX_FRAME_LEN, Rnic, WorkCompletion};
 use crate::wire::Qpn;
 
@@ -76,8 +75,6 @@ use tap::Tap;
 pub use poll::POLL_LEASE;
 use poll::{Port, Stepper};
 
-/// Frames moved per batch (receive and transmit).
-const BATCH: usize = 64;
 /// Stride of the transmit buffers: `MAX_FRAME_LEN` rounded up to 64 bytes, so that every
 /// buffer starts 64-byte aligned (glibc's x86 memcpy can take a slow `rep movsb` path for
 /// copies between mutually misaligned buffers; src/io/afxdp/port.rs).
@@ -86,188 +83,6 @@ const STRIDE: usize = MAX_FRAME_LEN.div_ceil(64) * 64;
 const TX_BACKOFF: Duration = Duration::from_micros(50);
 /// Most kicks per iteration to drain the port's transmit ring.
 const MAX_KICKS: usize = 64;
-
-/// Frame I/O below the driver: whole Ethernet frames in and out, and a descriptor that
-/// `poll(2)` reports readable when frames wait.
-pub trait FrameIo: Send {
-    /// Hand every waiting frame (at most a bounded batch) to `f`; never blocks.
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
-    /// Queue frames in order; returns how many of the leading ones were taken.
-    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
-    /// Readable when frames can be received.
-    fn poll_fd(&self) -> BorrowedFd<'_>;
-    /// [`FrameIo::send_batch`], but the frames may wait in the port until the next
-    /// `send_batch` or `flush` pushes them out together with others (the AF_XDP port
-    /// leaves them on its tx ring without the `sendto`). Order is kept.
-    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
-    /// Frames queued by `queue_batch` that still wait for a push.
-    fn unkicked(&self) -> u32;
-    /// Push queued frames out and reclaim finished ones; returns how many frames the
-    /// port still has on its way out.
-    fn flush(&mut self) -> io::Result<u32>;
-    /// Counters of the port.
-    fn io_stats(&self) -> IoStats;
-}
-
-/// Port counters for the stat snapshot.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct IoStats {
-    pub rx_frames: u64,
-    pub tx_frames: u64,
-    pub tx_backpressure: u64,
-    /// Pushes of queued frames to the wire (AF_XDP: `sendto` kicks; the simulated link:
-    /// sends of held frames).
-    pub tx_kicks: u64,
-    /// Frames the kernel dropped because the rx or fill ring was full (AF_XDP only).
-    pub kernel_rx_dropped: u64,
-    /// RoCE v2 frames the XDP filter redirected to the socket (AF_XDP only).
-    pub filter_redirected: u64,
-}
-
-impl FrameIo for XskPort {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        XskPort::recv_batch(self, f).map_err(io::Error::other)
-    }
-    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        XskPort::send_batch(self, frames).map_err(io::Error::other)
-    }
-    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        XskPort::queue_batch(self, frames).map_err(io::Error::other)
-    }
-    fn unkicked(&self) -> u32 {
-        XskPort::unkicked(self)
-    }
-    fn poll_fd(&self) -> BorrowedFd<'_> {
-        self.as_fd()
-    }
-    fn flush(&mut self) -> io::Result<u32> {
-        // Reap first: in copy mode the kernel completes frames inside the kick itself, so
-        // most of the time nothing is left and no extra system call is needed.
-        self.reap_completions();
-        if self.frame_counts().in_tx == 0 {
-            return Ok(0);
-        }
-        XskPort::flush(self).map_err(io::Error::other)
-    }
-    fn io_stats(&self) -> IoStats {
-        let s = self.stats();
-        IoStats {
-            rx_frames: s.rx_frames,
-            tx_frames: s.tx_frames,
-            tx_backpressure: s.tx_backpressure,
-            tx_kicks: s.tx_kicks,
-            kernel_rx_dropped: self.kernel_stats().map(|k| k.rx_dropped).unwrap_or(0),
-            filter_redirected: self
-                .filter_stats()
-                .and_then(Result::ok)
-                .map(|f| f.redirected)
-                .unwrap_or(0),
-        }
-    }
-}
-
-/// One end of an in-process link: a Unix datagram socket pair carries one frame per
-/// datagram. For the runnable examples and for tests of the API without root.
-#[derive(Debug)]
-pub struct SimIo {
-    sock: UnixDatagram,
-    buf: Vec<u8>,
-    /// Frames queued by `queue_batch`, sent by the next `send_batch` or `flush` (like
-    /// frames on an AF_XDP tx ring waiting for the kick).
-    held: Vec<Vec<u8>>,
-    stats: IoStats,
-}
-
-/// Two connected [`SimIo`] ends.
-pub fn sim_link() -> io::Result<(SimIo, SimIo)> {
-    let (a, b) = UnixDatagram::pair()?;
-    let mk = |s: UnixDatagram| -> io::Result<SimIo> {
-        s.set_nonblocking(true)?;
-        Ok(SimIo {
-            sock: s,
-            buf: vec![0; MAX_FRAME_LEN + 64],
-            held: Vec::new(),
-            stats: IoStats::default(),
-        })
-    };
-    Ok((mk(a)?, mk(b)?))
-}
-
-impl FrameIo for SimIo {
-    fn recv_batch(&mut self, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let mut n = 0;
-        while n < BATCH {
-            match self.sock.recv(&mut self.buf) {
-                Ok(len) => {
-                    f(&self.buf[..len]);
-                    n += 1;
-                    self.stats.rx_frames += 1;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(n)
-    }
-    fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        if self.push_held()? > 0 {
-            // Held frames go first; what did not fit stays held, and nothing may
-            // overtake it.
-            return Ok(0);
-        }
-        self.stats.tx_kicks += 1;
-        self.send_now(frames)
-    }
-    fn queue_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        self.held.extend(frames.iter().map(|f| f.to_vec()));
-        Ok(frames.len())
-    }
-    fn unkicked(&self) -> u32 {
-        self.held.len() as u32
-    }
-    fn poll_fd(&self) -> BorrowedFd<'_> {
-        self.sock.as_fd()
-    }
-    fn flush(&mut self) -> io::Result<u32> {
-        self.push_held()
-    }
-    fn io_stats(&self) -> IoStats {
-        self.stats
-    }
-}
-
-impl SimIo {
-    fn send_now(&mut self, frames: &[&[u8]]) -> io::Result<usize> {
-        for (i, f) in frames.iter().enumerate() {
-            match self.sock.send(f) {
-                Ok(_) => self.stats.tx_frames += 1,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.stats.tx_backpressure += 1;
-                    return Ok(i);
-                }
-                // The other end is gone: the frame is lost, like on a cut cable.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(frames.len())
-    }
-
-    /// Send the held frames; returns how many are still held (the socket was full).
-    fn push_held(&mut self) -> io::Result<u32> {
-        if self.held.is_empty() {
-            return Ok(0);
-        }
-        self.stats.tx_kicks += 1;
-        let held = std::mem::take(&mut self.held);
-        let refs: Vec<&[u8]> = held.iter().map(Vec::as_slice).collect();
-        let n = self.send_now(&refs);
-        let sent = *n.as_ref().unwrap_or(&0);
-        self.held = held;
-        self.held.drain(..sent);
-        n.map(|_| self.held.len() as u32)
-    }
-}
 
 /// Options of the driver thread.
 #[derive(Clone, Debug)]
@@ -884,6 +699,7 @@ fn run(shared: &Shared, opts: &DriverOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io::frame::{BATCH, sim_link};
 
     fn snap(pid: u32, start_time: Option<u64>) -> Snapshot {
         Snapshot {
@@ -930,7 +746,7 @@ mod tests {
     /// keep the driver off the socket (the WRITE unread) for up to POLL_LEASE.
     #[test]
     fn a_poll_that_finds_completions_shortens_the_lease_to_the_grace() {
-        let (a, _b) = sim_link().unwrap();
+        let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
         let d = Driver::start(
             Rnic::new(crate::proto::Config::default()),
             Box::new(a),
@@ -952,22 +768,5 @@ mod tests {
         // The next empty poll lengthens the lease again.
         let _ = s.poll_progress();
         assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE);
-    }
-
-    #[test]
-    fn sim_link_carries_whole_frames_both_ways() {
-        let (mut a, mut b) = sim_link().unwrap();
-        let f1 = vec![1u8; 60];
-        let f2 = vec![2u8; MAX_FRAME_LEN];
-        assert_eq!(a.send_batch(&[&f1, &f2]).unwrap(), 2);
-        let mut got = vec![];
-        b.recv_batch(&mut |f| got.push(f.to_vec())).unwrap();
-        assert_eq!(got, vec![f1.clone(), f2]);
-        assert_eq!(b.send_batch(&[&f1]).unwrap(), 1);
-        let mut n = 0;
-        a.recv_batch(&mut |_| n += 1).unwrap();
-        assert_eq!(n, 1);
-        assert_eq!(a.io_stats().tx_frames, 2);
-        assert_eq!(a.io_stats().rx_frames, 1);
     }
 }

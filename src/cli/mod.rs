@@ -77,53 +77,13 @@ pub(crate) fn close_on_signal(prog: &'static str) {
     });
 }
 
-/// Open the device a traffic tool names: `--netdev IF` is the software device on IF;
-/// `--device NAME` (`-d`) an RDMA device through libibverbs (the offload backend), except
-/// that `xrnic_IF`, the software device's own name, is the software device on IF. Returns
-/// the device and how messages name it. Options only the software backend has (fault
-/// injection) are refused on the other with a clear message; stat snapshots are a
-/// software-backend feature (`xrnic stat --device` reads the kernel's counters).
+/// Open the device a traffic tool names (`--netdev IF`, `--device NAME`): the backend
+/// choice is the library's ([`crate::verbs::Device::open_named`]). Returns the device and
+/// how messages name it.
 pub(crate) fn open_device(
     netdev: Option<&str>,
     device: Option<&str>,
     opts: &crate::verbs::DeviceOptions,
 ) -> Result<(crate::verbs::Device, String), String> {
-    use crate::verbs::{Device, Error};
-    let soft = netdev.or_else(|| device.and_then(|d| d.strip_prefix("xrnic_")));
-    match (soft, device) {
-        (Some(ifname), _) => Device::open_with(ifname, opts)
-            .map(|d| (d, ifname.to_string()))
-            .map_err(|e| e.to_string()),
-        (None, Some(name)) => {
-            if opts.rx_drop > 0.0 {
-                return Err(format!(
-                    "{name}: fault injection (--rx-drop) is not available on the {} backend",
-                    crate::verbs::Backend::Offload
-                ));
-            }
-            if opts.pcap.is_some() {
-                // The hardware's data path never passes through us: a capture would be
-                // empty, which is a wrong answer, not a capture.
-                return Err(format!(
-                    "{name}: --pcap captures inside the software RNIC's driver and is not \
-                     available on the {} backend (capture on the wire instead)",
-                    crate::verbs::Backend::Offload
-                ));
-            }
-            Device::open_rdma(name)
-                .map(|d| (d, name.to_string()))
-                .map_err(|e| match e {
-                    Error::NoRdmaDevice { .. }
-                        if std::path::Path::new("/sys/class/net").join(name).exists() =>
-                    {
-                        format!(
-                            "{e}; {name} is a network interface: use --netdev {name} (or -d \
-                             xrnic_{name}) for the software device on it"
-                        )
-                    }
-                    e => e.to_string(),
-                })
-        }
-        (None, None) => Err("no device: give --netdev IF or --device NAME".into()),
-    }
+    crate::verbs::Device::open_named(netdev, device, opts).map_err(|e| e.to_string())
 }

@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::event::{EventfdFlags, epoll};
 
-use super::{BATCH, FrameIo, IoStats};
+use crate::io::frame::{BATCH, FrameIo, IoStats};
 
 /// A port with loopback of frames to `mac`.
 pub struct Loopback {
@@ -147,7 +147,8 @@ impl FrameIo for Loopback {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::sim_link;
+    use crate::io::frame::sim_link;
+    use crate::proto::MAX_FRAME_LEN;
     use rustix::event::{PollFd, PollFlags};
 
     fn readable(fd: BorrowedFd<'_>) -> bool {
@@ -165,7 +166,7 @@ mod tests {
 
     #[test]
     fn frames_to_our_mac_come_back_and_others_leave_in_order() {
-        let (a, mut b) = sim_link().unwrap();
+        let (a, mut b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
         let me = [2, 0, 0, 0, 0, 1];
         let mut lo = Loopback::new(Box::new(a), me).unwrap();
         assert!(!readable(lo.poll_fd()));

@@ -63,8 +63,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
-use super::{BATCH, DriverOptions, FrameIo, MAX_KICKS, STRIDE, Shared};
+use super::{DriverOptions, MAX_KICKS, STRIDE, Shared};
 use crate::driver::tap::{RxFate, Tap, handle_frame_tapped};
+use crate::io::frame::{BATCH, FrameIo};
 use crate::proto::{Cq, Instant as EngineTime, TxReason, WorkCompletion};
 
 /// How long one busy poll keeps the driver from watching the socket. Long compared with

@@ -1,4 +1,5 @@
-//! Packet I/O below the transport: AF_XDP ports ([`afxdp`]), the interface, neighbour and
+//! Packet I/O below the transport: the frame port interface and its two ports, AF_XDP and
+//! an in-process socket pair ([`frame`]); AF_XDP sockets ([`afxdp`]); the interface, neighbour and
 //! route look-ups the driver needs over rtnetlink ([`link`]), and captures: pcap/pcapng
 //! reading ([`capture`]) and commented pcapng writing ([`pcap_out`]). The network-namespace
 //! harness of the tests and the demo, which runs `ip`, is the `xrnic-netns` crate
@@ -9,6 +10,7 @@
 
 pub mod afxdp;
 pub mod capture;
+pub mod frame;
 pub mod link;
 pub mod pcap_out;
 pub mod shm;

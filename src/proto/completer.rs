@@ -15,8 +15,8 @@ use crate::wire::{ExtHeaders, NakCode, OpInfo, Operation, Psn, Syndrome, aeth_cr
 
 use super::Ctx;
 use super::cq::WcStatus;
+use super::memory::scatter;
 use super::qp::{Qp, QpState};
-use super::requester::scatter;
 use super::time::Instant;
 use super::timers::{Timer, local_ack_timeout, rnr_timer};
 use super::trace::{TxReason, qp_event};
@@ -188,7 +188,7 @@ pub(crate) fn handle_response(
             }
             let mtu = qp.attr.path_mtu.bytes();
             let Some(w) = qp.req.sq.front() else { return };
-            if w.wr.opcode != super::requester::WrOpcode::RdmaRead || !w.holds(psn) {
+            if w.wr.opcode != super::wr::WrOpcode::RdmaRead || !w.holds(psn) {
                 return;
             }
             let expected = w.first_psn.add(w.acked_pkts);

@@ -20,14 +20,16 @@ use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::framing::{emit, frame_addrs};
 use super::memory::{Access, MemTable, MrInfo, Pd};
+use super::memory::{Payload, resolve_sges};
 use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
-use super::requester::{Payload, RecvWr, ReqLimits, SendWqe, SendWr, resolve_sges};
+use super::requester::{ReqLimits, SendWqe};
 use super::responder::{self, RecvWqe};
 use super::sched::Scheduler;
 use super::time::{Instant, duration_nanos};
 use super::timers::{Timer, local_ack_timeout};
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
+use super::wr::{RecvWr, SendWr};
 use super::{Ctx, completer::handle_response};
 
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
@@ -1316,9 +1318,6 @@ mod tests;
 #[cfg(test)]
 #[path = "event_tests.rs"]
 mod event_tests;
-#[cfg(test)]
-#[path = "gone_tests.rs"]
-mod gone_tests;
 
 #[cfg(test)]
 #[path = "cc_sched_tests.rs"]

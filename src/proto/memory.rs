@@ -25,6 +25,9 @@
 pub use super::user_mem::UserMem;
 use crate::wire::{Lkey, Rkey};
 
+use super::cq::WcStatus;
+use super::wr::Sge;
+
 /// Memory access rights, with the libibverbs `IBV_ACCESS_*` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub struct Access(pub u32);
@@ -506,6 +509,152 @@ impl MemTable {
     }
 }
 
+// Scatter/gather lists: resolving a work request's SGEs against the regions, and moving
+// message bytes between them and the wire.
+
+/// A scatter/gather element after its key, PD, bounds and rights were checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LocalSeg {
+    pub mem: MemRef,
+    pub len: u32,
+}
+
+/// Check a scatter/gather list for a QP in `pd`; `need` is LOCAL_WRITE where the engine
+/// will write (receive buffers, READ and atomic results). Local reads need no right.
+pub(crate) fn resolve_sges(
+    mem: &MemTable,
+    pd: Pd,
+    sges: &[Sge],
+    need: Access,
+) -> Result<Vec<LocalSeg>, WcStatus> {
+    let mut out = Vec::with_capacity(sges.len());
+    for s in sges {
+        if s.length == 0 {
+            continue;
+        }
+        let m = mem
+            .check(pd, s.lkey.0, s.addr, u64::from(s.length), need)
+            .map_err(|_| WcStatus::LocProtErr)?;
+        out.push(LocalSeg {
+            mem: m,
+            len: s.length,
+        });
+    }
+    Ok(out)
+}
+
+/// Where a run of message bytes lies in the scatter/gather list: (segment, offset in it).
+pub(crate) fn locate(segs: &[LocalSeg], mut off: usize) -> Option<(usize, usize)> {
+    for (i, s) in segs.iter().enumerate() {
+        if off < s.len as usize {
+            return Some((i, off));
+        }
+        off -= s.len as usize;
+    }
+    None
+}
+
+/// Copy `data` into the scatter/gather list at message offset `off`.
+pub(crate) fn scatter(mem: &mut MemTable, segs: &[LocalSeg], off: usize, data: &[u8]) -> bool {
+    if data.is_empty() {
+        return true;
+    }
+    let Some((mut i, mut o)) = locate(segs, off) else {
+        return false;
+    };
+    let mut rest = data;
+    while !rest.is_empty() {
+        let Some(s) = segs.get(i) else {
+            return false;
+        };
+        let n = rest.len().min(s.len as usize - o);
+        if !mem.write(s.mem, o, &rest[..n]) {
+            return false;
+        }
+        rest = &rest[n..];
+        i += 1;
+        o = 0;
+    }
+    true
+}
+
+/// Where a packet's payload comes from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Payload {
+    None,
+    /// Contiguous bytes of one region.
+    Mem {
+        mem: MemRef,
+        skip: usize,
+        len: usize,
+    },
+    /// The first `len` bytes of the engine's gather buffer.
+    Scratch(usize),
+}
+
+/// True when the `len` message bytes at `off` are all in regions still registered (as
+/// the registrations the SGEs were checked against).
+pub(crate) fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some((mut i, mut o)) = locate(segs, off) else {
+        return false;
+    };
+    let mut rest = len;
+    while rest > 0 {
+        let Some(s) = segs.get(i) else { return false };
+        let n = rest.min(s.len as usize - o);
+        if !mem.live(s.mem, o, n) {
+            return false;
+        }
+        rest -= n;
+        i += 1;
+        o = 0;
+    }
+    true
+}
+
+/// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
+/// memory holds them all, else copied into `scratch`. The caller checked them with
+/// [`readable`]; `None` when a copy failed all the same (another process's memory whose
+/// owner died or unmapped it: see src/proto/user_mem.rs).
+pub(crate) fn gather(
+    mem: &MemTable,
+    segs: &[LocalSeg],
+    off: usize,
+    len: usize,
+    scratch: &mut Vec<u8>,
+) -> Option<Payload> {
+    if len == 0 {
+        return Some(Payload::None);
+    }
+    let (i, o) = locate(segs, off)?;
+    // Borrowed in place only from engine-owned bytes: application memory is copied.
+    if o + len <= segs[i].len as usize && mem.borrowable(segs[i].mem) {
+        return Some(Payload::Mem {
+            mem: segs[i].mem,
+            skip: o,
+            len,
+        });
+    }
+    scratch.clear();
+    let (mut i, mut o) = (i, o);
+    while scratch.len() < len {
+        let Some(s) = segs.get(i) else { break };
+        let n = (len - scratch.len()).min(s.len as usize - o);
+        let at = scratch.len();
+        scratch.resize(at + n, 0);
+        if !mem.read(s.mem, o, &mut scratch[at..]) {
+            return None;
+        }
+        i += 1;
+        o = 0;
+    }
+    // Short only if the segments end early, which `readable` ruled out.
+    (scratch.len() == len).then_some(Payload::Scratch(len))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -651,5 +800,65 @@ mod tests {
         assert!(m.reg_user_mr(pd, wrap, u64::MAX - 8, Access::ALL).is_err());
         m.dereg_mr(mr.lkey).unwrap();
         assert_eq!(buf[1], 7, "the bytes went to the application's buffer");
+    }
+
+    #[test]
+    fn gather_borrows_or_copies_across_segments() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        m.mr_bytes_mut(a.lkey)
+            .unwrap()
+            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        m.mr_bytes_mut(b.lkey)
+            .unwrap()
+            .copy_from_slice(&[8, 9, 10, 11, 12, 13, 14, 15]);
+        let sges = [
+            Sge {
+                addr: a.addr + 2,
+                length: 6,
+                lkey: a.lkey,
+            },
+            Sge {
+                addr: b.addr,
+                length: 0,
+                lkey: Lkey(0),
+            },
+            Sge {
+                addr: b.addr,
+                length: 8,
+                lkey: b.lkey,
+            },
+        ];
+        let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
+        assert_eq!(segs.len(), 2, "empty SGEs are skipped, even with a bad key");
+        let mut scratch = vec![];
+        assert!(matches!(
+            gather(&m, &segs, 1, 3, &mut scratch),
+            Some(Payload::Mem {
+                skip: 1,
+                len: 3,
+                ..
+            })
+        ));
+        assert!(matches!(
+            gather(&m, &segs, 4, 4, &mut scratch),
+            Some(Payload::Scratch(4))
+        ));
+        assert_eq!(scratch, [6, 7, 8, 9]);
+        assert!(scatter(&mut m, &segs, 5, &[0xaa, 0xbb, 0xcc]));
+        assert_eq!(m.mr_bytes(a.lkey).unwrap()[7], 0xaa);
+        assert_eq!(m.mr_bytes(b.lkey).unwrap()[..4], [0xbb, 0xcc, 10, 11]);
+        assert!(!scatter(&mut m, &segs, 13, &[1, 2]), "past the end");
+        let bad = [Sge {
+            addr: a.addr,
+            length: 9,
+            lkey: a.lkey,
+        }];
+        assert_eq!(
+            resolve_sges(&m, pd, &bad, Access::NONE),
+            Err(WcStatus::LocProtErr)
+        );
     }
 }

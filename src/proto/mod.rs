@@ -41,8 +41,9 @@ pub mod time;
 pub mod timers;
 pub mod trace;
 pub mod uc;
-pub(crate) mod user_mem;
+mod user_mem;
 pub mod verdict;
+pub mod wr;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
@@ -53,11 +54,11 @@ pub use qp::{
     AddressVector, AttrMask, Mtu, QpAttr, QpInitAttr, QpState, QpType, VerbsError, gid_is_ipv4,
     ipv4_gid,
 };
-pub use requester::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
 pub use time::Instant;
 pub use trace::TxReason;
 pub use verdict::RxVerdict;
+pub use wr::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 
 use crate::wire::NakCode;
 

@@ -703,10 +703,8 @@ impl Qp {
         if !self.req.outstanding() {
             self.req.timers.stop(Timer::Retransmit);
         }
-        let signaled = self.init.sq_sig_all
-            || w.wr
-                .send_flags
-                .contains(super::requester::SendFlags::SIGNALED);
+        let signaled =
+            self.init.sq_sig_all || w.wr.send_flags.contains(super::wr::SendFlags::SIGNALED);
         super::trace::qp_event!(
             ctx.now,
             ctx.dev,
@@ -803,10 +801,10 @@ impl Qp {
             .sq
             .iter()
             .map(|w| {
-                w.wr.sg_list.capacity() * size_of::<super::requester::Sge>()
-                    + w.segs.as_ref().map_or(0, |s| {
-                        s.capacity() * size_of::<super::requester::LocalSeg>()
-                    })
+                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
+                    + w.segs
+                        .as_ref()
+                        .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
             })
             .sum();
         let rq: usize = self
@@ -814,9 +812,9 @@ impl Qp {
             .rq
             .iter()
             .map(|r| {
-                r.segs.as_ref().map_or(0, |s| {
-                    s.capacity() * size_of::<super::requester::LocalSeg>()
-                })
+                r.segs
+                    .as_ref()
+                    .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
             })
             .sum();
         size_of::<Qp>()

@@ -10,211 +10,16 @@
 
 use std::collections::VecDeque;
 
-use crate::wire::{AtomicEthRepr, Lkey, Opcode, Psn, RethRepr, Rkey};
+use crate::wire::{AtomicEthRepr, Opcode, Psn, RethRepr};
 
-use super::cq::{WcOpcode, WcStatus};
+use super::cq::WcStatus;
 use super::framing::TxExt;
-use super::memory::{Access, MemRef, MemTable, Pd};
+use super::memory::MemTable;
+use super::memory::{LocalSeg, Payload, gather, readable};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable};
 use super::trace::TxReason;
-
-/// A scatter/gather element (`struct ibv_sge`): `addr` is in the region's address space.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct Sge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: Lkey,
-}
-
-/// Send work request opcodes (`enum ibv_wr_opcode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WrOpcode {
-    Send,
-    SendWithImm,
-    SendWithInv,
-    RdmaWrite,
-    RdmaWriteWithImm,
-    RdmaRead,
-    AtomicCmpAndSwp,
-    AtomicFetchAndAdd,
-}
-
-impl WrOpcode {
-    pub const fn is_read_or_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-        )
-    }
-    pub const fn is_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-        )
-    }
-    /// The message consumes a receive WQE at the responder.
-    pub const fn consumes_recv(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::SendWithInv
-                | WrOpcode::RdmaWriteWithImm
-        )
-    }
-    pub(crate) const fn wc_opcode(self) -> WcOpcode {
-        match self {
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-        }
-    }
-}
-
-/// Send flags, with the `IBV_SEND_*` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct SendFlags(pub u32);
-
-impl SendFlags {
-    pub const FENCE: SendFlags = SendFlags(1);
-    pub const SIGNALED: SendFlags = SendFlags(2);
-    pub const SOLICITED: SendFlags = SendFlags(4);
-    pub const fn contains(self, o: SendFlags) -> bool {
-        self.0 & o.0 == o.0
-    }
-}
-
-impl core::ops::BitOr for SendFlags {
-    type Output = SendFlags;
-    fn bitor(self, o: SendFlags) -> SendFlags {
-        SendFlags(self.0 | o.0)
-    }
-}
-
-/// RDMA target of a WRITE or READ.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct RdmaInfo {
-    pub remote_addr: u64,
-    pub rkey: Rkey,
-}
-
-/// Target and operands of an atomic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct AtomicInfo {
-    pub remote_addr: u64,
-    pub rkey: Rkey,
-    /// Compare value (CmpSwap) or add value (FetchAdd).
-    pub compare_add: u64,
-    /// Swap value (CmpSwap).
-    pub swap: u64,
-}
-
-/// A send work request (`struct ibv_send_wr`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SendWr {
-    pub wr_id: u64,
-    pub opcode: WrOpcode,
-    pub sg_list: Vec<Sge>,
-    pub send_flags: SendFlags,
-    /// Immediate data (host order) for the *_WITH_IMM opcodes.
-    pub imm_data: u32,
-    /// The remote R_Key to invalidate for SEND_WITH_INV.
-    pub invalidate_rkey: Rkey,
-    pub rdma: RdmaInfo,
-    pub atomic: AtomicInfo,
-}
-
-impl SendWr {
-    /// A signaled work request with no data and no remote target.
-    pub fn new(wr_id: u64, opcode: WrOpcode) -> Self {
-        SendWr {
-            wr_id,
-            opcode,
-            sg_list: Vec::new(),
-            send_flags: SendFlags::SIGNALED,
-            imm_data: 0,
-            invalidate_rkey: Rkey(0),
-            rdma: RdmaInfo::default(),
-            atomic: AtomicInfo::default(),
-        }
-    }
-}
-
-/// A receive work request (`struct ibv_recv_wr`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecvWr {
-    pub wr_id: u64,
-    pub sg_list: Vec<Sge>,
-}
-
-/// A scatter/gather element after its key, PD, bounds and rights were checked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct LocalSeg {
-    pub mem: MemRef,
-    pub len: u32,
-}
-
-/// Check a scatter/gather list for a QP in `pd`; `need` is LOCAL_WRITE where the engine
-/// will write (receive buffers, READ and atomic results). Local reads need no right.
-pub(crate) fn resolve_sges(
-    mem: &MemTable,
-    pd: Pd,
-    sges: &[Sge],
-    need: Access,
-) -> Result<Vec<LocalSeg>, WcStatus> {
-    let mut out = Vec::with_capacity(sges.len());
-    for s in sges {
-        if s.length == 0 {
-            continue;
-        }
-        let m = mem
-            .check(pd, s.lkey.0, s.addr, u64::from(s.length), need)
-            .map_err(|_| WcStatus::LocProtErr)?;
-        out.push(LocalSeg {
-            mem: m,
-            len: s.length,
-        });
-    }
-    Ok(out)
-}
-
-/// Where a run of message bytes lies in the scatter/gather list: (segment, offset in it).
-pub(crate) fn locate(segs: &[LocalSeg], mut off: usize) -> Option<(usize, usize)> {
-    for (i, s) in segs.iter().enumerate() {
-        if off < s.len as usize {
-            return Some((i, off));
-        }
-        off -= s.len as usize;
-    }
-    None
-}
-
-/// Copy `data` into the scatter/gather list at message offset `off`.
-pub(crate) fn scatter(mem: &mut MemTable, segs: &[LocalSeg], off: usize, data: &[u8]) -> bool {
-    if data.is_empty() {
-        return true;
-    }
-    let Some((mut i, mut o)) = locate(segs, off) else {
-        return false;
-    };
-    let mut rest = data;
-    while !rest.is_empty() {
-        let Some(s) = segs.get(i) else {
-            return false;
-        };
-        let n = rest.len().min(s.len as usize - o);
-        if !mem.write(s.mem, o, &rest[..n]) {
-            return false;
-        }
-        rest = &rest[n..];
-        i += 1;
-        o = 0;
-    }
-    true
-}
+use super::wr::{SendFlags, SendWr, WrOpcode};
 
 /// One send work request in the send queue.
 #[derive(Debug)]
@@ -241,20 +46,6 @@ impl SendWqe {
     pub fn holds(&self, p: Psn) -> bool {
         self.started && !p.before(self.first_psn) && !p.after(self.last_psn())
     }
-}
-
-/// Where a packet's payload comes from.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Payload {
-    None,
-    /// Contiguous bytes of one region.
-    Mem {
-        mem: MemRef,
-        skip: usize,
-        len: usize,
-    },
-    /// The first `len` bytes of the engine's gather buffer.
-    Scratch(usize),
 }
 
 /// A request packet, before addressing and framing.
@@ -619,69 +410,6 @@ fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
     }
 }
 
-/// True when the `len` message bytes at `off` are all in regions still registered (as
-/// the registrations the SGEs were checked against).
-fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize) -> bool {
-    if len == 0 {
-        return true;
-    }
-    let Some((mut i, mut o)) = locate(segs, off) else {
-        return false;
-    };
-    let mut rest = len;
-    while rest > 0 {
-        let Some(s) = segs.get(i) else { return false };
-        let n = rest.min(s.len as usize - o);
-        if !mem.live(s.mem, o, n) {
-            return false;
-        }
-        rest -= n;
-        i += 1;
-        o = 0;
-    }
-    true
-}
-
-/// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
-/// memory holds them all, else copied into `scratch`. The caller checked them with
-/// [`readable`]; `None` when a copy failed all the same (another process's memory whose
-/// owner died or unmapped it: see src/proto/user_mem.rs).
-fn gather(
-    mem: &MemTable,
-    segs: &[LocalSeg],
-    off: usize,
-    len: usize,
-    scratch: &mut Vec<u8>,
-) -> Option<Payload> {
-    if len == 0 {
-        return Some(Payload::None);
-    }
-    let (i, o) = locate(segs, off)?;
-    // Borrowed in place only from engine-owned bytes: application memory is copied.
-    if o + len <= segs[i].len as usize && mem.borrowable(segs[i].mem) {
-        return Some(Payload::Mem {
-            mem: segs[i].mem,
-            skip: o,
-            len,
-        });
-    }
-    scratch.clear();
-    let (mut i, mut o) = (i, o);
-    while scratch.len() < len {
-        let Some(s) = segs.get(i) else { break };
-        let n = (len - scratch.len()).min(s.len as usize - o);
-        let at = scratch.len();
-        scratch.resize(at + n, 0);
-        if !mem.read(s.mem, o, &mut scratch[at..]) {
-            return None;
-        }
-        i += 1;
-        o = 0;
-    }
-    // Short only if the segments end early, which `readable` ruled out.
-    (scratch.len() == len).then_some(Payload::Scratch(len))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,66 +464,6 @@ mod tests {
         assert_eq!(
             segment_opcode(W::RdmaWriteWithImm, true, true, true),
             Opcode::RC_WRITE_ONLY_IMM
-        );
-    }
-
-    #[test]
-    fn gather_borrows_or_copies_across_segments() {
-        let mut m = MemTable::new();
-        let pd = m.alloc_pd();
-        let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
-        let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
-        m.mr_bytes_mut(a.lkey)
-            .unwrap()
-            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
-        m.mr_bytes_mut(b.lkey)
-            .unwrap()
-            .copy_from_slice(&[8, 9, 10, 11, 12, 13, 14, 15]);
-        let sges = [
-            Sge {
-                addr: a.addr + 2,
-                length: 6,
-                lkey: a.lkey,
-            },
-            Sge {
-                addr: b.addr,
-                length: 0,
-                lkey: Lkey(0),
-            },
-            Sge {
-                addr: b.addr,
-                length: 8,
-                lkey: b.lkey,
-            },
-        ];
-        let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
-        assert_eq!(segs.len(), 2, "empty SGEs are skipped, even with a bad key");
-        let mut scratch = vec![];
-        assert!(matches!(
-            gather(&m, &segs, 1, 3, &mut scratch),
-            Some(Payload::Mem {
-                skip: 1,
-                len: 3,
-                ..
-            })
-        ));
-        assert!(matches!(
-            gather(&m, &segs, 4, 4, &mut scratch),
-            Some(Payload::Scratch(4))
-        ));
-        assert_eq!(scratch, [6, 7, 8, 9]);
-        assert!(scatter(&mut m, &segs, 5, &[0xaa, 0xbb, 0xcc]));
-        assert_eq!(m.mr_bytes(a.lkey).unwrap()[7], 0xaa);
-        assert_eq!(m.mr_bytes(b.lkey).unwrap()[..4], [0xbb, 0xcc, 10, 11]);
-        assert!(!scatter(&mut m, &segs, 13, &[1, 2]), "past the end");
-        let bad = [Sge {
-            addr: a.addr,
-            length: 9,
-            lkey: a.lkey,
-        }];
-        assert_eq!(
-            resolve_sges(&m, pd, &bad, Access::NONE),
-            Err(WcStatus::LocProtErr)
         );
     }
 }

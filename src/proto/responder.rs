@@ -20,8 +20,8 @@ use crate::wire::{
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
 use super::framing::TxExt;
 use super::memory::{Access, AccessError, MemRef, MemTable};
+use super::memory::{LocalSeg, Payload, scatter};
 use super::qp::{Qp, QpState};
-use super::requester::{LocalSeg, Payload, scatter};
 use super::srq::AsyncEvent;
 use super::trace::{TxReason, qp_event};
 use super::{Ctx, Fault};

@@ -18,11 +18,12 @@ use std::collections::VecDeque;
 use super::Ctx;
 use super::cq::Cq;
 use super::device::Rnic;
+use super::memory::resolve_sges;
 use super::memory::{Access, Pd};
 use super::qp::{Qp, QpState, VerbsError};
-use super::requester::{RecvWr, resolve_sges};
 use super::responder::RecvWqe;
 use super::trace::qp_event;
+use super::wr::RecvWr;
 use crate::wire::Qpn;
 
 /// A shared receive queue handle (`struct ibv_srq`).

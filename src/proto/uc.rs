@@ -25,9 +25,9 @@ use crate::wire::{ExtHeaders, OpInfo, Operation, Psn, Segment};
 
 use super::Ctx;
 use super::qp::{AttrMask, Qp, QpState};
-use super::requester::WrOpcode;
 use super::responder::{self, InProgress};
 use super::trace::qp_event;
+use super::wr::WrOpcode;
 
 /// What an INIT→RTR `modify` of a UC QP sets: the state and the required attributes.
 pub const UC_RTR: AttrMask = AttrMask(

@@ -34,12 +34,13 @@ use super::super::Ctx;
 use super::super::cq::{WcOpcode, WcStatus, WorkCompletion};
 use super::super::framing::av_addrs;
 use super::super::memory::{Access, Pd};
+use super::super::memory::{LocalSeg, resolve_sges, scatter};
 use super::super::qp::{
     AddressVector, AttrMask, Qp, QpInitAttr, QpState, QpType, VerbsError, udp_src_port,
 };
-use super::super::requester::{LocalSeg, SendFlags, SendWr, WrOpcode, resolve_sges, scatter};
 use super::super::trace::{TxReason, qp_event};
 use super::super::verdict::RxVerdict;
+use super::super::wr::{SendFlags, SendWr, WrOpcode};
 use super::{PKEY_TABLE, Rnic};
 use crate::proto::time::Instant;
 

@@ -234,7 +234,7 @@ impl UserMem {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     #[test]
@@ -289,41 +289,5 @@ pub(crate) mod tests {
         );
         assert!(UserMem::remote(0, 4096, 8).is_none());
         assert!(UserMem::remote(pid, 0, 8).is_none());
-    }
-
-    /// A killed child that is not reaped yet: its pid stays reserved (no other process
-    /// can get it) while its memory is gone, as a killed service client's is before its
-    /// socket closes. The caller reaps it with `wait`.
-    #[allow(clippy::zombie_processes)] // the zombie is the point; the caller reaps it
-    pub(crate) fn zombie() -> std::process::Child {
-        let mut c = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .expect("spawn sleep");
-        c.kill().expect("kill sleep");
-        let stat = format!("/proc/{}/stat", c.id());
-        for _ in 0..2000 {
-            // Field 3 of /proc/PID/stat, after the parenthesised name, is the state.
-            let st = std::fs::read_to_string(&stat).unwrap_or_default();
-            if st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')) {
-                return c;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let _ = c.wait();
-        panic!("child {} never became a zombie", c.id());
-    }
-
-    #[test]
-    fn a_copy_into_a_dead_process_marks_the_region_gone() {
-        let mut z = zombie();
-        let m = UserMem::remote(z.id() as i32, 0x10000, 64).unwrap();
-        assert!(!m.owner_gone());
-        assert!(!m.write(0, b"abc"), "nothing to write into");
-        assert!(m.owner_gone(), "ESRCH is remembered");
-        let mut got = [0u8; 3];
-        assert!(!m.read(0, &mut got));
-        assert!(m.owner_gone());
-        z.wait().unwrap();
     }
 }

@@ -82,6 +82,7 @@
 //! The same program runs on a real interface with `Device::open("eth0")` as root; see
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
+mod error;
 pub mod ibv;
 mod mr;
 mod mr_copy;
@@ -95,9 +96,10 @@ mod stat_files;
 mod tests;
 mod ud;
 
+pub use error::{Error, Result};
 pub use mr::Mr;
 use mr::MrKind;
-pub use offload::{Backend, DeviceList, hw_counters, list_devices, query_rdma};
+pub use offload::{Backend, DeviceList, choose_backend, hw_counters, list_devices, query_rdma};
 use qp::QpKind;
 pub use qp::{ConnectOpts, Qp, QpInitAttr, Remote};
 pub use srq::Srq;
@@ -109,14 +111,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::driver::{Driver, DriverOptions, DriverStats, Shared, SimIo, sim_link};
+use crate::driver::{Driver, DriverOptions, DriverStats, Shared};
 use crate::io::afxdp::{self, PortOptions, XskPort};
+use crate::io::frame::{SimIo, sim_link};
 use crate::proto::congestion::{Algorithm, CongestionControl, Pacer};
 use crate::proto::{self, Config, Rnic, gid_is_ipv4};
 
 pub use crate::proto::congestion::{CongestionCounters, DcqcnParams, QpRateStatus};
 
-pub use crate::driver::IoStats;
+pub use crate::io::frame::IoStats;
 pub use crate::proto::{
     Access, AddressVector, AsyncEvent, AtomicInfo, AttrMask, DeviceCounters, Mtu, QpAttr,
     QpCounters, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqAttrMask,
@@ -127,126 +130,6 @@ pub use crate::wire::{Lkey, Psn, Qpn, Rkey};
 
 /// A GID: 16 bytes, an IPv6 address or an IPv4-mapped one.
 pub type Gid = [u8; 16];
-
-/// Why an API call failed.
-#[derive(Debug)]
-pub enum Error {
-    /// Opening the AF_XDP port: not root, interface missing, XDP attach refused, queue
-    /// already in use, ...
-    Port(afxdp::Error),
-    /// Reading the interface or the neighbour table, or starting the driver.
-    Io(std::io::Error),
-    /// The interface MTU leaves no room for even a 256-byte IB MTU.
-    MtuTooSmall { ifname: String, mtu: u32 },
-    /// The engine refused the verb.
-    Verbs(VerbsError),
-    /// A path MTU above the port's active MTU would make frames the link drops.
-    PathMtuTooLarge { requested: u32, active: u32 },
-    /// Source and destination GIDs of different IP versions.
-    GidFamilyMismatch { sgid_index: u8 },
-    /// The interface still has an XDP program after waiting `waited` for it to go:
-    /// another device is open on it.
-    XdpBusy { ifname: String, waited: Duration },
-    /// A range outside a memory region.
-    OutOfBounds {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
-    /// libibverbs (`libibverbs.so.1`) could not be loaded: the offload backend needs
-    /// rdma-core's libibverbs1 package.
-    NoLibibverbs(String),
-    /// No RDMA device of that name (`found`: the ones libibverbs lists).
-    NoRdmaDevice { name: String, found: Vec<String> },
-    /// A libibverbs call failed.
-    Ibv {
-        call: &'static str,
-        err: std::io::Error,
-    },
-    /// The device's backend lacks this capability.
-    Unsupported {
-        what: &'static str,
-        backend: Backend,
-    },
-    /// Objects of two different devices (or backends) used together.
-    DeviceMismatch,
-}
-
-impl core::fmt::Display for Error {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Error::Port(e) => write!(f, "{e}"),
-            Error::Io(e) => write!(f, "{e}"),
-            Error::MtuTooSmall { ifname, mtu } => write!(
-                f,
-                "{ifname}: MTU {mtu} is too small for RoCE (needs at least {})",
-                256 + netdev::MAX_HDR_LENGTH
-            ),
-            Error::Verbs(e) => write!(f, "{e}"),
-            Error::PathMtuTooLarge { requested, active } => write!(
-                f,
-                "path MTU {requested} exceeds the port's active MTU {active}"
-            ),
-            Error::GidFamilyMismatch { sgid_index } => write!(
-                f,
-                "source GID {sgid_index} and the destination GID are not both IPv4 or both IPv6"
-            ),
-            Error::XdpBusy { ifname, waited } => write!(
-                f,
-                "{ifname} already has an XDP program attached, still after waiting {waited:?} \
-                 for it to be detached: is an xrnic device open on it in another process? \
-                 (`ip link show dev {ifname}` shows the program)"
-            ),
-            Error::OutOfBounds { offset, len, size } => write!(
-                f,
-                "bytes {offset}..{} are outside the {size}-byte memory region",
-                offset + len
-            ),
-            Error::NoLibibverbs(e) => write!(
-                f,
-                "libibverbs is not available ({e}): RDMA devices need rdma-core's libibverbs1 \
-                 and a provider (ibverbs-providers)"
-            ),
-            Error::NoRdmaDevice { name, found } if found.is_empty() => {
-                write!(f, "no RDMA device {name}: libibverbs finds no RDMA device")
-            }
-            Error::NoRdmaDevice { name, found } => write!(
-                f,
-                "no RDMA device {name} (libibverbs finds: {})",
-                found.join(", ")
-            ),
-            Error::Ibv { call, err } => write!(f, "{call} failed: {err}"),
-            Error::Unsupported { what, backend } => {
-                write!(f, "{what} is not available on the {backend} backend")
-            }
-            Error::DeviceMismatch => {
-                write!(f, "objects of different devices cannot be used together")
-            }
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<VerbsError> for Error {
-    fn from(e: VerbsError) -> Self {
-        Error::Verbs(e)
-    }
-}
-
-impl From<std::io::Error> for Error {
-    fn from(e: std::io::Error) -> Self {
-        Error::Io(e)
-    }
-}
-
-impl From<afxdp::Error> for Error {
-    fn from(e: afxdp::Error) -> Self {
-        Error::Port(e)
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
 
 /// Options of [`Device::open_with`].
 #[derive(Clone, Debug)]
@@ -766,7 +649,7 @@ impl Device {
 
     /// [`Device::open_sim_pair`] with options per side (`rx_drop`, `seed`, stats).
     pub fn open_sim_pair_with(a: &DeviceOptions, b: &DeviceOptions) -> Result<(Device, Device)> {
-        let (ia, ib) = sim_link()?;
+        let (ia, ib) = sim_link(proto::MAX_FRAME_LEN + 64)?;
         let side = |n: u8| -> ([u8; 6], Vec<IpAddr>) {
             (
                 [0x02, 0, 0, 0, 0, n],

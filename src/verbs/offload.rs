@@ -16,6 +16,10 @@
 //!   (`/sys/class/infiniband/DEV/ports/1/gid_attrs/types/N`, what libibverbs'
 //!   `ibv_query_gid_type` reads) and the associated interface from
 //!   `gid_attrs/ndevs/0`.
+//! - [`choose_backend`] is the backend choice by name every tool makes (`--netdev IF`,
+//!   `--device NAME`, `-d xrnic_IF`) and [`Device::open_named`] opens what it chose;
+//!   options only the software backend has (fault injection, the capture tap) are an
+//!   [`Error::Unsupported`] on the other, never silently dropped.
 //! - [`hw_counters`] reads the kernel's counters of an RDMA device's port 1 from sysfs
 //!   (`hw_counters/` and `counters/`), what `rdma statistic show` reads.
 
@@ -23,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
-    DevBackend, DevInner, Device, DeviceAttr, DeviceInfo, Error, Gid, GidType, PortAttr, PortState,
-    Result, ibv, netdev, query_netdev,
+    DevBackend, DevInner, Device, DeviceAttr, DeviceInfo, DeviceOptions, Error, Gid, GidType,
+    PortAttr, PortState, Result, ibv, netdev, query_netdev,
 };
 
 /// Which implementation runs a device.
@@ -209,6 +213,66 @@ impl Device {
     }
 }
 
+/// The backend and the name that a tool's two device options select: `netdev` (`--netdev
+/// IF`) is the software device on IF; `device` (`--device NAME`, `-d`) an RDMA device
+/// through libibverbs, except that `xrnic_IF`, the software device's own name (what
+/// `xrnic devinfo` lists), is the software device on IF. `netdev` wins when both are given.
+pub fn choose_backend<'a>(
+    netdev: Option<&'a str>,
+    device: Option<&'a str>,
+) -> Result<(Backend, &'a str)> {
+    let soft = netdev.or_else(|| device.and_then(|d| d.strip_prefix("xrnic_")));
+    match (soft, device) {
+        (Some(ifname), _) => Ok((Backend::Software, ifname)),
+        (None, Some(name)) => Ok((Backend::Offload, name)),
+        (None, None) => Err(Error::NoDeviceNamed),
+    }
+}
+
+impl Device {
+    /// Open the device [`choose_backend`] selects, with `opts` on the software backend.
+    /// Returns the device and the name messages give it (IF or NAME). On the offload
+    /// backend, fault injection (`opts.rx_drop`) and the capture tap (`opts.pcap`) are
+    /// [`Error::Unsupported`]: the hardware's data path never passes through xrnic, so a
+    /// capture would be empty (a wrong answer, not a capture); stat snapshots are a
+    /// software-backend feature (`xrnic stat --device` reads the kernel's counters). A
+    /// NAME that is no RDMA device but a network interface is
+    /// [`Error::NetdevNotRdma`] (its message says how to name the software device on it).
+    pub fn open_named(
+        netdev: Option<&str>,
+        device: Option<&str>,
+        opts: &DeviceOptions,
+    ) -> Result<(Device, String)> {
+        let (backend, name) = choose_backend(netdev, device)?;
+        if backend == Backend::Software {
+            return Device::open_with(name, opts).map(|d| (d, name.to_string()));
+        }
+        if opts.rx_drop > 0.0 {
+            return Err(Error::Unsupported {
+                what: "fault injection (--rx-drop)",
+                backend,
+            });
+        }
+        if opts.pcap.is_some() {
+            return Err(Error::Unsupported {
+                what: "a capture inside the software RNIC's driver (--pcap; capture on the wire \
+                       instead)",
+                backend,
+            });
+        }
+        Device::open_rdma(name)
+            .map(|d| (d, name.to_string()))
+            .map_err(|e| match e {
+                Error::NoRdmaDevice { name, found }
+                    if Path::new("/sys/class/net").join(&name).exists() =>
+                {
+                    Error::NetdevNotRdma { name, found }
+                }
+                e => e,
+            })
+    }
+}
+
 /// The devices `xrnic devinfo` lists without a name.
 #[derive(Debug)]
 pub struct DeviceList {
@@ -274,4 +338,77 @@ pub fn hw_counters(name: &str) -> Result<Vec<(String, u64)>> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backend_is_chosen_by_name() {
+        let c = |n, d| choose_backend(n, d).map_err(|e| e.to_string());
+        assert_eq!(c(Some("eth0"), None), Ok((Backend::Software, "eth0")));
+        assert_eq!(c(None, Some("rxe0")), Ok((Backend::Offload, "rxe0")));
+        // The software device's own name opens the software device on its interface.
+        assert_eq!(
+            c(None, Some("xrnic_veth1")),
+            Ok((Backend::Software, "veth1"))
+        );
+        // --netdev wins over --device.
+        assert_eq!(
+            c(Some("eth0"), Some("rxe0")),
+            Ok((Backend::Software, "eth0"))
+        );
+        let none = c(None, None).unwrap_err();
+        assert!(none.contains("--netdev IF or --device NAME"), "{none}");
+    }
+
+    /// What only the software backend has is refused on the offload backend before
+    /// libibverbs is even loaded, with a message naming the option and the backend.
+    #[test]
+    fn software_only_options_are_refused_on_the_offload_backend() {
+        let drop = DeviceOptions {
+            rx_drop: 0.1,
+            ..DeviceOptions::default()
+        };
+        let pcap = DeviceOptions {
+            pcap: Some("/nonexistent/x.pcapng".into()),
+            ..DeviceOptions::default()
+        };
+        for (opts, what) in [(drop, "--rx-drop"), (pcap, "--pcap")] {
+            let e = Device::open_named(None, Some("rxe0"), &opts).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Unsupported {
+                        backend: Backend::Offload,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            let m = e.to_string();
+            assert!(
+                m.contains(what) && m.contains("not available on the offload"),
+                "{m}"
+            );
+        }
+    }
+
+    /// A network interface given as an RDMA device name gets the hint to name the
+    /// software device instead (`lo` exists in every network namespace, and is never an
+    /// RDMA device).
+    #[test]
+    fn a_netdev_named_as_an_rdma_device_gets_the_software_name_in_the_message() {
+        match Device::open_named(None, Some("lo"), &DeviceOptions::default()) {
+            Err(e @ Error::NetdevNotRdma { .. }) => {
+                let m = e.to_string();
+                assert!(m.starts_with("no RDMA device lo"), "{m}");
+                assert!(m.contains("use --netdev lo (or -d xrnic_lo)"), "{m}");
+            }
+            // Without libibverbs there is no device list to look `lo` up in.
+            Err(Error::NoLibibverbs(_)) => {}
+            other => panic!("{:?}", other.map(|(_, n)| n)),
+        }
+    }
 }

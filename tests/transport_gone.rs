@@ -3,8 +3,60 @@
 //! the peer's retries go unanswered, `RETRY_EXC_ERR`), and nothing of it reaches the wire
 //! (docs/transport.md, "Memory of another process").
 
-use crate::proto::{Access, QpState, RecvWr, SendFlags, SendWr, Sge, UserMem, WcStatus, WrOpcode};
-use crate::sim::{ConnectOpts, LinkConfig, Pair, RcPair};
+use xrnic::proto::{Access, QpState, RecvWr, SendFlags, SendWr, Sge, UserMem, WcStatus, WrOpcode};
+use xrnic::sim::{ConnectOpts, LinkConfig, Pair, RcPair};
+
+/// A child that was killed and is not reaped yet: its pid stays reserved (no other
+/// process can get it) while its memory is gone, as a killed service client's is before
+/// its socket closes. Reaped when dropped.
+struct Zombie(std::process::Child);
+
+impl Zombie {
+    fn new() -> Zombie {
+        let mut c = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        c.kill().expect("kill sleep");
+        let stat = format!("/proc/{}/stat", c.id());
+        for _ in 0..2000 {
+            // Field 3 of /proc/PID/stat, after the parenthesised name, is the state.
+            let st = std::fs::read_to_string(&stat).unwrap_or_default();
+            if st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z')) {
+                return Zombie(c);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let _ = c.wait();
+        panic!("child never became a zombie");
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Zombie {
+    fn drop(&mut self) {
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_copy_into_a_dead_process_marks_the_region_gone() {
+    let z = Zombie::new();
+    let m = UserMem::remote(z.pid(), 0x10000, 64).unwrap();
+    assert!(!m.owner_gone());
+    assert!(!m.write(0, b"abc"), "nothing to write into");
+    assert!(m.owner_gone(), "ESRCH is remembered");
+    let mut got = [0u8; 3];
+    assert!(!m.read(0, &mut got));
+    assert!(m.owner_gone());
+    // An unmapped page of a live process (ours) is a fault, not a death.
+    let live = UserMem::remote(std::process::id() as i32, 4096, 64).unwrap();
+    assert!(!live.write(0, b"x"));
+    assert!(!live.owner_gone());
+}
 
 /// Where the zombie's "memory" sits: any address works, the process has none left.
 const IOVA: u64 = 0x10000;
@@ -32,10 +84,10 @@ fn a_request_into_a_dead_processs_memory_goes_unanswered() {
         WrOpcode::AtomicFetchAndAdd,
     ];
     for op in ops {
-        let mut z = crate::proto::user_mem::tests::zombie();
+        let z = Zombie::new();
         let mut p = Pair::new(LinkConfig::default(), 1);
         let c = p.connect(&ConnectOpts::default()).unwrap();
-        let dead = UserMem::remote(z.id() as i32, IOVA, 4096).unwrap();
+        let dead = UserMem::remote(z.pid(), IOVA, 4096).unwrap();
         let mr = p.b.reg_user_mr(c.pd_b, dead, IOVA, Access::ALL).unwrap();
         if op == WrOpcode::Send {
             let sg_list = vec![Sge {
@@ -74,7 +126,7 @@ fn a_request_into_a_dead_processs_memory_goes_unanswered() {
             "{op:?}: the retries are dropped in ERR"
         );
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Err);
-        z.wait().unwrap();
+        drop(z);
     }
 }
 
@@ -82,10 +134,10 @@ fn a_request_into_a_dead_processs_memory_goes_unanswered() {
 /// its place) and completes LOC_PROT_ERR.
 #[test]
 fn a_payload_from_a_dead_processs_memory_never_reaches_the_wire() {
-    let mut z = crate::proto::user_mem::tests::zombie();
+    let z = Zombie::new();
     let mut p = Pair::new(LinkConfig::default(), 1);
     let c = p.connect(&ConnectOpts::default()).unwrap();
-    let dead = UserMem::remote(z.id() as i32, IOVA, 4096).unwrap();
+    let dead = UserMem::remote(z.pid(), IOVA, 4096).unwrap();
     let src = p.a.reg_user_mr(c.pd_a, dead, IOVA, Access::ALL).unwrap();
     let dst = p.b.reg_mr(c.pd_b, 4096, Access::ALL).unwrap();
     let before = p.b.counters().qp.packets_received;
@@ -107,5 +159,5 @@ fn a_payload_from_a_dead_processs_memory_never_reaches_the_wire() {
         "nothing was sent"
     );
     assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Err);
-    z.wait().unwrap();
+    drop(z);
 }

@@ -772,3 +772,43 @@ fn foreign_frames_with_valid_icrcs_are_dropped_and_counted() {
     );
     every_send_still_works(&a, &b);
 }
+
+/// The port follows its interface's link (src/verbs/link_watch.rs): `ip link set down`
+/// makes it DOWN and raises PORT_ERR, `up` makes it ACTIVE again and raises PORT_ACTIVE,
+/// each once.
+#[test]
+#[ignore = "needs root"]
+fn the_port_follows_the_link_with_port_err_and_port_active() {
+    use xrnic::verbs::{AsyncEvent, PortState};
+    let pair = VethPair::new(1500).expect("veth pair");
+    let da = open(&pair, Side::A, &DeviceOptions::default());
+    assert_eq!(da.query_port().state, PortState::Active);
+    let e = pair.end(Side::A);
+    let set = |how: &str| {
+        let o = std::process::Command::new("ip")
+            .args(["-n", &e.netns, "link", "set", "dev", &e.ifname, how])
+            .output()
+            .expect("run ip");
+        assert!(o.status.success(), "ip link set {how}: {o:?}");
+    };
+    let next = || {
+        let until = std::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(ev) = da.poll_async_event() {
+                return Some(ev);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    set("down");
+    assert_eq!(next(), Some(AsyncEvent::PortErr(1)));
+    assert_eq!(da.query_port().state, PortState::Down);
+    set("up");
+    assert_eq!(next(), Some(AsyncEvent::PortActive(1)));
+    assert_eq!(da.query_port().state, PortState::Active);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(da.poll_async_event(), None, "one event per change");
+}

@@ -516,7 +516,8 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
 
 /// Duplicate READs re-check the QP's current access flags (IBTA §10.2: remote access
 /// rights of the QP gate every remote operation): once REMOTE_READ was taken away, a
-/// duplicate is answered NAK remote access error, like a new READ.
+/// duplicate is answered NAK invalid request, like a new READ (an operation the QP does
+/// not enable, §9.7.5.2; rxe's check_op_valid).
 #[test]
 fn duplicate_read_rechecks_the_qp_access_flags() {
     let (mut p, c, src, dst) = setup();
@@ -539,9 +540,65 @@ fn duplicate_read_rechecks_the_qp_access_flags() {
         [(
             Opcode::RC_ACK,
             info(&req[0]).1,
-            Some(Syndrome::Nak(NakCode::RemoteAccessError))
+            Some(Syndrome::Nak(NakCode::InvalidRequest))
         )]
     );
+}
+
+/// A new WRITE, READ or atomic the responder's QP does not enable (its access flags lack
+/// REMOTE_WRITE / REMOTE_READ / REMOTE_ATOMIC, the region allows everything) is an
+/// invalid request, as rxe's check_op_valid answers it: NAK invalid request, the
+/// requester completes REM_INV_REQ_ERR, the target bytes stay, the responder goes to ERR.
+#[test]
+fn an_operation_the_qp_does_not_enable_is_an_invalid_request() {
+    let all_but = |a: Access| Access(Access::ALL.0 & !a.0);
+    for (op, keep) in [
+        (WrOpcode::RdmaWrite, all_but(Access::REMOTE_WRITE)),
+        (WrOpcode::RdmaRead, all_but(Access::REMOTE_READ)),
+        (WrOpcode::AtomicFetchAndAdd, all_but(Access::REMOTE_ATOMIC)),
+    ] {
+        let (mut p, c, src, dst) = setup();
+        let attr = QpAttr {
+            qp_state: QpState::Rts,
+            qp_access_flags: keep,
+            ..QpAttr::rc_init(Access::LOCAL_WRITE)
+        };
+        p.b.modify_qp(c.qp_b, &attr, AttrMask::STATE | AttrMask::ACCESS_FLAGS)
+            .unwrap();
+        p.b.mr_bytes_mut(dst.lkey).unwrap()[..8].fill(0xee);
+        let len = if op == WrOpcode::AtomicFetchAndAdd {
+            8
+        } else {
+            64
+        };
+        let mut w = send_wr(1, op, sge(&src, 0, len));
+        w.rdma.remote_addr = dst.addr;
+        w.rdma.rkey = dst.rkey;
+        w.atomic.remote_addr = dst.addr;
+        w.atomic.rkey = dst.rkey;
+        w.atomic.compare_add = 1;
+        p.a.post_send(c.qp_a, w).unwrap();
+        let req = drain(&mut p, Side::A);
+        feed(&mut p, Side::B, &req);
+        let out = drain(&mut p, Side::B);
+        let got: Vec<_> = out.iter().map(|f| info(f)).collect();
+        let nak = Some(Syndrome::Nak(NakCode::InvalidRequest));
+        assert_eq!(got, [(Opcode::RC_ACK, info(&req[0]).1, nak)], "{op:?}");
+        feed(&mut p, Side::A, &out);
+        let st: Vec<_> = poll(&mut p, Side::A, &c).iter().map(|w| w.status).collect();
+        assert_eq!(st, [WcStatus::RemInvReqErr], "{op:?}");
+        assert_eq!(&p.b.mr_bytes(dst.lkey).unwrap()[..8], &[0xee; 8], "{op:?}");
+        assert_eq!(
+            p.b.query_qp(c.qp_b).unwrap().qp_state,
+            QpState::Err,
+            "{op:?}"
+        );
+        assert_eq!(
+            p.b.qp_counters(c.qp_b).unwrap().invalid_requests,
+            1,
+            "{op:?}"
+        );
+    }
 }
 
 /// Bug 5, the window's other edge: a READ or atomic "duplicate" for a PSN before the

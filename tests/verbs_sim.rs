@@ -587,3 +587,67 @@ fn uc_qps_and_an_srq_through_the_api() {
     drop(ends);
     srq.destroy().unwrap();
 }
+
+/// `Cq::poll` (what the library's `ibv_poll_cq` calls) from several threads at once while
+/// completions arrive: an empty poll reads the CQ's count without the engine lock, a
+/// non-empty one drains under it, so every completion is seen by exactly one poller.
+#[test]
+fn several_threads_polling_one_cq_see_each_completion_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const N: u64 = 3000;
+    const IN_FLIGHT: u64 = 200;
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    connect(&a, &b, 1);
+    let seen = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let pollers: Vec<_> = (0..4)
+        .map(|_| {
+            let (cq, seen, done) = (a.cq.clone(), seen.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut v = Vec::new();
+                while !done.load(Ordering::SeqCst) {
+                    v.clear();
+                    let n = cq.poll_into(4, &mut v);
+                    for w in &v[..n] {
+                        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+                        mine.push(w.wr_id);
+                    }
+                    seen.fetch_add(n, Ordering::SeqCst);
+                }
+                mine
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for id in 0..N {
+        while id - seen.load(Ordering::SeqCst) as u64 >= IN_FLIGHT {
+            assert!(std::time::Instant::now() < deadline, "stuck at {id}");
+            std::thread::yield_now();
+        }
+        let mut wr = SendWr::new(id, WrOpcode::RdmaWrite);
+        wr.sg_list = vec![a.mr.sge(0, 64)];
+        wr.rdma.remote_addr = b.mr.addr();
+        wr.rdma.rkey = b.mr.rkey();
+        a.qp.post_send(wr).unwrap();
+    }
+    while (seen.load(Ordering::SeqCst) as u64) < N {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {N} completions seen",
+            seen.load(Ordering::SeqCst)
+        );
+        std::thread::yield_now();
+    }
+    done.store(true, Ordering::SeqCst);
+    let mut all: Vec<u64> = pollers
+        .into_iter()
+        .flat_map(|p| p.join().unwrap())
+        .collect();
+    assert_eq!(all.len() as u64, N, "no completion seen twice");
+    all.sort_unstable();
+    assert!(all.iter().copied().eq(0..N), "every completion seen");
+    assert!(a.cq.poll(4).is_empty(), "nothing left");
+}

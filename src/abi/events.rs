@@ -36,8 +36,16 @@ pub const IBV_EVENT_QP_FATAL: c_int = 1;
 pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
 pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
 pub const IBV_EVENT_COMM_EST: c_int = 4;
+pub const IBV_EVENT_SQ_DRAINED: c_int = 5;
+pub const IBV_EVENT_PORT_ACTIVE: c_int = 9;
+pub const IBV_EVENT_PORT_ERR: c_int = 10;
 pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
 pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
+
+/// PORT_ACTIVE / PORT_ERR: the element is the port number, not an object.
+fn is_port_event(t: c_int) -> bool {
+    matches!(t, IBV_EVENT_PORT_ACTIVE | IBV_EVENT_PORT_ERR)
+}
 
 /// One event waiting to be read: the element (`ibv_qp *`, ... as usize), its type.
 type Item = (usize, c_int);
@@ -110,6 +118,12 @@ impl AsyncQueue {
                 AsyncEvent::QpAccessErr(n) => {
                     qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_ACCESS_ERR))
                 }
+                AsyncEvent::SqDrained(n) => {
+                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_SQ_DRAINED))
+                }
+                // The element of a port event is the port number (`element.port_num`).
+                AsyncEvent::PortActive(p) => Some((usize::from(p), IBV_EVENT_PORT_ACTIVE)),
+                AsyncEvent::PortErr(p) => Some((usize::from(p), IBV_EVENT_PORT_ERR)),
                 AsyncEvent::CqErr(c) => {
                     cq_where(ctx, |x| x.engine_cq() == Some(c)).map(|p| (p, IBV_EVENT_CQ_ERR))
                 }
@@ -180,12 +194,15 @@ pub extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_asy
                 .unwrap_or_else(|e| e.into_inner());
             if let Some(item) = q.pop_front() {
                 // Counted before the queue's lock goes: a destroy that purges the
-                // queue next then waits for this event's acknowledgement.
-                let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
-                g.get_or_insert_with(HashMap::new)
-                    .entry(item.0)
-                    .or_insert((0, 0))
-                    .0 += 1;
+                // queue next then waits for this event's acknowledgement. A port event
+                // names no object (nothing waits for it).
+                if !is_port_event(item.1) {
+                    let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
+                    g.get_or_insert_with(HashMap::new)
+                        .entry(item.0)
+                        .or_insert((0, 0))
+                        .0 += 1;
+                }
                 break item;
             }
         };
@@ -209,6 +226,10 @@ pub extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         }
         // SAFETY: `event` points to an event ibv_get_async_event filled.
         let e = unsafe { &*event };
+        if is_port_event(e.event_type) {
+            // The element is a port number, no object: nothing to count.
+            return;
+        }
         let el = e.element as usize;
         let mut g = ACKS.lock().unwrap_or_else(|e| e.into_inner());
         let Some(n) = g.as_mut().and_then(|m| m.get_mut(&el)) else {

@@ -25,6 +25,12 @@ pub struct Loopback {
     mac: [u8; 6],
     queue: VecDeque<Vec<u8>>,
     bell: OwnedFd,
+    /// The bell was written and not read back since: `recv_batch` reads it only then,
+    /// not on every call (an empty busy poll steps the port in a tight loop, and a read
+    /// of an eventfd is a system call).
+    rung: bool,
+    /// Reads of the bell so far (what `rung` saves).
+    bell_reads: u64,
     ep: OwnedFd,
     looped: u64,
 }
@@ -50,6 +56,8 @@ impl Loopback {
             mac,
             queue: VecDeque::new(),
             bell,
+            rung: false,
+            bell_reads: 0,
             ep,
             looped: 0,
         })
@@ -95,8 +103,9 @@ impl Loopback {
                 break;
             }
         }
-        if rang {
+        if rang && !self.rung {
             let _ = rustix::io::write(&self.bell, &1u64.to_ne_bytes());
+            self.rung = true;
         }
         Ok(done)
     }
@@ -112,9 +121,11 @@ impl FrameIo for Loopback {
             f(&fr);
             n += 1;
         }
-        if self.queue.is_empty() {
+        if self.queue.is_empty() && self.rung {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&self.bell, &mut b);
+            self.rung = false;
+            self.bell_reads += 1;
         }
         Ok(n + self.inner.recv_batch(f)?)
     }
@@ -194,5 +205,30 @@ mod tests {
         // A frame from the link still wakes the epoll descriptor.
         b.send_batch(&[&local]).unwrap();
         assert!(readable(lo.poll_fd()));
+    }
+
+    /// An empty queue costs no system call: the bell is read back once after it rang,
+    /// not on every `recv_batch` (a busy-polling application steps the port in a tight
+    /// loop).
+    #[test]
+    fn the_bell_is_read_only_after_it_rang() {
+        let (a, _b) = sim_link().unwrap();
+        let me = [2, 0, 0, 0, 0, 1];
+        let mut lo = Loopback::new(Box::new(a), me).unwrap();
+        let local = [&me[..], &[0xaa; 20][..]].concat();
+        for _ in 0..100 {
+            lo.recv_batch(&mut |_| {}).unwrap();
+        }
+        assert_eq!(lo.bell_reads, 0, "nothing rang");
+        lo.send_batch(&[&local, &local]).unwrap();
+        let mut n = 0;
+        for _ in 0..100 {
+            lo.recv_batch(&mut |_| n += 1).unwrap();
+        }
+        assert_eq!((n, lo.bell_reads), (2, 1));
+        assert!(
+            !readable(lo.poll_fd()),
+            "read back: a sleeping driver stays asleep"
+        );
     }
 }

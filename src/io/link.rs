@@ -213,6 +213,98 @@ fn mac_of_bytes(b: &[u8]) -> Option<[u8; 6]> {
     <[u8; 6]>::try_from(b).ok()
 }
 
+/// `RTNLGRP_LINK` (include/uapi/linux/rtnetlink.h).
+const RTNLGRP_LINK: u32 = 1;
+
+/// What [`LinkWatch::wait`] heard about the interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkNews {
+    /// Nothing within the timeout.
+    Quiet,
+    /// A notification: the link is up (as [`LinkInfo::up`]) or not.
+    Up(bool),
+    /// Notifications were lost (ENOBUFS): read the state again ([`link_info`]).
+    Lost,
+    /// The interface was deleted.
+    Gone,
+}
+
+/// Notifications of one interface's link state: `RTM_NEWLINK` / `RTM_DELLINK` on the
+/// `RTNLGRP_LINK` group (man 7 rtnetlink). The socket belongs to the network namespace
+/// of the thread that created it, so the thread that waits may live anywhere.
+pub struct LinkWatch {
+    events: Rtnl,
+    ifindex: u32,
+}
+
+impl std::fmt::Debug for LinkWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkWatch")
+            .field("ifindex", &self.ifindex)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LinkWatch {
+    /// Subscribe to the changes of interface `ifindex` in the calling thread's network
+    /// namespace.
+    pub fn new(ifindex: u32) -> io::Result<LinkWatch> {
+        let events = Rtnl::open()?;
+        events.sock.add_membership(RTNLGRP_LINK)?;
+        Ok(LinkWatch { events, ifindex })
+    }
+
+    /// Wait up to `timeout` for news of the interface (the last of a batch counts).
+    pub fn wait(&self, timeout: Duration) -> io::Result<LinkNews> {
+        if !wait_readable(self.events.sock.as_fd(), timeout)? {
+            return Ok(LinkNews::Quiet);
+        }
+        let msgs = match self.events.recv() {
+            Ok(m) => m,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error()) => {
+                return Ok(LinkNews::Lost);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut news = LinkNews::Quiet;
+        for m in msgs {
+            match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l))
+                    if l.header.index == self.ifindex =>
+                {
+                    news = LinkNews::Up(link_up(&l));
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(l))
+                    if l.header.index == self.ifindex =>
+                {
+                    news = LinkNews::Gone;
+                }
+                _ => {}
+            }
+        }
+        Ok(news)
+    }
+}
+
+/// The link is up: operstate UP, or UNKNOWN with the interface administratively up and
+/// its lower layer up (devices that do not report carrier), as `ip link` shows.
+fn link_up(l: &LinkMessage) -> bool {
+    let oper = l
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            LinkAttribute::OperState(s) => Some(*s),
+            _ => None,
+        })
+        .unwrap_or(State::Unknown);
+    let flags = l.header.flags;
+    match oper {
+        State::Up => true,
+        State::Unknown => flags.contains(LinkFlags::Up) && flags.contains(LinkFlags::LowerUp),
+        _ => false,
+    }
+}
+
 /// MAC, MTU, index, state and addresses of `ifname`.
 pub fn link_info(netns: Option<&str>, ifname: &str) -> io::Result<LinkInfo> {
     let ifname = ifname.to_string();
@@ -249,7 +341,6 @@ fn link_info_here(ifname: &str) -> io::Result<LinkInfo> {
         xdp_attached: false,
     };
     let mut have_mac = false;
-    let mut oper = State::Unknown;
     for a in &l.attributes {
         match a {
             LinkAttribute::IfName(n) => info.ifname = n.clone(),
@@ -260,7 +351,6 @@ fn link_info_here(ifname: &str) -> io::Result<LinkInfo> {
                 }
             }
             LinkAttribute::Mtu(m) => info.mtu = *m,
-            LinkAttribute::OperState(s) => oper = *s,
             LinkAttribute::Xdp(x) => {
                 info.xdp_attached = x
                     .iter()
@@ -272,12 +362,7 @@ fn link_info_here(ifname: &str) -> io::Result<LinkInfo> {
     if !have_mac {
         return Err(bad(format!("{ifname} has no Ethernet address")));
     }
-    let flags = l.header.flags;
-    info.up = match oper {
-        State::Up => true,
-        State::Unknown => flags.contains(LinkFlags::Up) && flags.contains(LinkFlags::LowerUp),
-        _ => false,
-    };
+    info.up = link_up(&l);
     let mut v4 = Vec::new();
     let mut v6 = Vec::new();
     for m in nl.request(

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::wire::{Qpn, Rkey};
 
@@ -156,6 +156,10 @@ pub(crate) struct CompletionQueue {
     /// The device's count of completions added ([`crate::proto::Rnic::completions_added`]),
     /// shared by its CQs: bumped by every `push`, however the completion was made.
     added: Arc<AtomicU64>,
+    /// How many completions wait (`entries.len()`), readable without the engine's lock:
+    /// an empty `ibv_poll_cq` reads it instead of locking the engine
+    /// ([`crate::proto::Rnic::cq_ready`]). Written only here, by `push` and `poll`.
+    ready: Arc<AtomicUsize>,
 }
 
 impl CompletionQueue {
@@ -165,7 +169,13 @@ impl CompletionQueue {
             capacity,
             overruns: 0,
             added,
+            ready: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// The lock-free count of waiting completions (see the field).
+    pub(crate) fn ready(&self) -> Arc<AtomicUsize> {
+        self.ready.clone()
     }
 
     /// Add a completion, or count an overrun when the CQ is full (false).
@@ -175,6 +185,9 @@ impl CompletionQueue {
             false
         } else {
             self.entries.push_back(wc);
+            // Release: a poller that reads the new count without the lock then takes
+            // the lock and finds the entry (the lock orders the entry itself).
+            self.ready.store(self.entries.len(), Ordering::Release);
             // Relaxed: the `Rnic` is used by one thread at a time (its owner's lock
             // orders the accesses); the atomic only lets the CQs share the count.
             self.added.fetch_add(1, Ordering::Relaxed);
@@ -190,6 +203,7 @@ impl CompletionQueue {
     pub(crate) fn poll(&mut self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let n = max.min(self.entries.len());
         out.extend(self.entries.drain(..n));
+        self.ready.store(self.entries.len(), Ordering::Release);
         n
     }
 
@@ -230,15 +244,22 @@ mod tests {
     fn fifo_bounded_with_overrun_count() {
         let added = Arc::new(AtomicU64::new(0));
         let mut cq = CompletionQueue::new(2, added.clone());
+        let ready = cq.ready();
         for i in 0..3 {
             cq.push(wc(i));
         }
+        assert_eq!(
+            ready.load(Ordering::Acquire),
+            2,
+            "the lock-free count follows"
+        );
         assert_eq!(cq.overruns, 1);
         assert_eq!(added.load(Ordering::Relaxed), 2, "an overrun adds nothing");
         let mut out = vec![];
         assert_eq!(cq.poll(&mut out, 10), 2);
         assert_eq!(out.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(cq.len(), 0);
+        assert_eq!(ready.load(Ordering::Acquire), 0);
         assert_eq!(WcStatus::RnrRetryExcErr as u32, 13);
         assert_eq!(WcStatus::WrFlushErr.as_str(), "Work Request Flushed Error");
     }

@@ -10,7 +10,7 @@
 //! in place.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::wire::{ExtHeaders, FrameView, Opcode, Psn, Qpn, Service, gid_is};
 
@@ -292,6 +292,28 @@ impl Rnic {
         }
     }
 
+    /// The count of `cq`'s waiting completions, kept up to date by the CQ and readable
+    /// without this `Rnic` (its owner's lock): a poller that reads 0 need not lock.
+    pub fn cq_ready(&self, cq: Cq) -> Option<Arc<AtomicUsize>> {
+        match self.cqs.get(cq.0 as usize) {
+            Some(Some(q)) => Some(q.ready()),
+            _ => None,
+        }
+    }
+
+    /// Raise IBV_EVENT_PORT_ACTIVE (`active`) or PORT_ERR for the one port: its link
+    /// changed (the link watcher, src/verbs/link_watch.rs, calls this).
+    pub fn raise_port_event(&mut self, active: bool) {
+        let ev = if active {
+            super::srq::AsyncEvent::PortActive(1)
+        } else {
+            super::srq::AsyncEvent::PortErr(1)
+        };
+        if self.async_events.len() < super::srq::MAX_ASYNC_EVENTS {
+            self.async_events.push_back(ev);
+        }
+    }
+
     /// Drain up to `max` completions into `out`; returns how many.
     pub fn poll_cq(&mut self, cq: Cq, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         match self.cqs.get_mut(cq.0 as usize) {
@@ -484,6 +506,14 @@ impl Rnic {
         if mask.contains(AttrMask::RNR_RETRY) {
             qp.req.rnr_left = attr.rnr_retry;
         }
+        // SQ_DRAINED is owed from RTS -> SQD on, and due at once with nothing outstanding
+        // (after that, when the last outstanding message completes: `handle_frame`).
+        let entering_sqd = to == QpState::Sqd && qp.state != QpState::Sqd;
+        if entering_sqd {
+            qp.req.sq_drain_owed = true;
+        } else if to != QpState::Sqd {
+            qp.req.sq_drain_owed = false;
+        }
         // Entering ERR is traced by `enter_error`, whatever drives the QP there.
         if to != qp.state && to != QpState::Err {
             qp_event!(ctx.now, ctx.dev, qpn, "state", from = ?qp.state, to = ?to);
@@ -499,6 +529,9 @@ impl Rnic {
                 qp.state = s;
                 qp.attr.qp_state = s;
             }
+        }
+        if entering_sqd && qp.req.drained_now() {
+            ctx.raise(super::srq::AsyncEvent::SqDrained(qpn));
         }
         // The GSI QP's Q_Key is fixed (IBTA §13.5.1), through RESET too.
         if qpn == ud::GSI_QPN {
@@ -927,6 +960,9 @@ impl Rnic {
             responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
             handle_response(qp, &mut ctx, info, psn, ext, payload);
+            if qp.state == QpState::Sqd && qp.req.drained_now() {
+                ctx.raise(super::srq::AsyncEvent::SqDrained(qp.qpn));
+            }
         }
         // Notification point: a CE mark on any packet the QP took may owe its peer a CNP.
         if let Some(cc) = self.cc.as_mut() {

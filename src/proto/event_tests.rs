@@ -176,3 +176,71 @@ fn a_completion_into_a_full_cq_raises_cq_err() {
     settle(&mut p);
     assert_eq!(events(&mut p, Side::A), [AsyncEvent::CqErr(c.cq_a)]);
 }
+
+/// A QP's state moved with only the STATE bit (RTS <-> SQD need nothing else).
+fn move_to(p: &mut Pair, s: Side, qpn: crate::wire::Qpn, to: QpState) {
+    let mut attr = p.dev(s).query_qp(qpn).unwrap();
+    attr.qp_state = to;
+    p.dev(s).modify_qp(qpn, &attr, AttrMask::STATE).unwrap();
+}
+
+#[test]
+fn sq_drained_is_raised_once_the_outstanding_message_completes() {
+    let mut p = Pair::new(LinkConfig::default(), 1);
+    let c = p.connect(&ConnectOpts::default()).unwrap();
+    let dst = p.b.reg_mr(c.pd_b, 4096, Access::ALL).unwrap();
+    // Nothing outstanding: drained at once, once per entry into SQD.
+    move_to(&mut p, Side::A, c.qp_a, QpState::Sqd);
+    assert_eq!(events(&mut p, Side::A), [AsyncEvent::SqDrained(c.qp_a)]);
+    move_to(&mut p, Side::A, c.qp_a, QpState::Sqd);
+    assert_eq!(events(&mut p, Side::A), [], "SQD -> SQD raises nothing");
+    move_to(&mut p, Side::A, c.qp_a, QpState::Rts);
+    assert_eq!(events(&mut p, Side::A), []);
+    // A WRITE on the wire, not yet acknowledged: SQD waits for its ACK.
+    write(&mut p, &c, 64, dst.rkey, dst.addr);
+    let now = p.now;
+    let mut frames = vec![];
+    let mut buf = vec![0u8; 9000];
+    while let Some(n) = p.a.poll_transmit(now, &mut buf) {
+        frames.push(buf[..n].to_vec());
+    }
+    assert_eq!(frames.len(), 1, "the WRITE went out");
+    move_to(&mut p, Side::A, c.qp_a, QpState::Sqd);
+    assert!(p.a.query_qp(c.qp_a).unwrap().sq_draining);
+    assert_eq!(events(&mut p, Side::A), [], "still outstanding");
+    for f in &frames {
+        let _ = p.b.handle_frame(now, f);
+    }
+    while let Some(n) = p.b.poll_transmit(now, &mut buf) {
+        let _ = p.a.handle_frame(now, &buf[..n]);
+    }
+    let mut wcs = vec![];
+    p.a.poll_cq(c.cq_a, 8, &mut wcs);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    assert!(!p.a.query_qp(c.qp_a).unwrap().sq_draining);
+    assert_eq!(events(&mut p, Side::A), [AsyncEvent::SqDrained(c.qp_a)]);
+    assert_eq!(events(&mut p, Side::B), []);
+    // Leaving SQD before the drain owes nothing: RTS -> SQD -> RTS with an outstanding
+    // WRITE, then its ACK, raises no event.
+    write(&mut p, &c, 64, dst.rkey, dst.addr);
+    move_to(&mut p, Side::A, c.qp_a, QpState::Rts);
+    frames.clear();
+    while let Some(n) = p.a.poll_transmit(now, &mut buf) {
+        frames.push(buf[..n].to_vec());
+    }
+    move_to(&mut p, Side::A, c.qp_a, QpState::Sqd);
+    assert_eq!(events(&mut p, Side::A), []);
+    move_to(&mut p, Side::A, c.qp_a, QpState::Rts);
+    for f in &frames {
+        let _ = p.b.handle_frame(now, f);
+    }
+    while let Some(n) = p.b.poll_transmit(now, &mut buf) {
+        let _ = p.a.handle_frame(now, &buf[..n]);
+    }
+    wcs.clear();
+    p.a.poll_cq(c.cq_a, 8, &mut wcs);
+    assert_eq!(wcs.len(), 1, "the second WRITE completed");
+    settle(&mut p);
+    assert_eq!(events(&mut p, Side::A), [], "the drain was no longer owed");
+}

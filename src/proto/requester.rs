@@ -79,6 +79,9 @@ pub(crate) struct ReqLimits {
 /// Requester state of one QP.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
+    /// The QP went RTS -> SQD with messages still outstanding: IBV_EVENT_SQ_DRAINED is
+    /// owed once the last of them completes ([`Requester::drained_now`]).
+    pub sq_drain_owed: bool,
     pub sq: VecDeque<SendWqe>,
     /// The next PSN a new message gets (sq_psn).
     pub next_psn: Psn,
@@ -146,6 +149,16 @@ impl Requester {
     /// True when some started WR waits for an acknowledgement.
     pub fn outstanding(&self) -> bool {
         self.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// The owed SQ_DRAINED is due now (the last outstanding message completed): true
+    /// once, clearing the debt.
+    pub fn drained_now(&mut self) -> bool {
+        let due = self.sq_drain_owed && !self.outstanding();
+        if due {
+            self.sq_drain_owed = false;
+        }
+        due
     }
 
     /// Move the transmit point back to PSN `p` (Go-Back-N, IBTA §9.7.4 requester retry).

@@ -652,6 +652,11 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             } else {
                 match remote_check(ctx, qp, rkey, reth.va, u64::from(len), Access::REMOTE_READ) {
                     Ok(m) if m.serial == serial => m,
+                    // As for a new READ: the QP no longer enables READs.
+                    Err(Fault::Nak(NakCode::InvalidRequest)) => {
+                        nak(qp, ctx, psn, NakCode::InvalidRequest);
+                        return;
+                    }
                     _ => {
                         qp.counters.remote_access_errors += 1;
                         nak(qp, ctx, psn, NakCode::RemoteAccessError);
@@ -762,8 +767,12 @@ fn remote_check(
     need: Access,
 ) -> Result<MemRef, Fault> {
     // The QP's own access flags gate remote operations too (§10.2 / ibv qp_access_flags).
+    // An operation the QP does not enable is an invalid request (an operation this
+    // receive queue does not support, IBTA vol. 1 §9.7.5.2 NAK codes), not a memory
+    // protection fault: rxe's check_op_valid NAKs it AETH_NAK_INVALID_REQ and the
+    // requester sees REM_INV_REQ_ERR. The region's rights come next: remote access error.
     if !qp.attr.qp_access_flags.contains(need) {
-        return Err(Fault::Nak(NakCode::RemoteAccessError));
+        return Err(Fault::Nak(NakCode::InvalidRequest));
     }
     ctx.mem
         .check(qp.pd, rkey, va, len, need)

@@ -84,6 +84,18 @@ pub enum AsyncEvent {
     /// IBV_EVENT_CQ_ERR: a completion found its CQ full and was dropped (CQ overrun,
     /// §11.6.3.1 "CQ Error"; rxe `rxe_cq_post`).
     CqErr(Cq),
+    /// IBV_EVENT_SQ_DRAINED: a QP moved from RTS to SQD and every message it had started
+    /// has completed (§11.6.3.1 "Send Queue Drained"; §10.3.1 SQD: no new message
+    /// starts). Raised once per entry into SQD, also when nothing was outstanding, as
+    /// rxe raises it from its completer whether or not `en_sqd_async_notify` was set.
+    SqDrained(Qpn),
+    /// IBV_EVENT_PORT_ACTIVE: the port (number given) became ACTIVE: its interface's
+    /// link came up (§11.6.3.2, an unaffiliated event; raised from outside the engine,
+    /// src/verbs/link_watch.rs).
+    PortActive(u8),
+    /// IBV_EVENT_PORT_ERR: the port left ACTIVE: its interface's link went down or the
+    /// interface was deleted.
+    PortErr(u8),
 }
 
 /// Most asynchronous events a device holds unread (`Ctx::raise`).

@@ -84,6 +84,7 @@
 
 mod error;
 pub mod ibv;
+mod link_watch;
 mod mr;
 mod mr_copy;
 pub mod netdev;
@@ -344,6 +345,8 @@ struct DevInner {
     mac: [u8; 6],
     attr: DeviceAttr,
     port: PortAttr,
+    /// The link state the link watcher keeps (`None`: no watcher; `port.state` holds).
+    link_up: Option<Arc<std::sync::atomic::AtomicBool>>,
     gids: Vec<Gid>,
     gid_types: Vec<GidType>,
     // Last: dropped after everything above; the software driver joins its thread and
@@ -541,6 +544,7 @@ impl Device {
                 mac: nd.mac,
                 attr: info.attr,
                 port: info.port,
+                link_up: None,
                 gid_types: info.gid_types,
                 gids: info.gids,
                 backend: DevBackend::Svc {
@@ -618,6 +622,8 @@ impl Device {
         // inside the driver (crate::driver::loopback), as rxe's do.
         let io = crate::driver::loopback::Loopback::new(Box::new(port), nd.mac)?;
         let driver = Driver::start(rnic, Box::new(io), dopts)?;
+        // Opened in the device's namespace, on the opening thread: see link_watch.rs.
+        let link_up = link_watch::start(netdev, nd.ifindex, nd.up, Arc::downgrade(driver.shared()));
         Ok(Device {
             inner: Arc::new(DevInner {
                 name: info.name,
@@ -625,6 +631,7 @@ impl Device {
                 mac: nd.mac,
                 attr: info.attr,
                 port: info.port,
+                link_up,
                 gid_types: info.gid_types,
                 gids: info.gids,
                 backend: DevBackend::Soft {
@@ -721,6 +728,7 @@ impl Device {
                 mac,
                 attr: device_attr(mac, Config::default().max_qp_wr),
                 port,
+                link_up: None,
                 gid_types: vec![GidType::RoceV2; gids.len()],
                 gids,
                 backend: DevBackend::Soft {
@@ -752,7 +760,16 @@ impl Device {
 
     /// `ibv_query_port` (the only port, 1).
     pub fn query_port(&self) -> PortAttr {
-        self.inner.port.clone()
+        let mut p = self.inner.port.clone();
+        // An in-process device's port follows its link (link_watch.rs).
+        if let Some(up) = &self.inner.link_up {
+            p.state = if up.load(std::sync::atomic::Ordering::SeqCst) {
+                PortState::Active
+            } else {
+                PortState::Down
+            };
+        }
+        p
     }
 
     /// `ibv_query_gid`: the GID at `index`, `None` past the table.
@@ -807,11 +824,17 @@ impl Device {
         let kind = match &self.inner.backend {
             DevBackend::Soft { driver, .. } => {
                 let shared = driver.shared().clone();
-                let cq = shared.lock().rnic.create_cq(cqe);
+                let (cq, ready) = {
+                    let mut g = shared.lock();
+                    let cq = g.rnic.create_cq(cqe);
+                    let ready = g.rnic.cq_ready(cq).expect("the CQ just created");
+                    (cq, ready)
+                };
                 CqKind::Soft(Arc::new(CqInner {
                     _dev: self.clone(),
                     shared,
                     cq,
+                    ready,
                 }))
             }
             DevBackend::Verbs(ctx) => CqKind::Verbs(Arc::new(ibv::Cq::create(ctx, cqe)?)),
@@ -1225,6 +1248,24 @@ struct CqInner {
     _dev: Device,
     shared: Arc<Shared>,
     cq: proto::Cq,
+    /// The CQ's count of waiting completions, read without the engine's lock: an empty
+    /// poll (programs poll in tight loops) takes no lock for its look.
+    ready: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CqInner {
+    /// Completions may be waiting (a hint: the drain under the lock decides).
+    fn has_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// Drain under the engine's lock, unless the lock-free count says there is nothing.
+    fn drain(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
+        if !self.has_ready() {
+            return 0;
+        }
+        self.shared.lock().rnic.poll_cq(self.cq, max, out)
+    }
 }
 
 impl Drop for CqInner {
@@ -1277,8 +1318,11 @@ impl Cq {
     pub fn try_poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         match &self.kind {
             CqKind::Soft(cq) => {
+                // An empty CQ is seen without the engine's lock: a program polling in a
+                // tight loop would otherwise take it on every call and starve the driver
+                // thread that wants it to make the completions.
                 let s = &cq.shared;
-                let n = s.lock().rnic.poll_cq(cq.cq, max, out);
+                let n = cq.drain(max, out);
                 if n > 0 {
                     s.poll_found();
                     return Ok(n);
@@ -1286,7 +1330,7 @@ impl Cq {
                 if !s.poll_progress() {
                     return Ok(n);
                 }
-                let n = s.lock().rnic.poll_cq(cq.cq, max, out);
+                let n = cq.drain(max, out);
                 if n > 0 {
                     s.poll_found();
                 } else {
@@ -1307,7 +1351,7 @@ impl Cq {
     /// make the driver stop watching the socket for a poller that is not there).
     pub fn take_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         match &self.kind {
-            CqKind::Soft(cq) => cq.shared.lock().rnic.poll_cq(cq.cq, max, out),
+            CqKind::Soft(cq) => cq.drain(max, out),
             _ => self.poll_into(max, out),
         }
     }
@@ -1321,7 +1365,7 @@ impl Cq {
     /// cannot tell without polling: `Unsupported`).
     pub fn pending(&self) -> Result<usize> {
         match &self.kind {
-            CqKind::Soft(cq) => Ok(cq.shared.lock().rnic.cq_len(cq.cq).unwrap_or(0)),
+            CqKind::Soft(cq) => Ok(cq.ready.load(std::sync::atomic::Ordering::Acquire)),
             CqKind::Svc(cq) => Ok(cq.pending()),
             CqKind::Verbs(_) => Err(Error::Unsupported {
                 what: "counting a CQ's completions",

@@ -205,6 +205,7 @@ impl Device {
                 mac: i.netdev.as_ref().map_or([0; 6], |n| n.mac),
                 attr: i.attr,
                 port: i.port,
+                link_up: None,
                 gids: i.gids,
                 gid_types: f.gid_types,
                 backend: DevBackend::Verbs(ctx),

@@ -94,7 +94,7 @@ static int wait_async(struct ibv_context *ctx, int ms, struct ibv_async_event *e
 	return ibv_get_async_event(ctx, ev);
 }
 
-static int to_rts(struct ibv_qp *qp)
+static int to_rts_rnr(struct ibv_qp *qp, int rnr_retry)
 {
 	struct ibv_qp_attr a;
 
@@ -102,7 +102,7 @@ static int to_rts(struct ibv_qp *qp)
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
 	a.retry_cnt = 7;
-	a.rnr_retry = 7;
+	a.rnr_retry = rnr_retry;
 	a.sq_psn = 0;
 	a.max_rd_atomic = 1;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
@@ -110,16 +110,22 @@ static int to_rts(struct ibv_qp *qp)
 				      IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
-/* INIT, RTR and (when `rts`) RTS. */
-static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index, int rts)
+static int to_rts(struct ibv_qp *qp)
+{
+	return to_rts_rnr(qp, 7);
+}
+
+/* INIT (with `access` as the QP's access flags), RTR and (when `rts`) RTS with
+ * `rnr_retry`. */
+static int modify_ex(struct ibv_qp *qp, const struct info *peer, int gid_index, int rts,
+		     int access, int rnr_retry)
 {
 	struct ibv_qp_attr a;
 
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-			    IBV_ACCESS_LOCAL_WRITE;
+	a.qp_access_flags = access;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 				   IBV_QP_ACCESS_FLAGS))
 		return -1;
@@ -139,7 +145,78 @@ static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index, int
 				   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
 		return -1;
-	return rts ? to_rts(qp) : 0;
+	return rts ? to_rts_rnr(qp, rnr_retry) : 0;
+}
+
+#define ALL_ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE)
+
+/* INIT, RTR and (when `rts`) RTS, every remote access enabled. */
+static int modify(struct ibv_qp *qp, const struct info *peer, int gid_index, int rts)
+{
+	return modify_ex(qp, peer, gid_index, rts, ALL_ACCESS, 7);
+}
+
+/* A fresh RC QP on `cq`, in RTS, connected to the peer's QP of the same `tag` (their
+ * numbers exchanged through DIR as ROLE-TAG); NULL on failure. */
+static struct ibv_qp *pair_qp(struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_mr *mr,
+			      const union ibv_gid *gid, int gid_index, const char *dir,
+			      int server, const char *tag, int access, int rnr_retry,
+			      struct info *peer)
+{
+	struct ibv_qp_init_attr qia;
+	struct ibv_qp *qp;
+	struct info me;
+	char mine[64], theirs[64];
+
+	memset(&qia, 0, sizeof qia);
+	qia.send_cq = cq;
+	qia.recv_cq = cq;
+	qia.qp_type = IBV_QPT_RC;
+	qia.cap.max_send_wr = 16;
+	qia.cap.max_recv_wr = 4;
+	qia.cap.max_send_sge = 1;
+	qia.cap.max_recv_sge = 1;
+	qp = ibv_create_qp(pd, &qia);
+	if (!qp)
+		return NULL;
+	me.qpn = qp->qp_num;
+	me.rkey = mr->rkey;
+	me.addr = (uintptr_t)mr->addr;
+	me.gid = *gid;
+	snprintf(mine, sizeof mine, "%s-%s", server ? "server" : "client", tag);
+	snprintf(theirs, sizeof theirs, "%s-%s", server ? "client" : "server", tag);
+	if (write_info(dir, mine, &me) || read_info(dir, theirs, peer) ||
+	    modify_ex(qp, peer, gid_index, 1, access, rnr_retry)) {
+		ibv_destroy_qp(qp);
+		return NULL;
+	}
+	return qp;
+}
+
+/* Post one signaled one-SGE WR on `qp` and poll `cq` for its completion; the status, or
+ * -1 when the post failed or nothing came. Prints the status as an info line. */
+static int one_wr(struct ibv_qp *qp, struct ibv_cq *cq, enum ibv_wr_opcode op, void *addr,
+		  uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, const char *what)
+{
+	struct ibv_sge sge = {(uintptr_t)addr, len, lkey};
+	struct ibv_send_wr wr, *bad;
+	struct ibv_wc wc;
+	int st = -1;
+
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = 77;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	memset(&wc, 0, sizeof wc);
+	if (ibv_post_send(qp, &wr, &bad) == 0 && poll_one(cq, &wc) == 1 && wc.wr_id == 77)
+		st = wc.status;
+	/* Not a check: what the device said, for a comparison with another device. */
+	printf("info: %s: %s\n", what, st < 0 ? "no completion" : ibv_wc_status_str(st));
+	return st;
 }
 
 int main(int argc, char **argv)
@@ -423,6 +500,151 @@ int main(int argc, char **argv)
 	}
 	if (!server)
 		write_info(argv[4], "client-done", &me);
+
+	/* Phase 2, the remote errors, each on a fresh pair of QPs (an error ends its QP):
+	 * an RDMA WRITE to a QP without IBV_ACCESS_REMOTE_WRITE, an RDMA READ past the end of
+	 * the peer's region, a SEND to a QP with no receive posted (rnr_retry 0 and 1), and
+	 * a send CQ overrun by completions nobody polls. */
+	{
+		struct ibv_qp *noacc, *past, *rnr0, *rnr1, *over, *sqd;
+		struct ibv_cq *cq2, *small;
+		struct info pn, pp, p0, p1, po, pd2;
+		const int nw = 8;
+
+		cq2 = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		small = ibv_create_cq(ctx, 2, NULL, NULL, 0);
+		check(cq2 != NULL && small != NULL, "ibv_create_cq (phase 2)");
+		if (!cq2 || !small)
+			goto out;
+		noacc = pair_qp(pd, cq2, mr, &gid, gid_index, argv[4], server, "noacc",
+				server ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ : ALL_ACCESS,
+				7, &pn);
+		past = pair_qp(pd, cq2, mr, &gid, gid_index, argv[4], server, "past", ALL_ACCESS, 7,
+			       &pp);
+		rnr0 = pair_qp(pd, cq2, mr, &gid, gid_index, argv[4], server, "rnr0", ALL_ACCESS, 0,
+			       &p0);
+		rnr1 = pair_qp(pd, cq2, mr, &gid, gid_index, argv[4], server, "rnr1", ALL_ACCESS, 1,
+			       &p1);
+		over = pair_qp(pd, server ? cq2 : small, mr, &gid, gid_index, argv[4], server, "over",
+			       ALL_ACCESS, 7, &po);
+		sqd = pair_qp(pd, cq2, mr, &gid, gid_index, argv[4], server, "sqd", ALL_ACCESS, 7,
+			      &pd2);
+		check(noacc && past && rnr0 && rnr1 && over && sqd,
+		      "six more QPs connected (phase 2)");
+		if (!noacc || !past || !rnr0 || !rnr1 || !over || !sqd)
+			goto out;
+		write_info(argv[4], server ? "server-ready2" : "client-ready2", &me);
+		read_info(argv[4], server ? "client-ready2" : "server-ready2", &peer);
+		if (!server) {
+			memset(buf + 2048, 0x77, 64);
+			check(one_wr(noacc, cq2, IBV_WR_RDMA_WRITE, buf + 2048, 16, mr->lkey,
+				     pn.addr + 3500, pn.rkey,
+				     "RDMA WRITE to a QP without REMOTE_WRITE") ==
+				      IBV_WC_REM_INV_REQ_ERR,
+			      "RDMA WRITE to a QP without IBV_ACCESS_REMOTE_WRITE: IBV_WC_REM_INV_REQ_ERR");
+			check(one_wr(past, cq2, IBV_WR_RDMA_READ, buf + 2048, 64, mr->lkey,
+				     pp.addr + len - 8, pp.rkey, "RDMA READ past the end of the MR") ==
+				      IBV_WC_REM_ACCESS_ERR,
+			      "RDMA READ past the end of the peer's MR: IBV_WC_REM_ACCESS_ERR");
+			check(one_wr(rnr0, cq2, IBV_WR_SEND, buf, 16, mr->lkey, 0, 0,
+				     "SEND, no receive posted, rnr_retry 0") ==
+				      IBV_WC_RNR_RETRY_EXC_ERR,
+			      "SEND with no receive posted, rnr_retry 0: IBV_WC_RNR_RETRY_EXC_ERR");
+			check(one_wr(rnr1, cq2, IBV_WR_SEND, buf, 16, mr->lkey, 0, 0,
+				     "SEND, no receive posted, rnr_retry 1") ==
+				      IBV_WC_RNR_RETRY_EXC_ERR,
+			      "SEND with no receive posted, rnr_retry 1: IBV_WC_RNR_RETRY_EXC_ERR");
+			{
+				/* More signaled WRITEs than the send CQ holds, none polled: the
+				 * overrun is an IBV_EVENT_CQ_ERR on the CQ (IBTA vol. 1 §11.6.3.2). */
+				struct ibv_sge ws = {(uintptr_t)buf, 8, mr->lkey};
+				struct ibv_send_wr w, *wb;
+				struct ibv_async_event ev;
+				int posted = 0, got = 0, k;
+
+				memset(&w, 0, sizeof w);
+				w.sg_list = &ws;
+				w.num_sge = 1;
+				w.opcode = IBV_WR_RDMA_WRITE;
+				w.send_flags = IBV_SEND_SIGNALED;
+				w.wr.rdma.remote_addr = po.addr + 3600;
+				w.wr.rdma.rkey = po.rkey;
+				for (k = 0; k < nw && small->cqe < nw - 1; k++)
+					posted += ibv_post_send(over, &w, &wb) == 0;
+				for (k = 0; k < 20 && !got; k++) {
+					if (wait_async(ctx, 500, &ev) != 0)
+						continue;
+					got = ev.event_type == IBV_EVENT_CQ_ERR && ev.element.cq == small;
+					if (!got)
+						printf("info: async event %s\n",
+						       ibv_event_type_str(ev.event_type));
+					ibv_ack_async_event(&ev);
+				}
+				check(posted == nw && got,
+				      "send CQ overrun: IBV_EVENT_CQ_ERR on the CQ");
+			}
+			{
+				/* RTS -> SQD behind a WRITE: IBV_EVENT_SQ_DRAINED once it completed
+				 * (IBTA vol. 1 §11.6.3.1). */
+				struct ibv_sge ws = {(uintptr_t)buf, 8, mr->lkey};
+				struct ibv_send_wr w, *wb;
+				struct ibv_async_event ev;
+				int ok, got = 0, k;
+
+				memset(&w, 0, sizeof w);
+				w.sg_list = &ws;
+				w.num_sge = 1;
+				w.opcode = IBV_WR_RDMA_WRITE;
+				w.send_flags = IBV_SEND_SIGNALED;
+				w.wr.rdma.remote_addr = pd2.addr + 3700;
+				w.wr.rdma.rkey = pd2.rkey;
+				ok = ibv_post_send(sqd, &w, &wb) == 0;
+				memset(&qa, 0, sizeof qa);
+				qa.qp_state = IBV_QPS_SQD;
+				qa.en_sqd_async_notify = 1;
+				ok = ok && ibv_modify_qp(sqd, &qa, IBV_QP_STATE |
+								   IBV_QP_EN_SQD_ASYNC_NOTIFY) == 0;
+				check(ok, "ibv_modify_qp RTS -> SQD behind a WRITE");
+				for (k = 0; k < 20 && ok && !got; k++) {
+					if (wait_async(ctx, 500, &ev) != 0)
+						continue;
+					got = ev.event_type == IBV_EVENT_SQ_DRAINED &&
+					      ev.element.qp == sqd;
+					if (!got)
+						printf("info: async event %s\n",
+						       ibv_event_type_str(ev.event_type));
+					ibv_ack_async_event(&ev);
+				}
+				check(got, "IBV_EVENT_SQ_DRAINED on the QP in SQD");
+				memset(&wc, 0, sizeof wc);
+				check(poll_one(cq2, &wc) == 1 && wc.status == IBV_WC_SUCCESS,
+				      "the WRITE before SQD completed");
+				memset(&qa, 0, sizeof qa);
+				check(ibv_query_qp(sqd, &qa, IBV_QP_STATE, &qia) == 0 &&
+					      qa.qp_state == IBV_QPS_SQD && !qa.sq_draining,
+				      "ibv_query_qp: SQD, not draining");
+			}
+			write_info(argv[4], "client-done2", &me);
+		} else {
+			read_info(argv[4], "client-done2", &peer);
+			check((unsigned char)buf[3500] != 0x77 && (unsigned char)buf[3515] != 0x77,
+			      "the refused RDMA WRITE left the buffer as it was");
+			memset(&qa, 0, sizeof qa);
+			check(ibv_query_qp(noacc, &qa, IBV_QP_STATE, &qia) == 0 &&
+				      qa.qp_state == IBV_QPS_ERR,
+			      "the QP that refused the WRITE is in ERR");
+			memset(&qa, 0, sizeof qa);
+			check(ibv_query_qp(rnr0, &qa, IBV_QP_STATE, &qia) == 0 &&
+				      qa.qp_state == IBV_QPS_RTS,
+			      "the QP that answered RNR NAKs is still in RTS");
+		}
+		check(ibv_destroy_qp(noacc) == 0 && ibv_destroy_qp(past) == 0 &&
+			      ibv_destroy_qp(rnr0) == 0 && ibv_destroy_qp(rnr1) == 0 &&
+			      ibv_destroy_qp(over) == 0 && ibv_destroy_qp(sqd) == 0,
+		      "ibv_destroy_qp (phase 2)");
+		check(ibv_destroy_cq(cq2) == 0 && ibv_destroy_cq(small) == 0,
+		      "ibv_destroy_cq (phase 2)");
+	}
 
 	check(ibv_dereg_mr(mr2) == 0, "ibv_dereg_mr");
 	check(ibv_destroy_qp(qp) == 0, "ibv_destroy_qp");

@@ -52,13 +52,13 @@ RED_OPTS="limit 2000000 min 15000 max 45000 avpkt 4200 burst 6 probability 0.2"
 # DCQCN for this network (docs/congestion.md, "The lab parameters", tuned with
 # `xrnic sim --bottleneck-mbps 50`): the ConnectX defaults are made for µs round trips
 # at 25-100 Gb/s; here the round trip is milliseconds and a fair share a few Mb/s. α
-# updated every 5 ms with gain 16/1024, at most one cut per 5 ms of α/4 (rp_gd 12), the
-# target clamped at every cut, an increase event every 20 ms with F = 5 fast-recovery
+# updated every 5 ms with gain 16/1024, at most one cut per 5 ms of α/8 (rp_gd 13), the
+# target clamped at every cut, an increase event every 3 ms with F = 5 fast-recovery
 # rounds and +1 Mb/s steps, at most one CNP per QP per ms. --connectx-defaults runs the
 # plain ConnectX parameters instead, --connectx-scaled ConnectX's with its timers scaled
 # by the round-trip ratio and its byte counter by the BDP ratio; --cc-param adds to any.
-LAB_CC="rp_dce_tcp_rtt=5000,rp_dce_tcp_g=16,rp_rate_reduce_monitor_period=5000,rp_gd=12"
-LAB_CC+=",rp_time_reset=20000,rp_threshold=5,rp_ai_rate=1,rp_hai_rate=1,rp_clamp_tgt_rate=1"
+LAB_CC="rp_dce_tcp_rtt=5000,rp_dce_tcp_g=16,rp_rate_reduce_monitor_period=5000,rp_gd=13"
+LAB_CC+=",rp_time_reset=3000,rp_threshold=5,rp_ai_rate=1,rp_hai_rate=1,rp_clamp_tgt_rate=1"
 LAB_CC+=",np_min_time_between_cnps=1000,rp_rate_to_set_on_first_cnp=25"
 # ConnectX × 1000 in time (a 4 µs data-centre round trip against ~4 ms here), the byte
 # counter × 1/2 (BDP 100 Gb/s × 4 µs = 50 kB against 50 Mb/s × 4 ms = 25 kB); the rates

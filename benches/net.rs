@@ -708,6 +708,7 @@ fn perf_bw(
         port: 18515,
         atomic_type: None,
         tx_depth: 128,
+        qp_timeout: 14,
         rx_depth: 512,
         report_gbits: true,
         json: false,

@@ -5,7 +5,8 @@
 #
 #   interop/dcqcn-lab.sh [-o OUTDIR] [-D SECONDS] [--rate MBIT] [--cc-param N=V]...
 #                        [--red "RED OPTIONS"] [--docs DIR] [--runs "dcqcn nodcqcn"]
-#                        [--qps "2 4 8"]
+#                        [--qps "2 4 8"] [--ceiling-qps "1"] [--mtu 1500|9000]
+#                        [--ceiling-limit BYTES] [--perf "MORE xrnic perf OPTIONS"]   (both ends, e.g. "-m 2048")
 #                        [--report-only]   (figures and plots again from OUTDIR, no runs)
 #                        [--connectx-defaults]   (DCQCN as --dcqcn alone gives it)
 #                        [--connectx-scaled]   (ConnectX's defaults scaled to the lab's RTT)
@@ -18,6 +19,10 @@
 # The host kernel has no sch_red; the guest's Debian 6.1 kernel has (docs/congestion.md). The
 # switch scenario prints `tc -s qdisc` of eth1 every second on its console, so the script
 # takes the queue's drops and marks before and after each run.
+#
+# First the lab's ceiling: CEILING_QPS QPs (1) without congestion control through a plain
+# FIFO of the same rate (the sender's --tclass selects it by DSCP), which no DCQCN run can
+# beat: when it is below the goal, the lab measures the guest forwarding, not DCQCN.
 #
 # Each run: the receiver `xrnic perf write --dcqcn --json` (its NP answers CE marks with
 # CNPs in both runs); the sender `xrnic perf write -q 2 -D SECONDS --json --cc-log CSV`,
@@ -43,17 +48,17 @@ RATE=50
 # (7.2 ms); above that every ECN-capable packet is marked and every other one dropped;
 # avpkt = one 1024-byte-MTU RoCE frame; the hard limit (400 kB, 64 ms) is a deep buffer,
 # reached only when ECN-capable senders do not slow down (or by retransmission bursts).
-RED_OPTS="limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2"
+RED_OPTS="limit 2000000 min 15000 max 45000 avpkt 4200 burst 6 probability 0.2"
 # DCQCN for this network (docs/congestion.md, "The lab parameters", tuned with
 # `xrnic sim --bottleneck-mbps 50`): the ConnectX defaults are made for µs round trips
 # at 25-100 Gb/s; here the round trip is milliseconds and a fair share a few Mb/s. α
-# updated every 5 ms with gain 16/1024, at most one cut per 5 ms of α/4 (rp_gd 12), the
-# target clamped at every cut, an increase event every 20 ms with F = 5 fast-recovery
+# updated every 5 ms with gain 16/1024, at most one cut per 5 ms of α/8 (rp_gd 13), the
+# target clamped at every cut, an increase event every 3 ms with F = 5 fast-recovery
 # rounds and +1 Mb/s steps, at most one CNP per QP per ms. --connectx-defaults runs the
 # plain ConnectX parameters instead, --connectx-scaled ConnectX's with its timers scaled
 # by the round-trip ratio and its byte counter by the BDP ratio; --cc-param adds to any.
-LAB_CC="rp_dce_tcp_rtt=5000,rp_dce_tcp_g=16,rp_rate_reduce_monitor_period=5000,rp_gd=12"
-LAB_CC+=",rp_time_reset=20000,rp_threshold=5,rp_ai_rate=1,rp_hai_rate=1,rp_clamp_tgt_rate=1"
+LAB_CC="rp_dce_tcp_rtt=5000,rp_dce_tcp_g=16,rp_rate_reduce_monitor_period=5000,rp_gd=13"
+LAB_CC+=",rp_time_reset=3000,rp_threshold=5,rp_ai_rate=1,rp_hai_rate=1,rp_clamp_tgt_rate=1"
 LAB_CC+=",np_min_time_between_cnps=1000,rp_rate_to_set_on_first_cnp=25"
 # ConnectX × 1000 in time (a 4 µs data-centre round trip against ~4 ms here), the byte
 # counter × 1/2 (BDP 100 Gb/s × 4 µs = 50 kB against 50 Mb/s × 4 ms = 25 kB); the rates
@@ -62,6 +67,24 @@ SCALED_CC="rp_time_reset=131071,rp_dce_tcp_rtt=1000,rp_rate_reduce_monitor_perio
 SCALED_CC+=",np_min_time_between_cnps=4000,rp_byte_reset=16384"
 PROFILE=lab
 QPS_LIST="2 4 8"
+# The ceiling runs (no congestion control, no marking): the guest's port sends frames of
+# this DSCP to a FIFO of the same rate whose limit holds a QP's whole window (128 PSNs of
+# 1082-byte frames, 138 kB), so nothing is dropped and the link stays busy whenever the
+# guest keeps up.
+CEILING_QPS="1"
+MTU=9000
+PERF_OPTS=()
+# Both ends of every run: the local ACK timeout 18 (1.07 s); the DCQCN and no-DCQCN runs
+# keep two 16 KiB messages in flight per QP, the ceiling run eight of 64 KiB (a QP's
+# whole 128-PSN window: never window-limited) (docs/congestion.md, "The lab's network").
+LAB_PERF=(-u 18)
+RUN_PERF=(-s 16384 -t 2)
+CEIL_PERF=(-s 65536 -t 8)
+CEIL_DSCP=8
+CEIL_TOS=$(printf '0x%02x' $((CEIL_DSCP << 2)))
+CEIL_LIMIT=2000000
+# The switch's own address (on its bridge), for the host's counter requests.
+SW_IP=192.0.2.250
 CC_PARAMS=()
 DOCS=
 RUNS="dcqcn nodcqcn"
@@ -86,6 +109,10 @@ while (($#)); do
 	--connectx-defaults) LAB_CC=; PROFILE=connectx; shift ;;
 	--connectx-scaled) LAB_CC=$SCALED_CC; PROFILE=connectx-scaled; shift ;;
 	--qps) QPS_LIST=$2; shift 2 ;;
+	--ceiling-qps) CEILING_QPS=$2; shift 2 ;;
+	--mtu) MTU=$2; shift 2 ;;
+	--ceiling-limit) CEIL_LIMIT=$2; shift 2 ;;
+	--perf) read -ra PERF_OPTS <<<"$2"; shift 2 ;;
 	-h | --help) usage ;;
 	*) echo "dcqcn-lab: unknown option '$1'" >&2; usage ;;
 	esac
@@ -128,36 +155,65 @@ ip link add br0 type bridge stp_state 0 forward_delay 0
 ip link set eth0 master br0
 ip link set eth1 master br0
 ip link set br0 up
+# The address only answers the host's pings that ask for the queue's counters (below).
+ip addr add $SW_IP/24 dev br0
 tc qdisc add dev eth1 root handle 1: htb default 1
 tc class add dev eth1 parent 1: classid 1:1 htb rate ${RATE}mbit ceil ${RATE}mbit
 tc qdisc add dev eth1 parent 1:1 handle 10: red $RED_OPTS bandwidth ${RATE}mbit ecn
+# The ceiling runs' port: the same rate, a plain FIFO (no marking, no early drop), for
+# frames of DSCP $CEIL_DSCP (IPv4 TOS byte $CEIL_TOS, the sender's --tclass).
+tc class add dev eth1 parent 1: classid 1:2 htb rate ${RATE}mbit ceil ${RATE}mbit
+tc qdisc add dev eth1 parent 1:2 handle 20: bfifo limit $CEIL_LIMIT
+tc filter add dev eth1 parent 1: protocol ip prio 1 u32 match ip tos $CEIL_TOS 0xfc flowid 1:2
+# xrnic perf's TCP exchange (not measured) too: behind the RoCE queue RED drops every
+# Not-ECT packet once the average passes max, which starved the exchange after an 8-QP run.
+tc filter add dev eth1 parent 1: protocol ip prio 2 u32 match ip protocol 6 0xff flowid 1:2
 tc -d qdisc show dev eth1
+echo "clocksource: \$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource) of \$(cat /sys/devices/system/clocksource/clocksource0/available_clocksource)"
 echo XR-LAB-READY
 set +e
+# The queue's counters, printed when the host asks (a ping to $SW_IP: ICMP InEchos rises),
+# not on a clock: running tc under TCG stalls the guest's forwarding for 50-150 ms, which
+# a print every second turned into dips of the link every second (the ceiling runs).
+# Only shell builtins between prints.
+echos() {
+	while read -r k a b c d e f g h i rest; do
+		[ "\$k" = Icmp: ] && v=\$i
+	done </proc/net/snmp
+}
 n=0
+seen=
 while :; do
-	echo "XR-QDISC-BEGIN \$n"
-	tc -s qdisc show dev eth1
-	echo "XR-QDISC-END \$n"
-	n=\$((n + 1))
+	echos
+	if [ "\$v" != "\$seen" ]; then
+		seen=\$v
+		echo "XR-QDISC-BEGIN \$n"
+		tc -s qdisc show dev eth1
+		echo "XR-QDISC-END \$n"
+		n=\$((n + 1))
+	fi
 	sleep 1
 done
 EOF
 
-xri_net_create 1500
-xri_ns ip link add br1 mtu 1500 type bridge stp_state 0 forward_delay 0 mcast_snooping 0
+xri_net_create "$MTU"
+xri_ns ip link add br1 mtu "$MTU" type bridge stp_state 0 forward_delay 0 mcast_snooping 0
 xri_ns ip link set br1 up
-xri_net_add_tap lab0 1500
-XRI_BR=br1 xri_net_add_tap lab1 1500
-xri_net_add_veth snd 1500 192.0.2.1/24 fd00::1/64
-XRI_BR=br1 xri_net_add_veth rcv 1500 192.0.2.2/24 fd00::2/64
+xri_net_add_tap lab0 "$MTU"
+XRI_BR=br1 xri_net_add_tap lab1 "$MTU"
+xri_net_add_veth snd "$MTU" 192.0.2.1/24 fd00::1/64
+XRI_BR=br1 xri_net_add_veth rcv "$MTU" 192.0.2.2/24 fd00::2/64
 SND=(ip netns exec "$XRI_NS-snd")
 RCV=(ip netns exec "$XRI_NS-rcv")
 
-NRUNS=$(($(wc -w <<<"$QPS_LIST") * $(wc -w <<<"$RUNS")))
+NRUNS=$(($(wc -w <<<"$QPS_LIST") * $(wc -w <<<"$RUNS") + $(wc -w <<<"$CEILING_QPS")))
 GUEST_TIMEOUT=$((NRUNS * (DURATION + 30) + 240))
 xri_log "booting the switch guest (qemu TCG)"
-xri_guest_start sw lab0,lab1 192.0.2.250/24 fd00::250/64 1500 "$SCN" "$OUT" "$GUEST_TIMEOUT"
+# The HPET clocksource: with the guest's default (TSC) under TCG on a loaded host, htb's
+# timers fire late and the port stops for up to ~0.7 s at a time (the ceiling runs
+# reached 56-75 % of the rate with it, 94 % with the HPET).
+XRI_GUEST_APPEND="${XRI_GUEST_APPEND:-clocksource=hpet}"
+xri_guest_start sw lab0,lab1 192.0.2.250/24 fd00::250/64 "$MTU" "$SCN" "$OUT" "$GUEST_TIMEOUT"
 # A busy host (other builds) must not make the TCG guest or the xrnic drivers the
 # bottleneck: both run at a higher priority than ordinary work (XRI_LAB_NICE, -10).
 LAB_NICE=${XRI_LAB_NICE:--10}
@@ -188,12 +244,13 @@ qdisc_block() {
 		inb { b = b $0 "\n" }
 		END { printf "%s", last }' "${XRI_GUEST_LOG[sw]}"
 }
-# A block printed after now (waits up to 5 s).
+# A block printed after now: a ping asks the guest for one (waits up to 5 s).
 fresh_qdisc_block() {
 	local n
 	n=$(grep -ac '^XR-QDISC-END' "${XRI_GUEST_LOG[sw]}" || true)
+	"${SND[@]}" ping -c 1 -W 2 "$SW_IP" >/dev/null 2>&1 || true
 	for _ in $(seq 50); do
-		(($(grep -ac '^XR-QDISC-END' "${XRI_GUEST_LOG[sw]}" || true) > n + 1)) && break
+		(($(grep -ac '^XR-QDISC-END' "${XRI_GUEST_LOG[sw]}" || true) > n)) && break
 		sleep 0.1
 	done
 	qdisc_block
@@ -205,11 +262,13 @@ PORT=18515
 # run NAME QPS SENDER-CC-OPTIONS...
 run() {
 	local name=$1 qps=$2
+	local sizes=("${RUN_PERF[@]}")
+	[[ $name == ceiling-* ]] && sizes=("${CEIL_PERF[@]}")
 	shift 2
 	local before after rpid rc=0
 	before=$(fresh_qdisc_block)
 	"${RCV[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 --dcqcn "${CC_PARAMS[@]}" --json --no-stat \
-		-q "$qps" -D "$DURATION" -p "$PORT" >"$OUT/$name.server.out" 2>&1 &
+		-q "$qps" -D "$DURATION" -p "$PORT" "${LAB_PERF[@]}" "${sizes[@]}" "${PERF_OPTS[@]}" >"$OUT/$name.server.out" 2>&1 &
 	rpid=$!
 	xri_on_exit xri_kill_pid "$rpid"
 	# The server is ready once it listens.
@@ -217,9 +276,9 @@ run() {
 		"${RCV[@]}" ss -ltn "sport = :$PORT" | grep -q LISTEN && break
 		sleep 0.1
 	done
-	xri_log "run $name: xrnic perf write -q $qps -D $DURATION $*"
+	xri_log "run $name: xrnic perf write -q $qps -D $DURATION ${LAB_PERF[*]} ${sizes[*]} ${PERF_OPTS[*]} $*"
 	"${SND[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 -q "$qps" -D "$DURATION" --json --no-stat \
-		-p "$PORT" --cc-log "$OUT/$name.csv" --cc-log-interval 50 "$@" 192.0.2.2 \
+		-p "$PORT" --cc-log "$OUT/$name.csv" --cc-log-interval 50 "${LAB_PERF[@]}" "${sizes[@]}" "${PERF_OPTS[@]}" "$@" 192.0.2.2 \
 		>"$OUT/$name.client.out" 2>&1 || rc=$?
 	xri_log "run $name: the client exited (status $rc)"
 	xri_wait_pid "$rpid" 30 || xri_kill_pid "$rpid"
@@ -236,6 +295,10 @@ run() {
 	return 0
 }
 
+for q in $CEILING_QPS; do
+	[[ $q =~ ^[0-9]+$ ]] && ((q >= 1)) || xri_die "--ceiling-qps takes QP counts, not '$q'"
+	[[ -z $REPORT_ONLY ]] && run "ceiling-q$q" "$q" --no-dcqcn --tclass $((CEIL_DSCP << 2))
+done
 for q in $QPS_LIST; do
 	[[ $q =~ ^[0-9]+$ ]] && ((q >= 1)) || xri_die "--qps takes QP counts, not '$q'"
 	for r in $RUNS; do
@@ -265,10 +328,11 @@ done
 rc=0
 CC_TEXT="ConnectX defaults"
 ((${#CC_PARAMS[@]})) && CC_TEXT="ConnectX defaults with ${CC_PARAMS[*]}"
-python3 - "$OUT" "$RATE" "$DURATION" "$CC_TEXT" "$QPS_LIST" >"$OUT/summary.txt" <<'PY' || rc=$?
+python3 - "$OUT" "$RATE" "$DURATION" "$CC_TEXT" "$QPS_LIST" "$CEILING_QPS" >"$OUT/summary.txt" <<'PY' || rc=$?
 import json, re, sys
 out, rate, duration = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 qps_list = sys.argv[5].split()
+ceiling_qps = sys.argv[6].split()
 
 def load(path):
     try:
@@ -349,7 +413,7 @@ def figures(name):
         goodput=sum(bw), per_qp=bw, jain=jain, retrans=retrans, timeouts=timeouts,
         rp_cnp_handled=handled, failed=failed,
         np_cnp_sent=(s or {}).get("counters", {}).get("device", {}).get("np_cnp_sent", 0),
-        red=q.get("red", {}), htb=q.get("htb", {}),
+        red=q.get("red", {}), htb=q.get("htb", {}), fifo=q.get("bfifo", {}),
     )
 
 def row(res, label, f):
@@ -357,14 +421,36 @@ def row(res, label, f):
     print(f"{label:28}{cells[0]:>16}{cells[1]:>16}")
 
 goals = []
-print(f"DCQCN lab: RDMA WRITE 64 KiB through htb {rate:g} Mbit/s + red ecn, {duration:g} s runs")
+print(f"DCQCN lab: RDMA WRITE 16 KiB x 2 per QP through htb {rate:g} Mbit/s + red ecn, {duration:g} s runs")
 print(f"DCQCN: {sys.argv[4]}")
+ceiling = None
+for nq in ceiling_qps:
+    c = figures(f"ceiling-q{nq}")
+    print()
+    print(f"Ceiling: {nq} QP(s) without congestion control through a FIFO of the same rate")
+    if c is None:
+        print("  no figures (the run did not take place or left nothing)")
+        goals.append((f"ceiling, {nq} QPs: the run completed", False))
+        continue
+    print(f"  goodput {c['goodput']:.1f} Mb/s ({100 * c['goodput'] / rate:.1f} % of the bottleneck),"
+          f" retransmitted {c['retrans']}, FIFO drops {c['fifo'].get('dropped', '?')},"
+          f" forwarded {c['htb'].get('pkts', '?')} packets")
+    if c["failed"]:
+        print(f"  (the client failed: {c['failed']})")
+    ceiling = c["goodput"] if ceiling is None else max(ceiling, c["goodput"])
+    # Not a DCQCN goal but the condition for the others to mean anything: below it the
+    # lab measures how fast the TCG guest forwards.
+    goals.append((f"ceiling, {nq} QPs without congestion control: >= 90 % of {rate:g} Mb/s"
+                  f" ({100 * c['goodput'] / rate:.1f} %)", c["goodput"] >= 0.9 * rate))
 for nq in qps_list:
     res = {b: figures(f"{b}-q{nq}") for b in ("dcqcn", "nodcqcn")}
     print()
     print(f"{nq} QPs{'':23}{'with DCQCN':>16}{'without DCQCN':>16}")
     row(res, "goodput, all QPs (Mb/s)", lambda r: f"{r['goodput']:.1f}")
     row(res, "  of the bottleneck", lambda r: f"{100 * r['goodput'] / rate:.1f} %")
+    if ceiling:
+        # The same run's ceiling as the baseline: what the emulated switch let through.
+        row(res, "  of the ceiling", lambda r: f"{100 * r['goodput'] / ceiling:.1f} %")
     row(res, "goodput per QP (Mb/s)", lambda r: " / ".join(f"{x:.1f}" for x in r["per_qp"])[:15])
     row(res, "Jain fairness", lambda r: f"{r['jain']:.3f}")
     row(res, "retransmitted packets", lambda r: str(r["retrans"]))

@@ -25,7 +25,7 @@ PACKAGES=(qemu-system-x86 busybox-static cpio kmod xz-utils rdma-core ibverbs-ut
 # Modules the guest loads; their dependencies are added by modprobe --show-depends.
 MODULES=(configfs crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe ib_cm
 	iw_cm rdma_cm rdma_ucm virtio_pci virtio_net sch_netem sch_red
-	bridge sch_htb) # bridge (with stp, llc) and htb: the DCQCN lab's ECN-marking switch
+	bridge sch_htb cls_u32) # bridge (with stp, llc), htb and u32: the DCQCN lab's switch
 
 # Guest programs (host paths). Libraries come from ldd.
 PROGRAMS=(/usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong

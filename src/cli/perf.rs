@@ -193,6 +193,10 @@ pub struct PerfArgs {
     /// Send queue depth: messages in flight per QP.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=15000))]
     pub tx_depth: u32,
+    /// The QPs' local ACK timeout, 4.096 µs · 2^N (IBTA 9.7.6.1.3; perftest's -u):
+    /// 14 (67 ms) by default, as perftest.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub qp_timeout: u8,
     /// Receive queue depth (send server).
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=16384))]
     pub rx_depth: u32,
@@ -537,6 +541,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 max_dest_rd_atomic: out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 hop_limit: 0xff,
                 traffic_class: args.cc.tclass.unwrap_or(0),
+                timeout: args.qp_timeout,
                 ..ConnectOpts::default()
             },
         )
@@ -1196,6 +1201,29 @@ mod tests {
         assert_eq!(a.device.as_deref(), Some("mlx5_0"));
         assert!(W::try_parse_from(["perf", "write", "-d", "rxe0", "--netdev", "eth0"]).is_err());
         assert!(W::try_parse_from(["perf", "write"]).is_err());
+    }
+
+    /// perftest's -u: the QPs' local ACK timeout exponent, 14 unless given, 1..=31.
+    #[test]
+    fn qp_timeout_is_perftests_u() {
+        use clap::Parser;
+        #[derive(clap::Parser, Debug)]
+        struct W {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        assert_eq!(args(&["write", "--netdev", "x"]).qp_timeout, 14);
+        assert_eq!(args(&["write", "--netdev", "x", "-u", "18"]).qp_timeout, 18);
+        assert_eq!(
+            args(&["write", "--netdev", "x", "--qp-timeout", "31"]).qp_timeout,
+            31
+        );
+        for bad in ["0", "32", "x"] {
+            assert!(
+                W::try_parse_from(["perf", "write", "--netdev", "x", "-u", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

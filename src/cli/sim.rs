@@ -177,9 +177,13 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 500)]
     pub bottleneck_delay_us: u64,
     /// Dumbbell: the bottleneck's RED as `MIN,MAX,PROBABILITY,LIMIT[,WLOG]` (bytes, bytes,
-    /// 0..1, bytes, EWMA weight 2^-WLOG); default the lab's 15000,45000,0.2,400000,3.
+    /// 0..1, bytes, EWMA weight 2^-WLOG); default the lab's 15000,45000,0.2,2000000,3.
     #[arg(long, value_name = "MIN,MAX,P,LIMIT[,WLOG]", value_parser = parse_red)]
     pub red: Option<crate::sim::dumbbell::RedConfig>,
+    /// Dumbbell: the QPs' local ACK timeout, 4.096 µs · 2^N (IBTA 9.7.6.1.3, perftest's
+    /// -u); 14 (67 ms) like perftest.
+    #[arg(long, default_value_t = 14, value_parser = clap::value_parser!(u8).range(1..=31))]
+    pub qp_timeout: u8,
 }
 
 /// Parse `--red MIN,MAX,P,LIMIT[,WLOG]`.
@@ -939,6 +943,8 @@ fn run_dumbbell(
         msg_bytes: 65536,
         depth: args.depth,
         seed: args.seed,
+        timeout: args.qp_timeout,
+        mtu: crate::proto::Mtu::from_bytes(args.mtu).unwrap_or_default(),
     };
     let r = match &args.trace {
         Some(path) => match crate::trace_out::json_lines(path) {

@@ -20,8 +20,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::proto::congestion::{Algorithm, CongestionControl, DcqcnParams, Pacer};
 use crate::proto::{
-    Access, Instant, MAX_FRAME_LEN, RdmaInfo, SendFlags, SendWr, Sge, WcStatus, WorkCompletion,
-    WrOpcode,
+    Access, Instant, MAX_FRAME_LEN, Mtu, RdmaInfo, SendFlags, SendWr, Sge, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use crate::sim::{ConnectOpts, LinkConfig, Pair, QpEnd, Side};
 
@@ -37,17 +37,18 @@ pub struct RedConfig {
     /// `limit`: the hard queue size in bytes.
     pub limit: u64,
     /// The EWMA weight is 2^-wlog (tc derives it from `burst`; 3 for the lab's
-    /// `min 15000 avpkt 1100 burst 20`).
+    /// `min 15000 avpkt 4200 burst 6`, as for `avpkt 1100 burst 20`).
     pub wlog: u32,
 }
 
 impl RedConfig {
-    /// The lab's `red limit 400000 min 15000 max 45000 avpkt 1100 burst 20 probability 0.2`.
+    /// The lab's `red limit 2000000 min 15000 max 45000 avpkt 4200 burst 6 probability 0.2`
+    /// (docs/congestion.md, "Lab").
     pub const LAB: RedConfig = RedConfig {
         min: 15_000,
         max: 45_000,
         max_p: 0.2,
-        limit: 400_000,
+        limit: 2_000_000,
         wlog: 3,
     };
 }
@@ -67,6 +68,10 @@ pub struct DumbbellConfig {
     pub msg_bytes: u32,
     pub depth: u32,
     pub seed: u64,
+    /// The QPs' local ACK timeout exponent (4.096 µs · 2^timeout, IBTA 9.7.6.1.3).
+    pub timeout: u8,
+    /// The QPs' path MTU.
+    pub mtu: Mtu,
 }
 
 impl Default for DumbbellConfig {
@@ -82,6 +87,9 @@ impl Default for DumbbellConfig {
             msg_bytes: 65536,
             depth: 16,
             seed: 1,
+            // perftest's timeout 14 (67 ms).
+            timeout: 14,
+            mtu: Mtu::Mtu1024,
         }
     }
 }
@@ -160,8 +168,8 @@ pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
         .collect();
     let opts = ConnectOpts {
         max_wr: depth.max(16),
-        // perftest's timeout 14 (67 ms): the lab's round trip is milliseconds.
-        timeout: 14,
+        timeout: cfg.timeout.clamp(1, 31),
+        mtu: cfg.mtu,
         ..ConnectOpts::default()
     };
     let mut qps = Vec::new();
@@ -406,5 +414,66 @@ mod tests {
         assert!(on.ce_marked > 0 && on.np_cnp_sent > 0, "{on:?}");
         assert!(on.rp_cnp_handled > 0, "{on:?}");
         assert_eq!(on.errors, 0, "{on:?}");
+    }
+
+    /// The start burst of 8 QPs (8 × 128 PSNs of 1 KiB frames, ≈ 1.1 MB) waits in a deep
+    /// bottleneck queue, each QP's frames interleaved with the 7 others: a QP asks for an
+    /// ACK every 64 packets, whose answer then comes 8 × 64 frames (≈ 90 ms) later, so
+    /// with perftest's timeout 14 (67 ms) its local ACK timer expires with nothing lost
+    /// (IBTA 9.7.6.1.3) and it goes back N; with timeout 18 (1.07 s) nothing is resent.
+    /// The lab's reason for `-u 18`.
+    #[test]
+    fn a_timeout_shorter_than_the_start_burst_queue_resends_and_a_longer_one_does_not() {
+        let base = DumbbellConfig {
+            qps: 8,
+            duration_ns: 300_000_000,
+            red: RedConfig {
+                limit: 4_000_000,
+                ..RedConfig::LAB
+            },
+            ..DumbbellConfig::default()
+        };
+        // (Its go-back-N bursts then overflow even this queue a little.)
+        let short = run(&base);
+        assert!(short.retransmitted_packets > 0, "{short:?}");
+        let long = run(&DumbbellConfig {
+            timeout: 18,
+            ..base
+        });
+        assert_eq!(long.dropped, 0, "{long:?}");
+        assert_eq!(long.retransmitted_packets, 0, "{long:?}");
+        assert_eq!(long.errors, 0, "{long:?}");
+    }
+
+    /// The path MTU reaches the QPs: a QP's 128-PSN window is 4 times the bytes at 4096
+    /// (never cut, so every window sits in the queue), and the same link time carries
+    /// about 3.8 times fewer frames, each marked above K_max.
+    #[test]
+    fn the_path_mtu_sets_the_frame_size() {
+        let base = DumbbellConfig {
+            qps: 1,
+            duration_ns: 200_000_000,
+            dcqcn: Some(DcqcnParams {
+                // Never cut: the same offered load in both runs, every frame above
+                // K_max marked.
+                rp_min_dec_fac: 100,
+                ..DcqcnParams::connectx()
+            }),
+            ..DumbbellConfig::default()
+        };
+        let small = run(&base);
+        let big = run(&DumbbellConfig {
+            mtu: Mtu::Mtu4096,
+            ..base
+        });
+        assert!(
+            small.ce_marked > 0 && big.ce_marked > 0,
+            "{small:?} {big:?}"
+        );
+        assert!(
+            big.mean_queue_bytes > 3.0 * small.mean_queue_bytes,
+            "{small:?} {big:?}"
+        );
+        assert!(small.ce_marked > 2 * big.ce_marked, "{small:?} {big:?}");
     }
 }

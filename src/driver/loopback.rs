@@ -212,7 +212,7 @@ mod tests {
     /// loop).
     #[test]
     fn the_bell_is_read_only_after_it_rang() {
-        let (a, _b) = sim_link().unwrap();
+        let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
         let me = [2, 0, 0, 0, 0, 1];
         let mut lo = Loopback::new(Box::new(a), me).unwrap();
         let local = [&me[..], &[0xaa; 20][..]].concat();

@@ -132,15 +132,20 @@ fn remote_access_errors_nak_and_touch_nothing() {
                 Instant::from_nanos(1_000_000_000),
                 &mut wcs,
             );
-            assert_eq!(wcs[0].status, WcStatus::RemAccessErr, "{what}");
+            // An operation the QP's access flags do not enable is an invalid request
+            // (IBTA vol. 1 §9.7.5.2, rxe `check_op_valid`); the region's own checks are
+            // remote access errors.
+            let qp_flags = matches!(fault, Fault::QpAccessFlags);
+            let (want_wc, want_nak) = if qp_flags {
+                (WcStatus::RemInvReqErr, NakCode::InvalidRequest)
+            } else {
+                (WcStatus::RemAccessErr, NakCode::RemoteAccessError)
+            };
+            assert_eq!(wcs[0].status, want_wc, "{what}");
             assert_eq!(wcs[1].status, WcStatus::WrFlushErr, "{what}");
             let naks = frames(&p, Side::B, Opcode::RC_ACK);
             assert_eq!(naks.len(), 1, "{what}");
-            assert_eq!(
-                naks[0].1,
-                Some(Syndrome::Nak(NakCode::RemoteAccessError)),
-                "{what}"
-            );
+            assert_eq!(naks[0].1, Some(Syndrome::Nak(want_nak)), "{what}");
             assert!(
                 p.b.mr_bytes(target.lkey)
                     .unwrap()
@@ -152,11 +157,13 @@ fn remote_access_errors_nak_and_touch_nothing() {
                 p.a.mr_bytes(src.lkey).unwrap().iter().all(|&b| b == 0x11),
                 "{what}: source untouched"
             );
-            assert_eq!(
-                p.b.qp_counters(c.qp_b).unwrap().remote_access_errors,
-                1,
-                "{what}"
-            );
+            let b = p.b.qp_counters(c.qp_b).unwrap();
+            let counted = if qp_flags {
+                b.invalid_requests
+            } else {
+                b.remote_access_errors
+            };
+            assert_eq!(counted, 1, "{what}");
             assert_eq!(p.b.qp_counters(c.qp_b).unwrap().naks_sent, 1, "{what}");
             assert_eq!(p.a.qp_counters(c.qp_a).unwrap().naks_received, 1, "{what}");
             assert_eq!(

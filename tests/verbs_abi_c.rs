@@ -76,7 +76,7 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
     let client = exec(&pair, Side::A, &exe, &dir, "client").output().unwrap();
     let server = server.wait_with_output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    for (who, o, checks) in [("client", &client, 55), ("server", &server, 47)] {
+    for (who, o, checks) in [("client", &client, 56), ("server", &server, 47)] {
         let t = text(o);
         let s = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{who}: {t}");

@@ -218,6 +218,9 @@ pub struct Shared {
     /// completions shortens the lease to [`poll::POLL_GRACE`] ([`Shared::poll_found`]),
     /// so that the driver watches the socket again once the application stops polling.
     grace_timer: OwnedFd,
+    /// `grace_timer` is armed by a poll that found completions and no empty poll has
+    /// disarmed it since (`Shared::poll_progress`).
+    grace_armed: AtomicBool,
     /// A thread waits for a completion asleep on the socket ([`Shared::wait_cq`]).
     rx_waiter: AtomicBool,
     /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
@@ -475,6 +478,7 @@ impl Driver {
             sleeping: AtomicBool::new(false),
             wake_at: AtomicU64::new(0),
             poll_lease: AtomicU64::new(0),
+            grace_armed: AtomicBool::new(false),
             grace_timer: rustix::time::timerfd_create(
                 rustix::time::TimerfdClockId::Monotonic,
                 rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
@@ -768,5 +772,41 @@ mod tests {
         // The next empty poll lengthens the lease again.
         let _ = s.poll_progress();
         assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE);
+    }
+
+    /// A ping-pong polls on after each completion: the grace timer the completion armed
+    /// must not then wake the driver (on an idle VM a wake-up costs tens of µs), so the
+    /// first empty poll after it disarms the timer (the lease it lengthened keeps the
+    /// driver off meanwhile).
+    #[test]
+    fn an_empty_poll_after_a_completion_disarms_the_grace_timer() {
+        let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
+        let d = Driver::start(
+            Rnic::new(crate::proto::Config::default()),
+            Box::new(a),
+            DriverOptions::default(),
+        )
+        .unwrap();
+        let s = d.shared();
+        // The timer's own state reads zero once it fired too (50 µs: a loaded machine
+        // may take longer between two lines): the flag says it was armed.
+        let running = |s: &Shared| {
+            let t = rustix::time::timerfd_gettime(&s.grace_timer).unwrap();
+            t.it_value.tv_sec != 0 || t.it_value.tv_nsec != 0
+        };
+        let _ = s.poll_progress();
+        s.poll_found();
+        assert!(
+            s.grace_armed.load(Ordering::SeqCst),
+            "a completion arms the grace timer"
+        );
+        let _ = s.poll_progress();
+        assert!(!s.grace_armed.load(Ordering::SeqCst));
+        assert!(!running(s), "the next empty poll disarms it");
+        assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE);
+        // A completion again arms it: an application that stops polling now still
+        // hands the socket back to the driver within the grace.
+        s.poll_found();
+        assert!(s.grace_armed.load(Ordering::SeqCst));
     }
 }

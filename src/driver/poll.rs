@@ -29,10 +29,12 @@
 //!   application got what it waited for and may stop calling in: perftest's
 //!   `ib_write_lat` next spins on its buffer, where only a remote RDMA WRITE it never
 //!   polls for lands) shortens the lease to [`POLL_GRACE`] and arms the driver's grace
-//!   timer ([`Shared::poll_found`]); the next empty poll lengthens it again. An
-//!   application that keeps polling (a ping-pong answering within the grace) re-arms the
-//!   timer before it fires and costs one `timerfd_settime` per completion, no wake-up;
-//!   one that stops leaves the socket to the driver within the grace.
+//!   timer ([`Shared::poll_found`]); the next empty poll lengthens it again and disarms
+//!   the timer. An application that keeps polling (a ping-pong) costs two
+//!   `timerfd_settime` per completion and no wake-up, however long its round trip (left
+//!   armed, the timer woke the driver once per completion whenever the round trip
+//!   exceeded the grace: on an idle VM that doubled rc-pingpong's round trip); one that
+//!   stops leaves the socket to the driver within the grace.
 //! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
 //!   outstanding work the driver is kicked and sends whole batches, as a stream of small
 //!   messages would otherwise cost one `sendto` each.
@@ -418,6 +420,13 @@ impl Shared {
         let lease = self.now() + POLL_LEASE;
         self.poll_lease
             .fetch_max(lease.as_nanos(), Ordering::SeqCst);
+        // The application polls on after a completion: the lease it just lengthened
+        // holds the driver off, so the grace timer armed by `poll_found` is disarmed
+        // rather than left to wake the driver for nothing (one wake-up per completion
+        // whenever the round trip exceeds the grace).
+        if self.grace_armed.swap(false, Ordering::SeqCst) {
+            self.set_grace_timer(Duration::ZERO);
+        }
         self.app_step_as(Stepper::Poll).is_some()
     }
 
@@ -434,23 +443,30 @@ impl Shared {
             })
             .is_ok();
         if shortened {
-            let t = rustix::time::Itimerspec {
-                it_interval: Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                },
-                it_value: Timespec {
-                    tv_sec: 0,
-                    tv_nsec: POLL_GRACE.as_nanos() as i64,
-                },
-            };
-            // Only fails on a bad descriptor or value, neither possible here.
-            let _ = rustix::time::timerfd_settime(
-                &self.grace_timer,
-                rustix::time::TimerfdTimerFlags::empty(),
-                &t,
-            );
+            self.grace_armed.store(true, Ordering::SeqCst);
+            self.set_grace_timer(POLL_GRACE);
         }
+    }
+
+    /// Arm the grace timer to fire `after` from now; zero disarms it.
+    fn set_grace_timer(&self, after: Duration) {
+        let t = rustix::time::Itimerspec {
+            it_interval: Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: Timespec {
+                tv_sec: 0,
+                tv_nsec: after.as_nanos() as i64,
+            },
+        };
+        // Only fails on a bad descriptor or value, neither possible here (`after` is
+        // below a second).
+        let _ = rustix::time::timerfd_settime(
+            &self.grace_timer,
+            rustix::time::TimerfdTimerFlags::empty(),
+            &t,
+        );
     }
 
     /// Push deferred ACKs out now (a poll found no completion, or a thread is about to

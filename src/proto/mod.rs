@@ -25,12 +25,14 @@
 //! docs/transport.md §9a).
 
 pub mod completer;
+pub mod config;
 pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;
 mod framing;
 pub mod memory;
+mod packet;
 pub mod qp;
 pub mod requester;
 pub mod resources;

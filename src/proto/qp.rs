@@ -46,40 +46,7 @@ pub enum QpType {
     Ud,
 }
 
-/// Path MTU, one of the five IB sizes (`enum ibv_mtu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
-pub enum Mtu {
-    Mtu256,
-    Mtu512,
-    #[default]
-    Mtu1024,
-    Mtu2048,
-    Mtu4096,
-}
-
-impl Mtu {
-    pub const fn bytes(self) -> u32 {
-        match self {
-            Mtu::Mtu256 => 256,
-            Mtu::Mtu512 => 512,
-            Mtu::Mtu1024 => 1024,
-            Mtu::Mtu2048 => 2048,
-            Mtu::Mtu4096 => 4096,
-        }
-    }
-
-    /// The MTU of exactly `n` bytes.
-    pub const fn from_bytes(n: u32) -> Option<Mtu> {
-        Some(match n {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-}
+pub use super::config::Mtu;
 
 /// The address vector of the remote end (`ibv_ah_attr` with a GRH, RoCE v2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -13,12 +13,13 @@
 use std::collections::VecDeque;
 
 use crate::wire::{
-    AethRepr, AtomicEthRepr, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Qpn,
+    AethRepr, AtomicEthRepr, BthFields, ExtHeaders, Msn, NakCode, OpInfo, Opcode, Operation, Psn, Qpn,
     Segment, Syndrome, aeth_credits,
 };
 
 use super::cq::{WcOpcode, WcStatus, WorkCompletion};
-use super::framing::TxExt;
+use super::counters::QpCounters;
+use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::memory::{Access, AccessError, MemRef, MemTable};
 use super::memory::{LocalSeg, Payload, scatter};
 use super::qp::{Qp, QpState};
@@ -224,6 +225,71 @@ impl Responder {
             }
         }
         Syndrome::Ack { credit_code: code }
+    }
+
+    /// The responder's turn at the wire: the next response packet, its payload read
+    /// (borrowed from an owned region, copied into `scratch` out of application memory,
+    /// memory.rs), and the responder's send counters moved. `None` when nothing is
+    /// queued. In ERR only the answers to requests executed before the move are left in
+    /// `out` (`Qp::enter_error`).
+    #[inline]
+    pub fn poll_transmit<'a>(
+        &mut self,
+        mtu: u32,
+        advertise: bool,
+        bufs: TxBufs<'a>,
+        counters: &mut QpCounters,
+    ) -> Option<Tx<'a>> {
+        // Checked here first: most calls find nothing queued.
+        if self.out.is_empty() {
+            return None;
+        }
+        let TxBufs { mem, scratch } = bufs;
+        let p = self.next_response(mtu, advertise, mem)?;
+        if p.region_gone {
+            counters.remote_access_errors += 1;
+        }
+        if p.replay {
+            counters.retransmitted_packets += 1;
+        }
+        if p.is_nak {
+            counters.naks_sent += 1;
+        } else if p.is_rnr {
+            counters.rnr_naks_sent += 1;
+        } else if p.opcode == Opcode::RC_ACK {
+            counters.acks_sent += 1;
+        }
+        // `next_response` checked the region of a READ response in this same call;
+        // nothing can have freed it since.
+        let payload = match p.payload {
+            Payload::Mem { mem: m, skip, len } if mem.borrowable(m) => mem.bytes(m, skip, len),
+            // Application memory is copied out, never borrowed (memory.rs).
+            Payload::Mem { mem: m, skip, len } => {
+                scratch.resize(len, 0);
+                let buf = &mut scratch[..len];
+                mem.read(m, skip, buf).then_some(&*buf)
+            }
+            _ => Some(&[][..]),
+        };
+        let Some(payload) = payload else {
+            // A READ response out of another process's memory that is gone: the QP is
+            // as good as destroyed (`owner_gone`).
+            return Some(match p.payload {
+                Payload::Mem { mem: m, .. } if mem.owner_gone(m) => Tx::OwnerGone(p.psn),
+                _ => Tx::Unreadable,
+            });
+        };
+        Some(Tx::Send(TxPacket {
+            bth: BthFields {
+                opcode: p.opcode,
+                psn: p.psn,
+                ack_req: false,
+                solicited: false,
+            },
+            ext: p.ext,
+            payload,
+            reason: p.reason,
+        }))
     }
 
     /// The next response packet to send, advancing the queue. A READ response whose

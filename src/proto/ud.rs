@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::wire::{
-    BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn, UdpRepr,
+    BthFields, BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn, UdpRepr,
 };
 
 use super::super::Ctx;
@@ -252,7 +252,17 @@ pub(crate) fn transmit(
         // AckReq set as rxe sets it on every last/only packet, UD included
         // (`init_req_packet`; seen in its captures); a UD receiver ignores it.
         let len = t
-            .emit(opcode, w.solicited, true, psn, &ext, scratch, buf)
+            .emit(
+                BthFields {
+                    opcode,
+                    psn,
+                    ack_req: true,
+                    solicited: w.solicited,
+                },
+                &ext,
+                scratch,
+                buf,
+            )
             .ok();
         qp_event!(
             ctx.now,

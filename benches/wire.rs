@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use xrnic::wire::{
-    BthFields, BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode, Psn, Qpn,
-    RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
+    BthFields, BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode,
+    Psn, Qpn, RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
 };
 
 const PAYLOAD: usize = 1024;
@@ -144,13 +144,8 @@ impl<'a> Case<'a> {
             ack_req: bth.ack_req,
             solicited: bth.solicited,
         };
-        t.emit(
-            f,
-            &r.roce.ext,
-            r.roce.payload,
-            black_box(out),
-        )
-        .unwrap()
+        t.emit(f, &r.roce.ext, r.roce.payload, black_box(out))
+            .unwrap()
     }
 
     fn template(&self) -> FrameTemplate {

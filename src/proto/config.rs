@@ -100,4 +100,3 @@ impl Default for Config {
         }
     }
 }
-

@@ -15,18 +15,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::wire::{ExtHeaders, FrameView, Psn, Qpn, Service, gid_is};
 
 use super::completer;
-pub use super::config::{Config, FIRST_QPN, random_first_qpn};
 use super::config::QPN_SPACE;
+pub use super::config::{Config, FIRST_QPN, random_first_qpn};
 use super::congestion::{CongestionControl, build_cnp};
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
+use super::execute;
 use super::framing::{emit, frame_addrs};
-use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::memory::resolve_sges;
-use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
+use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::packet::{Tx, TxBufs};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
 use super::requester::{ReqTxEnv, SendWqe};
-use super::responder::{self, RecvWqe};
+use super::responder::RecvWqe;
 use super::sched::Scheduler;
 use super::time::Instant;
 use super::timers::Timer;
@@ -891,7 +892,7 @@ impl Rnic {
                 return (RxVerdict::WrongState, Some(slot));
             }
         } else if info.is_request() {
-            responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
+            execute::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
             handle_response(qp, &mut ctx, info, psn, ext, payload);
             if qp.state == QpState::Sqd && qp.req.drained_now() {
@@ -1067,7 +1068,7 @@ impl Rnic {
                     Tx::Send(p) => emit(&self.cfg, qp, ect, &p, buf).map(|l| (l, p.reason)),
                     Tx::Unreadable => None,
                     Tx::OwnerGone(psn) => {
-                        responder::owner_gone(qp, &mut ctx, psn);
+                        execute::owner_gone(qp, &mut ctx, psn);
                         return None;
                     }
                 };

@@ -40,7 +40,7 @@ pub(crate) enum Tx<'a> {
     /// The packet's bytes could not be read: nothing goes out this time.
     Unreadable,
     /// A READ response's bytes belong to a process that is gone: the QP is as good as
-    /// destroyed (`responder::owner_gone`, for the PSN given).
+    /// destroyed (`execute::owner_gone`, for the PSN given).
     OwnerGone(crate::wire::Psn),
 }
 

@@ -485,10 +485,12 @@ mod tests {
             };
             let n = t
                 .emit(
-                    Opcode::RC_WRITE_FIRST,
-                    false,
-                    true,
-                    Psn::new(5),
+                    BthFields {
+                        opcode: Opcode::RC_WRITE_FIRST,
+                        psn: Psn::new(5),
+                        ack_req: true,
+                        solicited: false,
+                    },
                     &ext,
                     &[9; 1001],
                     &mut out,

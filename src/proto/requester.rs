@@ -214,7 +214,9 @@ impl Requester {
     /// retransmission counted. `None` when it has nothing to send now (paced, an RNR
     /// wait, the window full, the queue empty, or the head WR's bytes just found gone:
     /// the caller's `fail_local_error_at_head` then fails it).
-    #[inline]
+    // Inlined into its one caller, `transmit_qp`: the packet description stays in
+    // registers instead of being returned through memory (as `next_packet` into this).
+    #[inline(always)]
     pub fn poll_transmit<'a>(&mut self, env: ReqTxEnv<'_>, bufs: TxBufs<'a>) -> Option<Tx<'a>> {
         let ReqTxEnv {
             cfg,

@@ -231,7 +231,8 @@ impl Responder {
     /// memory.rs), and the responder's send counters moved. `None` when nothing is
     /// queued. In ERR only the answers to requests executed before the move are left in
     /// `out` (`Qp::enter_error`).
-    #[inline]
+    // Inlined into its one caller, `transmit_qp` (see `Requester::poll_transmit`).
+    #[inline(always)]
     pub fn poll_transmit<'a>(
         &mut self,
         mtu: u32,

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use xrnic::wire::{
-    BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode, Psn, Qpn,
-    RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
+    BthFields, BthRepr, EthRepr, ExtHeaders, FrameRepr, FrameTemplate, FrameView, IpRepr, Opcode,
+    Psn, Qpn, RethRepr, Rkey, RoceRepr, UdpRepr, icrc,
 };
 
 const PAYLOAD: usize = 1024;
@@ -138,16 +138,14 @@ impl<'a> Case<'a> {
     fn template_generate(&self, t: &FrameTemplate, out: &mut [u8]) -> usize {
         let r = black_box(&self.repr);
         let bth = &r.roce.bth;
-        t.emit(
-            bth.opcode,
-            bth.solicited,
-            bth.ack_req,
-            bth.psn,
-            &r.roce.ext,
-            r.roce.payload,
-            black_box(out),
-        )
-        .unwrap()
+        let f = BthFields {
+            opcode: bth.opcode,
+            psn: bth.psn,
+            ack_req: bth.ack_req,
+            solicited: bth.solicited,
+        };
+        t.emit(f, &r.roce.ext, r.roce.payload, black_box(out))
+            .unwrap()
     }
 
     fn template(&self) -> FrameTemplate {

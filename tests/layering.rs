@@ -5,12 +5,12 @@
 //! names a forbidden module, outside comments and test code (`*tests.rs` files and what
 //! follows `#[cfg(test)]` at the start of a line).
 //!
-//! Inside proto/ the imports go one way too (issue 14, item 5): memory, cq and the work
-//! requests (wr) <- requester, responder <- qp <- completer <- device. This reads the
-//! `super::X` and `crate::proto::X` paths of those files (same rules for comments and
-//! test code). Two edges against that order remain and are listed by name in
-//! [`PROTO_KNOWN`] (the responder works on the whole `Qp`; the QP holds the UD state of
-//! `device::ud`): any other edge fails, and so does a listed one that has gone.
+//! Inside proto/ the imports go one way too (issue 14, item 5): config, cq, the work
+//! requests (wr), memory and the packet description (packet) <- requester, responder <-
+//! qp <- framing, execute (the responder's request execution on a QP) <- completer <-
+//! device ([`PROTO_ORDER`]). This reads the `super::X` and `crate::proto::X` paths of
+//! those files (same rules for comments and test code); any edge against the order
+//! fails, with no exceptions.
 //!
 //! And the library runs no external program (issue 15, build point 1): no file of the
 //! `xrnic` crate's src (the other crates' folders, src/cli, src/abi and src/netns, aside;
@@ -50,43 +50,37 @@ fn rules() -> Vec<(&'static str, Vec<&'static str>)> {
     ]
 }
 
-/// (proto module, the proto modules it must not import).
-const PROTO_RULES: &[(&str, &[&str])] = &[
-    (
-        "wr",
-        &[
-            "memory",
-            "requester",
-            "responder",
-            "qp",
-            "completer",
-            "device",
-        ],
-    ),
-    (
-        "cq",
-        &[
-            "memory",
-            "wr",
-            "requester",
-            "responder",
-            "qp",
-            "completer",
-            "device",
-        ],
-    ),
-    (
-        "memory",
-        &["requester", "responder", "qp", "completer", "device"],
-    ),
-    ("requester", &["responder", "qp", "completer", "device"]),
-    ("responder", &["requester", "qp", "completer", "device"]),
-    ("qp", &["completer", "device"]),
-    ("completer", &["device"]),
+/// proto/'s import order, bottom first: each module may import only those on earlier
+/// rows (and not those on its own row). `config` is the very bottom.
+const PROTO_ORDER: &[&[&str]] = &[
+    &["config"],
+    &["cq"],
+    &["wr"],
+    &["memory"],
+    &["packet"],
+    &["requester", "responder"],
+    &["qp"],
+    &["framing", "execute"],
+    &["completer"],
+    &["device"],
 ];
 
-/// Edges against [`PROTO_RULES`] that the code still has (issue 14 item 5, not done).
-const PROTO_KNOWN: &[(&str, &str)] = &[("responder", "qp"), ("qp", "device")];
+/// (proto module, the proto modules it must not import): those on its own row of
+/// [`PROTO_ORDER`] and every row above it.
+fn proto_rules() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut rules = Vec::new();
+    for (i, row) in PROTO_ORDER.iter().enumerate() {
+        for m in row.iter() {
+            let forbidden = PROTO_ORDER[i..]
+                .iter()
+                .flat_map(|r| r.iter().copied())
+                .filter(|x| x != m)
+                .collect();
+            rules.push((*m, forbidden));
+        }
+    }
+    rules
+}
 
 /// The proto modules a file directly under src/proto names, through `super::X`,
 /// `super::{X, ..}` (one line or several) or `crate::proto::X`.
@@ -313,30 +307,45 @@ fn each_layer_imports_only_below_it() {
 fn proto_imports_one_way() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proto");
     let mut bad = Vec::new();
-    let mut known_seen = Vec::new();
-    for (module, forbidden) in PROTO_RULES {
+    for (module, forbidden) in proto_rules() {
         let f = src.join(format!("{module}.rs"));
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f:?}: {e}"));
         for (line, m) in proto_refs(&non_test(&text)) {
-            if !forbidden.contains(&m.as_str()) {
-                continue;
+            if forbidden.contains(&m.as_str()) {
+                bad.push(format!(
+                    "proto/{module}.rs:{line}: {module} imports proto::{m}"
+                ));
             }
-            if PROTO_KNOWN.contains(&(module, m.as_str())) {
-                known_seen.push((*module, m));
-                continue;
-            }
-            bad.push(format!(
-                "proto/{module}.rs:{line}: {module} imports proto::{m}"
-            ));
         }
     }
     assert!(bad.is_empty(), "proto layering broken:\n{}", bad.join("\n"));
-    for (a, b) in PROTO_KNOWN {
-        assert!(
-            known_seen.iter().any(|(x, y)| x == a && y == b),
-            "{a} no longer imports {b}: take ({a}, {b}) off PROTO_KNOWN"
-        );
+}
+
+/// The order forbids every back edge: for any two modules on different rows, the lower
+/// one may not import the higher one, and two modules of one row not each other.
+#[test]
+fn the_proto_order_forbids_every_back_edge() {
+    let rules = proto_rules();
+    let forbidden = |a: &str, b: &str| {
+        rules
+            .iter()
+            .find(|(m, _)| *m == a)
+            .is_some_and(|(_, f)| f.contains(&b))
+    };
+    for (i, low) in PROTO_ORDER.iter().enumerate() {
+        for (j, high) in PROTO_ORDER.iter().enumerate().skip(i) {
+            for a in low.iter() {
+                for b in high.iter().filter(|b| *b != a) {
+                    assert!(forbidden(a, b), "{a} may import {b}");
+                    if j > i {
+                        assert!(!forbidden(b, a), "{b} may not import {a}");
+                    }
+                }
+            }
+        }
     }
+    assert!(forbidden("qp", "device") && forbidden("responder", "qp"));
+    assert!(forbidden("config", "qp") && forbidden("framing", "completer"));
 }
 
 /// The proto checker finds each form.

@@ -12,21 +12,25 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::wire::{ExtHeaders, FrameView, Opcode, Psn, Qpn, Service, gid_is};
+use crate::wire::{ExtHeaders, FrameView, Psn, Qpn, Service, gid_is};
 
 use super::completer;
+use super::config::QPN_SPACE;
+pub use super::config::{Config, FIRST_QPN, random_first_qpn};
 use super::congestion::{CongestionControl, build_cnp};
 use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
+use super::execute;
 use super::framing::{emit, frame_addrs};
+use super::memory::resolve_sges;
 use super::memory::{Access, MemTable, MrInfo, Pd};
-use super::memory::{Payload, resolve_sges};
-use super::qp::{AttrMask, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
-use super::requester::{ReqLimits, SendWqe};
-use super::responder::{self, RecvWqe};
+use super::packet::{Tx, TxBufs};
+use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
+use super::requester::{ReqTxEnv, SendWqe};
+use super::responder::RecvWqe;
 use super::sched::Scheduler;
-use super::time::{Instant, duration_nanos};
-use super::timers::{Timer, local_ack_timeout};
+use super::time::Instant;
+use super::timers::Timer;
 use super::trace::{TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::wr::{RecvWr, SendWr};
@@ -35,75 +39,6 @@ use super::{Ctx, completer::handle_response};
 /// The largest frame `poll_transmit` writes: Ethernet + VLAN + IPv6 + UDP + BTH + the
 /// largest extension headers + 4096 bytes of payload + ICRC, rounded up.
 pub const MAX_FRAME_LEN: usize = 4096 + 256;
-
-/// Bytes beyond the path MTU a data frame may carry (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
-/// ImmDt, ICRC), so the pacer is asked for a whole frame before one is built.
-const PACING_HEADROOM: usize = 128;
-
-/// The lowest QPN handed out: 0 and 1 are QP0/QP1 (IBTA vol.1 §3.5.5); rxe keeps its QP
-/// pool above 16 too (rxe_param.h `RXE_MIN_QP_INDEX`).
-pub const FIRST_QPN: u32 = 0x11;
-
-/// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
-const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
-
-/// Device configuration.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Our MAC address: the source of every frame, and the only destination accepted.
-    pub mac: [u8; 6],
-    /// The GID table; an address vector's `sgid_index` picks the source. Frames to other
-    /// IP addresses are dropped.
-    pub gids: Vec<[u8; 16]>,
-    /// At most this many PSNs unacknowledged (rxe: 128).
-    pub max_unacked_psns: u32,
-    /// The requester asks for an ACK at least every this many packets, and the responder
-    /// sends one at least this often (rxe: 64).
-    pub ack_every: u32,
-    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7). Off by default,
-    /// like rxe, which ignores them.
-    pub honour_credits: bool,
-    /// Advertise the receive queue depth as credits instead of "unlimited" (0x1F).
-    pub advertise_credits: bool,
-    /// Largest number of WRs per work queue.
-    pub max_qp_wr: u32,
-    /// The port's active MTU: the largest UD message (IBTA C10-93.1.1; rxe `get_mtu`).
-    pub port_mtu: Mtu,
-    /// The QPN of the first QP slot; later slots follow it, wrapping from 0xFFFFFF back to
-    /// [`FIRST_QPN`] (a value below [`FIRST_QPN`] counts as [`FIRST_QPN`]). The default,
-    /// [`FIRST_QPN`], keeps sans-IO runs reproducible; a device on an interface starts at a
-    /// random one ([`random_first_qpn`]), as a real RNIC's QPNs do not restart per process.
-    pub first_qpn: u32,
-}
-
-/// A QPN start drawn at random for each device opened (std's `RandomState` keys come from
-/// the operating system's random source): a process restarted against the same peer does
-/// not reuse the QPNs of its previous run, which the peer's CM would still hold in
-/// timewait and answer with REJ "stale connection" (cm.c `cm_insert_remote_qpn`). rxe's
-/// QPNs come from a device-wide pool handed out cyclically (rxe_pool.c `xa_alloc_cyclic`)
-/// that does not restart per process either.
-pub fn random_first_qpn() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    FIRST_QPN + (h.finish() % u64::from(QPN_SPACE)) as u32
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            mac: [0x02, 0, 0, 0, 0, 1],
-            gids: vec![super::qp::ipv4_gid([192, 0, 2, 1])],
-            max_unacked_psns: 128,
-            ack_every: 64,
-            honour_credits: false,
-            advertise_credits: false,
-            max_qp_wr: 16384,
-            port_mtu: Mtu::Mtu4096,
-            first_qpn: FIRST_QPN,
-        }
-    }
-}
 
 /// A software RNIC.
 #[derive(Debug)]
@@ -957,7 +892,7 @@ impl Rnic {
                 return (RxVerdict::WrongState, Some(slot));
             }
         } else if info.is_request() {
-            responder::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
+            execute::handle_request(qp, &mut ctx, info, psn, ack_req, ext, payload);
         } else {
             handle_response(qp, &mut ctx, info, psn, ext, payload);
             if qp.state == QpState::Sqd && qp.req.drained_now() {
@@ -1112,117 +1047,61 @@ impl Rnic {
             return None;
         }
         let mtu = qp.attr.path_mtu.bytes();
+        let uc = qp.init.qp_type == QpType::Uc;
+        // The two sides alternate packet by packet; `tx_turn` says who goes first.
         let resp_first = qp.tx_turn;
         for pass in 0..2 {
-            let responder_turn = (pass == 0) == resp_first;
-            if responder_turn {
-                // In ERR only the answers to requests executed before the move are left
-                // in `resp.out` (`Qp::enter_error`).
-                // Checked here first: most calls find nothing queued.
-                if qp.resp.out.is_empty() {
-                    continue;
-                }
-                let Some(p) = qp
+            if (pass == 0) == resp_first {
+                let bufs = TxBufs {
+                    mem: ctx.mem,
+                    scratch: &mut self.scratch,
+                };
+                let advertise = self.cfg.advertise_credits;
+                let Some(tx) = qp
                     .resp
-                    .next_response(mtu, self.cfg.advertise_credits, ctx.mem)
+                    .poll_transmit(mtu, advertise, bufs, &mut qp.counters)
                 else {
                     continue;
                 };
-                if p.region_gone {
-                    qp.counters.remote_access_errors += 1;
-                }
                 qp.tx_turn = false;
-                if p.replay {
-                    qp.counters.retransmitted_packets += 1;
-                }
-                if p.is_nak {
-                    qp.counters.naks_sent += 1;
-                } else if p.is_rnr {
-                    qp.counters.rnr_naks_sent += 1;
-                } else if p.opcode == Opcode::RC_ACK {
-                    qp.counters.acks_sent += 1;
-                }
-                // `next_response` checked the region of a READ response in this same
-                // call; nothing can have freed it since.
-                let payload = match p.payload {
-                    Payload::Mem { mem, skip, len } if ctx.mem.borrowable(mem) => {
-                        ctx.mem.bytes(mem, skip, len)
+                let len = match tx {
+                    Tx::Send(p) => emit(&self.cfg, qp, ect, &p, buf).map(|l| (l, p.reason)),
+                    Tx::Unreadable => None,
+                    Tx::OwnerGone(psn) => {
+                        execute::owner_gone(qp, &mut ctx, psn);
+                        return None;
                     }
-                    // Application memory is copied out, never borrowed (memory.rs).
-                    Payload::Mem { mem, skip, len } => {
-                        self.scratch.resize(len, 0);
-                        let buf = &mut self.scratch[..len];
-                        ctx.mem.read(mem, skip, buf).then_some(&*buf)
-                    }
-                    _ => Some(&[][..]),
                 };
-                // A READ response out of another process's memory that is gone: the QP
-                // is as good as destroyed (src/proto/responder.rs `owner_gone`).
-                if payload.is_none()
-                    && matches!(p.payload, Payload::Mem { mem, .. } if ctx.mem.owner_gone(mem))
-                {
-                    super::responder::owner_gone(qp, &mut ctx, p.psn);
-                    return None;
-                }
-                let len = payload.and_then(|pl| {
-                    emit(
-                        &self.cfg, qp, ect, p.opcode, p.psn, false, false, &p.ext, pl, buf,
-                    )
-                });
                 if qp.resp.fatal && qp.resp.out.is_empty() {
                     qp.enter_error(&mut ctx);
                 }
-                if let Some(l) = len {
+                if let Some((l, reason)) = len {
                     qp.counters.packets_sent += 1;
                     qp.counters.bytes_sent += l as u64;
-                    return Some((l, p.reason));
+                    return Some((l, reason));
                 }
             } else {
                 if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
                     continue;
                 }
-                // A throttled QP asks for ACKs often enough that one comes back within a
-                // quarter of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64
-                // packets take longer than the timeout itself, which would then expire
-                // with nothing lost (§9.7.6.1: the timer restarts only on progress).
-                let ack_every = match (&self.cc, qp.attr.timeout) {
-                    (Some(cc), timeout) => local_ack_timeout(timeout)
-                        .and_then(|t| {
-                            cc.throttled_packets_within(
-                                qp.qpn,
-                                t / 4,
-                                mtu as usize + PACING_HEADROOM,
-                            )
-                        })
-                        .map_or(self.cfg.ack_every, |n| n.clamp(1, self.cfg.ack_every)),
-                    (None, _) => self.cfg.ack_every,
-                };
-                // At the pace the peer acknowledges (a slow path: an emulated guest), an
-                // ACK comes back within a quarter of the local ACK timeout too.
-                let ack_every = qp.req.paced_ack_every(
-                    ack_every,
-                    local_ack_timeout(qp.attr.timeout).map(duration_nanos),
-                );
-                let lim = ReqLimits {
-                    mtu,
-                    max_rd_atomic: u32::from(qp.attr.max_rd_atomic),
-                    max_unacked: self.cfg.max_unacked_psns,
-                    ack_every,
-                    draining: qp.state == QpState::Sqd,
-                };
-                // DCQCN: the requester's frames leave at the QP's current rate.
-                if let Some(cc) = self.cc.as_mut() {
-                    if !cc.may_send(now, qp.qpn, mtu as usize + PACING_HEADROOM) {
-                        continue;
-                    }
-                }
-                let Some(p) = qp.req.next_packet(
-                    &lim,
-                    ctx.mem,
-                    &mut self.scratch,
-                    self.cfg.honour_credits,
+                let env = ReqTxEnv {
+                    cfg: &self.cfg,
+                    cc: self.cc.as_mut(),
+                    counters: &mut qp.counters,
+                    qpn: qp.qpn,
+                    dev: self.name,
                     now,
-                ) else {
+                    mtu,
+                    timeout: qp.attr.timeout,
+                    max_rd_atomic: qp.attr.max_rd_atomic,
+                    draining: qp.state == QpState::Sqd,
+                    uc,
+                };
+                let bufs = TxBufs {
+                    mem: ctx.mem,
+                    scratch: &mut self.scratch,
+                };
+                let Some(tx) = qp.req.poll_transmit(env, bufs) else {
                     // The packet's bytes may just have been found gone.
                     if fail_local_error_at_head(qp, &mut ctx) {
                         return None;
@@ -1230,62 +1109,11 @@ impl Rnic {
                     continue;
                 };
                 qp.tx_turn = true;
-                let uc = qp.init.qp_type == super::qp::QpType::Uc;
-                if let Some(wr_id) = p.started_wr {
-                    qp_event!(
-                        now,
-                        self.name,
-                        qp.qpn,
-                        "wqe_started",
-                        wr_id = wr_id,
-                        first_psn = p.psn.value()
-                    );
-                }
-                if p.retransmit {
-                    qp.counters.retransmitted_packets += 1;
-                }
-                if !qp.req.timers.is_armed(Timer::Retransmit) && !uc {
-                    let t = local_ack_timeout(qp.attr.timeout);
-                    qp.req.timers.arm(Timer::Retransmit, now, t);
-                    if let Some(at) = qp.req.timers.get(Timer::Retransmit) {
-                        qp_event!(
-                            now,
-                            self.name,
-                            qp.qpn,
-                            "timer_armed",
-                            timer = "ack",
-                            at_ns = at.as_nanos()
-                        );
-                    }
-                }
-                // `next_packet` checked the bytes of a `Mem` payload in this same call
-                // (a region gone meanwhile fails the WR instead, LOC_PROT_ERR).
-                let payload = match p.payload {
-                    Payload::Mem { mem, skip, len } => ctx.mem.bytes(mem, skip, len),
-                    Payload::Scratch(n) => Some(&self.scratch[..n]),
-                    Payload::None => Some(&[][..]),
-                };
-                let Some(payload) = payload else {
+                let Tx::Send(p) = tx else {
                     continue;
                 };
-                // UC: the RC opcode's UC twin (IBTA §9.2.1, table 38), no AckReq.
-                let (opcode, ack_req) = if uc {
-                    (Opcode(p.opcode.0 | 0x20), false)
-                } else {
-                    (p.opcode, p.ack_req)
-                };
-                let len = emit(
-                    &self.cfg,
-                    qp,
-                    ect,
-                    opcode,
-                    p.psn,
-                    ack_req,
-                    p.solicited,
-                    &p.ext,
-                    payload,
-                    buf,
-                );
+                let len = emit(&self.cfg, qp, ect, &p, buf);
+                let reason = p.reason;
                 if uc {
                     super::uc::packet_sent(qp, &mut ctx);
                 }
@@ -1295,7 +1123,7 @@ impl Rnic {
                     if let Some(cc) = self.cc.as_mut() {
                         cc.on_sent(now, qp.qpn, l);
                     }
-                    return Some((l, p.reason));
+                    return Some((l, reason));
                 }
             }
         }

@@ -18,19 +18,27 @@
 //! - Protocol faults never surface as `Err` to the caller: they become NAKs on the wire,
 //!   error completions and counters.
 //!
-//! Layout: [`memory`] (PDs, MRs, access checks), [`cq`], [`qp`] (state machine and
-//! attributes), [`uc`] (the UC service), [`srq`] (shared receive queues, async events), [`requester`], [`responder`], [`completer`], [`time`], [`timers`], [`counters`], [`trace`] (why frames are sent, event hooks),
-//! [`congestion`] (DCQCN: rate control, CNPs, pacing), and [`device`] with the engine type
-//! [`Rnic`] that owns them all; UD QPs and the GSI QP live in `device::ud` (src/proto/ud.rs,
-//! docs/transport.md §9a).
+//! Layout: [`config`] (the device `Config`, `Mtu`), [`memory`] (PDs, MRs, access checks),
+//! [`cq`], [`wr`], `packet` (one packet to send, as a side describes it), [`requester`]
+//! and [`responder`] (each side's state and its `poll_transmit`), [`qp`] (state machine
+//! and attributes, the UD send queue), `framing` (a QP's header template), `execute` (the
+//! responder executing a request on its QP), [`completer`], [`uc`] (the UC service),
+//! [`srq`] (shared receive queues, async events), [`time`], [`timers`], [`counters`],
+//! [`trace`] (why frames are sent, event hooks), [`congestion`] (DCQCN: rate control,
+//! CNPs, pacing), and [`device`] with the engine type [`Rnic`] that owns them all; UD QPs
+//! and the GSI QP live in `device::ud` (src/proto/ud.rs, docs/transport.md §9a). Imports
+//! go one way, in that order from `config` up to `device` (tests/layering.rs).
 
 pub mod completer;
+pub mod config;
 pub mod congestion;
 pub mod counters;
 pub mod cq;
 pub mod device;
+mod execute;
 mod framing;
 pub mod memory;
+mod packet;
 pub mod qp;
 pub mod requester;
 pub mod resources;

@@ -46,40 +46,7 @@ pub enum QpType {
     Ud,
 }
 
-/// Path MTU, one of the five IB sizes (`enum ibv_mtu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
-pub enum Mtu {
-    Mtu256,
-    Mtu512,
-    #[default]
-    Mtu1024,
-    Mtu2048,
-    Mtu4096,
-}
-
-impl Mtu {
-    pub const fn bytes(self) -> u32 {
-        match self {
-            Mtu::Mtu256 => 256,
-            Mtu::Mtu512 => 512,
-            Mtu::Mtu1024 => 1024,
-            Mtu::Mtu2048 => 2048,
-            Mtu::Mtu4096 => 4096,
-        }
-    }
-
-    /// The MTU of exactly `n` bytes.
-    pub const fn from_bytes(n: u32) -> Option<Mtu> {
-        Some(match n {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-}
+pub use super::config::Mtu;
 
 /// The address vector of the remote end (`ibv_ah_attr` with a GRH, RoCE v2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -645,7 +612,7 @@ pub(crate) struct Qp {
     /// destination QPN or traffic class may have changed).
     pub tx_template: Option<(bool, crate::wire::FrameTemplate)>,
     /// The datagram state of a UD QP (empty for the other types).
-    pub ud: super::device::ud::UdState,
+    pub ud: UdState,
     /// UC responder state (unused by RC QPs).
     pub uc: super::uc::UcResp,
 }
@@ -778,7 +745,7 @@ impl Qp {
             )
         });
         self.resp.cur = None;
-        super::device::ud::flush(self, ctx);
+        ud_flush(self, ctx);
     }
 
     /// Back to RESET: all state and queued work disappear without completions.
@@ -825,4 +792,80 @@ impl Qp {
             + self.resp.cache.capacity() * size_of::<super::responder::Cached>()
             + self.resp.out.capacity() * size_of::<super::responder::RespOut>()
     }
+}
+
+// The datagram state a QP holds (src/proto/ud.rs works on it; the QP flushes it on ERR).
+
+/// Where one UD send goes: the address handle (`ibv_ah`) and `wr.ud` of `ibv_send_wr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UdDest {
+    /// The address handle's attributes; `dmac` already resolved.
+    pub av: AddressVector,
+    pub remote_qpn: Qpn,
+    /// High bit set: send the QP's own Q_Key instead (§10.2.5).
+    pub remote_qkey: u32,
+}
+
+/// Counters of one UD QP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UdCounters {
+    pub datagrams_sent: u64,
+    pub datagrams_received: u64,
+    /// Datagrams whose DETH Q_Key was not the QP's (rxe `check_keys`).
+    pub bad_qkey_dropped: u64,
+    /// Datagrams that found no receive WQE.
+    pub no_recv_wqe_dropped: u64,
+    /// Datagrams taken while the QP was not yet in RTR (or was in ERR).
+    pub wrong_state_dropped: u64,
+    /// Send WRs longer than the port MTU: completed, never sent (C10-93.1.1).
+    pub too_long_not_sent: u64,
+}
+
+/// One posted UD send.
+#[derive(Debug)]
+pub(crate) struct UdWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) signaled: bool,
+    pub(crate) imm: Option<u32>,
+    pub(crate) solicited: bool,
+    pub(crate) segs: Result<Vec<super::memory::LocalSeg>, WcStatus>,
+    pub(crate) len: u32,
+    pub(crate) dest: UdDest,
+}
+
+/// The datagram state of a QP (empty unless the QP is UD).
+#[derive(Debug, Default)]
+pub struct UdState {
+    pub(crate) sq: std::collections::VecDeque<UdWqe>,
+    pub counters: UdCounters,
+}
+
+/// Complete every posted UD send flushed (the QP entered ERR).
+pub(crate) fn ud_flush(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    while let Some(w) = qp.ud.sq.pop_front() {
+        complete_ud_send(qp, ctx, &w, WcStatus::WrFlushErr);
+    }
+}
+
+/// Complete UD send `w` of `qp` with `status` (a success only when signaled).
+pub(crate) fn complete_ud_send(qp: &Qp, ctx: &mut Ctx<'_>, w: &UdWqe, status: WcStatus) {
+    if status == WcStatus::Success && !(w.signaled || qp.init.sq_sig_all) {
+        return;
+    }
+    let wc = WorkCompletion {
+        wr_id: w.wr_id,
+        status,
+        opcode: super::cq::WcOpcode::Send,
+        byte_len: if status == WcStatus::Success {
+            w.len
+        } else {
+            0
+        },
+        imm_data: None,
+        invalidated_rkey: None,
+        qp_num: qp.qpn,
+        src_qp: Qpn::new(0),
+        grh: false,
+    };
+    ctx.complete(qp.send_cq, wc);
 }

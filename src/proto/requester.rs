@@ -10,15 +10,18 @@
 
 use std::collections::VecDeque;
 
-use crate::wire::{AtomicEthRepr, Opcode, Psn, RethRepr};
+use crate::wire::{AtomicEthRepr, BthFields, Opcode, Psn, Qpn, RethRepr};
 
+use super::config::Config;
+use super::congestion::CongestionControl;
+use super::counters::QpCounters;
 use super::cq::WcStatus;
-use super::framing::TxExt;
 use super::memory::MemTable;
 use super::memory::{LocalSeg, Payload, gather, readable};
-use super::time::Instant;
-use super::timers::{Timer, TimerTable};
-use super::trace::TxReason;
+use super::packet::{Tx, TxBufs, TxExt, TxPacket};
+use super::time::{Instant, duration_nanos};
+use super::timers::{Timer, TimerTable, local_ack_timeout};
+use super::trace::{TxReason, qp_event};
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
 /// One send work request in the send queue.
@@ -74,6 +77,32 @@ pub(crate) struct ReqLimits {
     pub ack_every: u32,
     /// SQD: do not start new work requests.
     pub draining: bool,
+}
+
+/// Bytes beyond the path MTU a data frame may carry (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
+/// ImmDt, ICRC), so the pacer is asked for a whole frame before one is built.
+const PACING_HEADROOM: usize = 128;
+
+/// What the requester's turn ([`Requester::poll_transmit`]) needs from its QP and its
+/// device besides itself.
+pub(crate) struct ReqTxEnv<'e> {
+    pub cfg: &'e Config,
+    /// The device's congestion control, when on (DCQCN pacing and AckReq cadence).
+    pub cc: Option<&'e mut CongestionControl>,
+    pub counters: &'e mut QpCounters,
+    pub qpn: Qpn,
+    /// The device name, for trace events.
+    pub dev: &'static str,
+    pub now: Instant,
+    /// The path MTU in bytes.
+    pub mtu: u32,
+    /// The QP's local ACK timeout exponent (`ibv_qp_attr.timeout`).
+    pub timeout: u8,
+    pub max_rd_atomic: u8,
+    /// SQD: do not start new work requests.
+    pub draining: bool,
+    /// A UC QP: UC opcodes, no AckReq, no retransmission timer.
+    pub uc: bool,
 }
 
 /// Requester state of one QP.
@@ -177,6 +206,117 @@ impl Requester {
                 self.tx_pkt = 0;
             }
         }
+    }
+
+    /// The requester's turn at the wire: the next request packet of the QP, with its
+    /// payload (borrowed from a region or gathered into `bufs.scratch`), the AckReq
+    /// cadence and the DCQCN pacing decided, the retransmission timer armed and the
+    /// retransmission counted. `None` when it has nothing to send now (paced, an RNR
+    /// wait, the window full, the queue empty, or the head WR's bytes just found gone:
+    /// the caller's `fail_local_error_at_head` then fails it).
+    // Inlined into its one caller, `transmit_qp`: the packet description stays in
+    // registers instead of being returned through memory (as `next_packet` into this).
+    #[inline(always)]
+    pub fn poll_transmit<'a>(&mut self, env: ReqTxEnv<'_>, bufs: TxBufs<'a>) -> Option<Tx<'a>> {
+        let ReqTxEnv {
+            cfg,
+            cc,
+            counters,
+            qpn,
+            dev,
+            now,
+            mtu,
+            timeout,
+            max_rd_atomic,
+            draining,
+            uc,
+        } = env;
+        // A throttled QP asks for ACKs often enough that one comes back within a quarter
+        // of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64 packets take longer
+        // than the timeout itself, which would then expire with nothing lost (§9.7.6.1:
+        // the timer restarts only on progress).
+        let ack_every = match &cc {
+            Some(cc) => local_ack_timeout(timeout)
+                .and_then(|t| {
+                    cc.throttled_packets_within(qpn, t / 4, mtu as usize + PACING_HEADROOM)
+                })
+                .map_or(cfg.ack_every, |n| n.clamp(1, cfg.ack_every)),
+            None => cfg.ack_every,
+        };
+        // At the pace the peer acknowledges (a slow path: an emulated guest), an ACK
+        // comes back within a quarter of the local ACK timeout too.
+        let ack_every =
+            self.paced_ack_every(ack_every, local_ack_timeout(timeout).map(duration_nanos));
+        let lim = ReqLimits {
+            mtu,
+            max_rd_atomic: u32::from(max_rd_atomic),
+            max_unacked: cfg.max_unacked_psns,
+            ack_every,
+            draining,
+        };
+        // DCQCN: the requester's frames leave at the QP's current rate.
+        if let Some(cc) = cc {
+            if !cc.may_send(now, qpn, mtu as usize + PACING_HEADROOM) {
+                return None;
+            }
+        }
+        let TxBufs { mem, scratch } = bufs;
+        let p = self.next_packet(&lim, mem, scratch, cfg.honour_credits, now)?;
+        if let Some(wr_id) = p.started_wr {
+            qp_event!(
+                now,
+                dev,
+                qpn,
+                "wqe_started",
+                wr_id = wr_id,
+                first_psn = p.psn.value()
+            );
+        }
+        if p.retransmit {
+            counters.retransmitted_packets += 1;
+        }
+        if !self.timers.is_armed(Timer::Retransmit) && !uc {
+            self.timers
+                .arm(Timer::Retransmit, now, local_ack_timeout(timeout));
+            if let Some(at) = self.timers.get(Timer::Retransmit) {
+                qp_event!(
+                    now,
+                    dev,
+                    qpn,
+                    "timer_armed",
+                    timer = "ack",
+                    at_ns = at.as_nanos()
+                );
+            }
+        }
+        // `next_packet` checked the bytes of a `Mem` payload in this same call (a region
+        // gone meanwhile fails the WR instead, LOC_PROT_ERR).
+        let scratch: &'a Vec<u8> = scratch;
+        let payload = match p.payload {
+            Payload::Mem { mem: m, skip, len } => mem.bytes(m, skip, len),
+            Payload::Scratch(n) => Some(&scratch[..n]),
+            Payload::None => Some(&[][..]),
+        };
+        let Some(payload) = payload else {
+            return Some(Tx::Unreadable);
+        };
+        // UC: the RC opcode's UC twin (IBTA §9.2.1, table 38), no AckReq.
+        let (opcode, ack_req) = if uc {
+            (Opcode(p.opcode.0 | 0x20), false)
+        } else {
+            (p.opcode, p.ack_req)
+        };
+        Some(Tx::Send(TxPacket {
+            bth: BthFields {
+                opcode,
+                psn: p.psn,
+                ack_req,
+                solicited: p.solicited,
+            },
+            ext: p.ext,
+            payload,
+            reason: p.reason,
+        }))
     }
 
     /// The next request packet, advancing the transmit point.

@@ -24,8 +24,9 @@
 use crate::wire::{ExtHeaders, OpInfo, Operation, Psn, Segment};
 
 use super::Ctx;
+use super::execute;
 use super::qp::{AttrMask, Qp, QpState};
-use super::responder::{self, InProgress};
+use super::responder::InProgress;
 use super::trace::qp_event;
 use super::wr::WrOpcode;
 
@@ -135,7 +136,7 @@ pub(crate) fn handle_request(
         qp.counters.dropped_wrong_state += 1;
         return;
     }
-    super::responder::comm_est(qp, ctx);
+    execute::comm_est(qp, ctx);
     let starts = info.segment.starts();
     let in_seq = psn == qp.resp.epsn && !qp.uc.drop_msg;
     if !in_seq && !starts {
@@ -204,15 +205,15 @@ pub(crate) fn handle_request(
         return;
     }
     let result = match info.operation {
-        Operation::Send => responder::do_send(qp, ctx, info, ext, payload),
-        Operation::Write => responder::do_write(qp, ctx, info, ext, payload),
+        Operation::Send => execute::do_send(qp, ctx, info, ext, payload),
+        Operation::Write => execute::do_write(qp, ctx, info, ext, payload),
         // The UC opcode table has no other operations.
         _ => Err(super::Fault::Nak(crate::wire::NakCode::InvalidRequest)),
     };
     // The PSN is consumed whatever became of the packet: the next one is expected.
     qp.resp.epsn = psn.add(1);
     if let Err(super::Fault::Gone) = result {
-        responder::owner_gone(qp, ctx, psn);
+        execute::owner_gone(qp, ctx, psn);
         return;
     }
     if let Err(f) = result {

@@ -22,12 +22,9 @@
 //! - Loss, duplication and reordering are the application's business: nothing is
 //!   retransmitted or acknowledged, every datagram stands alone, from any peer.
 
-use std::collections::VecDeque;
-
-use serde::Serialize;
-
 use crate::wire::{
-    BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn, UdpRepr,
+    BthFields, BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn,
+    UdpRepr,
 };
 
 use super::super::Ctx;
@@ -36,8 +33,10 @@ use super::super::framing::av_addrs;
 use super::super::memory::{Access, Pd};
 use super::super::memory::{LocalSeg, resolve_sges, scatter};
 use super::super::qp::{
-    AddressVector, AttrMask, Qp, QpInitAttr, QpState, QpType, VerbsError, udp_src_port,
+    AttrMask, Qp, QpInitAttr, QpState, QpType, UdWqe, VerbsError,
+    complete_ud_send as complete_send, udp_src_port,
 };
+pub use super::super::qp::{UdCounters, UdDest};
 use super::super::trace::{TxReason, qp_event};
 use super::super::verdict::RxVerdict;
 use super::super::wr::{SendFlags, SendWr, WrOpcode};
@@ -53,50 +52,6 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 
 /// The GRH at the start of every UD receive buffer (`sizeof(struct ibv_grh)`).
 pub const GRH_LEN: usize = 40;
-
-/// Where one UD send goes: the address handle (`ibv_ah`) and `wr.ud` of `ibv_send_wr`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct UdDest {
-    /// The address handle's attributes; `dmac` already resolved.
-    pub av: AddressVector,
-    pub remote_qpn: Qpn,
-    /// High bit set: send the QP's own Q_Key instead (§10.2.5).
-    pub remote_qkey: u32,
-}
-
-/// Counters of one UD QP.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct UdCounters {
-    pub datagrams_sent: u64,
-    pub datagrams_received: u64,
-    /// Datagrams whose DETH Q_Key was not the QP's (rxe `check_keys`).
-    pub bad_qkey_dropped: u64,
-    /// Datagrams that found no receive WQE.
-    pub no_recv_wqe_dropped: u64,
-    /// Datagrams taken while the QP was not yet in RTR (or was in ERR).
-    pub wrong_state_dropped: u64,
-    /// Send WRs longer than the port MTU: completed, never sent (C10-93.1.1).
-    pub too_long_not_sent: u64,
-}
-
-/// One posted UD send.
-#[derive(Debug)]
-pub(crate) struct UdWqe {
-    wr_id: u64,
-    signaled: bool,
-    imm: Option<u32>,
-    solicited: bool,
-    segs: Result<Vec<LocalSeg>, WcStatus>,
-    len: u32,
-    dest: UdDest,
-}
-
-/// The datagram state of a QP (empty unless the QP is UD).
-#[derive(Debug, Default)]
-pub struct UdState {
-    pub(crate) sq: VecDeque<UdWqe>,
-    pub counters: UdCounters,
-}
 
 /// Required and optional attributes of one UD transition, or `None` if it is invalid
 /// (IBTA §10.3; ib_core `qp_state_table`, the IB_QPT_UD entries).
@@ -151,35 +106,6 @@ pub fn check_modify_ud(
         ));
     }
     Ok(to)
-}
-
-/// Complete every posted UD send flushed (the QP entered ERR).
-pub(crate) fn flush(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    while let Some(w) = qp.ud.sq.pop_front() {
-        complete_send(qp, ctx, &w, WcStatus::WrFlushErr);
-    }
-}
-
-fn complete_send(qp: &Qp, ctx: &mut Ctx<'_>, w: &UdWqe, status: WcStatus) {
-    if status == WcStatus::Success && !(w.signaled || qp.init.sq_sig_all) {
-        return;
-    }
-    let wc = WorkCompletion {
-        wr_id: w.wr_id,
-        status,
-        opcode: WcOpcode::Send,
-        byte_len: if status == WcStatus::Success {
-            w.len
-        } else {
-            0
-        },
-        imm_data: None,
-        invalidated_rkey: None,
-        qp_num: qp.qpn,
-        src_qp: Qpn::new(0),
-        grh: false,
-    };
-    ctx.complete(qp.send_cq, wc);
 }
 
 /// The next frame of a UD QP, if its send queue has one ready.
@@ -252,7 +178,17 @@ pub(crate) fn transmit(
         // AckReq set as rxe sets it on every last/only packet, UD included
         // (`init_req_packet`; seen in its captures); a UD receiver ignores it.
         let len = t
-            .emit(opcode, w.solicited, true, psn, &ext, scratch, buf)
+            .emit(
+                BthFields {
+                    opcode,
+                    psn,
+                    ack_req: true,
+                    solicited: w.solicited,
+                },
+                &ext,
+                scratch,
+                buf,
+            )
             .ok();
         qp_event!(
             ctx.now,

@@ -34,5 +34,5 @@ pub use frame::{
     EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
 };
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
-pub use template::{ExtWriter, FrameTemplate};
+pub use template::{BthFields, ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};

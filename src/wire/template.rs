@@ -24,6 +24,16 @@ const BTH_LEN: usize = 12;
 /// Ethernet + 802.1Q + IPv6 + UDP + BTH.
 const MAX_HDR: usize = ETH_LEN + VLAN_LEN + IPV6_LEN + UDP_LEN + BTH_LEN;
 
+/// The per-packet BTH fields [`FrameTemplate::emit`] writes into the template's header
+/// (IBTA vol. 1 §9.2: OpCode, SE, AckReq, PSN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BthFields {
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub solicited: bool,
+}
+
 /// The fixed part of one connection's frames (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameTemplate {
@@ -109,18 +119,20 @@ impl FrameTemplate {
     /// Write one frame into the front of `out`, as `FrameRepr::emit` would for the
     /// template's headers with these per-packet fields. Returns the number of bytes.
     /// `ext` is an [`ExtHeaders`] or any other [`ExtWriter`].
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn emit<X: ExtWriter + ?Sized>(
         &self,
-        opcode: Opcode,
-        solicited: bool,
-        ack_req: bool,
-        psn: Psn,
+        bth: BthFields,
         ext: &X,
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<usize, Error> {
+        let BthFields {
+            opcode,
+            psn,
+            ack_req,
+            solicited,
+        } = bth;
         // The check of `RoceRepr::check`, as one comparison; on a mismatch the general
         // path names the culprit with the same error.
         let info = match opcode.info() {
@@ -435,7 +447,13 @@ mod tests {
                 let mut a = vec![0xa5u8; cap];
                 let mut b = vec![0x5au8; cap];
                 let ra = repr.emit(&mut a);
-                let rb = t.emit(opcode, solicited, ack_req, psn, &ext, payload, &mut b);
+                let f = BthFields {
+                    opcode,
+                    psn,
+                    ack_req,
+                    solicited,
+                };
+                let rb = t.emit(f, &ext, payload, &mut b);
                 assert_eq!(ra, rb, "{repr:?}");
                 match ra {
                     Ok(n) => {
@@ -467,10 +485,12 @@ mod tests {
             };
             let n = t
                 .emit(
-                    Opcode::RC_WRITE_FIRST,
-                    false,
-                    true,
-                    Psn::new(5),
+                    BthFields {
+                        opcode: Opcode::RC_WRITE_FIRST,
+                        psn: Psn::new(5),
+                        ack_req: true,
+                        solicited: false,
+                    },
                     &ext,
                     &[9; 1001],
                     &mut out,

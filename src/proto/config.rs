@@ -1,0 +1,102 @@
+//! The device configuration ([`Config`]) and the path MTU ([`Mtu`]): the bottom of proto/,
+//! imported by everything above and importing nothing of proto/ itself.
+
+/// Path MTU, one of the five IB sizes (`enum ibv_mtu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
+pub enum Mtu {
+    Mtu256,
+    Mtu512,
+    #[default]
+    Mtu1024,
+    Mtu2048,
+    Mtu4096,
+}
+
+impl Mtu {
+    pub const fn bytes(self) -> u32 {
+        match self {
+            Mtu::Mtu256 => 256,
+            Mtu::Mtu512 => 512,
+            Mtu::Mtu1024 => 1024,
+            Mtu::Mtu2048 => 2048,
+            Mtu::Mtu4096 => 4096,
+        }
+    }
+
+    /// The MTU of exactly `n` bytes.
+    pub const fn from_bytes(n: u32) -> Option<Mtu> {
+        Some(match n {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+}
+
+/// The lowest QPN handed out: 0 and 1 are QP0/QP1 (IBTA vol.1 §3.5.5); rxe keeps its QP
+/// pool above 16 too (rxe_param.h `RXE_MIN_QP_INDEX`).
+pub const FIRST_QPN: u32 = 0x11;
+
+/// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
+pub(crate) const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
+
+/// Device configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Our MAC address: the source of every frame, and the only destination accepted.
+    pub mac: [u8; 6],
+    /// The GID table; an address vector's `sgid_index` picks the source. Frames to other
+    /// IP addresses are dropped.
+    pub gids: Vec<[u8; 16]>,
+    /// At most this many PSNs unacknowledged (rxe: 128).
+    pub max_unacked_psns: u32,
+    /// The requester asks for an ACK at least every this many packets, and the responder
+    /// sends one at least this often (rxe: 64).
+    pub ack_every: u32,
+    /// Honour the credit count of ACKs (end-to-end flow control, §9.7.7). Off by default,
+    /// like rxe, which ignores them.
+    pub honour_credits: bool,
+    /// Advertise the receive queue depth as credits instead of "unlimited" (0x1F).
+    pub advertise_credits: bool,
+    /// Largest number of WRs per work queue.
+    pub max_qp_wr: u32,
+    /// The port's active MTU: the largest UD message (IBTA C10-93.1.1; rxe `get_mtu`).
+    pub port_mtu: Mtu,
+    /// The QPN of the first QP slot; later slots follow it, wrapping from 0xFFFFFF back to
+    /// [`FIRST_QPN`] (a value below [`FIRST_QPN`] counts as [`FIRST_QPN`]). The default,
+    /// [`FIRST_QPN`], keeps sans-IO runs reproducible; a device on an interface starts at a
+    /// random one ([`random_first_qpn`]), as a real RNIC's QPNs do not restart per process.
+    pub first_qpn: u32,
+}
+
+/// A QPN start drawn at random for each device opened (std's `RandomState` keys come from
+/// the operating system's random source): a process restarted against the same peer does
+/// not reuse the QPNs of its previous run, which the peer's CM would still hold in
+/// timewait and answer with REJ "stale connection" (cm.c `cm_insert_remote_qpn`). rxe's
+/// QPNs come from a device-wide pool handed out cyclically (rxe_pool.c `xa_alloc_cyclic`)
+/// that does not restart per process either.
+pub fn random_first_qpn() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    FIRST_QPN + (h.finish() % u64::from(QPN_SPACE)) as u32
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mac: [0x02, 0, 0, 0, 0, 1],
+            gids: vec![crate::wire::ipv4_gid([192, 0, 2, 1])],
+            max_unacked_psns: 128,
+            ack_every: 64,
+            honour_credits: false,
+            advertise_credits: false,
+            max_qp_wr: 16384,
+            port_mtu: Mtu::Mtu4096,
+            first_qpn: FIRST_QPN,
+        }
+    }
+}

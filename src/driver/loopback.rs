@@ -153,6 +153,14 @@ impl FrameIo for Loopback {
     fn io_stats(&self) -> IoStats {
         self.inner.io_stats()
     }
+
+    fn rx_pending(&mut self) -> bool {
+        !self.queue.is_empty() || self.inner.rx_pending()
+    }
+
+    fn tx_pending(&mut self) -> bool {
+        self.inner.tx_pending()
+    }
 }
 
 #[cfg(test)]

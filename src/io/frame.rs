@@ -10,6 +10,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
@@ -37,6 +38,18 @@ pub trait FrameIo: Send {
     fn flush(&mut self) -> io::Result<u32>;
     /// Counters of the port.
     fn io_stats(&self) -> IoStats;
+    /// Whether a `recv_batch` now might deliver a frame: `false` only when the port
+    /// knows, cheaply and without blocking, that nothing waits. A busy poll that finds
+    /// nothing to do skips its step on `false` (driver/poll.rs); `true` is always correct.
+    fn rx_pending(&mut self) -> bool {
+        true
+    }
+    /// Whether frames given to the port may still be on their way out (queued without a
+    /// push, or not yet reaped as sent): a `flush` would have work. `true` is always
+    /// correct.
+    fn tx_pending(&mut self) -> bool {
+        true
+    }
 }
 
 /// Port counters for the stat snapshot.
@@ -78,6 +91,15 @@ impl FrameIo for XskPort {
             return Ok(0);
         }
         XskPort::flush(self).map_err(io::Error::other)
+    }
+    fn rx_pending(&mut self) -> bool {
+        XskPort::rx_pending(self)
+    }
+    fn tx_pending(&mut self) -> bool {
+        // Copy mode completes frames inside the kick: reaping (ring reads, no system
+        // call) usually leaves nothing in flight.
+        self.reap_completions();
+        self.unkicked() > 0 || self.frame_counts().in_tx > 0
     }
     fn io_stats(&self) -> IoStats {
         let s = self.stats();
@@ -164,6 +186,20 @@ impl FrameIo for SimIo {
     }
     fn io_stats(&self) -> IoStats {
         self.stats
+    }
+    fn rx_pending(&mut self) -> bool {
+        // A zero-timeout poll(2): a system call, but no engine lock (this port serves
+        // tests and examples, not the fast path).
+        let mut p = [PollFd::new(&self.sock, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // An error reads as "maybe": the step that follows finds out.
+        poll(&mut p, Some(&zero)).map_or(true, |n| n > 0)
+    }
+    fn tx_pending(&mut self) -> bool {
+        !self.held.is_empty()
     }
 }
 

@@ -259,4 +259,21 @@ mod tests {
         assert_eq!(a.io_stats().tx_frames, 2);
         assert_eq!(a.io_stats().rx_frames, 1);
     }
+
+    /// What a busy poll asks before it skips its step: frames waiting to be received,
+    /// frames queued and not yet pushed.
+    #[test]
+    fn sim_link_says_when_frames_wait_either_way() {
+        let (mut a, mut b) = sim_link(MAX + 64).unwrap();
+        assert!(!b.rx_pending() && !a.tx_pending());
+        let f = vec![3u8; 60];
+        assert_eq!(a.queue_batch(&[&f]).unwrap(), 1);
+        assert!(a.tx_pending(), "a queued frame waits for its push");
+        assert!(!b.rx_pending(), "not sent yet");
+        assert_eq!(a.flush().unwrap(), 0);
+        assert!(!a.tx_pending());
+        assert!(b.rx_pending(), "a frame waits on the receive side");
+        b.recv_batch(&mut |_| {}).unwrap();
+        assert!(!b.rx_pending());
+    }
 }

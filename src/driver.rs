@@ -227,7 +227,7 @@ pub struct Shared {
     /// by every engine lock outside a step (a post, a modify, a doorbell's verb) when it
     /// is released, cleared by a step under the port lock before it locks the engine.
     /// An empty poll with this clear, nothing received and no timer due skips its step
-    /// ([`Port::quiet`](poll::Port)).
+    /// (`Port::quiet` (driver/poll.rs)).
     work: AtomicBool,
     /// The engine's next deadline as the last step left it (nanoseconds since `epoch`,
     /// `u64::MAX` for none); stored under the engine lock. Verbs that arm a timer set
@@ -609,7 +609,7 @@ impl PortHold<'_> {
         }
     }
 
-    /// Whether an empty poll at `now` would skip its step ([`poll::Port`]'s `quiet`).
+    /// Whether an empty poll at `now` would skip its step (`Port::quiet`, driver/poll.rs).
     pub(crate) fn quiet_at(&mut self, now: crate::proto::Instant) -> bool {
         self.port
             .as_mut()

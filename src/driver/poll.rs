@@ -33,6 +33,13 @@
 //!   application that keeps polling (a ping-pong answering within the grace) re-arms the
 //!   timer before it fires and costs one `timerfd_settime` per completion, no wake-up;
 //!   one that stops leaves the socket to the driver within the grace.
+//! - An empty poll that would find nothing skips its step and the engine lock
+//!   (`Port::quiet`): nothing on the port's receive ring (`FrameIo::rx_pending`),
+//!   nothing on its way out (`FrameIo::tx_pending`, no backlog, the last step did not
+//!   fill a batch), no timer due (the deadline each step caches in `Shared`), and no
+//!   engine lock outside a step since the last step began (`Shared::work`, set by every
+//!   verb when it releases the engine). A poll reads the clock once, for the lease and
+//!   the step.
 //! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
 //!   outstanding work the driver is kicked and sends whole batches, as a stream of small
 //!   messages would otherwise cost one `sendto` each.
@@ -412,7 +419,7 @@ impl Shared {
 
     /// One step at `now` (the caller's one clock read) as `who`; `None` when another
     /// thread is stepping, or (a busy poll) when there is nothing to do
-    /// ([`Port::quiet`]).
+    /// (`Port::quiet`).
     fn app_step_as(&self, who: Stepper, now: EngineTime) -> Option<Step> {
         let mut port = match self.port.try_lock() {
             Ok(p) => p,
@@ -458,7 +465,7 @@ impl Shared {
     /// the calling thread, and take the poll lease. Returns whether a step ran: not when
     /// another thread is stepping, nor when there was nothing to do (nothing received,
     /// no timer due, no verb since the last step: decided without the engine lock, see
-    /// [`Port::quiet`]). ACKs the step produced may be deferred: the caller polls its CQ
+    /// `Port::quiet`). ACKs the step produced may be deferred: the caller polls its CQ
     /// again and calls [`Shared::flush_deferred`] when that finds nothing.
     pub fn poll_progress(&self) -> bool {
         // The one clock read of an empty poll: the lease and the step use it.

@@ -226,6 +226,18 @@ pub struct Shared {
     /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
     /// poll with nothing deferred does not lock the port; set and cleared under it).
     tx_deferred: AtomicBool,
+    /// The engine may have work a step would find that no step has looked at yet: set
+    /// by every engine lock outside a step (a post, a modify, a doorbell's verb) when it
+    /// is released, cleared by a step under the port lock before it locks the engine.
+    /// An empty poll with this clear, nothing received and no timer due skips its step
+    /// (`Port::quiet` (driver/poll.rs)).
+    work: AtomicBool,
+    /// The engine's next deadline as the last step left it (nanoseconds since `epoch`,
+    /// `u64::MAX` for none); stored under the engine lock. Verbs that arm a timer set
+    /// `work`, so a stale value here is never trusted alone.
+    next_deadline: AtomicU64,
+    /// Empty polls that skipped their step (nothing to receive, send or time out).
+    quiet_polls: AtomicU64,
     /// Written by `notify` while `rx_waiter`: a completion may be there.
     cq_event: OwnedFd,
     /// The port's descriptor (a duplicate, polled without the port's lock).
@@ -255,6 +267,9 @@ pub struct EngineGuard<'a> {
     /// False for the thread asleep on the socket, which looks at its CQ right after its
     /// own step: it need not signal itself.
     wake_socket_waiter: bool,
+    /// Set [`Shared::work`] on release: false only for a step's own lock and for locks
+    /// that only count (statistics).
+    marks_work: bool,
     /// Held until `drop`, which signals, releases it, then runs the completion hook
     /// (the hook locks the engine itself).
     guard: Option<MutexGuard<'a, Engine>>,
@@ -282,6 +297,11 @@ impl Drop for EngineGuard<'_> {
         let Some(mut g) = self.guard.take() else {
             return;
         };
+        if self.marks_work {
+            // Before the release: a step that clears the flag after this waits for the
+            // lock and sees what this holder did.
+            self.shared.work.store(true, Ordering::SeqCst);
+        }
         // The hook also moves the engine's asynchronous events out: some come with no
         // completion (COMM_EST on an RDMA WRITE, CQ_ERR). Only events raised while this
         // guard was held count: the hook's own looks at the engine raise none, so it is
@@ -309,15 +329,21 @@ impl Shared {
     /// reading counters; the lock is taken over. Whatever the holder does, the threads
     /// waiting for completions are woken when it adds any ([`EngineGuard`]).
     pub fn lock(&self) -> EngineGuard<'_> {
-        self.lock_as(true)
+        self.lock_as(true, true)
     }
 
-    fn lock_as(&self, wake_socket_waiter: bool) -> EngineGuard<'_> {
+    /// The lock for a counter update only: it does not make the next empty poll step.
+    fn lock_stats(&self) -> EngineGuard<'_> {
+        self.lock_as(true, false)
+    }
+
+    fn lock_as(&self, wake_socket_waiter: bool, marks_work: bool) -> EngineGuard<'_> {
         let guard = self.raw_lock();
         EngineGuard {
             added: guard.rnic.completions_added(),
             events: guard.rnic.async_events_len(),
             wake_socket_waiter,
+            marks_work,
             shared: self,
             guard: Some(guard),
         }
@@ -485,6 +511,9 @@ impl Driver {
             )?,
             rx_waiter: AtomicBool::new(false),
             tx_deferred: AtomicBool::new(false),
+            work: AtomicBool::new(true),
+            next_deadline: AtomicU64::new(0),
+            quiet_polls: AtomicU64::new(0),
             cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             rx_fd,
             wake,
@@ -583,6 +612,19 @@ impl PortHold<'_> {
             p.step(self.shared, now, Stepper::App);
         }
     }
+
+    /// Whether an empty poll at `now` would skip its step (`Port::quiet`, driver/poll.rs).
+    pub(crate) fn quiet_at(&mut self, now: crate::proto::Instant) -> bool {
+        self.port
+            .as_mut()
+            .is_some_and(|p| p.quiet(self.shared, now))
+    }
+
+    /// The engine's next deadline as the last step cached it.
+    pub(crate) fn cached_deadline(&self) -> Option<crate::proto::Instant> {
+        let d = self.shared.next_deadline.load(Ordering::SeqCst);
+        (d != u64::MAX).then(|| crate::proto::Instant::from_nanos(d))
+    }
 }
 
 fn run(shared: &Shared, opts: &DriverOptions) {
@@ -676,7 +718,7 @@ fn run(shared: &Shared, opts: &DriverOptions) {
             tv_sec: wait.as_secs() as i64,
             tv_nsec: i64::from(wait.subsec_nanos()),
         };
-        shared.lock().stats.sleeps += 1;
+        shared.lock_stats().stats.sleeps += 1;
         // Under a lease the grace timer ends the sleep early when the application stops
         // polling (a shortened lease); the socket is watched otherwise.
         let mut fds = [
@@ -695,7 +737,7 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         if kicked {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&shared.wake, &mut b);
-            shared.lock().stats.app_wakeups += 1;
+            shared.lock_stats().stats.app_wakeups += 1;
         }
     }
 }

@@ -35,6 +35,13 @@
 //!   armed, the timer woke the driver once per completion whenever the round trip
 //!   exceeded the grace: on an idle VM that doubled rc-pingpong's round trip); one that
 //!   stops leaves the socket to the driver within the grace.
+//! - An empty poll that would find nothing skips its step and the engine lock
+//!   (`Port::quiet`): nothing on the port's receive ring (`FrameIo::rx_pending`),
+//!   nothing on its way out (`FrameIo::tx_pending`, no backlog, the last step did not
+//!   fill a batch), no timer due (the deadline each step caches in `Shared`), and no
+//!   engine lock outside a step since the last step began (`Shared::work`, set by every
+//!   verb when it releases the engine). A poll reads the clock once, for the lease and
+//!   the step.
 //! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
 //!   outstanding work the driver is kicked and sends whole batches, as a stream of small
 //!   messages would otherwise cost one `sendto` each.
@@ -130,6 +137,11 @@ pub(super) struct Port {
     pub(super) tap: Option<Tap>,
     /// Why each frame of `bufs` was sent (kept only with a capture tap).
     reasons: Vec<TxReason>,
+    /// The last step filled a whole batch: the engine may have more to send.
+    more: bool,
+    /// The time of the last step: a later step never runs the engine at an earlier
+    /// time, whichever thread read the clock when.
+    last_now: EngineTime,
 }
 
 /// Who runs a step.
@@ -185,14 +197,40 @@ impl Port {
             ce_buf: Vec::new(),
             tap,
             reasons: Vec::with_capacity(BATCH),
+            more: false,
+            last_now: EngineTime::ZERO,
         }
+    }
+
+    /// Whether a step at `now` would find nothing to do: no verb touched the engine
+    /// since the last step began ([`Shared::work`]), the last step left nothing to send
+    /// (no full batch, no backlog, nothing on the port's transmit side), no timer is due
+    /// and the port has no frame to receive. Decided without the engine lock, so an
+    /// empty busy poll costs a few atomic loads and ring reads.
+    ///
+    /// No wake-up is lost: a verb marks `work` when it releases the engine, before its
+    /// doorbell tries the port; if this look came first, the doorbell finds the port
+    /// taken and kicks the driver (as when any other thread steps), and the next poll
+    /// sees the flag. A frame that lands after the look is seen by the next poll, or by
+    /// the driver when the lease ends.
+    pub(super) fn quiet(&mut self, shared: &Shared, now: EngineTime) -> bool {
+        !shared.work.load(Ordering::SeqCst)
+            && !self.more
+            && self.backlog.is_empty()
+            && now.max(self.last_now).as_nanos() < shared.next_deadline.load(Ordering::SeqCst)
+            && !self.io.tx_pending()
+            && !self.io.rx_pending()
     }
 
     /// One round of progress at `now` (on the engine's clock: since the driver's epoch).
     pub(super) fn step(&mut self, shared: &Shared, now: EngineTime, who: Stepper) -> Step {
+        let now = now.max(self.last_now);
+        self.last_now = now;
+        // Before the engine lock: whatever a verb does after this marks the flag again.
+        shared.work.store(false, Ordering::SeqCst);
         // Completions the step adds wake their waiters when the lock is released
         // (`EngineGuard`), the socket waiter's own step excepted: it looks next.
-        let mut g = shared.lock_as(who != Stepper::Waiter);
+        let mut g = shared.lock_as(who != Stepper::Waiter, false);
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
@@ -273,6 +311,10 @@ impl Port {
             e.stats.acks_deferred += bufs.lens.len() as u64;
         }
         let deadline = e.rnic.poll_timeout();
+        shared.next_deadline.store(
+            deadline.map_or(u64::MAX, EngineTime::as_nanos),
+            Ordering::SeqCst,
+        );
         let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && self.backlog.is_empty();
         if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
             // Announced under the lock: a post made after this sees the flag and kicks.
@@ -295,7 +337,7 @@ impl Port {
         if !self.backlog.is_empty() {
             let refs: Vec<&[u8]> = self.backlog.iter().map(Vec::as_slice).collect();
             let n = self.io.send_batch(&refs).unwrap_or_else(|_| {
-                shared.lock().stats.io_errors += 1;
+                shared.lock_stats().stats.io_errors += 1;
                 refs.len()
             });
             self.backlog.drain(..n);
@@ -309,7 +351,7 @@ impl Port {
                 self.io.send_batch(frames)
             };
             let n = sent.unwrap_or_else(|_| {
-                shared.lock().stats.io_errors += 1;
+                shared.lock_stats().stats.io_errors += 1;
                 frames.len()
             });
             if n < frames.len() {
@@ -318,11 +360,12 @@ impl Port {
             }
         }
         if stalled {
-            shared.lock().stats.tx_stalls += 1;
+            shared.lock_stats().stats.tx_stalls += 1;
         }
         // A deferring step leaves the tx ring as it is (deferred ACKs wait for the next
         // push); any other step pushes everything, the deferred ACKs included.
         let full = bufs.lens.len() == BATCH;
+        self.more = full;
         let in_flight = if defer && !stalled { 0 } else { self.push() };
         shared
             .tx_deferred
@@ -373,17 +416,25 @@ impl Shared {
     /// One application step if no other thread is stepping; `None` if one is (that
     /// thread makes the progress).
     pub(super) fn app_step(&self) -> Option<Step> {
-        self.app_step_as(Stepper::App)
+        self.app_step_as(Stepper::App, self.now())
     }
 
-    fn app_step_as(&self, who: Stepper) -> Option<Step> {
+    /// One step at `now` (the caller's one clock read) as `who`; `None` when another
+    /// thread is stepping, or (a busy poll) when there is nothing to do
+    /// (`Port::quiet`).
+    fn app_step_as(&self, who: Stepper, now: EngineTime) -> Option<Step> {
         let mut port = match self.port.try_lock() {
             Ok(p) => p,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        let now = self.now();
-        let step = port.as_mut()?.step(self, now, who);
+        let p = port.as_mut()?;
+        if who == Stepper::Poll && p.quiet(self, now) {
+            drop(port);
+            self.quiet_polls.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let step = p.step(self, now, who);
         drop(port);
         self.after_app_step(&step);
         Some(step)
@@ -413,13 +464,16 @@ impl Shared {
     }
 
     /// Busy-polling progress (an empty `poll_cq`): receive, run timers and transmit on
-    /// the calling thread, and take the poll lease. Returns whether a step ran. ACKs the
-    /// step produced may be deferred: the caller polls its CQ again and calls
-    /// [`Shared::flush_deferred`] when that finds nothing.
+    /// the calling thread, and take the poll lease. Returns whether a step ran: not when
+    /// another thread is stepping, nor when there was nothing to do (nothing received,
+    /// no timer due, no verb since the last step: decided without the engine lock, see
+    /// `Port::quiet`). ACKs the step produced may be deferred: the caller polls its CQ
+    /// again and calls [`Shared::flush_deferred`] when that finds nothing.
     pub fn poll_progress(&self) -> bool {
-        let lease = self.now() + POLL_LEASE;
+        // The one clock read of an empty poll: the lease and the step use it.
+        let now = self.now();
         self.poll_lease
-            .fetch_max(lease.as_nanos(), Ordering::SeqCst);
+            .fetch_max((now + POLL_LEASE).as_nanos(), Ordering::SeqCst);
         // The application polls on after a completion: the lease it just lengthened
         // holds the driver off, so the grace timer armed by `poll_found` is disarmed
         // rather than left to wake the driver for nothing (one wake-up per completion
@@ -427,7 +481,12 @@ impl Shared {
         if self.grace_armed.swap(false, Ordering::SeqCst) {
             self.set_grace_timer(Duration::ZERO);
         }
-        self.app_step_as(Stepper::Poll).is_some()
+        self.app_step_as(Stepper::Poll, now).is_some()
+    }
+
+    /// Empty polls so far that skipped their step ([`Shared::poll_progress`]).
+    pub fn quiet_polls(&self) -> u64 {
+        self.quiet_polls.load(Ordering::Relaxed)
     }
 
     /// A poll found completions: the caller may stop polling now (and spin on its
@@ -492,7 +551,7 @@ impl Shared {
         self.tx_deferred
             .store(p.io.unkicked() > 0, Ordering::SeqCst);
         drop(port);
-        self.lock().stats.deferred_pushes += 1;
+        self.lock_stats().stats.deferred_pushes += 1;
         if in_flight > 0 {
             self.kick();
         }
@@ -531,14 +590,14 @@ impl Shared {
         let mut b = [0u8; 8];
         let mut notified = false;
         let n = loop {
-            let _ = self.app_step_as(Stepper::Waiter);
+            let _ = self.app_step_as(Stepper::Waiter, self.now());
             if notified {
                 // Read back the notifications before looking: one after the look wakes
                 // us. (A count left from before only costs one extra turn.)
                 let _ = rustix::io::read(&self.cq_event, &mut b);
             }
             let n = {
-                let mut g = self.lock_as(false);
+                let mut g = self.lock_as(false, true);
                 let n = g.rnic.poll_cq(cq, max, out);
                 if n == 0 {
                     g.stats.cq_waits += 1;
@@ -562,7 +621,7 @@ impl Shared {
                 PollFd::new(&self.cq_event, PollFlags::IN),
             ];
             if poll(&mut fds, Some(&ts)) == Ok(0) {
-                self.lock().stats.cq_wait_timeouts += 1;
+                self.lock_stats().stats.cq_wait_timeouts += 1;
             }
             notified = !fds[1].revents().is_empty();
         };

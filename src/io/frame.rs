@@ -10,6 +10,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use serde::Serialize;
 
 use crate::io::afxdp::XskPort;
@@ -37,6 +38,18 @@ pub trait FrameIo: Send {
     fn flush(&mut self) -> io::Result<u32>;
     /// Counters of the port.
     fn io_stats(&self) -> IoStats;
+    /// Whether a `recv_batch` now might deliver a frame: `false` only when the port
+    /// knows, cheaply and without blocking, that nothing waits. A busy poll that finds
+    /// nothing to do skips its step on `false` (driver/poll.rs); `true` is always correct.
+    fn rx_pending(&mut self) -> bool {
+        true
+    }
+    /// Whether frames given to the port may still be on their way out (queued without a
+    /// push, or not yet reaped as sent): a `flush` would have work. `true` is always
+    /// correct.
+    fn tx_pending(&mut self) -> bool {
+        true
+    }
 }
 
 /// Port counters for the stat snapshot.
@@ -78,6 +91,15 @@ impl FrameIo for XskPort {
             return Ok(0);
         }
         XskPort::flush(self).map_err(io::Error::other)
+    }
+    fn rx_pending(&mut self) -> bool {
+        XskPort::rx_pending(self)
+    }
+    fn tx_pending(&mut self) -> bool {
+        // Copy mode completes frames inside the kick: reaping (ring reads, no system
+        // call) usually leaves nothing in flight.
+        self.reap_completions();
+        self.unkicked() > 0 || self.frame_counts().in_tx > 0
     }
     fn io_stats(&self) -> IoStats {
         let s = self.stats();
@@ -165,6 +187,20 @@ impl FrameIo for SimIo {
     fn io_stats(&self) -> IoStats {
         self.stats
     }
+    fn rx_pending(&mut self) -> bool {
+        // A zero-timeout poll(2): a system call, but no engine lock (this port serves
+        // tests and examples, not the fast path).
+        let mut p = [PollFd::new(&self.sock, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // An error reads as "maybe": the step that follows finds out.
+        poll(&mut p, Some(&zero)).map_or(true, |n| n > 0)
+    }
+    fn tx_pending(&mut self) -> bool {
+        !self.held.is_empty()
+    }
 }
 
 impl SimIo {
@@ -222,5 +258,22 @@ mod tests {
         assert_eq!(n, 1);
         assert_eq!(a.io_stats().tx_frames, 2);
         assert_eq!(a.io_stats().rx_frames, 1);
+    }
+
+    /// What a busy poll asks before it skips its step: frames waiting to be received,
+    /// frames queued and not yet pushed.
+    #[test]
+    fn sim_link_says_when_frames_wait_either_way() {
+        let (mut a, mut b) = sim_link(MAX + 64).unwrap();
+        assert!(!b.rx_pending() && !a.tx_pending());
+        let f = vec![3u8; 60];
+        assert_eq!(a.queue_batch(&[&f]).unwrap(), 1);
+        assert!(a.tx_pending(), "a queued frame waits for its push");
+        assert!(!b.rx_pending(), "not sent yet");
+        assert_eq!(a.flush().unwrap(), 0);
+        assert!(!a.tx_pending());
+        assert!(b.rx_pending(), "a frame waits on the receive side");
+        b.recv_batch(&mut |_| {}).unwrap();
+        assert!(!b.rx_pending());
     }
 }

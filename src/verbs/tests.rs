@@ -201,3 +201,68 @@ fn a_bad_lkey_failed_at_the_head_of_the_send_queue_wakes_the_waiter() {
         check("bad lkey", receiving, &w, 14, WcStatus::LocProtErr);
     }
 }
+
+/// An empty busy poll skips its step, without the engine lock (driver/poll.rs,
+/// `Port::quiet`), only while a step would find nothing: a verb since the last step, a
+/// frame waiting on the port or a timer due each make the next poll step. With the port
+/// held no other thread steps A's port, so what the test sees is the verbs' doing and
+/// the peer's answers.
+#[test]
+fn an_empty_poll_steps_only_when_there_is_something_to_do() {
+    let (a, b) = pair();
+    b.qp.post_recv(RecvWr {
+        wr_id: 20,
+        sg_list: vec![b.mr.sge(0, 64)],
+    })
+    .unwrap();
+    let sh = shared(&a.dev);
+    let mut hold = sh.hold_port();
+    hold.step();
+    let now = sh.now();
+    assert!(hold.quiet_at(now), "an idle device steps for nothing");
+    assert_eq!(hold.cached_deadline(), None, "no timer armed");
+
+    // A post (its doorbell finds the port held) leaves work for the next poll.
+    let mut wr = SendWr::new(21, WrOpcode::Send);
+    wr.sg_list = vec![a.mr.sge(0, 8)];
+    wr.send_flags = crate::proto::SendFlags::SIGNALED;
+    a.qp.post_send(wr).unwrap();
+    assert!(!hold.quiet_at(now), "a post must make the next poll step");
+
+    // The step sends the SEND and arms its local ACK timer: cached when the step ends.
+    hold.step();
+    let deadline = hold.cached_deadline().expect("the SEND's ACK timer");
+    assert!(deadline > now, "{deadline} {now}");
+    assert!(
+        hold.quiet_at(now),
+        "nothing to do before the timer or an answer"
+    );
+    assert!(
+        !hold.quiet_at(deadline),
+        "a timer due must make the poll step"
+    );
+
+    // B acknowledges: the ACK waiting on A's port makes the poll step.
+    let until = std::time::Instant::now() + BOUND;
+    while hold.quiet_at(now) {
+        assert!(std::time::Instant::now() < until, "B never answered");
+        std::thread::yield_now();
+    }
+    hold.step();
+    assert_eq!(hold.cached_deadline(), None, "the ACK cleared the timer");
+    assert!(hold.quiet_at(sh.now()), "nothing left after the ACK");
+    drop(hold);
+
+    // Through the verb: polls of the empty CQ after the completion skip their steps.
+    let mut out = Vec::new();
+    while out.is_empty() {
+        a.cq.poll_into(1, &mut out);
+    }
+    assert_eq!((out[0].wr_id, out[0].status), (21, WcStatus::Success));
+    let q = sh.quiet_polls();
+    let until = std::time::Instant::now() + BOUND;
+    while sh.quiet_polls() == q {
+        assert!(std::time::Instant::now() < until, "no poll was quiet");
+        assert_eq!(a.cq.poll(1).len(), 0);
+    }
+}

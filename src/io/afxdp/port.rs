@@ -678,14 +678,20 @@ impl XskPort {
             self.stats.tx_frames += 1;
             self.stats.tx_bytes += frame.len() as u64;
             if descs.len() >= self.opts.batch_size {
-                self.submit_tx(&descs, kick)?;
+                // On the ring now, kicked once at the end with the rest: one `sendto`
+                // per batch, not per `batch_size` descriptors.
+                self.submit_tx(&descs, false)?;
                 descs.clear();
             }
         }
-        let r = self.submit_tx(&descs, kick);
+        let r = self.submit_tx(&descs, false);
         descs.clear();
         self.tx_descs = descs;
-        r.map(|()| queued)
+        r?;
+        if kick && self.unkicked > 0 {
+            self.wake_tx()?;
+        }
+        Ok(queued)
     }
 
     /// Build one frame directly in a UMEM chunk and queue it, without a copy: `build`
@@ -751,10 +757,15 @@ impl XskPort {
             )));
         }
         self.in_tx += n as u32;
-        if !kick {
-            self.unkicked += n as u32;
-            return Ok(());
+        self.unkicked += n as u32;
+        if kick {
+            self.wake_tx()?;
         }
+        Ok(())
+    }
+
+    /// After frames went on the tx ring: kick the kernel if it needs it.
+    fn wake_tx(&mut self) -> Result<(), Error> {
         // Copy mode transmits only inside sendto(); with need_wakeup the kernel says when.
         if !self.opts.need_wakeup || self.tx_q.needs_wakeup() {
             self.kick()?;
@@ -860,6 +871,12 @@ impl XskPort {
         }
         let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
         Ok(self.rx_q.poll(ms)?)
+    }
+
+    /// Whether the rx ring holds a frame now (a read of the ring's producer index, no
+    /// system call).
+    pub fn rx_pending(&mut self) -> bool {
+        self.rx_q.nb_avail(1) > 0
     }
 
     /// [`XskPort::wait`] without blocking.

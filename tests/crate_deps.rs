@@ -16,12 +16,26 @@ const CLI_ONLY: [&str; 3] = ["clap", "ctrlc", "plotters"];
 /// The resolved graph: package id -> (name, ids of its normal dependencies).
 fn normal_graph() -> (HashMap<String, String>, HashMap<String, Vec<String>>) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // The graph of the host's platform only: crates for other targets (the Android
+    // and Windows sides of chrono's and libc's dependencies) are never downloaded by a
+    // build here, and `--offline` would fail on them on a fresh machine.
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let vv = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("run rustc -vV");
+    let host = String::from_utf8_lossy(&vv.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+        .expect("rustc -vV names the host");
     let out = Command::new(cargo)
         .args([
             "metadata",
             "--format-version",
             "1",
             "--offline",
+            "--filter-platform",
+            &host,
             "--manifest-path",
         ])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))

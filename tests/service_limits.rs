@@ -101,14 +101,30 @@ fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
                     .unwrap()
             };
             // The sender's client: 5 SENDs out, 5 ACKs in; the receiver's: 5 in, 5 ACKs.
+            // The two clients' rings reach the service in either order: a SEND may meet
+            // its QP before the receive posted just before it (another client's ring), be
+            // RNR-NAKed (out_of_buffer, rnr_naks_sent) and resent (retransmitted_packets,
+            // in packets_sent too): about one run in four on a loaded host. The counts
+            // without those are exact.
             let c = |qpn: u32, k: &str| of(qpn)["counters"][k].clone();
+            let n = |qpn: u32, k: &str| c(qpn, k).as_u64().unwrap_or(u64::MAX);
             assert_eq!(
-                (c(na, "packets_sent"), c(na, "acks_received")),
-                (5.into(), 5.into())
+                (
+                    n(na, "packets_sent") - n(na, "retransmitted_packets"),
+                    c(na, "acks_received")
+                ),
+                (5, 5.into()),
+                "{}",
+                of(na)
             );
             assert_eq!(
-                (c(nb, "packets_received"), c(nb, "acks_sent")),
-                (5.into(), 5.into())
+                (
+                    n(nb, "packets_received") - n(nb, "rnr_naks_sent"),
+                    c(nb, "acks_sent")
+                ),
+                (5, 5.into()),
+                "{}",
+                of(nb)
             );
             assert_eq!(
                 (c(na, "acks_sent"), c(nb, "acks_received")),

@@ -2,8 +2,8 @@
 //! §9.7.5 responder behaviour, §9.7.5 validation, §9.7.5 responses; rxe's
 //! `rxe_resp.c` plays this role).
 //!
-//! This module holds the responder's state ([`Responder`]) and what it sends
-//! ([`Responder::poll_transmit`]); it works on no QP. Executing a request on a whole QP
+//! This module holds the responder's state (`Responder`) and what it sends
+//! (`Responder::poll_transmit`); it works on no QP. Executing a request on a whole QP
 //! is `super::execute`, above the QP in proto/'s import order.
 //!
 //! Contract: `execute::handle_request` checks one request packet in the order the spec gives

@@ -787,18 +787,24 @@ mod tests {
         }
     }
 
-    /// perftest's ib_write_lat polls its send CQ, then spins on its buffer for the
-    /// peer's RDMA WRITE without calling a verb: a lease left at its full length would
-    /// keep the driver off the socket (the WRITE unread) for up to POLL_LEASE.
-    #[test]
-    fn a_poll_that_finds_completions_shortens_the_lease_to_the_grace() {
-        let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
+    /// A started driver on one end of a simulated link, and the other end (kept open).
+    fn sim_driver() -> (Driver, crate::io::frame::SimIo) {
+        let (a, b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
         let d = Driver::start(
             Rnic::new(crate::proto::Config::default()),
             Box::new(a),
             DriverOptions::default(),
         )
         .unwrap();
+        (d, b)
+    }
+
+    /// perftest's ib_write_lat polls its send CQ, then spins on its buffer for the
+    /// peer's RDMA WRITE without calling a verb: a lease left at its full length would
+    /// keep the driver off the socket (the WRITE unread) for up to POLL_LEASE.
+    #[test]
+    fn a_poll_that_finds_completions_shortens_the_lease_to_the_grace() {
+        let (d, _peer) = sim_driver();
         let s = d.shared();
         let now = s.now();
         let _ = s.poll_progress();
@@ -822,13 +828,7 @@ mod tests {
     /// driver off meanwhile).
     #[test]
     fn an_empty_poll_after_a_completion_disarms_the_grace_timer() {
-        let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
-        let d = Driver::start(
-            Rnic::new(crate::proto::Config::default()),
-            Box::new(a),
-            DriverOptions::default(),
-        )
-        .unwrap();
+        let (d, _peer) = sim_driver();
         let s = d.shared();
         // The timer's own state reads zero once it fired too (50 µs: a loaded machine
         // may take longer between two lines): the flag says it was armed.

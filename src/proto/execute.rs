@@ -248,15 +248,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             // against, and the QP must still allow remote reads, else NAK remote access
             // (rxe `rxe_recheck_mr` → RESPST_ERR_RKEY_VIOLATION).
             let Some(reth) = ext.reth else { return };
-            let hit = qp
-                .resp
-                .cache
-                .iter()
-                .rev()
-                .find(|c| {
-                    matches!(c.kind, CachedKind::Read { .. }) && at.is_some_and(|a| c.holds(a))
-                })
-                .copied();
+            let hit = qp.resp.cached(at, |k| matches!(k, CachedKind::Read { .. }));
             let (Some(c), Some(at)) = (hit, at) else {
                 return;
             };
@@ -340,13 +332,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
             // The duplicate must be the same request (same operation and operands).
             let hit = qp
                 .resp
-                .cache
-                .iter()
-                .rev()
-                .find(|c| {
-                    at.is_some_and(|a| c.holds(a)) && matches!(c.kind, CachedKind::Atomic { .. })
-                })
-                .copied();
+                .cached(at, |k| matches!(k, CachedKind::Atomic { .. }));
             if let Some(Cached {
                 kind:
                     CachedKind::Atomic {

@@ -158,6 +158,21 @@ impl Cached {
 }
 
 impl Responder {
+    /// The newest cached response of the kind `is_kind` accepts that holds the request
+    /// PSN at unwrapped count `at` (a duplicate READ or atomic, IBTA §9.7.5.1.2).
+    pub(crate) fn cached(
+        &self,
+        at: Option<u64>,
+        is_kind: impl Fn(&CachedKind) -> bool,
+    ) -> Option<Cached> {
+        let at = at?;
+        self.cache
+            .iter()
+            .rev()
+            .find(|c| is_kind(&c.kind) && c.holds(at))
+            .copied()
+    }
+
     /// Queue an ACK/NAK; returns the PSN of a queued plain ACK it replaced, if any.
     pub(crate) fn push_ack(
         &mut self,

@@ -60,6 +60,7 @@ use crate::io::frame::{FrameIo, IoStats};
 use crate::proto::{Cq, MAX_FRAME_LEN, Rnic, WorkCompletion};
 use crate::wire::Qpn;
 
+mod grace;
 pub mod loopback;
 pub mod poll;
 pub mod snapshot;
@@ -214,13 +215,11 @@ pub struct Shared {
     wake_at: AtomicU64,
     /// An application busy-polls the port until then (nanoseconds since `epoch`).
     poll_lease: AtomicU64,
-    /// A timerfd the driver sleeps on under a lease: armed when a poll that found
-    /// completions shortens the lease to [`poll::POLL_GRACE`] ([`Shared::poll_found`]),
-    /// so that the driver watches the socket again once the application stops polling.
-    grace_timer: OwnedFd,
-    /// `grace_timer` is armed by a poll that found completions and no empty poll has
-    /// disarmed it since (`Shared::poll_progress`).
-    grace_armed: AtomicBool,
+    /// The timer the driver sleeps on under a lease: armed (while the application is
+    /// seen to need it, driver/grace.rs) when a poll that found completions shortens the
+    /// lease to [`poll::POLL_GRACE`] ([`Shared::poll_found`]), so that the driver
+    /// watches the socket again once the application stops polling.
+    grace: grace::Grace,
     /// A thread waits for a completion asleep on the socket ([`Shared::wait_cq`]).
     rx_waiter: AtomicBool,
     /// The port holds deferred ACKs that no kick has pushed out yet (a hint, so that a
@@ -504,11 +503,7 @@ impl Driver {
             sleeping: AtomicBool::new(false),
             wake_at: AtomicU64::new(0),
             poll_lease: AtomicU64::new(0),
-            grace_armed: AtomicBool::new(false),
-            grace_timer: rustix::time::timerfd_create(
-                rustix::time::TimerfdClockId::Monotonic,
-                rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
-            )?,
+            grace: grace::Grace::new()?,
             rx_waiter: AtomicBool::new(false),
             tx_deferred: AtomicBool::new(false),
             work: AtomicBool::new(true),
@@ -634,6 +629,9 @@ fn run(shared: &Shared, opts: &DriverOptions) {
     let epoch = shared.epoch;
     let mut next_stat = epoch;
     let mut stop = false;
+    // The last sleep was under a lease and ended on its timeout: the driver slept on
+    // the lease, not watching the socket, until it ran out.
+    let mut slept_out_a_lease = false;
     loop {
         if shared.stop.load(Ordering::SeqCst) {
             stop = true;
@@ -643,6 +641,12 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         // While an application busy-polls, it reads the receive ring: wake only when its
         // lease ends (or it ends it), not for every frame.
         let lease = shared.lease_until(now);
+        if lease.is_none() && std::mem::take(&mut slept_out_a_lease) {
+            // This thread slept on a lease that ran out: if the application's last poll
+            // found a completion, it stopped polling after it and left the socket
+            // unwatched meanwhile: the grace timer must be armed again.
+            shared.grace.lease_lapsed();
+        }
         // A thread asleep on the socket receives too; look again after a lease.
         let lease = lease.or_else(|| {
             shared
@@ -723,15 +727,17 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         // polling (a shortened lease); the socket is watched otherwise.
         let mut fds = [
             PollFd::new(&shared.wake, PollFlags::IN),
-            PollFd::new(&shared.grace_timer, PollFlags::IN),
+            PollFd::new(&shared.grace.timer, PollFlags::IN),
             PollFd::new(&shared.rx_fd, PollFlags::IN),
         ];
         let n = if lease.is_some() { 2 } else { 3 };
-        let _ = poll(&mut fds[..n], Some(&ts));
+        let woken = poll(&mut fds[..n], Some(&ts)).is_ok_and(|k| k > 0);
+        slept_out_a_lease = lease.is_some() && !woken;
         let kicked = !fds[0].revents().is_empty();
         if !fds[1].revents().is_empty() {
             let mut b = [0u8; 8];
-            let _ = rustix::io::read(&shared.grace_timer, &mut b);
+            let _ = rustix::io::read(&shared.grace.timer, &mut b);
+            shared.grace.fired();
         }
         shared.sleeping.store(false, Ordering::SeqCst);
         if kicked {
@@ -830,25 +836,55 @@ mod tests {
     fn an_empty_poll_after_a_completion_disarms_the_grace_timer() {
         let (d, _peer) = sim_driver();
         let s = d.shared();
-        // The timer's own state reads zero once it fired too (50 µs: a loaded machine
-        // may take longer between two lines): the flag says it was armed.
-        let running = |s: &Shared| {
-            let t = rustix::time::timerfd_gettime(&s.grace_timer).unwrap();
-            t.it_value.tv_sec != 0 || t.it_value.tv_nsec != 0
-        };
         let _ = s.poll_progress();
         s.poll_found();
-        assert!(
-            s.grace_armed.load(Ordering::SeqCst),
-            "a completion arms the grace timer"
-        );
+        assert!(s.grace.armed(), "a completion arms the grace timer");
         let _ = s.poll_progress();
-        assert!(!s.grace_armed.load(Ordering::SeqCst));
-        assert!(!running(s), "the next empty poll disarms it");
+        assert!(!s.grace.armed());
+        assert!(!timer_running(s), "the next empty poll disarms it");
         assert!(s.lease_until(s.now()).unwrap() > s.now() + poll::POLL_GRACE);
         // A completion again arms it: an application that stops polling now still
         // hands the socket back to the driver within the grace.
         s.poll_found();
-        assert!(s.grace_armed.load(Ordering::SeqCst));
+        assert!(s.grace.armed());
+    }
+
+    /// Whether the grace timer is counting down. (It reads zero once it fired too:
+    /// 50 µs, so a loaded machine may take longer between two lines; `armed` says
+    /// whether it was armed.)
+    fn timer_running(s: &Shared) -> bool {
+        let t = rustix::time::timerfd_gettime(&s.grace.timer).unwrap();
+        t.it_value.tv_sec != 0 || t.it_value.tv_nsec != 0
+    }
+
+    /// The driver thread itself sees the lapse: with arming off, a completion that is
+    /// not followed by an empty poll turns it back on once the driver has slept out the
+    /// lease. (Retried: the driver thread must be asleep under the lease when the
+    /// completion comes, which a loaded machine may delay; a driver that watches the
+    /// socket instead incurs no delay, and rightly does not count a lapse.)
+    #[test]
+    fn the_driver_turns_arming_back_on_when_the_lease_lapses_at_a_completion() {
+        let (d, _peer) = sim_driver();
+        let s = d.shared();
+        for _attempt in 0..20 {
+            let _ = s.poll_progress();
+            // Wake the driver so that it sees the lease and sleeps under it.
+            s.kick();
+            std::thread::sleep(poll::POLL_LEASE / 4);
+            let _ = s.poll_progress();
+            while s.grace.arming() {
+                s.poll_found();
+                let _ = s.poll_progress();
+            }
+            s.poll_found();
+            let deadline = std::time::Instant::now() + 4 * poll::POLL_LEASE;
+            while !s.grace.arming() && std::time::Instant::now() < deadline {
+                std::thread::sleep(poll::POLL_LEASE / 4);
+            }
+            if s.grace.arming() {
+                return;
+            }
+        }
+        panic!("the driver never resumed arming");
     }
 }

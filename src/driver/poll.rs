@@ -30,11 +30,15 @@
 //!   `ib_write_lat` next spins on its buffer, where only a remote RDMA WRITE it never
 //!   polls for lands) shortens the lease to [`POLL_GRACE`] and arms the driver's grace
 //!   timer ([`Shared::poll_found`]); the next empty poll lengthens it again and disarms
-//!   the timer. An application that keeps polling (a ping-pong) costs two
-//!   `timerfd_settime` per completion and no wake-up, however long its round trip (left
-//!   armed, the timer woke the driver once per completion whenever the round trip
-//!   exceeded the grace: on an idle VM that doubled rc-pingpong's round trip); one that
-//!   stops leaves the socket to the driver within the grace.
+//!   the timer (left armed, the timer woke the driver once per completion whenever the
+//!   round trip exceeded the grace: on an idle VM that doubled rc-pingpong's round
+//!   trip). An application that stops polling leaves the socket to the driver within
+//!   the grace. Arming and disarming a timer that near costs a hypervisor exit each on a
+//!   VM, so the timer is armed only while the application is seen to need it
+//!   (driver/grace.rs): after a run of completions each followed by an empty poll (a
+//!   ping-pong, a bandwidth test) a completion costs no system call at all; an
+//!   application that then stops polling after one is seen when the lease runs out
+//!   (at most [`POLL_LEASE`] later), and arming resumes.
 //! - An empty poll that would find nothing skips its step and the engine lock
 //!   (`Port::quiet`): nothing on the port's receive ring (`FrameIo::rx_pending`),
 //!   nothing on its way out (`FrameIo::tx_pending`, no backlog, the last step did not
@@ -475,12 +479,10 @@ impl Shared {
         self.poll_lease
             .fetch_max((now + POLL_LEASE).as_nanos(), Ordering::SeqCst);
         // The application polls on after a completion: the lease it just lengthened
-        // holds the driver off, so the grace timer armed by `poll_found` is disarmed
+        // holds the driver off, so a grace timer armed by `poll_found` is disarmed
         // rather than left to wake the driver for nothing (one wake-up per completion
-        // whenever the round trip exceeds the grace).
-        if self.grace_armed.swap(false, Ordering::SeqCst) {
-            self.set_grace_timer(Duration::ZERO);
-        }
+        // whenever the round trip exceeds the grace), and counts as not needed.
+        self.grace.polled();
         self.app_step_as(Stepper::Poll, now).is_some()
     }
 
@@ -502,30 +504,8 @@ impl Shared {
             })
             .is_ok();
         if shortened {
-            self.grace_armed.store(true, Ordering::SeqCst);
-            self.set_grace_timer(POLL_GRACE);
+            self.grace.found();
         }
-    }
-
-    /// Arm the grace timer to fire `after` from now; zero disarms it.
-    fn set_grace_timer(&self, after: Duration) {
-        let t = rustix::time::Itimerspec {
-            it_interval: Timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: Timespec {
-                tv_sec: 0,
-                tv_nsec: after.as_nanos() as i64,
-            },
-        };
-        // Only fails on a bad descriptor or value, neither possible here (`after` is
-        // below a second).
-        let _ = rustix::time::timerfd_settime(
-            &self.grace_timer,
-            rustix::time::TimerfdTimerFlags::empty(),
-            &t,
-        );
     }
 
     /// Push deferred ACKs out now (a poll found no completion, or a thread is about to

@@ -385,6 +385,9 @@ unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < core::mem::size_of::<ibv_device_attr>() {
             return ret(Err(libc::EINVAL));
         }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
+        }
         let ex = ibv_device_attr_ex {
             orig_attr: device_attr(&x.dev),
             phys_port_cnt_ex: 1,
@@ -404,6 +407,9 @@ pub extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_
         };
         if attr.is_null() {
             return ret(Err(libc::EINVAL));
+        }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
         }
         // SAFETY: `attr` points to the caller's ibv_device_attr.
         unsafe { attr.write(device_attr(&x.dev)) };
@@ -478,6 +484,9 @@ unsafe extern "C" fn query_port_ex(
         };
         if port != 1 || attr.is_null() {
             return ret(Err(libc::EINVAL));
+        }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
         }
         let a = port_attr(x);
         let len = len.min(core::mem::size_of::<ibv_port_attr>());

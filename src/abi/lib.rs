@@ -80,6 +80,8 @@ pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
     use xrnic::verbs::{Error as E, VerbsError as V};
     match e {
         E::Verbs(V::QueueFull) => libc::ENOMEM,
+        // A disassociated device: the kernel fails every command EIO (uverbs_main.c).
+        E::Verbs(V::DeviceFatal) => libc::EIO,
         E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
         E::Verbs(_) => libc::EINVAL,
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),

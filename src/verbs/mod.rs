@@ -789,6 +789,13 @@ impl Device {
         self.inner.gid_types.get(index).copied()
     }
 
+    /// The device is gone (its interface was deleted: IBV_EVENT_DEVICE_FATAL, see
+    /// link_watch.rs): verbs that need it fail with [`VerbsError::DeviceFatal`];
+    /// destroying objects and polling CQs still work.
+    pub fn is_fatal(&self) -> bool {
+        self.inner.soft().is_some_and(|s| s.lock().rnic.is_fatal())
+    }
+
     /// Which backend runs this device.
     pub fn backend(&self) -> Backend {
         match self.inner.backend {
@@ -803,7 +810,13 @@ impl Device {
         let kind = match &self.inner.backend {
             DevBackend::Soft { driver, .. } => {
                 let shared = driver.shared().clone();
-                let pd = shared.lock().rnic.alloc_pd();
+                let pd = {
+                    let mut g = shared.lock();
+                    if g.rnic.is_fatal() {
+                        return Err(VerbsError::DeviceFatal.into());
+                    }
+                    g.rnic.alloc_pd()
+                };
                 PdKind::Soft(Arc::new(PdInner {
                     _dev: self.clone(),
                     shared,
@@ -826,6 +839,9 @@ impl Device {
                 let shared = driver.shared().clone();
                 let (cq, ready) = {
                     let mut g = shared.lock();
+                    if g.rnic.is_fatal() {
+                        return Err(VerbsError::DeviceFatal.into());
+                    }
                     let cq = g.rnic.create_cq(cqe);
                     let ready = g.rnic.cq_ready(cq).expect("the CQ just created");
                     (cq, ready)

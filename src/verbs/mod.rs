@@ -761,9 +761,18 @@ impl Device {
     /// `ibv_query_port` (the only port, 1).
     pub fn query_port(&self) -> PortAttr {
         let mut p = self.inner.port.clone();
-        // An in-process device's port follows its link (link_watch.rs).
-        if let Some(up) = &self.inner.link_up {
-            p.state = if up.load(std::sync::atomic::Ordering::SeqCst) {
+        // An in-process device's port follows its link (link_watch.rs), a service's
+        // device the port events it forwarded (remote.rs).
+        let up = match &self.inner.backend {
+            DevBackend::Svc { conn, .. } => conn.port_active(),
+            _ => self
+                .inner
+                .link_up
+                .as_ref()
+                .map(|u| u.load(std::sync::atomic::Ordering::SeqCst)),
+        };
+        if let Some(up) = up {
+            p.state = if up {
                 PortState::Active
             } else {
                 PortState::Down
@@ -793,6 +802,9 @@ impl Device {
     /// link_watch.rs): verbs that need it fail with [`VerbsError::DeviceFatal`];
     /// destroying objects and polling CQs still work.
     pub fn is_fatal(&self) -> bool {
+        if let DevBackend::Svc { conn, .. } = &self.inner.backend {
+            return conn.is_fatal();
+        }
         self.inner.soft().is_some_and(|s| s.lock().rnic.is_fatal())
     }
 

@@ -702,7 +702,10 @@ fn a_deleted_interface_makes_the_device_fatal() {
     let until = std::time::Instant::now() + PATIENCE;
     let mut seen = Vec::new();
     while !seen.contains(&AsyncEvent::DeviceFatal) {
-        assert!(std::time::Instant::now() < until, "no DEVICE_FATAL: {seen:?}");
+        assert!(
+            std::time::Instant::now() < until,
+            "no DEVICE_FATAL: {seen:?}"
+        );
         match a.dev.poll_async_event() {
             Some(e) => seen.push(e),
             None => std::thread::sleep(Duration::from_millis(10)),
@@ -719,7 +722,10 @@ fn a_deleted_interface_makes_the_device_fatal() {
     assert_eq!(a.dev.query_port().state, PortState::Down);
     let mut wcs = wait_n(&a.cq, 4);
     wcs.sort_by_key(|w| w.wr_id);
-    assert_eq!(wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(
+        wcs.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
     assert!(
         wcs.iter().all(|w| w.status == WcStatus::WrFlushErr),
         "{wcs:?}"
@@ -729,7 +735,10 @@ fn a_deleted_interface_makes_the_device_fatal() {
     assert_eq!(threads_named(&driver), 0, "the driver thread is gone");
     // Each device's AF_XDP socket and its link watcher's netlink socket are closed.
     let left = sockets_held();
-    assert!(left + 4 <= sockets, "{sockets} sockets before, {left} after");
+    assert!(
+        left + 4 <= sockets,
+        "{sockets} sockets before, {left} after"
+    );
     let fatal = |r: Result<(), Error>, what: &str| match r {
         Err(Error::Verbs(VerbsError::DeviceFatal)) => {}
         r => panic!("{what}: {r:?}"),

@@ -330,7 +330,10 @@ fn service_clients_get_port_events_and_device_fatal() {
             let mut seen = Vec::new();
             while !seen.contains(&AsyncEvent::DeviceFatal) {
                 let e = next(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
-                assert!(matches!(e, AsyncEvent::PortErr(1) | AsyncEvent::DeviceFatal));
+                assert!(matches!(
+                    e,
+                    AsyncEvent::PortErr(1) | AsyncEvent::DeviceFatal
+                ));
                 seen.push(e);
             }
             assert!(a.is_fatal());

@@ -202,7 +202,9 @@ fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
         }
         seen.push_str(&line);
         if line.trim() == "READY" {
-            let del = pair.exec(Side::A, &["ip", "link", "del", &e.ifname]).unwrap();
+            let del = pair
+                .exec(Side::A, &["ip", "link", "del", &e.ifname])
+                .unwrap();
             assert!(del.status.success(), "{del:?}");
             break;
         }
@@ -210,7 +212,12 @@ fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
     out.read_to_string(&mut seen).unwrap();
     let status = child.wait().unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let t = format!("{seen}\n--- stderr\n{err}");
     assert!(seen.contains("READY"), "{t}");

@@ -154,8 +154,7 @@ impl AsyncQueue {
             let _ = unsafe { libc::write(*fd, &1u64 as *const u64 as *const c_void, 8) };
             if item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst) {
                 // SAFETY: as above.
-                let _ =
-                    unsafe { libc::write(*fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
+                let _ = unsafe { libc::write(*fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
             }
         }
     }

@@ -8,9 +8,9 @@
 //! unaffiliated events), so a program blocked on a CQ sees them. Destroys, deregisters
 //! and polls keep working, so that the program can clean up.
 
+use super::Rnic;
 use crate::proto::qp::{QpState, VerbsError};
 use crate::proto::srq::{AsyncEvent, MAX_ASYNC_EVENTS};
-use super::Rnic;
 
 impl Rnic {
     /// The device is gone: every QP to ERR (its WRs flushed), IBV_EVENT_DEVICE_FATAL
@@ -99,7 +99,10 @@ mod tests {
         p.a.poll_cq(c.cq_a, 16, &mut out);
         let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
         assert_eq!(ids, [1, 2, 3]);
-        assert!(out.iter().all(|w| w.status == WcStatus::WrFlushErr), "{out:?}");
+        assert!(
+            out.iter().all(|w| w.status == WcStatus::WrFlushErr),
+            "{out:?}"
+        );
         assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Err);
         assert_eq!(p.a.query_qp(idle).unwrap().qp_state, QpState::Err);
         assert_eq!(p.a.poll_async_event(), Some(AsyncEvent::DeviceFatal));

@@ -19,9 +19,9 @@
 //!   process_vm_readv/writev; [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
 //!   here and registers it so.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,8 +1,10 @@
-//! The C structures of rdma-core 44's `<infiniband/verbs.h>` (x86-64) that this library
-//! reads or fills, field for field. `layout.rs` prints their sizes and offsets and a test
-//! compares them with a C program compiled against the system header.
+//! The C structures of rdma-core 44's `<infiniband/verbs.h>` (x86-64), field for field:
+//! the one definition both sides use, the drop-in libibverbs (src/abi, which fills them
+//! for programs) and the offload backend (its FFI to the real libibverbs, [`super::sys`]).
+//! The abi crate's `layout.rs` prints their sizes and offsets and a test compares them with
+//! a C program compiled against the system header (src/abi/tests).
 //!
-//! Pointers to objects this library owns are typed; everything a program only passes
+//! Pointers to objects the library owns are typed; everything a program only passes
 //! through (AHs, MWs, flows, ...) is `*mut c_void`.
 
 #![allow(non_camel_case_types)]

@@ -996,20 +996,20 @@ mod tests {
     #[test]
     fn rdma_rkey_lands_where_the_c_union_has_it() {
         // struct { uint64_t remote_addr; uint32_t rkey; } rdma: rkey at offset 8.
-        let w = sys::ibv_send_wr_wr {
+        let w = sys::SendWrRemote {
             remote_addr: 1,
-            word1: rdma_word1(0xabcd_ef01),
+            compare_add: rdma_word1(0xabcd_ef01),
             swap: 0,
-            atomic_rkey: 0,
+            rkey: 0,
         };
         // The fields fill bytes 0..28 with no gap (offsets 0, 8, 16, 24); 28..32 is the
         // struct's tail padding, uninitialised, so only the fields' bytes are copied.
-        let defined = std::mem::offset_of!(sys::ibv_send_wr_wr, atomic_rkey) + 4;
+        let defined = std::mem::offset_of!(sys::SendWrRemote, rkey) + 4;
         assert_eq!(
-            (defined, std::mem::size_of::<sys::ibv_send_wr_wr>()),
+            (defined, std::mem::size_of::<sys::SendWrRemote>()),
             (28, 32)
         );
-        assert_eq!(std::mem::offset_of!(sys::ibv_send_wr_wr, word1), 8);
+        assert_eq!(std::mem::offset_of!(sys::SendWrRemote, compare_add), 8);
         let mut bytes = [0u8; 32];
         // SAFETY: bytes 0..`defined` of `w` are its four fields, all initialised, with no
         // padding between them (the offsets asserted above); the padding after them is not

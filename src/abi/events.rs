@@ -148,11 +148,15 @@ impl AsyncQueue {
             };
             // An event about an object already destroyed has no one to go to.
             let Some(item) = item else { continue };
+            // Marked dead with the event queued, under the queue's lock: a program that
+            // has read DEVICE_FATAL finds the context dead (ibv_create_comp_channel EIO).
+            let first_fatal =
+                item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst);
             q.push_back(item);
             drop(q);
             // SAFETY: writes 8 bytes from a live local to the context's eventfd.
             let _ = unsafe { libc::write(*fd, &1u64 as *const u64 as *const c_void, 8) };
-            if item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst) {
+            if first_fatal {
                 // SAFETY: as above.
                 let _ = unsafe { libc::write(*fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
             }

@@ -46,7 +46,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -576,6 +576,22 @@ impl Shared {
     /// Lock the port (a panic of another holder does not make it unusable).
     fn lock_port(&self) -> MutexGuard<'_, Option<Port>> {
         self.port.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The port's interface is gone (the device is fatal): stop the driver thread and
+    /// close the port now (the AF_XDP socket, the XDP attachment), without waiting for
+    /// the device's last handle. The engine stays: its CQs can still be polled and its
+    /// objects destroyed. Steps on application threads find no port and do nothing.
+    /// Not to be called with the engine locked (the port is locked before it).
+    pub fn release_port(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.sleeping.store(true, Ordering::SeqCst);
+        self.kick();
+        drop(self.lock_port().take());
+        // The socket's duplicate the driver and waiters poll: the socket goes now.
+        if let Err(e) = crate::io::afxdp::sys::retire_fd(self.rx_fd.as_fd()) {
+            tracing::warn!("closing the port's socket: {e}");
+        }
     }
 }
 

@@ -270,3 +270,87 @@ fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// The service forwards its device's port events to its clients (src/service/server.rs,
+/// src/verbs/remote.rs), as the in-process device raises them: `ip link set down` gives
+/// each client PORT_ERR (the port reads DOWN), `up` PORT_ACTIVE, and deleting the
+/// interface DEVICE_FATAL, after which a receive the client had posted completes flushed,
+/// posts fail with `VerbsError::DeviceFatal` and control verbs with EIO.
+#[test]
+#[ignore = "needs root"]
+fn service_clients_get_port_events_and_device_fatal() {
+    use xrnic::verbs::{AsyncEvent, PortState, VerbsError};
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    let netns = s.pair.end(Side::A).netns.clone();
+    let ip = move |args: &[&str]| {
+        let o = Command::new("ip")
+            .args(["-n", &netns])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "ip {args:?}: {}", text(&o));
+    };
+    s.pair
+        .run_in(Side::A, move || {
+            let RcPair {
+                a, b, ca, ma, qa, ..
+            } = RcPair::connect(&ifname);
+            assert!(a.service_pid().is_some() && b.service_pid().is_some());
+            let next = |d: &Device| {
+                let until = Instant::now() + Duration::from_secs(10);
+                loop {
+                    if let Some(e) = d.poll_async_event() {
+                        return Some(e);
+                    }
+                    if Instant::now() >= until {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            };
+            assert_eq!(a.query_port().state, PortState::Active);
+            ip(&["link", "set", "dev", &ifname, "down"]);
+            for d in [&a, &b] {
+                assert_eq!(next(d), Some(AsyncEvent::PortErr(1)));
+                assert_eq!(d.query_port().state, PortState::Down);
+            }
+            ip(&["link", "set", "dev", &ifname, "up"]);
+            for d in [&a, &b] {
+                assert_eq!(next(d), Some(AsyncEvent::PortActive(1)));
+                assert_eq!(d.query_port().state, PortState::Active);
+            }
+            qa.post_recv(RecvWr {
+                wr_id: 42,
+                sg_list: vec![ma.sge(0, 64)],
+            })
+            .unwrap();
+            ip(&["link", "del", &ifname]);
+            // PORT_ERR may come first (the link goes down before the interface goes).
+            let mut seen = Vec::new();
+            while !seen.contains(&AsyncEvent::DeviceFatal) {
+                let e = next(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
+                assert!(matches!(
+                    e,
+                    AsyncEvent::PortErr(1) | AsyncEvent::DeviceFatal
+                ));
+                seen.push(e);
+            }
+            assert!(a.is_fatal());
+            assert_eq!(a.query_port().state, PortState::Down);
+            let wc = ca.wait(1, Duration::from_secs(10));
+            assert_eq!(wc.len(), 1, "the receive is flushed");
+            assert_eq!((wc[0].wr_id, wc[0].status), (42, WcStatus::WrFlushErr));
+            let r = qa.post_recv(RecvWr {
+                wr_id: 43,
+                sg_list: vec![ma.sge(0, 64)],
+            });
+            assert!(
+                matches!(r, Err(Error::Verbs(VerbsError::DeviceFatal))),
+                "{r:?}"
+            );
+            let e = a.alloc_pd().map(drop).unwrap_err();
+            assert_eq!(errno(&e), Some(libc::EIO), "{e}");
+        })
+        .unwrap();
+}

@@ -3,7 +3,8 @@
 //! ends of a veth pair (root: AF_XDP, XDP): every implemented verb and its error paths,
 //! inline data, a completion channel, an RC transfer between the two processes. The
 //! program prints one line per check and "N passed, M failed". The library must be
-//! built (`cargo build --workspace`, as `make test` does).
+//! built (`cargo build --workspace`, as `make test` does). tests/c/verbs_fatal.c: the
+//! interface deleted under a running program (IBV_EVENT_DEVICE_FATAL).
 
 mod common;
 
@@ -161,4 +162,75 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// tests/c/verbs_fatal.c on one end: once it prints READY (receives and a SEND
+/// outstanding, the CQ armed), the veth is deleted under it. It must see
+/// IBV_EVENT_DEVICE_FATAL, the four WRs flushed, EIO from every verb that needs the
+/// device and from the async fd and the channel once drained, and every destroy succeed.
+#[test]
+#[ignore = "needs root"]
+fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
+    use std::io::{BufRead, BufReader, Read};
+    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
+    assert!(
+        lib.exists(),
+        "{} missing: cargo build --workspace",
+        lib.display()
+    );
+    let Some((dir, exe)) = build("verbs_fatal") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let e = pair.end(Side::A);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
+        .args(["exec", "--netdev", &e.ifname, "--"])
+        .arg(&exe)
+        .arg(format!("xrnic_{}", e.ifname))
+        .arg("1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if line.trim() == "READY" {
+            let del = pair
+                .exec(Side::A, &["ip", "link", "del", &e.ifname])
+                .unwrap();
+            assert!(del.status.success(), "{del:?}");
+            break;
+        }
+    }
+    out.read_to_string(&mut seen).unwrap();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = format!("{seen}\n--- stderr\n{err}");
+    assert!(seen.contains("READY"), "{t}");
+    assert!(status.success(), "{status}: {t}");
+    assert!(!seen.contains("FAIL:"), "{t}");
+    assert!(seen.contains("34 passed, 0 failed"), "{t}");
+    for line in [
+        "PASS: ibv_get_async_event: IBV_EVENT_DEVICE_FATAL, element.port_num 0",
+        "PASS: the 3 receives and the SEND complete with IBV_WC_WR_FLUSH_ERR",
+        "PASS: ibv_post_send: EIO",
+        "PASS: ibv_get_async_event after DEVICE_FATAL: -1, errno EIO (no hang)",
+        "PASS: ibv_close_device",
+    ] {
+        assert!(seen.contains(line), "{line}: {t}");
+    }
 }

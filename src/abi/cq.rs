@@ -8,6 +8,10 @@
 //!   event on its channel and disarms it, as a CQ's notification is one-shot (IBTA vol. 1
 //!   §11.4.2.2). `solicited_only` is treated as "any completion" (an extra event is
 //!   harmless: the program polls and finds the completion).
+//! - Once the device is fatal (IBV_EVENT_DEVICE_FATAL, crate::events) every channel of
+//!   the context stays readable and `ibv_get_cq_event` fails EIO when no event is left,
+//!   as the kernel's closed completion event file answers (`ib_uverbs_event_read`): the
+//!   events of the flushed CQs come first, then no thread waits for ever.
 //! - `ibv_poll_cq` (through `ctx->ops`) converts into a per-thread buffer: no allocation
 //!   per call once warm; the engine lock is held only for the drain.
 
@@ -32,6 +36,8 @@ pub struct XChannel {
     events: Mutex<VecDeque<usize>>,
     /// CQs that use this channel: destroying it is EBUSY while any remain.
     users: AtomicUsize,
+    /// The device is gone: no event will come after those queued.
+    dead: AtomicBool,
 }
 
 impl XChannel {
@@ -70,6 +76,9 @@ pub struct Notify {
     cqs: Mutex<Vec<Arc<CqState>>>,
     /// The context's async events (crate::events), moved from the engine by `run`.
     pub async_q: crate::events::AsyncQueue,
+    /// The context's completion channels (`XChannel *` as usize), to wake their readers
+    /// when the device goes; a channel leaves before it is freed.
+    channels: Mutex<Vec<usize>>,
 }
 
 impl Notify {
@@ -91,6 +100,23 @@ impl Notify {
             }
         }
         self.async_q.pump();
+        if self.async_q.is_dead() {
+            for &ch in self
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
+                // SAFETY: a listed channel is allocated (destroy unlists it under this
+                // lock before freeing it).
+                let ch = unsafe { &*(ch as *const XChannel) };
+                if !ch.dead.swap(true, Ordering::SeqCst) {
+                    let n = crate::events::DEAD_COUNT;
+                    // SAFETY: writes 8 bytes from a live local to the channel's eventfd.
+                    let _ = unsafe { libc::write(ch.ibv.fd, &n as *const u64 as *const c_void, 8) };
+                }
+            }
+        }
     }
 }
 
@@ -102,8 +128,12 @@ pub fn xcq<'a>(cq: *mut ibv_cq) -> Option<&'a XCq> {
 
 pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
     guard(core::ptr::null_mut(), || {
-        if context(ctx).is_none() {
+        let Some(x) = context(ctx) else {
             set_errno(libc::EINVAL);
+            return core::ptr::null_mut();
+        };
+        if x.notify.async_q.is_dead() {
+            set_errno(libc::EIO);
             return core::ptr::null_mut();
         }
         // SAFETY: eventfd has no memory arguments.
@@ -119,8 +149,14 @@ pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_com
             },
             events: Mutex::new(VecDeque::new()),
             users: AtomicUsize::new(0),
+            dead: AtomicBool::new(false),
         }));
         live::add(p, Kind::Channel);
+        x.notify
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(p as usize);
         p as *mut ibv_comp_channel
     })
 }
@@ -143,6 +179,13 @@ pub extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
         }
         // SAFETY: removed above, so freed once; the fd is ours.
         let x = unsafe { Box::from_raw(ch as *mut XChannel) };
+        if let Some(c) = context(x.ibv.context) {
+            c.notify
+                .channels
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|&p| p != ch as usize);
+        }
         // SAFETY: closes our own eventfd once.
         unsafe { libc::close(x.ibv.fd) };
         0
@@ -175,7 +218,13 @@ pub extern "C" fn ibv_get_cq_event(
             .unwrap_or_else(|e| e.into_inner())
             .pop_front();
         let Some(c) = ev else {
-            set_errno(libc::EAGAIN);
+            // Nothing queued: the device is gone (the count was one of DEAD_COUNT's),
+            // or a count raced ahead of its event.
+            set_errno(if x.dead.load(Ordering::SeqCst) {
+                libc::EIO
+            } else {
+                libc::EAGAIN
+            });
             return -1;
         };
         let c = c as *mut ibv_cq;

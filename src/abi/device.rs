@@ -385,6 +385,9 @@ unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < core::mem::size_of::<ibv_device_attr>() {
             return ret(Err(libc::EINVAL));
         }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
+        }
         let ex = ibv_device_attr_ex {
             orig_attr: device_attr(&x.dev),
             phys_port_cnt_ex: 1,
@@ -404,6 +407,9 @@ pub extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_
         };
         if attr.is_null() {
             return ret(Err(libc::EINVAL));
+        }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
         }
         // SAFETY: `attr` points to the caller's ibv_device_attr.
         unsafe { attr.write(device_attr(&x.dev)) };
@@ -478,6 +484,9 @@ unsafe extern "C" fn query_port_ex(
         };
         if port != 1 || attr.is_null() {
             return ret(Err(libc::EINVAL));
+        }
+        if x.dev.is_fatal() {
+            return ret(Err(libc::EIO));
         }
         let a = port_attr(x);
         let len = len.min(core::mem::size_of::<ibv_port_attr>());
@@ -717,7 +726,7 @@ pub extern "C" fn ibv_read_sysfs_file(
         let (dir, file) = (dir.to_string_lossy(), file.to_string_lossy());
         let ours = dir.strip_prefix(IBDEV_DIR).and_then(|name| {
             let list = DEVICES.lock().unwrap_or_else(|e| e.into_inner());
-            list.iter().find(|d| d.ibv.name_str() == name).copied()
+            list.iter().find(|d| name_str(&d.ibv) == name).copied()
         });
         let content = match ours {
             Some(xdev) => match virtual_file(xdev, &file) {
@@ -761,15 +770,10 @@ pub extern "C" fn ibv_read_sysfs_file(
     })
 }
 
-impl ibv_device {
-    fn name_str(&self) -> &str {
-        let n = self
-            .name
-            .iter()
-            .position(|&c| c == 0)
-            .unwrap_or(self.name.len());
-        // SAFETY: c_char and u8 have the same layout; `n` bytes are in bounds.
-        let b = unsafe { core::slice::from_raw_parts(self.name.as_ptr() as *const u8, n) };
-        core::str::from_utf8(b).unwrap_or("")
-    }
+/// The device's `name` as text.
+fn name_str(d: &ibv_device) -> &str {
+    let n = d.name.iter().position(|&c| c == 0).unwrap_or(d.name.len());
+    // SAFETY: c_char and u8 have the same layout; `n` bytes are in bounds.
+    let b = unsafe { core::slice::from_raw_parts(d.name.as_ptr() as *const u8, n) };
+    core::str::from_utf8(b).unwrap_or("")
 }

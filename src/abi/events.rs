@@ -13,6 +13,12 @@
 //! IBV_EVENT_QP_REQ_ERR, IBV_EVENT_QP_ACCESS_ERR (the `ibv_qp *`), IBV_EVENT_CQ_ERR (the
 //! `ibv_cq *`): the engine's [`AsyncEvent`] says when each is raised.
 //!
+//! IBV_EVENT_DEVICE_FATAL (element.port_num 0, as uverbs_main.c
+//! `ib_uverbs_free_hw_resources` sends it): the device's interface was deleted
+//! (src/verbs/link_watch.rs). It is delivered once; after it the fd stays readable and
+//! `ibv_get_async_event` fails EIO once the queue is empty, as the kernel's closed event
+//! file answers reads (`ib_uverbs_event_read`): a program waiting for more never hangs.
+//!
 //! Acknowledgement as rdma-core's (libibverbs/device.c, cmd_destroy_*): the library
 //! counts the events `ibv_get_async_event` handed out for each object, and
 //! `ibv_ack_async_event` the ones acknowledged, into the object's `events_completed`
@@ -21,6 +27,7 @@
 
 use core::ffi::{c_int, c_void};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
 use xrnic::verbs::{self as xv, AsyncEvent};
@@ -37,15 +44,23 @@ pub const IBV_EVENT_QP_REQ_ERR: c_int = 2;
 pub const IBV_EVENT_QP_ACCESS_ERR: c_int = 3;
 pub const IBV_EVENT_COMM_EST: c_int = 4;
 pub const IBV_EVENT_SQ_DRAINED: c_int = 5;
+pub const IBV_EVENT_DEVICE_FATAL: c_int = 8;
 pub const IBV_EVENT_PORT_ACTIVE: c_int = 9;
 pub const IBV_EVENT_PORT_ERR: c_int = 10;
 pub const IBV_EVENT_SRQ_LIMIT_REACHED: c_int = 15;
 pub const IBV_EVENT_QP_LAST_WQE_REACHED: c_int = 16;
 
-/// PORT_ACTIVE / PORT_ERR: the element is the port number, not an object.
+/// PORT_ACTIVE / PORT_ERR / DEVICE_FATAL: the element is a port number, not an object.
 fn is_port_event(t: c_int) -> bool {
-    matches!(t, IBV_EVENT_PORT_ACTIVE | IBV_EVENT_PORT_ERR)
+    matches!(
+        t,
+        IBV_EVENT_PORT_ACTIVE | IBV_EVENT_PORT_ERR | IBV_EVENT_DEVICE_FATAL
+    )
 }
+
+/// What the async fd's count is raised by once the device is fatal: reads never block
+/// again (an eventfd holds up to 2^64 - 2; this is never read down).
+pub(crate) const DEAD_COUNT: u64 = 1 << 48;
 
 /// One event waiting to be read: the element (`ibv_qp *`, ... as usize), its type.
 type Item = (usize, c_int);
@@ -57,6 +72,8 @@ pub struct AsyncQueue {
     /// the context exists.
     src: OnceLock<(xv::Device, usize, c_int)>,
     events: Mutex<VecDeque<Item>>,
+    /// DEVICE_FATAL was queued: the device is gone.
+    dead: AtomicBool,
 }
 
 /// Per object (`ibv_qp *`, `ibv_cq *`, `ibv_srq *` as usize): events handed out by
@@ -127,14 +144,28 @@ impl AsyncQueue {
                 AsyncEvent::CqErr(c) => {
                     cq_where(ctx, |x| x.engine_cq() == Some(c)).map(|p| (p, IBV_EVENT_CQ_ERR))
                 }
+                AsyncEvent::DeviceFatal => Some((0, IBV_EVENT_DEVICE_FATAL)),
             };
             // An event about an object already destroyed has no one to go to.
             let Some(item) = item else { continue };
+            // Marked dead with the event queued, under the queue's lock: a program that
+            // has read DEVICE_FATAL finds the context dead (ibv_create_comp_channel EIO).
+            let first_fatal =
+                item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst);
             q.push_back(item);
             drop(q);
             // SAFETY: writes 8 bytes from a live local to the context's eventfd.
             let _ = unsafe { libc::write(*fd, &1u64 as *const u64 as *const c_void, 8) };
+            if first_fatal {
+                // SAFETY: as above.
+                let _ = unsafe { libc::write(*fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
+            }
         }
+    }
+
+    /// DEVICE_FATAL was delivered to this queue: the device is gone.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
     }
 }
 
@@ -192,6 +223,12 @@ pub extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_asy
                 .events
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
+            if q.is_empty() && x.notify.async_q.is_dead() {
+                // The device is gone and its last event was read (the count read is one
+                // of DEAD_COUNT's).
+                set_errno(libc::EIO);
+                return -1;
+            }
             if let Some(item) = q.pop_front() {
                 // Counted before the queue's lock goes: a destroy that purges the
                 // queue next then waits for this event's acknowledgement. A port event

@@ -1,4 +1,5 @@
-//! The size of every structure in types.rs and the offset of each of its fields, keyed by
+//! The size of every structure in types.rs (the one definition, src/verbs/ibv/abi.rs,
+//! shared with the offload backend) and the offset of each of its fields, keyed by
 //! the C name (`ibv_wc`, `ibv_send_wr.wr.rdma.rkey`). The test below writes a C program
 //! that prints the same keys from the system's `<infiniband/verbs.h>` (libibverbs-dev),
 //! compiles it with `cc` and compares both tables.

@@ -3,7 +3,9 @@
 //!
 //! - exports.rs binds every default-version symbol of rdma-core 44's libibverbs to its
 //!   version node (libibverbs.map declares the nodes, build.rs sets the SONAME).
-//! - types.rs: the C structures, checked against the system's verbs.h by layout.rs.
+//! - types.rs: the C structures (defined once in the xrnic crate, src/verbs/ibv/abi.rs,
+//!   for this library and the offload backend), checked against the system's verbs.h by
+//!   layout.rs.
 //! - device.rs: the device list, open/close, the queries; misc.rs: the pure helpers
 //!   (strings, rates); stubs.rs: entry points xrnic does not implement (documented errors).
 //! - mr.rs (PDs, MRs), cq.rs (CQs, channels, poll), qp.rs (RC, UC, UD QPs and the post
@@ -80,6 +82,8 @@ pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
     use xrnic::verbs::{Error as E, VerbsError as V};
     match e {
         E::Verbs(V::QueueFull) => libc::ENOMEM,
+        // A disassociated device: the kernel fails every command EIO (uverbs_main.c).
+        E::Verbs(V::DeviceFatal) => libc::EIO,
         E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
         E::Verbs(_) => libc::EINVAL,
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),

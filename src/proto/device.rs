@@ -69,6 +69,8 @@ pub struct Rnic {
     completions_added: Arc<AtomicU64>,
     /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
     gsi_slot: Option<usize>,
+    /// The device is gone ([`Rnic::device_fatal`]): verbs that need it fail.
+    pub(super) fatal: bool,
 }
 
 impl Rnic {
@@ -90,6 +92,7 @@ impl Rnic {
             last_now: Instant::ZERO,
             completions_added: Arc::new(AtomicU64::new(0)),
             gsi_slot: None,
+            fatal: false,
         }
     }
 
@@ -143,6 +146,7 @@ impl Rnic {
 
     /// Register a zeroed memory region of `length` bytes owned by the engine.
     pub fn reg_mr(&mut self, pd: Pd, length: usize, access: Access) -> Result<MrInfo, VerbsError> {
+        self.alive()?;
         self.mem
             .reg_mr(pd, length, access)
             .map_err(VerbsError::Resource)
@@ -157,6 +161,7 @@ impl Rnic {
         iova: u64,
         access: Access,
     ) -> Result<MrInfo, VerbsError> {
+        self.alive()?;
         self.mem
             .reg_user_mr(pd, mem, iova, access)
             .map_err(VerbsError::Resource)
@@ -259,6 +264,7 @@ impl Rnic {
 
     /// Create an RC, UC or UD QP in RESET, on its own receive queue or on an SRQ.
     pub fn create_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
+        self.alive()?;
         if !self.mem.pd_exists(pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
@@ -381,6 +387,7 @@ impl Rnic {
 
     /// `ibv_modify_qp` for RC: see [`super::qp::check_modify`] for the rules.
     pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        self.alive()?;
         let r = self.modify_qp_now(qpn, attr, mask);
         self.touch_qpn(qpn);
         r
@@ -493,6 +500,7 @@ impl Rnic {
     /// `ibv_post_send`. Malformed requests are refused here (like EINVAL/ENOMEM); a bad
     /// local key completes the WR with LOC_PROT_ERR when it reaches the queue head.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        self.alive()?;
         let r = self.post_send_rc(qpn, wr);
         self.touch_qpn(qpn);
         r
@@ -588,6 +596,7 @@ impl Rnic {
 
     /// `ibv_post_recv`.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), VerbsError> {
+        self.alive()?;
         let max_wr = self.cfg.max_qp_wr;
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
@@ -1174,6 +1183,9 @@ const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
 
 #[path = "ud.rs"]
 pub(crate) mod ud;
+
+#[path = "fatal.rs"]
+mod fatal;
 
 #[cfg(test)]
 #[path = "device_tests.rs"]

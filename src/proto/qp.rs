@@ -244,6 +244,8 @@ pub enum VerbsError {
     WrongState(QpState),
     /// A PD / MR / CQ rule.
     Resource(&'static str),
+    /// The device is gone (IBV_EVENT_DEVICE_FATAL was raised): EIO in libibverbs.
+    DeviceFatal,
 }
 
 impl core::fmt::Display for VerbsError {
@@ -262,6 +264,10 @@ impl core::fmt::Display for VerbsError {
             VerbsError::QueueFull => write!(f, "work queue full"),
             VerbsError::WrongState(s) => write!(f, "not allowed in QP state {s:?}"),
             VerbsError::Resource(w) => write!(f, "{w}"),
+            VerbsError::DeviceFatal => write!(
+                f,
+                "the device is gone (its interface was removed: IBV_EVENT_DEVICE_FATAL)"
+            ),
         }
     }
 }

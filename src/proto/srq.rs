@@ -93,9 +93,13 @@ pub enum AsyncEvent {
     /// link came up (§11.6.3.2, an unaffiliated event; raised from outside the engine,
     /// src/verbs/link_watch.rs).
     PortActive(u8),
-    /// IBV_EVENT_PORT_ERR: the port left ACTIVE: its interface's link went down or the
-    /// interface was deleted.
+    /// IBV_EVENT_PORT_ERR: the port left ACTIVE: its interface's link went down.
     PortErr(u8),
+    /// IBV_EVENT_DEVICE_FATAL: the device is gone (its interface was deleted), raised
+    /// once by [`Rnic::device_fatal`](super::Rnic::device_fatal) (§11.6.3.2, an
+    /// unaffiliated event; the kernel's uverbs sends it when a device is unregistered,
+    /// `ib_uverbs_free_hw_resources`).
+    DeviceFatal,
 }
 
 /// Most asynchronous events a device holds unread (`Ctx::raise`).
@@ -145,6 +149,7 @@ pub(crate) fn take_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 impl Rnic {
     /// `ibv_create_srq`: `attr.srq_limit` non-zero arms the limit at once.
     pub fn create_srq(&mut self, pd: Pd, attr: &SrqAttr) -> Result<Srq, VerbsError> {
+        self.alive()?;
         if !self.mem.pd_exists(pd) {
             return Err(VerbsError::NotFound("protection domain"));
         }
@@ -243,6 +248,7 @@ impl Rnic {
     /// `ibv_post_srq_recv` (one work request): checked like `post_recv` (local keys
     /// resolved against the SRQ's PD; a bad one completes in error when a QP uses it).
     pub fn post_srq_recv(&mut self, srq: Srq, wr: RecvWr) -> Result<(), VerbsError> {
+        self.alive()?;
         let i = srq.0 as usize;
         let (pd, max_wr, max_sge, len) = {
             let s = self.srq_mut(srq)?;

@@ -292,6 +292,7 @@ impl Rnic {
 
     /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.
     pub fn post_send_ud(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
+        self.alive()?;
         let r = self.post_send_ud_now(qpn, wr, dest);
         self.touch_qpn(qpn);
         r

@@ -15,6 +15,13 @@
 //!   work request the engine refuses becomes an error completion (`IBV_WC_LOC_QP_OP_ERR`)
 //!   on the QP's send or receive CQ, since the client's post already returned. Nothing a
 //!   client writes stops the loop or reaches another client.
+//! - Port events: the device's unaffiliated asynchronous events (PORT_ACTIVE,
+//!   PORT_ERR, DEVICE_FATAL: src/verbs/link_watch.rs) go to every client, up to
+//!   [`MAX_CLIENT_EVENTS`] unread each (the oldest go first); the client's event
+//!   notifier is written and it fetches them with [`Req::AsyncEvents`]. Events of one
+//!   object (COMM_EST, CQ_ERR, ...) are not forwarded. After DEVICE_FATAL the engine
+//!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
+//!   an error completion as above.
 //! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
 //!   ring slots in all) and MRs (and registered bytes in all); a verb past a cap fails
 //!   with ENOMEM, as a NIC out of resources answers. Each round of the loop takes at most
@@ -70,6 +77,10 @@ struct Client {
     /// Set by Hello: written whenever completions land in any of the client's CQ rings
     /// (its library's completion channels wait on it).
     notify: Option<OwnedFd>,
+    /// Set by Hello: written whenever `events` gets one.
+    events_fd: Option<OwnedFd>,
+    /// Unaffiliated events not yet fetched ([`Req::AsyncEvents`]), as wire values.
+    events: std::collections::VecDeque<u32>,
     next: u32,
     pds: HashMap<u32, Pd>,
     mrs: HashMap<u32, MrEnt>,
@@ -99,9 +110,13 @@ impl Drop for Client {
     }
 }
 
+/// Most unread events the service keeps for one client.
+pub const MAX_CLIENT_EVENTS: usize = 64;
+
 fn errno_resp(e: &verbs::Error) -> Resp {
     use crate::verbs::{Error as E, VerbsError as V};
     let errno = match e {
+        E::Verbs(V::DeviceFatal) => libc::EIO,
         E::Verbs(V::QueueFull) | E::Verbs(V::Resource(_)) => libc::ENOMEM,
         E::Verbs(V::NotFound(_)) => libc::ENOENT,
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
@@ -266,6 +281,7 @@ impl Service {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&*self.cq_kick, &mut b);
         }
+        self.fan_out_events();
         let mut dead = Vec::new();
         let mut busy = false;
         for i in 0..self.clients.len() {
@@ -292,6 +308,30 @@ impl Service {
         Ok(busy)
     }
 
+    /// Give the device's unaffiliated events to every client (see the module comment).
+    fn fan_out_events(&mut self) {
+        let mut evs = Vec::new();
+        while let Some(e) = self.dev.poll_async_event() {
+            if let Some(v) = wire::encode_event(&e) {
+                tracing::info!("device event {e:?}: to every client");
+                evs.push(v);
+            }
+        }
+        if evs.is_empty() {
+            return;
+        }
+        for c in &mut self.clients {
+            let Some(fd) = &c.events_fd else { continue };
+            for &v in &evs {
+                if c.events.len() >= MAX_CLIENT_EVENTS {
+                    c.events.pop_front();
+                }
+                c.events.push_back(v);
+            }
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
+    }
+
     fn accept(&mut self) {
         loop {
             let sock = match rustix::net::accept_with(
@@ -315,6 +355,8 @@ impl Service {
                 comm,
                 sq: None,
                 notify: None,
+                events_fd: None,
+                events: Default::default(),
                 next: 1,
                 pds: HashMap::new(),
                 mrs: HashMap::new(),
@@ -400,20 +442,23 @@ impl Service {
                     let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
                     let bell = rustix::event::eventfd(0, flags)?;
                     let notify = rustix::event::eventfd(0, flags)?;
-                    Ok((r, bell, notify))
+                    let events = rustix::event::eventfd(0, flags)?;
+                    Ok((r, bell, notify, events))
                 });
             return match made {
-                Ok((ring, bell, notify)) => {
+                Ok((ring, bell, notify, events)) => {
                     let fds = match (
                         ring.fd().try_clone_to_owned(),
                         bell.try_clone(),
                         notify.try_clone(),
+                        events.try_clone(),
                     ) {
-                        (Ok(a), Ok(b), Ok(n)) => vec![a, b, n],
+                        (Ok(a), Ok(b), Ok(n), Ok(e)) => vec![a, b, n, e],
                         _ => return (bad(libc::EMFILE, "no descriptors"), Vec::new()),
                     };
                     c.sq = Some((ring, bell));
                     c.notify = Some(notify);
+                    c.events_fd = Some(events);
                     (
                         Resp::Hello {
                             service_pid: std::process::id(),
@@ -673,6 +718,9 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             Some(_) => Plain(Resp::Ok),
             None => Plain(bad(libc::ENOENT, "no such QP")),
         },
+        Req::AsyncEvents => Plain(Resp::AsyncEvents {
+            events: c.events.drain(..).collect(),
+        }),
         Req::Hello { .. } | Req::Res | Req::Shutdown => Plain(bad(libc::EINVAL, "unexpected")),
     }
 }
@@ -831,6 +879,7 @@ mod tests {
         svc.once(Duration::ZERO).unwrap();
         let (resp, mut fds) = recv(&a);
         assert!(matches!(resp, Resp::Hello { .. }), "{resp:?}");
+        let _events = fds.pop().unwrap();
         let _notify = fds.pop().unwrap();
         let bell = fds.pop().unwrap();
         let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();

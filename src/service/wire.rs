@@ -36,8 +36,10 @@ pub fn socket_name(ifname: &str) -> Vec<u8> {
 /// A client's (or `xrnic down`'s, `xrnic res`'s) request.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Req {
-    /// First message of a verbs client: answered with [`Resp::Hello`] and two
-    /// descriptors, the submission ring's memfd and the doorbell eventfd.
+    /// First message of a verbs client: answered with [`Resp::Hello`] and four
+    /// descriptors: the submission ring's memfd, the doorbell eventfd, the completion
+    /// notifier and the event notifier (eventfds the service writes when completions,
+    /// or asynchronous events for [`Req::AsyncEvents`], are there).
     Hello {
         comm: String,
     },
@@ -82,6 +84,9 @@ pub enum Req {
     DestroyQp {
         qpn: u32,
     },
+    /// The unaffiliated asynchronous events queued for this client since the last ask
+    /// (answered with [`Resp::AsyncEvents`]).
+    AsyncEvents,
     /// Every resource of every client (`xrnic res`, `xrnic stat`).
     Res,
     /// Stop the service (`xrnic down`): root or the service's own user only.
@@ -115,12 +120,47 @@ pub enum Resp {
         attr: QpAttrMsg,
     },
     Res(ResDoc),
+    /// The events of [`Req::AsyncEvents`], oldest first, as `enum ibv_event_type`
+    /// values: [`EV_PORT_ACTIVE`], [`EV_PORT_ERR`], [`EV_DEVICE_FATAL`].
+    AsyncEvents {
+        events: Vec<u32>,
+    },
     Ok,
     /// The verb failed: an errno and the message.
     Err {
         errno: i32,
         msg: String,
     },
+}
+
+/// IBV_EVENT_PORT_ACTIVE (verbs.h `enum ibv_event_type`).
+pub const EV_PORT_ACTIVE: u32 = 9;
+/// IBV_EVENT_PORT_ERR.
+pub const EV_PORT_ERR: u32 = 10;
+/// IBV_EVENT_DEVICE_FATAL.
+pub const EV_DEVICE_FATAL: u32 = 8;
+
+/// The wire value of an unaffiliated event (`None`: an event of one object, which the
+/// service does not forward).
+pub fn encode_event(e: &crate::proto::AsyncEvent) -> Option<u32> {
+    use crate::proto::AsyncEvent as E;
+    match e {
+        E::PortActive(_) => Some(EV_PORT_ACTIVE),
+        E::PortErr(_) => Some(EV_PORT_ERR),
+        E::DeviceFatal => Some(EV_DEVICE_FATAL),
+        _ => None,
+    }
+}
+
+/// The event of a wire value (untrusted: `None` for anything else).
+pub fn decode_event(v: u32) -> Option<crate::proto::AsyncEvent> {
+    use crate::proto::AsyncEvent as E;
+    match v {
+        EV_PORT_ACTIVE => Some(E::PortActive(1)),
+        EV_PORT_ERR => Some(E::PortErr(1)),
+        EV_DEVICE_FATAL => Some(E::DeviceFatal),
+        _ => None,
+    }
 }
 
 /// `xrnic res` through the service: every resource with its owner.

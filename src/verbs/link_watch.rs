@@ -5,6 +5,13 @@
 //! (IBTA vol. 1 §11.6.3.2, unaffiliated events; the kernel's rxe does the same from
 //! netdev notifications: rxe_net.c `rxe_port_up` / `rxe_port_down`).
 //!
+//! The interface's deletion (`RTM_DELLINK`) makes the device fatal, as the kernel
+//! unregisters an RNIC whose netdev goes (rxe_net.c `NETDEV_UNREGISTER`) and uverbs then
+//! disassociates its programs (uverbs_main.c `ib_uverbs_free_hw_resources`): the port
+//! DOWN, every QP to ERR with its work requests flushed, IBV_EVENT_DEVICE_FATAL raised
+//! (src/proto/fatal.rs), the driver thread stopped and the AF_XDP socket closed
+//! ([`Shared::release_port`]); the watcher ends.
+//!
 //! The thread is started while the device is opened (so it inherits the opener's blocked
 //! signals, src/abi/device.rs) and ends within [`TICK`] of the device's engine going.
 //! Without a watcher (the subscription failed: logged) the port keeps the state read at
@@ -62,7 +69,10 @@ fn run(watch: &LinkWatch, ifname: &str, state: &AtomicBool, shared: &Weak<Shared
         let up = match news {
             Ok(LinkNews::Quiet) => continue,
             Ok(LinkNews::Up(u)) => u,
-            Ok(LinkNews::Gone) => false,
+            Ok(LinkNews::Gone) => {
+                gone(ifname, state, &s);
+                return;
+            }
             Ok(LinkNews::Lost) => {
                 tracing::warn!("xrnic_{ifname}: link notifications lost; waiting for the next");
                 continue;
@@ -81,4 +91,19 @@ fn run(watch: &LinkWatch, ifname: &str, state: &AtomicBool, shared: &Weak<Shared
             s.lock().rnic.raise_port_event(up);
         }
     }
+}
+
+/// The interface was deleted: the device is fatal (see the module comment).
+fn gone(ifname: &str, state: &AtomicBool, s: &Shared) {
+    tracing::warn!(
+        "xrnic_{ifname}: the interface was deleted: IBV_EVENT_DEVICE_FATAL, every QP to \
+         ERR, the port closed"
+    );
+    state.store(false, Ordering::SeqCst);
+    // Released before the port: the guard runs the completion hook (the flushes and the
+    // event reach the program's CQs, channels and async fd).
+    s.lock().rnic.device_fatal();
+    s.release_port();
+    // Once more, in case the guard saw no change to report (the event queue was full).
+    s.run_completion_hook();
 }

@@ -761,9 +761,18 @@ impl Device {
     /// `ibv_query_port` (the only port, 1).
     pub fn query_port(&self) -> PortAttr {
         let mut p = self.inner.port.clone();
-        // An in-process device's port follows its link (link_watch.rs).
-        if let Some(up) = &self.inner.link_up {
-            p.state = if up.load(std::sync::atomic::Ordering::SeqCst) {
+        // An in-process device's port follows its link (link_watch.rs), a service's
+        // device the port events it forwarded (remote.rs).
+        let up = match &self.inner.backend {
+            DevBackend::Svc { conn, .. } => conn.port_active(),
+            _ => self
+                .inner
+                .link_up
+                .as_ref()
+                .map(|u| u.load(std::sync::atomic::Ordering::SeqCst)),
+        };
+        if let Some(up) = up {
+            p.state = if up {
                 PortState::Active
             } else {
                 PortState::Down
@@ -789,6 +798,16 @@ impl Device {
         self.inner.gid_types.get(index).copied()
     }
 
+    /// The device is gone (its interface was deleted: IBV_EVENT_DEVICE_FATAL, see
+    /// link_watch.rs): verbs that need it fail with [`VerbsError::DeviceFatal`];
+    /// destroying objects and polling CQs still work.
+    pub fn is_fatal(&self) -> bool {
+        if let DevBackend::Svc { conn, .. } = &self.inner.backend {
+            return conn.is_fatal();
+        }
+        self.inner.soft().is_some_and(|s| s.lock().rnic.is_fatal())
+    }
+
     /// Which backend runs this device.
     pub fn backend(&self) -> Backend {
         match self.inner.backend {
@@ -803,7 +822,13 @@ impl Device {
         let kind = match &self.inner.backend {
             DevBackend::Soft { driver, .. } => {
                 let shared = driver.shared().clone();
-                let pd = shared.lock().rnic.alloc_pd();
+                let pd = {
+                    let mut g = shared.lock();
+                    if g.rnic.is_fatal() {
+                        return Err(VerbsError::DeviceFatal.into());
+                    }
+                    g.rnic.alloc_pd()
+                };
                 PdKind::Soft(Arc::new(PdInner {
                     _dev: self.clone(),
                     shared,
@@ -826,6 +851,9 @@ impl Device {
                 let shared = driver.shared().clone();
                 let (cq, ready) = {
                     let mut g = shared.lock();
+                    if g.rnic.is_fatal() {
+                        return Err(VerbsError::DeviceFatal.into());
+                    }
                     let cq = g.rnic.create_cq(cqe);
                     let ready = g.rnic.cq_ready(cq).expect("the CQ just created");
                     (cq, ready)

@@ -118,7 +118,7 @@ fn read_facts(name: &str, ctx: &ibv::Context) -> Result<RdmaFacts> {
         max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
         max_res_rd_atom: a.max_res_rd_atom.max(0) as u32,
         max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
-        atomic_cap: a.atomic_cap,
+        atomic_cap: a.atomic_cap as u32,
         max_pkeys: a.max_pkeys,
         local_ca_ack_delay: a.local_ca_ack_delay,
     };
@@ -153,9 +153,9 @@ fn read_facts(name: &str, ctx: &ibv::Context) -> Result<RdmaFacts> {
     let ndev = read_trim(&port_dir(name).join("gid_attrs/ndevs/0"));
     let nd = ndev.as_deref().and_then(|n| netdev::probe(n).ok());
     let port = PortAttr {
-        state: PortState::from_ibv(p.state),
-        max_mtu: ibv::mtu_from(p.max_mtu).unwrap_or_default(),
-        active_mtu: ibv::mtu_from(p.active_mtu).unwrap_or_default(),
+        state: PortState::from_ibv(p.state as u32),
+        max_mtu: ibv::mtu_from(p.max_mtu as u32).unwrap_or_default(),
+        active_mtu: ibv::mtu_from(p.active_mtu as u32).unwrap_or_default(),
         netdev_mtu: nd.as_ref().map_or(0, |n| n.mtu),
         lid: p.lid,
         max_msg_sz: p.max_msg_sz,

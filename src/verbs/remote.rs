@@ -10,13 +10,19 @@
 //! - The data path is shared memory: `post_send` / `post_recv` write a slot into the
 //!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
 //!   makes no system call; `wait` sleeps on the CQ's eventfd.
+//! - Asynchronous events: the service forwards its device's unaffiliated events
+//!   (PORT_ACTIVE, PORT_ERR, DEVICE_FATAL) to every client and writes the client's event
+//!   notifier; [`Conn::poll_event`] then fetches them (one control request) and keeps
+//!   them in order. The port state follows them; after DEVICE_FATAL posts fail here
+//!   with [`VerbsError::DeviceFatal`] and control verbs get EIO from the service.
 //! - Memory: a region is the caller's own memory, which the service reads and writes with
 //!   process_vm_readv/writev; [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
 //!   here and registers it so.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +43,16 @@ pub(crate) struct Conn {
     doorbell: OwnedFd,
     /// Readable when completions arrived in any CQ ring of this connection.
     notify: Arc<OwnedFd>,
+    /// Readable when the service holds events for this connection.
+    events_fd: Arc<OwnedFd>,
+    /// The hook thread saw (and read) `events_fd`: events to fetch.
+    events_due: Arc<AtomicBool>,
+    /// Events fetched and not yet polled.
+    events: Mutex<VecDeque<crate::proto::AsyncEvent>>,
+    /// The port as the last port event left it: 0 none seen, 1 active, 2 down.
+    port: AtomicU8,
+    /// DEVICE_FATAL was fetched.
+    fatal: AtomicBool,
     hook: Arc<HookState>,
     pub service_pid: u32,
     pub active_mtu: u32,
@@ -83,9 +99,12 @@ impl Conn {
         else {
             return Err(proto_err("unexpected answer to hello"));
         };
-        if fds.len() != 3 {
-            return Err(proto_err("hello without its ring, doorbell and notifier"));
+        if fds.len() != 4 {
+            return Err(proto_err(
+                "hello without its ring, doorbell and notifiers (a service of another version?)",
+            ));
         }
+        let events_fd = Arc::new(fds.pop().ok_or_else(|| proto_err("no event notifier"))?);
         let notify = Arc::new(fds.pop().ok_or_else(|| proto_err("no notifier"))?);
         let doorbell = fds.pop().ok_or_else(|| proto_err("no doorbell"))?;
         let ring_fd = fds.pop().ok_or_else(|| proto_err("no ring"))?;
@@ -95,6 +114,11 @@ impl Conn {
             sq: Mutex::new(sq),
             doorbell,
             notify,
+            events_fd,
+            events_due: Arc::default(),
+            events: Mutex::default(),
+            port: AtomicU8::new(0),
+            fatal: AtomicBool::new(false),
             hook: Arc::default(),
             service_pid,
             active_mtu,
@@ -116,8 +140,57 @@ impl Conn {
         }
     }
 
+    /// The next asynchronous event the service forwarded, oldest first (fetched from
+    /// the service when its event notifier was written).
+    pub fn poll_event(&self) -> Option<crate::proto::AsyncEvent> {
+        use crate::proto::AsyncEvent as E;
+        let mut q = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = [0u8; 8];
+        // Non-blocking (the service made the eventfd so): nothing to read, nothing due.
+        let read = rustix::io::read(&*self.events_fd, &mut b).is_ok();
+        if self.events_due.swap(false, Ordering::SeqCst) || read {
+            match self.call(&Req::AsyncEvents) {
+                Ok((Resp::AsyncEvents { events }, _)) => {
+                    for e in events.into_iter().filter_map(wire::decode_event) {
+                        match e {
+                            E::PortActive(_) => self.port.store(1, Ordering::SeqCst),
+                            E::PortErr(_) => self.port.store(2, Ordering::SeqCst),
+                            E::DeviceFatal => {
+                                self.port.store(2, Ordering::SeqCst);
+                                self.fatal.store(true, Ordering::SeqCst);
+                            }
+                            _ => {}
+                        }
+                        q.push_back(e);
+                    }
+                }
+                Ok(_) => tracing::warn!("device service: unexpected answer to async events"),
+                Err(e) => tracing::debug!("device service: async events: {e}"),
+            }
+        }
+        q.pop_front()
+    }
+
+    /// The port state the last port event gave (`None`: no event yet), and whether the
+    /// device is gone, as far as the events polled so far tell.
+    pub fn port_active(&self) -> Option<bool> {
+        match self.port.load(Ordering::SeqCst) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// DEVICE_FATAL was polled ([`Conn::poll_event`]).
+    pub fn is_fatal(&self) -> bool {
+        self.fatal.load(Ordering::SeqCst)
+    }
+
     /// Append one submission slot and ring the doorbell.
     fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<()> {
+        if self.is_fatal() {
+            return Err(Error::Verbs(VerbsError::DeviceFatal));
+        }
         let w = w.ok_or(Error::Verbs(VerbsError::InvalidValue(
             "more scatter/gather entries than the service's ring carries",
         )))?;
@@ -146,7 +219,8 @@ impl Conn {
         drop(g);
         if start {
             let (h, n) = (self.hook.clone(), self.notify.clone());
-            std::thread::spawn(move || hook_thread(&h, &n));
+            let (e, due) = (self.events_fd.clone(), self.events_due.clone());
+            std::thread::spawn(move || hook_thread(&h, &n, &e, &due));
         }
     }
 
@@ -171,18 +245,25 @@ impl core::fmt::Debug for HookState {
     }
 }
 
-/// Wait for the service's completion signal and run the hook; ends when the hook is
-/// cleared.
-fn hook_thread(h: &HookState, notify: &OwnedFd) {
+/// Wait for the service's completion or event signal and run the hook (which moves the
+/// events: [`Conn::poll_event`], told by `due`); ends when the hook is cleared.
+fn hook_thread(h: &HookState, notify: &OwnedFd, events: &OwnedFd, due: &AtomicBool) {
     loop {
-        let mut fds = [PollFd::new(notify, PollFlags::IN)];
+        let mut fds = [
+            PollFd::new(notify, PollFlags::IN),
+            PollFd::new(events, PollFlags::IN),
+        ];
         let ts = rustix::time::Timespec {
             tv_sec: 0,
             tv_nsec: 100_000_000,
         };
         let signalled = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) > 0;
+        let evented = !fds[1].revents().is_empty();
         let mut b = [0u8; 8];
         let _ = rustix::io::read(notify, &mut b);
+        if evented && rustix::io::read(events, &mut b).is_ok() {
+            due.store(true, Ordering::SeqCst);
+        }
         let g = h.slot.lock().unwrap_or_else(|p| p.into_inner());
         match &g.0 {
             Some(_) if !signalled => drop(g),

@@ -180,6 +180,9 @@ impl Device {
     /// libibverbs delivers on its own async fd).
     #[must_use]
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        if let super::DevBackend::Svc { conn, .. } = &self.inner.backend {
+            return conn.poll_event();
+        }
         self.inner.soft()?.lock().rnic.poll_async_event()
     }
 }

@@ -45,6 +45,9 @@ impl Pd {
     /// resolves the next hop's MAC (when `dmac` is all zero) and the route's hop limit.
     pub fn create_ah(&self, av: &AddressVector) -> Result<Ah> {
         let dev = &self.dev;
+        if dev.is_fatal() {
+            return Err(proto::VerbsError::DeviceFatal.into());
+        }
         let mut av = *av;
         let Some(sgid) = dev.query_gid(usize::from(av.sgid_index)) else {
             return Err(proto::VerbsError::InvalidValue("sgid_index beyond the GID table").into());

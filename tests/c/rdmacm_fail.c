@@ -10,15 +10,11 @@
  * Every line is "ROLE: ..." and flushed at once (the test reads them while we run).
  * Exit 0 when the role ran to its end, 1 on an unexpected failure. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <stdarg.h>
 #include <netinet/in.h>
 #include <rdma/rdma_cma.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
+#include "common.h"
 
 static const char *role = "?";
 

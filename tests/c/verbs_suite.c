@@ -7,26 +7,7 @@
  * Two processes (one per end of a link) exchange their QP number, GID, buffer address
  * and rkey through files in DIR (DIR/server.info, DIR/client.info). One line per check,
  * then "N passed, M failed"; the exit status is 0 only when nothing failed. */
-#include <errno.h>
-#include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <infiniband/verbs.h>
-
-static int passed, failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
-}
+#include "common.h"
 
 struct info {
 	uint32_t qpn;
@@ -34,65 +15,6 @@ struct info {
 	uint64_t addr;
 	union ibv_gid gid;
 };
-
-static int write_info(const char *dir, const char *role, const struct info *i)
-{
-	char p[512], t[520];
-	FILE *f;
-
-	snprintf(p, sizeof p, "%s/%s.info", dir, role);
-	snprintf(t, sizeof t, "%s.tmp", p);
-	f = fopen(t, "w");
-	if (!f)
-		return -1;
-	fwrite(i, sizeof *i, 1, f);
-	fclose(f);
-	return rename(t, p);
-}
-
-static int read_info(const char *dir, const char *role, struct info *i)
-{
-	char p[512];
-	FILE *f;
-	int n;
-
-	snprintf(p, sizeof p, "%s/%s.info", dir, role);
-	for (n = 0; n < 3000; n++) {
-		f = fopen(p, "r");
-		if (f) {
-			size_t r = fread(i, sizeof *i, 1, f);
-			fclose(f);
-			if (r == 1)
-				return 0;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
-
-/* Poll `cq` until one completion arrives (bounded). */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	long n;
-
-	for (n = 0; n < 200000000L; n++) {
-		int r = ibv_poll_cq(cq, 1, wc);
-		if (r != 0)
-			return r;
-	}
-	return 0;
-}
-
-/* The next asynchronous event within `ms` milliseconds (poll(2) on the async fd, then
- * ibv_get_async_event): 0 with *ev filled (to be acknowledged), -1 when none came. */
-static int wait_async(struct ibv_context *ctx, int ms, struct ibv_async_event *ev)
-{
-	struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
-
-	if (poll(&pfd, 1, ms) != 1)
-		return -1;
-	return ibv_get_async_event(ctx, ev);
-}
 
 static int to_rts_rnr(struct ibv_qp *qp, int rnr_retry)
 {
@@ -251,9 +173,7 @@ int main(int argc, char **argv)
 
 	list = ibv_get_device_list(&n);
 	check(list != NULL && n > 0, "ibv_get_device_list lists a device");
-	for (i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			ctx = ibv_open_device(list[i]);
+	ctx = open_named(list, n, argv[1]);
 	check(ctx != NULL, "ibv_open_device");
 	if (!ctx)
 		goto out;
@@ -662,6 +582,5 @@ int main(int argc, char **argv)
 	check(ibv_close_device(ctx) == 0, "ibv_close_device");
 	ibv_free_device_list(list);
 out:
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return summary();
 }

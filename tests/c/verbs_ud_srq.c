@@ -7,29 +7,10 @@
  *
  * As tests/c/verbs_suite.c: the two processes exchange QP numbers, GID, buffer address
  * and rkey through files in DIR; one line per check, then "N passed, M failed". */
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include <infiniband/verbs.h>
+#include "common.h"
 
 #define QKEY 0x11111111u
-
-static int passed, failed;
-
-static void check(int ok, const char *what)
-{
-	printf("%s: %s\n", ok ? "PASS" : "FAIL", what);
-	fflush(stdout);
-	if (ok)
-		passed++;
-	else
-		failed++;
-}
 
 struct info {
 	uint32_t ud_qpn, uc_qpn, rc_qpn;
@@ -37,71 +18,6 @@ struct info {
 	uint64_t addr;
 	union ibv_gid gid;
 };
-
-static int write_info(const char *dir, const char *role, const struct info *i)
-{
-	char p[512], t[520];
-	FILE *f;
-
-	snprintf(p, sizeof p, "%s/%s.info", dir, role);
-	snprintf(t, sizeof t, "%s.tmp", p);
-	f = fopen(t, "w");
-	if (!f)
-		return -1;
-	fwrite(i, sizeof *i, 1, f);
-	fclose(f);
-	return rename(t, p);
-}
-
-static int read_info(const char *dir, const char *role, struct info *i)
-{
-	char p[512];
-	FILE *f;
-	int n;
-
-	snprintf(p, sizeof p, "%s/%s.info", dir, role);
-	for (n = 0; n < 3000; n++) {
-		f = fopen(p, "r");
-		if (f) {
-			size_t r = fread(i, sizeof *i, 1, f);
-			fclose(f);
-			if (r == 1)
-				return 0;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
-
-/* Poll `cq` until one completion arrives (bounded). */
-/* The next asynchronous event other than IBV_EVENT_COMM_EST within `ms` milliseconds
- * (poll(2) on the async fd, then ibv_get_async_event); COMM_EST events (a QP that got
- * its first packet while still in RTR, which depends on timing) are acknowledged and
- * skipped. 0 with *ev filled, -1 when none came. */
-static int next_event(struct ibv_context *ctx, int ms, struct ibv_async_event *ev)
-{
-	struct pollfd pfd = {ctx->async_fd, POLLIN, 0};
-
-	for (;;) {
-		if (poll(&pfd, 1, ms) != 1 || ibv_get_async_event(ctx, ev) != 0)
-			return -1;
-		if (ev->event_type != IBV_EVENT_COMM_EST)
-			return 0;
-		ibv_ack_async_event(ev);
-	}
-}
-
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	long n;
-
-	for (n = 0; n < 200000000L; n++) {
-		int r = ibv_poll_cq(cq, 1, wc);
-		if (r != 0)
-			return r;
-	}
-	return 0;
-}
 
 static int post_recv(struct ibv_qp *qp, struct ibv_srq *srq, char *addr, uint32_t len,
 		     uint32_t lkey, uint64_t id)
@@ -217,9 +133,7 @@ int main(int argc, char **argv)
 	gid_index = atoi(argv[2]);
 	server = strcmp(argv[3], "server") == 0;
 	list = ibv_get_device_list(&n);
-	for (i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
-			ctx = ibv_open_device(list[i]);
+	ctx = open_named(list, n, argv[1]);
 	check(ctx != NULL, "ibv_open_device");
 	if (!ctx)
 		goto out;
@@ -463,7 +377,7 @@ int main(int argc, char **argv)
 			      "RC SEND received into the SRQ's WQE, in order");
 		/* 4 WQEs, 2 taken: 2 < 3, the limit event. */
 		check(poll(&pfd, 1, 30000) == 1, "the async fd becomes readable");
-		check(next_event(ctx, 30000, &ev) == 0 &&
+		check(wait_async_except(ctx, 30000, IBV_EVENT_COMM_EST, &ev) == 0 &&
 			      ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ev.element.srq == srq,
 		      "ibv_get_async_event: IBV_EVENT_SRQ_LIMIT_REACHED on the SRQ");
 		ibv_ack_async_event(&ev);
@@ -481,7 +395,7 @@ int main(int argc, char **argv)
 			memset(&ea, 0, sizeof ea);
 			ea.qp_state = IBV_QPS_ERR;
 			check(ibv_modify_qp(rc, &ea, IBV_QP_STATE) == 0, "RC on the SRQ to ERR");
-			got = next_event(ctx, 30000, &ev) == 0;
+			got = wait_async_except(ctx, 30000, IBV_EVENT_COMM_EST, &ev) == 0;
 			check(got && ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
 				      ev.element.qp == rc,
 			      "ibv_get_async_event: IBV_EVENT_QP_LAST_WQE_REACHED on the QP");
@@ -502,6 +416,5 @@ int main(int argc, char **argv)
 	check(ibv_close_device(ctx) == 0, "ibv_close_device");
 	ibv_free_device_list(list);
 out:
-	printf("%d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return summary();
 }

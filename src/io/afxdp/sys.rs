@@ -106,6 +106,22 @@ pub fn retry_busy<T, E>(
     }
 }
 
+/// Close the open file behind `fd` while keeping its number valid: the number is made
+/// to refer to a fresh eventfd that is never readable (`dup2` replaces the file behind
+/// a number atomically). For a duplicate of a port's socket that other threads may be
+/// polling at that moment (`crate::driver::Shared::release_port`): the socket itself
+/// goes, the pollers see nothing to read instead of a closed (or reused) number.
+pub fn retire_fd(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let quiet = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)?;
+    // SAFETY: the OwnedFd made from `fd`'s number is never dropped (ManuallyDrop): the
+    // number stays owned by `fd`'s owner; dup2 only replaces the file behind it, which
+    // is the operation wanted (the old file's reference from this number goes).
+    let mut target = std::mem::ManuallyDrop::new(unsafe { OwnedFd::from_raw_fd(fd.as_raw_fd()) });
+    rustix::io::dup2(&quiet, &mut target)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

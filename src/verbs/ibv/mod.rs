@@ -3,7 +3,8 @@
 //! [`crate::verbs::Device::open_rdma`].
 //!
 //! Contract:
-//! - This module and [`sys`] are the only places outside `src/io/afxdp` with `unsafe`;
+//! - This module, [`sys`] and [`abi`] (the verbs.h structures, shared with the drop-in
+//!   library) are the only places outside `src/io/afxdp` with `unsafe`;
 //!   every block says why it is sound. Each handle owns one libibverbs object and frees
 //!   it on drop, after everything made from it (a [`Qp`] holds its PD and CQs, an [`Mr`]
 //!   its PD, all of them the [`Context`]).
@@ -20,6 +21,7 @@
 //!   is undefined until the completion that ends the transfer).
 //! - Failures are [`Error::Ibv`] with the call's name and `errno`.
 
+pub mod abi;
 pub mod sys;
 
 use std::alloc::Layout;
@@ -209,7 +211,7 @@ impl Context {
 
     /// `ibv_query_gid`.
     pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
-        let mut g: sys::ibv_gid = [0; 16];
+        let mut g = sys::ibv_gid::default();
         let index = c_int::try_from(index).map_err(|_| Error::Ibv {
             call: "ibv_query_gid",
             err: std::io::Error::from_raw_os_error(22),
@@ -218,7 +220,7 @@ impl Context {
         check("ibv_query_gid", unsafe {
             (self.fns().query_gid)(self.ctx.as_ptr(), port, index, &mut g)
         })?;
-        Ok(g)
+        Ok(g.raw)
     }
 }
 
@@ -456,7 +458,7 @@ impl Cq {
 
     /// `ibv_poll_cq` for up to `max` completions, appended to `out`.
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
-        let Some(poll) = self.ops().poll_cq else {
+        let Some(poll) = self.ops().ops.poll_cq else {
             return Err(Error::Ibv {
                 call: "ibv_poll_cq",
                 err: std::io::Error::from_raw_os_error(95),
@@ -499,7 +501,7 @@ impl Cq {
             if n > 0 {
                 return Ok(n);
             }
-            let Some(notify) = self.ops().req_notify_cq else {
+            let Some(notify) = self.ops().ops.req_notify_cq else {
                 return Err(Error::Ibv {
                     call: "ibv_req_notify_cq",
                     err: std::io::Error::from_raw_os_error(95),
@@ -675,7 +677,7 @@ impl Qp {
 
     /// `ibv_post_send` of one work request.
     pub fn post_send(&self, wr: &SendWr) -> Result<()> {
-        let post = self.ops().post_send.ok_or(Error::Ibv {
+        let post = self.ops().ops.post_send.ok_or(Error::Ibv {
             call: "ibv_post_send",
             err: std::io::Error::from_raw_os_error(95),
         })?;
@@ -683,18 +685,18 @@ impl Qp {
         // The `wr` union: atomics are {remote_addr, compare_add, swap, rkey}, RDMA
         // {remote_addr, rkey} with rkey where compare_add would be.
         let wr_u = if wr.opcode.is_atomic() {
-            sys::ibv_send_wr_wr {
+            sys::SendWrRemote {
                 remote_addr: wr.atomic.remote_addr,
-                word1: wr.atomic.compare_add,
+                compare_add: wr.atomic.compare_add,
                 swap: wr.atomic.swap,
-                atomic_rkey: wr.atomic.rkey.0,
+                rkey: wr.atomic.rkey.0,
             }
         } else {
-            sys::ibv_send_wr_wr {
+            sys::SendWrRemote {
                 remote_addr: wr.rdma.remote_addr,
-                word1: rdma_word1(wr.rdma.rkey.0),
+                compare_add: rdma_word1(wr.rdma.rkey.0),
                 swap: 0,
-                atomic_rkey: 0,
+                rkey: 0,
             }
         };
         let mut w = sys::ibv_send_wr {
@@ -706,7 +708,7 @@ impl Qp {
                 sges.as_mut_ptr()
             },
             num_sge: sges.len() as c_int,
-            opcode: wr_opcode(wr.opcode),
+            opcode: wr_opcode(wr.opcode) as c_int,
             send_flags: wr.send_flags.0,
             imm_data: match wr.opcode {
                 WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => wr.imm_data.to_be(),
@@ -714,8 +716,8 @@ impl Qp {
                 _ => 0,
             },
             wr: wr_u,
-            qp_type: 0,
-            bind_mw: [0; 6],
+            qp_type_xrc_remote_srqn: 0,
+            bind_mw_or_tso: [0; 6],
         };
         let mut bad = ptr::null_mut();
         // SAFETY: the QP is valid; `w` and the SGEs it points to live across the call
@@ -727,7 +729,7 @@ impl Qp {
 
     /// `ibv_post_recv` of one work request.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
-        let post = self.ops().post_recv.ok_or(Error::Ibv {
+        let post = self.ops().ops.post_recv.ok_or(Error::Ibv {
             call: "ibv_post_recv",
             err: std::io::Error::from_raw_os_error(95),
         })?;
@@ -844,9 +846,9 @@ pub fn mtu_from(v: u32) -> Option<Mtu> {
 fn attr_to_ibv(a: &QpAttr) -> sys::ibv_qp_attr {
     let av: &AddressVector = &a.ah_attr;
     sys::ibv_qp_attr {
-        qp_state: qp_state_ibv(a.qp_state),
-        cur_qp_state: qp_state_ibv(a.cur_qp_state),
-        path_mtu: mtu_ibv(a.path_mtu),
+        qp_state: qp_state_ibv(a.qp_state) as c_int,
+        cur_qp_state: qp_state_ibv(a.cur_qp_state) as c_int,
+        path_mtu: mtu_ibv(a.path_mtu) as c_int,
         qp_access_flags: a.qp_access_flags.0,
         pkey_index: a.pkey_index,
         port_num: a.port_num,
@@ -854,7 +856,7 @@ fn attr_to_ibv(a: &QpAttr) -> sys::ibv_qp_attr {
         // and takes the route's hop limit (ib_resolve_eth_dmac).
         ah_attr: sys::ibv_ah_attr {
             grh: sys::ibv_global_route {
-                dgid: av.dgid,
+                dgid: sys::ibv_gid { raw: av.dgid },
                 flow_label: av.flow_label,
                 sgid_index: av.sgid_index,
                 hop_limit: av.hop_limit,
@@ -883,15 +885,15 @@ fn attr_to_ibv(a: &QpAttr) -> sys::ibv_qp_attr {
 fn attr_from_ibv(a: &sys::ibv_qp_attr) -> Result<QpAttr> {
     let g = &a.ah_attr.grh;
     Ok(QpAttr {
-        qp_state: qp_state_from(a.qp_state)?,
-        cur_qp_state: qp_state_from(a.cur_qp_state).unwrap_or(QpState::Reset),
-        path_mtu: mtu_from(a.path_mtu).unwrap_or_default(),
+        qp_state: qp_state_from(a.qp_state as u32)?,
+        cur_qp_state: qp_state_from(a.cur_qp_state as u32).unwrap_or(QpState::Reset),
+        path_mtu: mtu_from(a.path_mtu as u32).unwrap_or_default(),
         qp_access_flags: Access(a.qp_access_flags & Access::ALL.0),
         pkey_index: a.pkey_index,
         port_num: a.port_num,
         ah_attr: AddressVector {
             dmac: [0; 6],
-            dgid: g.dgid,
+            dgid: g.dgid.raw,
             sgid_index: g.sgid_index,
             traffic_class: g.traffic_class,
             hop_limit: g.hop_limit,
@@ -914,7 +916,7 @@ fn attr_from_ibv(a: &sys::ibv_qp_attr) -> Result<QpAttr> {
 
 /// A work completion from `struct ibv_wc`.
 fn wc_from_ibv(w: &sys::ibv_wc) -> WorkCompletion {
-    let status = WcStatus::from_ibv(w.status);
+    let status = WcStatus::from_ibv(w.status as u32);
     // enum ibv_wc_opcode. libibverbs leaves the opcode undefined in error completions;
     // those report SEND here (check `status` first, as with libibverbs).
     let opcode = match w.opcode {
@@ -994,20 +996,20 @@ mod tests {
     #[test]
     fn rdma_rkey_lands_where_the_c_union_has_it() {
         // struct { uint64_t remote_addr; uint32_t rkey; } rdma: rkey at offset 8.
-        let w = sys::ibv_send_wr_wr {
+        let w = sys::SendWrRemote {
             remote_addr: 1,
-            word1: rdma_word1(0xabcd_ef01),
+            compare_add: rdma_word1(0xabcd_ef01),
             swap: 0,
-            atomic_rkey: 0,
+            rkey: 0,
         };
         // The fields fill bytes 0..28 with no gap (offsets 0, 8, 16, 24); 28..32 is the
         // struct's tail padding, uninitialised, so only the fields' bytes are copied.
-        let defined = std::mem::offset_of!(sys::ibv_send_wr_wr, atomic_rkey) + 4;
+        let defined = std::mem::offset_of!(sys::SendWrRemote, rkey) + 4;
         assert_eq!(
-            (defined, std::mem::size_of::<sys::ibv_send_wr_wr>()),
+            (defined, std::mem::size_of::<sys::SendWrRemote>()),
             (28, 32)
         );
-        assert_eq!(std::mem::offset_of!(sys::ibv_send_wr_wr, word1), 8);
+        assert_eq!(std::mem::offset_of!(sys::SendWrRemote, compare_add), 8);
         let mut bytes = [0u8; 32];
         // SAFETY: bytes 0..`defined` of `w` are its four fields, all initialised, with no
         // padding between them (the offsets asserted above); the padding after them is not

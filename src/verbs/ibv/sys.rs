@@ -1,323 +1,36 @@
-//! The libibverbs ABI xrnic uses, written by hand from rdma-core's `libibverbs/verbs.h`
-//! (v44, Debian 12; these structures have kept their layout since rdma-core 13), and the
-//! loader that finds the library at run time.
+//! The loader of rdma-core's libibverbs and the functions xrnic calls in it, declared by
+//! hand from `libibverbs/verbs.h` (v44, Debian 12). The structures are the one definition
+//! in [`super::abi`] (shared with the drop-in library, src/abi; its layout test compares
+//! them with the system header), re-exported here.
 //!
-//! Contract: only the structures and functions the verbs backend calls are declared, with
-//! the exact C layout (sizes and field offsets are checked by the tests below against the
-//! values gcc computes for verbs.h v44). Nothing is linked at build time: [`Lib::load`]
-//! `dlopen`s `libibverbs.so.1` and resolves every symbol once, so the crate builds and
-//! runs on machines without rdma-core. `ibv_poll_cq`, `ibv_req_notify_cq`,
-//! `ibv_post_send` and `ibv_post_recv` are `static inline` in verbs.h (calls through the
-//! context's `ops` table, the provider's fast path): they are read from [`ibv_context`]
-//! the same way.
+//! Contract: nothing is linked at build time: [`Lib::load`] `dlopen`s `libibverbs.so.1`
+//! and resolves every symbol once, so the crate builds and runs on machines without
+//! rdma-core. `ibv_poll_cq`, `ibv_req_notify_cq`, `ibv_post_send` and `ibv_post_recv` are
+//! `static inline` in verbs.h (calls through the context's `ops` table, the provider's
+//! fast path): they are read from [`ibv_context`]'s `ops` the same way.
 
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// `union ibv_gid`.
-pub type ibv_gid = [u8; 16];
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_device_attr {
-    pub fw_ver: [c_char; 64],
-    pub node_guid: u64,
-    pub sys_image_guid: u64,
-    pub max_mr_size: u64,
-    pub page_size_cap: u64,
-    pub vendor_id: u32,
-    pub vendor_part_id: u32,
-    pub hw_ver: u32,
-    pub max_qp: c_int,
-    pub max_qp_wr: c_int,
-    pub device_cap_flags: c_uint,
-    pub max_sge: c_int,
-    pub max_sge_rd: c_int,
-    pub max_cq: c_int,
-    pub max_cqe: c_int,
-    pub max_mr: c_int,
-    pub max_pd: c_int,
-    pub max_qp_rd_atom: c_int,
-    pub max_ee_rd_atom: c_int,
-    pub max_res_rd_atom: c_int,
-    pub max_qp_init_rd_atom: c_int,
-    pub max_ee_init_rd_atom: c_int,
-    pub atomic_cap: c_uint,
-    pub max_ee: c_int,
-    pub max_rdd: c_int,
-    pub max_mw: c_int,
-    pub max_raw_ipv6_qp: c_int,
-    pub max_raw_ethy_qp: c_int,
-    pub max_mcast_grp: c_int,
-    pub max_mcast_qp_attach: c_int,
-    pub max_total_mcast_qp_attach: c_int,
-    pub max_ah: c_int,
-    pub max_fmr: c_int,
-    pub max_map_per_fmr: c_int,
-    pub max_srq: c_int,
-    pub max_srq_wr: c_int,
-    pub max_srq_sge: c_int,
-    pub max_pkeys: u16,
-    pub local_ca_ack_delay: u8,
-    pub phys_port_cnt: u8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_port_attr {
-    pub state: c_uint,
-    pub max_mtu: c_uint,
-    pub active_mtu: c_uint,
-    pub gid_tbl_len: c_int,
-    pub port_cap_flags: u32,
-    pub max_msg_sz: u32,
-    pub bad_pkey_cntr: u32,
-    pub qkey_viol_cntr: u32,
-    pub pkey_tbl_len: u16,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub lmc: u8,
-    pub max_vl_num: u8,
-    pub sm_sl: u8,
-    pub subnet_timeout: u8,
-    pub init_type_reply: u8,
-    pub active_width: u8,
-    pub active_speed: u8,
-    pub phys_state: u8,
-    pub link_layer: u8,
-    pub flags: u8,
-    pub port_cap_flags2: u16,
-}
+pub use super::abi::{
+    PollCqFn, PostRecvFn, PostSendFn, ReqNotifyFn, SendWrRemote, ibv_ah_attr, ibv_comp_channel,
+    ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_global_route, ibv_mr, ibv_pd,
+    ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_recv_wr, ibv_send_wr,
+    ibv_sge, ibv_wc,
+};
 
 /// `IBV_LINK_LAYER_ETHERNET`.
 pub const LINK_LAYER_ETHERNET: u8 = 2;
 
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_wc {
-    pub wr_id: u64,
-    pub status: c_uint,
-    pub opcode: c_uint,
-    pub vendor_err: u32,
-    pub byte_len: u32,
-    /// `imm_data` (network order) or `invalidated_rkey`, by `wc_flags`.
-    pub imm_data: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: c_uint,
-    pub pkey_index: u16,
-    pub slid: u16,
-    pub sl: u8,
-    pub dlid_path_bits: u8,
-}
-
+/// `IBV_WC_WITH_IMM`, `IBV_WC_WITH_INV` (`ibv_wc.wc_flags`).
 pub const WC_WITH_IMM: c_uint = 1 << 1;
 pub const WC_WITH_INV: c_uint = 1 << 3;
 /// `IBV_WC_GRH`: the buffer starts with the 40-byte GRH.
 pub const WC_GRH: c_uint = 1;
 
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_mr {
-    pub context: *mut ibv_context,
-    pub pd: *mut c_void,
-    pub addr: *mut c_void,
-    pub length: usize,
-    pub handle: u32,
-    pub lkey: u32,
-    pub rkey: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_global_route {
-    pub dgid: ibv_gid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-// `union ibv_gid` holds two u64: the route (and so the address vector) is 8-aligned.
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_ah_attr {
-    pub grh: ibv_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_cap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_uint,
-    pub sq_sig_all: c_int,
-}
-
 /// `IBV_QPT_RC`.
-pub const QPT_RC: c_uint = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_attr {
-    pub qp_state: c_uint,
-    pub cur_qp_state: c_uint,
-    pub path_mtu: c_uint,
-    pub path_mig_state: c_uint,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: c_uint,
-    pub cap: ibv_qp_cap,
-    pub ah_attr: ibv_ah_attr,
-    pub alt_ah_attr: ibv_ah_attr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_sge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: u32,
-}
-
-/// The `wr` union of `ibv_send_wr`, as its largest member (`atomic`); `rdma` uses the
-/// first two fields' places (`remote_addr` at 0, `rkey` at 8).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_send_wr_wr {
-    pub remote_addr: u64,
-    /// `rdma.rkey` (low 32 bits) for RDMA; `atomic.compare_add` for atomics.
-    pub word1: u64,
-    pub swap: u64,
-    pub atomic_rkey: u32,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_send_wr {
-    pub wr_id: u64,
-    pub next: *mut ibv_send_wr,
-    pub sg_list: *mut ibv_sge,
-    pub num_sge: c_int,
-    pub opcode: c_uint,
-    pub send_flags: c_uint,
-    /// `imm_data` (network order) or `invalidate_rkey`.
-    pub imm_data: u32,
-    pub wr: ibv_send_wr_wr,
-    /// `qp_type.xrc.remote_srqn`.
-    pub qp_type: u32,
-    /// The `bind_mw` / `tso` union (unused here).
-    pub bind_mw: [u64; 6],
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_recv_wr {
-    pub wr_id: u64,
-    pub next: *mut ibv_recv_wr,
-    pub sg_list: *mut ibv_sge,
-    pub num_sge: c_int,
-}
-
-/// The head of `struct ibv_qp` (the fields read here).
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_qp {
-    pub context: *mut ibv_context,
-    pub qp_context: *mut c_void,
-    pub pd: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
-    pub handle: u32,
-    pub qp_num: u32,
-}
-
-/// The head of `struct ibv_cq`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_cq {
-    pub context: *mut ibv_context,
-    pub channel: *mut ibv_comp_channel,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_comp_channel {
-    pub context: *mut ibv_context,
-    pub fd: c_int,
-    pub refcnt: c_int,
-}
-
-pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
-pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
-pub type PostSendFn =
-    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
-pub type PostRecvFn =
-    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
-
-/// The head of `struct ibv_context` up to the `ops` entries verbs.h's inline functions
-/// call: `device`, then `struct ibv_context_ops` (11 entries before `poll_cq`, 12
-/// between `req_notify_cq` and `post_send`).
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_context {
-    pub device: *mut c_void,
-    _ops_head: [*mut c_void; 11],
-    pub poll_cq: Option<PollCqFn>,
-    pub req_notify_cq: Option<ReqNotifyCqFn>,
-    _ops_mid: [*mut c_void; 12],
-    pub post_send: Option<PostSendFn>,
-    pub post_recv: Option<PostRecvFn>,
-}
-
-/// Opaque `struct ibv_device`.
-#[repr(C)]
-pub struct ibv_device {
-    _private: [u8; 0],
-}
-
-/// Opaque `struct ibv_pd`.
-#[repr(C)]
-pub struct ibv_pd {
-    _private: [u8; 0],
-}
+pub const QPT_RC: c_int = 2;
 
 /// The exported functions, resolved from `libibverbs.so.1`.
 #[derive(Debug)]
@@ -425,54 +138,5 @@ impl Lib {
             destroy_qp: sym!("ibv_destroy_qp"),
         };
         Ok(Lib { fns, _lib: lib })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::mem::{align_of, offset_of, size_of};
-
-    /// Sizes and offsets gcc computes for rdma-core v44's verbs.h on x86-64 (compiled
-    /// once against the headers of the rdma-core repository at tag v44.0).
-    #[test]
-    fn layouts_match_verbs_h() {
-        assert_eq!(size_of::<ibv_device_attr>(), 232);
-        assert_eq!(offset_of!(ibv_device_attr, atomic_cap), 164);
-        assert_eq!(offset_of!(ibv_device_attr, phys_port_cnt), 227);
-        assert_eq!(size_of::<ibv_port_attr>(), 52);
-        assert_eq!(offset_of!(ibv_port_attr, link_layer), 46);
-        assert_eq!(size_of::<ibv_wc>(), 48);
-        assert_eq!(offset_of!(ibv_wc, qp_num), 28);
-        assert_eq!(offset_of!(ibv_wc, wc_flags), 36);
-        assert_eq!(size_of::<ibv_mr>(), 48);
-        assert_eq!(offset_of!(ibv_mr, lkey), 36);
-        assert_eq!(size_of::<ibv_global_route>(), 24);
-        assert_eq!(
-            (size_of::<ibv_ah_attr>(), align_of::<ibv_ah_attr>()),
-            (32, 8)
-        );
-        assert_eq!(offset_of!(ibv_ah_attr, port_num), 30);
-        assert_eq!(size_of::<ibv_qp_init_attr>(), 64);
-        assert_eq!(size_of::<ibv_qp_attr>(), 144);
-        assert_eq!(offset_of!(ibv_qp_attr, ah_attr), 56);
-        assert_eq!(offset_of!(ibv_qp_attr, pkey_index), 120);
-        assert_eq!(offset_of!(ibv_qp_attr, max_rd_atomic), 126);
-        assert_eq!(offset_of!(ibv_qp_attr, rate_limit), 136);
-        assert_eq!(size_of::<ibv_send_wr>(), 128);
-        assert_eq!(offset_of!(ibv_send_wr, imm_data), 36);
-        assert_eq!(
-            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_wr, atomic_rkey),
-            64
-        );
-        assert_eq!(offset_of!(ibv_send_wr, qp_type), 72);
-        assert_eq!(offset_of!(ibv_send_wr, bind_mw), 80);
-        assert_eq!(size_of::<ibv_recv_wr>(), 32);
-        assert_eq!(offset_of!(ibv_qp, qp_num), 52);
-        assert_eq!(offset_of!(ibv_comp_channel, fd), 8);
-        assert_eq!(offset_of!(ibv_context, poll_cq), 96);
-        assert_eq!(offset_of!(ibv_context, req_notify_cq), 104);
-        assert_eq!(offset_of!(ibv_context, post_send), 208);
-        assert_eq!(offset_of!(ibv_context, post_recv), 216);
     }
 }

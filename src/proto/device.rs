@@ -73,11 +73,15 @@ pub struct Rnic {
     completions_added: Arc<AtomicU64>,
     /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
     gsi_slot: Option<usize>,
+    /// How far the first slot's QPN is past [`FIRST_QPN`]: `Config::first_qpn` taken
+    /// once (a remainder per received frame otherwise, in `slot`).
+    qpn_offset: u32,
 }
 
 impl Rnic {
     pub fn new(cfg: Config) -> Self {
         Rnic {
+            qpn_offset: cfg.first_qpn.saturating_sub(FIRST_QPN) % QPN_SPACE,
             cfg,
             mem: MemTable::new(),
             cqs: Vec::new(),
@@ -328,6 +332,8 @@ impl Rnic {
     /// QP slot `i` may have work now: it goes on the ready list and its timers are
     /// tracked (`super::sched`). Called after every call that may give a QP something to
     /// send or arm, move or clear its timers.
+    // Inlined (as `track`): after every received frame and every transmit, per packet.
+    #[inline(always)]
     pub(super) fn touch(&mut self, i: usize) {
         if self.track(i) {
             self.sched.wake(i);
@@ -337,6 +343,7 @@ impl Rnic {
     /// QP slot `i`'s deadlines may have changed: its congestion-control deadlines are
     /// copied into its timer table (`Timer::Rate`, `Timer::Pacer`), and the table's
     /// earliest deadline is tracked by the scheduler. False when the slot is empty.
+    #[inline(always)]
     fn track(&mut self, i: usize) -> bool {
         let Some(Some(qp)) = self.qps.get_mut(i) else {
             return false;
@@ -358,7 +365,7 @@ impl Rnic {
 
     /// How far the first slot's QPN is past [`FIRST_QPN`] (from `Config::first_qpn`).
     fn qpn_offset(&self) -> u32 {
-        self.cfg.first_qpn.saturating_sub(FIRST_QPN) % QPN_SPACE
+        self.qpn_offset
     }
 
     /// The QPN of QP slot `slot`: `Config::first_qpn` onwards, wrapping within the 24 bits.
@@ -1063,22 +1070,25 @@ impl Rnic {
         }
         // The ready list, not every slot (`super::sched`): each slot tried at most once.
         for _ in 0..self.sched.ready_len() {
-            let Some(i) = self.sched.next_ready() else {
+            let Some(i) = self.sched.peek_ready() else {
                 break;
             };
+            // Nothing in `transmit_qp` wakes a slot: the front is still `i` after it.
             let r = self.transmit_qp(i, now, buf);
             // Sending arms the retransmission timer, a local error may have cleared it,
             // and the pacer may hold the QP (its `Timer::Pacer`).
             if !self.track(i) {
+                self.sched.drop_front();
                 continue;
             }
             if r.is_some() {
                 // Back at the end: packet-by-packet round robin.
-                self.sched.wake(i);
+                self.sched.requeue_front();
                 return r;
             }
             // Otherwise it has nothing to send until something wakes it: a post, a frame,
             // or one of its timers (a pacer hold ends with its `Timer::Pacer`).
+            self.sched.drop_front();
         }
         None
     }

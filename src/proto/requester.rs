@@ -19,8 +19,8 @@ use super::cq::WcStatus;
 use super::memory::MemTable;
 use super::memory::{LocalSeg, Payload, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
-use super::time::{Instant, duration_nanos};
-use super::timers::{Timer, TimerTable, local_ack_timeout};
+use super::time::Instant;
+use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
 use super::trace::{TxReason, qp_event};
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
@@ -253,8 +253,7 @@ impl Requester {
         };
         // At the pace the peer acknowledges (a slow path: an emulated guest), an ACK
         // comes back within a quarter of the local ACK timeout too.
-        let ack_every =
-            self.paced_ack_every(ack_every, local_ack_timeout(timeout).map(duration_nanos));
+        let ack_every = self.paced_ack_every(ack_every, local_ack_timeout_ns(timeout));
         let lim = ReqLimits {
             mtu,
             max_rd_atomic: u32::from(max_rd_atomic),
@@ -551,6 +550,8 @@ impl Requester {
     }
 }
 
+// Inlined: once per packet, a jump table the caller's branches can feed directly.
+#[inline]
 fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
     use WrOpcode as W;
     match (op, only, first, end) {

@@ -11,11 +11,20 @@ use super::time::Instant;
 /// The local ACK timeout of IBTA §9.7.6 / §11.2: 4.096 µs × 2^timeout; 0 means
 /// "infinite" (no retransmission timer).
 pub const fn local_ack_timeout(timeout: u8) -> Option<Duration> {
+    match local_ack_timeout_ns(timeout) {
+        Some(ns) => Some(Duration::from_nanos(ns)),
+        None => None,
+    }
+}
+
+/// [`local_ack_timeout`] in nanoseconds: what the per-packet AckReq pacing compares
+/// against (`Requester::paced_ack_every`), without a round trip through `Duration`.
+pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     if timeout == 0 {
         None
     } else {
         // 4096 ns × 2^t, t ≤ 31: at most 8.8e12 ns, no overflow.
-        Some(Duration::from_nanos(4096u64 << (timeout & 0x1f)))
+        Some(4096u64 << (timeout & 0x1f))
     }
 }
 
@@ -157,6 +166,12 @@ mod tests {
             Some(Duration::from_nanos(67_108_864))
         );
         assert_eq!(rnr_timer(12), Duration::from_micros(640));
+        for t in 0..=u8::MAX {
+            assert_eq!(
+                local_ack_timeout_ns(t),
+                local_ack_timeout(t).map(|d| d.as_nanos() as u64)
+            );
+        }
     }
 
     #[test]

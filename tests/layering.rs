@@ -5,12 +5,17 @@
 //! names a forbidden module, outside comments and test code (`*tests.rs` files and what
 //! follows `#[cfg(test)]` at the start of a line).
 //!
-//! Inside proto/ the imports go one way too (issue 14, item 5): config, cq, the work
-//! requests (wr), memory and the packet description (packet) <- requester, responder <-
-//! qp <- framing, execute (the responder's request execution on a QP) <- completer <-
-//! device ([`PROTO_ORDER`]). This reads the `super::X` and `crate::proto::X` paths of
-//! those files (same rules for comments and test code); any edge against the order
-//! fails, with no exceptions.
+//! Inside proto/ the imports go one way too (issue 14, item 5): config and the other
+//! leaves, cq, the work requests (wr), memory and the packet description (packet) <-
+//! requester, responder <- srq (the SRQ's state) <- qp <- framing, execute (the
+//! responder's request execution on a QP) <- completer, uc, ud (the UC and UD services
+//! of one QP) <- device <- srq_verbs (the SRQ verbs, `impl Rnic`), fatal (the device
+//! going away, `impl Rnic`) ([`PROTO_ORDER`]).
+//! This reads the `super::X` and `crate::proto::X` paths of those files (same rules for
+//! comments and test code; in a folder module's files below its mod.rs,
+//! `super::super::X`); any edge against the order fails, with no exceptions. Every
+//! module of proto/ is in the order, declared in proto/mod.rs (none reached as a
+//! child of another through `#[path]`).
 //!
 //! And the library runs no external program (issue 15, build point 1): no file of the
 //! `xrnic` crate's src (the other crates' folders, src/cli, src/abi and src/netns, aside;
@@ -51,18 +56,25 @@ fn rules() -> Vec<(&'static str, Vec<&'static str>)> {
 }
 
 /// proto/'s import order, bottom first: each module may import only those on earlier
-/// rows (and not those on its own row). `config` is the very bottom.
+/// rows (and not those on its own row). The first row are the leaves (`config` is the
+/// very bottom); every module of proto/ is on one row
+/// (`every_proto_module_is_in_the_order`).
 const PROTO_ORDER: &[&[&str]] = &[
-    &["config"],
-    &["cq"],
+    &["config", "counters", "time", "trace", "verdict", "user_mem"],
+    &["cq", "timers", "sched", "congestion"],
     &["wr"],
     &["memory"],
     &["packet"],
     &["requester", "responder"],
+    // The SRQ's state and the async event type: a QP names its SRQ, `Ctx` holds them.
+    &["srq"],
     &["qp"],
-    &["framing", "execute"],
-    &["completer"],
+    &["framing", "execute", "resources"],
+    // The UC and UD services of one QP (the device calls them with the QP and its Ctx).
+    &["completer", "uc", "ud"],
     &["device"],
+    // `impl Rnic` blocks of verbs the device itself never calls.
+    &["srq_verbs", "fatal"],
 ];
 
 /// (proto module, the proto modules it must not import): those on its own row of
@@ -82,9 +94,16 @@ fn proto_rules() -> Vec<(&'static str, Vec<&'static str>)> {
     rules
 }
 
-/// The proto modules a file directly under src/proto names, through `super::X`,
-/// `super::{X, ..}` (one line or several) or `crate::proto::X`.
+/// The proto modules a file directly under src/proto (or a folder module's mod.rs)
+/// names, through `super::X`, `super::{X, ..}` (one line or several) or
+/// `crate::proto::X`.
 fn proto_refs(code: &str) -> Vec<(usize, String)> {
+    proto_refs_from(code, "super::")
+}
+
+/// [`proto_refs`] of a file one level further down (a folder module's other files),
+/// where proto/ is `super::super::`.
+fn proto_refs_from(code: &str, up: &str) -> Vec<(usize, String)> {
     let ident = |s: &str| -> String {
         s.trim()
             .chars()
@@ -108,7 +127,7 @@ fn proto_refs(code: &str) -> Vec<(usize, String)> {
             }
             continue;
         }
-        for pat in ["super::", "crate::proto::"] {
+        for pat in [up, "crate::proto::"] {
             let mut rest = line;
             while let Some(i) = rest.find(pat) {
                 let before = rest[..i].chars().last();
@@ -303,22 +322,121 @@ fn each_layer_imports_only_below_it() {
     assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
 }
 
+/// The sources of proto module `m` (tests cut), each with the prefix that names proto/
+/// in it: src/proto/m.rs, or a folder src/proto/m/ (mod.rs with `super::`, its other
+/// files with `super::super::`).
+fn proto_module_files(proto: &Path, m: &str) -> Vec<(PathBuf, &'static str)> {
+    let file = proto.join(format!("{m}.rs"));
+    if file.is_file() {
+        return vec![(file, "super::")];
+    }
+    let mut files = Vec::new();
+    rs_files(&proto.join(m), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().ends_with("tests.rs"))
+        .map(|p| {
+            let up = if p.file_name().is_some_and(|n| n == "mod.rs") {
+                "super::"
+            } else {
+                "super::super::"
+            };
+            (p, up)
+        })
+        .collect()
+}
+
 #[test]
 fn proto_imports_one_way() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proto");
     let mut bad = Vec::new();
     for (module, forbidden) in proto_rules() {
-        let f = src.join(format!("{module}.rs"));
-        let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f:?}: {e}"));
-        for (line, m) in proto_refs(&non_test(&text)) {
-            if forbidden.contains(&m.as_str()) {
-                bad.push(format!(
-                    "proto/{module}.rs:{line}: {module} imports proto::{m}"
-                ));
+        let files = proto_module_files(&src, module);
+        assert!(!files.is_empty(), "no sources for proto::{module}");
+        for (f, up) in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            let name = f.strip_prefix(&src).unwrap().display().to_string();
+            for (line, m) in proto_refs_from(&non_test(&text), up) {
+                if forbidden.contains(&m.as_str()) {
+                    bad.push(format!("proto/{name}:{line}: {module} imports proto::{m}"));
+                }
             }
         }
     }
     assert!(bad.is_empty(), "proto layering broken:\n{}", bad.join("\n"));
+}
+
+/// Every module of proto/ (each `.rs` file directly in it but mod.rs and `*tests.rs`,
+/// each folder) is on a row of [`PROTO_ORDER`], once, and is declared in proto/mod.rs:
+/// a module the order does not name could import anything, and one reached as the child
+/// of another (`#[path = ".."] mod x;` inside it) would be checked as neither.
+#[test]
+fn every_proto_module_is_in_the_order() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proto");
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if p.is_dir() {
+            found.push(name);
+        } else if let Some(m) = name.strip_suffix(".rs")
+            && m != "mod"
+            && !m.ends_with("tests")
+        {
+            found.push(m.to_string());
+        }
+    }
+    found.sort();
+    assert!(
+        ["device", "qp", "srq", "uc", "ud", "congestion"]
+            .iter()
+            .all(|m| found.iter().any(|f| f == m)),
+        "the walk missed modules: {found:?}"
+    );
+    let listed: Vec<&str> = PROTO_ORDER.iter().flat_map(|r| r.iter().copied()).collect();
+    let missing: Vec<&String> = found
+        .iter()
+        .filter(|m| !listed.contains(&m.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "proto modules not in PROTO_ORDER (tests/layering.rs): {missing:?}"
+    );
+    let mut twice = listed.clone();
+    twice.sort();
+    twice.dedup();
+    assert_eq!(
+        twice.len(),
+        listed.len(),
+        "a module on two rows: {listed:?}"
+    );
+    let decl = non_test(&std::fs::read_to_string(src.join("mod.rs")).unwrap());
+    let declared = |m: &str| {
+        decl.lines().any(|l| {
+            let l = l.trim();
+            l == format!("mod {m};")
+                || l == format!("pub mod {m};")
+                || l == format!("pub(crate) mod {m};")
+        })
+    };
+    let undeclared: Vec<&&str> = listed.iter().filter(|m| !declared(m)).collect();
+    assert!(
+        undeclared.is_empty(),
+        "proto modules not declared in proto/mod.rs: {undeclared:?}"
+    );
+    // No proto file reaches a proto module as its own child.
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        let p = e.path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".rs") && !name.ends_with("tests.rs") {
+            let code = non_test(&std::fs::read_to_string(&p).unwrap());
+            assert!(
+                !code.lines().any(|l| l.trim_start().starts_with("#[path")),
+                "proto/{name} declares a module by #[path] outside test code"
+            );
+        }
+    }
 }
 
 /// The order forbids every back edge: for any two modules on different rows, the lower
@@ -346,6 +464,9 @@ fn the_proto_order_forbids_every_back_edge() {
     }
     assert!(forbidden("qp", "device") && forbidden("responder", "qp"));
     assert!(forbidden("config", "qp") && forbidden("framing", "completer"));
+    // The loops of UC, SRQ and UD stay broken.
+    assert!(forbidden("qp", "uc") && forbidden("srq", "qp") && forbidden("srq", "device"));
+    assert!(forbidden("ud", "device") && forbidden("device", "srq_verbs"));
 }
 
 /// The proto checker finds each form.

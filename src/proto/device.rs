@@ -25,13 +25,17 @@ use super::framing::{emit, frame_addrs};
 use super::memory::resolve_sges;
 use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::packet::{Tx, TxBufs};
-use super::qp::{AttrMask, Qp, QpAttr, QpInitAttr, QpState, QpType, VerbsError, check_modify};
+use super::qp::{
+    AttrMask, Qp, QpAttr, QpInitAttr, QpState, QpType, UdCounters, UdDest, VerbsError, check_modify,
+};
 use super::requester::{ReqTxEnv, SendWqe};
 use super::responder::RecvWqe;
 use super::sched::Scheduler;
+use super::srq::Srq;
 use super::time::Instant;
 use super::timers::Timer;
 use super::trace::{TxReason, qp_event};
+use super::ud;
 use super::verdict::RxVerdict;
 use super::wr::{RecvWr, SendWr};
 use super::{Ctx, completer::handle_response};
@@ -64,18 +68,22 @@ pub struct Rnic {
     /// The name trace events carry.
     name: &'static str,
     /// The `now` of the latest sans-IO call: the time verbs' trace events carry.
-    last_now: Instant,
+    pub(super) last_now: Instant,
     /// Completions added to any CQ, shared with each CQ ([`Rnic::completions_added`]).
     completions_added: Arc<AtomicU64>,
     /// The slot of the GSI QP (QPN 1, `ud::GSI_QPN`), when created.
     gsi_slot: Option<usize>,
     /// The device is gone ([`Rnic::device_fatal`]): verbs that need it fail.
     pub(super) fatal: bool,
+    /// How far the first slot's QPN is past [`FIRST_QPN`]: `Config::first_qpn` taken
+    /// once (a remainder per received frame otherwise, in `slot`).
+    qpn_offset: u32,
 }
 
 impl Rnic {
     pub fn new(cfg: Config) -> Self {
         Rnic {
+            qpn_offset: cfg.first_qpn.saturating_sub(FIRST_QPN) % QPN_SPACE,
             cfg,
             mem: MemTable::new(),
             cqs: Vec::new(),
@@ -309,9 +317,29 @@ impl Rnic {
         Ok(())
     }
 
+    /// Checks of `create_qp` for a QP on an SRQ: the SRQ exists and shares the QP's PD
+    /// (IBTA §10.2.9.1: a QP and its SRQ are in one protection domain).
+    fn check_qp_srq(&self, pd: Pd, srq: Option<Srq>) -> Result<(), VerbsError> {
+        let Some(srq) = srq else { return Ok(()) };
+        match self.srqs.get(srq.0 as usize) {
+            Some(Some(s)) if s.pd == pd => Ok(()),
+            Some(Some(_)) => Err(VerbsError::InvalidValue(
+                "the SRQ belongs to another protection domain",
+            )),
+            _ => Err(VerbsError::NotFound("shared receive queue")),
+        }
+    }
+
+    /// True when the PD still has an SRQ (`dealloc_pd` refuses then).
+    fn pd_has_srq(&self, pd: Pd) -> bool {
+        self.srqs.iter().flatten().any(|s| s.pd == pd)
+    }
+
     /// QP slot `i` may have work now: it goes on the ready list and its timers are
     /// tracked (`super::sched`). Called after every call that may give a QP something to
     /// send or arm, move or clear its timers.
+    // Inlined (as `track`): after every received frame and every transmit, per packet.
+    #[inline(always)]
     pub(super) fn touch(&mut self, i: usize) {
         if self.track(i) {
             self.sched.wake(i);
@@ -321,6 +349,7 @@ impl Rnic {
     /// QP slot `i`'s deadlines may have changed: its congestion-control deadlines are
     /// copied into its timer table (`Timer::Rate`, `Timer::Pacer`), and the table's
     /// earliest deadline is tracked by the scheduler. False when the slot is empty.
+    #[inline(always)]
     fn track(&mut self, i: usize) -> bool {
         let Some(Some(qp)) = self.qps.get_mut(i) else {
             return false;
@@ -342,7 +371,7 @@ impl Rnic {
 
     /// How far the first slot's QPN is past [`FIRST_QPN`] (from `Config::first_qpn`).
     fn qpn_offset(&self) -> u32 {
-        self.cfg.first_qpn.saturating_sub(FIRST_QPN) % QPN_SPACE
+        self.qpn_offset
     }
 
     /// The QPN of QP slot `slot`: `Config::first_qpn` onwards, wrapping within the 24 bits.
@@ -369,7 +398,7 @@ impl Rnic {
     }
 
     /// The QP in slot `i` and a context over the rest of the device.
-    fn split_slot(&mut self, i: usize, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
+    pub(super) fn split_slot(&mut self, i: usize, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let qp = self.qps.get_mut(i)?.as_mut()?;
         Some((
             qp,
@@ -601,7 +630,7 @@ impl Rnic {
         let (qp, mut ctx) = self
             .split(qpn, self.last_now)
             .ok_or(VerbsError::NotFound("QP"))?;
-        super::srq::refuse_post_recv(qp)?;
+        super::qp::refuse_post_recv(qp)?;
         match qp.state {
             QpState::Reset => return Err(VerbsError::WrongState(QpState::Reset)),
             QpState::Err => {
@@ -747,6 +776,75 @@ impl Rnic {
 
     // ----- sans-IO surface ----------------------------------------------------------
 
+    /// Create the GSI QP (QP1): a UD QP numbered 1 with Q_Key 0x80010000 (IBTA §13.5.1),
+    /// in RESET like any QP; the MAD layer (the CM) drives it.
+    pub fn create_gsi_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
+        if self.slot(ud::GSI_QPN).is_some() {
+            return Err(VerbsError::Resource("the GSI QP exists already"));
+        }
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            ..*init
+        };
+        let q = self.create_qp(pd, &init)?;
+        let i = self.slot(q).ok_or(VerbsError::NotFound("QP"))?;
+        let Some(qp) = self.qps[i].as_mut() else {
+            return Err(VerbsError::NotFound("QP"));
+        };
+        qp.qpn = ud::GSI_QPN;
+        qp.src_port = super::qp::udp_src_port(ud::GSI_QPN);
+        qp.attr.qkey = ud::GSI_QKEY;
+        self.gsi_slot = Some(i);
+        if let Some(cc) = self.cc.as_mut() {
+            cc.remove_qp(q);
+            cc.add_qp(Instant::ZERO, ud::GSI_QPN);
+        }
+        Ok(ud::GSI_QPN)
+    }
+
+    /// The P_Key at `index` of the port's P_Key table (`ibv_query_pkey`): index 0 is
+    /// 0xFFFF, the default full-membership key.
+    pub fn query_pkey(&self, index: u16) -> Option<u16> {
+        ud::PKEY_TABLE.get(usize::from(index)).copied()
+    }
+
+    /// The counters of a UD QP.
+    pub fn ud_counters(&self, qpn: Qpn) -> Option<UdCounters> {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map(|q| q.ud.counters)
+    }
+
+    /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.
+    pub fn post_send_ud(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
+        self.alive()?;
+        let r = self.post_send_ud_now(qpn, wr, dest);
+        self.touch_qpn(qpn);
+        r
+    }
+
+    fn post_send_ud_now(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
+        let max_wr = self.cfg.max_qp_wr;
+        let ngids = self.cfg.gids.len();
+        let (qp, ctx) = self
+            .split(qpn, self.last_now)
+            .ok_or(VerbsError::NotFound("QP"))?;
+        ud::post_send(qp, ctx, wr, dest, max_wr, ngids)
+    }
+
+    /// A UD datagram (service UD, P_Key checked) for one of our QPs: its verdict, and the
+    /// QP's slot when the verdict was reached at the QP (the caller counts both).
+    fn handle_ud(&mut self, now: Instant, view: &FrameView<'_>) -> (RxVerdict, Option<usize>) {
+        let bth = view.bth();
+        let Some(slot) = self.slot(bth.dest_qp()) else {
+            return (RxVerdict::UnknownQp, None);
+        };
+        let Some((qp, ctx)) = self.split_slot(slot, now) else {
+            return (RxVerdict::UnknownQp, None);
+        };
+        ud::receive(qp, ctx, slot, now, view)
+    }
+
     /// Take one received frame and say what became of it. Never panics; every frame not
     /// taken is counted, in one place (`count_rx`, see [`super::verdict`]).
     // Inlined into the few loops that feed frames (the sim's, the driver's, the capture
@@ -853,7 +951,7 @@ impl Rnic {
         // P_Key (IBTA §9.6, §10.9): a packet whose P_Key matches no table
         // entry is dropped and counted (rxe `check_keys`, port `bad_pkey_cntr`).
         let pkey = bth.pkey().0;
-        if !PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
+        if !ud::PKEY_TABLE.iter().any(|&k| pkey_matches(pkey, k)) {
             return (RxVerdict::BadPkey, None);
         }
         if info.service == Service::Ud {
@@ -982,22 +1080,25 @@ impl Rnic {
         }
         // The ready list, not every slot (`super::sched`): each slot tried at most once.
         for _ in 0..self.sched.ready_len() {
-            let Some(i) = self.sched.next_ready() else {
+            let Some(i) = self.sched.peek_ready() else {
                 break;
             };
+            // Nothing in `transmit_qp` wakes a slot: the front is still `i` after it.
             let r = self.transmit_qp(i, now, buf);
             // Sending arms the retransmission timer, a local error may have cleared it,
             // and the pacer may hold the QP (its `Timer::Pacer`).
             if !self.track(i) {
+                self.sched.drop_front();
                 continue;
             }
             if r.is_some() {
                 // Back at the end: packet-by-packet round robin.
-                self.sched.wake(i);
+                self.sched.requeue_front();
                 return r;
             }
             // Otherwise it has nothing to send until something wakes it: a post, a frame,
             // or one of its timers (a pacer hold ends with its `Timer::Pacer`).
+            self.sched.drop_front();
         }
         None
     }
@@ -1177,15 +1278,6 @@ fn pkey_matches(theirs: u16, ours: u16) -> bool {
     let base = theirs & 0x7fff;
     base != 0 && base == ours & 0x7fff && (theirs | ours) & 0x8000 != 0
 }
-
-/// The P_Key table: one entry, the default full-membership key (the key every QP sends).
-const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
-
-#[path = "ud.rs"]
-pub(crate) mod ud;
-
-#[path = "fatal.rs"]
-mod fatal;
 
 #[cfg(test)]
 #[path = "device_tests.rs"]

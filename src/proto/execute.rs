@@ -443,7 +443,7 @@ pub(crate) fn do_send(
         Some(InProgress::Send { written }) => written,
         _ => 0,
     };
-    super::srq::take_wqe(qp, ctx);
+    take_srq_wqe(qp, ctx);
     let Some(wqe) = qp.resp.rq.front() else {
         return Err(Fault::Rnr);
     };
@@ -570,7 +570,7 @@ pub(crate) fn do_write(
     }
     let imm = info.exts.has(crate::wire::Ext::ImmDt);
     if imm {
-        super::srq::take_wqe(qp, ctx);
+        take_srq_wqe(qp, ctx);
     }
     if imm && qp.resp.rq.is_empty() {
         // WRITE with immediate needs a receive WQE for its completion.
@@ -776,4 +776,32 @@ fn do_atomic(
         replay: false,
     });
     Ok(1)
+}
+
+/// Give `qp` a receive WQE from its SRQ when it uses one and holds none: called by the
+/// responder right before it needs a WQE for an in-sequence message (rxe
+/// `check_resource` → `get_srq_wqe`). Raises the limit event when due.
+fn take_srq_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    let Some(srq) = qp.init.srq else { return };
+    if !qp.resp.rq.is_empty() {
+        return;
+    }
+    let Some(Some(s)) = ctx.srqs.get_mut(srq.0 as usize) else {
+        return;
+    };
+    let Some(wqe) = s.rq.pop_front() else { return };
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        "srq_wqe_taken",
+        srq = srq.0,
+        wr_id = wqe.wr_id,
+        left = s.rq.len()
+    );
+    qp.resp.rq.push_back(wqe);
+    if s.limit > 0 && (s.rq.len() as u32) < s.limit {
+        s.limit = 0;
+        ctx.raise(AsyncEvent::SrqLimitReached(srq));
+    }
 }

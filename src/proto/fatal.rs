@@ -8,7 +8,7 @@
 //! unaffiliated events), so a program blocked on a CQ sees them. Destroys, deregisters
 //! and polls keep working, so that the program can clean up.
 
-use super::Rnic;
+use super::device::Rnic;
 use crate::proto::qp::{QpState, VerbsError};
 use crate::proto::srq::{AsyncEvent, MAX_ASYNC_EVENTS};
 

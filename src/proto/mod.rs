@@ -18,16 +18,18 @@
 //! - Protocol faults never surface as `Err` to the caller: they become NAKs on the wire,
 //!   error completions and counters.
 //!
-//! Layout: [`config`] (the device `Config`, `Mtu`), [`memory`] (PDs, MRs, access checks),
-//! [`cq`], [`wr`], `packet` (one packet to send, as a side describes it), [`requester`]
-//! and [`responder`] (each side's state and its `poll_transmit`), [`qp`] (state machine
-//! and attributes, the UD send queue), `framing` (a QP's header template), `execute` (the
-//! responder executing a request on its QP), [`completer`], [`uc`] (the UC service),
-//! [`srq`] (shared receive queues, async events), [`time`], [`timers`], [`counters`],
-//! [`trace`] (why frames are sent, event hooks), [`congestion`] (DCQCN: rate control,
-//! CNPs, pacing), and [`device`] with the engine type [`Rnic`] that owns them all; UD QPs
-//! and the GSI QP live in `device::ud` (src/proto/ud.rs, docs/transport.md §9a). Imports
-//! go one way, in that order from `config` up to `device` (tests/layering.rs).
+//! Layout, in the import order (tests/layering.rs `PROTO_ORDER`, bottom first): the
+//! leaves [`config`] (the device `Config`, `Mtu`), [`counters`], [`time`], [`trace`] (why
+//! frames are sent, event hooks), [`verdict`] and `user_mem`; [`cq`], [`timers`], `sched`
+//! and [`congestion`] (DCQCN: rate control, CNPs, pacing); [`wr`]; [`memory`] (PDs, MRs,
+//! access checks); `packet` (one packet to send, as a side describes it); [`requester`]
+//! and [`responder`] (each side's state and its `poll_transmit`); [`srq`] (the shared
+//! receive queue's state, async events); [`qp`] (state machine and attributes, the UD
+//! send queue); `framing` (a QP's header template), `execute` (the responder executing a
+//! request on its QP) and [`resources`]; [`completer`], [`uc`] (the UC service) and
+//! [`ud`] (the UD service and the GSI QP, docs/transport.md §9a); [`device`] with the
+//! engine type [`Rnic`] that owns them all; `srq_verbs` (the SRQ and async-event verbs
+//! of `Rnic`). Each imports only modules on rows below its own.
 
 pub mod completer;
 pub mod config;
@@ -36,6 +38,7 @@ pub mod counters;
 pub mod cq;
 pub mod device;
 mod execute;
+mod fatal;
 mod framing;
 pub mod memory;
 mod packet;
@@ -45,17 +48,18 @@ pub mod resources;
 pub mod responder;
 mod sched;
 pub mod srq;
+mod srq_verbs;
 pub mod time;
 pub mod timers;
 pub mod trace;
 pub mod uc;
+pub mod ud;
 mod user_mem;
 pub mod verdict;
 pub mod wr;
 
 pub use counters::{DeviceCounters, QpCounters};
 pub use cq::{Cq, WcOpcode, WcStatus, WorkCompletion};
-pub use device::ud::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters, UdDest};
 pub use device::{Config, MAX_FRAME_LEN, Rnic};
 pub use memory::{Access, AccessError, MrInfo, Pd, UserMem};
 pub use qp::{
@@ -65,6 +69,7 @@ pub use qp::{
 pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
 pub use time::Instant;
 pub use trace::TxReason;
+pub use ud::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters, UdDest};
 pub use verdict::RxVerdict;
 pub use wr::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 

@@ -418,6 +418,19 @@ pub fn udp_src_port(qpn: Qpn) -> u16 {
     0xc000 | (h as u16 & 0x3fff)
 }
 
+/// `post_recv` on a QP that takes its WQEs from an SRQ: EINVAL, as rxe `rxe_post_recv`.
+pub(crate) fn refuse_post_recv(qp: &Qp) -> Result<(), VerbsError> {
+    if qp.init.srq.is_some() {
+        return Err(VerbsError::InvalidValue(
+            "post_recv on a QP created with an SRQ (post to the SRQ)",
+        ));
+    }
+    if qp.state == QpState::Reset {
+        return Err(VerbsError::WrongState(QpState::Reset));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,7 +633,7 @@ pub(crate) struct Qp {
     /// The datagram state of a UD QP (empty for the other types).
     pub ud: UdState,
     /// UC responder state (unused by RC QPs).
-    pub uc: super::uc::UcResp,
+    pub uc: super::responder::UcResp,
 }
 
 impl Qp {
@@ -640,7 +653,7 @@ impl Qp {
             tx_turn: false,
             tx_template: None,
             ud: Default::default(),
-            uc: super::uc::UcResp::default(),
+            uc: super::responder::UcResp::default(),
         }
     }
 
@@ -760,7 +773,7 @@ impl Qp {
         self.attr = QpAttr::default();
         self.req = Requester::default();
         self.resp = Responder::default();
-        self.uc = super::uc::UcResp::default();
+        self.uc = super::responder::UcResp::default();
         self.tx_template = None;
         self.ud = Default::default();
     }

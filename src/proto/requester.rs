@@ -19,8 +19,8 @@ use super::cq::WcStatus;
 use super::memory::MemTable;
 use super::memory::{LocalSeg, Payload, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
-use super::time::{Instant, duration_nanos};
-use super::timers::{Timer, TimerTable, local_ack_timeout};
+use super::time::Instant;
+use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
 use super::trace::{TxReason, qp_event};
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
@@ -145,6 +145,8 @@ pub(crate) struct Requester {
     /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
     /// of the old value, 1/4 of the new sample): how fast the path delivers.
     pub ack_pace_ns: Option<u64>,
+    /// [`Requester::paced_ack_every`]'s last (pace, timeout, packets per quarter timeout).
+    pub pace_memo: Option<(u64, u64, u32)>,
 }
 
 impl Requester {
@@ -155,13 +157,19 @@ impl Requester {
     /// would otherwise expire between ACKs with nothing lost, and each expiry resends a
     /// window behind the packets still queued at the receiver. `ack_every` when the pace
     /// is not known yet or fast enough.
-    pub fn paced_ack_every(&self, ack_every: u32, timeout_ns: Option<u64>) -> u32 {
+    pub fn paced_ack_every(&mut self, ack_every: u32, timeout_ns: Option<u64>) -> u32 {
         match (self.ack_pace_ns, timeout_ns) {
             (Some(ns), Some(t)) => {
-                let n = (t / 4) / ns.max(1);
-                u32::try_from(n)
-                    .unwrap_or(u32::MAX)
-                    .clamp(1, ack_every.max(1))
+                // The division once per new pace or timeout, not once per packet.
+                let n = match self.pace_memo {
+                    Some((ns0, t0, n)) if ns0 == ns && t0 == t => n,
+                    _ => {
+                        let n = u32::try_from((t / 4) / ns.max(1)).unwrap_or(u32::MAX);
+                        self.pace_memo = Some((ns, t, n));
+                        n
+                    }
+                };
+                n.clamp(1, ack_every.max(1))
             }
             _ => ack_every,
         }
@@ -245,8 +253,7 @@ impl Requester {
         };
         // At the pace the peer acknowledges (a slow path: an emulated guest), an ACK
         // comes back within a quarter of the local ACK timeout too.
-        let ack_every =
-            self.paced_ack_every(ack_every, local_ack_timeout(timeout).map(duration_nanos));
+        let ack_every = self.paced_ack_every(ack_every, local_ack_timeout_ns(timeout));
         let lim = ReqLimits {
             mtu,
             max_rd_atomic: u32::from(max_rd_atomic),
@@ -543,6 +550,8 @@ impl Requester {
     }
 }
 
+// Inlined: once per packet, a jump table the caller's branches can feed directly.
+#[inline]
 fn segment_opcode(op: WrOpcode, only: bool, first: bool, end: bool) -> Opcode {
     use WrOpcode as W;
     match (op, only, first, end) {

@@ -125,6 +125,14 @@ pub(crate) struct RespPacket {
     pub region_gone: bool,
 }
 
+/// The UC responder's state (src/proto/uc.rs) kept besides the RC `Responder` fields it
+/// reuses (`epsn`, `cur`, `rq`).
+#[derive(Debug, Default)]
+pub(crate) struct UcResp {
+    /// The rest of the current message is being dropped (rxe `resp.drop_msg`).
+    pub drop_msg: bool,
+}
+
 /// Responder state of one QP.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {

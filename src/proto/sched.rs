@@ -29,7 +29,8 @@ pub(crate) struct Scheduler {
     timers: BTreeSet<(Instant, usize)>,
     /// Each slot's entry in `timers`.
     armed: Vec<Option<Instant>>,
-    /// Slots handed out by `next_ready` and `take_due` since creation.
+    /// Slots tried at the front of the ready list and handed out by `take_due` since
+    /// creation.
     visits: u64,
 }
 
@@ -42,24 +43,56 @@ fn reach<T: Default + Clone>(v: &mut Vec<T>, i: usize) {
 
 impl Scheduler {
     /// Slot `i` may have something to send: queue it (once) at the end.
+    // Inlined: called per packet (after every received frame); the common case is one
+    // load and one store.
+    #[inline]
     pub fn wake(&mut self, i: usize) {
+        if let Some(q) = self.queued.get_mut(i) {
+            if !*q {
+                *q = true;
+                self.ready.push_back(i);
+            }
+            return;
+        }
         reach(&mut self.queued, i);
-        if !self.queued[i] {
-            self.queued[i] = true;
+        self.queued[i] = true;
+        self.ready.push_back(i);
+    }
+
+    /// The next slot to try, left at the front of the ready list: the caller then either
+    /// [`Self::requeue_front`]s it (it sent a frame) or [`Self::drop_front`]s it (it had
+    /// nothing). Taking the slot off and waking it again when it sent would give the
+    /// same order; this does not take a lone slot off the list and put it back per
+    /// packet.
+    #[inline]
+    pub fn peek_ready(&self) -> Option<usize> {
+        self.ready.front().copied()
+    }
+
+    /// The front slot sent a frame: to the end of the list (round robin; a lone slot
+    /// stays where it is, which is the end too).
+    #[inline]
+    pub fn requeue_front(&mut self) {
+        self.visits += 1;
+        if self.ready.len() > 1
+            && let Some(i) = self.ready.pop_front()
+        {
             self.ready.push_back(i);
         }
     }
 
-    /// The next slot to try, taken off the ready list.
-    pub fn next_ready(&mut self) -> Option<usize> {
-        let i = self.ready.pop_front()?;
-        self.queued[i] = false;
+    /// The front slot had nothing to send: off the list until the next wake.
+    #[inline]
+    pub fn drop_front(&mut self) {
         self.visits += 1;
-        Some(i)
+        if let Some(i) = self.ready.pop_front() {
+            self.queued[i] = false;
+        }
     }
 
-    /// How many slots [`Self::next_ready`] and [`Self::take_due`] handed out since the
-    /// scheduler was made: the QPs the transmit and timer paths visited.
+    /// How many slots were tried at the front of the ready list ([`Self::requeue_front`],
+    /// [`Self::drop_front`]) or handed out by [`Self::take_due`] since the scheduler was
+    /// made: the QPs the transmit and timer paths visited.
     pub fn visits(&self) -> u64 {
         self.visits
     }
@@ -70,7 +103,18 @@ impl Scheduler {
     }
 
     /// Slot `i`'s earliest deadline is now `deadline` (None: no timer armed).
+    // Inlined: called twice per packet, and the deadline has usually not moved.
+    #[inline]
     pub fn track(&mut self, i: usize, deadline: Option<Instant>) {
+        if self.armed.get(i) == Some(&deadline) {
+            return;
+        }
+        self.retrack(i, deadline);
+    }
+
+    /// [`Self::track`] when the deadline moved (or the slot is new).
+    #[inline(never)]
+    fn retrack(&mut self, i: usize, deadline: Option<Instant>) {
         reach(&mut self.armed, i);
         if self.armed[i] == deadline {
             return;
@@ -125,16 +169,27 @@ mod tests {
             s.wake(i);
         }
         assert_eq!(s.ready_len(), 3);
-        assert_eq!(s.next_ready(), Some(3));
+        assert_eq!(s.peek_ready(), Some(3));
         // A slot that sent goes back to the end; one that had nothing stays off.
+        s.requeue_front();
+        // Still queued: a wake does not add it twice.
         s.wake(3);
-        assert_eq!(s.next_ready(), Some(1));
-        assert_eq!(s.next_ready(), Some(7));
-        assert_eq!(s.next_ready(), Some(3));
-        assert_eq!(s.next_ready(), None);
+        assert_eq!(s.ready_len(), 3);
+        assert_eq!(s.peek_ready(), Some(1));
+        s.drop_front();
+        assert_eq!(s.peek_ready(), Some(7));
+        s.drop_front();
+        assert_eq!(s.peek_ready(), Some(3));
+        // A lone slot that sent stays (it is the end too).
+        s.requeue_front();
+        assert_eq!(s.peek_ready(), Some(3));
+        s.drop_front();
+        assert_eq!(s.peek_ready(), None);
+        assert_eq!(s.ready_len(), 0);
         // Taken off, it can be queued again.
         s.wake(1);
-        assert_eq!(s.next_ready(), Some(1));
+        assert_eq!(s.peek_ready(), Some(1));
+        assert_eq!(s.visits(), 5);
     }
 
     #[test]

@@ -11,11 +11,20 @@ use super::time::Instant;
 /// The local ACK timeout of IBTA §9.7.6 / §11.2: 4.096 µs × 2^timeout; 0 means
 /// "infinite" (no retransmission timer).
 pub const fn local_ack_timeout(timeout: u8) -> Option<Duration> {
+    match local_ack_timeout_ns(timeout) {
+        Some(ns) => Some(Duration::from_nanos(ns)),
+        None => None,
+    }
+}
+
+/// [`local_ack_timeout`] in nanoseconds: what the per-packet AckReq pacing compares
+/// against (`Requester::paced_ack_every`), without a round trip through `Duration`.
+pub const fn local_ack_timeout_ns(timeout: u8) -> Option<u64> {
     if timeout == 0 {
         None
     } else {
         // 4096 ns × 2^t, t ≤ 31: at most 8.8e12 ns, no overflow.
-        Some(Duration::from_nanos(4096u64 << (timeout & 0x1f)))
+        Some(4096u64 << (timeout & 0x1f))
     }
 }
 
@@ -59,23 +68,33 @@ impl Timer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimerTable {
     at: [Option<Instant>; Timer::COUNT],
+    /// The earliest of `at`, kept by every write: read twice per packet
+    /// ([`TimerTable::next_timeout`]), written far less often.
+    next: Option<Instant>,
 }
 
 impl TimerTable {
     /// Run `t` for `d` from `now`; `None` (an infinite timeout) stops it.
     pub fn arm(&mut self, t: Timer, now: Instant, d: Option<Duration>) {
         self.at[t as usize] = d.map(|d| now + d);
+        self.next = self.earliest();
     }
 
     /// Run `t` until `at` (`None` stops it): for deadlines another module computes on a
     /// grid of its own (the congestion control's periods), not as `now + duration`.
     pub fn set(&mut self, t: Timer, at: Option<Instant>) {
-        self.at[t as usize] = at;
+        if self.at[t as usize] != at {
+            self.at[t as usize] = at;
+            self.next = self.earliest();
+        }
     }
 
     /// Stop `t`.
     pub fn stop(&mut self, t: Timer) {
-        self.at[t as usize] = None;
+        if self.at[t as usize].is_some() {
+            self.at[t as usize] = None;
+            self.next = self.earliest();
+        }
     }
 
     /// Stop the transport timers ([`Timer::TRANSPORT`]: a QP leaving RTS/SQD, or reset).
@@ -122,7 +141,13 @@ impl TimerTable {
 
     /// The earliest deadline of all timers.
     #[must_use]
+    #[inline]
     pub fn next_timeout(&self) -> Option<Instant> {
+        self.next
+    }
+
+    /// The earliest deadline of `at` (what `next` keeps).
+    fn earliest(&self) -> Option<Instant> {
         self.at.iter().flatten().min().copied()
     }
 }
@@ -141,6 +166,12 @@ mod tests {
             Some(Duration::from_nanos(67_108_864))
         );
         assert_eq!(rnr_timer(12), Duration::from_micros(640));
+        for t in 0..=u8::MAX {
+            assert_eq!(
+                local_ack_timeout_ns(t),
+                local_ack_timeout(t).map(|d| d.as_nanos() as u64)
+            );
+        }
     }
 
     #[test]
@@ -194,5 +225,33 @@ mod tests {
         assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(300)));
         tt.set(Timer::Rate, None);
         assert_eq!(tt.next_timeout(), Some(Instant::from_nanos(400)));
+    }
+
+    /// The kept earliest deadline is the earliest of the four after any sequence of
+    /// writes (arm, set, stop, expire, stop_transport).
+    #[test]
+    fn the_kept_earliest_deadline_follows_every_write() {
+        let kinds = [Timer::Retransmit, Timer::RnrWait, Timer::Rate, Timer::Pacer];
+        let mut tt = TimerTable::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let t = kinds[(x % 4) as usize];
+            let at = Instant::from_nanos((x >> 8) % 5000);
+            match (x >> 4) % 6 {
+                0 => tt.arm(t, at, Some(Duration::from_nanos((x >> 20) % 3000))),
+                1 => tt.arm(t, at, None),
+                2 => tt.set(t, Some(at)),
+                3 => tt.stop(t),
+                4 => {
+                    let _ = tt.expire(t, at);
+                }
+                _ => tt.stop_transport(),
+            }
+            let want = kinds.iter().filter_map(|&k| tt.get(k)).min();
+            assert_eq!(tt.next_timeout(), want);
+        }
     }
 }

@@ -99,14 +99,6 @@ pub const fn wr_allowed(op: WrOpcode) -> bool {
     )
 }
 
-/// UC responder state kept besides the RC `Responder` fields it reuses (`epsn`, `cur`,
-/// `rq`).
-#[derive(Debug, Default)]
-pub(crate) struct UcResp {
-    /// The rest of the current message is being dropped (rxe `resp.drop_msg`).
-    pub drop_msg: bool,
-}
-
 fn drop_message(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, why: &'static str) {
     if !qp.uc.drop_msg {
         qp.counters.uc_messages_dropped += 1;

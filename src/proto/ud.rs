@@ -21,27 +21,30 @@
 //!   A buffer too small completes LOC_LEN_ERR (rxe class D) and the QP carries on.
 //! - Loss, duplication and reordering are the application's business: nothing is
 //!   retransmitted or acknowledged, every datagram stands alone, from any peer.
+//!
+//! The UD service of one QP lives here (below `device` in the import order,
+//! tests/layering.rs); the device's UD verbs call it with the QP and its context.
+//!
+//! [`Rnic::post_send_ud`]: super::Rnic::post_send_ud
 
 use crate::wire::{
     BthFields, BthRepr, DethRepr, Ext, ExtHeaders, FrameTemplate, FrameView, Opcode, Psn, Qpn,
     UdpRepr,
 };
 
-use super::super::Ctx;
-use super::super::cq::{WcOpcode, WcStatus, WorkCompletion};
-use super::super::framing::av_addrs;
-use super::super::memory::{Access, Pd};
-use super::super::memory::{LocalSeg, resolve_sges, scatter};
-use super::super::qp::{
-    AttrMask, Qp, QpInitAttr, QpState, QpType, UdWqe, VerbsError,
-    complete_ud_send as complete_send, udp_src_port,
+use super::Ctx;
+use super::cq::{WcOpcode, WcStatus, WorkCompletion};
+use super::framing::av_addrs;
+use super::memory::Access;
+use super::memory::{LocalSeg, resolve_sges, scatter};
+use super::qp::{
+    AttrMask, Qp, QpState, QpType, UdWqe, VerbsError, complete_ud_send as complete_send,
 };
-pub use super::super::qp::{UdCounters, UdDest};
-use super::super::trace::{TxReason, qp_event};
-use super::super::verdict::RxVerdict;
-use super::super::wr::{SendFlags, SendWr, WrOpcode};
-use super::{PKEY_TABLE, Rnic};
-use crate::proto::time::Instant;
+pub use super::qp::{UdCounters, UdDest};
+use super::time::Instant;
+use super::trace::{TxReason, qp_event};
+use super::verdict::RxVerdict;
+use super::wr::{SendFlags, SendWr, WrOpcode};
 
 /// The QPN of the General Services Interface QP (IBTA §13.5.1).
 pub const GSI_QPN: Qpn = Qpn::new(1);
@@ -49,6 +52,9 @@ pub const GSI_QPN: Qpn = Qpn::new(1);
 /// The well-known Q_Key of QP1 (IBTA §13.5.1 / ib_core `IB_QP1_QKEY`); rxe checks
 /// datagrams to QP1 against it (`check_keys`).
 pub const GSI_QKEY: u32 = 0x8001_0000;
+
+/// The P_Key table: one entry, the default full-membership key (the key every QP sends).
+pub(crate) const PKEY_TABLE: [u16; 1] = [crate::wire::PKey::DEFAULT.0];
 
 /// The GRH at the start of every UD receive buffer (`sizeof(struct ibv_grh)`).
 pub const GRH_LEN: usize = 40;
@@ -75,7 +81,7 @@ pub fn transition_rule_ud(from: QpState, to: QpState) -> Option<(AttrMask, AttrM
 /// `check_modify` for a UD QP: the legal target state, or why not.
 pub fn check_modify_ud(
     cur: QpState,
-    attr: &super::super::qp::QpAttr,
+    attr: &super::qp::QpAttr,
     mask: AttrMask,
 ) -> Result<QpState, VerbsError> {
     let to = if mask.contains(AttrMask::STATE) {
@@ -250,197 +256,149 @@ pub fn grh_of(view: &FrameView<'_>) -> [u8; GRH_LEN] {
     g
 }
 
-impl Rnic {
-    /// Create the GSI QP (QP1): a UD QP numbered 1 with Q_Key 0x80010000 (IBTA §13.5.1),
-    /// in RESET like any QP; the MAD layer (the CM) drives it.
-    pub fn create_gsi_qp(&mut self, pd: Pd, init: &QpInitAttr) -> Result<Qpn, VerbsError> {
-        if self.slot(GSI_QPN).is_some() {
-            return Err(VerbsError::Resource("the GSI QP exists already"));
-        }
-        let init = QpInitAttr {
-            qp_type: QpType::Ud,
-            ..*init
-        };
-        let q = self.create_qp(pd, &init)?;
-        let i = self.slot(q).ok_or(VerbsError::NotFound("QP"))?;
-        let Some(qp) = self.qps[i].as_mut() else {
-            return Err(VerbsError::NotFound("QP"));
-        };
-        qp.qpn = GSI_QPN;
-        qp.src_port = udp_src_port(GSI_QPN);
-        qp.attr.qkey = GSI_QKEY;
-        self.gsi_slot = Some(i);
-        if let Some(cc) = self.cc.as_mut() {
-            cc.remove_qp(q);
-            cc.add_qp(super::Instant::ZERO, GSI_QPN);
-        }
-        Ok(GSI_QPN)
+/// The rest of `Rnic::post_send_ud` once QP `qp` is found: checks the WR against the UD
+/// rules (rxe `validate_send_wr`) and queues it; `max_wr` is the device's `max_qp_wr`,
+/// `ngids` the size of its GID table.
+pub(crate) fn post_send(
+    qp: &mut Qp,
+    mut ctx: Ctx<'_>,
+    wr: SendWr,
+    dest: &UdDest,
+    max_wr: u32,
+    ngids: usize,
+) -> Result<(), VerbsError> {
+    let qpn = qp.qpn;
+    if qp.init.qp_type != QpType::Ud {
+        return Err(VerbsError::InvalidValue(
+            "post_send_ud on a QP that is not UD",
+        ));
     }
-
-    /// The P_Key at `index` of the port's P_Key table (`ibv_query_pkey`): index 0 is
-    /// 0xFFFF, the default full-membership key.
-    pub fn query_pkey(&self, index: u16) -> Option<u16> {
-        PKEY_TABLE.get(usize::from(index)).copied()
-    }
-
-    /// The counters of a UD QP.
-    pub fn ud_counters(&self, qpn: Qpn) -> Option<UdCounters> {
-        self.slot(qpn)
-            .and_then(|i| self.qps[i].as_ref())
-            .map(|q| q.ud.counters)
-    }
-
-    /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.
-    pub fn post_send_ud(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
-        self.alive()?;
-        let r = self.post_send_ud_now(qpn, wr, dest);
-        self.touch_qpn(qpn);
-        r
-    }
-
-    fn post_send_ud_now(&mut self, qpn: Qpn, wr: SendWr, dest: &UdDest) -> Result<(), VerbsError> {
-        let max_wr = self.cfg.max_qp_wr;
-        let ngids = self.cfg.gids.len();
-        let (qp, mut ctx) = self
-            .split(qpn, self.last_now)
-            .ok_or(VerbsError::NotFound("QP"))?;
-        if qp.init.qp_type != QpType::Ud {
+    let imm = match wr.opcode {
+        WrOpcode::Send => None,
+        WrOpcode::SendWithImm => Some(wr.imm_data),
+        // rxe `validate_send_wr`: UD carries only SENDs (EINVAL).
+        _ => {
             return Err(VerbsError::InvalidValue(
-                "post_send_ud on a QP that is not UD",
+                "UD QPs send only SEND (with immediate)",
             ));
         }
-        let imm = match wr.opcode {
-            WrOpcode::Send => None,
-            WrOpcode::SendWithImm => Some(wr.imm_data),
-            // rxe `validate_send_wr`: UD carries only SENDs (EINVAL).
-            _ => {
-                return Err(VerbsError::InvalidValue(
-                    "UD QPs send only SEND (with immediate)",
-                ));
-            }
-        };
-        if usize::from(dest.av.sgid_index) >= ngids {
-            return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
-        }
-        if dest.av.flow_label > 0xf_ffff {
-            return Err(VerbsError::InvalidValue("flow_label is 20 bits"));
-        }
-        let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
-        let mut w = UdWqe {
-            wr_id: wr.wr_id,
-            signaled: wr.send_flags.contains(SendFlags::SIGNALED),
-            imm,
-            solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-            segs: Ok(Vec::new()),
-            len: len64.min(u64::from(u32::MAX)) as u32,
-            dest: *dest,
-        };
-        match qp.state {
-            QpState::Rts | QpState::Sqd => {}
-            QpState::Err => {
-                complete_send(qp, &mut ctx, &w, WcStatus::WrFlushErr);
-                return Ok(());
-            }
-            s => return Err(VerbsError::WrongState(s)),
-        }
-        if qp.ud.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
-            return Err(VerbsError::QueueFull);
-        }
-        w.segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, Access::NONE);
-        qp_event!(
-            ctx.now,
-            ctx.dev,
-            qpn,
-            "wqe_posted",
-            queue = "sq",
-            wr_id = wr.wr_id,
-            opcode = ?wr.opcode,
-            len = len64
-        );
-        qp.ud.sq.push_back(w);
-        Ok(())
+    };
+    if usize::from(dest.av.sgid_index) >= ngids {
+        return Err(VerbsError::InvalidValue("sgid_index beyond the GID table"));
     }
+    if dest.av.flow_label > 0xf_ffff {
+        return Err(VerbsError::InvalidValue("flow_label is 20 bits"));
+    }
+    let len64: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+    let mut w = UdWqe {
+        wr_id: wr.wr_id,
+        signaled: wr.send_flags.contains(SendFlags::SIGNALED),
+        imm,
+        solicited: wr.send_flags.contains(SendFlags::SOLICITED),
+        segs: Ok(Vec::new()),
+        len: len64.min(u64::from(u32::MAX)) as u32,
+        dest: *dest,
+    };
+    match qp.state {
+        QpState::Rts | QpState::Sqd => {}
+        QpState::Err => {
+            complete_send(qp, &mut ctx, &w, WcStatus::WrFlushErr);
+            return Ok(());
+        }
+        s => return Err(VerbsError::WrongState(s)),
+    }
+    if qp.ud.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
+        return Err(VerbsError::QueueFull);
+    }
+    w.segs = resolve_sges(ctx.mem, qp.pd, &wr.sg_list, Access::NONE);
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qpn,
+        "wqe_posted",
+        queue = "sq",
+        wr_id = wr.wr_id,
+        opcode = ?wr.opcode,
+        len = len64
+    );
+    qp.ud.sq.push_back(w);
+    Ok(())
+}
 
-    /// A UD datagram (service UD, P_Key checked) for one of our QPs: its verdict, and the
-    /// QP's slot when the verdict was reached at the QP (the caller counts both).
-    pub(super) fn handle_ud(
-        &mut self,
-        now: Instant,
-        view: &FrameView<'_>,
-    ) -> (RxVerdict, Option<usize>) {
-        let bth = view.bth();
-        let Some(slot) = self.slot(bth.dest_qp()) else {
-            return (RxVerdict::UnknownQp, None);
-        };
-        let Some((qp, mut ctx)) = self.split_slot(slot, now) else {
-            return (RxVerdict::UnknownQp, None);
-        };
-        // A UD packet for a connected QP is not this QP's (rxe `check_type_state`).
-        if qp.init.qp_type != QpType::Ud {
-            return (RxVerdict::UnknownQp, None);
-        }
-        if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return (RxVerdict::WrongState, Some(slot));
-        }
-        // Every UD opcode has a DETH (IBTA §9.2.1, table 38): `FrameView::parse` checked
-        // the opcode's headers are there.
-        let Some(deth) = view.ext_bytes(Ext::Deth).map(DethRepr::parse) else {
-            return (RxVerdict::Malformed, None);
-        };
-        if deth.qkey != qp.attr.qkey {
-            qp_event!(
-                now,
-                ctx.dev,
-                qp.qpn,
-                "ud_dropped",
-                reason = "bad_qkey",
-                qkey = deth.qkey
-            );
-            return (RxVerdict::BadQkey, Some(slot));
-        }
-        let imm = view
-            .ext_bytes(Ext::ImmDt)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-        let Some(wqe) = qp.resp.rq.pop_front() else {
-            return (RxVerdict::NoRecvWqe, Some(slot));
-        };
-        let payload = view.payload();
-        let total = GRH_LEN + payload.len();
-        let status = match &wqe.segs {
-            Err(st) => *st,
-            Ok(_) if (total as u64) > wqe.len => WcStatus::LocLenErr,
-            Ok(segs) => {
-                let grh = grh_of(view);
-                if scatter(ctx.mem, segs, 0, &grh) && scatter(ctx.mem, segs, GRH_LEN, payload) {
-                    WcStatus::Success
-                } else {
-                    WcStatus::LocProtErr
-                }
-            }
-        };
-        let ok = status == WcStatus::Success;
-        if ok {
-            qp.ud.counters.datagrams_received += 1;
-        }
-        let wc = WorkCompletion {
-            wr_id: wqe.wr_id,
-            status,
-            opcode: WcOpcode::Recv,
-            byte_len: if ok { total as u32 } else { 0 },
-            imm_data: if ok { imm } else { None },
-            invalidated_rkey: None,
-            qp_num: qp.qpn,
-            src_qp: deth.src_qp,
-            grh: ok,
-        };
-        ctx.complete(qp.recv_cq, wc);
-        // A bad local key or a region gone is a local error of the QP (§10.8.3.3); a
-        // buffer too small is not (rxe, class D).
-        if matches!(status, WcStatus::LocProtErr) {
-            qp.enter_error(&mut ctx);
-        }
-        (RxVerdict::Taken, Some(slot))
+/// The rest of `Rnic::handle_ud` once the datagram's QP (in `slot`) is found: its
+/// verdict, and `slot` when the verdict was reached at the QP (the caller counts both).
+pub(crate) fn receive(
+    qp: &mut Qp,
+    mut ctx: Ctx<'_>,
+    slot: usize,
+    now: Instant,
+    view: &FrameView<'_>,
+) -> (RxVerdict, Option<usize>) {
+    // A UD packet for a connected QP is not this QP's (rxe `check_type_state`).
+    if qp.init.qp_type != QpType::Ud {
+        return (RxVerdict::UnknownQp, None);
     }
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        return (RxVerdict::WrongState, Some(slot));
+    }
+    // Every UD opcode has a DETH (IBTA §9.2.1, table 38): `FrameView::parse` checked
+    // the opcode's headers are there.
+    let Some(deth) = view.ext_bytes(Ext::Deth).map(DethRepr::parse) else {
+        return (RxVerdict::Malformed, None);
+    };
+    if deth.qkey != qp.attr.qkey {
+        qp_event!(
+            now,
+            ctx.dev,
+            qp.qpn,
+            "ud_dropped",
+            reason = "bad_qkey",
+            qkey = deth.qkey
+        );
+        return (RxVerdict::BadQkey, Some(slot));
+    }
+    let imm = view
+        .ext_bytes(Ext::ImmDt)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let Some(wqe) = qp.resp.rq.pop_front() else {
+        return (RxVerdict::NoRecvWqe, Some(slot));
+    };
+    let payload = view.payload();
+    let total = GRH_LEN + payload.len();
+    let status = match &wqe.segs {
+        Err(st) => *st,
+        Ok(_) if (total as u64) > wqe.len => WcStatus::LocLenErr,
+        Ok(segs) => {
+            let grh = grh_of(view);
+            if scatter(ctx.mem, segs, 0, &grh) && scatter(ctx.mem, segs, GRH_LEN, payload) {
+                WcStatus::Success
+            } else {
+                WcStatus::LocProtErr
+            }
+        }
+    };
+    let ok = status == WcStatus::Success;
+    if ok {
+        qp.ud.counters.datagrams_received += 1;
+    }
+    let wc = WorkCompletion {
+        wr_id: wqe.wr_id,
+        status,
+        opcode: WcOpcode::Recv,
+        byte_len: if ok { total as u32 } else { 0 },
+        imm_data: if ok { imm } else { None },
+        invalidated_rkey: None,
+        qp_num: qp.qpn,
+        src_qp: deth.src_qp,
+        grh: ok,
+    };
+    ctx.complete(qp.recv_cq, wc);
+    // A bad local key or a region gone is a local error of the QP (§10.8.3.3); a
+    // buffer too small is not (rxe, class D).
+    if matches!(status, WcStatus::LocProtErr) {
+        qp.enter_error(&mut ctx);
+    }
+    (RxVerdict::Taken, Some(slot))
 }
 
 #[cfg(test)]
@@ -450,7 +408,7 @@ mod tests {
     #[test]
     fn ud_transitions_follow_ib_core() {
         use QpState::{Init, Reset, Rtr, Rts};
-        let a = |s| super::super::super::qp::QpAttr {
+        let a = |s| super::super::qp::QpAttr {
             qp_state: s,
             ..Default::default()
         };

@@ -16,44 +16,6 @@
  * failed". */
 #include "common.h"
 
-static int connect_to(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *gid,
-		      int gid_index)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				   IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 int main(int argc, char **argv)
 {
 	struct ibv_device **list;
@@ -108,8 +70,8 @@ int main(int argc, char **argv)
 	qia.cap.max_recv_sge = 1;
 	qa = ibv_create_qp(pd, &qia);
 	qb = ibv_create_qp(pd, &qia);
-	check(qa && qb && connect_to(qa, qb->qp_num, &gid, gid_index) == 0 &&
-		      connect_to(qb, qa->qp_num, &gid, gid_index) == 0,
+	check(qa && qb && connect_qp(qa, 0, qb->qp_num, &gid, gid_index) == 0 &&
+		      connect_qp(qb, 0, qa->qp_num, &gid, gid_index) == 0,
 	      "two QPs of the device connected to each other");
 	if (!qa || !qb)
 		goto out;

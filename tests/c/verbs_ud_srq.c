@@ -32,49 +32,6 @@ static int post_recv(struct ibv_qp *qp, struct ibv_srq *srq, char *addr, uint32_
 	return srq ? ibv_post_srq_recv(srq, &w, &bad) : ibv_post_recv(qp, &w, &bad);
 }
 
-/* A connected QP (RC or UC) to RTS; UC takes neither the RDMA-atomic nor the retry
- * attributes (IBTA vol. 1 §10.3). */
-static int connect_qp(struct ibv_qp *qp, int uc, uint32_t dest, const union ibv_gid *dgid,
-		      int gid_index)
-{
-	struct ibv_qp_attr a;
-	int m;
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				   IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *dgid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	m = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-	if (!uc)
-		m |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	if (ibv_modify_qp(qp, &a, m))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	m = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (!uc)
-		m |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-	return ibv_modify_qp(qp, &a, m);
-}
-
 /* One UD SEND (with immediate when imm != 0) of `len` bytes at `addr`. */
 static int ud_send(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, char *addr,
 		   uint32_t len, uint32_t lkey, uint32_t imm, struct ibv_send_wr **bad)

@@ -657,7 +657,10 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         // While an application busy-polls, it reads the receive ring: wake only when its
         // lease ends (or it ends it), not for every frame.
         let lease = shared.lease_until(now);
-        if lease.is_none() && std::mem::take(&mut slept_out_a_lease) {
+        // (Taken on every turn: a turn that steps again without sleeping must not let an
+        // older sleep's verdict speak for a later lapse.)
+        let slept_out = std::mem::take(&mut slept_out_a_lease);
+        if lease.is_none() && slept_out {
             // This thread slept on a lease that ran out: if the application's last poll
             // found a completion, it stopped polling after it and left the socket
             // unwatched meanwhile: the grace timer must be armed again.

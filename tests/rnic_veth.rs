@@ -656,14 +656,47 @@ fn threads_named(name: &str) -> usize {
         .count()
 }
 
-/// The sockets this process holds (`socket:[…]` links in /proc/self/fd).
-fn sockets_held() -> usize {
+/// SO_NETNS_COOKIE (Linux 5.14, asm-generic/socket.h): a socket's network namespace, which
+/// is fixed when the socket is made.
+const SO_NETNS_COOKIE: libc::c_int = 71;
+
+fn netns_cookie(fd: libc::c_int) -> Option<u64> {
+    let mut cookie = 0u64;
+    let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cookie`, a live u64; a stale or
+    // non-socket fd only makes the call fail.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cookie)
+}
+
+/// The namespace cookie of each end of `pair`.
+fn pair_cookies(pair: &VethPair) -> [u64; 2] {
+    [Side::A, Side::B].map(|side| {
+        pair.run_in(side, || {
+            let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("a socket in the namespace");
+            netns_cookie(std::os::fd::AsRawFd::as_raw_fd(&s)).expect("SO_NETNS_COOKIE")
+        })
+        .expect("enter netns")
+    })
+}
+
+/// The sockets this process holds in the namespaces with these cookies: this test's
+/// devices only (the other tests of this file run at the same time, in their own
+/// namespaces, and open and close sockets of their own).
+fn sockets_held(cookies: &[u64]) -> usize {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .flatten()
-        .filter(|f| {
-            std::fs::read_link(f.path()).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
-        })
+        .filter_map(|f| f.file_name().to_str()?.parse::<libc::c_int>().ok())
+        .filter(|&fd| netns_cookie(fd).is_some_and(|c| cookies.contains(&c)))
         .count()
 }
 
@@ -682,7 +715,8 @@ fn a_deleted_interface_makes_the_device_fatal() {
     let driver = format!("xrnic-{ifname}");
     // (Both ends' driver threads when the names are cut to the same 15 bytes.)
     assert!(threads_named(&driver) >= 1, "the driver thread runs");
-    let sockets = sockets_held();
+    let cookies = pair_cookies(&pair);
+    let sockets = sockets_held(&cookies);
     for id in 1..=3 {
         a.qp.post_recv(RecvWr {
             wr_id: id,
@@ -734,9 +768,9 @@ fn a_deleted_interface_makes_the_device_fatal() {
     // The driver threads ended (both ends are gone) and the socket is closed.
     assert_eq!(threads_named(&driver), 0, "the driver thread is gone");
     // Each device's AF_XDP socket and its link watcher's netlink socket are closed.
-    let left = sockets_held();
+    let left = sockets_held(&cookies);
     assert!(
-        left + 4 <= sockets,
+        sockets >= 4 && left == 0,
         "{sockets} sockets before, {left} after"
     );
     let fatal = |r: Result<(), Error>, what: &str| match r {

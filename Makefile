@@ -111,8 +111,8 @@ test:
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 	$(CARGO) build --workspace --all-targets
 	@if [[ $$(id -u) == 0 ]]; then \
-		echo "$(CARGO) test --workspace -- --include-ignored $(TEST_SKIP)"; \
-		$(CARGO) test --workspace -- --include-ignored $(TEST_SKIP); \
+		echo "$(CARGO) test --workspace --no-fail-fast -- --include-ignored $(TEST_SKIP)"; \
+		$(CARGO) test --workspace --no-fail-fast -- --include-ignored $(TEST_SKIP); \
 	else \
 		echo "$(CARGO) test --workspace  (not root: the tests marked 'needs root' are ignored)"; \
 		$(CARGO) test --workspace; \

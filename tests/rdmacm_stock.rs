@@ -288,6 +288,18 @@ fn stock_udaddy_three_ids() {
 /// its own device context first, and the CM shares it (a second open of the device
 /// would find the interface's XDP program taken). Both ends exit 0 and print the
 /// results row for `bytes` × `iters`.
+/// perftest's `-R` connects through the CM twice: first its own channel for the exchange
+/// of parameters, then the test's QPs. The server calls `rdma_listen` for the second only
+/// after the exchange (perftest_communication.c `create_rdma_cm_connection`), while the
+/// client connects as soon as its side of the exchange is done, so a client that is quicker
+/// than the server meets no listener: REJ "invalid service ID", as from the kernel's CM
+/// (cm.c `cm_match_req`). perftest 4.5-0.17 then retries on the `rdma_cm_id` it has just
+/// destroyed (our library answers EINVAL: "Failed to destroy RDMA CM ID number 0") and
+/// exits. That race is perftest's own, on any stack. Running only the client again would
+/// connect its exchange channel to the server's second listener (seen here: both ends then
+/// wait for each other's SENDs, RNR-retried for ever), so such a run starts again from a
+/// fresh server. A REJ of the first connection (the server's device is open, its first
+/// listener not yet) only needs the client again.
 fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
     library_built();
     let Some(p) = tool_at("/usr/bin", name, "perftest") else {
@@ -296,14 +308,39 @@ fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
     let pair = VethPair::new(1500).expect("veth pair");
     let b = pair.end(Side::B).ipv4.to_string();
     let n = iters.to_string();
-    let server = exec(&pair, Side::B, &[&p, "-R", "-n", &n])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_xdp(&pair, Side::B);
-    let c = client(&pair, &[&p, "-R", "-n", &n, &b]);
-    let s = server.wait_with_output().unwrap();
+    let mut tries = 0;
+    let (c, s) = 'pair: loop {
+        let server = exec(&pair, Side::B, &[&p, "-R", "-n", &n])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_xdp(&pair, Side::B);
+        loop {
+            tries += 1;
+            assert!(tries <= 50, "{name}: the server never listened in time");
+            let c = exec(&pair, Side::A, &[&p, "-R", "-n", &n, &b])
+                .output()
+                .unwrap();
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&c.stdout),
+                String::from_utf8_lossy(&c.stderr)
+            );
+            if !all.contains("RDMA_CM_EVENT_REJECTED; error: 8") {
+                break 'pair (c, server.wait_with_output().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            eprintln!("{name}: REJ \"invalid service ID\", try {tries}");
+            if all.contains("Failed to create RDMA CM connection") {
+                // The test's connection was refused: this server is past its exchange.
+                eprintln!("{name}: the test's REQ came before the listener: a fresh pair");
+                let _ = Command::new("kill").arg(server.id().to_string()).status();
+                let _ = server.wait_with_output();
+                continue 'pair;
+            }
+        }
+    };
     for (who, o) in [("client", &c), ("server", &s)] {
         assert!(o.status.success(), "{who}: {}", text(o));
         let out = String::from_utf8_lossy(&o.stdout);

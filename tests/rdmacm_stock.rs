@@ -288,6 +288,7 @@ fn stock_udaddy_three_ids() {
 /// its own device context first, and the CM shares it (a second open of the device
 /// would find the interface's XDP program taken). Both ends exit 0 and print the
 /// results row for `bytes` × `iters`.
+///
 /// perftest's `-R` connects through the CM twice: first its own channel for the exchange
 /// of parameters, then the test's QPs. The server calls `rdma_listen` for the second only
 /// after the exchange (perftest_communication.c `create_rdma_cm_connection`), while the
@@ -309,37 +310,21 @@ fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
     let b = pair.end(Side::B).ipv4.to_string();
     let n = iters.to_string();
     let mut tries = 0;
-    let (c, s) = 'pair: loop {
+    let (c, s) = loop {
         let server = exec(&pair, Side::B, &[&p, "-R", "-n", &n])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         wait_xdp(&pair, Side::B);
-        loop {
-            tries += 1;
-            assert!(tries <= 50, "{name}: the server never listened in time");
-            let c = exec(&pair, Side::A, &[&p, "-R", "-n", &n, &b])
-                .output()
-                .unwrap();
-            let all = format!(
-                "{}{}",
-                String::from_utf8_lossy(&c.stdout),
-                String::from_utf8_lossy(&c.stderr)
-            );
-            if !all.contains("RDMA_CM_EVENT_REJECTED; error: 8") {
-                break 'pair (c, server.wait_with_output().unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            eprintln!("{name}: REJ \"invalid service ID\", try {tries}");
-            if all.contains("Failed to create RDMA CM connection") {
-                // The test's connection was refused: this server is past its exchange.
-                eprintln!("{name}: the test's REQ came before the listener: a fresh pair");
-                let _ = Command::new("kill").arg(server.id().to_string()).status();
-                let _ = server.wait_with_output();
-                continue 'pair;
-            }
+        let (c, fresh_pair) = perftest_client(&pair, name, &[&p, "-R", "-n", &n, &b], &mut tries);
+        if !fresh_pair {
+            break (c, server.wait_with_output().unwrap());
         }
+        // The test's connection was refused: this server is past its exchange.
+        eprintln!("{name}: the test's REQ came before the listener: a fresh pair");
+        let _ = Command::new("kill").arg(server.id().to_string()).status();
+        let _ = server.wait_with_output();
     };
     for (who, o) in [("client", &c), ("server", &s)] {
         assert!(o.status.success(), "{who}: {}", text(o));
@@ -349,6 +334,29 @@ fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
             f.len() > 2 && f[0] == bytes.to_string() && f[1] == n
         });
         assert!(row, "{who}: no results row: {}", text(o));
+    }
+}
+
+/// Run the perftest client until it is not refused for want of a listener, or until the
+/// refusal was of the test's connection (then true: the server must start again).
+fn perftest_client(pair: &VethPair, name: &str, args: &[&str], tries: &mut u32) -> (Output, bool) {
+    loop {
+        *tries += 1;
+        assert!(*tries <= 50, "{name}: the server never listened in time");
+        let c = exec(pair, Side::A, args).output().unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&c.stdout),
+            String::from_utf8_lossy(&c.stderr)
+        );
+        if !all.contains("RDMA_CM_EVENT_REJECTED; error: 8") {
+            return (c, false);
+        }
+        eprintln!("{name}: REJ \"invalid service ID\", try {tries}");
+        std::thread::sleep(Duration::from_millis(100));
+        if all.contains("Failed to create RDMA CM connection") {
+            return (c, true);
+        }
     }
 }
 

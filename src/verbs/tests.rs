@@ -230,6 +230,11 @@ fn an_empty_poll_steps_only_when_there_is_something_to_do() {
     assert!(!hold.quiet_at(now), "a post must make the next poll step");
 
     // The step sends the SEND and arms its local ACK timer: cached when the step ends.
+    // B's port is held meanwhile, so that its answer cannot reach A's port before the
+    // checks of "nothing to do" below (under load B's driver could otherwise answer
+    // between the step and the check).
+    let sh_b = shared(&b.dev);
+    let hold_b = sh_b.hold_port();
     hold.step();
     let deadline = hold.cached_deadline().expect("the SEND's ACK timer");
     assert!(deadline > now, "{deadline} {now}");
@@ -243,6 +248,7 @@ fn an_empty_poll_steps_only_when_there_is_something_to_do() {
     );
 
     // B acknowledges: the ACK waiting on A's port makes the poll step.
+    drop(hold_b);
     let until = std::time::Instant::now() + BOUND;
     while hold.quiet_at(now) {
         assert!(std::time::Instant::now() < until, "B never answered");

@@ -615,6 +615,29 @@ pub(crate) fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize
     true
 }
 
+/// The `len` message bytes at `off` borrowed in place, when one segment of engine-owned
+/// memory holds them all and its registration is still there: what [`readable`] and then
+/// [`gather`] would find, with one walk of the list and one look-up of the region (the
+/// per-packet path of an owned region). `None` otherwise, also for `len` 0: then ask
+/// [`readable`] and [`gather`].
+#[inline(always)]
+pub(crate) fn borrow_run<'a>(
+    mem: &'a MemTable,
+    segs: &[LocalSeg],
+    off: usize,
+    len: usize,
+) -> Option<&'a [u8]> {
+    if len == 0 {
+        return None;
+    }
+    let (i, o) = locate(segs, off)?;
+    let s = segs[i];
+    if o + len > s.len as usize {
+        return None;
+    }
+    mem.bytes(s.mem, o, len)
+}
+
 /// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
 /// memory holds them all, else copied into `scratch`. The caller checked them with
 /// [`readable`]; `None` when a copy failed all the same (another process's memory whose

@@ -384,8 +384,12 @@ impl Rnic {
         let i = match qpn {
             ud::GSI_QPN => self.gsi_slot?,
             _ => {
+                // Both below QPN_SPACE (a QPN has 24 bits, the offset was taken modulo
+                // it), so one conditional subtraction is the remainder: no division per
+                // received frame.
                 let from_first = qpn.value().checked_sub(FIRST_QPN)?;
-                ((from_first + QPN_SPACE - self.qpn_offset()) % QPN_SPACE) as usize
+                let i = from_first + QPN_SPACE - self.qpn_offset();
+                (if i >= QPN_SPACE { i - QPN_SPACE } else { i }) as usize
             }
         };
         // The GSI QP's slot does not answer to the QPN the slot would have.

@@ -910,7 +910,7 @@ impl Rnic {
     fn judge_frame(&mut self, now: Instant, frame: &[u8]) -> (RxVerdict, Option<usize>) {
         self.last_now = now;
         // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
-        let parsed = FrameView::parse(frame);
+        let parsed = FrameView::parse_inline(frame);
         let Ok(view) = &parsed else {
             return (RxVerdict::Malformed, None);
         };

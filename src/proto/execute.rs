@@ -607,6 +607,10 @@ pub(crate) fn do_write(
                 None,
             );
         }
+    } else if let Some(InProgress::Write { written: w, .. }) = &mut qp.resp.cur {
+        // A MIDDLE (the message in progress is this one, taken from `cur` above): only
+        // the count moves.
+        *w = total;
     } else {
         qp.resp.cur = Some(InProgress::Write {
             mem,

@@ -377,7 +377,10 @@ impl Requester {
             }
         }
         let mut started_wr = None;
-        if !w.started {
+        // Looked up again only when starting it changed it (once per message).
+        let w = if w.started {
+            w
+        } else {
             // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
             // §9.7.7 credits, the FENCE rule of §10.8).
             if lim.draining {
@@ -420,8 +423,8 @@ impl Requester {
             }
             self.tx_pkt = 0;
             started_wr = Some(w.wr.wr_id);
-        }
-        let w = &self.sq[idx];
+            &self.sq[idx]
+        };
         let k = self.tx_pkt;
         let psn = w.first_psn.add(k);
         if psn != una && psn.diff(una) >= lim.max_unacked as i32 {

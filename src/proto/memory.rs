@@ -884,4 +884,42 @@ mod tests {
             Err(WcStatus::LocProtErr)
         );
     }
+
+    #[test]
+    fn borrow_run_finds_what_gather_borrows_and_nothing_else() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        m.mr_bytes_mut(a.lkey)
+            .unwrap()
+            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        let sges = [
+            Sge {
+                addr: a.addr + 2,
+                length: 6,
+                lkey: a.lkey,
+            },
+            Sge {
+                addr: b.addr,
+                length: 8,
+                lkey: b.lkey,
+            },
+        ];
+        let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
+        // Inside the first segment: the bytes `gather` borrows.
+        assert_eq!(borrow_run(&m, &segs, 1, 3), Some(&[3u8, 4, 5][..]));
+        assert_eq!(borrow_run(&m, &segs, 6, 8), Some(&[0u8; 8][..]));
+        // Across two segments, past the end, or empty: not a borrow (gather copies).
+        assert_eq!(borrow_run(&m, &segs, 4, 4), None);
+        assert_eq!(borrow_run(&m, &segs, 14, 1), None);
+        assert_eq!(borrow_run(&m, &segs, 0, 0), None);
+        // The region gone (or its slot registered again): nothing, as `readable` says.
+        m.dereg_mr(a.lkey).unwrap();
+        assert_eq!(borrow_run(&m, &segs, 1, 3), None);
+        assert!(!readable(&m, &segs, 1, 3));
+        let _again = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(borrow_run(&m, &segs, 1, 3), None);
+        assert_eq!(borrow_run(&m, &segs, 6, 8), Some(&[0u8; 8][..]));
+    }
 }

@@ -10,6 +10,12 @@
 //! `GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=1000000` to see the difference; the
 //! floor copies between buffers with the same misalignment as the engine, so the ratio is
 //! fair either way.
+//!
+//! Instruction counts (no hardware counters needed): `XRNIC_BENCH_BATCHES=N` makes the
+//! executable set up one pair, run N batches at MTU `XRNIC_BENCH_MTU` (1024 unless set to
+//! 4096) and exit, without the timed rounds. Under
+//! `valgrind --tool=cachegrind --cache-sim=no`, (Ir(N=11) - Ir(N=1)) / (10 × packets per
+//! batch) is the engine's instructions per packet (docs/performance.md).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -226,7 +232,28 @@ fn report() {
     );
 }
 
+/// `XRNIC_BENCH_BATCHES=N`: N batches at one MTU, then exit (for instruction counts).
+fn batches_only() -> bool {
+    let Ok(n) = std::env::var("XRNIC_BENCH_BATCHES") else {
+        return false;
+    };
+    let n: u64 = n.parse().expect("XRNIC_BENCH_BATCHES: a number of batches");
+    let mtu = match std::env::var("XRNIC_BENCH_MTU").as_deref() {
+        Ok("4096") => Mtu::Mtu4096,
+        Ok("1024") | Err(_) => Mtu::Mtu1024,
+        Ok(v) => panic!("XRNIC_BENCH_MTU={v}: 1024 or 4096"),
+    };
+    let mut b = setup(mtu);
+    for _ in 0..n {
+        b.run_batch();
+    }
+    true
+}
+
 fn bench(c: &mut Criterion) {
+    if batches_only() {
+        return;
+    }
     report();
     let mut g = c.benchmark_group("transport_write_64k");
     for mtu in [Mtu::Mtu1024, Mtu::Mtu4096] {

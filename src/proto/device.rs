@@ -384,8 +384,12 @@ impl Rnic {
         let i = match qpn {
             ud::GSI_QPN => self.gsi_slot?,
             _ => {
+                // Both below QPN_SPACE (a QPN has 24 bits, the offset was taken modulo
+                // it), so one conditional subtraction is the remainder: no division per
+                // received frame.
                 let from_first = qpn.value().checked_sub(FIRST_QPN)?;
-                ((from_first + QPN_SPACE - self.qpn_offset()) % QPN_SPACE) as usize
+                let i = from_first + QPN_SPACE - self.qpn_offset();
+                (if i >= QPN_SPACE { i - QPN_SPACE } else { i }) as usize
             }
         };
         // The GSI QP's slot does not answer to the QPN the slot would have.
@@ -906,7 +910,7 @@ impl Rnic {
     fn judge_frame(&mut self, now: Instant, frame: &[u8]) -> (RxVerdict, Option<usize>) {
         self.last_now = now;
         // Borrowed, not moved out of the `Result`: a copy of the whole view per packet.
-        let parsed = FrameView::parse(frame);
+        let parsed = FrameView::parse_inline(frame);
         let Ok(view) = &parsed else {
             return (RxVerdict::Malformed, None);
         };

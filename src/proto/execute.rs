@@ -52,11 +52,19 @@ pub(crate) fn responder_error_event(qpn: Qpn, code: NakCode) -> AsyncEvent {
 
 /// IBV_EVENT_COMM_EST the first time a packet reaches `qp` in RTR (IBTA §11.6.3.1:
 /// the event tells a CM that missed its RTU that the connection works).
+// The test inlined (once per request packet), the event out of line (once per QP).
+#[inline(always)]
 pub(crate) fn comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if qp.state == QpState::Rtr && !qp.resp.comm_est {
-        qp.resp.comm_est = true;
-        ctx.raise(AsyncEvent::CommEst(qp.qpn));
+        raise_comm_est(qp, ctx);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn raise_comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
+    qp.resp.comm_est = true;
+    ctx.raise(AsyncEvent::CommEst(qp.qpn));
 }
 
 /// Handle one request packet addressed to `qp`.
@@ -599,6 +607,10 @@ pub(crate) fn do_write(
                 None,
             );
         }
+    } else if let Some(InProgress::Write { written: w, .. }) = &mut qp.resp.cur {
+        // A MIDDLE (the message in progress is this one, taken from `cur` above): only
+        // the count moves.
+        *w = total;
     } else {
         qp.resp.cur = Some(InProgress::Write {
             mem,

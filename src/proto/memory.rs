@@ -615,6 +615,29 @@ pub(crate) fn readable(mem: &MemTable, segs: &[LocalSeg], off: usize, len: usize
     true
 }
 
+/// The `len` message bytes at `off` borrowed in place, when one segment of engine-owned
+/// memory holds them all and its registration is still there: what [`readable`] and then
+/// [`gather`] would find, with one walk of the list and one look-up of the region (the
+/// per-packet path of an owned region). `None` otherwise, also for `len` 0: then ask
+/// [`readable`] and [`gather`].
+#[inline(always)]
+pub(crate) fn borrow_run<'a>(
+    mem: &'a MemTable,
+    segs: &[LocalSeg],
+    off: usize,
+    len: usize,
+) -> Option<&'a [u8]> {
+    if len == 0 {
+        return None;
+    }
+    let (i, o) = locate(segs, off)?;
+    let s = segs[i];
+    if o + len > s.len as usize {
+        return None;
+    }
+    mem.bytes(s.mem, o, len)
+}
+
 /// Find `len` message bytes at `off`: borrowed in place when one segment of engine-owned
 /// memory holds them all, else copied into `scratch`. The caller checked them with
 /// [`readable`]; `None` when a copy failed all the same (another process's memory whose
@@ -860,5 +883,43 @@ mod tests {
             resolve_sges(&m, pd, &bad, Access::NONE),
             Err(WcStatus::LocProtErr)
         );
+    }
+
+    #[test]
+    fn borrow_run_finds_what_gather_borrows_and_nothing_else() {
+        let mut m = MemTable::new();
+        let pd = m.alloc_pd();
+        let a = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        let b = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        m.mr_bytes_mut(a.lkey)
+            .unwrap()
+            .copy_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        let sges = [
+            Sge {
+                addr: a.addr + 2,
+                length: 6,
+                lkey: a.lkey,
+            },
+            Sge {
+                addr: b.addr,
+                length: 8,
+                lkey: b.lkey,
+            },
+        ];
+        let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
+        // Inside the first segment: the bytes `gather` borrows.
+        assert_eq!(borrow_run(&m, &segs, 1, 3), Some(&[3u8, 4, 5][..]));
+        assert_eq!(borrow_run(&m, &segs, 6, 8), Some(&[0u8; 8][..]));
+        // Across two segments, past the end, or empty: not a borrow (gather copies).
+        assert_eq!(borrow_run(&m, &segs, 4, 4), None);
+        assert_eq!(borrow_run(&m, &segs, 14, 1), None);
+        assert_eq!(borrow_run(&m, &segs, 0, 0), None);
+        // The region gone (or its slot registered again): nothing, as `readable` says.
+        m.dereg_mr(a.lkey).unwrap();
+        assert_eq!(borrow_run(&m, &segs, 1, 3), None);
+        assert!(!readable(&m, &segs, 1, 3));
+        let _again = m.reg_mr(pd, 8, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(borrow_run(&m, &segs, 1, 3), None);
+        assert_eq!(borrow_run(&m, &segs, 6, 8), Some(&[0u8; 8][..]));
     }
 }

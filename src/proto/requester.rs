@@ -17,7 +17,7 @@ use super::congestion::CongestionControl;
 use super::counters::QpCounters;
 use super::cq::WcStatus;
 use super::memory::MemTable;
-use super::memory::{LocalSeg, Payload, gather, readable};
+use super::memory::{LocalSeg, Payload, borrow_run, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
@@ -51,15 +51,26 @@ impl SendWqe {
     }
 }
 
+/// Where a request packet's payload is, once found.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReqPayload<'a> {
+    /// Borrowed from a region (or empty).
+    Bytes(&'a [u8]),
+    /// The first bytes of the gather buffer.
+    Scratch(usize),
+    /// A region's bytes found gone after all: nothing goes out this time.
+    Unreadable,
+}
+
 /// A request packet, before addressing and framing.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ReqPacket {
+pub(crate) struct ReqPacket<'a> {
     pub opcode: Opcode,
     pub psn: Psn,
     pub ack_req: bool,
     pub solicited: bool,
     pub ext: TxExt,
-    pub payload: Payload,
+    pub payload: ReqPayload<'a>,
     /// A PSN sent before: counts as a retransmission.
     pub retransmit: bool,
     /// Why it is sent: `Request`, or the cause of the last rewind for a retransmission.
@@ -300,12 +311,9 @@ impl Requester {
         // gone meanwhile fails the WR instead, LOC_PROT_ERR).
         let scratch: &'a Vec<u8> = scratch;
         let payload = match p.payload {
-            Payload::Mem { mem: m, skip, len } => mem.bytes(m, skip, len),
-            Payload::Scratch(n) => Some(&scratch[..n]),
-            Payload::None => Some(&[][..]),
-        };
-        let Some(payload) = payload else {
-            return Some(Tx::Unreadable);
+            ReqPayload::Bytes(b) => b,
+            ReqPayload::Scratch(n) => &scratch[..n],
+            ReqPayload::Unreadable => return Some(Tx::Unreadable),
         };
         // UC: the RC opcode's UC twin (IBTA §9.2.1, table 38), no AckReq.
         let (opcode, ack_req) = if uc {
@@ -330,14 +338,14 @@ impl Requester {
     // Inlined into its one caller (the per-packet transmit path): the packet stays in
     // registers instead of being returned through memory.
     #[inline]
-    pub fn next_packet(
+    pub fn next_packet<'a>(
         &mut self,
         lim: &ReqLimits,
-        mem: &MemTable,
+        mem: &'a MemTable,
         scratch: &mut Vec<u8>,
         honour_credits: bool,
         now: Instant,
-    ) -> Option<ReqPacket> {
+    ) -> Option<ReqPacket<'a>> {
         if self.timers.get(Timer::RnrWait).is_some_and(|t| now < t) {
             return None;
         }
@@ -350,9 +358,11 @@ impl Requester {
         }
         // A WR failed locally waits at the head for its error completion (see
         // `transmit_qp`); nothing more of it goes out.
-        if w.segs.is_err() {
+        let Ok(segs) = &w.segs else {
             return None;
-        }
+        };
+        // The packet's bytes when one owned segment holds them (found once, here).
+        let mut borrowed = None;
         if !w.wr.opcode.is_read_or_atomic() {
             // The bytes of the packet to send must still be there (the region may have
             // been deregistered since the post): else the WR fails LOC_PROT_ERR, as rxe's
@@ -360,17 +370,17 @@ impl Requester {
             let k = if w.started { self.tx_pkt } else { 0 };
             let off = k as usize * lim.mtu as usize;
             let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-            let ok = w
-                .segs
-                .as_deref()
-                .is_ok_and(|segs| readable(mem, segs, off, len));
-            if !ok {
+            borrowed = borrow_run(mem, segs, off, len);
+            if borrowed.is_none() && !readable(mem, segs, off, len) {
                 self.sq[idx].segs = Err(WcStatus::LocProtErr);
                 return None;
             }
         }
         let mut started_wr = None;
-        if !w.started {
+        // Looked up again only when starting it changed it (once per message).
+        let w = if w.started {
+            w
+        } else {
             // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
             // §9.7.7 credits, the FENCE rule of §10.8).
             if lim.draining {
@@ -413,8 +423,8 @@ impl Requester {
             }
             self.tx_pkt = 0;
             started_wr = Some(w.wr.wr_id);
-        }
-        let w = &self.sq[idx];
+            &self.sq[idx]
+        };
         let k = self.tx_pkt;
         let psn = w.first_psn.add(k);
         if psn != una && psn.diff(una) >= lim.max_unacked as i32 {
@@ -422,7 +432,7 @@ impl Requester {
         }
         let op = w.wr.opcode;
         let ext;
-        let mut payload = Payload::None;
+        let mut payload = ReqPayload::Bytes(&[]);
         let mut end = true;
         let opcode = match op {
             WrOpcode::RdmaRead => {
@@ -459,20 +469,32 @@ impl Requester {
                 }
             }
             _ => {
-                let off = k as usize * lim.mtu as usize;
-                let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-                // Checked by `readable` above; a copy can still fail on another
-                // process's memory (the process died meanwhile): then nothing is sent
-                // and the WR fails LOC_PROT_ERR at the head, as for a region gone.
-                let gathered = match &w.segs {
-                    Ok(segs) => gather(mem, segs, off, len, scratch),
-                    Err(_) => Some(Payload::None),
+                payload = match borrowed {
+                    Some(b) => ReqPayload::Bytes(b),
+                    None => {
+                        let off = k as usize * lim.mtu as usize;
+                        let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
+                        // Checked by `readable` above; a copy can still fail on another
+                        // process's memory (the process died meanwhile): then nothing is
+                        // sent and the WR fails LOC_PROT_ERR at the head, as for a region
+                        // gone.
+                        let gathered = match &w.segs {
+                            Ok(segs) => gather(mem, segs, off, len, scratch),
+                            Err(_) => Some(Payload::None),
+                        };
+                        match gathered {
+                            None => {
+                                self.sq[idx].segs = Err(WcStatus::LocProtErr);
+                                return None;
+                            }
+                            Some(Payload::None) => ReqPayload::Bytes(&[]),
+                            Some(Payload::Scratch(n)) => ReqPayload::Scratch(n),
+                            Some(Payload::Mem { mem: m, skip, len }) => mem
+                                .bytes(m, skip, len)
+                                .map_or(ReqPayload::Unreadable, ReqPayload::Bytes),
+                        }
+                    }
                 };
-                let Some(g) = gathered else {
-                    self.sq[idx].segs = Err(WcStatus::LocProtErr);
-                    return None;
-                };
-                payload = g;
                 let only = w.npkts == 1;
                 let first = k == 0;
                 end = k + 1 == w.npkts;

@@ -721,6 +721,13 @@ impl<'a> FrameView<'a> {
     /// same code for both. The ICRC of a frame that passes is computed here too (see
     /// `icrc_span` for the order); it is compared only by [`FrameView::verify_icrc`].
     pub fn parse(buf: &'a [u8]) -> Result<Self, Error> {
+        Self::parse_inline(buf)
+    }
+
+    /// [`FrameView::parse`], inlined into its caller: the engine's receive path, which
+    /// then builds the view in place instead of receiving it through memory.
+    #[inline(always)]
+    pub fn parse_inline(buf: &'a [u8]) -> Result<Self, Error> {
         let ip = match fast_ip(buf) {
             Some(ip) => ip,
             None => general_ip(buf)?,

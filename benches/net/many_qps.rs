@@ -24,12 +24,12 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use xrnic::driver::DriverStats;
+use xrnic::proto::DeviceCounters;
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, Remote, SendFlags,
     SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
-use xrnic::driver::DriverStats;
-use xrnic::proto::DeviceCounters;
 use xrnic_netns::{Side, VethPair};
 
 /// The QP counts of section (h).
@@ -360,7 +360,10 @@ pub fn run_qps(
     // With `XRNIC_BENCH_QPS_STATS` set: both drivers' counters over the measured
     // interval, per message completed (what docs/performance.md "Many QPs" reads).
     if let Some(s0) = stats0 {
-        println!("          {n} QPs, {}", stats_line(s0, snap()?, bytes / u64::from(msg)));
+        println!(
+            "          {n} QPs, {}",
+            stats_line(s0, snap()?, bytes / u64::from(msg))
+        );
     }
     Ok(QpsResult {
         qps: n,

@@ -196,7 +196,7 @@ fn run() -> Result<(), String> {
                 many_qps::WINDOW
             );
             let mut v = Vec::new();
-            for n in many_qps::QP_COUNTS {
+            for n in many_qps::qp_counts()? {
                 let r = many_qps::run_qps(&pair, n, many_qps::MSG, many_qps::WINDOW, dur)?;
                 println!(
                     "  {n:>6} QPs: {:>7.3} Gbit/s, {:>6.0} bytes per QP (RSS)",

@@ -12,7 +12,7 @@ mod common;
 
 use common::*;
 use xrnic::proto::{Access, Instant, WcStatus, WrOpcode};
-use xrnic::sim::{ConnectOpts, LinkConfig, Side};
+use xrnic::sim::{ConnectOpts, LinkConfig, Pair, RcPair, Side};
 
 /// Four 1 MiB WRITEs over a `mbps` link with perftest's timeout: (timeouts, retransmitted
 /// packets), after checking every completion and every byte.
@@ -83,5 +83,50 @@ fn a_path_fast_enough_for_64_packets_per_timeout_never_times_out() {
     // 10 and 40 Mb/s: 64 packets take 55 and 14 ms, within the timeout.
     for mbps in [40, 10] {
         assert_eq!(four_mib_over(mbps), (0, 0), "{mbps} Mb/s");
+    }
+}
+
+/// One 64 KiB WRITE (64 packets at path MTU 1024) on `c` after `idle_ns` of nothing
+/// outstanding: the ACKs the responder sent for it, after checking its completion.
+fn acks_for_one_write_after(p: &mut Pair, c: &RcPair, idle_ns: u64, id: u64) -> u64 {
+    let size = 64 * 1024;
+    let src = mr(p, Side::A, c, size, Access::LOCAL_WRITE);
+    let dst = mr(p, Side::B, c, size, Access::ALL);
+    p.now = Instant::from_nanos(p.now.as_nanos() + idle_ns);
+    let before = p.b.qp_counters(c.qp_b).unwrap().acks_sent;
+    let mut w = send_wr(id, WrOpcode::RdmaWrite, sge(&src, 0, size as u32));
+    w.rdma.remote_addr = dst.addr;
+    w.rdma.rkey = dst.rkey;
+    p.a.post_send(c.qp_a, w).unwrap();
+    let mut wcs = vec![];
+    let limit = Instant::from_nanos(p.now.as_nanos() + 1_000_000_000);
+    run_for_wcs(p, Side::A, c, 1, limit, &mut wcs);
+    assert_eq!(wcs[0].status, WcStatus::Success, "{wcs:?}");
+    assert_eq!(p.a.qp_counters(c.qp_a).unwrap().local_ack_timeout_err, 0);
+    p.b.qp_counters(c.qp_b).unwrap().acks_sent - before
+}
+
+#[test]
+fn time_with_nothing_outstanding_is_not_taken_for_a_slow_path() {
+    // A QP that sends a message now and then (10 000 QPs sharing 32 messages in flight in
+    // `make bench-net` (h): each gets one about every 0.3 s) once measured the pace from
+    // the last ACK before the idle time: 10 s over 128 packets looked like a path of
+    // 78 ms per packet, and every later packet asked for an ACK of its own (64 ACKs per
+    // 64 KiB message instead of 1). The sample now starts at the first packet sent with
+    // nothing outstanding.
+    let opts = ConnectOpts {
+        mtu: xrnic::proto::Mtu::Mtu1024,
+        timeout: 14,
+        ..ConnectOpts::default()
+    };
+    let (mut p, c) = pair(LinkConfig::default(), &opts);
+    // The first message measures the pace on a fast path: one ACK, at its last packet.
+    assert_eq!(acks_for_one_write_after(&mut p, &c, 0, 1), 1);
+    for (i, idle_ns) in [10_000_000_000u64, 10_000_000_000, 1_000_000_000]
+        .into_iter()
+        .enumerate()
+    {
+        let acks = acks_for_one_write_after(&mut p, &c, idle_ns, 2 + i as u64);
+        assert_eq!(acks, 1, "message {} after {idle_ns} ns idle", i + 2);
     }
 }

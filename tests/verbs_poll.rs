@@ -493,3 +493,80 @@ fn rnr_timers_fire_while_the_application_polls_an_empty_cq() {
     let c = a.qp.counters().unwrap();
     assert!(c.retransmitted_packets >= 3, "{c:?}");
 }
+
+#[test]
+fn a_post_while_another_qp_has_work_in_flight_leaves_the_sending_to_the_driver() {
+    // The doorbell (a step on the posting thread, one `sendto`) is for the latency case:
+    // an idle device. With a message unacknowledged on some QP the driver thread steps
+    // for it anyway, and a post on another, idle send queue only kicks it: with many QPs
+    // that each get one message at a time (`make bench-net` (h)), a doorbell per post
+    // cost a `sendto` and a driver wake-up per message (docs/performance.md "Many QPs").
+    let (da, db) = Device::open_sim_pair().unwrap();
+    let (a, b) = (end(&da, 4096), end(&db, 4096));
+    connect(&a, &b);
+    // A second QP of A whose peer does not exist: B drops its request unanswered, so its
+    // message stays unacknowledged (and its retransmission timer armed) for seconds.
+    let pd = da.alloc_pd().unwrap();
+    let lost = pd.create_qp(&QpInitAttr::new(&a.cq, &a.cq, 4)).unwrap();
+    let slow = ConnectOpts {
+        // 4.096 µs × 2^22 ≈ 17 s: no retry within the test.
+        timeout: 22,
+        ..opts()
+    };
+    lost.connect(
+        &Remote {
+            qpn: xrnic::wire::Qpn::new(b.qp.qp_num().value() ^ 0x40),
+            psn: 0x30,
+            gid: db.query_gid(1).unwrap(),
+        },
+        0x40,
+        1,
+        &slow,
+    )
+    .unwrap();
+    let mr = pd.reg_mr(64, Access::ALL).unwrap();
+    let mut w = SendWr::new(7, WrOpcode::RdmaWrite);
+    w.sg_list = vec![mr.sge(0, 64)];
+    w.rdma.remote_addr = b.mr.addr();
+    w.rdma.rkey = b.mr.rkey();
+    lost.post_send(w).unwrap();
+    let start = Instant::now();
+    while lost.counters().unwrap().packets_sent == 0 {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the lost QP's request never left"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Now a WRITE on the connected QP, whose send queue is empty.
+    let steps = da.driver_stats().unwrap().app_steps;
+    let data = pattern(3, 4096);
+    a.mr.write(0, &data).unwrap();
+    let mut wr = SendWr::new(8, WrOpcode::RdmaWrite);
+    wr.sg_list = vec![a.mr.sge(0, 4096)];
+    wr.rdma.remote_addr = b.mr.addr();
+    wr.rdma.rkey = b.mr.rkey();
+    wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+    a.qp.post_send(wr).unwrap();
+    assert_eq!(
+        da.driver_stats().unwrap().app_steps,
+        steps,
+        "the post stepped on the application's thread"
+    );
+    // The driver thread sent it: it completes (waiting on the condition variable, which
+    // takes no step either).
+    let mut wcs = Vec::new();
+    while wcs.is_empty() {
+        assert!(start.elapsed() < PATIENCE, "the WRITE never completed");
+        a.cq.wait_into(4, Duration::from_millis(100), &mut wcs);
+    }
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (8, WcStatus::Success),
+        "{wcs:?}"
+    );
+    assert_eq!(da.driver_stats().unwrap().app_steps, steps);
+    let mut got = vec![0u8; 4096];
+    b.mr.read(0, &mut got).unwrap();
+    assert!(got == data, "the WRITE's bytes differ at the server");
+}

@@ -24,6 +24,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use xrnic::driver::DriverStats;
+use xrnic::proto::DeviceCounters;
 use xrnic::verbs::{
     Access, ConnectOpts, Cq, Device, DeviceOptions, Mr, Mtu, Qp, QpInitAttr, Remote, SendFlags,
     SendWr, WcStatus, WorkCompletion, WrOpcode,
@@ -100,6 +102,61 @@ fn open(pair: &VethPair, side: Side) -> Result<Device, String> {
     pair.run_in(side, || Device::open_with(&pair.end(side).ifname, &opts))
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("open device on {side:?}: {e}"))
+}
+
+/// The QP counts to run: `XRNIC_BENCH_QPS=1,256` (for profiling one of them), else
+/// [`QP_COUNTS`]. An unparsable list is an error, not ignored.
+pub fn qp_counts() -> Result<Vec<usize>, String> {
+    let Ok(v) = std::env::var("XRNIC_BENCH_QPS") else {
+        return Ok(QP_COUNTS.to_vec());
+    };
+    let n: Vec<usize> = v
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().ok().filter(|n| *n > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("XRNIC_BENCH_QPS={v:?}: give QP counts, e.g. 1,256"))?;
+    Ok(n)
+}
+
+/// Both drivers' counters from `s0` to `s1`, per message of `msgs`, as one line.
+type Snap = (DriverStats, DriverStats, DeviceCounters, DeviceCounters);
+
+fn stats_line(s0: Snap, s1: Snap, msgs: u64) -> String {
+    let m = msgs.max(1) as f64;
+    let side = |x: &DriverStats, y: &DriverStats| {
+        format!(
+            "frames out {:.2} in {:.2}, loop {:.2}, app steps {:.2}, sleeps {:.2}, kicks {:.2}, \
+             deferred acks {:.2}, cq waits {:.2}, cq wakeups {:.2}",
+            (y.frames_out - x.frames_out) as f64 / m,
+            (y.frames_in - x.frames_in) as f64 / m,
+            (y.iterations - x.iterations) as f64 / m,
+            (y.app_steps - x.app_steps) as f64 / m,
+            (y.sleeps - x.sleeps) as f64 / m,
+            (y.app_wakeups - x.app_wakeups) as f64 / m,
+            (y.acks_deferred - x.acks_deferred) as f64 / m,
+            (y.cq_waits - x.cq_waits) as f64 / m,
+            (y.cq_wakeups - x.cq_wakeups) as f64 / m,
+        )
+    };
+    let dev = |x: &DeviceCounters, y: &DeviceCounters| {
+        format!(
+            "acks sent {:.2} received {:.2}, naks sent {:.2}, cnps {:.2}, retransmitted {:.2}, \
+             duplicates {:.2}",
+            (y.qp.acks_sent - x.qp.acks_sent) as f64 / m,
+            (y.qp.acks_received - x.qp.acks_received) as f64 / m,
+            (y.qp.naks_sent - x.qp.naks_sent) as f64 / m,
+            (y.np_cnp_sent - x.np_cnp_sent) as f64 / m,
+            (y.qp.retransmitted_packets - x.qp.retransmitted_packets) as f64 / m,
+            (y.qp.duplicate_request - x.qp.duplicate_request) as f64 / m,
+        )
+    };
+    format!(
+        "per message: A (requester): {}; {}; B (responder): {}; {}",
+        side(&s0.0, &s1.0),
+        dev(&s0.2, &s1.2),
+        side(&s0.1, &s1.1),
+        dev(&s0.3, &s1.3)
+    )
 }
 
 /// The per-QP cap on messages in flight for `n` QPs and a total `window`.
@@ -251,12 +308,25 @@ pub fn run_qps(
     let end = warm + dur;
     let mut measuring = false;
     let (mut bytes, mut cpu0) = (0u64, (0.0, 0.0));
+    let want_stats = std::env::var_os("XRNIC_BENCH_QPS_STATS").is_some();
+    let snap = || -> Result<Snap, String> {
+        Ok((
+            a.driver_stats().map_err(e("driver_stats"))?,
+            b.driver_stats().map_err(e("driver_stats"))?,
+            a.counters().map_err(e("counters"))?,
+            b.counters().map_err(e("counters"))?,
+        ))
+    };
+    let mut stats0 = None;
     let mut last_progress = Instant::now();
     loop {
         let now = Instant::now();
         if !measuring && now >= warm {
             measuring = true;
             cpu0 = cpu_secs()?;
+            if want_stats {
+                stats0 = Some(snap()?);
+            }
         }
         if now >= end {
             break;
@@ -287,6 +357,14 @@ pub fn run_qps(
     }
     let cpu1 = cpu_secs()?;
     let secs = (Instant::now() - warm).as_secs_f64();
+    // With `XRNIC_BENCH_QPS_STATS` set: both drivers' counters over the measured
+    // interval, per message completed (what docs/performance.md "Many QPs" reads).
+    if let Some(s0) = stats0 {
+        println!(
+            "          {n} QPs, {}",
+            stats_line(s0, snap()?, bytes / u64::from(msg))
+        );
+    }
     Ok(QpsResult {
         qps: n,
         gbps: bytes as f64 * 8.0 / secs / 1e9,

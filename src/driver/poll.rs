@@ -46,9 +46,10 @@
 //!   engine lock outside a step since the last step began (`Shared::work`, set by every
 //!   verb when it releases the engine). A poll reads the clock once, for the lease and
 //!   the step.
-//! - The doorbell is rung only on an idle send queue (`verbs::Qp::post_send`); behind
-//!   outstanding work the driver is kicked and sends whole batches, as a stream of small
-//!   messages would otherwise cost one `sendto` each.
+//! - The doorbell is rung only on an idle send queue of an idle device, no QP with a
+//!   timer armed (`verbs::Qp::post_send`); behind outstanding work, on this QP or on
+//!   others, the driver is kicked and sends whole batches, as a stream of small messages,
+//!   or one message on each of many QPs, would otherwise cost one `sendto` each.
 //! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
 //!   own thread (request/response exchanges); it takes the poll lease when it returns.
 //! - Deferred ACKs. A step on a polling thread ([`Shared::poll_progress`], or the socket

@@ -279,7 +279,15 @@ impl Requester {
             }
         }
         let TxBufs { mem, scratch } = bufs;
+        let idle = !self.outstanding();
         let p = self.next_packet(&lim, mem, scratch, cfg.honour_credits, now)?;
+        if idle {
+            // The first packet after the QP had nothing outstanding: the pace sample
+            // starts here, not at the last ACK before the idle time (a QP that sends one
+            // message a second would otherwise measure a second per packet and ask for an
+            // ACK on every packet, `paced_ack_every`).
+            self.pace_from = Some((now, p.psn));
+        }
         if let Some(wr_id) = p.started_wr {
             qp_event!(
                 now,

@@ -249,7 +249,8 @@ impl Qp {
         }
     }
 
-    /// `ibv_post_send` (one work request). On an idle send queue it rings the doorbell:
+    /// `ibv_post_send` (one work request). On an idle send queue of an idle device it
+    /// rings the doorbell:
     /// the frames are built and transmitted on the calling thread when no other thread
     /// is using the port (the latency case: nothing else to wait for). Behind
     /// outstanding work it kicks the driver instead, which sends whole batches (a stream
@@ -260,7 +261,13 @@ impl Qp {
                 let s = &pd.shared;
                 let idle = {
                     let mut g = s.lock();
-                    let idle = g.rnic.send_queue_len(self.qpn) == 0;
+                    // Idle: this send queue is empty and no QP of the device has a timer
+                    // armed (an RC QP's retransmission timer runs while it has packets
+                    // unacknowledged): with work in flight on other QPs, the driver steps
+                    // for it anyway, and a doorbell per post on each of many QPs would
+                    // cost a `sendto` per message (docs/performance.md "Many QPs").
+                    let idle =
+                        g.rnic.send_queue_len(self.qpn) == 0 && g.rnic.poll_timeout().is_none();
                     g.rnic.post_send(self.qpn, wr)?;
                     idle
                 };

@@ -167,7 +167,8 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
 /// tests/c/verbs_fatal.c on one end: once it prints READY (receives and a SEND
 /// outstanding, the CQ armed), the veth is deleted under it. It must see
 /// IBV_EVENT_DEVICE_FATAL, the four WRs flushed, EIO from every verb that needs the
-/// device and from the async fd and the channel once drained, and every destroy succeed.
+/// device (the queries, req_notify_cq and the SRQ verbs too) and from the async fd and
+/// the channel once drained, and every destroy succeed.
 #[test]
 #[ignore = "needs root"]
 fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
@@ -223,11 +224,17 @@ fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
     assert!(seen.contains("READY"), "{t}");
     assert!(status.success(), "{status}: {t}");
     assert!(!seen.contains("FAIL:"), "{t}");
-    assert!(seen.contains("34 passed, 0 failed"), "{t}");
+    assert!(seen.contains("46 passed, 0 failed"), "{t}");
     for line in [
         "PASS: ibv_get_async_event: IBV_EVENT_DEVICE_FATAL, element.port_num 0",
         "PASS: the 3 receives and the SEND complete with IBV_WC_WR_FLUSH_ERR",
         "PASS: ibv_post_send: EIO",
+        "PASS: ibv_query_qp: EIO",
+        "PASS: ibv_query_gid: -1, errno EIO",
+        "PASS: ibv_query_pkey: -1, errno EIO",
+        "PASS: ibv_req_notify_cq: EIO",
+        "PASS: ibv_modify_srq: EIO",
+        "PASS: ibv_destroy_srq",
         "PASS: ibv_get_async_event after DEVICE_FATAL: -1, errno EIO (no hang)",
         "PASS: ibv_close_device",
     ] {

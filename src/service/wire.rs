@@ -522,6 +522,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_forwarded_event_round_trips_and_unknown_values_are_refused() {
+        use crate::proto::AsyncEvent as E;
+        let q = Qpn::new(0x12_3456);
+        for e in [
+            E::QpFatal(q),
+            E::QpReqErr(q),
+            E::QpAccessErr(q),
+            E::CommEst(q),
+            E::SqDrained(q),
+            E::QpLastWqeReached(q),
+        ] {
+            let (v, n) = encode_qp_event(&e).unwrap();
+            assert_eq!(encode_event(&e), None, "{e:?} goes to its owner only");
+            assert_eq!(decode_event(v, n.value()), Some(e));
+        }
+        assert_eq!(
+            decode_event(EV_CQ_ERR, 7),
+            Some(E::CqErr(crate::proto::Cq(7)))
+        );
+        for e in [E::PortActive(1), E::PortErr(1), E::DeviceFatal] {
+            assert_eq!(decode_event(encode_event(&e).unwrap(), 1), Some(e));
+            assert_eq!(encode_qp_event(&e), None);
+        }
+        // SRQ_LIMIT_REACHED (15), unknown and garbage values: nothing.
+        for v in [6, 7, 11, 15, 17, u32::MAX] {
+            assert_eq!(decode_event(v, 1), None, "{v}");
+        }
+    }
+
+    #[test]
     fn slots_round_trip_and_garbage_is_refused() {
         let mut wr = SendWr::new(7, WrOpcode::AtomicCmpAndSwp);
         wr.sg_list = vec![Sge {

@@ -354,3 +354,77 @@ fn service_clients_get_port_events_and_device_fatal() {
         })
         .unwrap();
 }
+
+/// Events of one object go to the client that owns it, naming the object as that
+/// client knows it: SQ_DRAINED of the first client's QP (moved to SQD) reaches the first
+/// client only, QP_ACCESS_ERR of the second's (an RDMA WRITE with a wrong rkey to it)
+/// the second only. Once the device is fatal, a client that opens it later is refused
+/// with ENODEV (the kernel deletes an unregistered device's uverbs file: the open fails).
+#[test]
+#[ignore = "needs root"]
+fn service_forwards_object_events_to_their_owner_and_refuses_a_late_open() {
+    use xrnic::verbs::{AsyncEvent, AttrMask, QpAttr, QpState};
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    let netns = s.pair.end(Side::A).netns.clone();
+    s.pair
+        .run_in(Side::A, move || {
+            let RcPair {
+                a,
+                b,
+                ca,
+                ma,
+                mb,
+                qa,
+                qb,
+                ..
+            } = RcPair::connect(&ifname);
+            let next = |d: &Device| {
+                let until = Instant::now() + Duration::from_secs(10);
+                loop {
+                    if let Some(e) = d.poll_async_event() {
+                        return Some(e);
+                    }
+                    if Instant::now() >= until {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            };
+            let state = |st| QpAttr {
+                qp_state: st,
+                ..QpAttr::default()
+            };
+            qa.modify(&state(QpState::Sqd), AttrMask::STATE).unwrap();
+            assert_eq!(next(&a), Some(AsyncEvent::SqDrained(qa.qp_num())));
+            qa.modify(&state(QpState::Rts), AttrMask::STATE).unwrap();
+            let mut wr = SendWr::new(5, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![ma.sge(0, 8)];
+            wr.rdma.remote_addr = mb.addr();
+            wr.rdma.rkey = xrnic::wire::Rkey(mb.rkey().0 ^ 0x5a00);
+            qa.post_send(wr).unwrap();
+            let wc = ca.wait(1, Duration::from_secs(10));
+            assert_eq!(wc.len(), 1);
+            assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+            // The second client's first event is its own QP's: SQ_DRAINED did not leak.
+            assert_eq!(next(&b), Some(AsyncEvent::QpAccessErr(qb.qp_num())));
+            assert_eq!(
+                a.poll_async_event(),
+                None,
+                "the access error is not the first's"
+            );
+            let o = Command::new("ip")
+                .args(["-n", &netns, "link", "del", &ifname])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", text(&o));
+            let mut seen = Vec::new();
+            while !seen.contains(&AsyncEvent::DeviceFatal) {
+                let e = next(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
+                seen.push(e);
+            }
+            let e = Device::open(&ifname).map(drop).unwrap_err();
+            assert_eq!(errno(&e), Some(libc::ENODEV), "{e}");
+        })
+        .unwrap();
+}

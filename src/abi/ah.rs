@@ -65,6 +65,10 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int>
     if attr.is_null() {
         return Err(libc::EINVAL);
     }
+    // rxe's create_ah goes to the kernel (ibv_cmd_create_ah), EIO once disassociated.
+    if crate::device::ctx_gone(p.ibv.context) {
+        return Err(libc::EIO);
+    }
     // SAFETY: `attr` points to the caller's ibv_ah_attr (verbs.h contract).
     let av = av_of(unsafe { &*attr })?;
     let ah = p.pd.create_ah(&av).map_err(|e| {
@@ -238,6 +242,11 @@ fn init_from_wc(
     let x = context(ctx).ok_or(libc::EINVAL)?;
     if wc.is_null() {
         return Err(libc::EINVAL);
+    }
+    // rdma-core's looks the GID up (ibv_query_gid / ibv_find_gid_index): -1 once the
+    // device is gone.
+    if crate::device::gone(x) {
+        return Err(libc::EIO);
     }
     // SAFETY: `wc` points to the caller's completion (verbs.h contract).
     let w = unsafe { *wc };

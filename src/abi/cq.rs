@@ -351,6 +351,14 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) 
         if x.state.channel == 0 {
             return libc::EINVAL;
         }
+        // The provider's ibv_cmd_req_notify_cq: the kernel's CQ lookup answers EIO on a
+        // disassociated device (crate::device::gone). Only the queue's flag is read
+        // here (an atomic): the event that set it came before, so a program that read
+        // DEVICE_FATAL finds it set.
+        if context(x.ibv.context).is_some_and(|c| c.notify.async_q.is_dead()) {
+            set_errno(libc::EIO);
+            return libc::EIO;
+        }
         x.state.armed.store(true, Ordering::SeqCst);
         0
     })

@@ -193,6 +193,21 @@ pub fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
     Some(unsafe { &*((ctx as *const u8).sub(CTX_OFFSET) as *const XContext) })
 }
 
+/// The device behind `x` is gone (IBV_EVENT_DEVICE_FATAL, src/proto/fatal.rs). Once the
+/// kernel has disassociated a device, every command but a destroy fails EIO: rdma_core.c
+/// `rdma_lookup_get_uobject` refuses each object lookup but `UVERBS_LOOKUP_DESTROY`, and
+/// the device-wide commands (query_device, query_port, the GID-entry ioctl) meet
+/// `ib_uverbs_get_ucontext_file`'s EIO. The verbs of this library that would otherwise
+/// answer from their own tables (queries, `req_notify_cq`, ...) check this first.
+pub(crate) fn gone(x: &XContext) -> bool {
+    x.notify.async_q.is_dead() || x.dev.is_fatal()
+}
+
+/// [`gone`] for the context behind `ctx` (false for one that is not open).
+pub(crate) fn ctx_gone(ctx: *mut ibv_context) -> bool {
+    context(ctx).is_some_and(gone)
+}
+
 /// A context of `ifname`'s device the program has open, if any: librdmacm shares it
 /// (one device per interface and process, the XDP program; rdmacm_port.rs).
 pub fn open_context(ifname: &str) -> Option<*mut ibv_context> {
@@ -385,7 +400,7 @@ unsafe extern "C" fn query_device_ex(
         if attr.is_null() || attr_size < core::mem::size_of::<ibv_device_attr>() {
             return ret(Err(libc::EINVAL));
         }
-        if x.dev.is_fatal() {
+        if gone(x) {
             return ret(Err(libc::EIO));
         }
         let ex = ibv_device_attr_ex {
@@ -408,7 +423,7 @@ pub extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_
         if attr.is_null() {
             return ret(Err(libc::EINVAL));
         }
-        if x.dev.is_fatal() {
+        if gone(x) {
             return ret(Err(libc::EIO));
         }
         // SAFETY: `attr` points to the caller's ibv_device_attr.
@@ -485,7 +500,7 @@ unsafe extern "C" fn query_port_ex(
         if port != 1 || attr.is_null() {
             return ret(Err(libc::EINVAL));
         }
-        if x.dev.is_fatal() {
+        if gone(x) {
             return ret(Err(libc::EIO));
         }
         let a = port_attr(x);
@@ -511,6 +526,11 @@ pub extern "C" fn ibv_query_port(
 fn gid_entry(x: &XContext, port: u8, index: u32) -> Result<ibv_gid_entry, c_int> {
     if port != 1 {
         return Err(libc::EINVAL);
+    }
+    // rdma-core asks the kernel (UVERBS_METHOD_QUERY_GID_ENTRY), which answers EIO for
+    // a disassociated device (`gone`): ibv_query_gid(_ex), _table, _type all fail.
+    if gone(x) {
+        return Err(libc::EIO);
     }
     let gid = x.dev.query_gid(index as usize).ok_or(libc::EINVAL)?;
     let ifindex = xv::netdev::probe(&x.xdev.ifname).map_or(0, |n| n.ifindex);
@@ -595,6 +615,9 @@ pub extern "C" fn _ibv_query_gid_table(
         if flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
             return -(libc::EINVAL as isize);
         }
+        if gone(x) {
+            return -(libc::EIO as isize);
+        }
         let n = x.dev.gid_table().len();
         if n > max || (n > 0 && entries.is_null()) {
             return -(libc::EINVAL as isize);
@@ -657,6 +680,12 @@ pub extern "C" fn ibv_query_pkey(
             set_errno(libc::EINVAL);
             return -1;
         }
+        // rdma-core reads the P_Key from the device's sysfs directory, which the
+        // unregistered device no longer has: -1 (errno EIO here, as for every verb).
+        if ctx_gone(ctx) {
+            set_errno(libc::EIO);
+            return -1;
+        }
         // SAFETY: `pkey` points to the caller's __be16.
         unsafe { pkey.write(0xffff) };
         0
@@ -668,6 +697,11 @@ pub extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16)
     guard(-1, || {
         if context(ctx).is_none() || port != 1 {
             set_errno(libc::EINVAL);
+            return -1;
+        }
+        // rdma-core's loops over ibv_query_pkey: its -1 once the device is gone.
+        if ctx_gone(ctx) {
+            set_errno(libc::EIO);
             return -1;
         }
         if pkey != 0xffff {

@@ -326,6 +326,10 @@ pub extern "C" fn ibv_query_qp(
         if attr.is_null() || init.is_null() {
             return ret(Err(libc::EINVAL));
         }
+        // ibv_cmd_query_qp's lookup of the QP is refused on a disassociated device.
+        if crate::device::ctx_gone(x.ibv.context) {
+            return ret(Err(libc::EIO));
+        }
         let q = match x.qp.query() {
             Ok(q) => q,
             Err(e) => return ret(Err(errno_of(&e))),

@@ -97,6 +97,10 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
         if attr.is_null() {
             return ret(Err(libc::EINVAL));
         }
+        // ibv_cmd_modify_srq: refused EIO on a disassociated device (device::gone).
+        if crate::device::ctx_gone(x.ibv.context) {
+            return ret(Err(libc::EIO));
+        }
         // SAFETY: `attr` points to the caller's ibv_srq_attr.
         let a = unsafe { *attr };
         let s = SrqAttr {
@@ -118,6 +122,10 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
         };
         if attr.is_null() {
             return ret(Err(libc::EINVAL));
+        }
+        // ibv_cmd_query_srq: as ibv_modify_srq.
+        if crate::device::ctx_gone(x.ibv.context) {
+            return ret(Err(libc::EIO));
         }
         match x.srq.query() {
             Ok(q) => {

@@ -18,8 +18,11 @@
 //! - Port events: the device's unaffiliated asynchronous events (PORT_ACTIVE,
 //!   PORT_ERR, DEVICE_FATAL: src/verbs/link_watch.rs) go to every client, up to
 //!   [`MAX_CLIENT_EVENTS`] unread each (the oldest go first); the client's event
-//!   notifier is written and it fetches them with [`Req::AsyncEvents`]. Events of one
-//!   object (COMM_EST, CQ_ERR, ...) are not forwarded. After DEVICE_FATAL the engine
+//!   notifier is written and it fetches them with [`Req::AsyncEvents`]. An event of one
+//!   QP or CQ (COMM_EST, SQ_DRAINED, QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR,
+//!   QP_LAST_WQE_REACHED, CQ_ERR) goes to the client that owns the object only, named
+//!   as that client knows it (the QPN; its handle of the CQ). A client that says hello
+//!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
 //! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
@@ -79,8 +82,8 @@ struct Client {
     notify: Option<OwnedFd>,
     /// Set by Hello: written whenever `events` gets one.
     events_fd: Option<OwnedFd>,
-    /// Unaffiliated events not yet fetched ([`Req::AsyncEvents`]), as wire values.
-    events: std::collections::VecDeque<u32>,
+    /// Events not yet fetched ([`Req::AsyncEvents`]): wire values and their elements.
+    events: std::collections::VecDeque<(u32, u32)>,
     next: u32,
     pds: HashMap<u32, Pd>,
     mrs: HashMap<u32, MrEnt>,
@@ -112,6 +115,15 @@ impl Drop for Client {
 
 /// Most unread events the service keeps for one client.
 pub const MAX_CLIENT_EVENTS: usize = 64;
+
+/// Queue event `v` (element `el`) for client `c`, the oldest going past
+/// [`MAX_CLIENT_EVENTS`].
+fn push_event(c: &mut Client, v: u32, el: u32) {
+    if c.events.len() >= MAX_CLIENT_EVENTS {
+        c.events.pop_front();
+    }
+    c.events.push_back((v, el));
+}
 
 fn errno_resp(e: &verbs::Error) -> Resp {
     use crate::verbs::{Error as E, VerbsError as V};
@@ -308,27 +320,53 @@ impl Service {
         Ok(busy)
     }
 
-    /// Give the device's unaffiliated events to every client (see the module comment).
+    /// Give the device's unaffiliated events to every client, and an event of one
+    /// object to the client that owns it, naming it as that client does (see the
+    /// module comment).
     fn fan_out_events(&mut self) {
-        let mut evs = Vec::new();
+        let mut any = false;
         while let Some(e) = self.dev.poll_async_event() {
             if let Some(v) = wire::encode_event(&e) {
                 tracing::info!("device event {e:?}: to every client");
-                evs.push(v);
+                // The element: the port of a port event, 0 for DEVICE_FATAL (uverbs).
+                let el = u32::from(v != wire::EV_DEVICE_FATAL);
+                for c in self.clients.iter_mut().filter(|c| c.events_fd.is_some()) {
+                    push_event(c, v, el);
+                }
+                any = true;
+                continue;
+            }
+            let owner = if let Some((v, q)) = wire::encode_qp_event(&e) {
+                self.clients.iter_mut().find_map(|c| {
+                    let mine = c.qps.values().any(|x| x.qp.qp_num() == q);
+                    mine.then_some((c, v, q.value()))
+                })
+            } else if let crate::proto::AsyncEvent::CqErr(cq) = e {
+                self.clients.iter_mut().find_map(|c| {
+                    let h = c.cqs.iter().find(|(_, x)| x.cq.engine_cq() == Some(cq))?.0;
+                    let h = *h;
+                    Some((c, wire::EV_CQ_ERR, h))
+                })
+            } else {
+                // SRQ_LIMIT_REACHED: the service makes no SRQs.
+                None
+            };
+            // An object no client holds any more (destroyed since): no one to tell.
+            if let Some((c, v, el)) = owner {
+                tracing::debug!("device event {e:?}: to client {}", c.pid);
+                push_event(c, v, el);
+                any = true;
             }
         }
-        if evs.is_empty() {
+        if !any {
             return;
         }
-        for c in &mut self.clients {
-            let Some(fd) = &c.events_fd else { continue };
-            for &v in &evs {
-                if c.events.len() >= MAX_CLIENT_EVENTS {
-                    c.events.pop_front();
-                }
-                c.events.push_back(v);
+        for c in &self.clients {
+            if let Some(fd) = &c.events_fd
+                && !c.events.is_empty()
+            {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
             }
-            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         }
     }
 
@@ -432,10 +470,21 @@ impl Service {
             return (Resp::Ok, Vec::new());
         }
         let port = self.dev.query_port();
+        let fatal = self.dev.is_fatal();
         let c = &mut self.clients[i];
         if let Req::Hello { .. } = req {
             if c.sq.is_some() {
                 return (bad(libc::EINVAL, "hello twice"), Vec::new());
+            }
+            // A device already gone: refuse the open, as the kernel does once it has
+            // unregistered a device (ib_uverbs_remove_one deletes its uverbs character
+            // device, so opening it fails and ibv_open_device returns NULL). The
+            // client's error is ENODEV.
+            if fatal {
+                return (
+                    bad(libc::ENODEV, "the device is gone (DEVICE_FATAL)"),
+                    Vec::new(),
+                );
             }
             let made =
                 Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
@@ -718,8 +767,9 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             Some(_) => Plain(Resp::Ok),
             None => Plain(bad(libc::ENOENT, "no such QP")),
         },
-        Req::AsyncEvents => Plain(Resp::AsyncEvents {
-            events: c.events.drain(..).collect(),
+        Req::AsyncEvents => Plain({
+            let (events, elements) = c.events.drain(..).unzip();
+            Resp::AsyncEvents { events, elements }
         }),
         Req::Hello { .. } | Req::Res | Req::Shutdown => Plain(bad(libc::EINVAL, "unexpected")),
     }

@@ -150,8 +150,11 @@ impl Conn {
         let read = rustix::io::read(&*self.events_fd, &mut b).is_ok();
         if self.events_due.swap(false, Ordering::SeqCst) || read {
             match self.call(&Req::AsyncEvents) {
-                Ok((Resp::AsyncEvents { events }, _)) => {
-                    for e in events.into_iter().filter_map(wire::decode_event) {
+                Ok((Resp::AsyncEvents { events, elements }, _)) => {
+                    let decoded = events.into_iter().enumerate().filter_map(|(i, v)| {
+                        wire::decode_event(v, elements.get(i).copied().unwrap_or(0))
+                    });
+                    for e in decoded {
                         match e {
                             E::PortActive(_) => self.port.store(1, Ordering::SeqCst),
                             E::PortErr(_) => self.port.store(2, Ordering::SeqCst),

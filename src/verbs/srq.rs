@@ -164,11 +164,13 @@ impl Srq {
 }
 
 impl super::Cq {
-    /// The engine's handle of this CQ (what [`AsyncEvent::CqErr`] names); `None` on the
-    /// offload backend and through the device service.
+    /// The engine's handle of this CQ (what [`AsyncEvent::CqErr`] names): through the
+    /// device service, the service's handle of it, which the forwarded CQ_ERR names
+    /// (src/service/wire.rs `decode_event`); `None` on the offload backend.
     pub fn engine_cq(&self) -> Option<proto::Cq> {
         match &self.kind {
             super::CqKind::Soft(c) => Some(c.cq),
+            super::CqKind::Svc(c) => Some(proto::Cq(c.id)),
             _ => None,
         }
     }

@@ -11,7 +11,8 @@
  * goes. Then: DEVICE_FATAL on the async fd (element.port_num 0, as the kernel's uverbs
  * sends it), the four WRs flushed (the armed CQ's event on its channel, then
  * IBV_WC_WR_FLUSH_ERR), every verb that needs the device failing EIO as rdma-core's do on
- * a disassociated device, the async fd and the channel answering EIO instead of
+ * a disassociated device (queries, req_notify_cq, SRQ and AH verbs included: the kernel
+ * refuses every command but a destroy, rdma_core.c rdma_lookup_get_uobject), the async fd and the channel answering EIO instead of
  * blocking, and every destroy succeeding. One line per check, then "N passed, M
  * failed". */
 #include "common.h"
@@ -36,6 +37,12 @@ int main(int argc, char **argv)
 	struct ibv_async_event ev;
 	struct ibv_wc wc[8];
 	struct ibv_cq *evcq;
+	struct ibv_srq *srq;
+	struct ibv_srq_init_attr sia;
+	struct ibv_srq_attr sa;
+	struct ibv_ah_attr aha;
+	struct ibv_gid_entry ge;
+	__be16 pkey;
 	void *evctx;
 	char *buf;
 	int i, n, gid_index, got, flushed, fatal, others;
@@ -74,6 +81,13 @@ int main(int argc, char **argv)
 		      connect_qp(qb, 0, qa->qp_num, &gid, gid_index) == 0,
 	      "two QPs of the device connected to each other");
 	if (!qa || !qb)
+		goto out;
+	memset(&sia, 0, sizeof sia);
+	sia.attr.max_wr = 4;
+	sia.attr.max_sge = 1;
+	srq = ibv_create_srq(pd, &sia);
+	check(srq != NULL, "ibv_create_srq");
+	if (!srq)
 		goto out;
 	sge.addr = (uintptr_t)buf;
 	sge.length = 64;
@@ -131,8 +145,8 @@ int main(int argc, char **argv)
 	check(flushed == 4, "the 3 receives and the SEND complete with IBV_WC_WR_FLUSH_ERR");
 	check(ibv_poll_cq(cq, 8, wc) == 0, "nothing else completes");
 	memset(&attr, 0, sizeof attr);
-	check(ibv_query_qp(qa, &attr, IBV_QP_STATE, &qia) != 0 || attr.qp_state == IBV_QPS_ERR,
-	      "the QP is in ERR (or ibv_query_qp fails)");
+	errno = 0;
+	check(ibv_query_qp(qa, &attr, IBV_QP_STATE, &qia) == EIO, "ibv_query_qp: EIO");
 
 	/* Every verb that needs the device: EIO (uverbs on a disassociated device). */
 	errno = 0;
@@ -156,6 +170,30 @@ int main(int argc, char **argv)
 	check(ibv_modify_qp(qb, &attr, IBV_QP_STATE) == EIO, "ibv_modify_qp: EIO");
 	check(ibv_query_port(ctx, 1, &pa) == EIO, "ibv_query_port: EIO");
 	check(ibv_query_device(ctx, &da) == EIO, "ibv_query_device: EIO");
+	errno = 0;
+	check(ibv_query_gid(ctx, 1, gid_index, &gid) == -1 && errno == EIO,
+	      "ibv_query_gid: -1, errno EIO");
+	check(ibv_query_gid_ex(ctx, 1, gid_index, &ge, 0) == EIO, "ibv_query_gid_ex: EIO");
+	errno = 0;
+	check(ibv_query_pkey(ctx, 1, 0, &pkey) == -1 && errno == EIO,
+	      "ibv_query_pkey: -1, errno EIO");
+	check(ibv_get_pkey_index(ctx, 1, 0xffff) < 0, "ibv_get_pkey_index: fails");
+	check(ibv_req_notify_cq(cq, 0) == EIO, "ibv_req_notify_cq: EIO");
+	memset(&sa, 0, sizeof sa);
+	sa.srq_limit = 1;
+	check(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == EIO, "ibv_modify_srq: EIO");
+	check(ibv_query_srq(srq, &sa) == EIO, "ibv_query_srq: EIO");
+	check(ibv_post_srq_recv(srq, &rwr, &rbad) == EIO, "ibv_post_srq_recv: EIO");
+	errno = 0;
+	check(ibv_create_srq(pd, &sia) == NULL && errno == EIO, "ibv_create_srq: NULL, errno EIO");
+	memset(&aha, 0, sizeof aha);
+	aha.is_global = 1;
+	aha.port_num = 1;
+	aha.grh.dgid = gid;
+	aha.grh.sgid_index = gid_index;
+	aha.grh.hop_limit = 1;
+	errno = 0;
+	check(ibv_create_ah(pd, &aha) == NULL && errno == EIO, "ibv_create_ah: NULL, errno EIO");
 	/* No more events: the fds answer EIO rather than block. */
 	errno = 0;
 	check(ibv_get_async_event(ctx, &ev) == -1 && errno == EIO,
@@ -166,6 +204,7 @@ int main(int argc, char **argv)
 
 	/* Clean-up succeeds. */
 	check(ibv_destroy_qp(qa) == 0 && ibv_destroy_qp(qb) == 0, "ibv_destroy_qp");
+	check(ibv_destroy_srq(srq) == 0, "ibv_destroy_srq");
 	check(ibv_destroy_cq(cq) == 0, "ibv_destroy_cq");
 	check(ibv_destroy_comp_channel(ch) == 0, "ibv_destroy_comp_channel");
 	check(ibv_dereg_mr(mr) == 0, "ibv_dereg_mr");

@@ -143,7 +143,7 @@ fn kill_9_of_a_client_frees_its_resources_and_the_next_client_is_served() {
 fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
     use xrnic::io::shm::Ring;
     use xrnic::service::wire;
-    use xrnic::verbs::{Device, QpInitAttr, RecvWr};
+    use xrnic::verbs::{AttrMask, Device, QpAttr, QpInitAttr, QpState, RecvWr};
     let Some(s) = Svc::start() else { return };
     let ifname = s.ifname().to_string();
     // Other clients: a stock ping-pong pair, running while the garbage flows.
@@ -160,6 +160,14 @@ fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
             let pd = dev.alloc_pd().unwrap();
             let cq = dev.create_cq(16).unwrap();
             let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 16)).unwrap();
+            // INIT: a receive posted there is queued on the ring and rings the doorbell
+            // (in RESET the client refuses it at once, src/verbs/remote.rs).
+            let init = QpAttr {
+                qp_state: QpState::Init,
+                ..QpAttr::default()
+            };
+            let mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT;
+            qp.modify(&init, mask | AttrMask::ACCESS_FLAGS).unwrap();
             // This process's submission ring, mapped a second time.
             let fd = memfds()
                 .into_iter()
@@ -197,8 +205,9 @@ fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
                     5 => ring.poke_producer(ring.producer().wrapping_add(3000)),
                     _ => {}
                 }
-                // A legitimate post rings the doorbell (refused in RESET: an error
-                // completion, not a hang).
+                // A legitimate post rings the doorbell (an empty receive: taken, or
+                // refused once the receive queue is full: an error completion, not a
+                // hang).
                 let _ = qp.post_recv(RecvWr {
                     wr_id: round,
                     sg_list: vec![],

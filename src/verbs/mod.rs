@@ -1247,6 +1247,7 @@ impl Pd {
                         pd: pd.clone(),
                         _cqs: [scq.clone(), rcq.clone()],
                         qpn: Qpn::new(qpn),
+                        state: std::sync::Mutex::new(crate::proto::QpState::Reset),
                     }),
                 })
             }

@@ -161,11 +161,16 @@ impl Qp {
                 pd.shared.kick();
             }
             QpKind::Verbs(qp) => qp.modify(&attr, mask)?,
-            QpKind::Svc(qp) => qp.pd.conn.call_ok(&crate::service::wire::Req::ModifyQp {
-                qpn: self.qpn.value(),
-                attr: crate::service::wire::QpAttrMsg::from_attr(&attr),
-                mask: mask.0,
-            })?,
+            QpKind::Svc(qp) => {
+                qp.pd.conn.call_ok(&crate::service::wire::Req::ModifyQp {
+                    qpn: self.qpn.value(),
+                    attr: crate::service::wire::QpAttrMsg::from_attr(&attr),
+                    mask: mask.0,
+                })?;
+                if mask.contains(AttrMask::STATE) {
+                    *qp.state.lock().unwrap_or_else(|p| p.into_inner()) = attr.qp_state;
+                }
+            }
         }
         Ok(())
     }
@@ -278,7 +283,10 @@ impl Qp {
                 }
             }
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
-            QpKind::Svc(qp) => qp.pd.conn.post_send(self.qpn, &wr)?,
+            QpKind::Svc(qp) => {
+                qp.check_post(true)?;
+                qp.pd.conn.post_send(self.qpn, &wr)?;
+            }
         }
         Ok(())
     }
@@ -290,7 +298,10 @@ impl Qp {
             // an RNR NAK retries on its own timer, IBTA §9.7.5.2.8).
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.post_recv(self.qpn, wr)?,
             QpKind::Verbs(qp) => qp.post_recv(&wr)?,
-            QpKind::Svc(qp) => qp.pd.conn.post_recv(self.qpn, &wr)?,
+            QpKind::Svc(qp) => {
+                qp.check_post(false)?;
+                qp.pd.conn.post_recv(self.qpn, &wr)?;
+            }
         }
         Ok(())
     }

@@ -492,6 +492,31 @@ pub(crate) struct RemoteQp {
     pub pd: Arc<RemotePd>,
     pub _cqs: [Arc<RemoteCq>; 2],
     pub qpn: Qpn,
+    /// The state this client last moved the QP to (RESET when created). A post is
+    /// queued on the submission ring and cannot fail when the service takes it, so the
+    /// checks a post must fail synchronously (a send before RTS, a receive in RESET:
+    /// EINVAL, as the engine and rxe answer) are made here. The engine moves a QP on its
+    /// own only from RTS or SQD to SQE or ERR, where posts are legal, so this mirror is
+    /// exact for those checks.
+    pub state: Mutex<crate::proto::QpState>,
+}
+
+impl RemoteQp {
+    /// What the in-process engine answers a post in this state (src/proto/device.rs
+    /// `post_send_rc` / `post_recv`): a send needs RTS or later, a receive INIT or later.
+    pub fn check_post(&self, send: bool) -> Result<()> {
+        use crate::proto::QpState as S;
+        let s = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let refused = if send {
+            matches!(s, S::Reset | S::Init | S::Rtr)
+        } else {
+            s == S::Reset
+        };
+        if refused {
+            return Err(VerbsError::WrongState(s).into());
+        }
+        Ok(())
+    }
 }
 
 impl Drop for RemoteQp {

@@ -335,7 +335,11 @@ run_xrnic() {
 	local ns=$1 base=$2
 	shift 2
 	echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --netdev eth0 -- $*" >"$base.err"
-	ip netns exec "$ns" timeout -k 5 "$XRNIC_TIMEOUT" \
+	# The device's counters as it closed (the library's XRNIC_FINAL_STAT_DIR), for a
+	# failed run's post-mortem: LOGBASE.stat/eth0.PID.json, `xrnic stat` prints them.
+	mkdir -p "$base.stat"
+	chmod 777 "$base.stat"
+	ip netns exec "$ns" env XRNIC_FINAL_STAT_DIR="$base.stat" timeout -k 5 "$XRNIC_TIMEOUT" \
 		"${XPRE[@]}" "$XRNIC" exec --netdev eth0 -- "$@" >"$base.out" 2>>"$base.err"
 }
 

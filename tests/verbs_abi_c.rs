@@ -74,9 +74,29 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let client = exec(&pair, Side::A, &exe, &dir, "client").output().unwrap();
+    // The client's device leaves its last counters in `stats` as it closes
+    // (XRNIC_FINAL_STAT_DIR, src/abi/device.rs `options`).
+    let stats = dir.join("stats");
+    std::fs::create_dir_all(&stats).unwrap();
+    let client = exec(&pair, Side::A, &exe, &dir, "client")
+        .env("XRNIC_FINAL_STAT_DIR", &stats)
+        .output()
+        .unwrap();
     let server = server.wait_with_output().unwrap();
+    let snapshots: Vec<serde_json::Value> = std::fs::read_dir(&stats)
+        .unwrap()
+        .flatten()
+        .map(|f| serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap())
+        .collect();
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(snapshots.len(), 1, "one device, one final snapshot");
+    let snap = &snapshots[0];
+    assert_eq!(snap["running"], false, "{snap}");
+    assert_eq!(snap["netdev"], pair.end(Side::A).ifname.as_str(), "{snap}");
+    assert!(
+        snap["device"]["qp"]["packets_sent"].as_u64() > Some(0),
+        "the client's traffic is counted: {snap}"
+    );
     for (who, o, checks) in [("client", &client, 56), ("server", &server, 47)] {
         let t = text(o);
         let s = String::from_utf8_lossy(&o.stdout);

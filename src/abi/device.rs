@@ -223,6 +223,19 @@ pub fn open_context(ifname: &str) -> Option<*mut ibv_context> {
         .find(|&p| context(p).is_some_and(|x| x.xdev.ifname == ifname))
 }
 
+/// The device's options from the environment: `XRNIC_FINAL_STAT_DIR=DIR` writes the
+/// device's last stat snapshot (its counters and every QP's as it closes,
+/// `crate::driver::Snapshot`, what `xrnic stat` prints) to `DIR/<IF>.<pid>.json` when the
+/// program closes it; the interop harness keeps them beside each run's output.
+fn options(ifname: &str) -> xv::DeviceOptions {
+    let mut o = xv::DeviceOptions::default();
+    if let Some(dir) = std::env::var_os("XRNIC_FINAL_STAT_DIR") {
+        let file = format!("{ifname}.{}.json", std::process::id());
+        o.final_stat = Some(std::path::Path::new(&dir).join(file));
+    }
+    o
+}
+
 /// Open the device with every signal blocked in this thread, so the driver thread
 /// (which inherits the mask) never takes a signal meant for the program (perftest's
 /// SIGALRM, a terminal's SIGINT); the caller's mask is restored after.
@@ -236,7 +249,7 @@ fn open_blocking_signals(ifname: &str) -> xv::Result<xv::Device> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
     }
-    let r = xv::Device::open(ifname);
+    let r = xv::Device::open_with(ifname, &options(ifname));
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
     r

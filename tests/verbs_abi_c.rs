@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use common::{text, under_ci, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
@@ -39,10 +39,6 @@ fn build(name: &str) -> Option<(PathBuf, PathBuf)> {
     Some((dir, exe))
 }
 
-fn exec(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str) -> Command {
-    exec_gid(pair, side, exe, dir, role, "1")
-}
-
 fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid: &str) -> Command {
     let e = pair.end(side);
     let mut c = Command::new("ip");
@@ -56,33 +52,51 @@ fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid
     c
 }
 
-#[test]
-#[ignore = "needs root"]
-fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
+/// The drop-in library these tests load must be built (`cargo test` does not relink it).
+fn library_built() {
     let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",
         lib.display()
     );
-    let Some((dir, exe)) = build("verbs_suite") else {
-        return;
-    };
-    let pair = VethPair::new(1500).expect("veth pair");
-    let server = exec(&pair, Side::B, &exe, &dir, "server")
+}
+
+/// The C program `exe` as server on B and client on A (GID index `gid`, rendezvous in
+/// `dir`), the client's command given `client_env`: both outputs, client first.
+fn run_pair(
+    pair: &VethPair,
+    exe: &Path,
+    dir: &Path,
+    gid: &str,
+    client_env: &[(&str, &Path)],
+) -> (Output, Output) {
+    let server = exec_gid(pair, Side::B, exe, dir, "server", gid)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let mut client = exec_gid(pair, Side::A, exe, dir, "client", gid);
+    for (k, v) in client_env {
+        client.env(k, v);
+    }
+    let client = client.output().unwrap();
+    (client, server.wait_with_output().unwrap())
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
+    library_built();
+    let Some((dir, exe)) = build("verbs_suite") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
     // The client's device leaves its last counters in `stats` as it closes
     // (XRNIC_FINAL_STAT_DIR, src/abi/device.rs `options`).
     let stats = dir.join("stats");
     std::fs::create_dir_all(&stats).unwrap();
-    let client = exec(&pair, Side::A, &exe, &dir, "client")
-        .env("XRNIC_FINAL_STAT_DIR", &stats)
-        .output()
-        .unwrap();
-    let server = server.wait_with_output().unwrap();
+    let (client, server) = run_pair(&pair, &exe, &dir, "1", &[("XRNIC_FINAL_STAT_DIR", &stats)]);
     let snapshots: Vec<serde_json::Value> = std::fs::read_dir(&stats)
         .unwrap()
         .flatten()
@@ -140,12 +154,7 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
 #[test]
 #[ignore = "needs root"]
 fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
-    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
-    assert!(
-        lib.exists(),
-        "{} missing: cargo build --workspace",
-        lib.display()
-    );
+    library_built();
     let Some((dir, exe)) = build("verbs_ud_srq") else {
         return;
     };
@@ -153,15 +162,7 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
     for gid in ["1", "0"] {
         let run = dir.join(format!("gid{gid}"));
         std::fs::create_dir_all(&run).unwrap();
-        let server = exec_gid(&pair, Side::B, &exe, &run, "server", gid)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let client = exec_gid(&pair, Side::A, &exe, &run, "client", gid)
-            .output()
-            .unwrap();
-        let server = server.wait_with_output().unwrap();
+        let (client, server) = run_pair(&pair, &exe, &run, gid, &[]);
         for (who, o, checks) in [("client", &client, 39), ("server", &server, 46)] {
             let t = text(o);
             let s = String::from_utf8_lossy(&o.stdout);
@@ -193,12 +194,7 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
 #[ignore = "needs root"]
 fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
     use std::io::{BufRead, BufReader, Read};
-    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
-    assert!(
-        lib.exists(),
-        "{} missing: cargo build --workspace",
-        lib.display()
-    );
+    library_built();
     let Some((dir, exe)) = build("verbs_fatal") else {
         return;
     };
@@ -295,24 +291,13 @@ impl Drop for Up<'_> {
 #[test]
 #[ignore = "needs root"]
 fn the_c_verbs_suite_gets_its_objects_events_through_the_device_service() {
-    let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
-    assert!(
-        lib.exists(),
-        "{} missing: cargo build --workspace",
-        lib.display()
-    );
+    library_built();
     let Some((dir, exe)) = build("verbs_suite") else {
         return;
     };
     let pair = VethPair::new(1500).expect("veth pair");
     let _up = (Up::start(&pair, Side::A), Up::start(&pair, Side::B));
-    let server = exec(&pair, Side::B, &exe, &dir, "server")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let client = exec(&pair, Side::A, &exe, &dir, "client").output().unwrap();
-    let server = server.wait_with_output().unwrap();
+    let (client, server) = run_pair(&pair, &exe, &dir, "1", &[]);
     let _ = std::fs::remove_dir_all(&dir);
     // The whole suite, as in process (a post is queued on the service's ring: the
     // checks it must fail at once, a send before RTS and a receive in RESET, are made in

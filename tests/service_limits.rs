@@ -28,6 +28,20 @@ fn errno(e: &Error) -> Option<i32> {
 /// stat --netdev IF` (run while both live) shows both clients, each with its QP and that
 /// QP's counters; the device's totals are the sum of the clients' (nothing else ever ran
 /// on this service).
+/// The device's next async event, waited for up to 10 s (a guard against hanging).
+fn next_event(d: &Device) -> Option<xrnic::verbs::AsyncEvent> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(e) = d.poll_async_event() {
+            return Some(e);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn xrnic_stat_shows_each_client_with_its_counters_and_the_device_totals() {
@@ -297,27 +311,15 @@ fn service_clients_get_port_events_and_device_fatal() {
                 a, b, ca, ma, qa, ..
             } = RcPair::connect(&ifname);
             assert!(a.service_pid().is_some() && b.service_pid().is_some());
-            let next = |d: &Device| {
-                let until = Instant::now() + Duration::from_secs(10);
-                loop {
-                    if let Some(e) = d.poll_async_event() {
-                        return Some(e);
-                    }
-                    if Instant::now() >= until {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            };
             assert_eq!(a.query_port().state, PortState::Active);
             ip(&["link", "set", "dev", &ifname, "down"]);
             for d in [&a, &b] {
-                assert_eq!(next(d), Some(AsyncEvent::PortErr(1)));
+                assert_eq!(next_event(d), Some(AsyncEvent::PortErr(1)));
                 assert_eq!(d.query_port().state, PortState::Down);
             }
             ip(&["link", "set", "dev", &ifname, "up"]);
             for d in [&a, &b] {
-                assert_eq!(next(d), Some(AsyncEvent::PortActive(1)));
+                assert_eq!(next_event(d), Some(AsyncEvent::PortActive(1)));
                 assert_eq!(d.query_port().state, PortState::Active);
             }
             qa.post_recv(RecvWr {
@@ -329,7 +331,7 @@ fn service_clients_get_port_events_and_device_fatal() {
             // PORT_ERR may come first (the link goes down before the interface goes).
             let mut seen = Vec::new();
             while !seen.contains(&AsyncEvent::DeviceFatal) {
-                let e = next(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
+                let e = next_event(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
                 assert!(matches!(
                     e,
                     AsyncEvent::PortErr(1) | AsyncEvent::DeviceFatal
@@ -379,24 +381,12 @@ fn service_forwards_object_events_to_their_owner_and_refuses_a_late_open() {
                 qb,
                 ..
             } = RcPair::connect(&ifname);
-            let next = |d: &Device| {
-                let until = Instant::now() + Duration::from_secs(10);
-                loop {
-                    if let Some(e) = d.poll_async_event() {
-                        return Some(e);
-                    }
-                    if Instant::now() >= until {
-                        return None;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            };
             let state = |st| QpAttr {
                 qp_state: st,
                 ..QpAttr::default()
             };
             qa.modify(&state(QpState::Sqd), AttrMask::STATE).unwrap();
-            assert_eq!(next(&a), Some(AsyncEvent::SqDrained(qa.qp_num())));
+            assert_eq!(next_event(&a), Some(AsyncEvent::SqDrained(qa.qp_num())));
             qa.modify(&state(QpState::Rts), AttrMask::STATE).unwrap();
             let mut wr = SendWr::new(5, WrOpcode::RdmaWrite);
             wr.sg_list = vec![ma.sge(0, 8)];
@@ -407,7 +397,7 @@ fn service_forwards_object_events_to_their_owner_and_refuses_a_late_open() {
             assert_eq!(wc.len(), 1);
             assert_eq!(wc[0].status, WcStatus::RemAccessErr);
             // The second client's first event is its own QP's: SQ_DRAINED did not leak.
-            assert_eq!(next(&b), Some(AsyncEvent::QpAccessErr(qb.qp_num())));
+            assert_eq!(next_event(&b), Some(AsyncEvent::QpAccessErr(qb.qp_num())));
             assert_eq!(
                 a.poll_async_event(),
                 None,
@@ -420,7 +410,7 @@ fn service_forwards_object_events_to_their_owner_and_refuses_a_late_open() {
             assert!(o.status.success(), "{}", text(&o));
             let mut seen = Vec::new();
             while !seen.contains(&AsyncEvent::DeviceFatal) {
-                let e = next(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
+                let e = next_event(&a).unwrap_or_else(|| panic!("no DEVICE_FATAL: {seen:?}"));
                 seen.push(e);
             }
             let e = Device::open(&ifname).map(drop).unwrap_err();

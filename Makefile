@@ -198,6 +198,7 @@ interop: interop-setup
 BENCH_RXE_ROUNDS ?= 2
 BENCH_RXE_MTU ?= 1500
 bench-rxe: interop-setup verbs-lib
+	@$(DEPS) python3
 	$(CARGO) build --quiet --bin xrnic
 	@mkdir -p target
 	set -o pipefail; XRI_BENCH_MTU=$(BENCH_RXE_MTU) interop/bench-rxe.sh -o target/bench-rxe \

@@ -136,12 +136,19 @@ run_guests() {
 			echo 'bench() {'
 			echo '	id=$1; shift'
 			echo '	echo "XR-BENCH $id start"'
+			# The guest CPU's time split over the run (/proc/stat's cpu line before and after)
+			# and, for xrnic, the device's counters when perftest closes it
+			# (XRNIC_FINAL_STAT_DIR, docs/observability.md): where the run's time went.
+			echo '	echo "xr-cpu $id before $(head -1 /proc/stat)"'
+			echo '	rm -rf /tmp/st; mkdir -p /tmp/st'
 			if [[ $role == server ]]; then
 				echo "	timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
 			else
 				echo "	xr_client timeout $RUN_TIMEOUT \"\$@\" >/tmp/b.out 2>&1"
 			fi
 			echo '	rc=$?'
+			echo '	echo "xr-cpu $id after $(head -1 /proc/stat)"'
+			echo '	for f in /tmp/st/*.json; do [ -f "$f" ] && echo "xr-stat $id $(tr -d "\n" <"$f")"; done'
 			echo '	sed "s/^/xr-b $id /" /tmp/b.out'
 			echo '	echo "XR-BENCH $id rc=$rc"'
 			echo '	[ $rc = 0 ] || fails=$((fails + 1))'
@@ -155,7 +162,7 @@ run_guests() {
 					cmd="/usr/bin/$tool -d rxe0 -x \$XR_GID4"
 				else
 					# xrnic's GID 1 is the IPv4-mapped one.
-					cmd="xrnic exec --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
+					cmd="env XRNIC_FINAL_STAT_DIR=/tmp/st xrnic exec --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
 				fi
 				cmd+=" -F -p $port $opts"
 				case $tool in *_bw) cmd+=" --report_gbits" ;; esac
@@ -257,6 +264,60 @@ for e in "${PLAN[@]}"; do
 	rm -f "$OUT/$pid.rows"
 done
 
+# Where each run's time went: the guest CPU's split over the run (user, system, softirq,
+# idle, from /proc/stat; rxe's work is system and softirq time, xrnic's mostly user) in
+# the server (A) and the client (B) guest, and for xrnic the counters of both devices at
+# close (xr-stat lines: docs/observability.md names each counter).
+python3 - "$OUT" >"$OUT/where.txt" <<'PY' || xri_log "the per-run CPU and counter table failed"
+import json, sys
+out = sys.argv[1]
+plan = [l.rstrip("\n").split("|") for l in open(f"{out}/plan.txt") if l.strip()]
+cpu, stat = {}, {}
+for g in "AB":
+    for line in open(f"{out}/{g}.txt", errors="replace"):
+        w = line.split()
+        if len(w) > 4 and w[0] == "xr-cpu" and w[3] == "cpu":
+            cpu.setdefault((g, w[1]), {})[w[2]] = [int(x) for x in w[4:]]
+        elif len(w) > 2 and w[0] == "xr-stat":
+            try:
+                stat.setdefault((g, w[1]), []).append(json.loads(line.split(None, 2)[2]))
+            except ValueError:
+                pass
+def split(g, i):
+    c = cpu.get((g, i), {})
+    if "before" not in c or "after" not in c:
+        return "-"
+    d = [a - b for a, b in zip(c["after"], c["before"])]
+    t = sum(d[:8]) or 1
+    # user+nice, system, irq+softirq, idle+iowait
+    return "%d/%d/%d/%d" % tuple(round(100 * x / t) for x in (d[0] + d[1], d[2], d[5] + d[6], d[3] + d[4]))
+def total(g, i, *path):
+    n = 0
+    for s in stat.get((g, i), []):
+        v = s
+        for k in path:
+            v = v.get(k, {}) if isinstance(v, dict) else {}
+        n += v if isinstance(v, int) else 0
+    return n
+print("guest CPU over each run, user/system/irq+softirq/idle %, server A and client B;")
+print("xrnic's counters at close, client B / server A (sent: RoCE packets; resent: retransmitted;")
+print("xsk drop: frames the kernel dropped for a full AF_XDP ring; naks; kicks: sendto calls)")
+print("%-4s %-6s %-12s %-5s %-13s %-13s %-15s %-11s %-11s %-9s %-13s" % (
+    "run", "stack", "test", "round", "CPU A", "CPU B", "sent B/A", "resent B/A", "xsk drop", "naks", "kicks B/A"))
+for pid, stack, r, test, *_ in plan:
+    row = [pid, stack, test, r, split("A", pid), split("B", pid)]
+    if stack == "xrnic":
+        two = lambda *p: "%d/%d" % (total("B", pid, *p), total("A", pid, *p))
+        row += [two("device", "qp", "packets_sent"), two("device", "qp", "retransmitted_packets"),
+                two("port", "kernel_rx_dropped"),
+                "%d/%d" % (total("B", pid, "device", "qp", "naks_sent") + total("B", pid, "device", "qp", "rnr_naks_sent"),
+                           total("A", pid, "device", "qp", "naks_sent") + total("A", pid, "device", "qp", "rnr_naks_sent")),
+                two("port", "tx_kicks")]
+    else:
+        row += ["-"] * 5
+    print("%-4s %-6s %-12s %-5s %-13s %-13s %-15s %-11s %-11s %-9s %-13s" % tuple(row))
+PY
+
 # The tables side by side, rxe left, xrnic right, for each test of the last round that
 # has both.
 {
@@ -273,6 +334,8 @@ done
 		pr -m -t -w 200 <(grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+ ' "$fr" | cut -c1-98) \
 			<(grep -E '^ *#bytes|^ *[0-9]+ +[0-9]+ ' "$fx" | cut -c1-98)
 	done
+	echo
+	[[ ! -s $OUT/where.txt ]] || cat "$OUT/where.txt"
 	echo
 	echo "$FAILED of ${#PLAN[@]} runs failed"
 } | tee "$OUT/report.txt"

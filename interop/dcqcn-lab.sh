@@ -29,6 +29,8 @@
 # with DCQCN (the lab's parameters below, plus any --cc-param) or with --no-dcqcn (data
 # not ECN-capable: RED drops instead of marking). Writes OUTDIR/{dcqcn,nodcqcn}.{csv,svg,json}
 # and OUTDIR/summary.txt; with --docs DIR also copies the CSVs, plots and summary there.
+# Each run also writes OUTDIR/NAME.host.txt (the host's CPU counters and the switch qemu's
+# CPU time around the client), from which the summary gives each run's host line.
 #
 # Goals with DCQCN, for every QP count (exit status 1 when one is missed): goodput of the
 # QPs together ≥ 90 % of the bottleneck, Jain fairness ≥ 0.95, receiver np_cnp_sent > 0,
@@ -259,6 +261,15 @@ fresh_qdisc_block() {
 fi
 
 PORT=18515
+# host_snap: the wall clock, the host's CPU counters (/proc/stat's cpu line), the switch
+# qemu's CPU time (utime and stime of /proc/PID/stat, in clock ticks) and the load
+# average, one line. Taken around each client, so that the summary says whether the host
+# had CPU to spare for the guest during that run (other work, a hypervisor's steal).
+host_snap() {
+	local q
+	q=$(awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$qpid/stat" 2>/dev/null || echo "0 0")
+	echo "$(date +%s.%N) $(getconf CLK_TCK) $(nproc) $(head -1 /proc/stat) qemu $q load $(cut -d' ' -f1 /proc/loadavg)"
+}
 # run NAME QPS SENDER-CC-OPTIONS...
 run() {
 	local name=$1 qps=$2
@@ -277,10 +288,12 @@ run() {
 		sleep 0.1
 	done
 	xri_log "run $name: xrnic perf write -q $qps -D $DURATION ${LAB_PERF[*]} ${sizes[*]} ${PERF_OPTS[*]} $*"
+	host_snap >"$OUT/$name.host.txt"
 	"${SND[@]}" nice -n "$LAB_NICE" "$XRNIC" perf write --netdev eth0 -q "$qps" -D "$DURATION" --json --no-stat \
 		-p "$PORT" --cc-log "$OUT/$name.csv" --cc-log-interval 50 "${LAB_PERF[@]}" "${sizes[@]}" "${PERF_OPTS[@]}" "$@" 192.0.2.2 \
 		>"$OUT/$name.client.out" 2>&1 || rc=$?
 	xri_log "run $name: the client exited (status $rc)"
+	host_snap >>"$OUT/$name.host.txt"
 	xri_wait_pid "$rpid" 30 || xri_kill_pid "$rpid"
 	after=$(fresh_qdisc_block)
 	printf '%s\n' "$before" >"$OUT/$name.qdisc-before.txt"
@@ -383,6 +396,26 @@ def from_csv(path, duration):
         retrans += r[-1][2]
     return bw, retrans
 
+def host(name):
+    """The host during a run (host_snap before and after the client): its CPUs' busy
+    share, the share of work at nice > 0 (other builds) and of steal, the switch qemu's
+    CPU in % of one CPU, the load average at the end."""
+    try:
+        a, b = (l.split() for l in open(f"{out}/{name}.host.txt"))
+        wall = float(b[0]) - float(a[0])
+        tck, ncpu = float(b[1]), int(b[2])
+        # cpu user nice system idle iowait irq softirq steal ...
+        ca, cb = [int(x) for x in a[4:12]], [int(x) for x in b[4:12]]
+        d = [y - x for x, y in zip(ca, cb)]
+        total = max(sum(d), 1)
+        qa, qb = a.index("qemu"), b.index("qemu")
+        qemu = (int(b[qb + 1]) + int(b[qb + 2]) - int(a[qa + 1]) - int(a[qa + 2])) / tck / max(wall, 1e-9)
+        return (f"host {ncpu} CPUs {100 * (total - d[3] - d[4]) / total:.0f} % busy"
+                f" (nice > 0 {100 * d[1] / total:.0f} %, steal {100 * d[7] / total:.0f} %),"
+                f" load {b[b.index('load') + 1]}, switch qemu {100 * qemu:.0f} % of a CPU")
+    except (OSError, ValueError, IndexError):
+        return "host: no figures"
+
 def error_line(path):
     try:
         return next((l.strip() for l in open(path) if l.startswith("xrnic perf:")), "")
@@ -435,6 +468,7 @@ for nq in ceiling_qps:
     print(f"  goodput {c['goodput']:.1f} Mb/s ({100 * c['goodput'] / rate:.1f} % of the bottleneck),"
           f" retransmitted {c['retrans']}, FIFO drops {c['fifo'].get('dropped', '?')},"
           f" forwarded {c['htb'].get('pkts', '?')} packets")
+    print(f"  {host(f'ceiling-q{nq}')}")
     if c["failed"]:
         print(f"  (the client failed: {c['failed']})")
     ceiling = c["goodput"] if ceiling is None else max(ceiling, c["goodput"])
@@ -461,6 +495,9 @@ for nq in qps_list:
     row(res, "switch: red early drops", lambda r: str(r["red"].get("early", "?")))
     row(res, "switch: red tail drops", lambda r: str(r["red"].get("pdrop", "?")))
     row(res, "switch: packets forwarded", lambda r: str(r["htb"].get("pkts", "?")))
+    for n in ("dcqcn", "nodcqcn"):
+        if res[n]:
+            print(f"{n}: {host(f'{n}-q{nq}')}")
     for n in ("dcqcn", "nodcqcn"):
         if res[n] and res[n]["failed"]:
             print(f"({n}: the client failed: {res[n]['failed']}; its figures come from its CSV)")

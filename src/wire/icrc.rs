@@ -8,7 +8,9 @@
 //!
 //! Nothing is copied: the raw bytes are hashed in place in one `crc32fast` call, and the
 //! masking is folded into the CRC's starting value (see [`compute`]). The send path may
-//! hash header and payload apart and combine them ([`compute_split`]). A separate call over
+//! hash header and payload apart and combine them ([`compute_split`]); a template header
+//! without extension headers is not hashed at all, its state is the template's plus one
+//! table load per patched byte ([`patch_header_state`]). A separate call over
 //! a masked copy of the headers would end in its own CRC reduction, which with crc32fast's
 //! carry-less-multiply kernels costs about half as much as hashing the 1 KiB that follow
 //! (benches/wire.rs).

@@ -8,7 +8,9 @@
 //!
 //! Nothing is copied: the raw bytes are hashed in place in one `crc32fast` call, and the
 //! masking is folded into the CRC's starting value (see [`compute`]). The send path may
-//! hash header and payload apart and combine them ([`compute_split`]). A separate call over
+//! hash header and payload apart and combine them ([`compute_split`]); a template header
+//! without extension headers is not hashed at all, its state is the template's plus one
+//! table load per patched byte ([`patch_header_state`]). A separate call over
 //! a masked copy of the headers would end in its own CRC reduction, which with crc32fast's
 //! carry-less-multiply kernels costs about half as much as hashing the 1 KiB that follow
 //! (benches/wire.rs).
@@ -225,6 +227,86 @@ pub fn compute_split(
     }
     h.update(header);
     p.finalize() ^ mul(h.finalize(), x)
+}
+
+/// What [`compute_split`] gets from its `header` alone: the hash state after the masked
+/// header, before the payload is folded in (`header` as there).
+pub fn header_state(ipv6: bool, ip_hdr_len: usize, header: &[u8]) -> u32 {
+    hash_from(start(ipv6, ip_hdr_len, header), header)
+}
+
+/// The bytes a frame template writes per packet into a header of IP (20-byte IPv4 or
+/// IPv6), UDP and BTH with no extension header (src/wire/template.rs): the IP length
+/// field, the UDP length, BTH bytes 0, 1 and 8 and the PSN (bytes 9–11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderPatch {
+    pub ip_len: u16,
+    pub udp_len: u16,
+    pub bth0: u8,
+    pub bth1: u8,
+    pub bth8: u8,
+    pub psn: u32,
+}
+
+/// Distances from the last header byte of the patched bytes, in [`PATCH`]'s order: PSN
+/// (3 bytes), BTH byte 8, BTH byte 1, BTH byte 0, UDP length (2), then the IP length
+/// field (2) of IPv4 (total length, header bytes 2–3) and of IPv6 (payload length, 4–5).
+const PATCH_DIST: [usize; 12] = [0, 1, 2, 3, 10, 11, 14, 15, 36, 37, 54, 55];
+
+/// `PATCH[k][b]`: how much byte value `b` at distance `PATCH_DIST[k]` from the end of the
+/// header moves [`header_state`] against the same header with a zero there. A CRC is
+/// linear: the register of `b` hashed alone from zero, run forward over the bytes after it.
+static PATCH: [[u32; 256]; 12] = {
+    let mut t = [[0u32; 256]; 12];
+    let mut b = 0;
+    while b < 256 {
+        let mut r = byte_from_zero(b as u8);
+        let mut d = 0;
+        let mut k = 0;
+        while k < PATCH_DIST.len() {
+            while d < PATCH_DIST[k] {
+                let mut i = 0;
+                while i < 8 {
+                    r = step(r);
+                    i += 1;
+                }
+                d += 1;
+            }
+            t[k][b] = r;
+            k += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// [`header_state`] of a template header from `base`, the state of the same header with
+/// every byte of [`HeaderPatch`] zero: one table load per patched byte, independent of
+/// one another and of the bytes just written into the frame, where hashing the header
+/// waits for those stores and runs crc32fast's short-input fold and reductions.
+#[inline]
+pub fn patch_header_state(ipv6: bool, base: u32, p: &HeaderPatch) -> u32 {
+    let f = |k: usize, b: u8| PATCH[k][usize::from(b)];
+    let [_, p2, p1, p0] = p.psn.to_be_bytes();
+    let [u1, u0] = p.udp_len.to_be_bytes();
+    let [l1, l0] = p.ip_len.to_be_bytes();
+    let ip = if ipv6 { 10 } else { 8 };
+    let bth = (f(0, p0) ^ f(1, p1)) ^ (f(2, p2) ^ f(3, p.bth8));
+    let rest = (f(4, p.bth1) ^ f(5, p.bth0)) ^ (f(6, u0) ^ f(7, u1));
+    base ^ (bth ^ rest) ^ (f(ip, l0) ^ f(ip + 1, l1))
+}
+
+/// [`compute_split`] from the header's state ([`header_state`] or [`patch_header_state`]),
+/// when the payload and pad are a whole number of words of at most 8 KiB (else `None`).
+pub fn compute_from_header_state(state: u32, payload: &[u8], pad: usize) -> Option<u32> {
+    let pad = &[0u8; 3][..pad.min(3)];
+    let x = shift_factor(payload.len() + pad.len())?;
+    let mut p = crc32fast::Hasher::new();
+    p.update(payload);
+    if !pad.is_empty() {
+        p.update(pad);
+    }
+    Some(p.finalize() ^ mul(state, x))
 }
 
 fn hash_from(state: u32, pkt: &[u8]) -> u32 {
@@ -460,6 +542,51 @@ mod tests {
             prop_assert_eq!(
                 compute_split(ipv6, hl, &header, &payload, pad),
                 reference(ipv6, hl, &whole)
+            );
+        }
+
+        /// A template header's state from its zeroed form and the patched bytes equals
+        /// the state of the header hashed whole, and the ICRC from it that of the frame.
+        #[test]
+        fn patched_header_equals_hashed(
+            ipv6 in any::<bool>(),
+            fixed in proptest::collection::vec(any::<u8>(), 60),
+            ip_len in any::<u16>(),
+            udp_len in any::<u16>(),
+            bth in any::<[u8; 3]>(),
+            psn in 0u32..1 << 24,
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let hl = if ipv6 { 40 } else { 20 };
+            let pad = (4 - payload.len() % 4) % 4;
+            let mut header = fixed[..hl + 20].to_vec();
+            header[0] = if ipv6 { 0x60 } else { 0x45 };
+            let mut zeroed = header.clone();
+            let ip_at = if ipv6 { 4 } else { 2 };
+            let b = hl + 8;
+            let patched = [
+                (ip_at, (ip_len >> 8) as u8),
+                (ip_at + 1, ip_len as u8),
+                (hl + 4, (udp_len >> 8) as u8),
+                (hl + 5, udp_len as u8),
+                (b, bth[0]),
+                (b + 1, bth[1]),
+                (b + 8, bth[2]),
+                (b + 9, (psn >> 16) as u8),
+                (b + 10, (psn >> 8) as u8),
+                (b + 11, psn as u8),
+            ];
+            for (at, v) in patched {
+                header[at] = v;
+                zeroed[at] = 0;
+            }
+            let p = HeaderPatch { ip_len, udp_len, bth0: bth[0], bth1: bth[1], bth8: bth[2], psn };
+            let state = patch_header_state(ipv6, header_state(ipv6, hl, &zeroed), &p);
+            prop_assert_eq!(state, header_state(ipv6, hl, &header));
+            let whole = [&header[..], &payload, &vec![0u8; pad]].concat();
+            prop_assert_eq!(
+                compute_from_header_state(state, &payload, pad),
+                Some(reference(ipv6, hl, &whole))
             );
         }
 

@@ -49,6 +49,9 @@ pub struct FrameTemplate {
     /// BTH byte 1 without SE and PadCnt (MigReq, TVer 0), and byte 8 without AckReq.
     bth1: u8,
     bth8: u8,
+    /// The ICRC state of the IP + UDP + BTH header with the bytes the template patches
+    /// zeroed ([`icrc::patch_header_state`] adds them per packet).
+    hdr_crc: u32,
 }
 
 impl FrameTemplate {
@@ -94,6 +97,18 @@ impl FrameTemplate {
                 .sum()
         };
         let bth_off = hdr_len - BTH_LEN;
+        let ip_hdr_len = if ipv6 { IPV6_LEN } else { IPV4_LEN };
+        let mut zeroed = hdr;
+        let z = &mut zeroed[ip_off..hdr_len];
+        let ip_len_at = if ipv6 { 4 } else { 2 };
+        for at in [ip_len_at, ip_len_at + 1, ip_hdr_len + 4, ip_hdr_len + 5] {
+            z[at] = 0;
+        }
+        let bth_z = ip_hdr_len + UDP_LEN;
+        for at in [0, 1, 8, 9, 10, 11] {
+            z[bth_z + at] = 0;
+        }
+        let hdr_crc = icrc::header_state(ipv6, ip_hdr_len, z);
         FrameTemplate {
             hdr,
             hdr_len: hdr_len as u8,
@@ -102,6 +117,7 @@ impl FrameTemplate {
             ip4_sum,
             bth1: hdr[bth_off + 1] & !0xb0,
             bth8: hdr[bth_off + 8] & 0x7f,
+            hdr_crc,
         }
     }
 
@@ -186,9 +202,17 @@ impl FrameTemplate {
         let udp_off = ip_off + ip_hdr_len;
         out[udp_off + 4..udp_off + 6].copy_from_slice(&(ip_payload as u16).to_be_bytes());
         let bth = hdr_len - BTH_LEN;
-        out[bth] = opcode.0;
-        out[bth + 1] = self.bth1 | (u8::from(solicited) << 7) | ((pad as u8) << 4);
-        out[bth + 8] = self.bth8 | (u8::from(ack_req) << 7);
+        let patch = icrc::HeaderPatch {
+            ip_len,
+            udp_len: ip_payload as u16,
+            bth0: opcode.0,
+            bth1: self.bth1 | (u8::from(solicited) << 7) | ((pad as u8) << 4),
+            bth8: self.bth8 | (u8::from(ack_req) << 7),
+            psn: psn.value(),
+        };
+        out[bth] = patch.bth0;
+        out[bth + 1] = patch.bth1;
+        out[bth + 8] = patch.bth8;
         out[bth + 9..bth + 12].copy_from_slice(&psn.value().to_be_bytes()[1..]);
         let mut off = hdr_len;
         for e in info.exts.iter() {
@@ -206,8 +230,18 @@ impl FrameTemplate {
             off += pad;
         }
         // The payload hashed from its source beside its copy, as `FrameRepr::emit` does
-        // (icrc::compute_split).
-        let crc = icrc::compute_split(self.ipv6, ip_hdr_len, &out[ip_off..hdr_end], payload, pad);
+        // (icrc::compute_split). Without extension headers the header's part comes from
+        // the template's state and the patched fields (icrc::patch_header_state), not
+        // from hashing the header just written.
+        let fast = (hdr_end == hdr_len)
+            .then(|| {
+                let h = icrc::patch_header_state(self.ipv6, self.hdr_crc, &patch);
+                icrc::compute_from_header_state(h, payload, pad)
+            })
+            .flatten();
+        let crc = fast.unwrap_or_else(|| {
+            icrc::compute_split(self.ipv6, ip_hdr_len, &out[ip_off..hdr_end], payload, pad)
+        });
         out[off..off + icrc::LEN].copy_from_slice(&crc.to_le_bytes());
         Ok(off + icrc::LEN)
     }

@@ -174,6 +174,23 @@ pub struct DriverStats {
     /// then, so a completion added without a signal is still returned, late: a count here
     /// next to completions returned is a missed wake-up.
     pub cq_wait_timeouts: u64,
+    /// Application steps after which the driver was asked to step too: they left work
+    /// (a full batch, refused frames, frames still on the transmit ring).
+    pub kicks_leftover: u64,
+    /// Application steps after which the driver was asked to step because the engine's
+    /// next deadline came before the sleeping driver's wake-up time.
+    pub kicks_deadline: u64,
+    /// Doorbells that found another thread stepping (the driver was kicked instead).
+    pub doorbells_busy: u64,
+    /// Frames received by the driver thread's own steps (the rest were received on
+    /// application threads).
+    pub driver_frames_in: u64,
+    /// Frames sent by the driver thread's own steps.
+    pub driver_frames_out: u64,
+    /// Sleeps of the driver thread with the socket watched (no poll lease held).
+    pub sleeps_watching: u64,
+    /// Of those, the sleeps a received (or looped) frame ended.
+    pub socket_wakeups: u64,
 }
 
 /// The engine and the bookkeeping the API and the stat snapshot need, behind one lock.
@@ -241,6 +258,9 @@ pub struct Shared {
     cq_event: OwnedFd,
     /// The port's descriptor (a duplicate, polled without the port's lock).
     rx_fd: OwnedFd,
+    /// The port's second descriptor (`FrameIo::bell_fd`: looped frames), a duplicate,
+    /// polled with `rx_fd`.
+    bell_fd: Option<OwnedFd>,
     wake: OwnedFd,
     stop: AtomicBool,
     /// The frame I/O, stepped by the driver thread or an application thread
@@ -489,6 +509,7 @@ impl Driver {
         // The driver sleeps on the socket without holding the port's lock: on its own
         // descriptor (same open file, same readiness).
         let rx_fd = io.poll_fd().try_clone_to_owned()?;
+        let bell_fd = io.bell_fd().map(|f| f.try_clone_to_owned()).transpose()?;
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine {
                 rnic,
@@ -511,6 +532,7 @@ impl Driver {
             quiet_polls: AtomicU64::new(0),
             cq_event: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?,
             rx_fd,
+            bell_fd,
             wake,
             stop: AtomicBool::new(false),
             port: Mutex::new(Some(Port::new(io, &opts, tap))),
@@ -748,9 +770,23 @@ fn run(shared: &Shared, opts: &DriverOptions) {
             PollFd::new(&shared.wake, PollFlags::IN),
             PollFd::new(&shared.grace.timer, PollFlags::IN),
             PollFd::new(&shared.rx_fd, PollFlags::IN),
+            PollFd::new(
+                shared.bell_fd.as_ref().unwrap_or(&shared.wake),
+                PollFlags::IN,
+            ),
         ];
-        let n = if lease.is_some() { 2 } else { 3 };
+        let n = match (lease.is_some(), shared.bell_fd.is_some()) {
+            (true, _) => 2,
+            (false, false) => 3,
+            (false, true) => 4,
+        };
+        if n >= 3 {
+            shared.lock_stats().stats.sleeps_watching += 1;
+        }
         let woken = poll(&mut fds[..n], Some(&ts)).is_ok_and(|k| k > 0);
+        if n >= 3 && !(fds[2].revents().is_empty() && fds[3].revents().is_empty()) {
+            shared.lock_stats().stats.socket_wakeups += 1;
+        }
         slept_out_a_lease = lease.is_some() && !woken;
         let kicked = !fds[0].revents().is_empty();
         if !fds[1].revents().is_empty() {
@@ -866,6 +902,36 @@ mod tests {
         // hands the socket back to the driver within the grace.
         s.poll_found();
         assert!(s.grace.armed());
+    }
+
+    /// Once arming is off (the application polls on after its completions), a poll that
+    /// finds completions leaves the lease as the last empty poll set it: shortened, it
+    /// would lapse whenever the poller is preempted for longer than the grace, and the
+    /// driver would then take the socket and the next frames off the ring. The lapse
+    /// that matters is still seen: the completion is remembered for `lease_lapsed`.
+    #[test]
+    fn with_arming_off_a_completion_leaves_the_lease_alone() {
+        let (d, _peer) = sim_driver();
+        let s = d.shared();
+        while s.grace.arming() {
+            let _ = s.poll_progress();
+            s.poll_found();
+        }
+        let _ = s.poll_progress();
+        let before = s.poll_lease.load(Ordering::SeqCst);
+        s.poll_found();
+        assert_eq!(s.poll_lease.load(Ordering::SeqCst), before, "not shortened");
+        assert!(!s.grace.armed(), "no timer armed");
+        assert!(
+            s.grace.lease_lapsed(),
+            "a lapse after that completion turns arming back on"
+        );
+        assert!(s.grace.arming());
+        // Arming again: the next completion shortens the lease to the grace.
+        let _ = s.poll_progress();
+        s.poll_found();
+        let short = s.lease_until(crate::proto::Instant::ZERO).unwrap();
+        assert!(short <= s.now() + poll::POLL_GRACE, "{short}");
     }
 
     /// Whether the grace timer is counting down. (It reads zero once it fired too:

@@ -71,6 +71,19 @@ impl Grace {
         })
     }
 
+    /// Whether completions arm the timer now (and shorten the lease: with arming off,
+    /// [`super::Shared::poll_found`] leaves the lease as it is).
+    pub(super) fn arming_now(&self) -> bool {
+        self.arming.load(Ordering::SeqCst)
+    }
+
+    /// A poll found completions while arming is off: the lease stays, but a lapse
+    /// after it ([`Grace::lease_lapsed`]) must still see that a completion was the last
+    /// thing polled.
+    pub(super) fn found_unarmed(&self) {
+        self.found_pending.store(true, Ordering::SeqCst);
+    }
+
     /// A poll found completions and shortened the lease.
     pub(super) fn found(&self) {
         self.found_pending.store(true, Ordering::SeqCst);

@@ -304,6 +304,10 @@ impl Port {
             }
         }
         e.stats.frames_out += bufs.lens.len() as u64;
+        if let Stepper::Driver { .. } = who {
+            e.stats.driver_frames_in += got;
+            e.stats.driver_frames_out += bufs.lens.len() as u64;
+        }
         // Deferred ACKs (see the module documentation): only plain ACKs that receiving
         // produced on a polling thread; anything else (requests, NAKs, READ responses,
         // CNPs, whatever a timer produced) is pushed out at once, with them.
@@ -455,6 +459,14 @@ impl Shared {
             .deadline
             .is_some_and(|d| d.as_nanos() < self.wake_at.load(Ordering::SeqCst));
         if leftover || earlier {
+            {
+                let mut g = self.lock_stats();
+                if leftover {
+                    g.stats.kicks_leftover += 1;
+                } else {
+                    g.stats.kicks_deadline += 1;
+                }
+            }
             self.kick();
         }
     }
@@ -464,6 +476,7 @@ impl Shared {
     /// holds it (kicking the driver if it sleeps).
     pub fn doorbell(&self) {
         if self.app_step().is_none() {
+            self.lock_stats().stats.doorbells_busy += 1;
             self.kick();
         }
     }
@@ -497,6 +510,21 @@ impl Shared {
     /// [`POLL_GRACE`] from now, and the grace timer wakes the sleeping driver then to
     /// watch the socket again unless an empty poll lengthened the lease meanwhile.
     pub fn poll_found(&self) {
+        if !self.grace.arming_now() {
+            // The application has been seen to poll on after its completions
+            // (driver/grace.rs): the lease stays as its last empty poll set it. Shortened,
+            // it would lapse whenever the poller is preempted for longer than the grace
+            // after a completion (100-250 µs is common on a 2-vCPU VM), and the driver,
+            // finding no lease at its next turn, would watch the socket and take the
+            // next frames off the ring on its own thread: two more wake-ups per round
+            // trip, and an eventfd kick for every retransmission timer the poller arms,
+            // until a frame arrives with the lease held again
+            // (docs/performance.md, "The round trip against its floor"). An application
+            // that stops polling after a completion is still seen when the lease runs
+            // out, at most `POLL_LEASE` after its last empty poll, and arming resumes.
+            self.grace.found_unarmed();
+            return;
+        }
         let until = (self.now() + POLL_GRACE).as_nanos();
         let shortened = self
             .poll_lease
@@ -600,8 +628,13 @@ impl Shared {
             let mut fds = [
                 PollFd::new(&self.rx_fd, PollFlags::IN),
                 PollFd::new(&self.cq_event, PollFlags::IN),
+                PollFd::new(
+                    self.bell_fd.as_ref().unwrap_or(&self.cq_event),
+                    PollFlags::IN,
+                ),
             ];
-            if poll(&mut fds, Some(&ts)) == Ok(0) {
+            let n = if self.bell_fd.is_some() { 3 } else { 2 };
+            if poll(&mut fds[..n], Some(&ts)) == Ok(0) {
                 self.lock_stats().stats.cq_wait_timeouts += 1;
             }
             notified = !fds[1].revents().is_empty();

@@ -27,6 +27,12 @@ pub trait FrameIo: Send {
     fn send_batch(&mut self, frames: &[&[u8]]) -> io::Result<usize>;
     /// Readable when frames can be received.
     fn poll_fd(&self) -> BorrowedFd<'_>;
+    /// A second descriptor, readable when frames wait that `poll_fd` does not report
+    /// (the loopback queue, driver/loopback.rs); a thread that sleeps until frames
+    /// arrive polls both. `None` (the default): `poll_fd` covers everything.
+    fn bell_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
     /// [`FrameIo::send_batch`], but the frames may wait in the port until the next
     /// `send_batch` or `flush` pushes them out together with others (the AF_XDP port
     /// leaves them on its tx ring without the `sendto`). Order is kept.

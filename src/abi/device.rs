@@ -272,6 +272,10 @@ fn open_blocking_signals(ifname: &str) -> xv::Result<xv::Device> {
 /// final stat snapshot opens.
 static AT_EXIT: std::sync::Once = std::sync::Once::new();
 
+/// How long [`ibv_close_device`] waits for each lock of the device (another thread
+/// holds it) to write the final stat snapshot.
+const CLOSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How long the exit handler waits for each lock another thread holds (the open
 /// contexts, then each device's port and engine) before it gives up on it.
 const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
@@ -280,7 +284,8 @@ const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100)
 /// devices open never closes them (perftest's clients do so), so each device still open
 /// writes its last stat snapshot now, as [`ibv_close_device`] would have
 /// (`XRNIC_FINAL_STAT_DIR`, [`options`]): the same file, `running: false`, the counters
-/// at this moment. A device closed before has written its own and is no longer listed.
+/// at this moment. A device closed before wrote its own ([`ibv_close_device`]) and is no
+/// longer listed.
 /// Other threads still run (the driver threads, the program's) and may hold the locks:
 /// every wait is bounded ([`EXIT_PATIENCE`]), then the handler gives up quietly. Not
 /// run for `_exit()` or a fatal signal.
@@ -382,6 +387,12 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let _ = x.dev.set_completion_hook(None);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
+        // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now: the driver
+        // writes it when it stops, that is when the last object made from the device
+        // goes too, and an object the program never destroyed keeps it running past
+        // this close (perftest 4.5's ib_send_bw client leaves its receive CQ,
+        // docs/verbs-abi.md). Once: the driver then writes none.
+        x.dev.write_final_stat_now(CLOSE_PATIENCE);
         drop(x);
         0
     })

@@ -1,10 +1,12 @@
-/* A program that returns from main with its device open (no ibv_close_device, nothing
- * destroyed), as perftest's clients do: run with XRNIC_FINAL_STAT_DIR, the library's
- * exit handler must still leave the device's last stat snapshot (src/abi/device.rs
- * `write_final_stats_at_exit`). One device, two RC QPs joined through the device's own
- * loopback (src/driver/loopback.rs), one SEND from the first to the second. It prints
- * "pid P" and "qpn A B" for tests/verbs_abi_c.rs to find the file and the QPs in it.
- * argv: DEVICE GID_INDEX. */
+/* A program that leaves its objects behind, run with XRNIC_FINAL_STAT_DIR: the device's
+ * last stat snapshot must still be written. MODE "exit": it returns from main with the
+ * device open (no ibv_close_device, nothing destroyed; the library's exit handler writes
+ * it, src/abi/device.rs `write_final_stats_at_exit`). MODE "close": it closes the device
+ * with its QPs, CQ, MR and PD never destroyed (perftest 4.5's ib_send_bw client leaves
+ * its receive CQ so; ibv_close_device writes it). One device, two RC QPs joined through
+ * the device's own loopback (src/driver/loopback.rs), one SEND from the first to the
+ * second. It prints "pid P" and "qpn A B" for tests/verbs_abi_c.rs to find the file and
+ * the QPs in it. argv: DEVICE GID_INDEX MODE. */
 #include "common.h"
 
 int main(int argc, char **argv)
@@ -24,8 +26,8 @@ int main(int argc, char **argv)
 	struct ibv_wc wc;
 	int n, gid_index, i, ok;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s DEVICE GID_INDEX\n", argv[0]);
+	if (argc != 4 || (strcmp(argv[3], "exit") != 0 && strcmp(argv[3], "close") != 0)) {
+		fprintf(stderr, "usage: %s DEVICE GID_INDEX exit|close\n", argv[0]);
 		return 2;
 	}
 	gid_index = atoi(argv[2]);
@@ -85,6 +87,8 @@ int main(int argc, char **argv)
 	check(i == 2 && memcmp(buf, buf + 64, 64) == 0, "the SEND and its receive complete");
 	printf("qpn %u %u\n", qp[0]->qp_num, qp[1]->qp_num);
 	ibv_free_device_list(list);
-	/* No ibv_close_device: the library's exit handler writes the snapshot. */
+	/* Nothing destroyed; closed in "close" mode only. */
+	if (strcmp(argv[3], "close") == 0)
+		check(ibv_close_device(ctx) == 0, "ibv_close_device with every object alive");
 	return summary();
 }

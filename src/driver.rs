@@ -66,10 +66,10 @@ pub mod poll;
 pub mod snapshot;
 pub mod tap;
 
+use snapshot::{FinalStat, close_snapshot, live_snapshots, write_final_snapshot, write_snapshot};
 pub use snapshot::{
     LinkId, QpSnapshot, Snapshot, process_start_time, remove_live_snapshots, state_name,
 };
-use snapshot::{close_snapshot, live_snapshots, write_final_snapshot, write_snapshot};
 
 use tap::Tap;
 
@@ -268,6 +268,10 @@ pub struct Shared {
     port: Mutex<Option<Port>>,
     /// Time zero of the engine's clock.
     epoch: Instant,
+    /// The last snapshot to write, when [`DriverOptions::final_stat_path`] asks for one:
+    /// by the driver thread as the device closes, or by
+    /// [`Shared::write_final_snapshot_now`] for a program exiting with it open.
+    final_stat: Option<FinalStat>,
 }
 
 /// The engine, locked ([`Shared::lock`]). Dropping it wakes the threads waiting for
@@ -537,6 +541,7 @@ impl Driver {
             stop: AtomicBool::new(false),
             port: Mutex::new(Some(Port::new(io, &opts, tap))),
             epoch: Instant::now(),
+            final_stat: FinalStat::new(&opts),
         });
         if let Some(p) = &opts.stat_path {
             live_snapshots().push(p.clone());
@@ -660,6 +665,31 @@ impl PortHold<'_> {
     }
 }
 
+/// The port's counters the snapshots carry: read with the port locked (they cost system
+/// calls: XDP_STATISTICS, a map look-up), stored into the engine after.
+struct PortCounters {
+    io: IoStats,
+    /// Frames the capture recorded and lost, when capturing.
+    capture: Option<(u64, u64)>,
+}
+
+impl PortCounters {
+    fn of(p: &Port) -> PortCounters {
+        PortCounters {
+            io: p.io.io_stats(),
+            capture: p.tap.as_ref().map(|t| (t.recorded(), t.lost())),
+        }
+    }
+
+    fn store(self, e: &mut Engine) {
+        e.io = self.io;
+        if let Some((frames, lost)) = self.capture {
+            e.stats.capture_frames = frames;
+            e.stats.capture_lost = lost;
+        }
+    }
+}
+
 fn run(shared: &Shared, opts: &DriverOptions) {
     // Read once: what a reader compares with /proc/<pid>/stat to tell this process from a
     // later one given the same pid.
@@ -715,20 +745,12 @@ fn run(shared: &Shared, opts: &DriverOptions) {
         // Port counters cost system calls (XDP_STATISTICS, a map look-up): refresh them
         // with the snapshot only.
         if now_i >= next_stat || stop {
-            let io = shared.lock_port().as_ref().map(|p| {
-                let cap = p.tap.as_ref().map(|t| (t.recorded(), t.lost()));
-                (p.io.io_stats(), cap)
-            });
-            if let Some((io, cap)) = io {
-                let mut g = shared.lock();
-                g.io = io;
-                if let Some((frames, lost)) = cap {
-                    g.stats.capture_frames = frames;
-                    g.stats.capture_lost = lost;
-                }
+            let io = shared.lock_port().as_ref().map(PortCounters::of);
+            if let Some(io) = io {
+                io.store(&mut shared.lock());
             }
-            if let (true, Some(path)) = (stop, &opts.final_stat_path) {
-                write_final_snapshot(shared, opts, path, start_time);
+            if let (true, Some(last)) = (stop, &shared.final_stat) {
+                write_final_snapshot(shared, last, start_time);
             }
             if let Some(path) = &opts.stat_path {
                 if stop {

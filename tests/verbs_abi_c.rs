@@ -5,6 +5,9 @@
 //! program prints one line per check and "N passed, M failed". The library must be
 //! built (`cargo build --workspace`, as `make test` does). tests/c/verbs_fatal.c: the
 //! interface deleted under a running program (IBV_EVENT_DEVICE_FATAL).
+//! tests/c/verbs_exit_open.c: a program that returns from main with its device open, or
+//! closes it with objects alive, still leaves the device's last stat snapshot
+//! (XRNIC_FINAL_STAT_DIR).
 
 mod common;
 
@@ -23,7 +26,10 @@ fn build(name: &str) -> Option<(PathBuf, PathBuf)> {
         eprintln!("skipping: needs cc and /usr/include/infiniband/verbs.h (libibverbs-dev)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}", std::process::id()));
+    // One directory per build: tests of one program run in parallel.
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(name);
@@ -145,6 +151,98 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
             assert!(s.contains(line), "{who}: {line}: {t}");
         }
     }
+}
+
+/// tests/c/verbs_exit_open.c `MODE` on one end with XRNIC_FINAL_STAT_DIR: it sends one
+/// message between two QPs of its device and leaves every object alive. The device's
+/// last snapshot must be `DIR/<IF>.<pid>.json`, `running: false`, both QPs in RTS and the
+/// SEND counted. `checks`: how many the program passes.
+fn final_snapshot_of_a_leaky_program(mode: &str, checks: usize) {
+    library_built();
+    let Some((dir, exe)) = build("verbs_exit_open") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let e = pair.end(Side::A);
+    let stats = dir.join("stats");
+    std::fs::create_dir_all(&stats).unwrap();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
+        .args(["exec", "--netdev", &e.ifname, "--"])
+        .arg(&exe)
+        .arg(format!("xrnic_{}", e.ifname))
+        .arg("1")
+        .arg(mode)
+        .env("XRNIC_FINAL_STAT_DIR", &stats)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let files: Vec<PathBuf> = std::fs::read_dir(&stats)
+        .unwrap()
+        .flatten()
+        .map(|f| f.path())
+        .collect();
+    let snaps: Vec<serde_json::Value> = files
+        .iter()
+        .map(|f| serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap())
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{t}");
+    assert!(out.contains(&format!("{checks} passed, 0 failed")), "{t}");
+    let field = |key: &str| -> Vec<u32> {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{key}: {t}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap())
+            .collect()
+    };
+    let (pid, qpns) = (field("pid ")[0], field("qpn "));
+    assert_eq!(
+        files,
+        [stats.join(format!("{}.{pid}.json", e.ifname))],
+        "one device, its final snapshot: {t}"
+    );
+    let snap = &snaps[0];
+    assert_eq!(snap["running"], false, "{snap}");
+    assert_eq!(snap["pid"], pid, "{snap}");
+    assert_eq!(snap["netdev"], e.ifname.as_str(), "{snap}");
+    // The SEND and its ACK, through the device's loopback.
+    assert!(
+        snap["device"]["qp"]["packets_sent"].as_u64() >= Some(2),
+        "the traffic is counted: {snap}"
+    );
+    let mut seen: Vec<(u64, &str)> = snap["qps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["qpn"].as_u64().unwrap(), q["state"].as_str().unwrap()))
+        .collect();
+    seen.sort();
+    let mut want: Vec<(u64, &str)> = qpns.iter().map(|&q| (u64::from(q), "RTS")).collect();
+    want.sort();
+    assert_eq!(seen, want, "{snap}");
+}
+
+/// A program that returns from main without ibv_close_device: the library's exit
+/// handler writes the snapshot a close would have (src/abi/device.rs
+/// `write_final_stats_at_exit`).
+#[test]
+#[ignore = "needs root"]
+fn a_program_that_exits_with_its_device_open_leaves_the_final_snapshot() {
+    final_snapshot_of_a_leaky_program("exit", 6);
+}
+
+/// A program that closes its device with objects still alive (perftest 4.5's
+/// ib_send_bw client never destroys its receive CQ): the objects keep the driver
+/// running past the close, and ibv_close_device writes the snapshot itself.
+#[test]
+#[ignore = "needs root"]
+fn a_close_with_objects_alive_still_leaves_the_final_snapshot() {
+    final_snapshot_of_a_leaky_program("close", 7);
 }
 
 /// tests/c/verbs_ud_srq.c on both ends, over the IPv4-mapped GID (1) and the fe80:: one

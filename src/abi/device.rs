@@ -226,7 +226,8 @@ pub fn open_context(ifname: &str) -> Option<*mut ibv_context> {
 /// The device's options from the environment: `XRNIC_FINAL_STAT_DIR=DIR` writes the
 /// device's last stat snapshot (its counters and every QP's as it closes,
 /// `crate::driver::Snapshot`, what `xrnic stat` prints) to `DIR/<IF>.<pid>.json` when the
-/// program closes it; the interop harness keeps them beside each run's output.
+/// program closes it, or exits with it open ([`write_final_stats_at_exit`]); the interop
+/// harness keeps them beside each run's output.
 fn options(ifname: &str) -> xv::DeviceOptions {
     let mut o = xv::DeviceOptions::default();
     if let Some(dir) = std::env::var_os("XRNIC_FINAL_STAT_DIR") {
@@ -249,10 +250,67 @@ fn open_blocking_signals(ifname: &str) -> xv::Result<xv::Device> {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
     }
-    let r = xv::Device::open_with(ifname, &options(ifname));
+    let opts = options(ifname);
+    let r = xv::Device::open_with(ifname, &opts);
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    if r.is_ok() && opts.final_stat.is_some() {
+        AT_EXIT.call_once(|| {
+            // SAFETY: registers a function of this library that takes no argument and
+            // returns nothing. glibc's atexit ties it to this object (__cxa_atexit with
+            // its __dso_handle), so it runs at exit or when the library is unloaded,
+            // whichever comes first, never after.
+            if unsafe { libc::atexit(write_final_stats_at_exit) } != 0 {
+                eprintln!("xrnic: atexit failed: a device left open at exit writes no final stats");
+            }
+        });
+    }
     r
+}
+
+/// Registers [`write_final_stats_at_exit`] once, when the first device that writes a
+/// final stat snapshot opens.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+/// How long [`ibv_close_device`] waits for each lock of the device (another thread
+/// holds it) to write the final stat snapshot.
+const CLOSE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the exit handler waits for each lock another thread holds (the open
+/// contexts, then each device's port and engine) before it gives up on it.
+const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The atexit(3) handler: a program that exits (exit(), a return from main) with its
+/// devices open never closes them (perftest's clients do so), so each device still open
+/// writes its last stat snapshot now, as [`ibv_close_device`] would have
+/// (`XRNIC_FINAL_STAT_DIR`, [`options`]): the same file, `running: false`, the counters
+/// at this moment. A device closed before wrote its own ([`ibv_close_device`]) and is no
+/// longer listed.
+/// Other threads still run (the driver threads, the program's) and may hold the locks:
+/// every wait is bounded ([`EXIT_PATIENCE`]), then the handler gives up quietly. Not
+/// run for `_exit()` or a fatal signal.
+extern "C" fn write_final_stats_at_exit() {
+    guard((), || {
+        let until = std::time::Instant::now() + EXIT_PATIENCE;
+        let open = loop {
+            match CONTEXTS.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            }
+        };
+        // Held while writing: a close on another thread meanwhile waits, and its driver
+        // then finds the snapshot written (the driver writes it once).
+        for &p in open.iter().flatten() {
+            // SAFETY: `p` is the `vctx.context` field of a live boxed XContext: it is in
+            // CONTEXTS, locked here, which ibv_close_device leaves before freeing it.
+            let x = unsafe { &*((p as *const u8).sub(CTX_OFFSET) as *const XContext) };
+            x.dev.write_final_stat_now(EXIT_PATIENCE);
+        }
+    })
 }
 
 pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
@@ -329,6 +387,12 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let _ = x.dev.set_completion_hook(None);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
+        // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now: the driver
+        // writes it when it stops, that is when the last object made from the device
+        // goes too, and an object the program never destroyed keeps it running past
+        // this close (perftest 4.5's ib_send_bw client leaves its receive CQ,
+        // docs/verbs-abi.md). Once: the driver then writes none.
+        x.dev.write_final_stat_now(CLOSE_PATIENCE);
         drop(x);
         0
     })

@@ -1,14 +1,18 @@
 //! The stat snapshot format and its files: what a driver writes to
 //! `/run/xrnic/<netdev>.<netns inode>.json` (or `DriverOptions::stat_path`) for
 //! `xrnic stat` and `xrnic res` to read (docs/rnic.md, docs/observability.md), the list of
-//! this process's live snapshot files, and the atomic write (temporary file + rename).
+//! this process's live snapshot files, the atomic write (temporary file + rename), and the
+//! last snapshot a device leaves (`DriverOptions::final_stat_path`), as it closes or as
+//! the program exits with it open ([`Shared::write_final_snapshot_now`]).
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{DriverOptions, Engine, Shared};
+use super::{DriverOptions, Engine, PortCounters, Shared};
 use crate::proto::resources::{Owner, Resources};
 use crate::proto::{DeviceCounters, QpCounters, QpState};
 
@@ -232,18 +236,95 @@ pub(super) fn write_snapshot(
     }
 }
 
-/// The last snapshot (`running: false`) into `path`, as [`DriverOptions::final_stat_path`]
-/// asks.
-pub(super) fn write_final_snapshot(
-    shared: &Shared,
-    opts: &DriverOptions,
-    path: &std::path::Path,
-    start_time: Option<u64>,
-) {
-    if let Some(tmp) = write_temporary(shared, opts, path, start_time, false) {
-        if std::fs::rename(&tmp, path).is_err() {
-            let _ = std::fs::remove_file(&tmp);
+/// The last snapshot of a device ([`DriverOptions::final_stat_path`]), written once: by
+/// whichever comes first, the driver thread as the device closes ([`write_final_snapshot`])
+/// or [`Shared::write_final_snapshot_now`] for a program exiting with the device open.
+#[derive(Debug)]
+pub(super) struct FinalStat {
+    /// The device's options (netdev and link for the snapshot; `final_stat_path` set).
+    opts: DriverOptions,
+    path: PathBuf,
+    /// Claimed by the writer (given back by one that could not write).
+    claimed: AtomicBool,
+}
+
+impl FinalStat {
+    /// `None` unless `opts` asks for a last snapshot.
+    pub(super) fn new(opts: &DriverOptions) -> Option<FinalStat> {
+        Some(FinalStat {
+            path: opts.final_stat_path.clone()?,
+            opts: opts.clone(),
+            claimed: AtomicBool::new(false),
+        })
+    }
+
+    /// True for the first caller only: it writes.
+    fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// The last snapshot (`running: false`) into its file as the device closes, unless the
+/// program's exit wrote it already ([`Shared::write_final_snapshot_now`]).
+pub(super) fn write_final_snapshot(shared: &Shared, last: &FinalStat, start_time: Option<u64>) {
+    if !last.claim() {
+        return;
+    }
+    let comm = process_name();
+    let snap = snapshot(&shared.lock(), &last.opts, start_time, false, comm);
+    write_in_place(&snap, &last.path);
+}
+
+/// How often a bounded wait for a lock looks again.
+const RETRY: Duration = Duration::from_micros(200);
+
+/// `m` locked, trying for at most `patience` (a poisoned lock is taken over, as
+/// [`Shared::lock`] does); `None` when another thread keeps it that long.
+fn try_lock_for<T>(m: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_, T>> {
+    let until = Instant::now() + patience;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) if Instant::now() < until => std::thread::sleep(RETRY),
+            Err(TryLockError::WouldBlock) => return None,
         }
+    }
+}
+
+impl Shared {
+    /// For a program exiting with the device open (exit(), a return from main: the
+    /// libibverbs library's exit handler, src/abi/device.rs): write the last snapshot
+    /// [`DriverOptions::final_stat_path`] asks for now, as a close would (the same file,
+    /// `running: false`, the counters at this moment), unless it was written already.
+    /// The driver thread and the application's threads still run and may hold the locks:
+    /// each is tried for at most `patience` and, when the engine's stays held, nothing
+    /// is written (false; a later close may still write it). The driver thread goes on
+    /// and writes no second one: it writes the last snapshot only as the device closes.
+    pub fn write_final_snapshot_now(&self, patience: Duration) -> bool {
+        let Some(last) = &self.final_stat else {
+            return false;
+        };
+        if !last.claim() {
+            return false;
+        }
+        let start_time = process_start_time(std::process::id());
+        let comm = process_name();
+        // The port's counters, refreshed as the driver does before its last snapshot
+        // (left as the last interval read them when the port stays locked).
+        let io = try_lock_for(&self.port, patience).and_then(|p| p.as_ref().map(PortCounters::of));
+        // The engine's own lock, without the guard's wake-ups and completion hook:
+        // this only reads (and stores the port's counters).
+        let Some(mut e) = try_lock_for(&self.engine, patience) else {
+            last.claimed.store(false, Ordering::SeqCst);
+            return false;
+        };
+        if let Some(io) = io {
+            io.store(&mut e);
+        }
+        let snap = snapshot(&e, &last.opts, start_time, false, comm);
+        drop(e);
+        write_in_place(&snap, &last.path)
     }
 }
 
@@ -258,7 +339,12 @@ fn write_temporary(
     // Read before taking the lock: the engine lock is held for bounded in-memory work only.
     let comm = process_name();
     let snap = snapshot(&shared.lock(), opts, start_time, running, comm);
-    let text = serde_json::to_vec_pretty(&snap).ok()?;
+    temporary_of(&snap, path)
+}
+
+/// `snap` written to a temporary file beside `path`, to be renamed over it.
+fn temporary_of(snap: &Snapshot, path: &std::path::Path) -> Option<PathBuf> {
+    let text = serde_json::to_vec_pretty(snap).ok()?;
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -268,6 +354,18 @@ fn write_temporary(
         return None;
     }
     Some(tmp)
+}
+
+/// `snap` into `path` atomically (a temporary file renamed over it); whether it was.
+fn write_in_place(snap: &Snapshot, path: &std::path::Path) -> bool {
+    let Some(tmp) = temporary_of(snap, path) else {
+        return false;
+    };
+    let ok = std::fs::rename(&tmp, path).is_ok();
+    if !ok {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    ok
 }
 
 #[cfg(test)]

@@ -58,3 +58,75 @@ pub fn snapshot_is_here(snap: &crate::driver::Snapshot) -> bool {
         (Ok(l), Some(id)) => crate::driver::LinkId::new(l.ifindex, l.mac) == *id,
     }
 }
+
+impl super::Device {
+    /// For a program exiting with this device open: write the last snapshot
+    /// [`super::DeviceOptions::final_stat`] asks for now, as closing it would
+    /// ([`crate::driver::Shared::write_final_snapshot_now`]: each lock tried for at most
+    /// `patience`). False when nothing was written: no such file asked for, written
+    /// already, the engine kept locked, or not a device in this process.
+    pub fn write_final_stat_now(&self, patience: std::time::Duration) -> bool {
+        self.inner
+            .soft()
+            .is_some_and(|s| s.write_final_snapshot_now(patience))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::{Access, Device, DeviceOptions, QpInitAttr};
+    use crate::driver::Snapshot;
+
+    fn read(path: &std::path::Path) -> Snapshot {
+        let t = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_json::from_slice(&t).unwrap()
+    }
+
+    /// What the libibverbs library's exit handler does for a program exiting with its
+    /// devices open (src/abi/device.rs `write_final_stats_at_exit`): the last snapshot,
+    /// written now and once (the close after writes no second one); with the engine
+    /// locked by another holder, nothing, and the close writes it.
+    #[test]
+    fn the_final_snapshot_at_exit_is_written_once_and_not_under_a_held_engine() {
+        let dir = std::env::temp_dir().join(format!("xrnic-final-now-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (fa, fb) = (dir.join("a.json"), dir.join("b.json"));
+        let opts = |f: &std::path::Path| DeviceOptions {
+            final_stat: Some(f.to_path_buf()),
+            ..DeviceOptions::default()
+        };
+        let (a, b) = Device::open_sim_pair_with(&opts(&fa), &opts(&fb)).unwrap();
+        let pd = a.alloc_pd().unwrap();
+        let cq = a.create_cq(16).unwrap();
+        let _mr = pd.reg_mr(4096, Access::ALL).unwrap();
+        let qp = pd.create_qp(&QpInitAttr::new(&cq, &cq, 4)).unwrap();
+        let patience = Duration::from_millis(100);
+
+        assert!(a.write_final_stat_now(patience));
+        let s = read(&fa);
+        assert!(!s.running);
+        assert_eq!(s.netdev, "sim0");
+        assert_eq!(s.pid, std::process::id());
+        assert_eq!(s.qps.len(), 1);
+        assert_eq!(s.qps[0].qpn, qp.qp_num().value());
+        assert_eq!(s.qps[0].state, "RESET");
+        assert_eq!(s.resources.as_ref().map(|r| r.mrs.len()), Some(1));
+        assert!(!a.write_final_stat_now(patience), "written once");
+        std::fs::remove_file(&fa).unwrap();
+
+        let held = b.inner.soft().unwrap().lock();
+        assert!(!b.write_final_stat_now(Duration::from_millis(5)));
+        drop(held);
+        assert!(!fb.exists());
+
+        drop((qp, _mr, cq, pd, a, b));
+        assert!(!fa.exists(), "the close writes no second snapshot");
+        assert!(
+            !read(&fb).running,
+            "the close writes the one the exit could not"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -665,6 +665,25 @@ impl PortHold<'_> {
     }
 }
 
+/// How often a bounded wait for a lock looks again.
+const RETRY: Duration = Duration::from_micros(200);
+
+/// `m` locked, trying for at most `patience` (a poisoned lock is taken over, as
+/// [`Shared::lock`] does); `None` when another thread keeps it that long.
+pub fn try_lock_for<T>(m: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_, T>> {
+    let until = Instant::now() + patience;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                std::thread::sleep(RETRY)
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
 /// The port's counters the snapshots carry: read with the port locked (they cost system
 /// calls: XDP_STATISTICS, a map look-up), stored into the engine after.
 struct PortCounters {

@@ -291,16 +291,8 @@ const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100)
 /// run for `_exit()` or a fatal signal.
 extern "C" fn write_final_stats_at_exit() {
     guard((), || {
-        let until = std::time::Instant::now() + EXIT_PATIENCE;
-        let open = loop {
-            match CONTEXTS.try_lock() {
-                Ok(g) => break g,
-                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) if std::time::Instant::now() < until => {
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                }
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            }
+        let Some(open) = xrnic::driver::try_lock_for(&CONTEXTS, EXIT_PATIENCE) else {
+            return;
         };
         // Held while writing: a close on another thread meanwhile waits, and its driver
         // then finds the snapshot written (the driver writes it once).

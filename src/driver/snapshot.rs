@@ -7,12 +7,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{DriverOptions, Engine, PortCounters, Shared};
+use super::{DriverOptions, Engine, PortCounters, Shared, try_lock_for};
 use crate::proto::resources::{Owner, Resources};
 use crate::proto::{DeviceCounters, QpCounters, QpState};
 
@@ -273,23 +273,6 @@ pub(super) fn write_final_snapshot(shared: &Shared, last: &FinalStat, start_time
     let comm = process_name();
     let snap = snapshot(&shared.lock(), &last.opts, start_time, false, comm);
     write_in_place(&snap, &last.path);
-}
-
-/// How often a bounded wait for a lock looks again.
-const RETRY: Duration = Duration::from_micros(200);
-
-/// `m` locked, trying for at most `patience` (a poisoned lock is taken over, as
-/// [`Shared::lock`] does); `None` when another thread keeps it that long.
-fn try_lock_for<T>(m: &Mutex<T>, patience: Duration) -> Option<MutexGuard<'_, T>> {
-    let until = Instant::now() + patience;
-    loop {
-        match m.try_lock() {
-            Ok(g) => return Some(g),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) if Instant::now() < until => std::thread::sleep(RETRY),
-            Err(TryLockError::WouldBlock) => return None,
-        }
-    }
 }
 
 impl Shared {

@@ -324,6 +324,9 @@ write_guest() {
 			echo "xr_client $cmd"
 		fi
 		echo 'rc=$?'
+		# On a failure, the guest's addresses, routes and neighbours: what the kernel's RoCE
+		# address resolution (modify QP to RTR, create AH) looked at.
+		echo '[ $rc -eq 0 ] || { echo "xr: after the failure:"; ip -6 addr show dev eth0; ip -6 route show dev eth0; ip neigh show dev eth0; }'
 		echo 'for c in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do echo "xr-counter ${c##*/} $(cat "$c")"; done'
 		echo 'exit $rc'
 	} >"$file"

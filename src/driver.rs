@@ -610,6 +610,21 @@ impl Shared {
     /// the device's last handle. The engine stays: its CQs can still be polled and its
     /// objects destroyed. Steps on application threads find no port and do nothing.
     /// Not to be called with the engine locked (the port is locked before it).
+    /// `ibv_close_device` with objects the program never destroyed: as
+    /// [`Shared::release_port`], after pushing out what an application thread left on
+    /// the tx ring (deferred ACKs), as the driver's drop does.
+    pub fn close_port(&self) {
+        if let Some(p) = self.lock_port().as_mut() {
+            p.push();
+        }
+        self.release_port();
+    }
+
+    /// Whether the driver was told to stop (its device dropped, or the port released).
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
     pub fn release_port(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.sleeping.store(true, Ordering::SeqCst);

@@ -379,13 +379,24 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let _ = x.dev.set_completion_hook(None);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
-        // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now: the driver
-        // writes it when it stops, that is when the last object made from the device
-        // goes too, and an object the program never destroyed keeps it running past
-        // this close (perftest 4.5's ib_send_bw client leaves its receive CQ,
-        // docs/verbs-abi.md). Once: the driver then writes none.
+        // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now, with the QPs as
+        // the program left them: the driver would write it only when it stops, when the
+        // last object made from the device goes, and a program may leave objects
+        // (perftest 4.5's ib_send_bw client leaves its receive CQ, docs/verbs-abi.md).
+        // Once: the driver then writes none.
         x.dev.write_final_stat_now(CLOSE_PATIENCE);
+        // Objects the program never destroyed would keep the device (its driver thread,
+        // AF_XDP socket and XDP program) past the close: they are let go now, as the
+        // kernel's uverbs destroys a closed context's objects (xv::Device
+        // `close_leaving_objects`). Not a context the rdma_cm shares: its own objects
+        // (rdmacm_port.rs) hold the device for the CM, which goes on.
+        // Counted once the context is gone (its async queue holds a handle too).
+        let cm_shares = crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx);
+        let dev = x.dev.clone();
         drop(x);
+        if dev.other_handles() > 0 && !cm_shares {
+            dev.close_leaving_objects();
+        }
         0
     })
 }

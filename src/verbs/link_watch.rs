@@ -66,6 +66,11 @@ fn run(watch: &LinkWatch, ifname: &str, state: &AtomicBool, shared: &Weak<Shared
         let Some(s) = shared.upgrade() else {
             return;
         };
+        // The port was released (the program closed the device with objects left, see
+        // `Device::close_leaving_objects`): nothing to watch for any more.
+        if s.stopped() {
+            return;
+        }
         let up = match news {
             Ok(LinkNews::Quiet) => continue,
             Ok(LinkNews::Up(u)) => u,

@@ -808,6 +808,30 @@ impl Device {
         self.inner.soft().is_some_and(|s| s.lock().rnic.is_fatal())
     }
 
+    /// Handles of this device besides this one: its clones and the objects made from
+    /// it (each holds one).
+    pub fn other_handles(&self) -> usize {
+        Arc::strong_count(&self.inner) - 1
+    }
+
+    /// The program closes its context (`ibv_close_device`) while objects it never
+    /// destroyed still hold the device. The kernel destroys a context's objects when its
+    /// file closes (uverbs `ib_uverbs_cleanup_ufile`), so a real RNIC's resources are
+    /// free after the close whatever the program left; here the objects' handles would
+    /// keep the driver thread, the AF_XDP socket and the XDP program until the process
+    /// exits, and the next open of the interface would find it taken. So the device
+    /// is made fatal (every QP to ERR, its WRs flushed; verbs on the objects left fail
+    /// EIO, as on a disassociated device, src/proto/fatal.rs) and its port is closed
+    /// now. Only a software device of this process: returns whether it did so.
+    pub fn close_leaving_objects(&self) -> bool {
+        let Some(s) = self.inner.soft() else {
+            return false;
+        };
+        s.lock().rnic.device_fatal();
+        s.close_port();
+        true
+    }
+
     /// Which backend runs this device.
     pub fn backend(&self) -> Backend {
         match self.inner.backend {

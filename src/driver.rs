@@ -605,11 +605,6 @@ impl Shared {
         self.port.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The port's interface is gone (the device is fatal): stop the driver thread and
-    /// close the port now (the AF_XDP socket, the XDP attachment), without waiting for
-    /// the device's last handle. The engine stays: its CQs can still be polled and its
-    /// objects destroyed. Steps on application threads find no port and do nothing.
-    /// Not to be called with the engine locked (the port is locked before it).
     /// `ibv_close_device` with objects the program never destroyed: as
     /// [`Shared::release_port`], after pushing out what an application thread left on
     /// the tx ring (deferred ACKs), as the driver's drop does.
@@ -625,6 +620,11 @@ impl Shared {
         self.stop.load(Ordering::SeqCst)
     }
 
+    /// The port's interface is gone (the device is fatal): stop the driver thread and
+    /// close the port now (the AF_XDP socket, the XDP attachment), without waiting for
+    /// the device's last handle. The engine stays: its CQs can still be polled and its
+    /// objects destroyed. Steps on application threads find no port and do nothing.
+    /// Not to be called with the engine locked (the port is locked before it).
     pub fn release_port(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.sleeping.store(true, Ordering::SeqCst);

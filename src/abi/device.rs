@@ -389,8 +389,8 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // AF_XDP socket and XDP program) past the close: they are let go now, as the
         // kernel's uverbs destroys a closed context's objects (xv::Device
         // `close_leaving_objects`). Not a context the rdma_cm shares: its own objects
-        // (rdmacm_port.rs) hold the device for the CM, which goes on.
-        // Counted once the context is gone (its async queue holds a handle too).
+        // (rdmacm_port.rs) hold the device for the CM, which goes on. The handles are
+        // counted once the context is gone (its async queue holds one too).
         let cm_shares = crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx);
         let dev = x.dev.clone();
         drop(x);

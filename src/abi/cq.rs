@@ -82,9 +82,8 @@ pub struct Notify {
 }
 
 impl Notify {
-    /// Turn each armed CQ that holds completions into an event on its channel; move the
-    /// engine's async events to the context's async fd.
-    pub fn run(&self) {
+    /// Turn each armed CQ that holds completions into an event on its channel.
+    pub fn run_cqs(&self) {
         let cqs: Vec<Arc<CqState>> = self
             .cqs
             .lock()
@@ -99,22 +98,30 @@ impl Notify {
                 unsafe { &*(c.channel as *const XChannel) }.push(c.ibv);
             }
         }
-        self.async_q.pump();
-        if self.async_q.is_dead() {
-            for &ch in self
-                .channels
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-            {
-                // SAFETY: a listed channel is allocated (destroy unlists it under this
-                // lock before freeing it).
-                let ch = unsafe { &*(ch as *const XChannel) };
-                if !ch.dead.swap(true, Ordering::SeqCst) {
-                    let n = crate::events::DEAD_COUNT;
-                    // SAFETY: writes 8 bytes from a live local to the channel's eventfd.
-                    let _ = unsafe { libc::write(ch.ibv.fd, &n as *const u64 as *const c_void, 8) };
-                }
+    }
+
+    /// Once the context is dead (DEVICE_FATAL read into its queue), or closed, every
+    /// channel of it stays readable: its readers get EIO once drained instead of
+    /// blocking for ever (the kernel's closed completion event file, uverbs
+    /// `ib_uverbs_event_read`).
+    pub fn wake_channels_if_dead(&self, closed: bool) {
+        if !closed && !self.async_q.is_dead() {
+            return;
+        }
+        for &ch in self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            // SAFETY: a listed channel is allocated (destroy unlists it under this
+            // lock before freeing it; a closed context's channels stay allocated until
+            // the program destroys them).
+            let ch = unsafe { &*(ch as *const XChannel) };
+            if !ch.dead.swap(true, Ordering::SeqCst) {
+                let n = crate::events::DEAD_COUNT;
+                // SAFETY: writes 8 bytes from a live local to the channel's eventfd.
+                let _ = unsafe { libc::write(ch.ibv.fd, &n as *const u64 as *const c_void, 8) };
             }
         }
     }
@@ -259,7 +266,17 @@ pub extern "C" fn ibv_create_cq(
             return core::ptr::null_mut();
         };
         let max = x.dev.query_device().max_cqe;
-        if cqe < 1 || cqe as u32 > max || (!channel.is_null() && !live::is(channel, Kind::Channel))
+        // A channel of another context is EINVAL, as the kernel's lookup of the
+        // channel's fd in this context's file fails (uverbs_cmd.c
+        // `ib_uverbs_lookup_comp_file`): each context's objects stay its own
+        // (crate::opened).
+        let foreign = || {
+            // SAFETY: checked live first (the `||` below): a leaked Box<XChannel>.
+            unsafe { (*channel).context != ctx }
+        };
+        if cqe < 1
+            || cqe as u32 > max
+            || (!channel.is_null() && (!live::is(channel, Kind::Channel) || foreign()))
         {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();

@@ -208,21 +208,6 @@ pub(crate) fn ctx_gone(ctx: *mut ibv_context) -> bool {
     context(ctx).is_some_and(gone)
 }
 
-/// A context of `ifname`'s device the program has open, if any: librdmacm shares it
-/// (one device per interface and process, the XDP program; rdmacm_port.rs).
-pub fn open_context(ifname: &str) -> Option<*mut ibv_context> {
-    let open: Vec<usize> = CONTEXTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()?
-        .iter()
-        .copied()
-        .collect();
-    open.into_iter()
-        .map(|p| p as *mut ibv_context)
-        .find(|&p| context(p).is_some_and(|x| x.xdev.ifname == ifname))
-}
-
 /// The device's options from the environment: `XRNIC_FINAL_STAT_DIR=DIR` writes the
 /// device's last stat snapshot (its counters and every QP's as it closes,
 /// `crate::driver::Snapshot`, what `xrnic stat` prints) to `DIR/<IF>.<pid>.json` when the
@@ -305,66 +290,93 @@ extern "C" fn write_final_stats_at_exit() {
     })
 }
 
+/// `ibv_open_device`: a new context. The first context of an interface opens its device
+/// (driver thread, AF_XDP socket, XDP program); a later one shares it (crate::opened),
+/// with its own objects, completion channels and async events.
 pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     guard(core::ptr::null_mut(), || {
         let Some(xdev) = xdevice(dev) else {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
-        let d = match open_blocking_signals(&xdev.ifname) {
-            Ok(d) => d,
+        let r = crate::opened::add_context(
+            &xdev.ifname,
+            || open_blocking_signals(&xdev.ifname),
+            |d| new_context(xdev, d),
+        );
+        match r {
+            Ok(Some(ptr)) => {
+                CONTEXTS
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert_with(HashSet::new)
+                    .insert(ptr);
+                ptr as *mut ibv_context
+            }
+            // errno set by new_context.
+            Ok(None) => core::ptr::null_mut(),
             Err(e) => {
                 eprintln!("xrnic: cannot open {}: {e}", xdev.ifname);
                 set_errno(errno_of(&e));
-                return core::ptr::null_mut();
+                core::ptr::null_mut()
             }
-        };
-        // SAFETY: eventfd has no memory arguments.
-        let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
-        if async_fd < 0 {
-            return core::ptr::null_mut();
         }
-        // SAFETY: verbs_context is C data for which all-zero is valid: NULL pointers,
-        // absent (None) ops, a PTHREAD_MUTEX_INITIALIZER mutex (glibc: all zero).
-        let vctx: verbs_context = unsafe { core::mem::zeroed() };
-        let notify = std::sync::Arc::new(crate::cq::Notify::default());
-        let n = notify.clone();
-        if let Err(e) = d.set_completion_hook(Some(std::sync::Arc::new(move || n.run()))) {
-            eprintln!("xrnic: {}: {e}", xdev.ifname);
-            set_errno(errno_of(&e));
-            return core::ptr::null_mut();
-        }
-        let mut x = Box::new(XContext {
-            vctx,
-            dev: d,
-            xdev,
-            notify,
-        });
-        let v = &mut x.vctx;
-        v.query_port = Some(query_port_ex);
-        v.query_device_ex = Some(query_device_ex);
-        v.sz = core::mem::size_of::<verbs_context>();
-        let c = &mut v.context;
-        c.device = &xdev.ibv as *const ibv_device as *mut ibv_device;
-        c.cmd_fd = -1;
-        c.async_fd = async_fd;
-        c.num_comp_vectors = 1;
-        c.abi_compat = usize::MAX as *mut c_void;
-        crate::ops::install(&mut c.ops);
-        let x = Box::leak(x);
-        let ptr = &mut x.vctx.context as *mut ibv_context;
-        x.notify.async_q.attach(x.dev.clone(), ptr, async_fd);
-        CONTEXTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashSet::new)
-            .insert(ptr as usize);
-        ptr
     })
 }
 
+/// A context on device `d`: its `verbs_context`, async fd and completion state; the
+/// context's address and its [`crate::cq::Notify`], or `None` with errno set.
+fn new_context(
+    xdev: &'static XDevice,
+    d: xv::Device,
+) -> Option<(usize, std::sync::Arc<crate::cq::Notify>)> {
+    // SAFETY: eventfd has no memory arguments.
+    let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if async_fd < 0 {
+        return None;
+    }
+    // SAFETY: verbs_context is C data for which all-zero is valid: NULL pointers,
+    // absent (None) ops, a PTHREAD_MUTEX_INITIALIZER mutex (glibc: all zero).
+    let vctx: verbs_context = unsafe { core::mem::zeroed() };
+    let notify = std::sync::Arc::new(crate::cq::Notify::default());
+    let mut x = Box::new(XContext {
+        vctx,
+        dev: d,
+        xdev,
+        notify: notify.clone(),
+    });
+    let v = &mut x.vctx;
+    v.query_port = Some(query_port_ex);
+    v.query_device_ex = Some(query_device_ex);
+    v.sz = core::mem::size_of::<verbs_context>();
+    let c = &mut v.context;
+    c.device = &xdev.ibv as *const ibv_device as *mut ibv_device;
+    c.cmd_fd = -1;
+    c.async_fd = async_fd;
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void;
+    crate::ops::install(&mut c.ops);
+    let x = Box::leak(x);
+    let ptr = &mut x.vctx.context as *mut ibv_context;
+    x.notify.async_q.attach(ptr, async_fd);
+    Some((ptr as usize, notify))
+}
+
+/// `ibv_close_device`: the context's objects are destroyed (crate::opened
+/// `destroy_objects`), the other contexts of the device go on; the last context's close
+/// lets the device go.
 pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
+        // librdmacm's own context (rdmacm_port.rs) stays open: the CM's QP1 and the ids
+        // use it, and the program does not own it (with rdma-core the program never
+        // closes `rdma_cm_id.verbs` either; librdmacm does, when it unloads).
+        if crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx) {
+            return if context(ctx).is_some() {
+                0
+            } else {
+                ret(Err(libc::EINVAL))
+            };
+        }
         let removed = CONTEXTS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -376,25 +388,30 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // SAFETY: `ctx` was in CONTEXTS, so it is the `vctx.context` of the XContext
         // ibv_open_device leaked; removed from the set above, nothing else frees it.
         let x = unsafe { Box::from_raw((ctx as *mut u8).sub(CTX_OFFSET) as *mut XContext) };
-        let _ = x.dev.set_completion_hook(None);
+        // Off the device's list first: the hook writes to the async fd and the
+        // channels only of the contexts listed (under the list's lock).
+        let last = crate::opened::remove_context(ctx as usize);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
-        // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now, with the QPs as
-        // the program left them: the driver would write it only when it stops, when the
-        // last object made from the device goes, and a program may leave objects
-        // (perftest 4.5's ib_send_bw client leaves its receive CQ, docs/verbs-abi.md).
-        // Once: the driver then writes none.
-        x.dev.write_final_stat_now(CLOSE_PATIENCE);
-        // Objects the program never destroyed would keep the device (its driver thread,
-        // AF_XDP socket and XDP program) past the close: they are let go now, as the
-        // kernel's uverbs destroys a closed context's objects (xv::Device
-        // `close_leaving_objects`). Not a context the rdma_cm shares: its own objects
-        // (rdmacm_port.rs) hold the device for the CM, which goes on. The handles are
-        // counted once the context is gone (its async queue holds one too).
-        let cm_shares = crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx);
+        if last {
+            // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now, with the QPs
+            // as the program left them: the driver would write it only when it stops,
+            // and a program may leave objects (perftest 4.5's ib_send_bw client leaves
+            // its receive CQ, docs/verbs-abi.md). Once: the driver then writes none.
+            x.dev.write_final_stat_now(CLOSE_PATIENCE);
+        }
+        // What the program left in this context goes, as the kernel's uverbs destroys
+        // a closed context's objects; its channels wake up and fail EIO once drained.
+        crate::opened::destroy_objects(ctx);
+        x.notify.wake_channels_if_dead(true);
         let dev = x.dev.clone();
         drop(x);
-        if dev.other_handles() > 0 && !cm_shares {
+        // The last context gone, anything that still holds the device (not an object
+        // of a context: those were destroyed) would keep its driver thread, AF_XDP
+        // socket and XDP program past the close, and the next open of the interface
+        // would find it taken: the device is made fatal and its port closed
+        // (xv::Device `close_leaving_objects`).
+        if last && dev.other_handles() > 0 {
             dev.close_leaving_objects();
         }
         0

@@ -6,7 +6,8 @@
 //! EAGAIN when the program made it O_NONBLOCK, as with rdma-core's fd). The engine
 //! queues its events ([`xrnic::verbs::Device::poll_async_event`]); the driver runs the
 //! device's completion hook after a step that added completions or events, and the hook
-//! moves them here ([`AsyncQueue::pump`]).
+//! moves each to the queue of the context it belongs to ([`pump`]: several contexts of
+//! one device share its engine, crate::opened).
 //!
 //! Events (element in brackets): IBV_EVENT_SRQ_LIMIT_REACHED (the `ibv_srq *`),
 //! IBV_EVENT_COMM_EST, IBV_EVENT_QP_LAST_WQE_REACHED, IBV_EVENT_QP_FATAL,
@@ -68,9 +69,9 @@ type Item = (usize, c_int);
 /// The events of one context, waiting to be read.
 #[derive(Default)]
 pub struct AsyncQueue {
-    /// The device, the context (`ibv_context *` as usize) and its async fd, set once
-    /// the context exists.
-    src: OnceLock<(xv::Device, usize, c_int)>,
+    /// The context (`ibv_context *` as usize) and its async fd, set once the context
+    /// exists.
+    src: OnceLock<(usize, c_int)>,
     events: Mutex<VecDeque<Item>>,
     /// DEVICE_FATAL was queued: the device is gone.
     dead: AtomicBool,
@@ -100,66 +101,93 @@ fn cq_where(ctx: usize, is: impl Fn(&xv::Cq) -> bool) -> Option<usize> {
     })
 }
 
+/// PORT_ACTIVE / PORT_ERR / DEVICE_FATAL: events of the device, not of one object.
+fn is_device_event(ev: &AsyncEvent) -> bool {
+    matches!(
+        ev,
+        AsyncEvent::PortActive(_) | AsyncEvent::PortErr(_) | AsyncEvent::DeviceFatal
+    )
+}
+
+/// What context `ctx` reads for `ev`: the element (its own object, looked up in the
+/// live table, or the port number) and the type; `None` when the object the event is
+/// about is not one of `ctx`'s (another context's, or already destroyed).
+fn element(ctx: usize, ev: &AsyncEvent) -> Option<Item> {
+    match *ev {
+        AsyncEvent::SrqLimitReached(s) => crate::srq::by_num(ctx as *mut ibv_context, s.0)
+            .map(|p| (p as usize, IBV_EVENT_SRQ_LIMIT_REACHED)),
+        AsyncEvent::CommEst(n) => qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_COMM_EST)),
+        AsyncEvent::QpLastWqeReached(n) => {
+            qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_LAST_WQE_REACHED))
+        }
+        AsyncEvent::QpFatal(n) => qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_FATAL)),
+        AsyncEvent::QpReqErr(n) => qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_REQ_ERR)),
+        AsyncEvent::QpAccessErr(n) => {
+            qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_ACCESS_ERR))
+        }
+        AsyncEvent::SqDrained(n) => qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_SQ_DRAINED)),
+        // The element of a port event is the port number (`element.port_num`).
+        AsyncEvent::PortActive(p) => Some((usize::from(p), IBV_EVENT_PORT_ACTIVE)),
+        AsyncEvent::PortErr(p) => Some((usize::from(p), IBV_EVENT_PORT_ERR)),
+        AsyncEvent::CqErr(c) => {
+            cq_where(ctx, |x| x.engine_cq() == Some(c)).map(|p| (p, IBV_EVENT_CQ_ERR))
+        }
+        AsyncEvent::DeviceFatal => Some((0, IBV_EVENT_DEVICE_FATAL)),
+    }
+}
+
+/// Move the engine's events to the queues of the device's open contexts `ctxs`
+/// (`ibv_context *` as usize, and each one's [`crate::cq::Notify`]); the device's
+/// completion hook calls this, with the engine unlocked (crate::opened). An event about
+/// a QP, CQ or SRQ goes to the context that made the object, with that context's
+/// pointer as the element, as the kernel's uverbs queues an affiliated event on the
+/// event file of the object's own context (uverbs_main.c `ib_uverbs_qp_event_handler`
+/// and friends, through the object's `uobject->ufile`). A port event and DEVICE_FATAL
+/// go to every context of the device, as each context registers its own handler for
+/// the device's unaffiliated events (`ib_uverbs_event_handler`). An event about an
+/// object already destroyed has no one to go to.
+pub fn pump(dev: &xv::Device, ctxs: &[(usize, std::sync::Arc<crate::cq::Notify>)]) {
+    while let Some(ev) = dev.poll_async_event() {
+        if is_device_event(&ev) {
+            for (_, n) in ctxs {
+                n.async_q.deliver(&ev);
+            }
+        } else if let Some((_, n)) = ctxs.iter().find(|(c, _)| element(*c, &ev).is_some()) {
+            n.async_q.deliver(&ev);
+        }
+    }
+}
+
 impl AsyncQueue {
-    /// Name the context whose engine events this queue takes.
-    pub fn attach(&self, dev: xv::Device, ctx: *mut ibv_context, fd: c_int) {
-        let _ = self.src.set((dev, ctx as usize, fd));
+    /// Name the context whose events this queue holds.
+    pub fn attach(&self, ctx: *mut ibv_context, fd: c_int) {
+        let _ = self.src.set((ctx as usize, fd));
     }
 
-    /// Move the engine's events to the queue and count each on the fd (the completion
-    /// hook calls this, with the engine unlocked). The element is looked up and the
-    /// event queued under the queue's lock, which [`forget`] takes after a destroy
-    /// removed its object from the live table: no event names a freed object.
-    pub fn pump(&self) {
-        let Some((dev, ctx, fd)) = self.src.get() else {
+    /// Queue `ev` and count it on the fd. The element is looked up (again, in this
+    /// context) and the event queued under the queue's lock, which [`forget`] takes
+    /// after a destroy removed its object from the live table: no event names a freed
+    /// object.
+    fn deliver(&self, ev: &AsyncEvent) {
+        let Some(&(ctx, fd)) = self.src.get() else {
             return;
         };
-        let ctx = *ctx;
-        while let Some(ev) = dev.poll_async_event() {
-            let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
-            let item = match ev {
-                AsyncEvent::SrqLimitReached(s) => crate::srq::by_num(ctx as *mut ibv_context, s.0)
-                    .map(|p| (p as usize, IBV_EVENT_SRQ_LIMIT_REACHED)),
-                AsyncEvent::CommEst(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_COMM_EST))
-                }
-                AsyncEvent::QpLastWqeReached(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_LAST_WQE_REACHED))
-                }
-                AsyncEvent::QpFatal(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_FATAL))
-                }
-                AsyncEvent::QpReqErr(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_REQ_ERR))
-                }
-                AsyncEvent::QpAccessErr(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_QP_ACCESS_ERR))
-                }
-                AsyncEvent::SqDrained(n) => {
-                    qp_by_num(ctx, n.value()).map(|p| (p, IBV_EVENT_SQ_DRAINED))
-                }
-                // The element of a port event is the port number (`element.port_num`).
-                AsyncEvent::PortActive(p) => Some((usize::from(p), IBV_EVENT_PORT_ACTIVE)),
-                AsyncEvent::PortErr(p) => Some((usize::from(p), IBV_EVENT_PORT_ERR)),
-                AsyncEvent::CqErr(c) => {
-                    cq_where(ctx, |x| x.engine_cq() == Some(c)).map(|p| (p, IBV_EVENT_CQ_ERR))
-                }
-                AsyncEvent::DeviceFatal => Some((0, IBV_EVENT_DEVICE_FATAL)),
-            };
-            // An event about an object already destroyed has no one to go to.
-            let Some(item) = item else { continue };
-            // Marked dead with the event queued, under the queue's lock: a program that
-            // has read DEVICE_FATAL finds the context dead (ibv_create_comp_channel EIO).
-            let first_fatal =
-                item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst);
-            q.push_back(item);
-            drop(q);
-            // SAFETY: writes 8 bytes from a live local to the context's eventfd.
-            let _ = unsafe { libc::write(*fd, &1u64 as *const u64 as *const c_void, 8) };
-            if first_fatal {
-                // SAFETY: as above.
-                let _ = unsafe { libc::write(*fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
-            }
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(item) = element(ctx, ev) else {
+            return;
+        };
+        // Marked dead with the event queued, under the queue's lock: a program that
+        // has read DEVICE_FATAL finds the context dead (ibv_create_comp_channel EIO).
+        let first_fatal =
+            item.1 == IBV_EVENT_DEVICE_FATAL && !self.dead.swap(true, Ordering::SeqCst);
+        q.push_back(item);
+        drop(q);
+        // SAFETY: writes 8 bytes from a live local to the context's eventfd (open while
+        // the context is among its device's contexts, crate::opened).
+        let _ = unsafe { libc::write(fd, &1u64 as *const u64 as *const c_void, 8) };
+        if first_fatal {
+            // SAFETY: as above.
+            let _ = unsafe { libc::write(fd, &DEAD_COUNT as *const u64 as *const c_void, 8) };
         }
     }
 
@@ -173,8 +201,13 @@ impl AsyncQueue {
 /// it is freed: drop its events not yet read, then wait until every event handed out
 /// for it is acknowledged (rdma-core's destroy waits the same way: `events_completed`
 /// against the kernel's `events_reported`).
+///
+/// A destroy made by `ibv_close_device` (the context is no longer open, crate::opened
+/// `destroy_objects`) does not wait: the kernel's close destroys a context's objects
+/// whatever events were left unacknowledged (uverbs `ib_uverbs_cleanup_ufile`).
 pub fn forget(ctx: *mut ibv_context, element: usize) {
-    if let Some(x) = context(ctx) {
+    let open = context(ctx);
+    if let Some(x) = open {
         x.notify
             .async_q
             .events
@@ -186,7 +219,7 @@ pub fn forget(ctx: *mut ibv_context, element: usize) {
     loop {
         let m = g.get_or_insert_with(HashMap::new);
         match m.get(&element) {
-            Some(&(out, acked)) if acked < out => {}
+            Some(&(out, acked)) if acked < out && open.is_some() => {}
             _ => {
                 m.remove(&element);
                 return;

@@ -25,6 +25,7 @@ mod exports;
 mod layout;
 mod misc;
 mod mr;
+mod opened;
 mod ops;
 mod qp;
 mod rdmacm;
@@ -138,6 +139,26 @@ pub(crate) mod live {
             .iter()
             .find(|&(&p, &kind)| kind == k && f(p))
             .map(|(&p, _)| p)
+    }
+
+    /// The live objects of kind `k` made in context `ctx` (`ibv_context *` as usize).
+    pub fn of_context<C>(k: Kind, ctx: *mut C) -> Vec<usize> {
+        let g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = g.as_ref() else {
+            return Vec::new();
+        };
+        m.iter()
+            .filter(|&(_, &kind)| kind == k)
+            .map(|(&p, _)| p)
+            .filter(|&p| {
+                // SAFETY: `p` is live (the table is locked; a destroy removes its entry
+                // before freeing): a leaked box whose first field is the verbs.h
+                // structure, and every one of those (ibv_pd, ibv_mr, ibv_cq,
+                // ibv_comp_channel, ibv_qp, ibv_ah, ibv_srq) starts with its
+                // `struct ibv_context *context`.
+                unsafe { *(p as *const usize) == ctx as usize }
+            })
+            .collect()
     }
 
     /// Remove `p` if it is a live `k`; false otherwise.

@@ -108,6 +108,15 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         xcq(a.send_cq).ok_or(libc::EINVAL)?,
         xcq(a.recv_cq).ok_or(libc::EINVAL)?,
     );
+    // The PD, the CQs and the SRQ must be of one context: the kernel looks each handle
+    // up in the context's own file (uverbs_cmd.c `create_qp`, `uobj_get_obj_read`), so
+    // another context's object is EINVAL there. Each context's objects stay its own,
+    // and its close destroys them (crate::opened).
+    let ctx = p.ibv.context;
+    if scq.ibv.context != ctx || rcq.ibv.context != ctx || srq.is_some_and(|s| s.ibv.context != ctx)
+    {
+        return Err(libc::EINVAL);
+    }
     let dev = p.pd_device();
     let attr = dev.query_device();
     let c = a.cap;

@@ -1,5 +1,5 @@
-//! One CM per device for librdmacm (src/abi/rdmacm.rs): the device's context (opened
-//! once, shared with the program through `rdma_cm_id.verbs`), its GSI QP (QP1, Q_Key
+//! One CM per device for librdmacm (src/abi/rdmacm.rs): the CM's own context of the
+//! device (opened once, the program sees it as `rdma_cm_id.verbs`), its GSI QP (QP1, Q_Key
 //! 0x80010000, [`xrnic::verbs::Pd::create_gsi_qp`]), the sans-IO [`xrnic::cm::Cm`], and a
 //! thread that moves MADs between them and runs the CM's timers on the real clock.
 //!
@@ -63,12 +63,10 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     if let Some(p) = g.iter().find(|p| p.ifname == ifname) {
         return Ok(p.clone());
     }
-    // The program's own context of this device, when it opened one first (perftest -R
-    // does): the CM shares it, a second open would find the XDP program taken.
-    let ctx = match crate::device::open_context(ifname) {
-        Some(c) => c,
-        None => open_own(ifname)?,
-    };
+    // The CM's own context, as librdmacm opens one per device (cma.c
+    // `ucma_open_device`): beside any context the program opened itself, on the same
+    // device (src/abi/opened.rs), so the program may close its own freely.
+    let ctx = open_own(ifname)?;
     let x = crate::device::context(ctx).ok_or(libc::ENODEV)?;
     let dev = x.dev.clone();
     let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
@@ -84,7 +82,7 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     Ok(p)
 }
 
-/// Open `ifname`'s device for the CM (no context of the program's to share).
+/// Open a context of `ifname`'s device for the CM.
 fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
     let mut n = 0;
     let list = crate::device::ibv_get_device_list(&mut n);

@@ -108,6 +108,10 @@ pub(super) fn complete_init(
         return Err(errno());
     }
     id_mut(x).pd = pd;
+    // The CQs in the PD's context: a QP's PD and CQs must be of one context
+    // (src/abi/qp.rs), and a program may give a PD of a context it opened itself
+    // (librdmacm would refuse a PD not of `id->verbs`; xrnic's ids take either).
+    let ctx = crate::mr::xpd(pd).map_or(ctx, |p| p.ibv.context);
     let make = |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
         let ch = crate::cq::ibv_create_comp_channel(ctx);
         if ch.is_null() {

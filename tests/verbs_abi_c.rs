@@ -447,3 +447,46 @@ fn the_c_verbs_suite_gets_its_objects_events_through_the_device_service() {
 fn a_device_closed_with_objects_alive_opens_again() {
     final_snapshot_of_a_leaky_program("reopen", 21);
 }
+
+/// tests/c/verbs_multi_open.c on one end: the device opened three times in one process
+/// (src/abi/opened.rs). SENDs between QPs of different contexts through the device's
+/// loopback, COMM_EST on the async fd of the context that owns the QP and on no other,
+/// objects refused across contexts (EINVAL), one context closed with its objects alive
+/// while the others keep working (its QP gone: the peer QP's SEND ends in
+/// RETRY_EXC_ERR; its channel fails EIO, no hang), a reopen, and after the last close a
+/// fresh open that works. Fails on a library that opens a device only once per process
+/// (the second ibv_open_device found the XDP program attached).
+#[test]
+#[ignore = "needs root"]
+fn one_device_opened_three_times_in_one_process() {
+    library_built();
+    let Some((dir, exe)) = build("verbs_multi_open") else {
+        return;
+    };
+    let pair = VethPair::new(1500).expect("veth pair");
+    let e = pair.end(Side::A);
+    let o = Command::new("ip")
+        .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
+        .args(["exec", "--netdev", &e.ifname, "--"])
+        .arg(&exe)
+        .arg(format!("xrnic_{}", e.ifname))
+        .arg("1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = text(&o);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    assert!(!s.contains("FAIL:"), "{t}");
+    assert!(s.contains("30 passed, 0 failed"), "{t}");
+    for line in [
+        "PASS: ibv_open_device of the same device again: context B",
+        "PASS: IBV_EVENT_COMM_EST on B's async fd, element B's QP",
+        "PASS: no event on A's async fd",
+        "PASS: A and B still exchange after C closed",
+        "PASS: a SEND to C's QP, destroyed by the close: IBV_WC_RETRY_EXC_ERR",
+        "PASS: the device opens again after its last context closed, and works",
+    ] {
+        assert!(s.contains(line), "{line}: {t}");
+    }
+}

@@ -454,16 +454,15 @@ fn a_device_closed_with_objects_alive_opens_again() {
 /// objects refused across contexts (EINVAL), one context closed with its objects alive
 /// while the others keep working (its QP gone: the peer QP's SEND ends in
 /// RETRY_EXC_ERR; its channel fails EIO, no hang), a reopen, and after the last close a
-/// fresh open that works. Fails on a library that opens a device only once per process
-/// (the second ibv_open_device found the XDP program attached).
-#[test]
-#[ignore = "needs root"]
-fn one_device_opened_three_times_in_one_process() {
+/// fresh open that works. With `service`, the device is the device service's (`xrnic
+/// up`): the contexts share the program's one connection to it.
+fn multi_open(service: bool) {
     library_built();
     let Some((dir, exe)) = build("verbs_multi_open") else {
         return;
     };
     let pair = VethPair::new(1500).expect("veth pair");
+    let _up = service.then(|| Up::start(&pair, Side::A));
     let e = pair.end(Side::A);
     let o = Command::new("ip")
         .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
@@ -478,15 +477,31 @@ fn one_device_opened_three_times_in_one_process() {
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{t}");
     assert!(!s.contains("FAIL:"), "{t}");
-    assert!(s.contains("30 passed, 0 failed"), "{t}");
+    assert!(s.contains("34 passed, 0 failed"), "{t}");
     for line in [
         "PASS: ibv_open_device of the same device again: context B",
         "PASS: IBV_EVENT_COMM_EST on B's async fd, element B's QP",
         "PASS: no event on A's async fd",
         "PASS: A and B still exchange after C closed",
         "PASS: a SEND to C's QP, destroyed by the close: IBV_WC_RETRY_EXC_ERR",
-        "PASS: the device opens again after its last context closed, and works",
+        "PASS: the device opens again after its last context closed",
+        "PASS: and a SEND through it completes",
     ] {
         assert!(s.contains(line), "{line}: {t}");
     }
+}
+
+/// [`multi_open`] in process. Fails on a library that opens a device only once per
+/// process (the second ibv_open_device found the XDP program attached: EBUSY).
+#[test]
+#[ignore = "needs root"]
+fn one_device_opened_three_times_in_one_process() {
+    multi_open(false);
+}
+
+/// [`multi_open`] through the device service.
+#[test]
+#[ignore = "needs root"]
+fn one_service_device_opened_three_times_in_one_process() {
+    multi_open(true);
 }

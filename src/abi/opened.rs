@@ -122,7 +122,8 @@ pub fn remove_context(ctx: usize) -> bool {
             .iter()
             .any(|&(c, _)| c == ctx)
     }) else {
-        return true;
+        // Not listed (not expected): nothing to let go.
+        return false;
     };
     let last = {
         let mut l = g[i].ctxs.lock().unwrap_or_else(|e| e.into_inner());

@@ -85,6 +85,7 @@
 mod error;
 pub mod ibv;
 mod link_watch;
+mod mcast;
 mod mr;
 mod mr_copy;
 pub mod netdev;
@@ -349,6 +350,9 @@ struct DevInner {
     link_up: Option<Arc<std::sync::atomic::AtomicBool>>,
     gids: Vec<Gid>,
     gid_types: Vec<GidType>,
+    /// The kernel memberships of the multicast groups this device's QPs are attached to
+    /// (src/verbs/mcast.rs).
+    mcast: mcast::Memberships,
     // Last: dropped after everything above; the software driver joins its thread and
     // detaches XDP, the verbs context closes the device.
     backend: DevBackend,
@@ -547,6 +551,7 @@ impl Device {
                 link_up: None,
                 gid_types: info.gid_types,
                 gids: info.gids,
+                mcast: Default::default(),
                 backend: DevBackend::Svc {
                     addressing: Addressing::Netdev {
                         ns: netdev::NetNs::current()?,
@@ -634,6 +639,7 @@ impl Device {
                 link_up,
                 gid_types: info.gid_types,
                 gids: info.gids,
+                mcast: Default::default(),
                 backend: DevBackend::Soft {
                     addressing: Addressing::Netdev {
                         ns,
@@ -731,6 +737,7 @@ impl Device {
                 link_up: None,
                 gid_types: vec![GidType::RoceV2; gids.len()],
                 gids,
+                mcast: Default::default(),
                 backend: DevBackend::Soft {
                     addressing: Addressing::Sim { peer },
                     driver,

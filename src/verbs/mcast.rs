@@ -25,14 +25,20 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::driver::loopback::LoopGroups;
 use crate::io::mcast::{GroupMembership, join_group};
+use crate::wire::multicast_mac;
 
 use super::qp::QpKind;
 use super::{Addressing, DevBackend, Device, Error, Gid, Qp, Result, netdev};
 
-/// The groups joined in the kernel for a device, by GID.
+/// The groups joined in the kernel for a device, by GID, and the MACs of the groups with
+/// a local member, whose frames the driver loops back (crate::driver::loopback).
 #[derive(Debug, Default)]
-pub(super) struct Memberships(Mutex<BTreeMap<Gid, GroupMembership>>);
+pub(super) struct Memberships {
+    joined: Mutex<BTreeMap<Gid, GroupMembership>>,
+    loop_groups: LoopGroups,
+}
 
 impl Qp {
     /// `ibv_attach_mcast`: attach this UD QP to multicast group `gid` (a multicast GID:
@@ -103,12 +109,13 @@ impl Device {
         let DevBackend::Soft { addressing, driver } = &self.inner.backend else {
             return Ok(());
         };
-        let Addressing::Netdev { ns, ifindex, .. } = addressing else {
-            return Ok(());
-        };
         // Held across the engine read and the joins: two threads syncing at once agree.
         let mut joined = self.inner.mcast.lock();
         let want = driver.shared().lock().rnic.mcast_groups();
+        self.inner.mcast.set_loop_groups(&want);
+        let Addressing::Netdev { ns, ifindex, .. } = addressing else {
+            return Ok(());
+        };
         joined.retain(|g, _| want.contains(g));
         let missing: Vec<Gid> = want
             .into_iter()
@@ -148,6 +155,16 @@ impl Device {
 
 impl Memberships {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Gid, GroupMembership>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.joined.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The group MACs the driver's loopback shares with this device.
+    pub(super) fn loop_groups(&self) -> LoopGroups {
+        self.loop_groups.clone()
+    }
+
+    fn set_loop_groups(&self, groups: &[Gid]) {
+        let macs = groups.iter().filter_map(multicast_mac).collect();
+        *self.loop_groups.lock().unwrap_or_else(|e| e.into_inner()) = macs;
     }
 }

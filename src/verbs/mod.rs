@@ -624,8 +624,14 @@ impl Device {
         };
         let rnic = engine(cfg, opts, line_rate_bps(netdev));
         // Frames to our own MAC (a QP of this device reaching another) loop back
-        // inside the driver (crate::driver::loopback), as rxe's do.
-        let io = crate::driver::loopback::Loopback::new(Box::new(port), nd.mac)?;
+        // inside the driver (crate::driver::loopback), as rxe's do; so do frames to a
+        // multicast group one of its QPs is attached to (src/verbs/mcast.rs).
+        let mcast = mcast::Memberships::default();
+        let io = crate::driver::loopback::Loopback::with_groups(
+            Box::new(port),
+            nd.mac,
+            mcast.loop_groups(),
+        )?;
         let driver = Driver::start(rnic, Box::new(io), dopts)?;
         // Opened in the device's namespace, on the opening thread: see link_watch.rs.
         let link_up = link_watch::start(netdev, nd.ifindex, nd.up, Arc::downgrade(driver.shared()));
@@ -639,7 +645,7 @@ impl Device {
                 link_up,
                 gid_types: info.gid_types,
                 gids: info.gids,
-                mcast: Default::default(),
+                mcast,
                 backend: DevBackend::Soft {
                     addressing: Addressing::Netdev {
                         ns,

@@ -71,10 +71,10 @@ const PROTO_ORDER: &[&[&str]] = &[
     &["qp"],
     &["framing", "execute", "resources"],
     // The UC and UD services of one QP (the device calls them with the QP and its Ctx).
-    &["completer", "uc", "ud"],
+    &["completer", "uc", "ud", "mcast"],
     &["device"],
     // `impl Rnic` blocks of verbs the device itself never calls.
-    &["srq_verbs", "fatal"],
+    &["srq_verbs", "fatal", "mcast_verbs"],
 ];
 
 /// (proto module, the proto modules it must not import): those on its own row of

@@ -464,6 +464,13 @@ fn device_attr(d: &xv::Device) -> ibv_device_attr {
     o.max_srq = o.max_qp;
     o.max_srq_wr = o.max_qp_wr;
     o.max_srq_sge = 27; // the engine's limit (proto srq `MAX_SRQ_SGE`)
+    // Multicast: rxe's limits, the engine's (src/proto/mcast.rs).
+    {
+        use xrnic::proto::mcast as m;
+        o.max_mcast_grp = m::MAX_MCAST_GRP as c_int;
+        o.max_mcast_qp_attach = m::MAX_MCAST_QP_ATTACH as c_int;
+        o.max_total_mcast_qp_attach = m::MAX_TOTAL_MCAST_QP_ATTACH as c_int;
+    }
     o.local_ca_ack_delay = a.local_ca_ack_delay;
     o.phys_port_cnt = a.phys_port_cnt;
     o

@@ -46,7 +46,7 @@ macro_rules! export {
     };
 }
 
-use crate::{ah, cq, device, events, misc, mr, qp, srq, stubs};
+use crate::{ah, cq, device, events, mcast, misc, mr, qp, srq, stubs};
 
 export! {
 
@@ -65,7 +65,7 @@ export! {
     fn ibv_ack_async_event @ "IBVERBS_1.1" => events::ibv_ack_async_event;
     fn ibv_ack_cq_events @ "IBVERBS_1.1" => cq::ibv_ack_cq_events;
     fn ibv_alloc_pd @ "IBVERBS_1.1" => mr::ibv_alloc_pd;
-    fn ibv_attach_mcast @ "IBVERBS_1.1" => stubs::ibv_attach_mcast;
+    fn ibv_attach_mcast @ "IBVERBS_1.1" => mcast::ibv_attach_mcast;
     fn ibv_close_device @ "IBVERBS_1.1" => device::ibv_close_device;
     fn ibv_copy_ah_attr_from_kern @ "IBVERBS_1.1" => stubs::ibv_copy_ah_attr_from_kern;
     fn ibv_create_ah @ "IBVERBS_1.1" => ah::ibv_create_ah;
@@ -79,7 +79,7 @@ export! {
     fn ibv_destroy_cq @ "IBVERBS_1.1" => cq::ibv_destroy_cq;
     fn ibv_destroy_qp @ "IBVERBS_1.1" => qp::ibv_destroy_qp;
     fn ibv_destroy_srq @ "IBVERBS_1.1" => srq::ibv_destroy_srq;
-    fn ibv_detach_mcast @ "IBVERBS_1.1" => stubs::ibv_detach_mcast;
+    fn ibv_detach_mcast @ "IBVERBS_1.1" => mcast::ibv_detach_mcast;
     fn ibv_dofork_range @ "IBVERBS_1.1" => misc::ibv_dofork_range;
     fn ibv_dontfork_range @ "IBVERBS_1.1" => misc::ibv_dontfork_range;
     fn ibv_event_type_str @ "IBVERBS_1.1" => misc::ibv_event_type_str;

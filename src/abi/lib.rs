@@ -23,6 +23,7 @@ mod events;
 mod exports;
 #[cfg(test)]
 mod layout;
+mod mcast;
 mod misc;
 mod mr;
 mod opened;
@@ -86,6 +87,8 @@ pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
         // A disassociated device: the kernel fails every command EIO (uverbs_main.c).
         E::Verbs(V::DeviceFatal) => libc::EIO,
         E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
+        // rxe's multicast limits (`rxe_get_mcg`, `rxe_attach_mcg`): ENOMEM.
+        E::Verbs(V::Resource(w)) if *w == xrnic::proto::mcast::LIMIT => libc::ENOMEM,
         E::Verbs(_) => libc::EINVAL,
         E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
         E::XdpBusy { .. } => libc::EBUSY,

@@ -37,7 +37,7 @@ const IBV_QPT_UD: c_int = 4;
 #[repr(C)]
 pub struct XQp {
     pub ibv: ibv_qp,
-    qp: xv::Qp,
+    pub(crate) qp: xv::Qp,
     pd: *const XPd,
     cqs: [Arc<CqState>; 2],
     cap: ibv_qp_cap,
@@ -69,7 +69,7 @@ struct Inline {
     next: Mutex<usize>,
 }
 
-fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
+pub(crate) fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
     // SAFETY: a live Qp entry is a leaked Box<XQp> whose first field is the ibv_qp.
     live::is(qp, Kind::Qp).then(|| unsafe { &*(qp as *const XQp) })
 }

@@ -63,7 +63,6 @@ pub extern "C" fn __ioctl_final_num_attrs() -> c_uint {
 
 int_stubs!(
     execute_ioctl,
-    ibv_attach_mcast,
     ibv_cmd_advise_mr,
     ibv_cmd_alloc_dm,
     ibv_cmd_alloc_mw,
@@ -123,7 +122,6 @@ int_stubs!(
     ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
-    ibv_detach_mcast,
     ibv_query_ece,
     ibv_rereg_mr,
     ibv_resize_cq,

@@ -10,19 +10,33 @@
 //! so a driver asleep on it wakes for a looped frame as for a received one. The number
 //! of looped frames is [`Loopback::looped`] (`tx_frames` / `rx_frames` of the port do not
 //! count them).
+//!
+//! Multicast: a frame to a group Ethernet address that is in the device's [`LoopGroups`]
+//! (the MACs of the groups a QP of this device is attached to, kept by
+//! src/verbs/mcast.rs) goes to the wire and, once the port took it, a copy into the queue:
+//! each local member receives it too, the sending QP included when it is attached. rxe
+//! gets the same from the IP stack, whose multicast loopback (`ip_mc_output`,
+//! `ip6_finish_output2`) delivers a copy to local listeners when the host is a member of
+//! the group on the interface; this device holds that membership exactly while one of
+//! its QPs is attached (docs/verbs-abi.md, "Multicast").
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
 
 use rustix::event::EventfdFlags;
 
 use crate::io::frame::{BATCH, FrameIo, IoStats};
 
+/// The group MACs whose frames loop back as well as leave (see the module's contract).
+pub type LoopGroups = Arc<Mutex<Vec<[u8; 6]>>>;
+
 /// A port with loopback of frames to `mac`.
 pub struct Loopback {
     inner: Box<dyn FrameIo>,
     mac: [u8; 6],
+    groups: LoopGroups,
     queue: VecDeque<Vec<u8>>,
     bell: OwnedFd,
     /// The bell was written and not read back since: `recv_batch` reads it only then,
@@ -36,10 +50,20 @@ pub struct Loopback {
 
 impl Loopback {
     pub fn new(inner: Box<dyn FrameIo>, mac: [u8; 6]) -> io::Result<Loopback> {
+        Self::with_groups(inner, mac, LoopGroups::default())
+    }
+
+    /// As [`Loopback::new`], with the multicast groups whose frames loop back too.
+    pub fn with_groups(
+        inner: Box<dyn FrameIo>,
+        mac: [u8; 6],
+        groups: LoopGroups,
+    ) -> io::Result<Loopback> {
         let bell = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
         Ok(Loopback {
             inner,
             mac,
+            groups,
             queue: VecDeque::new(),
             bell,
             rung: false,
@@ -55,6 +79,24 @@ impl Loopback {
 
     fn is_local(&self, f: &[u8]) -> bool {
         f.get(..6) == Some(&self.mac[..])
+    }
+
+    /// Copy into the queue the frames of `sent` (taken by the port) that go to a group
+    /// with a local member; true when there was one.
+    fn loop_group_frames(&mut self, sent: &[&[u8]]) -> bool {
+        if !sent.iter().any(|f| crate::wire::mac_is_multicast(f)) {
+            return false;
+        }
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut any = false;
+        for f in sent {
+            if f.get(..6).is_some_and(|m| groups.iter().any(|g| g[..] == *m)) {
+                self.queue.push_back(f.to_vec());
+                self.looped += 1;
+                any = true;
+            }
+        }
+        any
     }
 
     /// Take frames in order: local ones into the queue, runs of the others through
@@ -83,6 +125,7 @@ impl Loopback {
                 Err(e) if done == 0 => return Err(e),
                 Err(_) => 0,
             };
+            rang |= self.loop_group_frames(&frames[done..(done + n).min(run)]);
             done += n;
             if done < run {
                 break;
@@ -212,6 +255,30 @@ mod tests {
 
     /// A looped frame counts as waiting to be received (an empty busy poll must not
     /// skip the step that would deliver it).
+    #[test]
+    fn frames_to_a_group_with_a_local_member_leave_and_come_back() {
+        let (a, mut b) = sim_link(MAX_FRAME_LEN + 64).unwrap();
+        let me = [2, 0, 0, 0, 0, 1];
+        let groups = LoopGroups::default();
+        let mut lo = Loopback::with_groups(Box::new(a), me, groups.clone()).unwrap();
+        let member = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03];
+        let other = [0x01, 0x00, 0x5e, 0x01, 0x02, 0x04];
+        let to_member = [&member[..], &[7; 20][..]].concat();
+        let to_other = [&other[..], &[8; 20][..]].concat();
+        assert_eq!(lo.send_batch(&[&to_member]).unwrap(), 1);
+        assert_eq!(lo.looped(), 0, "no local member yet");
+        groups.lock().unwrap().push(member);
+        assert_eq!(lo.send_batch(&[&to_member, &to_other]).unwrap(), 2);
+        assert_eq!(lo.looped(), 1);
+        assert!(readable(&lo));
+        let mut got = Vec::new();
+        lo.recv_batch(&mut |f| got.push(f.to_vec())).unwrap();
+        assert_eq!(got, vec![to_member.clone()], "only the member's group came back");
+        let mut wire = Vec::new();
+        while b.recv_batch(&mut |f| wire.push(f.to_vec())).unwrap() > 0 {}
+        assert_eq!(wire, vec![to_member.clone(), to_member, to_other], "all left");
+    }
+
     #[test]
     fn a_looped_frame_is_pending_until_received() {
         let (a, _b) = sim_link(MAX_FRAME_LEN + 64).unwrap();

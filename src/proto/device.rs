@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::wire::{ExtHeaders, FrameView, Psn, Qpn, Service, gid_is};
+use crate::wire::{ExtHeaders, FrameView, Psn, Qpn, Service, gid_is, mac_is_multicast};
 
 use super::completer;
 use super::config::QPN_SPACE;
@@ -23,6 +23,7 @@ use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::execute;
 use super::framing::{emit, frame_addrs};
 use super::memory::resolve_sges;
+use super::mcast::McastGroups;
 use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::packet::{Tx, TxBufs};
 use super::qp::{
@@ -78,6 +79,10 @@ pub struct Rnic {
     /// How far the first slot's QPN is past [`FIRST_QPN`]: `Config::first_qpn` taken
     /// once (a remainder per received frame otherwise, in `slot`).
     qpn_offset: u32,
+    /// The multicast groups and their UD QPs (`super::mcast`, `super::mcast_verbs`).
+    pub(super) mcast: McastGroups,
+    /// Scratch of `handle_mcast`: the QPNs of the group a frame goes to.
+    pub(super) mcast_scratch: Vec<Qpn>,
 }
 
 impl Rnic {
@@ -101,6 +106,8 @@ impl Rnic {
             completions_added: Arc::new(AtomicU64::new(0)),
             gsi_slot: None,
             fatal: false,
+            mcast: McastGroups::default(),
+            mcast_scratch: Vec::new(),
         }
     }
 
@@ -307,6 +314,7 @@ impl Rnic {
         if let Some(q) = self.qps[i].take() {
             self.retired.add(&q.counters);
         }
+        self.mcast.forget_qp(qpn);
         self.sched.forget(i);
         if self.gsi_slot == Some(i) {
             self.gsi_slot = None;
@@ -380,7 +388,7 @@ impl Rnic {
         Qpn::new(FIRST_QPN + i as u32)
     }
 
-    fn slot(&self, qpn: Qpn) -> Option<usize> {
+    pub(super) fn slot(&self, qpn: Qpn) -> Option<usize> {
         let i = match qpn {
             ud::GSI_QPN => self.gsi_slot?,
             _ => {
@@ -867,7 +875,7 @@ impl Rnic {
     /// a QP's `packets_received` (see [`super::verdict`] for the contract). `slot` is the
     /// QP's slot for a verdict reached at a QP.
     #[inline(always)]
-    fn count_rx(&mut self, v: RxVerdict, slot: Option<usize>, len: usize) {
+    pub(super) fn count_rx(&mut self, v: RxVerdict, slot: Option<usize>, len: usize) {
         let d = &mut self.dev;
         match v {
             RxVerdict::Malformed => d.malformed_frames_dropped += 1,
@@ -923,6 +931,11 @@ impl Rnic {
         // As a fixed-size array: six bytes compared in two loads, not a `bcmp` call.
         let dst_mac = b.get(..6).and_then(|d| <[u8; 6]>::try_from(d).ok());
         if dst_mac != Some(self.cfg.mac) {
+            // A frame to a group: each QP attached to it gets a copy (`super::mcast_verbs`;
+            // rxe `rxe_rcv_mcast_pkt`).
+            if mac_is_multicast(b) && !self.mcast.is_empty() {
+                return self.handle_mcast(now, view);
+            }
             return (RxVerdict::WrongAddress, None);
         }
         let (src_ip, dst_ip) = view.ip_addrs();
@@ -1278,7 +1291,7 @@ pub(crate) const fn max_message_psns(max_unacked: u32) -> u64 {
 /// `pkey_match`): the low 15 bits are equal and not zero, and not both are limited
 /// members (bit 15 clear).
 #[inline(always)]
-fn pkey_matches(theirs: u16, ours: u16) -> bool {
+pub(super) fn pkey_matches(theirs: u16, ours: u16) -> bool {
     let base = theirs & 0x7fff;
     base != 0 && base == ours & 0x7fff && (theirs | ours) & 0x8000 != 0
 }

@@ -27,9 +27,10 @@
 //! receive queue's state, async events); [`qp`] (state machine and attributes, the UD
 //! send queue); `framing` (a QP's header template), `execute` (the responder executing a
 //! request on its QP) and [`resources`]; [`completer`], [`uc`] (the UC service) and
-//! [`ud`] (the UD service and the GSI QP, docs/transport.md §9a); [`device`] with the
-//! engine type [`Rnic`] that owns them all; `srq_verbs` (the SRQ and async-event verbs
-//! of `Rnic`). Each imports only modules on rows below its own.
+//! [`ud`] (the UD service and the GSI QP, docs/transport.md §9a) and [`mcast`] (the
+//! multicast group table); [`device`] with the engine type [`Rnic`] that owns them all;
+//! `srq_verbs` (the SRQ and async-event verbs of `Rnic`), `fatal` and `mcast_verbs` (the
+//! multicast verbs and the delivery of a datagram to a group's QPs). Each imports only modules on rows below its own.
 
 pub mod completer;
 pub mod config;
@@ -40,6 +41,8 @@ pub mod device;
 mod execute;
 mod fatal;
 mod framing;
+pub mod mcast;
+mod mcast_verbs;
 pub mod memory;
 mod packet;
 pub mod qp;

@@ -85,6 +85,7 @@
 mod error;
 pub mod ibv;
 mod link_watch;
+mod mcast;
 mod mr;
 mod mr_copy;
 pub mod netdev;
@@ -349,6 +350,9 @@ struct DevInner {
     link_up: Option<Arc<std::sync::atomic::AtomicBool>>,
     gids: Vec<Gid>,
     gid_types: Vec<GidType>,
+    /// The kernel memberships of the multicast groups this device's QPs are attached to
+    /// (src/verbs/mcast.rs).
+    mcast: mcast::Memberships,
     // Last: dropped after everything above; the software driver joins its thread and
     // detaches XDP, the verbs context closes the device.
     backend: DevBackend,
@@ -547,6 +551,7 @@ impl Device {
                 link_up: None,
                 gid_types: info.gid_types,
                 gids: info.gids,
+                mcast: Default::default(),
                 backend: DevBackend::Svc {
                     addressing: Addressing::Netdev {
                         ns: netdev::NetNs::current()?,
@@ -619,8 +624,14 @@ impl Device {
         };
         let rnic = engine(cfg, opts, line_rate_bps(netdev));
         // Frames to our own MAC (a QP of this device reaching another) loop back
-        // inside the driver (crate::driver::loopback), as rxe's do.
-        let io = crate::driver::loopback::Loopback::new(Box::new(port), nd.mac)?;
+        // inside the driver (crate::driver::loopback), as rxe's do; so do frames to a
+        // multicast group one of its QPs is attached to (src/verbs/mcast.rs).
+        let mcast = mcast::Memberships::default();
+        let io = crate::driver::loopback::Loopback::with_groups(
+            Box::new(port),
+            nd.mac,
+            mcast.loop_groups(),
+        )?;
         let driver = Driver::start(rnic, Box::new(io), dopts)?;
         // Opened in the device's namespace, on the opening thread: see link_watch.rs.
         let link_up = link_watch::start(netdev, nd.ifindex, nd.up, Arc::downgrade(driver.shared()));
@@ -634,6 +645,7 @@ impl Device {
                 link_up,
                 gid_types: info.gid_types,
                 gids: info.gids,
+                mcast,
                 backend: DevBackend::Soft {
                     addressing: Addressing::Netdev {
                         ns,
@@ -731,6 +743,7 @@ impl Device {
                 link_up: None,
                 gid_types: vec![GidType::RoceV2; gids.len()],
                 gids,
+                mcast: Default::default(),
                 backend: DevBackend::Soft {
                     addressing: Addressing::Sim { peer },
                     driver,

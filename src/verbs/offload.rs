@@ -208,6 +208,7 @@ impl Device {
                 link_up: None,
                 gids: i.gids,
                 gid_types: f.gid_types,
+                mcast: Default::default(),
                 backend: DevBackend::Verbs(ctx),
             }),
         })

@@ -346,6 +346,11 @@ impl Drop for Qp {
             }
             g.qps.remove(&self.qpn);
             drop(g);
+            // destroy_qp detached it from its groups: leave those now empty in the kernel
+            // (not under the engine's lock: the sync takes the memberships' lock first).
+            if !self.dev.mcast_memberships().is_empty() {
+                let _ = self.dev.sync_mcast_memberships();
+            }
             // ACKs this QP produced on a polling thread may still wait in the port
             // (deferred, driver/poll.rs): a program that destroys the QP and exits right
             // after its last completion must not leave the peer without them.

@@ -8,7 +8,8 @@
 //! `pp_connect_ctx` masks); [`Qp::post_send_ud`] sends one datagram. Receives use
 //! [`Qp::post_recv`]: the buffer gets the 40-byte GRH first (`crate::proto::GRH_LEN`).
 //! Software backend only: on the offload backend these return `Error::Unsupported`.
-//! Multicast ([`Qp::attach_mcast`]) is unsupported on both.
+//! An address handle to a multicast GID takes the group's MAC, derived, not resolved
+//! (ib_core `ib_resolve_eth_dmac`); attaching QPs to groups is src/verbs/mcast.rs.
 
 use std::sync::Arc;
 
@@ -59,6 +60,13 @@ impl Pd {
         }
         if !matches!(self.kind, PdKind::Soft(_)) {
             return Err(unsupported("UD address handles"));
+        }
+        // A group: its MAC, derived from the GID; the hop limit as given (ib_core
+        // `ib_resolve_eth_dmac` resolves no neighbour and keeps `grh.hop_limit`; 0 goes
+        // out as 64, `framing::av_addrs`).
+        if let Some(mac) = crate::wire::multicast_mac(&av.dgid) {
+            av.dmac = mac;
+            return Ok(Ah { av });
         }
         // As `Qp::modify` does for RC (ib_core `ib_resolve_eth_dmac`).
         av.hop_limit = if av.dmac == [0; 6] {
@@ -165,20 +173,6 @@ impl Qp {
         pd.shared.lock().rnic.post_send_ud(self.qpn, wr, &dest)?;
         pd.shared.doorbell();
         Ok(())
-    }
-
-    /// `ibv_attach_mcast`: xrnic has no multicast; always [`Error::Unsupported`]
-    /// (the library returns EOPNOTSUPP, docs/verbs-abi.md).
-    pub fn attach_mcast(&self, _gid: &super::Gid, _lid: u16) -> Result<()> {
-        Err(Error::Unsupported {
-            what: "multicast groups",
-            backend: self.dev.backend(),
-        })
-    }
-
-    /// `ibv_detach_mcast`: as [`Qp::attach_mcast`], always [`Error::Unsupported`].
-    pub fn detach_mcast(&self, gid: &super::Gid, lid: u16) -> Result<()> {
-        self.attach_mcast(gid, lid)
     }
 
     /// The datagram counters of a UD QP (sent, received, Q_Key and no-WQE drops).

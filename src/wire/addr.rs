@@ -82,6 +82,40 @@ pub fn gid_is(gid: &[u8; 16], ip: &[u8]) -> bool {
     }
 }
 
+/// The destination QPN of every multicast packet (IBTA vol. 1 §10.5.2.2: a packet to a
+/// multicast group carries DQPN 0xFFFFFF; rxe's `IB_MULTICAST_QPN`).
+pub const MULTICAST_QPN: u32 = 0xff_ffff;
+
+/// True for a multicast GID, as ib_core's `rdma_is_multicast_addr` says: an IPv6
+/// multicast address (`ff00::/8`) or the IPv4-mapped GID of an IPv4 multicast address
+/// (`::ffff:224.0.0.0/100`, RFC 5771).
+pub fn gid_is_multicast(gid: &[u8; 16]) -> bool {
+    gid[0] == 0xff || (gid_is_ipv4(gid) && gid[12] & 0xf0 == 0xe0)
+}
+
+/// The Ethernet address frames to multicast group `gid` go to, as ib_core's
+/// `ib_resolve_eth_dmac` derives it for a multicast GID (no neighbour look-up): IPv4
+/// `01:00:5e` and the low 23 bits of the address (RFC 1112 §6.4, the kernel's
+/// `ip_eth_mc_map`), IPv6 `33:33` and its low 32 bits (RFC 2464 §7, `ipv6_eth_mc_map`).
+/// `None` when `gid` is not multicast.
+pub fn multicast_mac(gid: &[u8; 16]) -> Option<[u8; 6]> {
+    if !gid_is_multicast(gid) {
+        return None;
+    }
+    Some(if gid_is_ipv4(gid) {
+        [0x01, 0x00, 0x5e, gid[13] & 0x7f, gid[14], gid[15]]
+    } else {
+        [0x33, 0x33, gid[12], gid[13], gid[14], gid[15]]
+    })
+}
+
+/// True for a group (multicast) Ethernet address: the I/G bit, the low bit of the first
+/// byte (IEEE 802 §8.2).
+#[inline(always)]
+pub fn mac_is_multicast(mac: &[u8]) -> bool {
+    mac.first().is_some_and(|b| b & 1 == 1)
+}
+
 /// A MAC address as `ip link` prints it: `aa:bb:cc:dd:ee:ff`.
 pub fn mac_text(mac: &[u8; 6]) -> String {
     let [a, b, c, d, e, f] = mac;
@@ -108,5 +142,26 @@ mod tests {
         ll[1] = 0x80;
         assert!(Gid(ll).is_link_local() && !v6.is_link_local());
         assert_eq!(mac_text(&[2, 0xab, 0, 0, 0, 0x1f]), "02:ab:00:00:00:1f");
+    }
+
+    #[test]
+    fn multicast_gids_and_their_macs() {
+        let g4 = ipv4_gid([239, 129, 2, 3]);
+        assert!(gid_is_multicast(&g4));
+        // The high bit of the second octet is not in the MAC (23 bits).
+        assert_eq!(multicast_mac(&g4), Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]));
+        assert!(!gid_is_multicast(&ipv4_gid([192, 0, 2, 1])));
+        assert!(gid_is_multicast(&ipv4_gid([224, 0, 0, 1])));
+        assert!(!gid_is_multicast(&ipv4_gid([240, 0, 0, 1])));
+        let mut g6 = [0u8; 16];
+        g6[0] = 0xff;
+        g6[1] = 0x0e;
+        g6[12..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(multicast_mac(&g6), Some([0x33, 0x33, 0xde, 0xad, 0xbe, 0xef]));
+        g6[0] = 0xfd;
+        assert_eq!(multicast_mac(&g6), None);
+        assert!(mac_is_multicast(&[0x01, 0, 0x5e, 0, 0, 1]));
+        assert!(!mac_is_multicast(&[0x02, 0, 0, 0, 0, 1]));
+        assert!(!mac_is_multicast(&[]));
     }
 }

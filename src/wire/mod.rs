@@ -22,7 +22,10 @@ mod opcode;
 mod template;
 mod types;
 
-pub use addr::{Gid, gid_is, gid_is_ipv4, gid_is_link_local, ipv4_gid, mac_text};
+pub use addr::{
+    Gid, MULTICAST_QPN, gid_is, gid_is_ipv4, gid_is_link_local, gid_is_multicast, ipv4_gid,
+    mac_is_multicast, mac_text, multicast_mac,
+};
 pub use bth::{Bth, BthRepr};
 pub use ecn::{ip_offset, mark_ce, vlan_tci};
 pub use error::{Error, Layer, NotRoce};

@@ -1,7 +1,6 @@
 /* UD, UC and SRQ verbs and their error paths, through the system's <infiniband/verbs.h>
  * (libibverbs-dev), linked with -libverbs: on xrnic through `xrnic exec`
- * (tests/verbs_abi_c.rs), written to run on Linux rxe the same way (the checks of
- * what xrnic does not build, multicast, run only on an xrnic_ device).
+ * (tests/verbs_abi_c.rs), written to run on Linux rxe the same way.
  *
  *   verbs_ud_srq DEVICE GID_INDEX server|client DIR
  *
@@ -63,7 +62,7 @@ int main(int argc, char **argv)
 	struct ibv_device **list;
 	struct ibv_context *ctx = NULL;
 	struct ibv_port_attr pa;
-	union ibv_gid gid;
+	union ibv_gid gid, mgid;
 	struct ibv_pd *pd;
 	struct ibv_mr *mr;
 	struct ibv_cq *ud_cq, *uc_cq, *rc_scq, *rc_rcq;
@@ -148,10 +147,21 @@ int main(int argc, char **argv)
 	check(ibv_query_qp(ud, &qa, IBV_QP_STATE | IBV_QP_QKEY, &qia) == 0 &&
 		      qa.qp_state == IBV_QPS_RTS && qa.qkey == QKEY && qia.qp_type == IBV_QPT_UD,
 	      "ibv_query_qp UD: RTS, the Q_Key, the type");
-	if (xrnic)
-		check(ibv_attach_mcast(ud, &gid, 0) == EOPNOTSUPP &&
-			      ibv_detach_mcast(ud, &gid, 0) == EOPNOTSUPP,
-		      "ibv_attach_mcast / ibv_detach_mcast: EOPNOTSUPP (no multicast)");
+	/* Multicast (ib_core ib_attach_mcast, uverbs, rxe_mcast.c): a UD QP joins the
+	 * IPv4 group 239.1.2.3 as its mapped GID. */
+	memset(&mgid, 0, sizeof mgid);
+	mgid.raw[10] = mgid.raw[11] = 0xff;
+	mgid.raw[12] = 239;
+	mgid.raw[13] = 1;
+	mgid.raw[14] = 2;
+	mgid.raw[15] = 3;
+	check(ibv_attach_mcast(ud, &gid, 0) == EINVAL,
+	      "ibv_attach_mcast with a unicast GID: EINVAL");
+	check(ibv_attach_mcast(ud, &mgid, 0) == 0 && ibv_attach_mcast(ud, &mgid, 0) == 0,
+	      "ibv_attach_mcast UD to ::ffff:239.1.2.3, twice: 0");
+	check(ibv_detach_mcast(ud, &mgid, 0) == 0, "ibv_detach_mcast: 0");
+	check(ibv_detach_mcast(ud, &mgid, 0) == EINVAL,
+	      "ibv_detach_mcast of a group not attached: EINVAL");
 
 	/* UC QP. */
 	qia.send_cq = uc_cq;
@@ -161,6 +171,8 @@ int main(int argc, char **argv)
 	check(uc != NULL && uc->qp_type == IBV_QPT_UC, "ibv_create_qp UC");
 	if (!uc)
 		goto out;
+	check(ibv_attach_mcast(uc, &mgid, 0) == EINVAL,
+	      "ibv_attach_mcast of a UC QP: EINVAL (UD only)");
 
 	/* SRQ, and an RC QP on it. */
 	memset(&sia, 0, sizeof sia);

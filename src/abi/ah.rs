@@ -32,9 +32,15 @@ pub fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
     live::is(ah, Kind::Ah).then(|| unsafe { &*(ah as *const XAh) })
 }
 
+/// The 20 bits of a GRH flow label.
+pub const FLOW_LABEL_MASK: u32 = 0xf_ffff;
+
 /// The address vector of an `ibv_ah_attr`. RoCE needs the GRH (IBTA vol. 1 annex
 /// A17.4; ib_core `rdma_check_ah_attr` refuses a RoCE AH without IB_AH_GRH); port 1 is
-/// the only port.
+/// the only port. The flow label keeps its low 20 bits, the GRH's field (IBTA vol. 1
+/// 8.3.1): ib_core stores what the caller gives and the hardware and rxe put only those
+/// bits on the wire, so programs pass more (UCX 1.13's UD transport gives 0xffffffff)
+/// and succeed; refusing them made every such send EINVAL.
 pub fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
     if a.is_global == 0 || a.port_num != 1 {
         return Err(libc::EINVAL);
@@ -45,7 +51,7 @@ pub fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
         sgid_index: g.sgid_index,
         traffic_class: g.traffic_class,
         hop_limit: g.hop_limit,
-        flow_label: g.flow_label,
+        flow_label: g.flow_label & FLOW_LABEL_MASK,
         ..AddressVector::default()
     })
 }
@@ -166,7 +172,7 @@ fn ah_attr_from(
         return Ok(a);
     };
     let flow = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
-    a.grh.flow_label = flow & 0xf_ffff;
+    a.grh.flow_label = flow & FLOW_LABEL_MASK;
     a.is_global = 1;
     match grh_version(g) {
         Some(4) => {

@@ -293,7 +293,8 @@ fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_
         q.ah_attr.sgid_index = g.sgid_index;
         q.ah_attr.traffic_class = g.traffic_class;
         q.ah_attr.hop_limit = g.hop_limit;
-        q.ah_attr.flow_label = g.flow_label;
+        // As for an AH (crate::ah::av_of): the GRH's 20 bits.
+        q.ah_attr.flow_label = g.flow_label & crate::ah::FLOW_LABEL_MASK;
     }
     q.dest_qp_num = Qpn::new(a.dest_qp_num);
     q.rq_psn = Psn::new(a.rq_psn);

@@ -629,6 +629,7 @@ fn stock_mckey_ipv4_group() {
         .unwrap();
     let receiver = receiver.join().unwrap();
     for (who, o) in [("sender", &sender), ("receiver", &receiver)] {
+        eprintln!("mckey {who}: {}", text(o));
         assert!(o.status.success(), "{who}: {}", text(o));
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -665,6 +666,7 @@ fn stock_mckey_ipv6_group_is_refused_as_by_the_kernel() {
     let o = exec(&pair, Side::B, &[&p, "-m", "ff0e::1:2", "-b", &b])
         .output()
         .unwrap();
+    eprintln!("mckey, IPv6 group: {}", text(&o));
     assert!(!o.status.success(), "{}", text(&o));
     let all = format!(
         "{}{}",

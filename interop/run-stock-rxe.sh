@@ -546,9 +546,10 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	fi
 	read -r pkts icrc nx nr < <(check_capture "$OUT/$name.pcapng" "$fam")
 	read -r xres xnak xrnr rres rnak rrnr < <(wire_stats "$OUT/$name.pcapng")
-	if [[ $tool == ib_*_bw && $args == *"-c U"[DC]* ]]; then
-		# UD and UC bandwidth tests go one way (nothing is acknowledged): only the
-		# client's stack sends RoCE packets.
+	if [[ ($tool == ib_*_bw && $args == *"-c U"[DC]*) || $tool == mckey ]]; then
+		# UD and UC bandwidth tests go one way (nothing is acknowledged), and so does
+		# mckey's multicast (the client is its sender, -s): only the client's stack
+		# sends RoCE packets.
 		sender=$nx
 		[[ $role == server ]] && sender=$nr
 		[[ $icrc == ok && $sender -gt 0 ]] || ok=0

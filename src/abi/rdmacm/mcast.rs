@@ -40,7 +40,7 @@ const ATTR_RESERVED: u32 = 1 << 2;
 const FLAG_FULLMEMBER: u32 = 0;
 const FLAG_SENDONLY_FULLMEMBER: u32 = 1;
 const FLAG_RESERVED: u32 = 2;
-/// The kernel's ENOTSUPP (include/linux/errno.h), what `cma_iboe_join_multicast`
+/// The kernel's internal ENOTSUPP (524), what the cma's `cma_iboe_join_multicast`
 /// returns for an IPv6 group on a RoCE v2 port.
 const ENOTSUPP: c_int = 524;
 /// ib_core's IPV6_DEFAULT_HOPLIMIT, the hop limit of an IPv4 group on RoCE v2.
@@ -196,5 +196,72 @@ mod tests {
         let g = mgid_of("239.1.2.3".parse().unwrap());
         assert_eq!(&g[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
         assert_eq!(&g[12..], &[239, 1, 2, 3]);
+    }
+
+    fn last_errno() -> c_int {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    /// librdmacm's argument checks come first, then the kernel's id checks: an id
+    /// neither bound nor resolved, or not UD, is EINVAL (no device needed).
+    #[test]
+    fn join_arguments_and_id_state_are_checked_as_librdmacm_and_the_kernel_do() {
+        let mut group: libc::sockaddr_in = unsafe_zeroed();
+        group.sin_family = libc::AF_INET as libc::sa_family_t;
+        group.sin_addr.s_addr = u32::from_ne_bytes([239, 1, 2, 3]);
+        let ga = &mut group as *mut libc::sockaddr_in as *mut libc::sockaddr;
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        let mut ud: *mut rdma_cm_id = core::ptr::null_mut();
+        let mut tcp: *mut rdma_cm_id = core::ptr::null_mut();
+        let null = core::ptr::null_mut();
+        assert_eq!(
+            rdma_create_id(ch, &mut ud, null, c_int::from(RDMA_PS_UDP)),
+            0
+        );
+        assert_eq!(
+            rdma_create_id(ch, &mut tcp, null, c_int::from(RDMA_PS_TCP)),
+            0
+        );
+        let mut attr = rdma_cm_join_mc_attr_ex {
+            comp_mask: ATTR_RESERVED,
+            join_flags: FLAG_FULLMEMBER,
+            addr: ga,
+        };
+        let cases: [(u32, u32, c_int); 4] = [
+            (ATTR_RESERVED | ATTR_ADDRESS, FLAG_FULLMEMBER, libc::ENOTSUP),
+            (ATTR_JOIN_FLAGS, FLAG_FULLMEMBER, libc::EINVAL),
+            (ATTR_ADDRESS, FLAG_FULLMEMBER, libc::EINVAL),
+            (ATTR_ADDRESS | ATTR_JOIN_FLAGS, FLAG_RESERVED, libc::EINVAL),
+        ];
+        for (mask, flags, want) in cases {
+            attr.comp_mask = mask;
+            attr.join_flags = flags;
+            assert_eq!(rdma_join_multicast_ex(ud, &mut attr, null), -1);
+            assert_eq!(last_errno(), want, "mask {mask:#x} flags {flags}");
+        }
+        assert_eq!(rdma_join_multicast_ex(ud, core::ptr::null_mut(), null), -1);
+        // Well-formed, but the id has no address (so no device) yet; a TCP id; a
+        // pointer that is no id.
+        attr.comp_mask = ATTR_ADDRESS | ATTR_JOIN_FLAGS;
+        attr.join_flags = FLAG_SENDONLY_FULLMEMBER;
+        assert_eq!(rdma_join_multicast_ex(ud, &mut attr, null), -1);
+        assert_eq!(last_errno(), libc::EINVAL);
+        assert_eq!(rdma_join_multicast(tcp, ga, null), -1);
+        assert_eq!(last_errno(), libc::EINVAL);
+        assert_eq!(rdma_join_multicast(ga as *mut rdma_cm_id, ga, null), -1);
+        // Leaving a group never joined: EADDRNOTAVAIL (librdmacm).
+        assert_eq!(rdma_leave_multicast(ud, ga), -1);
+        assert_eq!(last_errno(), libc::EADDRNOTAVAIL);
+        assert_eq!(rdma_leave_multicast(ud, core::ptr::null_mut()), -1);
+        assert_eq!(last_errno(), libc::EINVAL);
+        assert_eq!(rdma_destroy_id(ud), 0);
+        assert_eq!(rdma_destroy_id(tcp), 0);
+        rdma_destroy_event_channel(ch);
+    }
+
+    fn unsafe_zeroed() -> libc::sockaddr_in {
+        // SAFETY: sockaddr_in is plain C data; all-zero is valid.
+        unsafe { core::mem::zeroed() }
     }
 }

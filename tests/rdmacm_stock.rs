@@ -587,12 +587,12 @@ fn igmp_groups(pair: &VethPair, side: Side) -> String {
 
 /// mckey (rdmacm-utils): UD ids joined to a group with `rdma_join_multicast_ex`, an
 /// address handle from the MULTICAST_JOIN event, sends to QPN 0xFFFFFF with the event's
-/// Q_Key. The receiver on B joins first (its id's QP attached by the library, so B's
+/// Q_Key. The receiver on B joins first (its ids' QPs attached by the library, so B's
 /// kernel holds the IGMP membership), then the sender on A (`-s`) joins and sends its 10
-/// messages; both exit 0, the receiver having polled every message.
-#[test]
-#[ignore = "needs root"]
-fn stock_mckey_ipv4_group() {
+/// messages from each of its `connections` ids; both exit 0, the receiver having polled
+/// at least 10 messages on each of its ids' QPs (each of its QPs is in the group, so each
+/// gets every sender's messages).
+fn mckey_ipv4(connections: usize) {
     library_built();
     let Some(p) = tool("mckey") else { return };
     let pair = VethPair::new(1500).expect("veth pair");
@@ -600,8 +600,9 @@ fn stock_mckey_ipv4_group() {
         pair.end(Side::A).ipv4.to_string(),
         pair.end(Side::B).ipv4.to_string(),
     );
+    let c = connections.to_string();
     let group = "239.1.2.3";
-    let receiver = exec(&pair, Side::B, &[&p, "-m", group, "-b", &b])
+    let receiver = exec(&pair, Side::B, &[&p, "-m", group, "-b", &b, "-c", &c])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -624,7 +625,7 @@ fn stock_mckey_ipv4_group() {
         let r = receiver.join().unwrap();
         panic!("the receiver never joined 239.1.2.3: {}", text(&r));
     }
-    let sender = exec(&pair, Side::A, &[&p, "-m", group, "-b", &a, "-s"])
+    let sender = exec(&pair, Side::A, &[&p, "-m", group, "-b", &a, "-s", "-c", &c])
         .output()
         .unwrap();
     let receiver = receiver.join().unwrap();
@@ -651,6 +652,19 @@ fn stock_mckey_ipv4_group() {
     // Both left: no membership is left behind.
     assert!(!igmp_groups(&pair, Side::B).contains("030201EF"));
     assert!(!igmp_groups(&pair, Side::A).contains("030201EF"));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn stock_mckey_ipv4_group() {
+    mckey_ipv4(1);
+}
+
+/// Two ids (two UD QPs) on each end in the one group.
+#[test]
+#[ignore = "needs root"]
+fn stock_mckey_ipv4_group_two_ids_each_end() {
+    mckey_ipv4(2);
 }
 
 /// mckey with an IPv6 group: the kernel's cma refuses IPv6 groups on RoCE v2

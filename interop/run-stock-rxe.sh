@@ -116,6 +116,12 @@ SCENARIOS=(
 	'ucmatose_xs|ucmatose|-c 4 -C 10|server|4|1024|0|-s @PEER@ -c 4 -C 10'
 	'udaddy_xc|udaddy|-c 2 -C 10|client|4|1024|0|-s @PEER@ -c 2 -C 10'
 	'udaddy_xs|udaddy|-c 2 -C 10|server|4|1024|0|-s @PEER@ -c 2 -C 10'
+	# UD multicast (rdma_join_multicast_ex, MULTICAST_JOIN's AH, QPN 0xFFFFFF): the
+	# receiver joins 239.1.2.3 first, the sender (-s) joins and sends 10 messages after
+	# mckey's 3 s pause; each end binds its own address (mckey ignores the peer's the
+	# harness appends). Not in the base image: in GUEST_EXTRA_TOOLS.
+	'mckey_xs|mckey|-m 239.1.2.3 -b 192.0.2.100|server|4|1024|0|-m 239.1.2.3 -b 192.0.2.11 -s'
+	'mckey_xc|mckey|-m 239.1.2.3 -b 192.0.2.11|client|4|1024|0|-m 239.1.2.3 -b 192.0.2.100 -s'
 	# rdma_server / rdma_client (the synchronous API, rdma_create_ep): not in the base
 	# image, they go in as one more archive (GUEST_EXTRA_TOOLS).
 	'rdma_server_xc|rdma_server,rdma_client||client|4|1024|0|-s @PEER@'
@@ -239,7 +245,7 @@ G_MAC=$(xri_guest_mac "$G_IP4")
 
 # Programs not in the base image (setup.sh PROGRAMS): a scenario using one boots the guest
 # with one more archive holding it (its libraries are the image's: librdmacm, libibverbs).
-GUEST_EXTRA_TOOLS=(rdma_server rdma_client)
+GUEST_EXTRA_TOOLS=(rdma_server rdma_client mckey)
 
 # extra_archive TOOL FILE: FILE is a cpio archive of the GUEST_EXTRA_TOOLS among TOOL
 # (SERVER,CLIENT); returns 1 when there are none.
@@ -540,9 +546,10 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	fi
 	read -r pkts icrc nx nr < <(check_capture "$OUT/$name.pcapng" "$fam")
 	read -r xres xnak xrnr rres rnak rrnr < <(wire_stats "$OUT/$name.pcapng")
-	if [[ $tool == ib_*_bw && $args == *"-c U"[DC]* ]]; then
-		# UD and UC bandwidth tests go one way (nothing is acknowledged): only the
-		# client's stack sends RoCE packets.
+	if [[ ($tool == ib_*_bw && $args == *"-c U"[DC]*) || $tool == mckey ]]; then
+		# UD and UC bandwidth tests go one way (nothing is acknowledged), and so does
+		# mckey's multicast (the client is its sender, -s): only the client's stack
+		# sends RoCE packets.
 		sender=$nx
 		[[ $role == server ]] && sender=$nr
 		[[ $icrc == ok && $sender -gt 0 ]] || ok=0

@@ -37,7 +37,12 @@ fn build() -> Option<(PathBuf, PathBuf)> {
         eprintln!("skipping: needs cc and /usr/include/rdma/rdma_cma.h (librdmacm-dev)");
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("xrnic-rdmacm-fail-{}", std::process::id()));
+    // One folder per call: the tests run in parallel in one process, and the first to
+    // finish removes its folder (a shared one took the other test's binary away before
+    // its client started: the client printed nothing and the test failed in a second).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("xrnic-rdmacm-fail-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("rdmacm_fail");

@@ -190,23 +190,3 @@ fn veth_pair_both_ways(mtu: u32) {
 fn ud_both_ways_ipv4_and_ipv6_on_a_veth_pair() {
     veth_pair_both_ways(1500);
 }
-
-/// No multicast: attach and detach say so (the library maps this to EOPNOTSUPP).
-#[test]
-fn multicast_attach_and_detach_are_unsupported() {
-    let (a, _b) = Device::open_sim_pair().unwrap();
-    let e = end(a);
-    let gid = [0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 224, 0, 0, 1];
-    for r in [e.qp.attach_mcast(&gid, 0), e.qp.detach_mcast(&gid, 0)] {
-        assert!(
-            matches!(
-                r,
-                Err(xrnic::verbs::Error::Unsupported {
-                    what: "multicast groups",
-                    ..
-                })
-            ),
-            "{r:?}"
-        );
-    }
-}

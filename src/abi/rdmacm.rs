@@ -13,7 +13,9 @@
 //! UD ids (RDMA_PS_UDP, SIDR) are in `ud`; the synchronous mode (NULL channel) and
 //! `rdma_create_ep` / `rdma_get_request` in `sync`.
 //!
-//! Not here (documented errors): multicast, rsockets (ENOSYS), ECE, and
+//! Multicast joins of UD ids are in `mcast`.
+//!
+//! Not here (documented errors): rsockets (ENOSYS), ECE, and
 //! `rdma_getaddrinfo` for names other than numeric addresses.
 
 use core::ffi::{c_char, c_int, c_void};
@@ -169,6 +171,8 @@ struct IdState {
     qp_init: Option<ibv_qp_init_attr>,
     /// `rdma_create_qp` made the id's CQs and completion channels.
     own_cqs: bool,
+    /// The multicast groups joined (`mcast`).
+    mc: Vec<mcast::Join>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -1395,7 +1399,7 @@ pub extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     })
 }
 
-/// Entry points xrnic does not implement: multicast, SRQs on ids, ECE, rsockets.
+/// Entry points xrnic does not implement: SRQs on ids, ECE, rsockets.
 pub mod unsupported {
     use super::*;
 
@@ -1408,9 +1412,6 @@ pub mod unsupported {
         )*};
     }
     enosys!(
-        rdma_join_multicast,
-        rdma_join_multicast_ex,
-        rdma_leave_multicast,
         rdma_create_srq,
         rdma_create_srq_ex,
         rdma_destroy_srq,
@@ -1452,8 +1453,10 @@ pub mod unsupported {
 }
 
 mod addrinfo;
+mod mcast;
 mod res;
 pub use addrinfo::{rdma_addrinfo, rdma_freeaddrinfo, rdma_getaddrinfo};
+pub use mcast::{rdma_join_multicast, rdma_join_multicast_ex, rdma_leave_multicast};
 pub(crate) use res::publish as publish_ids;
 mod sync;
 #[cfg(test)]

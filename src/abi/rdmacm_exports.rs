@@ -35,8 +35,8 @@ export! {
     fn rdma_get_request @ "RDMACM_1.0" => rdmacm::rdma_get_request;
     fn rdma_get_src_port @ "RDMACM_1.0" => rdmacm::rdma_get_src_port;
     fn rdma_getaddrinfo @ "RDMACM_1.0" => rdmacm::rdma_getaddrinfo;
-    fn rdma_join_multicast @ "RDMACM_1.0" => unsupported::rdma_join_multicast;
-    fn rdma_leave_multicast @ "RDMACM_1.0" => unsupported::rdma_leave_multicast;
+    fn rdma_join_multicast @ "RDMACM_1.0" => rdmacm::rdma_join_multicast;
+    fn rdma_leave_multicast @ "RDMACM_1.0" => rdmacm::rdma_leave_multicast;
     fn rdma_listen @ "RDMACM_1.0" => rdmacm::rdma_listen;
     fn rdma_migrate_id @ "RDMACM_1.0" => rdmacm::rdma_migrate_id;
     fn rdma_notify @ "RDMACM_1.0" => rdmacm::rdma_notify;
@@ -67,7 +67,7 @@ export! {
     fn rsocket @ "RDMACM_1.0" => unsupported::rsocket;
     fn rwrite @ "RDMACM_1.0" => unsupported::rwrite;
     fn rwritev @ "RDMACM_1.0" => unsupported::rwritev;
-    fn rdma_join_multicast_ex @ "RDMACM_1.1" => unsupported::rdma_join_multicast_ex;
+    fn rdma_join_multicast_ex @ "RDMACM_1.1" => rdmacm::rdma_join_multicast_ex;
     fn rdma_establish @ "RDMACM_1.2" => rdmacm::rdma_establish;
     fn rdma_init_qp_attr @ "RDMACM_1.2" => rdmacm::rdma_init_qp_attr;
     fn rdma_get_remote_ece @ "RDMACM_1.3" => unsupported::rdma_get_remote_ece;

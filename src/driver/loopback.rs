@@ -90,7 +90,9 @@ impl Loopback {
         let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let mut any = false;
         for f in sent {
-            if f.get(..6).is_some_and(|m| groups.iter().any(|g| g[..] == *m)) {
+            if f.get(..6)
+                .is_some_and(|m| groups.iter().any(|g| g[..] == *m))
+            {
                 self.queue.push_back(f.to_vec());
                 self.looped += 1;
                 any = true;
@@ -273,10 +275,18 @@ mod tests {
         assert!(readable(&lo));
         let mut got = Vec::new();
         lo.recv_batch(&mut |f| got.push(f.to_vec())).unwrap();
-        assert_eq!(got, vec![to_member.clone()], "only the member's group came back");
+        assert_eq!(
+            got,
+            vec![to_member.clone()],
+            "only the member's group came back"
+        );
         let mut wire = Vec::new();
         while b.recv_batch(&mut |f| wire.push(f.to_vec())).unwrap() > 0 {}
-        assert_eq!(wire, vec![to_member.clone(), to_member, to_other], "all left");
+        assert_eq!(
+            wire,
+            vec![to_member.clone(), to_member, to_other],
+            "all left"
+        );
     }
 
     #[test]

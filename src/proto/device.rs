@@ -22,8 +22,8 @@ use super::counters::{DeviceCounters, QpCounters};
 use super::cq::{CompletionQueue, Cq, WcOpcode, WcStatus, WorkCompletion};
 use super::execute;
 use super::framing::{emit, frame_addrs};
-use super::memory::resolve_sges;
 use super::mcast::McastGroups;
+use super::memory::resolve_sges;
 use super::memory::{Access, MemTable, MrInfo, Pd};
 use super::packet::{Tx, TxBufs};
 use super::qp::{
@@ -825,6 +825,14 @@ impl Rnic {
         self.slot(qpn)
             .and_then(|i| self.qps[i].as_ref())
             .map(|q| q.ud.counters)
+    }
+
+    /// Send WRs of a UD QP not yet sent (the verbs layer lets them leave before it
+    /// destroys the QP: rxe sends a UD datagram inside `ibv_post_send`).
+    pub fn ud_pending_sends(&self, qpn: Qpn) -> usize {
+        self.slot(qpn)
+            .and_then(|i| self.qps[i].as_ref())
+            .map_or(0, |q| q.ud.sq.len())
     }
 
     /// `ibv_post_send` on a UD QP: SEND or SEND with immediate to `dest`.

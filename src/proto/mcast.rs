@@ -136,7 +136,11 @@ mod tests {
         let mut t = McastGroups::default();
         assert!(t.is_empty());
         assert_eq!(t.attach(&g1, a), Ok(true));
-        assert_eq!(t.attach(&g1, a), Ok(false), "a second attach changes nothing");
+        assert_eq!(
+            t.attach(&g1, a),
+            Ok(false),
+            "a second attach changes nothing"
+        );
         assert_eq!(t.attach(&g1, b), Ok(true));
         assert_eq!(t.attach(&g2, a), Ok(true));
         assert_eq!(t.members(&g1), &[a, b]);

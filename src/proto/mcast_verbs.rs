@@ -133,3 +133,7 @@ impl Rnic {
         (v, None)
     }
 }
+
+#[cfg(test)]
+#[path = "mcast_tests.rs"]
+mod tests;

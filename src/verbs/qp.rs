@@ -340,6 +340,16 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         if let QpKind::Soft { pd, .. } = &self.kind {
+            // Datagrams posted and not sent yet leave first, for at most 200 ms: rxe
+            // sends them inside ibv_post_send, so a program that posts unsignaled UD
+            // sends and destroys the QP at once (mckey's sender) loses none there.
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(200);
+            while pd.shared.lock().rnic.ud_pending_sends(self.qpn) > 0
+                && std::time::Instant::now() < end
+            {
+                pd.shared.doorbell();
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
             let mut g = pd.shared.lock();
             if let Err(e) = g.rnic.destroy_qp(self.qpn) {
                 tracing::error!("destroy_qp {}: {e}", self.qpn.value());

@@ -149,7 +149,10 @@ mod tests {
         let g4 = ipv4_gid([239, 129, 2, 3]);
         assert!(gid_is_multicast(&g4));
         // The high bit of the second octet is not in the MAC (23 bits).
-        assert_eq!(multicast_mac(&g4), Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]));
+        assert_eq!(
+            multicast_mac(&g4),
+            Some([0x01, 0x00, 0x5e, 0x01, 0x02, 0x03])
+        );
         assert!(!gid_is_multicast(&ipv4_gid([192, 0, 2, 1])));
         assert!(gid_is_multicast(&ipv4_gid([224, 0, 0, 1])));
         assert!(!gid_is_multicast(&ipv4_gid([240, 0, 0, 1])));
@@ -157,7 +160,10 @@ mod tests {
         g6[0] = 0xff;
         g6[1] = 0x0e;
         g6[12..].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
-        assert_eq!(multicast_mac(&g6), Some([0x33, 0x33, 0xde, 0xad, 0xbe, 0xef]));
+        assert_eq!(
+            multicast_mac(&g6),
+            Some([0x33, 0x33, 0xde, 0xad, 0xbe, 0xef])
+        );
         g6[0] = 0xfd;
         assert_eq!(multicast_mac(&g6), None);
         assert!(mac_is_multicast(&[0x01, 0, 0x5e, 0, 0, 1]));

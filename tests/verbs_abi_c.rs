@@ -262,7 +262,7 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
         let run = dir.join(format!("gid{gid}"));
         std::fs::create_dir_all(&run).unwrap();
         let (client, server) = run_pair(&pair, &exe, &run, gid, &[]);
-        for (who, o, checks) in [("client", &client, 45), ("server", &server, 51)] {
+        for (who, o, checks) in [("client", &client, 45), ("server", &server, 52)] {
             let t = text(o);
             let s = String::from_utf8_lossy(&o.stdout);
             assert!(o.status.success(), "{who} gid {gid}: {t}");

@@ -399,7 +399,8 @@ fn wc_opcode(o: WcOpcode) -> c_int {
 
 fn to_ibv(w: &WorkCompletion) -> ibv_wc {
     // A UD receive: the buffer starts with the 40-byte GRH. `slid` is 0 (RoCE has no
-    // LIDs), `sl` 0 and `pkey_index` 0 (the one P_Key), as rxe reports them.
+    // LIDs) and `pkey_index` 0 (the one P_Key), as rxe reports them; `sl` says IPv4 or
+    // IPv6 as a ConnectX does (proto::cq::WorkCompletion::sl).
     let mut flags = if w.grh { IBV_WC_GRH } else { 0 };
     let mut imm = 0;
     if let Some(i) = w.imm_data {
@@ -419,6 +420,7 @@ fn to_ibv(w: &WorkCompletion) -> ibv_wc {
         qp_num: w.qp_num.value(),
         src_qp: w.src_qp.value(),
         wc_flags: flags,
+        sl: w.sl,
         ..Default::default()
     }
 }

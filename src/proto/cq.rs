@@ -142,6 +142,19 @@ pub struct WorkCompletion {
     pub src_qp: Qpn,
     /// `IBV_WC_GRH`: the receive buffer starts with the 40-byte GRH (UD receives).
     pub grh: bool,
+    /// The completion's `sl`. RoCE has no service level on the wire; for a UD receive
+    /// it is what a ConnectX reports there (mlx5 CQE `flags_rqpn` bits 24-27, which its
+    /// provider returns as `wc.sl`): bit 3 "the frame has a UDP header" and the L3
+    /// header type, 1 IPv6 or 2 IPv4 ([`roce_v2_sl`]). IBTA A17.4.5.1 asks a RoCE v2 UD
+    /// completion to say whether the frame was IPv4 or IPv6; UCX 1.11 to 1.17 (Debian 12
+    /// has 1.13) read it from there and drop every UD datagram whose `sl` says
+    /// otherwise, as on rxe, which reports 0. 0 for everything else.
+    pub sl: u8,
+}
+
+/// The `sl` of a RoCE v2 UD receive completion (see [`WorkCompletion::sl`]).
+pub fn roce_v2_sl(ipv6: bool) -> u8 {
+    0x8 | if ipv6 { 0x1 } else { 0x2 }
 }
 
 /// A completion queue handle.
@@ -237,6 +250,7 @@ mod tests {
             qp_num: Qpn::new(1),
             src_qp: Qpn::new(2),
             grh: false,
+            sl: 0,
         }
     }
 

@@ -573,6 +573,7 @@ impl Rnic {
                     qp_num: qp.qpn,
                     src_qp: qp.attr.dest_qp_num,
                     grh: false,
+                    sl: 0,
                 };
                 ctx.complete(qp.send_cq, wc);
                 return Ok(());
@@ -656,6 +657,7 @@ impl Rnic {
                     qp_num: qp.qpn,
                     src_qp: qp.attr.dest_qp_num,
                     grh: false,
+                    sl: 0,
                 };
                 ctx.complete(qp.recv_cq, wc);
                 return Ok(());

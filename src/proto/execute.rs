@@ -436,6 +436,7 @@ fn complete_recv(
         qp_num: qp.qpn,
         src_qp: qp.attr.dest_qp_num,
         grh: false,
+        sl: 0,
     };
     ctx.complete(qp.recv_cq, wc);
 }

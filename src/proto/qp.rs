@@ -712,6 +712,7 @@ impl Qp {
                 qp_num: self.qpn,
                 src_qp: self.attr.dest_qp_num,
                 grh: false,
+                sl: 0,
             };
             ctx.complete(self.send_cq, wc);
         }
@@ -744,6 +745,7 @@ impl Qp {
                 qp_num: self.qpn,
                 src_qp: self.attr.dest_qp_num,
                 grh: false,
+                sl: 0,
             };
             ctx.complete(self.recv_cq, wc);
         }
@@ -885,6 +887,7 @@ pub(crate) fn complete_ud_send(qp: &Qp, ctx: &mut Ctx<'_>, w: &UdWqe, status: Wc
         qp_num: qp.qpn,
         src_qp: Qpn::new(0),
         grh: false,
+        sl: 0,
     };
     ctx.complete(qp.send_cq, wc);
 }

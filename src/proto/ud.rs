@@ -33,7 +33,7 @@ use crate::wire::{
 };
 
 use super::Ctx;
-use super::cq::{WcOpcode, WcStatus, WorkCompletion};
+use super::cq::{WcOpcode, WcStatus, WorkCompletion, roce_v2_sl};
 use super::framing::av_addrs;
 use super::memory::Access;
 use super::memory::{LocalSeg, resolve_sges, scatter};
@@ -391,6 +391,7 @@ pub(crate) fn receive(
         qp_num: qp.qpn,
         src_qp: deth.src_qp,
         grh: ok,
+        sl: if ok { roce_v2_sl(view.is_ipv6()) } else { 0 },
     };
     ctx.complete(qp.recv_cq, wc);
     // A bad local key or a region gone is a local error of the QP (§10.8.3.3); a

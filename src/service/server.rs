@@ -849,6 +849,7 @@ fn refused(wr_id: u64, qpn: Qpn, send: bool) -> WorkCompletion {
         qp_num: qpn,
         src_qp: Qpn::new(0),
         grh: false,
+        sl: 0,
     }
 }
 

@@ -478,7 +478,7 @@ const WC_OPCODES: [WcOpcode; 7] = [
     WcOpcode::RecvRdmaWithImm,
 ];
 
-/// A completion slot: wr_id; status | opcode | flags | byte_len; imm | invalidated rkey;
+/// A completion slot: wr_id; status | opcode | flags | sl | byte_len; imm | invalidated rkey;
 /// qp_num | src_qp.
 pub fn encode_wc(wc: &WorkCompletion) -> [u64; CQ_WORDS] {
     let op = WC_OPCODES.iter().position(|&o| o == wc.opcode).unwrap_or(0) as u64;
@@ -487,7 +487,11 @@ pub fn encode_wc(wc: &WorkCompletion) -> [u64; CQ_WORDS] {
         | u64::from(wc.grh) << 2;
     let mut w = [0u64; CQ_WORDS];
     w[0] = wc.wr_id;
-    w[1] = wc.status as u64 | op << 8 | flags << 16 | u64::from(wc.byte_len) << 32;
+    w[1] = wc.status as u64
+        | op << 8
+        | flags << 16
+        | u64::from(wc.sl) << 24
+        | u64::from(wc.byte_len) << 32;
     w[2] = u64::from(wc.imm_data.unwrap_or(0))
         | u64::from(wc.invalidated_rkey.map_or(0, |r| r.0)) << 32;
     w[3] = u64::from(wc.qp_num.value()) | u64::from(wc.src_qp.value()) << 32;
@@ -509,6 +513,7 @@ pub fn decode_wc(w: &[u64; CQ_WORDS]) -> WorkCompletion {
         qp_num: Qpn::new(w[3] as u32),
         src_qp: Qpn::new((w[3] >> 32) as u32),
         grh: flags & 4 != 0,
+        sl: (w[1] >> 24) as u8,
     }
 }
 
@@ -597,8 +602,15 @@ mod tests {
             qp_num: Qpn::new(17),
             src_qp: Qpn::new(18),
             grh: false,
+            sl: 0,
         };
         assert_eq!(decode_wc(&encode_wc(&wc)), wc);
+        let ud = WorkCompletion {
+            grh: true,
+            sl: 0xa,
+            ..wc
+        };
+        assert_eq!(decode_wc(&encode_wc(&ud)), ud);
 
         let a = QpAttr::default();
         assert_eq!(QpAttrMsg::from_attr(&a).to_attr(), Some(a));

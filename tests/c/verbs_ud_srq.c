@@ -321,6 +321,11 @@ int main(int argc, char **argv)
 		for (i = 0; i < 100; i++)
 			ok &= buf[40 + i] == (char)(i * 3 + 1);
 		check(ok, "UD payload after the 40-byte GRH");
+		/* The RoCE v2 packet type in wc.sl as a ConnectX reports it (bit 3 UDP, then 2
+		 * IPv4 or 1 IPv6), which UCX 1.13's UD transport needs; rxe reports 0. */
+		if (xrnic)
+			check(wc.sl == (is_v4(&gid) ? 0xa : 0x9),
+			      "UD receive: wc.sl names the frame's IP version");
 		if (is_v4(&gid)) {
 			/* 20 bytes, then the IPv4 header (rxe, RoCE v2 over IPv4). */
 			check((uint8_t)buf[20] == 0x45 && buf[20 + 9] == 17 &&

@@ -938,6 +938,7 @@ fn wc_from_ibv(w: &sys::ibv_wc) -> WorkCompletion {
         qp_num: Qpn::new(w.qp_num),
         src_qp: Qpn::new(w.src_qp),
         grh: w.wc_flags & sys::WC_GRH != 0,
+        sl: w.sl,
     }
 }
 

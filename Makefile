@@ -56,7 +56,8 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 # iproute2 (ip netns, veth), ping and setpriv: the AF_XDP / XDP / namespace tests (root).
 # libibverbs-dev and librdmacm-dev: the headers tests/c/*.c build against
 # (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, skipped without).
-DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev
+DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
+	ibverbs-utils perftest rdmacm-utils ucx-utils
 
 DEMO_PCAP ?= target/demo.pcapng
 DEMO_WIRE_PCAP ?= target/demo-wire.pcapng

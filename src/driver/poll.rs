@@ -230,7 +230,7 @@ impl Port {
 
     /// One round of progress at `now` (on the engine's clock: since the driver's epoch).
     pub(super) fn step(&mut self, shared: &Shared, now: EngineTime, who: Stepper) -> Step {
-        self.step_with(shared, now, who, |_| true, |_| {})
+        self.step_with(shared, Some(now), who, |_| true, |_| {})
             .expect("a step whose prelude goes on always runs")
     }
 
@@ -239,16 +239,16 @@ impl Port {
     /// anything is received; `false` ends the step there, with nothing else done, and
     /// the engine marked as worked on like any verb's lock does), `post` last (after the
     /// transmit batch was built, before the lock is released). `None` when `pre` ended it.
+    /// Without `now`, the clock is read once `pre` let the step go on (a post that ends
+    /// the step, behind outstanding work, reads no clock).
     pub(super) fn step_with(
         &mut self,
         shared: &Shared,
-        now: EngineTime,
+        now: Option<EngineTime>,
         who: Stepper,
         pre: impl FnOnce(&mut super::Engine) -> bool,
         post: impl FnOnce(&mut super::Engine),
     ) -> Option<Step> {
-        let now = now.max(self.last_now);
-        self.last_now = now;
         // Before the engine lock: whatever a verb does after this marks the flag again.
         shared.work.store(false, Ordering::SeqCst);
         // Completions the step adds wake their waiters when the lock is released
@@ -260,6 +260,8 @@ impl Port {
             shared.work.store(true, Ordering::SeqCst);
             return None;
         }
+        let now = now.unwrap_or_else(|| shared.now()).max(self.last_now);
+        self.last_now = now;
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
@@ -480,7 +482,7 @@ impl Shared {
             self.quiet_polls.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let step = p.step_with(self, now, who, pre, post)?;
+        let step = p.step_with(self, Some(now), who, pre, post)?;
         drop(port);
         self.after_app_step(&step);
         Some(step)
@@ -553,7 +555,7 @@ impl Shared {
         let mut idle = false;
         let step = p.step_with(
             self,
-            self.now(),
+            None,
             Stepper::App,
             |e| {
                 idle = Self::post_idle(&e.rnic, qpn);

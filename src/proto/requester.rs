@@ -254,9 +254,7 @@ impl Requester {
         // no question to the congestion control, whose refusal would only arm a pacer
         // hold, and a timer, for a QP with nothing to send. The call after every packet
         // sent ends here, which keeps the rate look-ups off each step's path.
-        if self.sq.get(self.tx_idx).is_none() {
-            return None;
-        }
+        self.sq.get(self.tx_idx)?;
         // A throttled QP asks for ACKs often enough that one comes back within a quarter
         // of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64 packets take longer
         // than the timeout itself, which would then expire with nothing lost (§9.7.6.1:

@@ -47,9 +47,13 @@
 //!   verb when it releases the engine). A poll reads the clock once, for the lease and
 //!   the step.
 //! - The doorbell is rung only on an idle send queue of an idle device, no QP with a
-//!   timer armed (`verbs::Qp::post_send`); behind outstanding work, on this QP or on
-//!   others, the driver is kicked and sends whole batches, as a stream of small messages,
-//!   or one message on each of many QPs, would otherwise cost one `sendto` each.
+//!   timer armed ([`Shared::post_send_ringing`], `verbs::Qp::post_send`); behind
+//!   outstanding work, on this QP or on others, the driver is kicked and sends whole
+//!   batches, as a stream of small messages, or one message on each of many QPs, would
+//!   otherwise cost one `sendto` each. When the port is free the work request is posted
+//!   under the engine lock of the step that sends it (`Port::step_with`), and a busy
+//!   poll's step takes its CQ's completions under its own lock too: one engine lock per
+//!   message on each side instead of two.
 //! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
 //!   own thread (request/response exchanges); it takes the poll lease when it returns.
 //! - Deferred ACKs. A step on a polling thread ([`Shared::poll_progress`], or the socket
@@ -523,7 +527,8 @@ impl Shared {
     /// `ibv_post_send` of an RC or UC QP and its doorbell under one engine lock: when no
     /// other thread holds the port, the work request is posted by the step that sends it
     /// (`Port::step_with`), which saves the engine lock, guard and work flag of a
-    /// separate post (docs/performance.md, "The round trip: one lock per message").
+    /// separate post (docs/performance.md, "The round trip: one lock per message, fewer
+    /// instructions").
     /// What it does is what [`crate::proto::Rnic::post_send`] and then
     /// [`Shared::doorbell`] did: the doorbell is rung only on an idle send queue of an
     /// idle device (no QP with a timer armed; otherwise the driver is kicked and sends

@@ -47,9 +47,13 @@
 //!   verb when it releases the engine). A poll reads the clock once, for the lease and
 //!   the step.
 //! - The doorbell is rung only on an idle send queue of an idle device, no QP with a
-//!   timer armed (`verbs::Qp::post_send`); behind outstanding work, on this QP or on
-//!   others, the driver is kicked and sends whole batches, as a stream of small messages,
-//!   or one message on each of many QPs, would otherwise cost one `sendto` each.
+//!   timer armed ([`Shared::post_send_ringing`], `verbs::Qp::post_send`); behind
+//!   outstanding work, on this QP or on others, the driver is kicked and sends whole
+//!   batches, as a stream of small messages, or one message on each of many QPs, would
+//!   otherwise cost one `sendto` each. When the port is free the work request is posted
+//!   under the engine lock of the step that sends it (`Port::step_with`), and a busy
+//!   poll's step takes its CQ's completions under its own lock too: one engine lock per
+//!   message on each side instead of two.
 //! - [`Shared::wait_cq_receiving`] lets one thread sleep on the socket and receive on its
 //!   own thread (request/response exchanges); it takes the poll lease when it returns.
 //! - Deferred ACKs. A step on a polling thread ([`Shared::poll_progress`], or the socket
@@ -80,7 +84,8 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use super::{DriverOptions, MAX_KICKS, STRIDE, Shared};
 use crate::driver::tap::{RxFate, Tap, handle_frame_tapped};
 use crate::io::frame::{BATCH, FrameIo};
-use crate::proto::{Cq, Instant as EngineTime, TxReason, WorkCompletion};
+use crate::proto::{Cq, Instant as EngineTime, SendWr, TxReason, VerbsError, WorkCompletion};
+use crate::wire::Qpn;
 
 /// How long one busy poll keeps the driver from watching the socket. Long compared with
 /// a round trip (tens of µs), short compared with the local ACK timeout (67 ms for
@@ -229,13 +234,38 @@ impl Port {
 
     /// One round of progress at `now` (on the engine's clock: since the driver's epoch).
     pub(super) fn step(&mut self, shared: &Shared, now: EngineTime, who: Stepper) -> Step {
-        let now = now.max(self.last_now);
-        self.last_now = now;
+        self.step_with(shared, Some(now), who, |_| true, |_| {})
+            .expect("a step whose prelude goes on always runs")
+    }
+
+    /// [`Port::step`] with the caller's own work under the step's engine lock, so that a
+    /// verb and the step it leads to cost one lock, not two: `pre` runs first (before
+    /// anything is received; `false` ends the step there, with nothing else done, and
+    /// the engine marked as worked on like any verb's lock does), `post` last (after the
+    /// transmit batch was built, before the lock is released). `None` when `pre` ended it.
+    /// Without `now`, the clock is read once `pre` let the step go on (a post that ends
+    /// the step, behind outstanding work, reads no clock).
+    pub(super) fn step_with(
+        &mut self,
+        shared: &Shared,
+        now: Option<EngineTime>,
+        who: Stepper,
+        pre: impl FnOnce(&mut super::Engine) -> bool,
+        post: impl FnOnce(&mut super::Engine),
+    ) -> Option<Step> {
         // Before the engine lock: whatever a verb does after this marks the flag again.
         shared.work.store(false, Ordering::SeqCst);
         // Completions the step adds wake their waiters when the lock is released
         // (`EngineGuard`), the socket waiter's own step excepted: it looks next.
         let mut g = shared.lock_as(who != Stepper::Waiter, false);
+        if !pre(&mut g) {
+            // What `pre` did is left to a later step, which must not be skipped as
+            // quiet: the flag a verb's own lock would have set.
+            shared.work.store(true, Ordering::SeqCst);
+            return None;
+        }
+        let now = now.unwrap_or_else(|| shared.now()).max(self.last_now);
+        self.last_now = now;
         let e = &mut *g;
         match who {
             Stepper::Driver { .. } => e.stats.iterations += 1,
@@ -331,6 +361,7 @@ impl Port {
             shared.wake_at.store(wake_at.as_nanos(), Ordering::SeqCst);
             shared.sleeping.store(true, Ordering::SeqCst);
         }
+        post(e);
         drop(g);
         // Recorded as sent once the engine produced them, outside the engine lock.
         if let Some(t) = self.tap.as_mut() {
@@ -379,13 +410,13 @@ impl Port {
         shared
             .tx_deferred
             .store(self.io.unkicked() > 0, Ordering::SeqCst);
-        Step {
+        Some(Step {
             idle,
             stalled,
             full,
             in_flight,
             deadline,
-        }
+        })
     }
 }
 
@@ -432,6 +463,18 @@ impl Shared {
     /// thread is stepping, or (a busy poll) when there is nothing to do
     /// (`Port::quiet`).
     fn app_step_as(&self, who: Stepper, now: EngineTime) -> Option<Step> {
+        self.app_step_with(who, now, |_| true, |_| {})
+    }
+
+    /// [`Shared::app_step_as`] with the caller's work under the step's engine lock
+    /// (`Port::step_with`); `None` also when `pre` ended the step.
+    fn app_step_with(
+        &self,
+        who: Stepper,
+        now: EngineTime,
+        pre: impl FnOnce(&mut super::Engine) -> bool,
+        post: impl FnOnce(&mut super::Engine),
+    ) -> Option<Step> {
         let mut port = match self.port.try_lock() {
             Ok(p) => p,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -443,7 +486,7 @@ impl Shared {
             self.quiet_polls.fetch_add(1, Ordering::Relaxed);
             return None;
         }
-        let step = p.step(self, now, who);
+        let step = p.step_with(self, Some(now), who, pre, post)?;
         drop(port);
         self.after_app_step(&step);
         Some(step)
@@ -481,6 +524,70 @@ impl Shared {
         }
     }
 
+    /// `ibv_post_send` of an RC or UC QP and its doorbell under one engine lock: when no
+    /// other thread holds the port, the work request is posted by the step that sends it
+    /// (`Port::step_with`), which saves the engine lock, guard and work flag of a
+    /// separate post (docs/performance.md, "The round trip: one lock per message, fewer
+    /// instructions").
+    /// What it does is what [`crate::proto::Rnic::post_send`] and then
+    /// [`Shared::doorbell`] did: the doorbell is rung only on an idle send queue of an
+    /// idle device (no QP with a timer armed; otherwise the driver is kicked and sends
+    /// whole batches, docs/performance.md "Many QPs"), and a refused work request
+    /// leaves nothing to send and kicks nobody.
+    pub fn post_send_ringing(&self, qpn: Qpn, wr: SendWr) -> Result<(), VerbsError> {
+        let mut port = match self.port.try_lock() {
+            Ok(p) => Some(p),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let Some(p) = port.as_mut().and_then(|g| g.as_mut()) else {
+            // Another thread steps (or the driver stopped): post, and leave the frames
+            // to that thread, kicking the driver in case it sleeps.
+            drop(port);
+            let idle = {
+                let mut g = self.lock();
+                let idle = Self::post_idle(&g.rnic, qpn);
+                g.rnic.post_send(qpn, wr)?;
+                idle
+            };
+            if idle {
+                self.lock_stats().stats.doorbells_busy += 1;
+            }
+            self.kick();
+            return Ok(());
+        };
+        let mut posted = Ok(());
+        let mut idle = false;
+        let step = p.step_with(
+            self,
+            None,
+            Stepper::App,
+            |e| {
+                idle = Self::post_idle(&e.rnic, qpn);
+                posted = e.rnic.post_send(qpn, wr);
+                idle && posted.is_ok()
+            },
+            |_| {},
+        );
+        drop(port);
+        match step {
+            Some(s) => self.after_app_step(&s),
+            // Behind outstanding work: the driver sends it with the rest.
+            None if posted.is_ok() => self.kick(),
+            None => {}
+        }
+        posted
+    }
+
+    /// Whether a send posted now would find an idle send queue on an idle device: this
+    /// QP's send queue empty and no QP with a timer armed (an RC QP's retransmission
+    /// timer runs while it has packets unacknowledged). With work in flight on other
+    /// QPs the driver steps for it anyway, and a doorbell per post on each of many QPs
+    /// would cost a `sendto` per message (docs/performance.md "Many QPs").
+    fn post_idle(rnic: &crate::proto::Rnic, qpn: Qpn) -> bool {
+        rnic.send_queue_len(qpn) == 0 && rnic.poll_timeout().is_none()
+    }
+
     /// Busy-polling progress (an empty `poll_cq`): receive, run timers and transmit on
     /// the calling thread, and take the poll lease. Returns whether a step ran: not when
     /// another thread is stepping, nor when there was nothing to do (nothing received,
@@ -488,6 +595,27 @@ impl Shared {
     /// `Port::quiet`). ACKs the step produced may be deferred: the caller polls its CQ
     /// again and calls [`Shared::flush_deferred`] when that finds nothing.
     pub fn poll_progress(&self) -> bool {
+        self.poll_step(|_| {}).is_some()
+    }
+
+    /// [`Shared::poll_progress`] for a poll of `cq`: the step also takes up to `max` of
+    /// its completions into `out`, under the step's own engine lock (one lock per poll
+    /// that finds a frame, not two). `None` when no step ran; otherwise how many
+    /// completions were taken. The caller then reports them ([`Shared::poll_found`]) or,
+    /// with none, pushes the deferred ACKs ([`Shared::flush_deferred`]).
+    pub fn poll_progress_into(
+        &self,
+        cq: Cq,
+        max: usize,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Option<usize> {
+        let mut n = 0;
+        self.poll_step(|e| n = e.rnic.poll_cq(cq, max, out))?;
+        Some(n)
+    }
+
+    /// A busy poll's step, `post` run under its engine lock at its end.
+    fn poll_step(&self, post: impl FnOnce(&mut super::Engine)) -> Option<Step> {
         // The one clock read of an empty poll: the lease and the step use it.
         let now = self.now();
         self.poll_lease
@@ -497,7 +625,7 @@ impl Shared {
         // rather than left to wake the driver for nothing (one wake-up per completion
         // whenever the round trip exceeds the grace), and counts as not needed.
         self.grace.polled();
-        self.app_step_as(Stepper::Poll, now).is_some()
+        self.app_step_with(Stepper::Poll, now, |_| true, post)
     }
 
     /// Empty polls so far that skipped their step ([`Shared::poll_progress`]).

@@ -141,6 +141,51 @@ fn a_paced_qp_waits_on_its_pacer_timer() {
     assert!(step(&mut p.a, release) > 0, "released by its pacer timer");
 }
 
+/// A throttled QP that sent everything it had is not held by its pacer: with nothing at
+/// its send position the requester does not ask the congestion control, whose refusal
+/// (the bucket is spent) would arm a pacer hold, and a timer that wakes the device for
+/// nothing.
+#[test]
+fn a_qp_with_nothing_to_send_is_not_held_by_its_pacer() {
+    let mut p = Pair::new(LinkConfig::default(), 1);
+    with_dcqcn(&mut p);
+    let c = p.connect(&ConnectOpts::default()).unwrap();
+    let mr =
+        p.a.reg_mr(c.pd_a, 1 << 20, crate::proto::Access::ALL)
+            .unwrap();
+    let rmr =
+        p.b.reg_mr(c.pd_b, 1 << 20, crate::proto::Access::ALL)
+            .unwrap();
+    let t0 = Instant::from_nanos(1_000_000);
+    cnp_to_a(&mut p.a, t0, c.qp_a);
+    let cut = t0 + Duration::from_micros(4);
+    step(&mut p.a, cut);
+    assert!(rate(&p.a, c.qp_a) < LINE, "throttled");
+    // 15 KiB at path MTU 1024: 15 packets, all within the 16 KiB bucket, which they
+    // leave with less than one more packet's tokens.
+    let mut w = crate::proto::SendWr::new(1, crate::proto::WrOpcode::RdmaWrite);
+    w.sg_list = vec![crate::proto::Sge {
+        addr: mr.addr,
+        length: 15 * 1024,
+        lkey: mr.lkey,
+    }];
+    w.rdma.remote_addr = rmr.addr;
+    w.rdma.rkey = rmr.rkey;
+    p.a.post_send(c.qp_a, w).unwrap();
+    assert_eq!(step(&mut p.a, cut), 15);
+    let cc = p.a.congestion().unwrap();
+    let next = 1024 + crate::proto::requester::PACING_HEADROOM;
+    assert!(
+        cc.next_send_time(cut, c.qp_a, next) > cut,
+        "the bucket is spent: a packet more would be refused"
+    );
+    assert_eq!(
+        cc.qp_timers(c.qp_a).pacer,
+        None,
+        "nothing to send: no pacer hold"
+    );
+}
+
 /// 10 000 connected, idle QPs with DCQCN on, then one of them throttled: a thousand driver
 /// steps visit none, then only that one, twice per timer event of it (the timer, then one
 /// transmit try).

@@ -92,7 +92,7 @@ pub(crate) struct ReqLimits {
 
 /// Bytes beyond the path MTU a data frame may carry (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
 /// ImmDt, ICRC), so the pacer is asked for a whole frame before one is built.
-const PACING_HEADROOM: usize = 128;
+pub(crate) const PACING_HEADROOM: usize = 128;
 
 /// What the requester's turn ([`Requester::poll_transmit`]) needs from its QP and its
 /// device besides itself.
@@ -250,6 +250,11 @@ impl Requester {
             draining,
             uc,
         } = env;
+        // Nothing at the send position (`next_packet` would find no WR): no packet, and
+        // no question to the congestion control, whose refusal would only arm a pacer
+        // hold, and a timer, for a QP with nothing to send. The call after every packet
+        // sent ends here, which keeps the rate look-ups off each step's path.
+        self.sq.get(self.tx_idx)?;
         // A throttled QP asks for ACKs often enough that one comes back within a quarter
         // of its local ACK timeout: at a DCQCN rate of a few Mb/s, 64 packets take longer
         // than the timeout itself, which would then expire with nothing lost (§9.7.6.1:

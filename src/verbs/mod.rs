@@ -1393,10 +1393,10 @@ impl Cq {
                     s.poll_found();
                     return Ok(n);
                 }
-                if !s.poll_progress() {
-                    return Ok(n);
-                }
-                let n = cq.drain(max, out);
+                // The step takes what it completed under its own engine lock.
+                let Some(n) = s.poll_progress_into(cq.cq, max, out) else {
+                    return Ok(0);
+                };
                 if n > 0 {
                     s.poll_found();
                 } else {

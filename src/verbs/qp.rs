@@ -262,26 +262,9 @@ impl Qp {
     /// of small messages would otherwise cost a `sendto` each).
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         match &self.kind {
-            QpKind::Soft { pd, .. } => {
-                let s = &pd.shared;
-                let idle = {
-                    let mut g = s.lock();
-                    // Idle: this send queue is empty and no QP of the device has a timer
-                    // armed (an RC QP's retransmission timer runs while it has packets
-                    // unacknowledged): with work in flight on other QPs, the driver steps
-                    // for it anyway, and a doorbell per post on each of many QPs would
-                    // cost a `sendto` per message (docs/performance.md "Many QPs").
-                    let idle =
-                        g.rnic.send_queue_len(self.qpn) == 0 && g.rnic.poll_timeout().is_none();
-                    g.rnic.post_send(self.qpn, wr)?;
-                    idle
-                };
-                if idle {
-                    s.doorbell();
-                } else {
-                    s.kick();
-                }
-            }
+            // The post and the doorbell's step under one engine lock
+            // (`Shared::post_send_ringing`).
+            QpKind::Soft { pd, .. } => pd.shared.post_send_ringing(self.qpn, wr)?,
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
             QpKind::Svc(qp) => {
                 qp.check_post(true)?;

@@ -299,9 +299,26 @@ pub fn patch_header_state(ipv6: bool, base: u32, p: &HeaderPatch) -> u32 {
 /// [`compute_split`] from the header's state ([`header_state`] or [`patch_header_state`]),
 /// when the payload and pad are a whole number of words of at most 8 KiB (else `None`).
 pub fn compute_from_header_state(state: u32, payload: &[u8], pad: usize) -> Option<u32> {
+    compute_from_header_state_ext(state, &[], payload, pad)
+}
+
+/// [`compute_from_header_state`] of a packet with extension headers: `ext` (the bytes
+/// between the BTH and the payload, whole words) is hashed in front of the payload, so
+/// the header's state still comes from the template's (an ACK's AETH, a WRITE's RETH:
+/// [`crate::wire::FrameTemplate::emit`]). The CRC is linear: the bytes after the header
+/// are one piece whatever they are.
+pub fn compute_from_header_state_ext(
+    state: u32,
+    ext: &[u8],
+    payload: &[u8],
+    pad: usize,
+) -> Option<u32> {
     let pad = &[0u8; 3][..pad.min(3)];
-    let x = shift_factor(payload.len() + pad.len())?;
+    let x = shift_factor(ext.len() + payload.len() + pad.len())?;
     let mut p = crc32fast::Hasher::new();
+    if !ext.is_empty() {
+        p.update(ext);
+    }
     p.update(payload);
     if !pad.is_empty() {
         p.update(pad);

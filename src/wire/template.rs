@@ -230,15 +230,12 @@ impl FrameTemplate {
             off += pad;
         }
         // The payload hashed from its source beside its copy, as `FrameRepr::emit` does
-        // (icrc::compute_split). Without extension headers the header's part comes from
-        // the template's state and the patched fields (icrc::patch_header_state), not
-        // from hashing the header just written.
-        let fast = (hdr_end == hdr_len)
-            .then(|| {
-                let h = icrc::patch_header_state(self.ipv6, self.hdr_crc, &patch);
-                icrc::compute_from_header_state(h, payload, pad)
-            })
-            .flatten();
+        // (icrc::compute_split). The header's part comes from the template's state and
+        // the patched fields (icrc::patch_header_state), not from hashing the header
+        // just written; the extension headers (an ACK's AETH, a RETH), written just
+        // above, are hashed in front of the payload.
+        let h = icrc::patch_header_state(self.ipv6, self.hdr_crc, &patch);
+        let fast = icrc::compute_from_header_state_ext(h, &out[hdr_len..hdr_end], payload, pad);
         let crc = fast.unwrap_or_else(|| {
             icrc::compute_split(self.ipv6, ip_hdr_len, &out[ip_off..hdr_end], payload, pad)
         });

@@ -16,10 +16,10 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{under_ci, xrnic_bin};
+use common::{text, under_ci, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
 const PERFTEST: &str = "/usr/bin/ucx_perftest";
@@ -74,15 +74,6 @@ fn ucx(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\nstdout: {}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The packets one end's device sent and received, from its final snapshot.

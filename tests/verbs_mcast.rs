@@ -152,7 +152,9 @@ fn kernel_groups(ifname: &str) -> (bool, bool) {
     let mut v4 = false;
     for l in igmp.lines() {
         if !l.starts_with(char::is_whitespace) && !l.starts_with("Idx") {
-            in_if = l.split_whitespace().nth(1) == Some(ifname);
+            // The name is padded to 10 columns before its colon: a longer one (the
+            // pair's names carry the pid) runs into it, "xr23633-0b:".
+            in_if = l.split_whitespace().nth(1).map(|n| n.trim_end_matches(':')) == Some(ifname);
         } else if in_if && l.split_whitespace().next() == Some(&g4) {
             v4 = true;
         }

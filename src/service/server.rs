@@ -858,7 +858,12 @@ fn pump_completions(c: &mut Client) {
     let mut v = Vec::new();
     let mut any = false;
     for e in c.cqs.values() {
-        let free = e.ring.capacity().saturating_sub(e.ring.fill()) as usize;
+        // The ring holds at most the `cqe` the client asked for (its slots are rounded
+        // up): completions past that wait in the engine's CQ, whose overrun is the
+        // client's IBV_EVENT_CQ_ERR (IBTA vol. 1 §11.6.3.2), whatever the timing of
+        // this loop against the completions.
+        let room = e.ring.capacity().min(e.cqe);
+        let free = room.saturating_sub(e.ring.fill()) as usize;
         if free == 0 {
             continue;
         }

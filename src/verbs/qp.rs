@@ -246,11 +246,12 @@ impl Qp {
         self.modify(&attr, rts)
     }
 
-    /// RC or UC (the offload backend creates RC QPs only).
+    /// RC, UC or UD (the offload backend creates RC QPs only).
     pub fn qp_type(&self) -> crate::proto::QpType {
         match &self.kind {
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.qp_type(self.qpn).unwrap_or_default(),
-            QpKind::Verbs(_) | QpKind::Svc(_) => crate::proto::QpType::Rc,
+            QpKind::Svc(qp) => qp.qp_type,
+            QpKind::Verbs(_) => crate::proto::QpType::Rc,
         }
     }
 

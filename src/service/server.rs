@@ -945,6 +945,10 @@ fn pump_completions(c: &mut Client) {
 }
 
 #[cfg(test)]
+#[path = "objects_tests.rs"]
+mod objects_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;

@@ -116,7 +116,7 @@ fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: u8, srq: Option<u32
 /// The peer's GID on the simulated link (192.0.2.2, `Device::open_sim_pair`).
 fn peer_av() -> AvMsg {
     AvMsg {
-        dgid: crate::wire::ipv4_gid([192, 0, 2, 2].into()),
+        dgid: crate::wire::ipv4_gid([192, 0, 2, 2]),
         sgid_index: 1,
         hop_limit: 64,
         ..AvMsg::default()

@@ -53,3 +53,204 @@ fn stock_send_bw_over_ud_as_nobody_through_the_service() {
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Two clients of the service (two devices opened by this process in A, both going
+/// through the service), a UD QP each: A sends datagrams to B over the IPv4 and the
+/// IPv6 GID of the device (loopback in the service's driver). B's completions carry
+/// what an in-process device gives (tests/verbs_ud.rs): the GRH flag and the 40-byte
+/// GRH in front of the payload naming both addresses, src_qp, the immediate, and sl
+/// 0xa (IPv4) / 0x9 (IPv6) as ConnectX reports RoCE v2 (src/proto/cq.rs `roce_v2_sl`).
+/// A datagram with the wrong Q_Key is dropped (IBTA §10.2.5; the first receive takes
+/// the next one); a Q_Key with the high bit set sends the QP's own (§10.2.5.1).
+#[test]
+#[ignore = "needs root"]
+fn ud_completions_through_the_service_carry_src_qp_grh_and_sl() {
+    use xrnic::verbs::{
+        Access, AddressVector, Device, GRH_LEN, QpInitAttr, RecvWr, SendWr, WcOpcode, WcStatus,
+        WrOpcode,
+    };
+    use xrnic_netns::Side;
+    const QKEY: u32 = 0x1122_3344;
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let (da, db) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            assert!(da.service_pid().is_some() && db.service_pid().is_some());
+            let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+            let (ca, cb) = (da.create_cq(64).unwrap(), db.create_cq(64).unwrap());
+            let ma = pa.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+            let mb = pb.reg_mr(1 << 16, Access::LOCAL_WRITE).unwrap();
+            let qa = pa.create_ud_qp(&QpInitAttr::new(&ca, &ca, 16)).unwrap();
+            let qb = pb.create_ud_qp(&QpInitAttr::new(&cb, &cb, 16)).unwrap();
+            assert_eq!(qa.qp_type(), xrnic::verbs::QpType::Ud);
+            qa.ud_ready(QKEY, 1).unwrap();
+            qb.ud_ready(QKEY, 2).unwrap();
+            let q = qb.query().unwrap();
+            assert_eq!((q.qkey, q.port_num, q.pkey_index), (QKEY, 1, 0));
+            // The GSI QP stays the service's own.
+            assert!(pa.create_gsi_qp(&QpInitAttr::new(&ca, &ca, 4)).is_err());
+            let gids: Vec<(u8, bool)> = (0..da.gid_table().len() as u8)
+                .filter_map(|i| {
+                    let g = da.query_gid(i.into())?;
+                    let v4 = g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+                    (v4 || g[0] == 0xfd).then_some((i, !v4))
+                })
+                .collect();
+            assert!(
+                gids.iter().any(|g| !g.1) && gids.iter().any(|g| g.1),
+                "{gids:?}"
+            );
+            let wait = |cq: &xrnic::verbs::Cq| {
+                let w = cq.wait(1, Duration::from_secs(10));
+                assert_eq!(w.len(), 1, "a completion");
+                w[0]
+            };
+            for (round, &(gi, v6)) in gids.iter().enumerate() {
+                let g = da.query_gid(gi.into()).unwrap();
+                let ah = pa
+                    .create_ah(&AddressVector {
+                        dgid: g,
+                        sgid_index: gi,
+                        ..AddressVector::default()
+                    })
+                    .unwrap();
+                assert_ne!(ah.attr().dmac, [0; 6], "the service resolved the MAC");
+                let len = 100 + round;
+                qb.post_recv(RecvWr {
+                    wr_id: 7,
+                    sg_list: vec![mb.sge(0, 4096)],
+                })
+                .unwrap();
+                // The wrong Q_Key first: dropped at B.
+                let send = |id: u64, qkey: u32| {
+                    ma.write(0, &vec![id as u8; len]).unwrap();
+                    let mut wr = SendWr::new(id, WrOpcode::SendWithImm);
+                    wr.imm_data = 0xab00 + id as u32;
+                    wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+                    wr.sg_list = vec![ma.sge(0, len as u32)];
+                    qa.post_send_ud(wr, &ah, qb.qp_num(), qkey).unwrap();
+                    let w = wait(&ca);
+                    assert_eq!((w.wr_id, w.status), (id, WcStatus::Success), "{w:?}");
+                };
+                send(1, QKEY ^ 1);
+                // High bit: the QP's own Q_Key (QKEY), which B takes.
+                send(2, 0x8000_0000);
+                let w = wait(&cb);
+                assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::Recv));
+                assert_eq!(w.wr_id, 7);
+                assert_eq!(w.imm_data, Some(0xab02), "the second datagram: {w:?}");
+                assert!(w.grh);
+                assert_eq!(w.src_qp, qa.qp_num());
+                assert_eq!(w.qp_num, qb.qp_num());
+                assert_eq!(w.byte_len as usize, GRH_LEN + len);
+                assert_eq!(w.sl, xrnic::proto::cq::roce_v2_sl(v6));
+                assert_eq!(w.sl, if v6 { 0x9 } else { 0xa });
+                let mut buf = vec![0u8; GRH_LEN + len];
+                mb.read(0, &mut buf).unwrap();
+                let grh = &buf[..GRH_LEN];
+                if v6 {
+                    assert_eq!(grh[0] >> 4, 6);
+                    assert_eq!(grh[6], 17, "UDP");
+                    assert_eq!(grh[8..24], g);
+                    assert_eq!(grh[24..40], g);
+                } else {
+                    assert_eq!(grh[..20], [0u8; 20]);
+                    assert_eq!(grh[20], 0x45);
+                    assert_eq!(grh[29], 17, "UDP");
+                    assert_eq!(grh[32..36], g[12..]);
+                    assert_eq!(grh[36..40], g[12..]);
+                }
+                assert_eq!(buf[GRH_LEN..], vec![2u8; len][..]);
+            }
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// `kill -9` of clients that hold AHs and SRQs: stock ibv_srq_pingpong's server (its
+/// SRQ made, waiting for its client on TCP) and ibv_ud_pingpong's client mid-run (its
+/// AH made once it knows the server). The service frees both clients' objects when the
+/// kernel closes their sockets, and goes on serving UD.
+#[test]
+#[ignore = "needs root"]
+fn kill_9_of_clients_frees_their_ahs_and_srqs() {
+    use std::process::Command;
+    use std::time::Instant;
+    let Some(s) = Svc::start() else { return };
+    let srq_server = s
+        .tool(&[
+            "ibv_srq_pingpong",
+            "-g",
+            "1",
+            "-n",
+            "100000000",
+            "-p",
+            "18570",
+        ])
+        .spawn()
+        .unwrap();
+    let mut srq_server = service_support::Kid(Some(srq_server));
+    let (ud_server, mut ud_client) = s.pair_spawn(
+        "ibv_ud_pingpong",
+        &["-g", "1", "-n", "100000000", "-s", "512"],
+        18571,
+    );
+    // The pids (the tools, not timeout(1)) holding an SRQ and an AH.
+    let holders = |kind: &str, comm: &str| -> Vec<i64> {
+        s.res()
+            .iter()
+            .filter(|o| o["kind"] == kind && o["comm"] == comm)
+            .map(|o| o["pid"].as_i64().unwrap())
+            .collect()
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    let (srq_pid, ud_pids) = loop {
+        let (a, b) = (
+            holders("srq", "ibv_srq_pingpon"),
+            holders("ah", "ibv_ud_pingpong"),
+        );
+        if a.len() == 1 && b.len() == 2 {
+            break (a[0], b);
+        }
+        assert!(Instant::now() < end, "no SRQ and AHs: {:?}", s.res());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The client of the UD pair: the later pid of the two.
+    let ud_pid = *ud_pids.iter().max().unwrap();
+    for pid in [srq_pid, ud_pid] {
+        let st = Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let of = |pid: i64| -> Vec<serde_json::Value> {
+        s.res().into_iter().filter(|o| o["pid"] == pid).collect()
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while !(of(srq_pid).is_empty() && of(ud_pid).is_empty()) {
+        assert!(
+            Instant::now() < end,
+            "the killed clients' objects are still there: {:?}",
+            s.res()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = srq_server.child().wait();
+    let _ = ud_client.child().wait();
+    drop(ud_server);
+    let left = s.wait_empty(Duration::from_secs(2));
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // The service goes on serving UD.
+    let (_, c) = s.pair_run(
+        "ibv_ud_pingpong",
+        &["-g", "1", "-n", "50", "-s", "512"],
+        18572,
+    );
+    assert!(out(&c).contains("50 iters in"), "{}", text(&c));
+}

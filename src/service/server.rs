@@ -9,7 +9,7 @@
 //!   memory (process_vm_readv/writev, [`crate::proto::UserMem::remote`]).
 //! - EOF or any error on a client's socket ends the client: its QPs are destroyed first
 //!   (their peers then see what they see when a host's QP is destroyed: no answer, so a
-//!   retry-exceeded error), then its MRs, CQs and PDs. The kernel closes the socket of a
+//!   retry-exceeded error), then its SRQs, AHs, MRs, CQs and PDs. The kernel closes the socket of a
 //!   process that exits or is killed, so `kill -9` ends it too.
 //! - A malformed ring slot is dropped and counted (`bad_slots` in `xrnic res --json`); a
 //!   work request the engine refuses becomes an error completion (`IBV_WC_LOC_QP_OP_ERR`)
@@ -20,13 +20,15 @@
 //!   [`MAX_CLIENT_EVENTS`] unread each (the oldest go first); the client's event
 //!   notifier is written and it fetches them with [`Req::AsyncEvents`]. An event of one
 //!   QP or CQ (COMM_EST, SQ_DRAINED, QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR,
-//!   QP_LAST_WQE_REACHED, CQ_ERR) goes to the client that owns the object only, named
-//!   as that client knows it (the QPN; its handle of the CQ). A client that says hello
+//!   QP_LAST_WQE_REACHED, CQ_ERR, SRQ_LIMIT_REACHED) goes to the client that owns the
+//!   object only, named as that client knows it (the QPN; its handle of the CQ or SRQ). A client that says hello
 //!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
+//! - QPs are RC, UC or UD (the GSI QP stays the device's own); AHs and SRQs, and the
+//!   posts that name them, are `super::objects`.
 //! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
-//!   ring slots in all) and MRs (and registered bytes in all); a verb past a cap fails
+//!   ring slots in all), MRs (and registered bytes in all), AHs and SRQs; a verb past a cap fails
 //!   with ENOMEM, as a NIC out of resources answers. Each round of the loop takes at most
 //!   `slots_per_round` submission slots and `msgs_per_round` control messages of one
 //!   client before it turns to the others (what is left stays for the next round, which

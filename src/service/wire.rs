@@ -578,6 +578,9 @@ fn get_sges(w: &[u64; SQ_WORDS], n: usize) -> Option<Vec<Sge>> {
 }
 
 /// Word 0: kind (bits 0..8), SGE count (8..16), opcode (16..24), send flags (32..64).
+/// Word 1: the QPN (an SRQ receive: the SRQ's handle) and the immediate; word 2 the
+/// wr_id; words 3..7 the remote address, keys and atomic operands (a UD send: the AH
+/// handle and remote QPN, the remote Q_Key); words 8.. the SGEs.
 pub fn encode_send(qpn: Qpn, wr: &SendWr) -> Option<[u64; SQ_WORDS]> {
     let mut w = [0u64; SQ_WORDS];
     let op = WR_OPCODES.iter().position(|&o| o == wr.opcode)? as u64;

@@ -5,9 +5,15 @@
 //! - [`Conn::connect`] looks for the service of an interface (the abstract socket
 //!   `@xrnic/<IF>` of the caller's network namespace); `Ok(None)` when none listens, so the
 //!   caller opens the in-process device instead (and says so: [`super::Device::service_pid`]).
-//! - Control verbs (PD, MR, CQ, QP create / modify / query / destroy) are one request and
-//!   one answer each on the socket, serialised by a lock.
-//! - The data path is shared memory: `post_send` / `post_recv` write a slot into the
+//! - Control verbs (PD, MR, CQ, QP of type RC, UC or UD, AH, SRQ: create / modify /
+//!   query / destroy) are one request and one answer each on the socket, serialised by a
+//!   lock. An AH is the service's (it resolves the MAC there); the client keeps its
+//!   handle and the resolved vector.
+//! - A UD send names the AH by its handle, the remote QPN and Q_Key in its slot; a
+//!   receive for an SRQ names the SRQ's handle. A receive posted to a full SRQ is
+//!   dropped by the service (nothing here can fail the post that already returned).
+//! - The data path is shared memory: `post_send` / `post_recv` (and `post_send_ud`,
+//!   `post_srq_recv`) write a slot into the
 //!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
 //!   makes no system call; `wait` sleeps on the CQ's eventfd.
 //! - Asynchronous events: the service forwards its device's unaffiliated events

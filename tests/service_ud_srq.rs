@@ -312,3 +312,63 @@ fn stock_ud_pingpong_across_the_veth_pair_service_to_in_process_device() {
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// UCX (Debian's ucx_perftest, a large libibverbs program written by others) with only
+/// its UD transport (`UCX_TLS=ud_verbs,self`), server and client as nobody through the
+/// service on one device: UCX's wire-up and data are UD datagrams whose completions
+/// must carry the RoCE v2 `sl` (tests/ucx_stock.rs says why). Each program gets a
+/// private mount namespace with a character device at /dev/infiniband/uverbs0 (root
+/// makes it, mode 0666 so that nobody may open it as UCX wants, then drops to nobody),
+/// as tests/ucx_stock.rs does; without it UCX says `ud_verbs` is not available.
+#[test]
+#[ignore = "needs root"]
+fn ucx_perftest_over_ud_verbs_as_nobody_through_the_service() {
+    use std::process::{Command, Stdio};
+    const PERFTEST: &str = "/usr/bin/ucx_perftest";
+    if !std::path::Path::new(PERFTEST).exists() {
+        assert!(!common::under_ci(), "CI=true needs {PERFTEST} (ucx-utils)");
+        eprintln!("skipping: {PERFTEST} not installed (ucx-utils)");
+        return;
+    }
+    let port = "13411";
+    let Some(s) = Svc::start_renamed(&format!("u{port}s")) else {
+        return;
+    };
+    std::fs::create_dir_all("/dev/infiniband").expect("mkdir /dev/infiniband");
+    let ucx = |extra: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &s.pair.end(xrnic_netns::Side::A).netns])
+            .args(["timeout", "90", "unshare", "-m", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs none /dev/infiniband && \
+                 mknod -m 666 /dev/infiniband/uverbs0 c 1 3 && \
+                 exec setpriv --reuid=nobody --regid=nogroup --clear-groups \"$@\"",
+            )
+            .arg("sh")
+            .args([common::xrnic_bin(), "exec", "--netdev", s.ifname(), "--"])
+            .arg(PERFTEST)
+            .args(extra)
+            .args(["-p", port, "-t", "tag_bw", "-s", "65536", "-n", "300"])
+            .env("UCX_TLS", "ud_verbs,self")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = service_support::Kid(Some(ucx(&[]).spawn().unwrap()));
+    let mut client = None;
+    for _ in 0..60 {
+        std::thread::sleep(Duration::from_millis(250));
+        let o = ucx(&["127.0.0.1"]).output().unwrap();
+        if !String::from_utf8_lossy(&o.stderr).contains("Connection refused") {
+            client = Some(o);
+            break;
+        }
+    }
+    let client = client.expect("the server never listened");
+    let server = server.wait_with_output().unwrap();
+    assert!(client.status.success(), "client: {}", text(&client));
+    assert!(server.status.success(), "server: {}", text(&server));
+    assert!(out(&client).contains("Final:"), "client: {}", text(&client));
+    let left = s.wait_empty(Duration::from_secs(2));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

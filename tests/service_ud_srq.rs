@@ -372,3 +372,101 @@ fn ucx_perftest_over_ud_verbs_as_nobody_through_the_service() {
     let left = s.wait_empty(Duration::from_secs(2));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Whether the kernel of the calling thread's namespace holds IPv4 group `g` joined on
+/// `ifname` (/proc/net/igmp, groups in hex in host order; tests/verbs_mcast.rs).
+fn igmp_joined(ifname: &str, g: [u8; 4]) -> bool {
+    let igmp = std::fs::read_to_string("/proc/thread-self/net/igmp").unwrap_or_default();
+    let hex = format!("{:02X}{:02X}{:02X}{:02X}", g[3], g[2], g[1], g[0]);
+    let mut in_if = false;
+    let mut joined = false;
+    for l in igmp.lines() {
+        if !l.starts_with(char::is_whitespace) && !l.starts_with("Idx") {
+            in_if = l.split_whitespace().nth(1).map(|n| n.trim_end_matches(':')) == Some(ifname);
+        } else if in_if && l.split_whitespace().next() == Some(&hex) {
+            joined = true;
+        }
+    }
+    joined
+}
+
+/// Multicast through the service: client B's UD QP attached to 239.1.2.3 (the service's
+/// device joins the group in the kernel on its interface), client A sends to the
+/// group's AH and QPN 0xFFFFFF, B receives it (the driver loops a group's frame back to
+/// the device's own members). B's end (its process's device closed, as at its death)
+/// detaches it and the service leaves the group.
+#[test]
+#[ignore = "needs root"]
+fn multicast_attach_through_the_service_joins_delivers_and_leaves() {
+    use xrnic::verbs::{
+        Access, AddressVector, Device, GRH_LEN, QpInitAttr, RecvWr, SendWr, WcStatus, WrOpcode,
+    };
+    use xrnic_netns::Side;
+    const QKEY: u32 = 0x0123_4567;
+    const GROUP: [u8; 4] = [239, 1, 2, 3];
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let gid = xrnic::wire::ipv4_gid(GROUP);
+            assert!(!igmp_joined(&ifname, GROUP));
+            {
+                let db = Device::open(&ifname).unwrap();
+                assert!(db.service_pid().is_some());
+                let pb = db.alloc_pd().unwrap();
+                let cb = db.create_cq(16).unwrap();
+                let mb = pb.reg_mr(8192, Access::LOCAL_WRITE).unwrap();
+                let qb = pb.create_ud_qp(&QpInitAttr::new(&cb, &cb, 8)).unwrap();
+                qb.ud_ready(QKEY, 1).unwrap();
+                qb.attach_mcast(&gid, 0).unwrap();
+                assert_eq!(qb.mcast_groups(), vec![gid]);
+                assert!(igmp_joined(&ifname, GROUP), "the service joined the group");
+                qb.post_recv(RecvWr {
+                    wr_id: 5,
+                    sg_list: vec![mb.sge(0, 4096)],
+                })
+                .unwrap();
+                let da = Device::open(&ifname).unwrap();
+                let pa = da.alloc_pd().unwrap();
+                let ca = da.create_cq(16).unwrap();
+                let ma = pa.reg_mr(4096, Access::LOCAL_WRITE).unwrap();
+                let qa = pa.create_ud_qp(&QpInitAttr::new(&ca, &ca, 8)).unwrap();
+                qa.ud_ready(QKEY, 2).unwrap();
+                let ah = pa
+                    .create_ah(&AddressVector {
+                        dgid: gid,
+                        sgid_index: 1,
+                        ..AddressVector::default()
+                    })
+                    .unwrap();
+                assert_eq!(ah.attr().dmac, [0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
+                ma.write(0, b"to the group").unwrap();
+                let mut wr = SendWr::new(1, WrOpcode::Send);
+                wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+                wr.sg_list = vec![ma.sge(0, 12)];
+                qa.post_send_ud(
+                    wr,
+                    &ah,
+                    xrnic::wire::Qpn::new(xrnic::wire::MULTICAST_QPN),
+                    QKEY,
+                )
+                .unwrap();
+                let w = cb.wait(1, Duration::from_secs(10));
+                assert_eq!(w.len(), 1, "B got the group's datagram");
+                assert_eq!((w[0].status, w[0].wr_id), (WcStatus::Success, 5));
+                assert_eq!(w[0].src_qp, qa.qp_num());
+                let mut got = [0u8; 12];
+                mb.read(GRH_LEN, &mut got).unwrap();
+                assert_eq!(&got, b"to the group");
+                // A's QP is not attached: its detach is EINVAL (rxe `rxe_detach_mcg`)
+                // and leaves B's membership alone.
+                assert!(qa.detach_mcast(&gid, 0).is_err());
+                assert!(igmp_joined(&ifname, GROUP));
+            }
+            // B's device and QP are gone: the service destroyed the QP and left.
+            assert!(!igmp_joined(&ifname, GROUP), "the group is left");
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -1,5 +1,5 @@
-//! The device service's verbs of address handles and shared receive queues, and the
-//! posts that name them (UD sends, SRQ receives): docs/rnic.md "One device, many
+//! The device service's verbs of address handles, shared receive queues and multicast
+//! attachments, and the posts that name AHs and SRQs (UD sends, SRQ receives): docs/rnic.md "One device, many
 //! processes".
 //!
 //! Contract:
@@ -12,6 +12,9 @@
 //!   names it by the client's handle); it cannot be destroyed while one of them uses it
 //!   (EBUSY, as the in-process engine answers). Its SRQ_LIMIT_REACHED goes to that
 //!   client only, naming its handle ([`srq_owner`]).
+//! - Multicast: a client's UD QP is attached to a group by the service's device, which
+//!   joins it in the kernel (src/verbs/mcast.rs), so rxe's limits on groups and
+//!   attachments are the device's, shared by all clients.
 //! - Caps: `Limits::max_ahs`, `Limits::max_srqs` per client (ENOMEM past them).
 
 use super::server::{Client, Limits, bad, errno_resp, over};
@@ -55,6 +58,28 @@ pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
         Req::DestroyAh { ah } => match c.ahs.remove(&ah) {
             Some(_) => Resp::Ok,
             None => bad(libc::ENOENT, "no such AH"),
+        },
+        // The service's own device holds the kernel membership while any QP (of any
+        // client) is attached; a dead client's QPs are destroyed, which detaches them.
+        Req::AttachMcast { qpn, gid, lid } => match c.qps.get(&qpn) {
+            Some(q) => match q.qp.attach_mcast(&gid, lid) {
+                Ok(()) => Resp::Ok,
+                Err(e) => errno_resp(&e),
+            },
+            None => bad(libc::ENOENT, "no such QP"),
+        },
+        Req::DetachMcast { qpn, gid, lid } => match c.qps.get(&qpn) {
+            Some(q) => match q.qp.detach_mcast(&gid, lid) {
+                Ok(()) => Resp::Ok,
+                Err(e) => errno_resp(&e),
+            },
+            None => bad(libc::ENOENT, "no such QP"),
+        },
+        Req::McastGroups { qpn } => match c.qps.get(&qpn) {
+            Some(q) => Resp::Groups {
+                gids: q.qp.mcast_groups(),
+            },
+            None => bad(libc::ENOENT, "no such QP"),
         },
         Req::CreateSrq { pd, attr } => {
             let Some(p) = c.pds.get(&pd) else {

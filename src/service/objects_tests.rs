@@ -283,6 +283,26 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         panic!("query_srq")
     };
     assert_eq!(len, 1);
+    // Multicast: B attaches its own UD QP; A cannot attach, detach or list B's QP.
+    let group = crate::wire::ipv4_gid([239, 1, 2, 3]);
+    let attach = |qpn| Req::AttachMcast {
+        qpn,
+        gid: group,
+        lid: 0,
+    };
+    assert!(matches!(b.call(&mut svc, attach(qpn)), Resp::Ok));
+    assert_eq!(a.errno(&mut svc, attach(qpn)), libc::ENOENT);
+    let detach = Req::DetachMcast {
+        qpn,
+        gid: group,
+        lid: 0,
+    };
+    assert_eq!(a.errno(&mut svc, detach), libc::ENOENT);
+    assert_eq!(a.errno(&mut svc, Req::McastGroups { qpn }), libc::ENOENT);
+    let Resp::Groups { gids } = b.call(&mut svc, Req::McastGroups { qpn }) else {
+        panic!("b's groups")
+    };
+    assert_eq!(gids, [group]);
     // A's AH and SRQ are still there for A.
     assert!(matches!(a.call(&mut svc, Req::DestroyAh { ah }), Resp::Ok));
     assert!(matches!(

@@ -66,7 +66,7 @@ struct MrEnt {
 }
 
 pub(super) struct QpEnt {
-    qp: Qp,
+    pub qp: Qp,
     pd: u32,
     send_cq: u32,
     recv_cq: u32,
@@ -821,6 +821,9 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
         | Req::Shutdown
         | Req::CreateAh { .. }
         | Req::DestroyAh { .. }
+        | Req::AttachMcast { .. }
+        | Req::DetachMcast { .. }
+        | Req::McastGroups { .. }
         | Req::CreateSrq { .. }
         | Req::ModifySrq { .. }
         | Req::QuerySrq { .. }

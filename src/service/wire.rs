@@ -99,6 +99,22 @@ pub enum Req {
     DestroyAh {
         ah: u32,
     },
+    /// `ibv_attach_mcast` of the client's UD QP: the service's device joins the group
+    /// in the kernel as for an in-process QP.
+    AttachMcast {
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+    },
+    DetachMcast {
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+    },
+    /// The groups the client's QP is attached to: answered with [`Resp::Groups`].
+    McastGroups {
+        qpn: u32,
+    },
     /// Answered with [`Resp::Srq`].
     CreateSrq {
         pd: u32,
@@ -164,6 +180,9 @@ pub enum Resp {
         attr: SrqAttrMsg,
     },
     /// An SRQ's attributes and the receive WQEs it holds now.
+    Groups {
+        gids: Vec<[u8; 16]>,
+    },
     SrqAttr {
         attr: SrqAttrMsg,
         #[serde(default)]

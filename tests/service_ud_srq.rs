@@ -91,6 +91,8 @@ fn ud_completions_through_the_service_carry_src_qp_grh_and_sl() {
             qb.ud_ready(QKEY, 2).unwrap();
             let q = qb.query().unwrap();
             assert_eq!((q.qkey, q.port_num, q.pkey_index), (QKEY, 1, 0));
+            // A UD QP sends only with an AH: refused at once, as in-process.
+            assert!(qa.post_send(SendWr::new(0, WrOpcode::Send)).is_err());
             // The GSI QP stays the service's own.
             assert!(pa.create_gsi_qp(&QpInitAttr::new(&ca, &ca, 4)).is_err());
             let gids: Vec<(u8, bool)> = (0..da.gid_table().len() as u8)
@@ -465,6 +467,99 @@ fn multicast_attach_through_the_service_joins_delivers_and_leaves() {
             }
             // B's device and QP are gone: the service destroyed the QP and left.
             assert!(!igmp_joined(&ifname, GROUP), "the group is left");
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// UC through the service with the Rust API: two clients' UC QPs connected to each other
+/// (`Qp::connect` takes the UC masks), a SEND and an RDMA WRITE with immediate land in
+/// the receiver's memory; a READ is refused at once (EINVAL, rxe's opcode table), as
+/// in-process, not as an error completion later.
+#[test]
+#[ignore = "needs root"]
+fn uc_through_the_service_sends_writes_and_refuses_read_at_once() {
+    use xrnic::verbs::{
+        Access, ConnectOpts, Device, QpInitAttr, QpType, RecvWr, Remote, SendWr, WcOpcode,
+        WcStatus, WrOpcode,
+    };
+    use xrnic_netns::Side;
+    let Some(s) = Svc::start() else { return };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let (da, db) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            let (pa, pb) = (da.alloc_pd().unwrap(), db.alloc_pd().unwrap());
+            let (ca, cb) = (da.create_cq(16).unwrap(), db.create_cq(16).unwrap());
+            let ma = pa.reg_mr(4096, Access::ALL).unwrap();
+            let mb = pb.reg_mr(4096, Access::ALL).unwrap();
+            let init = |c| QpInitAttr::new(c, c, 16);
+            let qa = pa.create_qp_ext(&init(&ca), QpType::Uc, None).unwrap();
+            let qb = pb.create_qp_ext(&init(&cb), QpType::Uc, None).unwrap();
+            assert_eq!((qa.qp_type(), qb.qp_type()), (QpType::Uc, QpType::Uc));
+            let gid = da.query_gid(1).unwrap();
+            let o = ConnectOpts {
+                access: Access::ALL,
+                ..Default::default()
+            };
+            let to = |q: &xrnic::verbs::Qp, psn| Remote {
+                qpn: q.qp_num(),
+                psn,
+                gid,
+            };
+            qa.connect(&to(&qb, 7), 9, 1, &o).unwrap();
+            qb.connect(&to(&qa, 9), 7, 1, &o).unwrap();
+            let wait = |cq: &xrnic::verbs::Cq| {
+                let w = cq.wait(1, Duration::from_secs(10));
+                assert_eq!(w.len(), 1, "a completion");
+                assert_eq!(w[0].status, WcStatus::Success, "{w:?}");
+                w[0]
+            };
+            for id in [1, 2] {
+                qb.post_recv(RecvWr {
+                    wr_id: id,
+                    sg_list: vec![mb.sge(0, 64)],
+                })
+                .unwrap();
+            }
+            ma.write(0, b"uc send").unwrap();
+            let mut wr = SendWr::new(10, WrOpcode::Send);
+            wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+            wr.sg_list = vec![ma.sge(0, 7)];
+            qa.post_send(wr).unwrap();
+            assert_eq!(wait(&ca).wr_id, 10);
+            let w = wait(&cb);
+            assert_eq!((w.wr_id, w.byte_len, w.src_qp), (1, 7, qa.qp_num()));
+            let mut got = [0u8; 7];
+            mb.read(0, &mut got).unwrap();
+            assert_eq!(&got, b"uc send");
+            ma.write(100, b"uc write").unwrap();
+            let mut wr = SendWr::new(11, WrOpcode::RdmaWriteWithImm);
+            wr.send_flags = xrnic::verbs::SendFlags::SIGNALED;
+            wr.imm_data = 0x55;
+            wr.sg_list = vec![ma.sge(100, 8)];
+            wr.rdma.remote_addr = mb.addr() + 1000;
+            wr.rdma.rkey = mb.rkey();
+            qa.post_send(wr).unwrap();
+            assert_eq!(wait(&ca).wr_id, 11);
+            let w = wait(&cb);
+            assert_eq!(
+                (w.opcode, w.imm_data),
+                (WcOpcode::RecvRdmaWithImm, Some(0x55))
+            );
+            let mut got = [0u8; 8];
+            mb.read(1000, &mut got).unwrap();
+            assert_eq!(&got, b"uc write");
+            let mut wr = SendWr::new(12, WrOpcode::RdmaRead);
+            wr.sg_list = vec![ma.sge(200, 8)];
+            wr.rdma.remote_addr = mb.addr();
+            wr.rdma.rkey = mb.rkey();
+            assert!(qa.post_send(wr).is_err(), "READ on UC: refused at once");
+            assert!(ca.poll(4).is_empty(), "and no completion for it");
         })
         .unwrap();
     let left = s.wait_empty(Duration::from_secs(1));

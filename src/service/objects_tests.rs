@@ -276,9 +276,14 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         panic!("query_srq")
     };
     assert_eq!(len, 0, "A's SRQ got nothing from B");
-    // B's own SRQ takes B's receive.
+    // B's own SRQ takes B's receive, and the ring's done index says it is in the engine
+    // (what a client's UD / UC / SRQ receive waits for, src/verbs/remote.rs `wait_done`).
+    let ring = &b.ring.as_ref().unwrap().0;
+    let before = ring.done();
     b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
     assert_eq!(bad(&svc), 2);
+    assert_eq!(ring.done(), ring.producer());
+    assert_eq!(ring.done(), before.wrapping_add(1));
     let Resp::SrqAttr { len, .. } = b.call(&mut svc, Req::QuerySrq { srq: sb }) else {
         panic!("query_srq")
     };

@@ -892,6 +892,9 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             failed.push((cq, refused(wr_id, qpn, is_send)));
         }
     }
+    // Every slot taken is now in the engine (or refused): a client waiting to know its
+    // receive is there before it tells a peer to send (`Conn::post_recv_ready`) goes on.
+    ring.set_done(ring.consumer());
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {
             if e.ring.push(&wire::encode_wc(&wc)) {

@@ -268,7 +268,7 @@ impl Qp {
             QpKind::Soft { pd, .. } => pd.shared.post_send_ringing(self.qpn, wr)?,
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
             QpKind::Svc(qp) => {
-                qp.check_post(true)?;
+                qp.check_send(&wr)?;
                 qp.pd.conn.post_send(self.qpn, &wr)?;
             }
         }
@@ -284,7 +284,9 @@ impl Qp {
             QpKind::Verbs(qp) => qp.post_recv(&wr)?,
             QpKind::Svc(qp) => {
                 qp.check_post(false)?;
-                qp.pd.conn.post_recv(self.qpn, &wr)?;
+                // UD and UC drop what finds no receive: wait until it is in the engine.
+                let ready = qp.qp_type != crate::proto::QpType::Rc;
+                qp.pd.conn.post_recv(self.qpn, &wr, ready)?;
             }
         }
         Ok(())

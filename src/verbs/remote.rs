@@ -195,8 +195,9 @@ impl Conn {
         self.fatal.load(Ordering::SeqCst)
     }
 
-    /// Append one submission slot and ring the doorbell.
-    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<()> {
+    /// Append one submission slot and ring the doorbell; the ring's producer index after
+    /// it.
+    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<u32> {
         if self.is_fatal() {
             return Err(Error::Verbs(VerbsError::DeviceFatal));
         }
@@ -211,9 +212,33 @@ impl Conn {
             rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
             return Err(Error::Verbs(VerbsError::QueueFull));
         }
+        let at = sq.producer();
         drop(sq);
         rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
-        Ok(())
+        Ok(at)
+    }
+
+    /// Wait until the service has acted on every slot before index `upto` (its "done"
+    /// index, `Ring::set_done`): a receive is then in the engine. A UD or UC receive
+    /// must be there before the program tells its peer to send (out of band, as
+    /// ibv_ud_pingpong does over TCP): these services drop a message that finds no
+    /// receive (IBTA §9.8.3.1 UD, §9.8.2 UC), where RC answers RNR and the peer
+    /// retries. The kernel's post_recv returns once the WQE is in the device's queue;
+    /// this makes the service's do the same. Bounded (a service that died or stopped
+    /// answering does not hang the program: 5 s, then the post stands as queued).
+    fn wait_done(&self, upto: u32) {
+        let end = Instant::now() + Duration::from_secs(5);
+        for spin in 0u32.. {
+            let done = self.sq.lock().unwrap_or_else(|p| p.into_inner()).done();
+            if done.wrapping_sub(upto) as i32 >= 0 || self.is_fatal() || Instant::now() > end {
+                return;
+            }
+            if spin < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
     }
 
     /// Set or clear the completion hook: a thread of this process runs it whenever the
@@ -234,19 +259,28 @@ impl Conn {
     }
 
     pub fn post_send(&self, qpn: Qpn, wr: &SendWr) -> Result<()> {
-        self.submit(wire::encode_send(qpn, wr))
+        self.submit(wire::encode_send(qpn, wr)).map(drop)
     }
 
-    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr) -> Result<()> {
-        self.submit(wire::encode_recv(qpn, wr))
+    /// `ready`: return only once the service has put it in the engine ([`Conn::wait_done`]).
+    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool) -> Result<()> {
+        let at = self.submit(wire::encode_recv(qpn, wr))?;
+        if ready {
+            self.wait_done(at);
+        }
+        Ok(())
     }
 
     pub fn post_send_ud(&self, qpn: Qpn, wr: &SendWr, to: &wire::UdTarget) -> Result<()> {
-        self.submit(wire::encode_send_ud(qpn, wr, to))
+        self.submit(wire::encode_send_ud(qpn, wr, to)).map(drop)
     }
 
+    /// Returns once the service has put it in the SRQ ([`Conn::wait_done`]: an SRQ may
+    /// serve UC QPs).
     pub fn post_srq_recv(&self, srq: u32, wr: &RecvWr) -> Result<()> {
-        self.submit(wire::encode_srq_recv(srq, wr))
+        let at = self.submit(wire::encode_srq_recv(srq, wr))?;
+        self.wait_done(at);
+        Ok(())
     }
 }
 
@@ -519,6 +553,31 @@ pub(crate) struct RemoteQp {
 }
 
 impl RemoteQp {
+    /// The checks of an RC or UC send the in-process engine makes at once
+    /// (src/proto/device.rs `post_send_rc`): a UD QP sends only with an AH, a UC QP
+    /// neither READ, atomics nor SEND with invalidate (rxe's opcode table); then the
+    /// state ([`RemoteQp::check_post`]).
+    pub fn check_send(&self, wr: &SendWr) -> Result<()> {
+        match self.qp_type {
+            QpType::Ud => {
+                return Err(VerbsError::InvalidValue(
+                    "a UD QP sends with post_send_ud (an address handle per WR)",
+                )
+                .into());
+            }
+            QpType::Uc if !crate::proto::uc::wr_allowed(wr.opcode) => {
+                self.check_post(true)?;
+                // In ERR the engine flushes any WR (IBTA §10.3) before it looks at it.
+                let s = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if s != crate::proto::QpState::Err {
+                    return Err(VerbsError::InvalidValue("opcode not supported on a UC QP").into());
+                }
+            }
+            _ => {}
+        }
+        self.check_post(true)
+    }
+
     /// What the in-process engine answers a post in this state (src/proto/device.rs
     /// `post_send_rc` / `post_recv`, src/proto/qp.rs `refuse_post_recv`): a send needs
     /// RTS or later, a receive INIT or later and a QP without an SRQ.

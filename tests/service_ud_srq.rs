@@ -565,3 +565,52 @@ fn uc_through_the_service_sends_writes_and_refuses_read_at_once() {
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// `xrnic up --max-ahs 2 --max-srqs 1`: a client's third AH and second SRQ fail with
+/// ENOMEM (the daemon got the caps), its first ones work, and another client has its
+/// own allowance.
+#[test]
+#[ignore = "needs root"]
+fn the_ah_and_srq_caps_of_xrnic_up_hold_per_client() {
+    use xrnic::verbs::{AddressVector, Device, Error, SrqAttr};
+    use xrnic_netns::Side;
+    let Some(s) = Svc::start_with(&["--max-ahs", "2", "--max-srqs", "1"]) else {
+        return;
+    };
+    let ifname = s.ifname().to_string();
+    s.pair
+        .run_in(Side::A, || {
+            let enomem = |e: Error| match e {
+                Error::Io(io) => assert_eq!(io.raw_os_error(), Some(libc::ENOMEM), "{io}"),
+                e => panic!("{e}"),
+            };
+            let (da, db) = (
+                Device::open(&ifname).unwrap(),
+                Device::open(&ifname).unwrap(),
+            );
+            let av = AddressVector {
+                dgid: da.query_gid(1).unwrap(),
+                sgid_index: 1,
+                ..AddressVector::default()
+            };
+            let attr = SrqAttr {
+                max_wr: 4,
+                max_sge: 1,
+                srq_limit: 0,
+            };
+            let pa = da.alloc_pd().unwrap();
+            let ahs = [pa.create_ah(&av).unwrap(), pa.create_ah(&av).unwrap()];
+            enomem(pa.create_ah(&av).unwrap_err());
+            let srq = pa.create_srq(&attr).unwrap();
+            enomem(pa.create_srq(&attr).unwrap_err());
+            let pb = db.alloc_pd().unwrap();
+            let _b = (pb.create_ah(&av).unwrap(), pb.create_srq(&attr).unwrap());
+            // Freed, the allowance comes back.
+            drop(ahs);
+            srq.destroy().unwrap();
+            let _again = (pa.create_ah(&av).unwrap(), pa.create_srq(&attr).unwrap());
+        })
+        .unwrap();
+    let left = s.wait_empty(Duration::from_secs(1));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -893,7 +893,8 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
         }
     }
     // Every slot taken is now in the engine (or refused): a client waiting to know its
-    // receive is there before it tells a peer to send (`Conn::post_recv_ready`) goes on.
+    // receive is there before it tells a peer to send (src/verbs/remote.rs `wait_done`)
+    // goes on.
     ring.set_done(ring.consumer());
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {

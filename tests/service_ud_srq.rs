@@ -605,6 +605,19 @@ fn the_ah_and_srq_caps_of_xrnic_up_hold_per_client() {
             enomem(pa.create_srq(&attr).unwrap_err());
             let pb = db.alloc_pd().unwrap();
             let _b = (pb.create_ah(&av).unwrap(), pb.create_srq(&attr).unwrap());
+            // A full SRQ refuses a post at once, as in-process (ENOMEM in the library).
+            let wr = || xrnic::verbs::RecvWr {
+                wr_id: 0,
+                sg_list: vec![],
+            };
+            for _ in 0..4 {
+                srq.post_recv(wr()).unwrap();
+            }
+            assert_eq!(srq.len(), 4);
+            assert!(matches!(
+                srq.post_recv(wr()),
+                Err(Error::Verbs(xrnic::verbs::VerbsError::QueueFull))
+            ));
             // Freed, the allowance comes back.
             drop(ahs);
             srq.destroy().unwrap();

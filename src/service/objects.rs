@@ -146,17 +146,20 @@ pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
     })
 }
 
-/// Post a receive to client `c`'s SRQ `srq`: false when the handle is not its own (a
-/// malformed slot). A receive the engine refuses (the SRQ is full) has no CQ to be
-/// reported on: it is dropped and logged, as a post the client's library cannot undo.
-pub(super) fn post_srq_recv(c: &Client, srq: u32, wr: crate::proto::RecvWr) -> bool {
-    let Some(s) = c.srqs.get(&srq) else {
-        return false;
-    };
-    if let Err(e) = s.srq.post_recv(wr) {
-        tracing::debug!(pid = c.pid, srq, "SRQ receive refused: {e}");
+/// Post a receive to client `c`'s SRQ `srq`: `None` when the handle is not its own (a
+/// malformed slot), else whether the engine took it. A receive the engine refuses (the
+/// SRQ is full) has no CQ to be reported on: the caller marks the slot refused in the
+/// ring (`Ring::set_refused`), where the client's post, which waits for the slot to be
+/// done, finds it and fails as in-process (ENOMEM through the library).
+pub(super) fn post_srq_recv(c: &Client, srq: u32, wr: crate::proto::RecvWr) -> Option<bool> {
+    let s = c.srqs.get(&srq)?;
+    match s.srq.post_recv(wr) {
+        Ok(()) => Some(true),
+        Err(e) => {
+            tracing::debug!(pid = c.pid, srq, "SRQ receive refused: {e}");
+            Some(false)
+        }
     }
-    true
 }
 
 /// The client, and its handle, of the engine's SRQ `num` (an SRQ_LIMIT_REACHED).

@@ -284,10 +284,19 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     assert_eq!(bad(&svc), 2);
     assert_eq!(ring.done(), ring.producer());
     assert_eq!(ring.done(), before.wrapping_add(1));
+    // B's SRQ holds 4: the fifth receive is refused and the ring's refused index names
+    // its slot (what the client's post then fails with), the fourth's did not.
+    for _ in 0..3 {
+        b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+        assert_ne!(ring.refused(), ring.producer());
+    }
+    b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+    assert_eq!(ring.refused(), ring.producer(), "the SRQ was full");
+    assert_eq!(bad(&svc), 2, "a refusal is no malformed slot");
     let Resp::SrqAttr { len, .. } = b.call(&mut svc, Req::QuerySrq { srq: sb }) else {
         panic!("query_srq")
     };
-    assert_eq!(len, 1);
+    assert_eq!(len, 4, "B's own four, none of A's");
     // Multicast: B attaches its own UD QP; A cannot attach, detach or list B's QP.
     let group = crate::wire::ipv4_gid([239, 1, 2, 3]);
     let attach = |qpn| Req::AttachMcast {

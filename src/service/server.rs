@@ -863,8 +863,10 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             Work::Send(q, wr) | Work::SendUd(q, wr, _) => (*q, wr.wr_id, true),
             Work::Recv(q, wr) => (*q, wr.wr_id, false),
             Work::SrqRecv(srq, wr) => {
-                if !super::objects::post_srq_recv(c, *srq, wr.clone()) {
-                    c.bad_slots += 1;
+                match super::objects::post_srq_recv(c, *srq, wr.clone()) {
+                    None => c.bad_slots += 1,
+                    Some(false) => ring.set_refused(ring.consumer()),
+                    Some(true) => {}
                 }
                 continue;
             }

@@ -10,8 +10,9 @@
 //!   lock. An AH is the service's (it resolves the MAC there); the client keeps its
 //!   handle and the resolved vector.
 //! - A UD send names the AH by its handle, the remote QPN and Q_Key in its slot; a
-//!   receive for an SRQ names the SRQ's handle. A receive posted to a full SRQ is
-//!   dropped by the service (nothing here can fail the post that already returned).
+//!   receive for an SRQ names the SRQ's handle. A receive of a UD or UC QP or an SRQ
+//!   returns once the service has put it in the engine ([`Conn::wait_done`]); one the
+//!   SRQ refused (full) fails then, as in-process.
 //! - The data path is shared memory: `post_send` / `post_recv` (and `post_send_ud`,
 //!   `post_srq_recv`) write a slot into the
 //!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
@@ -226,12 +227,16 @@ impl Conn {
     /// retries. The kernel's post_recv returns once the WQE is in the device's queue;
     /// this makes the service's do the same. Bounded (a service that died or stopped
     /// answering does not hang the program: 5 s, then the post stands as queued).
-    fn wait_done(&self, upto: u32) {
+    /// True when the service said so, false when the wait ended otherwise.
+    fn wait_done(&self, upto: u32) -> bool {
         let end = Instant::now() + Duration::from_secs(5);
         for spin in 0u32.. {
             let done = self.sq.lock().unwrap_or_else(|p| p.into_inner()).done();
-            if done.wrapping_sub(upto) as i32 >= 0 || self.is_fatal() || Instant::now() > end {
-                return;
+            if done.wrapping_sub(upto) as i32 >= 0 {
+                return true;
+            }
+            if self.is_fatal() || Instant::now() > end {
+                return false;
             }
             if spin < 256 {
                 std::thread::yield_now();
@@ -239,6 +244,7 @@ impl Conn {
                 std::thread::sleep(Duration::from_micros(20));
             }
         }
+        false
     }
 
     /// Set or clear the completion hook: a thread of this process runs it whenever the
@@ -276,10 +282,17 @@ impl Conn {
     }
 
     /// Returns once the service has put it in the SRQ ([`Conn::wait_done`]: an SRQ may
-    /// serve UC QPs).
+    /// serve UC QPs), or fails as in-process when the engine refused it (the SRQ full:
+    /// the ring's refused index names this slot). Two threads posting to SRQs of one
+    /// connection at once may miss a refusal: the index keeps the last one.
     pub fn post_srq_recv(&self, srq: u32, wr: &RecvWr) -> Result<()> {
         let at = self.submit(wire::encode_srq_recv(srq, wr))?;
-        self.wait_done(at);
+        if self.wait_done(at) {
+            let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
+            if refused == at {
+                return Err(VerbsError::QueueFull.into());
+            }
+        }
         Ok(())
     }
 }

@@ -142,8 +142,9 @@ impl Srq {
         f(&mut i.pd.shared.lock().rnic, i.srq)
     }
 
-    /// `ibv_post_srq_recv` (one work request). Through the device service the post is
-    /// queued on the ring: a full SRQ is not known here (the service drops the WQE).
+    /// `ibv_post_srq_recv` (one work request). Through the device service the post goes
+    /// through the ring and returns once the service has put it in the SRQ, or failed
+    /// as here when the SRQ is full (src/verbs/remote.rs `post_srq_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         match &self.kind {
             SrqKind::Soft(i) => Ok(Self::with(i, |r, s| r.post_srq_recv(s, wr))?),

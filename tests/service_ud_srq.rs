@@ -257,60 +257,53 @@ fn kill_9_of_clients_frees_their_ahs_and_srqs() {
     assert!(out(&c).contains("50 iters in"), "{}", text(&c));
 }
 
-/// Across the veth pair: stock ibv_ud_pingpong's server as nobody through A's service,
-/// its client as root on B with its own in-process device (the datagrams, their GRH
-/// and Q_Key go over the wire both ways).
+/// Across the veth pair: stock ibv_ud_pingpong, ibv_uc_pingpong and ibv_srq_pingpong,
+/// each server as nobody through A's service, each client as root on B with its own
+/// in-process device (the datagrams and UC messages, their GRH and Q_Key, go over the
+/// wire both ways).
 #[test]
 #[ignore = "needs root"]
-fn stock_ud_pingpong_across_the_veth_pair_service_to_in_process_device() {
+fn stock_ud_uc_srq_pingpongs_across_the_veth_pair_service_to_in_process_device() {
     use std::process::{Command, Stdio};
     use xrnic_netns::Side;
     let Some(s) = Svc::start() else { return };
-    let port = 18575u16;
-    let server = s
-        .tool(&[
-            "ibv_ud_pingpong",
-            "-g",
-            "1",
-            "-n",
-            "300",
-            "-s",
-            "1024",
-            "-p",
-            &port.to_string(),
-        ])
-        .spawn()
-        .unwrap();
-    let server = service_support::Kid(Some(server));
-    s.wait_listening(port);
     let a_ip = s.pair.end(Side::A).ipv4.to_string();
     let b = s.pair.end(Side::B);
-    let mut client = Command::new("ip");
-    client
-        .args(["netns", "exec", &b.netns, "timeout", "120"])
-        .arg(common::xrnic_bin())
-        .args([
-            "exec",
-            "--netdev",
-            &b.ifname,
-            "--",
-            "/usr/bin/ibv_ud_pingpong",
-        ])
-        .args(["-g", "1", "-n", "300", "-s", "1024", "-p"])
-        .arg(port.to_string())
-        .arg(&a_ip)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let c = client.output().unwrap();
-    let sv = server.wait_with_output().unwrap();
-    assert!(c.status.success(), "client on B: {}", text(&c));
-    assert!(
-        sv.status.success(),
-        "server through the service: {}",
-        text(&sv)
-    );
-    assert!(out(&c).contains("300 iters in"), "{}", text(&c));
-    assert!(out(&sv).contains("300 iters in"), "{}", text(&sv));
+    for (i, (tool, size)) in [
+        ("ibv_ud_pingpong", "1024"),
+        ("ibv_uc_pingpong", "4096"),
+        ("ibv_srq_pingpong", "4096"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let port = (18575 + i).to_string();
+        let args = ["-g", "1", "-n", "300", "-s", size, "-p", &port];
+        let mut v = vec![tool];
+        v.extend_from_slice(&args);
+        let server = service_support::Kid(Some(s.tool(&v).spawn().unwrap()));
+        s.wait_listening(port.parse().unwrap());
+        let c = Command::new("ip")
+            .args(["netns", "exec", &b.netns, "timeout", "120"])
+            .arg(common::xrnic_bin())
+            .args(["exec", "--netdev", &b.ifname, "--"])
+            .arg(format!("/usr/bin/{tool}"))
+            .args(args)
+            .arg(&a_ip)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let sv = server.wait_with_output().unwrap();
+        assert!(c.status.success(), "{tool} client on B: {}", text(&c));
+        assert!(
+            sv.status.success(),
+            "{tool} server through the service: {}",
+            text(&sv)
+        );
+        assert!(out(&c).contains("300 iters in"), "{}", text(&c));
+        assert!(out(&sv).contains("300 iters in"), "{}", text(&sv));
+    }
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -463,7 +463,9 @@ fn device_attr(d: &xv::Device) -> ibv_device_attr {
     o.max_ah = MAX_AH;
     o.max_srq = o.max_qp;
     o.max_srq_wr = o.max_qp_wr;
-    o.max_srq_sge = 27; // the engine's limit (proto srq `MAX_SRQ_SGE`)
+    // The engine's limit (proto srq `MAX_SRQ_SGE`), and through the device service what
+    // one ring slot carries (the device's max_sge there, docs/rnic.md).
+    o.max_srq_sge = int(a.max_sge).min(27);
     // Multicast: rxe's limits, the engine's (src/proto/mcast.rs).
     {
         use xrnic::proto::mcast as m;

@@ -56,6 +56,12 @@ pub struct UpArgs {
     /// Most bytes of all one client's MRs.
     #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_mr_bytes)]
     pub max_mr_bytes: u64,
+    /// Most address handles one client may hold.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_ahs)]
+    pub max_ahs: usize,
+    /// Most shared receive queues one client may hold.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_srqs)]
+    pub max_srqs: usize,
     /// Submission slots taken from one client in each round of the service loop.
     #[arg(long, value_name = "N", default_value_t = Limits::default().slots_per_round)]
     pub slots_per_round: usize,
@@ -73,6 +79,8 @@ impl UpArgs {
             max_cq_slots: self.max_cq_slots,
             max_mrs: self.max_mrs,
             max_mr_bytes: self.max_mr_bytes,
+            max_ahs: self.max_ahs,
+            max_srqs: self.max_srqs,
             slots_per_round: self.slots_per_round,
             msgs_per_round: self.msgs_per_round,
         }
@@ -87,6 +95,8 @@ impl UpArgs {
             ("--max-cq-slots", self.max_cq_slots.to_string()),
             ("--max-mrs", self.max_mrs.to_string()),
             ("--max-mr-bytes", self.max_mr_bytes.to_string()),
+            ("--max-ahs", self.max_ahs.to_string()),
+            ("--max-srqs", self.max_srqs.to_string()),
             ("--slots-per-round", self.slots_per_round.to_string()),
             ("--msgs-per-round", self.msgs_per_round.to_string()),
         ]
@@ -307,7 +317,7 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
             let n = |f: fn(&wire::ClientRes) -> usize| d.clients.iter().map(f).sum::<usize>();
             let _ = writeln!(
                 t,
-                "{dev} netdev {} service pid {}: clients {} pd {} qp {} cq {} mr {}",
+                "{dev} netdev {} service pid {}: clients {} pd {} qp {} cq {} mr {} ah {} srq {}",
                 d.netdev,
                 d.service_pid,
                 d.clients.len(),
@@ -315,6 +325,8 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
                 n(|c| c.qps.len()),
                 n(|c| c.cqs.len()),
                 n(|c| c.mrs.len()),
+                n(|c| c.ahs.len()),
+                n(|c| c.srqs.len()),
             );
         }
         Some(o) => {
@@ -324,8 +336,12 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
                     "qp" => c.qps.iter().for_each(|q| {
                         let _ = writeln!(
                             t,
-                            "{dev} lqpn {} rqpn {} type RC state {} pdn {} {who}",
-                            q.lqpn, q.rqpn, q.state, q.pd
+                            "{dev} lqpn {} rqpn {} type {} state {} pdn {} {who}",
+                            q.lqpn,
+                            q.rqpn,
+                            qp_type(q),
+                            q.state,
+                            q.pd
                         );
                     }),
                     "mr" => c.mrs.iter().for_each(|m| {
@@ -348,6 +364,15 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
     t
 }
 
+/// A QP's type as `xrnic res` prints it (an older service sends none: RC).
+fn qp_type(q: &wire::QpRes) -> &str {
+    if q.qp_type.is_empty() {
+        "RC"
+    } else {
+        &q.qp_type
+    }
+}
+
 /// `--json`: one object per resource with `pid`, `comm` and its key fields.
 pub fn to_json(d: &ResDoc, object: Option<&str>) -> Vec<serde_json::Value> {
     use serde_json::json;
@@ -366,7 +391,22 @@ pub fn to_json(d: &ResDoc, object: Option<&str>) -> Vec<serde_json::Value> {
             for q in &c.qps {
                 v.push(merge(
                     base("qp"),
-                    json!({"lqpn": q.lqpn, "rqpn": q.rqpn, "state": q.state, "pdn": q.pd}),
+                    json!({"lqpn": q.lqpn, "rqpn": q.rqpn, "state": q.state, "pdn": q.pd, "type": qp_type(q)}),
+                ));
+            }
+        }
+        // No `xrnic res` object names these: listed with everything only.
+        if object.is_none() {
+            for a in &c.ahs {
+                v.push(merge(
+                    base("ah"),
+                    json!({"ah": a.ah, "pdn": a.pd, "dgid": a.dgid}),
+                ));
+            }
+            for q in &c.srqs {
+                v.push(merge(
+                    base("srq"),
+                    json!({"srqn": q.srq, "pdn": q.pd, "max_wr": q.max_wr, "srq_limit": q.srq_limit}),
                 ));
             }
         }

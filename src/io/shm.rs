@@ -12,7 +12,9 @@
 //!   shrink the file under the service's mapping (which would fault it with SIGBUS); the
 //!   client maps what it gets ([`Ring::map`]) after checking the size.
 //! - Layout: producer index (u32) at byte 0, consumer index at byte 64 (its own cache
-//!   line), slots from byte 128. Indices run free (wrapping u32); `prod - cons` is the fill.
+//!   line), the consumer's "done" index at byte 96 (how far it has finished acting on
+//!   what it took: [`Ring::set_done`]), at byte 100 the index after the last slot it
+//!   refused ([`Ring::set_refused`]), slots from byte 128. Indices run free (wrapping u32); `prod - cons` is the fill.
 //! - Every access to the shared bytes is an atomic load or store of a u64 (or the u32
 //!   indices): the other process may write anything at any time, and a data race with it
 //!   is then still defined behaviour here. What a slot says is checked by its reader
@@ -34,6 +36,8 @@ use rustix::net::{
 
 const PROD: usize = 0;
 const CONS: usize = 64;
+const DONE: usize = 96;
+const REFUSED: usize = 100;
 const SLOTS: usize = 128;
 
 /// A mapped ring (see the module documentation).
@@ -181,6 +185,33 @@ impl Ring {
     /// The producer index as it is now.
     pub fn producer(&self) -> u32 {
         self.index(PROD).load(Ordering::Acquire)
+    }
+
+    /// The consumer index as it is now.
+    pub fn consumer(&self) -> u32 {
+        self.index(CONS).load(Ordering::Acquire)
+    }
+
+    /// Consumer: every slot before index `v` has been acted upon (not only taken).
+    pub fn set_done(&self, v: u32) {
+        self.index(DONE).store(v, Ordering::Release);
+    }
+
+    /// What the consumer last said with [`Ring::set_done`] (untrusted: the other
+    /// process may write anything there).
+    pub fn done(&self) -> u32 {
+        self.index(DONE).load(Ordering::Acquire)
+    }
+
+    /// Consumer: the slot before index `v` was refused (written before its
+    /// [`Ring::set_done`]).
+    pub fn set_refused(&self, v: u32) {
+        self.index(REFUSED).store(v, Ordering::Release);
+    }
+
+    /// What the consumer last said with [`Ring::set_refused`] (untrusted).
+    pub fn refused(&self) -> u32 {
+        self.index(REFUSED).load(Ordering::Acquire)
     }
 
     /// Tests: overwrite the producer index (what a broken client could do).

@@ -8,8 +8,9 @@
 //! runs ([`crate::verbs::Device::open_with`]); it needs no privilege.
 //!
 //! - [`wire`]: the control messages and the ring slot layouts.
-//! - [`server`]: the service loop.
+//! - [`server`]: the service loop; `objects`: its address handles and SRQs.
 //! - The rings themselves are [`crate::io::shm`]; the client side is `src/verbs/remote.rs`.
 
+mod objects;
 pub mod server;
 pub mod wire;

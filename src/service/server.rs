@@ -9,7 +9,7 @@
 //!   memory (process_vm_readv/writev, [`crate::proto::UserMem::remote`]).
 //! - EOF or any error on a client's socket ends the client: its QPs are destroyed first
 //!   (their peers then see what they see when a host's QP is destroyed: no answer, so a
-//!   retry-exceeded error), then its MRs, CQs and PDs. The kernel closes the socket of a
+//!   retry-exceeded error), then its SRQs, AHs, MRs, CQs and PDs. The kernel closes the socket of a
 //!   process that exits or is killed, so `kill -9` ends it too.
 //! - A malformed ring slot is dropped and counted (`bad_slots` in `xrnic res --json`); a
 //!   work request the engine refuses becomes an error completion (`IBV_WC_LOC_QP_OP_ERR`)
@@ -20,13 +20,15 @@
 //!   [`MAX_CLIENT_EVENTS`] unread each (the oldest go first); the client's event
 //!   notifier is written and it fetches them with [`Req::AsyncEvents`]. An event of one
 //!   QP or CQ (COMM_EST, SQ_DRAINED, QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR,
-//!   QP_LAST_WQE_REACHED, CQ_ERR) goes to the client that owns the object only, named
-//!   as that client knows it (the QPN; its handle of the CQ). A client that says hello
+//!   QP_LAST_WQE_REACHED, CQ_ERR, SRQ_LIMIT_REACHED) goes to the client that owns the
+//!   object only, named as that client knows it (the QPN; its handle of the CQ or SRQ). A client that says hello
 //!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
+//! - QPs are RC, UC or UD (the GSI QP stays the device's own); AHs and SRQs, and the
+//!   posts that name them, are `super::objects`.
 //! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
-//!   ring slots in all) and MRs (and registered bytes in all); a verb past a cap fails
+//!   ring slots in all), MRs (and registered bytes in all), AHs and SRQs; a verb past a cap fails
 //!   with ENOMEM, as a NIC out of resources answers. Each round of the loop takes at most
 //!   `slots_per_round` submission slots and `msgs_per_round` control messages of one
 //!   client before it turns to the others (what is left stays for the next round, which
@@ -43,6 +45,7 @@ use std::time::Duration;
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
+use super::objects::{AhEnt, SrqEnt};
 use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, ResDoc, Resp, Work};
 use crate::io::shm::{self, Pop, Ring};
 use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
@@ -62,17 +65,20 @@ struct MrEnt {
     len: u64,
 }
 
-struct QpEnt {
-    qp: Qp,
+pub(super) struct QpEnt {
+    pub qp: Qp,
     pd: u32,
     send_cq: u32,
     recv_cq: u32,
+    /// The client's SRQ the QP takes its receive WQEs from.
+    pub srq: Option<u32>,
+    qp_type: crate::proto::QpType,
 }
 
 /// One connected process and everything it made.
-struct Client {
+pub(super) struct Client {
     sock: OwnedFd,
-    pid: i32,
+    pub pid: i32,
     uid: u32,
     comm: String,
     /// Set by Hello: the submission ring and its doorbell.
@@ -84,11 +90,13 @@ struct Client {
     events_fd: Option<OwnedFd>,
     /// Events not yet fetched ([`Req::AsyncEvents`]): wire values and their elements.
     events: std::collections::VecDeque<(u32, u32)>,
-    next: u32,
-    pds: HashMap<u32, Pd>,
+    pub next: u32,
+    pub pds: HashMap<u32, Pd>,
     mrs: HashMap<u32, MrEnt>,
     cqs: HashMap<u32, CqEnt>,
-    qps: HashMap<u32, QpEnt>,
+    pub qps: HashMap<u32, QpEnt>,
+    pub ahs: HashMap<u32, AhEnt>,
+    pub srqs: HashMap<u32, SrqEnt>,
     bad_slots: u64,
     /// The last round left slots in the submission ring.
     more: bool,
@@ -98,9 +106,11 @@ struct Client {
 }
 
 impl Client {
-    /// Free everything in dependency order (QPs before the CQs and PD they use).
+    /// Free everything in dependency order (QPs before the SRQs, CQs and PD they use).
     fn release(&mut self) {
         self.qps.clear();
+        self.srqs.clear();
+        self.ahs.clear();
         self.mrs.clear();
         self.cqs.clear();
         self.pds.clear();
@@ -125,7 +135,7 @@ fn push_event(c: &mut Client, v: u32, el: u32) {
     c.events.push_back((v, el));
 }
 
-fn errno_resp(e: &verbs::Error) -> Resp {
+pub(super) fn errno_resp(e: &verbs::Error) -> Resp {
     use crate::verbs::{Error as E, VerbsError as V};
     let errno = match e {
         E::Verbs(V::DeviceFatal) => libc::EIO,
@@ -141,7 +151,7 @@ fn errno_resp(e: &verbs::Error) -> Resp {
     }
 }
 
-fn bad(errno: i32, msg: &str) -> Resp {
+pub(super) fn bad(errno: i32, msg: &str) -> Resp {
     Resp::Err {
         errno,
         msg: msg.to_string(),
@@ -162,6 +172,10 @@ pub struct Limits {
     /// the client's memory with process_vm_readv/writev), so this bounds what one client
     /// may name, not the service's memory.
     pub max_mr_bytes: u64,
+    /// Address handles one client may hold.
+    pub max_ahs: usize,
+    /// Shared receive queues one client may hold.
+    pub max_srqs: usize,
     /// Submission slots taken from one client per round of the loop.
     pub slots_per_round: usize,
     /// Control messages answered for one client per round.
@@ -177,13 +191,15 @@ impl Default for Limits {
             max_cq_slots: 1 << 22,
             max_mrs: 16384,
             max_mr_bytes: 1 << 40,
+            max_ahs: 16384,
+            max_srqs: 1024,
             slots_per_round: 256,
             msgs_per_round: 64,
         }
     }
 }
 
-fn over(what: &str, cap: impl std::fmt::Display) -> Resp {
+pub(super) fn over(what: &str, cap: impl std::fmt::Display) -> Resp {
     Resp::Err {
         errno: libc::ENOMEM,
         msg: format!("this client holds the most {what} the service allows ({cap})"),
@@ -347,8 +363,10 @@ impl Service {
                     let h = *h;
                     Some((c, wire::EV_CQ_ERR, h))
                 })
+            } else if let crate::proto::AsyncEvent::SrqLimitReached(s) = e {
+                super::objects::srq_owner(&mut self.clients, s.0)
+                    .map(|(c, h)| (c, wire::EV_SRQ_LIMIT_REACHED, h))
             } else {
-                // SRQ_LIMIT_REACHED: the service makes no SRQs.
                 None
             };
             // An object no client holds any more (destroyed since): no one to tell.
@@ -400,6 +418,8 @@ impl Service {
                 mrs: HashMap::new(),
                 cqs: HashMap::new(),
                 qps: HashMap::new(),
+                ahs: HashMap::new(),
+                srqs: HashMap::new(),
                 bad_slots: 0,
                 more: false,
                 cq_slots: 0,
@@ -578,15 +598,20 @@ fn client_res(c: &Client) -> ClientRes {
                     || "?".into(),
                     |a| format!("{:?}", a.qp_state).to_uppercase(),
                 ),
+                qp_type: format!("{:?}", q.qp_type).to_uppercase(),
             }
         })
         .collect();
     r.qps.sort_by_key(|q| q.lqpn);
+    (r.ahs, r.srqs) = super::objects::res(c);
     r
 }
 
 fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
     use Answer::Plain;
+    if let Some(r) = super::objects::verb(lim, c, &req) {
+        return Plain(r);
+    }
     let id = c.next;
     match req {
         Req::AllocPd if c.pds.len() >= lim.max_pds => Plain(over("PDs", lim.max_pds)),
@@ -602,8 +627,12 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             if !c.pds.contains_key(&pd) {
                 return Plain(bad(libc::ENOENT, "no such PD"));
             }
-            if c.mrs.values().any(|m| m.pd == pd) || c.qps.values().any(|q| q.pd == pd) {
-                return Plain(bad(libc::EBUSY, "the PD still has MRs or QPs"));
+            if c.mrs.values().any(|m| m.pd == pd)
+                || c.qps.values().any(|q| q.pd == pd)
+                || c.ahs.values().any(|a| a.pd == pd)
+                || c.srqs.values().any(|s| s.pd == pd)
+            {
+                return Plain(bad(libc::EBUSY, "the PD still has MRs, QPs, AHs or SRQs"));
             }
             c.pds.remove(&pd);
             Plain(Resp::Ok)
@@ -715,11 +744,20 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             max_send_wr,
             max_recv_wr,
             sq_sig_all,
+            qp_type,
+            srq,
         } => {
             let (Some(p), Some(s), Some(r)) =
                 (c.pds.get(&pd), c.cqs.get(&send_cq), c.cqs.get(&recv_cq))
             else {
                 return Plain(bad(libc::ENOENT, "no such PD or CQ"));
+            };
+            let Some(t) = wire::qp_type_of(qp_type) else {
+                return Plain(bad(libc::EOPNOTSUPP, "QP type"));
+            };
+            let on_srq = match super::objects::qp_srq(c, srq, t) {
+                Ok(x) => x,
+                Err(r) => return Plain(r),
             };
             if c.qps.len() >= lim.max_qps {
                 return Plain(over("QPs", lim.max_qps));
@@ -727,7 +765,11 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             let mut init = QpInitAttr::new(&s.cq, &r.cq, max_send_wr);
             init.max_recv_wr = max_recv_wr;
             init.sq_sig_all = sq_sig_all;
-            match p.create_qp(&init) {
+            let made = match t {
+                crate::proto::QpType::Ud => p.create_ud_qp(&init),
+                t => p.create_qp_ext(&init, t, on_srq),
+            };
+            match made {
                 Ok(qp) => {
                     let qpn = qp.qp_num().value();
                     c.qps.insert(
@@ -737,6 +779,8 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
                             pd,
                             send_cq,
                             recv_cq,
+                            srq,
+                            qp_type: t,
                         },
                     );
                     Plain(Resp::Qp { qpn })
@@ -771,7 +815,19 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             let (events, elements) = c.events.drain(..).unzip();
             Resp::AsyncEvents { events, elements }
         }),
-        Req::Hello { .. } | Req::Res | Req::Shutdown => Plain(bad(libc::EINVAL, "unexpected")),
+        // AH and SRQ verbs were answered by `objects::verb` above.
+        Req::Hello { .. }
+        | Req::Res
+        | Req::Shutdown
+        | Req::CreateAh { .. }
+        | Req::DestroyAh { .. }
+        | Req::AttachMcast { .. }
+        | Req::DetachMcast { .. }
+        | Req::McastGroups { .. }
+        | Req::CreateSrq { .. }
+        | Req::ModifySrq { .. }
+        | Req::QuerySrq { .. }
+        | Req::DestroySrq { .. } => Plain(bad(libc::EINVAL, "unexpected")),
     }
 }
 
@@ -804,8 +860,16 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             continue;
         };
         let (qpn, wr_id, is_send) = match &work {
-            Work::Send(q, wr) => (*q, wr.wr_id, true),
+            Work::Send(q, wr) | Work::SendUd(q, wr, _) => (*q, wr.wr_id, true),
             Work::Recv(q, wr) => (*q, wr.wr_id, false),
+            Work::SrqRecv(srq, wr) => {
+                match super::objects::post_srq_recv(c, *srq, wr.clone()) {
+                    None => c.bad_slots += 1,
+                    Some(false) => ring.set_refused(ring.consumer()),
+                    Some(true) => {}
+                }
+                continue;
+            }
         };
         let Some(q) = c.qps.get(&qpn.value()) else {
             c.bad_slots += 1;
@@ -814,6 +878,15 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
         let r = match work {
             Work::Send(_, wr) => q.qp.post_send(wr),
             Work::Recv(_, wr) => q.qp.post_recv(wr),
+            Work::SendUd(_, wr, to) => {
+                // Only this client's AHs: another's handle is a malformed slot.
+                let Some(ah) = super::objects::ah_of(c, to.ah) else {
+                    c.bad_slots += 1;
+                    continue;
+                };
+                q.qp.post_send_ud(wr, ah, to.remote_qpn, to.remote_qkey)
+            }
+            Work::SrqRecv(..) => continue,
         };
         if let Err(e) = r {
             tracing::debug!(pid = c.pid, qpn = qpn.value(), "post refused: {e}");
@@ -821,6 +894,10 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             failed.push((cq, refused(wr_id, qpn, is_send)));
         }
     }
+    // Every slot taken is now in the engine (or refused): a client waiting to know its
+    // receive is there before it tells a peer to send (src/verbs/remote.rs `wait_done`)
+    // goes on.
+    ring.set_done(ring.consumer());
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {
             if e.ring.push(&wire::encode_wc(&wc)) {
@@ -882,6 +959,10 @@ fn pump_completions(c: &mut Client) {
         let _ = rustix::io::write(n, &1u64.to_ne_bytes());
     }
 }
+
+#[cfg(test)]
+#[path = "objects_tests.rs"]
+mod objects_tests;
 
 #[cfg(test)]
 mod tests {

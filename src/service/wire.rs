@@ -72,6 +72,12 @@ pub enum Req {
         max_send_wr: u32,
         max_recv_wr: u32,
         sq_sig_all: bool,
+        /// [`QPT_RC`], [`QPT_UC`] or [`QPT_UD`] (absent: RC, what older clients send).
+        #[serde(default)]
+        qp_type: u8,
+        /// The client's SRQ the QP takes its receive WQEs from.
+        #[serde(default)]
+        srq: Option<u32>,
     },
     ModifyQp {
         qpn: u32,
@@ -83,6 +89,48 @@ pub enum Req {
     },
     DestroyQp {
         qpn: u32,
+    },
+    /// An address handle on the client's PD: the service resolves the MAC and the hop
+    /// limit as the in-process device does (`Pd::create_ah`); answered with [`Resp::Ah`].
+    CreateAh {
+        pd: u32,
+        av: AvMsg,
+    },
+    DestroyAh {
+        ah: u32,
+    },
+    /// `ibv_attach_mcast` of the client's UD QP: the service's device joins the group
+    /// in the kernel as for an in-process QP.
+    AttachMcast {
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+    },
+    DetachMcast {
+        qpn: u32,
+        gid: [u8; 16],
+        lid: u16,
+    },
+    /// The groups the client's QP is attached to: answered with [`Resp::Groups`].
+    McastGroups {
+        qpn: u32,
+    },
+    /// Answered with [`Resp::Srq`].
+    CreateSrq {
+        pd: u32,
+        attr: SrqAttrMsg,
+    },
+    ModifySrq {
+        srq: u32,
+        attr: SrqAttrMsg,
+        mask: u32,
+    },
+    /// Answered with [`Resp::SrqAttr`].
+    QuerySrq {
+        srq: u32,
+    },
+    DestroySrq {
+        srq: u32,
     },
     /// The asynchronous events queued for this client since the last ask: the
     /// unaffiliated ones and those of its own objects (answered with
@@ -120,6 +168,26 @@ pub enum Resp {
     QpAttr {
         attr: QpAttrMsg,
     },
+    /// The client's handle of the new AH and its address vector as resolved.
+    Ah {
+        ah: u32,
+        av: AvMsg,
+    },
+    /// The client's handle of the new SRQ (what its SRQ_LIMIT_REACHED events name) and
+    /// its sizes as made.
+    Srq {
+        srq: u32,
+        attr: SrqAttrMsg,
+    },
+    /// An SRQ's attributes and the receive WQEs it holds now.
+    Groups {
+        gids: Vec<[u8; 16]>,
+    },
+    SrqAttr {
+        attr: SrqAttrMsg,
+        #[serde(default)]
+        len: u32,
+    },
     Res(ResDoc),
     /// The events of [`Req::AsyncEvents`], oldest first, as `enum ibv_event_type`
     /// values ([`encode_event`]), and beside each its element: the port (1) of a port
@@ -156,8 +224,100 @@ pub const EV_DEVICE_FATAL: u32 = 8;
 pub const EV_PORT_ACTIVE: u32 = 9;
 /// IBV_EVENT_PORT_ERR.
 pub const EV_PORT_ERR: u32 = 10;
+/// IBV_EVENT_SRQ_LIMIT_REACHED.
+pub const EV_SRQ_LIMIT_REACHED: u32 = 15;
 /// IBV_EVENT_QP_LAST_WQE_REACHED.
 pub const EV_QP_LAST_WQE_REACHED: u32 = 16;
+
+/// `Req::CreateQp`'s QP types.
+pub const QPT_RC: u8 = 0;
+pub const QPT_UC: u8 = 1;
+pub const QPT_UD: u8 = 2;
+
+/// The wire value of a QP type.
+pub fn qp_type_code(t: crate::proto::QpType) -> u8 {
+    use crate::proto::QpType as T;
+    match t {
+        T::Rc => QPT_RC,
+        T::Uc => QPT_UC,
+        T::Ud => QPT_UD,
+    }
+}
+
+/// The QP type of a wire value (untrusted: `None` for anything else).
+pub fn qp_type_of(v: u8) -> Option<crate::proto::QpType> {
+    use crate::proto::QpType as T;
+    match v {
+        QPT_RC => Some(T::Rc),
+        QPT_UC => Some(T::Uc),
+        QPT_UD => Some(T::Ud),
+        _ => None,
+    }
+}
+
+/// [`AddressVector`] as plain numbers (an address handle's attributes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AvMsg {
+    pub dmac: [u8; 6],
+    pub dgid: [u8; 16],
+    pub sgid_index: u8,
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+    pub vlan_tci: Option<u16>,
+}
+
+impl AvMsg {
+    pub fn from_av(a: &AddressVector) -> AvMsg {
+        AvMsg {
+            dmac: a.dmac,
+            dgid: a.dgid,
+            sgid_index: a.sgid_index,
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            flow_label: a.flow_label,
+            vlan_tci: a.vlan_tci,
+        }
+    }
+
+    pub fn to_av(&self) -> AddressVector {
+        AddressVector {
+            dmac: self.dmac,
+            dgid: self.dgid,
+            sgid_index: self.sgid_index,
+            traffic_class: self.traffic_class,
+            hop_limit: self.hop_limit,
+            flow_label: self.flow_label,
+            vlan_tci: self.vlan_tci,
+        }
+    }
+}
+
+/// [`crate::proto::SrqAttr`] on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SrqAttrMsg {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+impl SrqAttrMsg {
+    pub fn from_attr(a: &crate::proto::SrqAttr) -> SrqAttrMsg {
+        SrqAttrMsg {
+            max_wr: a.max_wr,
+            max_sge: a.max_sge,
+            srq_limit: a.srq_limit,
+        }
+    }
+
+    pub fn to_attr(self) -> crate::proto::SrqAttr {
+        crate::proto::SrqAttr {
+            max_wr: self.max_wr,
+            max_sge: self.max_sge,
+            srq_limit: self.srq_limit,
+        }
+    }
+}
 
 /// The wire value of an unaffiliated event (`None`: an event of one object, which goes
 /// only to the object's owner, [`encode_qp_event`] / CQ_ERR).
@@ -187,7 +347,8 @@ pub fn encode_qp_event(e: &crate::proto::AsyncEvent) -> Option<(u32, crate::wire
 
 /// The event of a wire value and its element (untrusted: `None` for anything else).
 /// A QP's event names the QPN (the client's QP has the engine's number); CQ_ERR names
-/// the client's handle of the CQ, which is what the client's `Cq::engine_cq` returns.
+/// the client's handle of the CQ, which is what the client's `Cq::engine_cq` returns;
+/// SRQ_LIMIT_REACHED the client's handle of the SRQ (its `Srq::srq_num`).
 pub fn decode_event(v: u32, element: u32) -> Option<crate::proto::AsyncEvent> {
     use crate::proto::AsyncEvent as E;
     let q = crate::wire::Qpn::new(element);
@@ -202,6 +363,7 @@ pub fn decode_event(v: u32, element: u32) -> Option<crate::proto::AsyncEvent> {
         EV_SQ_DRAINED => Some(E::SqDrained(q)),
         EV_QP_LAST_WQE_REACHED => Some(E::QpLastWqeReached(q)),
         EV_CQ_ERR => Some(E::CqErr(crate::proto::Cq(element))),
+        EV_SRQ_LIMIT_REACHED => Some(E::SrqLimitReached(crate::proto::Srq(element))),
         _ => None,
     }
 }
@@ -223,6 +385,10 @@ pub struct ClientRes {
     pub mrs: Vec<MrRes>,
     pub cqs: Vec<CqRes>,
     pub qps: Vec<QpRes>,
+    #[serde(default)]
+    pub ahs: Vec<AhRes>,
+    #[serde(default)]
+    pub srqs: Vec<SrqRes>,
     /// Ring slots the service dropped as malformed.
     pub bad_slots: u64,
 }
@@ -248,6 +414,25 @@ pub struct QpRes {
     pub rqpn: u32,
     pub pd: u32,
     pub state: String,
+    /// "RC", "UC" or "UD" (absent from an older service: RC).
+    #[serde(default)]
+    pub qp_type: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct AhRes {
+    pub ah: u32,
+    pub pd: u32,
+    /// The destination GID as an address (IPv4 for a mapped GID).
+    pub dgid: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SrqRes {
+    pub srq: u32,
+    pub pd: u32,
+    pub max_wr: u32,
+    pub srq_limit: u32,
 }
 
 /// [`QpAttr`] as plain numbers (the engine's types carry no serde).
@@ -350,6 +535,10 @@ impl QpAttrMsg {
 /// Whose a submission slot is.
 const KIND_SEND: u64 = 1;
 const KIND_RECV: u64 = 2;
+/// A UD send: as a send, words 3 and 4 name the destination ([`UdTarget`]).
+const KIND_SEND_UD: u64 = 3;
+/// A receive posted to an SRQ: word 1 is the client's handle of the SRQ.
+const KIND_SRQ_RECV: u64 = 4;
 
 const WR_OPCODES: [WrOpcode; 8] = [
     WrOpcode::Send,
@@ -362,11 +551,23 @@ const WR_OPCODES: [WrOpcode; 8] = [
     WrOpcode::AtomicFetchAndAdd,
 ];
 
+/// Where a UD send goes (`ibv_send_wr.wr.ud`): the client's handle of the AH, the
+/// remote QPN and the remote Q_Key (high bit set: the QP's own, as the engine reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdTarget {
+    pub ah: u32,
+    pub remote_qpn: Qpn,
+    pub remote_qkey: u32,
+}
+
 /// A decoded submission slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Work {
     Send(Qpn, SendWr),
     Recv(Qpn, RecvWr),
+    SendUd(Qpn, SendWr, UdTarget),
+    /// A receive for the client's SRQ of this handle.
+    SrqRecv(u32, RecvWr),
 }
 
 fn put_sges(w: &mut [u64; SQ_WORDS], sges: &[Sge]) -> Option<()> {
@@ -396,6 +597,9 @@ fn get_sges(w: &[u64; SQ_WORDS], n: usize) -> Option<Vec<Sge>> {
 }
 
 /// Word 0: kind (bits 0..8), SGE count (8..16), opcode (16..24), send flags (32..64).
+/// Word 1: the QPN (an SRQ receive: the SRQ's handle) and the immediate; word 2 the
+/// wr_id; words 3..7 the remote address, keys and atomic operands (a UD send: the AH
+/// handle and remote QPN, the remote Q_Key); words 8.. the SGEs.
 pub fn encode_send(qpn: Qpn, wr: &SendWr) -> Option<[u64; SQ_WORDS]> {
     let mut w = [0u64; SQ_WORDS];
     let op = WR_OPCODES.iter().position(|&o| o == wr.opcode)? as u64;
@@ -416,11 +620,35 @@ pub fn encode_send(qpn: Qpn, wr: &SendWr) -> Option<[u64; SQ_WORDS]> {
 }
 
 pub fn encode_recv(qpn: Qpn, wr: &RecvWr) -> Option<[u64; SQ_WORDS]> {
+    encode_recv_kind(KIND_RECV, qpn.value(), wr)
+}
+
+/// A receive for the client's SRQ `srq`.
+pub fn encode_srq_recv(srq: u32, wr: &RecvWr) -> Option<[u64; SQ_WORDS]> {
+    encode_recv_kind(KIND_SRQ_RECV, srq, wr)
+}
+
+fn encode_recv_kind(kind: u64, target: u32, wr: &RecvWr) -> Option<[u64; SQ_WORDS]> {
     let mut w = [0u64; SQ_WORDS];
-    w[0] = KIND_RECV | (wr.sg_list.len() as u64) << 8;
-    w[1] = u64::from(qpn.value());
+    w[0] = kind | (wr.sg_list.len() as u64) << 8;
+    w[1] = u64::from(target);
     w[2] = wr.wr_id;
     put_sges(&mut w, &wr.sg_list)?;
+    Some(w)
+}
+
+/// A UD send (SEND or SEND_WITH_IMM only, as the engine's UD QPs take): word 3 the AH
+/// handle and the remote QPN, word 4 the remote Q_Key.
+pub fn encode_send_ud(qpn: Qpn, wr: &SendWr, to: &UdTarget) -> Option<[u64; SQ_WORDS]> {
+    if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+        return None;
+    }
+    let mut w = encode_send(qpn, wr)?;
+    w[0] = (w[0] & !0xff) | KIND_SEND_UD;
+    w[3] = u64::from(to.ah) | u64::from(to.remote_qpn.value()) << 32;
+    w[4] = u64::from(to.remote_qkey);
+    w[5] = 0;
+    w[6] = 0;
     Some(w)
 }
 
@@ -457,8 +685,35 @@ pub fn decode_work(w: &[u64; SQ_WORDS]) -> Option<Work> {
             }
             Some(Work::Send(qpn, wr))
         }
+        KIND_SEND_UD => {
+            let opcode = *WR_OPCODES.get(((w[0] >> 16) & 0xff) as usize)?;
+            if w[0] >> 24 & 0xff != 0 || !matches!(opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+                return None;
+            }
+            let remote_qpn = (w[3] >> 32) as u32;
+            if remote_qpn > 0xff_ffff || w[4] >> 32 != 0 {
+                return None;
+            }
+            let mut wr = SendWr::new(w[2], opcode);
+            wr.sg_list = sg_list;
+            wr.send_flags = SendFlags((w[0] >> 32) as u32);
+            wr.imm_data = (w[1] >> 32) as u32;
+            let to = UdTarget {
+                ah: w[3] as u32,
+                remote_qpn: Qpn::new(remote_qpn),
+                remote_qkey: w[4] as u32,
+            };
+            Some(Work::SendUd(qpn, wr, to))
+        }
         KIND_RECV => Some(Work::Recv(
             qpn,
+            RecvWr {
+                wr_id: w[2],
+                sg_list,
+            },
+        )),
+        KIND_SRQ_RECV => Some(Work::SrqRecv(
+            w[1] as u32,
             RecvWr {
                 wr_id: w[2],
                 sg_list,
@@ -550,8 +805,12 @@ mod tests {
             assert_eq!(decode_event(encode_event(&e).unwrap(), 1), Some(e));
             assert_eq!(encode_qp_event(&e), None);
         }
-        // SRQ_LIMIT_REACHED (15), unknown and garbage values: nothing.
-        for v in [6, 7, 11, 15, 17, u32::MAX] {
+        assert_eq!(
+            decode_event(EV_SRQ_LIMIT_REACHED, 3),
+            Some(E::SrqLimitReached(crate::proto::Srq(3)))
+        );
+        // Unknown and garbage values: nothing.
+        for v in [6, 7, 11, 12, 17, u32::MAX] {
             assert_eq!(decode_event(v, 1), None, "{v}");
         }
     }
@@ -611,6 +870,41 @@ mod tests {
             ..wc
         };
         assert_eq!(decode_wc(&encode_wc(&ud)), ud);
+
+        // A UD send and an SRQ receive round trip; a UD slot with an RDMA opcode or a
+        // QPN past 24 bits is refused.
+        let mut ud = SendWr::new(21, WrOpcode::SendWithImm);
+        ud.imm_data = 0x1234_5678;
+        ud.sg_list = vec![Sge {
+            addr: 0x3000,
+            length: 100,
+            lkey: Lkey(5),
+        }];
+        let to = UdTarget {
+            ah: 4,
+            remote_qpn: Qpn::new(0x12_3456),
+            remote_qkey: 0x8000_0000,
+        };
+        let w = encode_send_ud(Qpn::new(9), &ud, &to).unwrap();
+        assert_eq!(
+            decode_work(&w),
+            Some(Work::SendUd(Qpn::new(9), ud.clone(), to))
+        );
+        let mut bad = w;
+        bad[0] = (bad[0] & !(0xff << 16)) | 3 << 16;
+        assert_eq!(decode_work(&bad), None, "RDMA WRITE on a UD slot");
+        bad = w;
+        bad[3] |= 0xff00_0000 << 32;
+        assert_eq!(decode_work(&bad), None, "a remote QPN past 24 bits");
+        assert!(encode_send_ud(Qpn::new(9), &SendWr::new(1, WrOpcode::RdmaRead), &to).is_none());
+        let r = RecvWr {
+            wr_id: 8,
+            sg_list: vec![],
+        };
+        assert_eq!(
+            decode_work(&encode_srq_recv(77, &r).unwrap()),
+            Some(Work::SrqRecv(77, r))
+        );
 
         let a = QpAttr::default();
         assert_eq!(QpAttrMsg::from_attr(&a).to_attr(), Some(a));

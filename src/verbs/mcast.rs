@@ -16,8 +16,9 @@
 //!   the device's network namespace; the last detach, or the destruction of the last QP
 //!   attached, leaves it. A join the kernel refuses fails the attach (its errno) and
 //!   undoes it.
-//! - Software backend in this process only: the simulated link joins nothing (it has no
-//!   kernel side); the offload backend and the device service return
+//! - Software backend: the simulated link joins nothing (it has no kernel side); through
+//!   the device service the service's device attaches the client's QP and holds the
+//!   membership (src/service/objects.rs); the offload backend returns
 //!   `Error::Unsupported`.
 //! - Loopback (a member on the sending device receiving the datagram) is the driver's,
 //!   crate::driver::Loopback; docs/verbs-abi.md says what rxe does.
@@ -31,6 +32,7 @@ use crate::wire::multicast_mac;
 
 use super::qp::QpKind;
 use super::{Addressing, DevBackend, Device, Error, Gid, Qp, Result, netdev};
+use crate::service::wire::{Req, Resp};
 
 /// The groups joined in the kernel for a device, by GID, and the MACs of the groups with
 /// a local member, whose frames the driver loops back (crate::driver::loopback).
@@ -45,9 +47,17 @@ impl Qp {
     /// `::ffff:a.b.c.d` for an IPv4 group, the address for an IPv6 one). Attaching twice
     /// succeeds (rxe). Errors: not a multicast GID or not a UD QP (EINVAL, ib_core), a
     /// limit of rxe's reached (ENOMEM), the kernel's refusal of the membership.
-    pub fn attach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let QpKind::Soft { pd, .. } = &self.kind else {
-            return Err(self.mcast_unsupported());
+    pub fn attach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        let pd = match &self.kind {
+            QpKind::Soft { pd, .. } => pd,
+            QpKind::Svc(q) => {
+                return q.pd.conn.call_ok(&Req::AttachMcast {
+                    qpn: self.qpn.value(),
+                    gid: *gid,
+                    lid,
+                });
+            }
+            QpKind::Verbs(_) => return Err(self.mcast_unsupported()),
         };
         let new = pd.shared.lock().rnic.attach_mcast(self.qpn, gid)?;
         if let Err(e) = self.dev.sync_mcast_memberships() {
@@ -64,9 +74,17 @@ impl Qp {
     /// `ibv_detach_mcast`: detach this QP from `gid` (EINVAL when it is not attached, as
     /// rxe's `rxe_detach_mcg`). The last QP of the device to leave the group leaves it
     /// in the kernel too.
-    pub fn detach_mcast(&self, gid: &Gid, _lid: u16) -> Result<()> {
-        let QpKind::Soft { pd, .. } = &self.kind else {
-            return Err(self.mcast_unsupported());
+    pub fn detach_mcast(&self, gid: &Gid, lid: u16) -> Result<()> {
+        let pd = match &self.kind {
+            QpKind::Soft { pd, .. } => pd,
+            QpKind::Svc(q) => {
+                return q.pd.conn.call_ok(&Req::DetachMcast {
+                    qpn: self.qpn.value(),
+                    gid: *gid,
+                    lid,
+                });
+            }
+            QpKind::Verbs(_) => return Err(self.mcast_unsupported()),
         };
         pd.shared.lock().rnic.detach_mcast(self.qpn, gid)?;
         // A leave cannot fail; a join of another group that failed earlier is retried
@@ -77,8 +95,18 @@ impl Qp {
 
     /// The multicast groups this QP is attached to.
     pub fn mcast_groups(&self) -> Vec<Gid> {
-        let QpKind::Soft { pd, .. } = &self.kind else {
-            return Vec::new();
+        let pd = match &self.kind {
+            QpKind::Soft { pd, .. } => pd,
+            QpKind::Svc(q) => {
+                let req = Req::McastGroups {
+                    qpn: self.qpn.value(),
+                };
+                return match q.pd.conn.call(&req) {
+                    Ok((Resp::Groups { gids }, _)) => gids,
+                    _ => Vec::new(),
+                };
+            }
+            QpKind::Verbs(_) => return Vec::new(),
         };
         let g = pd.shared.lock();
         g.rnic

@@ -1264,29 +1264,7 @@ impl Pd {
                 })
             }
             (PdKind::Svc(pd), CqKind::Svc(scq), CqKind::Svc(rcq)) => {
-                let req = crate::service::wire::Req::CreateQp {
-                    pd: pd.id,
-                    send_cq: scq.id,
-                    recv_cq: rcq.id,
-                    max_send_wr: init.max_send_wr,
-                    max_recv_wr: init.max_recv_wr,
-                    sq_sig_all: init.sq_sig_all,
-                };
-                let crate::service::wire::Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
-                    return Err(Error::Io(std::io::Error::other(
-                        "device service: unexpected answer to create_qp",
-                    )));
-                };
-                Ok(Qp {
-                    qpn: Qpn::new(qpn),
-                    dev: self.dev.clone(),
-                    kind: QpKind::Svc(remote::RemoteQp {
-                        pd: pd.clone(),
-                        _cqs: [scq.clone(), rcq.clone()],
-                        qpn: Qpn::new(qpn),
-                        state: std::sync::Mutex::new(crate::proto::QpState::Reset),
-                    }),
-                })
+                remote::create_qp(&self.dev, pd, [scq, rcq], init, proto::QpType::Rc, None)
             }
             (PdKind::Verbs(pd), CqKind::Verbs(scq), CqKind::Verbs(rcq)) => {
                 let caps = ibv::QpCaps {

@@ -246,11 +246,12 @@ impl Qp {
         self.modify(&attr, rts)
     }
 
-    /// RC or UC (the offload backend creates RC QPs only).
+    /// RC, UC or UD (the offload backend creates RC QPs only).
     pub fn qp_type(&self) -> crate::proto::QpType {
         match &self.kind {
             QpKind::Soft { pd, .. } => pd.shared.lock().rnic.qp_type(self.qpn).unwrap_or_default(),
-            QpKind::Verbs(_) | QpKind::Svc(_) => crate::proto::QpType::Rc,
+            QpKind::Svc(qp) => qp.qp_type,
+            QpKind::Verbs(_) => crate::proto::QpType::Rc,
         }
     }
 
@@ -267,7 +268,7 @@ impl Qp {
             QpKind::Soft { pd, .. } => pd.shared.post_send_ringing(self.qpn, wr)?,
             QpKind::Verbs(qp) => qp.post_send(&wr)?,
             QpKind::Svc(qp) => {
-                qp.check_post(true)?;
+                qp.check_send(&wr)?;
                 qp.pd.conn.post_send(self.qpn, &wr)?;
             }
         }
@@ -283,7 +284,9 @@ impl Qp {
             QpKind::Verbs(qp) => qp.post_recv(&wr)?,
             QpKind::Svc(qp) => {
                 qp.check_post(false)?;
-                qp.pd.conn.post_recv(self.qpn, &wr)?;
+                // UD and UC drop what finds no receive: wait until it is in the engine.
+                let ready = qp.qp_type != crate::proto::QpType::Rc;
+                qp.pd.conn.post_recv(self.qpn, &wr, ready)?;
             }
         }
         Ok(())

@@ -5,9 +5,16 @@
 //! - [`Conn::connect`] looks for the service of an interface (the abstract socket
 //!   `@xrnic/<IF>` of the caller's network namespace); `Ok(None)` when none listens, so the
 //!   caller opens the in-process device instead (and says so: [`super::Device::service_pid`]).
-//! - Control verbs (PD, MR, CQ, QP create / modify / query / destroy) are one request and
-//!   one answer each on the socket, serialised by a lock.
-//! - The data path is shared memory: `post_send` / `post_recv` write a slot into the
+//! - Control verbs (PD, MR, CQ, QP of type RC, UC or UD, AH, SRQ: create / modify /
+//!   query / destroy) are one request and one answer each on the socket, serialised by a
+//!   lock. An AH is the service's (it resolves the MAC there); the client keeps its
+//!   handle and the resolved vector.
+//! - A UD send names the AH by its handle, the remote QPN and Q_Key in its slot; a
+//!   receive for an SRQ names the SRQ's handle. A receive of a UD or UC QP or an SRQ
+//!   returns once the service has put it in the engine ([`Conn::wait_done`]); one the
+//!   SRQ refused (full) fails then, as in-process.
+//! - The data path is shared memory: `post_send` / `post_recv` (and `post_send_ud`,
+//!   `post_srq_recv`) write a slot into the
 //!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
 //!   makes no system call; `wait` sleeps on the CQ's eventfd.
 //! - Asynchronous events: the service forwards its device's unaffiliated events
@@ -31,7 +38,7 @@ use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketT
 
 use super::{Error, Result, VerbsError};
 use crate::io::shm::{self, Pop, Ring};
-use crate::proto::{RecvWr, SendWr, UserMem, WorkCompletion};
+use crate::proto::{QpType, RecvWr, SendWr, SrqAttr, UserMem, WorkCompletion, WrOpcode};
 use crate::service::wire::{self, Req, Resp};
 use crate::wire::Qpn;
 
@@ -189,8 +196,9 @@ impl Conn {
         self.fatal.load(Ordering::SeqCst)
     }
 
-    /// Append one submission slot and ring the doorbell.
-    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<()> {
+    /// Append one submission slot and ring the doorbell; the ring's producer index after
+    /// it.
+    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<u32> {
         if self.is_fatal() {
             return Err(Error::Verbs(VerbsError::DeviceFatal));
         }
@@ -205,9 +213,38 @@ impl Conn {
             rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
             return Err(Error::Verbs(VerbsError::QueueFull));
         }
+        let at = sq.producer();
         drop(sq);
         rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
-        Ok(())
+        Ok(at)
+    }
+
+    /// Wait until the service has acted on every slot before index `upto` (its "done"
+    /// index, `Ring::set_done`): a receive is then in the engine. A UD or UC receive
+    /// must be there before the program tells its peer to send (out of band, as
+    /// ibv_ud_pingpong does over TCP): these services drop a message that finds no
+    /// receive (IBTA §9.8.3.1 UD, §9.8.2 UC), where RC answers RNR and the peer
+    /// retries. The kernel's post_recv returns once the WQE is in the device's queue;
+    /// this makes the service's do the same. Bounded (a service that died or stopped
+    /// answering does not hang the program: 5 s, then the post stands as queued).
+    /// True when the service said so, false when the wait ended otherwise.
+    fn wait_done(&self, upto: u32) -> bool {
+        let end = Instant::now() + Duration::from_secs(5);
+        for spin in 0u32.. {
+            let done = self.sq.lock().unwrap_or_else(|p| p.into_inner()).done();
+            if done.wrapping_sub(upto) as i32 >= 0 {
+                return true;
+            }
+            if self.is_fatal() || Instant::now() > end {
+                return false;
+            }
+            if spin < 256 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        false
     }
 
     /// Set or clear the completion hook: a thread of this process runs it whenever the
@@ -228,11 +265,35 @@ impl Conn {
     }
 
     pub fn post_send(&self, qpn: Qpn, wr: &SendWr) -> Result<()> {
-        self.submit(wire::encode_send(qpn, wr))
+        self.submit(wire::encode_send(qpn, wr)).map(drop)
     }
 
-    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr) -> Result<()> {
-        self.submit(wire::encode_recv(qpn, wr))
+    /// `ready`: return only once the service has put it in the engine ([`Conn::wait_done`]).
+    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool) -> Result<()> {
+        let at = self.submit(wire::encode_recv(qpn, wr))?;
+        if ready {
+            self.wait_done(at);
+        }
+        Ok(())
+    }
+
+    pub fn post_send_ud(&self, qpn: Qpn, wr: &SendWr, to: &wire::UdTarget) -> Result<()> {
+        self.submit(wire::encode_send_ud(qpn, wr, to)).map(drop)
+    }
+
+    /// Returns once the service has put it in the SRQ ([`Conn::wait_done`]: an SRQ may
+    /// serve UC QPs), or fails as in-process when the engine refused it (the SRQ full:
+    /// the ring's refused index names this slot). Two threads posting to SRQs of one
+    /// connection at once may miss a refusal: the index keeps the last one.
+    pub fn post_srq_recv(&self, srq: u32, wr: &RecvWr) -> Result<()> {
+        let at = self.submit(wire::encode_srq_recv(srq, wr))?;
+        if self.wait_done(at) {
+            let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
+            if refused == at {
+                return Err(VerbsError::QueueFull.into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -499,13 +560,48 @@ pub(crate) struct RemoteQp {
     /// own only from RTS or SQD to SQE or ERR, where posts are legal, so this mirror is
     /// exact for those checks.
     pub state: Mutex<crate::proto::QpState>,
+    pub qp_type: QpType,
+    /// The SRQ its receive WQEs come from, kept as long as the QP.
+    pub srq: Option<Arc<RemoteSrq>>,
 }
 
 impl RemoteQp {
+    /// The checks of an RC or UC send the in-process engine makes at once
+    /// (src/proto/device.rs `post_send_rc`): a UD QP sends only with an AH, a UC QP
+    /// neither READ, atomics nor SEND with invalidate (rxe's opcode table); then the
+    /// state ([`RemoteQp::check_post`]).
+    pub fn check_send(&self, wr: &SendWr) -> Result<()> {
+        match self.qp_type {
+            QpType::Ud => {
+                return Err(VerbsError::InvalidValue(
+                    "a UD QP sends with post_send_ud (an address handle per WR)",
+                )
+                .into());
+            }
+            QpType::Uc if !crate::proto::uc::wr_allowed(wr.opcode) => {
+                self.check_post(true)?;
+                // In ERR the engine flushes any WR (IBTA §10.3) before it looks at it.
+                let s = *self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if s != crate::proto::QpState::Err {
+                    return Err(VerbsError::InvalidValue("opcode not supported on a UC QP").into());
+                }
+            }
+            _ => {}
+        }
+        self.check_post(true)
+    }
+
     /// What the in-process engine answers a post in this state (src/proto/device.rs
-    /// `post_send_rc` / `post_recv`): a send needs RTS or later, a receive INIT or later.
+    /// `post_send_rc` / `post_recv`, src/proto/qp.rs `refuse_post_recv`): a send needs
+    /// RTS or later, a receive INIT or later and a QP without an SRQ.
     pub fn check_post(&self, send: bool) -> Result<()> {
         use crate::proto::QpState as S;
+        if !send && self.srq.is_some() {
+            return Err(VerbsError::InvalidValue(
+                "post_recv on a QP created with an SRQ (post to the SRQ)",
+            )
+            .into());
+        }
         let s = *self.state.lock().unwrap_or_else(|p| p.into_inner());
         let refused = if send {
             matches!(s, S::Reset | S::Init | S::Rtr)
@@ -525,6 +621,179 @@ impl Drop for RemoteQp {
             qpn: self.qpn.value(),
         }) {
             tracing::error!("destroy_qp through the service: {e}");
+        }
+    }
+}
+
+fn unexpected(verb: &str) -> Error {
+    proto_err(&format!("unexpected answer to {verb}"))
+}
+
+/// `ibv_create_qp` through the service: RC, UC or UD, on an SRQ of the same connection
+/// or none. Every object must be of the PD's connection (the service looks handles up
+/// in the caller's own tables only).
+pub(super) fn create_qp(
+    dev: &super::Device,
+    pd: &Arc<RemotePd>,
+    cqs: [&Arc<RemoteCq>; 2],
+    init: &super::QpInitAttr<'_>,
+    qp_type: QpType,
+    srq: Option<&Arc<RemoteSrq>>,
+) -> Result<super::Qp> {
+    let same = |c: &Arc<Conn>| Arc::ptr_eq(c, &pd.conn);
+    if !cqs.iter().all(|c| same(&c.conn)) || srq.is_some_and(|s| !same(&s.pd.conn)) {
+        return Err(Error::DeviceMismatch);
+    }
+    let req = Req::CreateQp {
+        pd: pd.id,
+        send_cq: cqs[0].id,
+        recv_cq: cqs[1].id,
+        max_send_wr: init.max_send_wr,
+        max_recv_wr: init.max_recv_wr,
+        sq_sig_all: init.sq_sig_all,
+        qp_type: wire::qp_type_code(qp_type),
+        srq: srq.map(|s| s.id),
+    };
+    let Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
+        return Err(unexpected("create_qp"));
+    };
+    Ok(super::Qp {
+        qpn: Qpn::new(qpn),
+        dev: dev.clone(),
+        kind: super::qp::QpKind::Svc(RemoteQp {
+            pd: pd.clone(),
+            _cqs: [cqs[0].clone(), cqs[1].clone()],
+            qpn: Qpn::new(qpn),
+            state: Mutex::new(crate::proto::QpState::Reset),
+            qp_type,
+            srq: srq.cloned(),
+        }),
+    })
+}
+
+/// An address handle the service made for this connection (its MAC resolved there).
+#[derive(Debug)]
+pub(crate) struct RemoteAh {
+    pub conn: Arc<Conn>,
+    pub id: u32,
+}
+
+impl RemoteAh {
+    /// `ibv_create_ah` through the service: the handle and the resolved vector.
+    pub fn create(
+        pd: &RemotePd,
+        av: &crate::proto::AddressVector,
+    ) -> Result<(RemoteAh, crate::proto::AddressVector)> {
+        let req = Req::CreateAh {
+            pd: pd.id,
+            av: wire::AvMsg::from_av(av),
+        };
+        let Resp::Ah { ah, av } = pd.conn.call(&req)?.0 else {
+            return Err(unexpected("create_ah"));
+        };
+        let h = RemoteAh {
+            conn: pd.conn.clone(),
+            id: ah,
+        };
+        Ok((h, av.to_av()))
+    }
+}
+
+impl Drop for RemoteAh {
+    fn drop(&mut self) {
+        if let Err(e) = self.conn.call_ok(&Req::DestroyAh { ah: self.id }) {
+            tracing::error!("destroy_ah through the service: {e}");
+        }
+    }
+}
+
+/// A UD send through the service: SEND or SEND_WITH_IMM to `ah`, an AH of the QP's own
+/// connection (what the engine's `post_send_ud` refuses, refused here at once).
+pub(super) fn post_send_ud(
+    qp: &RemoteQp,
+    wr: &SendWr,
+    ah: &RemoteAh,
+    remote_qpn: Qpn,
+    remote_qkey: u32,
+) -> Result<()> {
+    if qp.qp_type != QpType::Ud {
+        return Err(VerbsError::InvalidValue("post_send_ud on a QP that is not UD").into());
+    }
+    if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+        return Err(VerbsError::InvalidValue("UD QPs send only SEND (with immediate)").into());
+    }
+    if !Arc::ptr_eq(&ah.conn, &qp.pd.conn) {
+        return Err(Error::DeviceMismatch);
+    }
+    qp.check_post(true)?;
+    let to = wire::UdTarget {
+        ah: ah.id,
+        remote_qpn,
+        remote_qkey,
+    };
+    qp.pd.conn.post_send_ud(qp.qpn, wr, &to)
+}
+
+/// An SRQ of the service.
+#[derive(Debug)]
+pub(crate) struct RemoteSrq {
+    pub pd: Arc<RemotePd>,
+    /// The service's handle (what this connection's SRQ_LIMIT_REACHED names).
+    pub id: u32,
+    destroyed: AtomicBool,
+}
+
+impl RemoteSrq {
+    pub fn create(pd: &Arc<RemotePd>, attr: &SrqAttr) -> Result<RemoteSrq> {
+        let req = Req::CreateSrq {
+            pd: pd.id,
+            attr: wire::SrqAttrMsg::from_attr(attr),
+        };
+        let Resp::Srq { srq, .. } = pd.conn.call(&req)?.0 else {
+            return Err(unexpected("create_srq"));
+        };
+        Ok(RemoteSrq {
+            pd: pd.clone(),
+            id: srq,
+            destroyed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<()> {
+        self.pd.conn.post_srq_recv(self.id, wr)
+    }
+
+    pub fn modify(&self, attr: &SrqAttr, mask: u32) -> Result<()> {
+        self.pd.conn.call_ok(&Req::ModifySrq {
+            srq: self.id,
+            attr: wire::SrqAttrMsg::from_attr(attr),
+            mask,
+        })
+    }
+
+    /// The attributes and the WQEs the SRQ holds now.
+    pub fn query(&self) -> Result<(SrqAttr, usize)> {
+        match self.pd.conn.call(&Req::QuerySrq { srq: self.id })?.0 {
+            Resp::SrqAttr { attr, len } => Ok((attr.to_attr(), len as usize)),
+            _ => Err(unexpected("query_srq")),
+        }
+    }
+
+    /// `ibv_destroy_srq`: EBUSY from the service while a QP uses it (the SRQ stays).
+    pub fn destroy(&self) -> Result<()> {
+        self.pd.conn.call_ok(&Req::DestroySrq { srq: self.id })?;
+        self.destroyed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Drop for RemoteSrq {
+    fn drop(&mut self) {
+        if self.destroyed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(e) = self.pd.conn.call_ok(&Req::DestroySrq { srq: self.id }) {
+            tracing::error!("destroy_srq through the service: {e}");
         }
     }
 }

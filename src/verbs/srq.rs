@@ -3,7 +3,9 @@
 //!
 //! A QP created on an SRQ ([`Pd::create_qp_ext`]) keeps the SRQ alive; the engine's
 //! SRQ goes when the last [`Srq`] handle and the last such QP are gone, or at
-//! [`Srq::destroy`], which fails (EBUSY) while a QP still uses it.
+//! [`Srq::destroy`], which fails (EBUSY) while a QP still uses it. Through the device
+//! service the same holds, the service keeping the SRQ (src/service/objects.rs) and
+//! [`Srq::post_recv`] going through the submission ring.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +34,13 @@ impl Drop for SrqInner {
 /// A shared receive queue (`struct ibv_srq`).
 #[derive(Clone, Debug)]
 pub struct Srq {
-    inner: Arc<SrqInner>,
+    kind: SrqKind,
+}
+
+#[derive(Clone, Debug)]
+enum SrqKind {
+    Soft(Arc<SrqInner>),
+    Svc(Arc<super::remote::RemoteSrq>),
 }
 
 impl Pd {
@@ -42,20 +50,19 @@ impl Pd {
             PdKind::Soft(pd) => {
                 let srq = pd.shared.lock().rnic.create_srq(pd.pd, attr)?;
                 Ok(Srq {
-                    inner: Arc::new(SrqInner {
+                    kind: SrqKind::Soft(Arc::new(SrqInner {
                         pd: pd.clone(),
                         srq,
                         destroyed: AtomicBool::new(false),
-                    }),
+                    })),
                 })
             }
+            PdKind::Svc(pd) => Ok(Srq {
+                kind: SrqKind::Svc(Arc::new(super::remote::RemoteSrq::create(pd, attr)?)),
+            }),
             PdKind::Verbs(_) => Err(Error::Unsupported {
                 what: "shared receive queues",
                 backend: Backend::Offload,
-            }),
-            PdKind::Svc(_) => Err(Error::Unsupported {
-                what: "shared receive queues through the device service",
-                backend: Backend::Software,
             }),
         }
     }
@@ -71,6 +78,21 @@ impl Pd {
         if qp_type == QpType::Rc && srq.is_none() {
             return self.create_qp(init);
         }
+        if let (PdKind::Svc(pd), CqKind::Svc(scq), CqKind::Svc(rcq)) =
+            (&self.kind, &init.send_cq.kind, &init.recv_cq.kind)
+        {
+            let srq = match srq.map(|s| &s.kind) {
+                None => None,
+                Some(SrqKind::Svc(s)) => Some(s),
+                Some(SrqKind::Soft(_)) => return Err(Error::DeviceMismatch),
+            };
+            return super::remote::create_qp(&self.dev, pd, [scq, rcq], init, qp_type, srq);
+        }
+        let srq = match srq.map(|s| &s.kind) {
+            None => None,
+            Some(SrqKind::Soft(s)) => Some(s),
+            Some(SrqKind::Svc(_)) => return Err(Error::DeviceMismatch),
+        };
         let (PdKind::Soft(pd), CqKind::Soft(scq), CqKind::Soft(rcq)) =
             (&self.kind, &init.send_cq.kind, &init.recv_cq.kind)
         else {
@@ -79,16 +101,12 @@ impl Pd {
                     what: "UC QPs and SRQs",
                     backend: Backend::Offload,
                 }),
-                PdKind::Svc(_) => Err(Error::Unsupported {
-                    what: "UC QPs and SRQs through the device service",
-                    backend: Backend::Software,
-                }),
-                PdKind::Soft(_) => Err(Error::DeviceMismatch),
+                PdKind::Svc(_) | PdKind::Soft(_) => Err(Error::DeviceMismatch),
             };
         };
         if !Arc::ptr_eq(&pd.shared, &scq.shared)
             || !Arc::ptr_eq(&pd.shared, &rcq.shared)
-            || srq.is_some_and(|s| !Arc::ptr_eq(&pd.shared, &s.inner.pd.shared))
+            || srq.is_some_and(|s| !Arc::ptr_eq(&pd.shared, &s.pd.shared))
         {
             return Err(Error::DeviceMismatch);
         }
@@ -99,7 +117,7 @@ impl Pd {
             max_recv_wr: init.max_recv_wr,
             sq_sig_all: init.sq_sig_all,
             qp_type,
-            srq: srq.map(|s| s.inner.srq),
+            srq: srq.map(|s| s.srq),
         };
         let qpn = {
             let mut g = pd.shared.lock();
@@ -113,35 +131,49 @@ impl Pd {
             kind: QpKind::Soft {
                 pd: pd.clone(),
                 _cqs: [scq.clone(), rcq.clone()],
-                _srq: srq.map(|s| s.inner.clone()),
+                _srq: srq.cloned(),
             },
         })
     }
 }
 
 impl Srq {
-    fn with<T>(&self, f: impl FnOnce(&mut proto::Rnic, proto::Srq) -> T) -> T {
-        f(&mut self.inner.pd.shared.lock().rnic, self.inner.srq)
+    fn with<T>(i: &SrqInner, f: impl FnOnce(&mut proto::Rnic, proto::Srq) -> T) -> T {
+        f(&mut i.pd.shared.lock().rnic, i.srq)
     }
 
-    /// `ibv_post_srq_recv` (one work request).
+    /// `ibv_post_srq_recv` (one work request). Through the device service the post goes
+    /// through the ring and returns once the service has put it in the SRQ, or failed
+    /// as here when the SRQ is full (src/verbs/remote.rs `post_srq_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.with(|r, s| r.post_srq_recv(s, wr))?)
+        match &self.kind {
+            SrqKind::Soft(i) => Ok(Self::with(i, |r, s| r.post_srq_recv(s, wr))?),
+            SrqKind::Svc(s) => s.post_recv(&wr),
+        }
     }
 
     /// `ibv_modify_srq`: resize and/or arm the limit.
     pub fn modify(&self, attr: &SrqAttr, mask: SrqAttrMask) -> Result<()> {
-        Ok(self.with(|r, s| r.modify_srq(s, attr, mask))?)
+        match &self.kind {
+            SrqKind::Soft(i) => Ok(Self::with(i, |r, s| r.modify_srq(s, attr, mask))?),
+            SrqKind::Svc(s) => s.modify(attr, mask.0),
+        }
     }
 
     /// `ibv_query_srq`.
     pub fn query(&self) -> Result<SrqAttr> {
-        Ok(self.with(|r, s| r.query_srq(s))?)
+        match &self.kind {
+            SrqKind::Soft(i) => Ok(Self::with(i, |r, s| r.query_srq(s))?),
+            SrqKind::Svc(s) => Ok(s.query()?.0),
+        }
     }
 
     /// Receive WQEs the SRQ holds now.
     pub fn len(&self) -> usize {
-        self.with(|r, s| r.srq_len(s)).unwrap_or(0)
+        match &self.kind {
+            SrqKind::Soft(i) => Self::with(i, |r, s| r.srq_len(s)).unwrap_or(0),
+            SrqKind::Svc(s) => s.query().map_or(0, |q| q.1),
+        }
     }
 
     /// True when the SRQ holds no receive WQE.
@@ -149,16 +181,26 @@ impl Srq {
         self.len() == 0
     }
 
-    /// The engine's number of this SRQ (what [`AsyncEvent::SrqLimitReached`] names).
+    /// The engine's number of this SRQ (what [`AsyncEvent::SrqLimitReached`] names);
+    /// through the device service, the service's handle of it, which the forwarded
+    /// event names (src/service/wire.rs `decode_event`).
     pub fn srq_num(&self) -> u32 {
-        self.inner.srq.0
+        match &self.kind {
+            SrqKind::Soft(i) => i.srq.0,
+            SrqKind::Svc(s) => s.id,
+        }
     }
 
     /// `ibv_destroy_srq`: fails with the engine's "still used" error (EBUSY in
     /// libibverbs) while a QP uses the SRQ; the SRQ stays usable then.
     pub fn destroy(self) -> Result<()> {
-        self.with(|r, s| r.destroy_srq(s))?;
-        self.inner.destroyed.store(true, Ordering::Relaxed);
+        match &self.kind {
+            SrqKind::Soft(i) => {
+                Self::with(i, |r, s| r.destroy_srq(s))?;
+                i.destroyed.store(true, Ordering::Relaxed);
+            }
+            SrqKind::Svc(s) => s.destroy()?,
+        }
         Ok(())
     }
 }

@@ -7,7 +7,9 @@
 //! in RESET, [`Qp::ud_ready`] takes it to RTS (ibv_ud_pingpong's `pp_init_ctx` /
 //! `pp_connect_ctx` masks); [`Qp::post_send_ud`] sends one datagram. Receives use
 //! [`Qp::post_recv`]: the buffer gets the 40-byte GRH first (`crate::proto::GRH_LEN`).
-//! Software backend only: on the offload backend these return `Error::Unsupported`.
+//! Software backend, in this process or through the device service (whose own device
+//! makes the AH, resolving it there, src/service/objects.rs); on the offload backend
+//! these return `Error::Unsupported`. The GSI QP is the in-process device's only.
 //! An address handle to a multicast GID takes the group's MAC, derived, not resolved
 //! (ib_core `ib_resolve_eth_dmac`); attaching QPs to groups is src/verbs/mcast.rs.
 
@@ -18,14 +20,29 @@ use super::{
     AddressVector, AttrMask, Backend, CqKind, Device, Error, PdKind, Psn, QpAttr, QpInitAttr,
     QpState, Qpn, Result, SendWr, gid_is_ipv4,
 };
-use super::{Pd, Qp};
+use super::{Pd, Qp, remote};
 use crate::proto::{self, UdCounters, UdDest};
 
 /// An address handle (`struct ibv_ah`): where UD sends go, with the MAC resolved.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Through the device service, also the service's AH (freed with the last clone).
+#[derive(Clone, Debug)]
 pub struct Ah {
     av: AddressVector,
+    svc: Option<Arc<remote::RemoteAh>>,
 }
+
+impl PartialEq for Ah {
+    fn eq(&self, o: &Ah) -> bool {
+        self.av == o.av
+            && match (&self.svc, &o.svc) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for Ah {}
 
 impl Ah {
     /// The resolved address vector.
@@ -58,15 +75,24 @@ impl Pd {
                 sgid_index: av.sgid_index,
             });
         }
-        if !matches!(self.kind, PdKind::Soft(_)) {
-            return Err(unsupported("UD address handles"));
+        match &self.kind {
+            PdKind::Soft(_) => {}
+            // The service's device resolves it, as below.
+            PdKind::Svc(pd) => {
+                let (h, av) = remote::RemoteAh::create(pd, &av)?;
+                return Ok(Ah {
+                    av,
+                    svc: Some(Arc::new(h)),
+                });
+            }
+            PdKind::Verbs(_) => return Err(unsupported("UD address handles")),
         }
         // A group: its MAC, derived from the GID; the hop limit as given (ib_core
         // `ib_resolve_eth_dmac` resolves no neighbour and keeps `grh.hop_limit`; 0 goes
         // out as 64, `framing::av_addrs`).
         if let Some(mac) = crate::wire::multicast_mac(&av.dgid) {
             av.dmac = mac;
-            return Ok(Ah { av });
+            return Ok(Ah { av, svc: None });
         }
         // As `Qp::modify` does for RC (ib_core `ib_resolve_eth_dmac`).
         av.hop_limit = if av.dmac == [0; 6] {
@@ -76,7 +102,7 @@ impl Pd {
         } else {
             dev.route_hop_limit(&av.dgid)
         };
-        Ok(Ah { av })
+        Ok(Ah { av, svc: None })
     }
 
     /// `ibv_create_qp` with `IBV_QPT_UD`.
@@ -90,6 +116,18 @@ impl Pd {
     }
 
     fn create_datagram_qp(&self, init: &QpInitAttr<'_>, gsi: bool) -> Result<Qp> {
+        if let (PdKind::Svc(pd), CqKind::Svc(scq), CqKind::Svc(rcq)) =
+            (&self.kind, &init.send_cq.kind, &init.recv_cq.kind)
+        {
+            if gsi {
+                // QP1 is the device's own (one per device): the service's, not a client's.
+                return Err(Error::Unsupported {
+                    what: "the GSI QP through the device service",
+                    backend: Backend::Software,
+                });
+            }
+            return remote::create_qp(&self.dev, pd, [scq, rcq], init, proto::QpType::Ud, None);
+        }
         let (PdKind::Soft(pd), CqKind::Soft(scq), CqKind::Soft(rcq)) =
             (&self.kind, &init.send_cq.kind, &init.recv_cq.kind)
         else {
@@ -162,9 +200,19 @@ impl Qp {
         remote_qpn: Qpn,
         remote_qkey: u32,
     ) -> Result<()> {
-        let QpKind::Soft { pd, .. } = &self.kind else {
-            return Err(unsupported("UD sends"));
+        let pd = match &self.kind {
+            QpKind::Soft { pd, .. } => pd,
+            QpKind::Svc(qp) => {
+                let Some(h) = &ah.svc else {
+                    return Err(Error::DeviceMismatch);
+                };
+                return remote::post_send_ud(qp, &wr, h, remote_qpn, remote_qkey);
+            }
+            QpKind::Verbs(_) => return Err(unsupported("UD sends")),
         };
+        if ah.svc.is_some() {
+            return Err(Error::DeviceMismatch);
+        }
         let dest = UdDest {
             av: ah.av,
             remote_qpn,

@@ -25,6 +25,8 @@ pub fn tool(name: &str) -> Option<String> {
 /// their QP numbers over TCP on 127.0.0.1). `None`: skipped.
 pub struct Svc {
     pub pair: VethPair,
+    /// A's interface renamed ([`Svc::start_renamed`]).
+    renamed: Option<String>,
 }
 
 impl Svc {
@@ -34,6 +36,16 @@ impl Svc {
 
     /// [`Svc::start`] with more options for `xrnic up` (`--max-qps N`, ...).
     pub fn start_with(up_args: &[&str]) -> Option<Svc> {
+        Svc::start_full(up_args, None)
+    }
+
+    /// [`Svc::start`] with A's interface renamed to `name` first (UCX keeps 15
+    /// characters of a device name, `xrnic_<IF>`, and finds no device by a cut one).
+    pub fn start_renamed(name: &str) -> Option<Svc> {
+        Svc::start_full(&[], Some(name))
+    }
+
+    fn start_full(up_args: &[&str], rename: Option<&str>) -> Option<Svc> {
         tool("ibv_rc_pingpong")?;
         let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
         assert!(
@@ -44,7 +56,31 @@ impl Svc {
         let pair = VethPair::new(9000).expect("veth pair (root)");
         pair.exec(Side::A, &["ip", "link", "set", "lo", "up"])
             .unwrap();
-        let s = Svc { pair };
+        if let Some(name) = rename {
+            let old = pair.end(Side::A).ifname.clone();
+            for cmd in [
+                vec!["ip", "link", "set", "dev", &old, "down"],
+                vec!["ip", "link", "set", "dev", &old, "name", name],
+                vec!["ip", "link", "set", "dev", name, "up"],
+            ] {
+                let o = pair.exec(Side::A, &cmd).unwrap();
+                assert!(o.status.success(), "{cmd:?}: {o:?}");
+            }
+            let carrier = format!("/sys/class/net/{name}/carrier");
+            let up = (0..200).any(|_| {
+                let o = pair.exec(Side::A, &["cat", &carrier]).unwrap();
+                let ok = String::from_utf8_lossy(&o.stdout).trim() == "1";
+                if !ok {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                ok
+            });
+            assert!(up, "{name} has no carrier");
+        }
+        let s = Svc {
+            pair,
+            renamed: rename.map(str::to_string),
+        };
         // As root once: `xrnic exec` makes its libibverbs.so.1 link next to the binary.
         let o = s.root(&["exec", "--", "true"]).output().unwrap();
         assert!(o.status.success(), "{}", text(&o));
@@ -65,7 +101,9 @@ impl Svc {
     }
 
     pub fn ifname(&self) -> &str {
-        &self.pair.end(Side::A).ifname
+        self.renamed
+            .as_deref()
+            .unwrap_or(&self.pair.end(Side::A).ifname)
     }
 
     /// `xrnic ARGS` as root in A.

@@ -382,6 +382,39 @@ fn pacer_follows_the_reaction_point() {
     assert_eq!((c.rp_cnp_handled, c.rp_cnp_ignored), (1, 1));
 }
 
+#[test]
+fn each_of_many_qps_keeps_its_own_state_and_statuses_come_in_qpn_order() {
+    // 10 000 QPs added out of QPN order (the QPNs wrap past the 24-bit end as a device's
+    // do), one of them cut: its state is its own, the others are untouched, a removed
+    // QP is gone, and `qp_statuses` lists them in QPN order.
+    let line = 10_000_000_000;
+    let mut p = DcqcnParams::connectx();
+    p.rp_rate_reduce_monitor_period = 0;
+    let mut cc = CongestionControl::new(Algorithm::Dcqcn(p), line, 16384);
+    let qpns: Vec<Qpn> = (0..10_000u32)
+        .map(|i| Qpn::new((0xff_f000 + i * 7919 % 10_000) & 0xff_ffff))
+        .collect();
+    for &q in qpns.iter().rev() {
+        cc.add_qp(ns(0), q);
+    }
+    let cut = qpns[4321];
+    assert_eq!(cc.on_cnp(ns(0), cut), CnpVerdict::Handled);
+    let gone = qpns[17];
+    cc.remove_qp(gone);
+    assert_eq!(cc.qp_status(gone), None);
+    let all = cc.qp_statuses();
+    assert_eq!(all.len(), 9_999);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0), "in QPN order");
+    for (q, s) in &all {
+        if *q == cut {
+            assert!(s.rate_bps < line);
+            assert_eq!(s.rp_cnp_handled, 1);
+        } else {
+            assert_eq!((s.rate_bps, s.rp_cnp_handled), (line, 0), "{q:?}");
+        }
+    }
+}
+
 // ----- notification point and the CNP frame ---------------------------------------------
 
 #[test]

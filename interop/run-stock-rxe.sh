@@ -131,13 +131,19 @@ SCENARIOS=(
 	'write_bw_cm_xs|ib_write_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'read_bw_cm_xs|ib_read_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'send_lat_cm_xs|ib_send_lat|-R -s 64 -n 200|server|4|1024|0'
-	# Through the device service on the host (issue 18): RC only, both roles.
+	# Through the device service on the host (issue 18), both roles.
 	'svc_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|0||svc'
 	'svc_write_bw_xs|ib_write_bw|-s 65536 -n 100|server|4|1024|0||svc'
 	'svc_pp_xc|ibv_rc_pingpong|-c -s 4096 -n 20|client|4|1024|0||svc'
 	'svc_pp_xs|ibv_rc_pingpong|-c -s 4096 -n 20|server|4|1024|0||svc'
 	'svc_read_lat_xc|ib_read_lat|-s 64 -n 200|client|4|1024|0||svc'
 	'svc_read_lat_xs|ib_read_lat|-s 64 -n 200|server|4|1024|0||svc'
+	# UD, UC and SRQ through the service (docs/rnic.md, the device service).
+	'svc_ud_pp_xc|ibv_ud_pingpong|-s 1024 -n 50 -c|client|4|1024|0||svc'
+	'svc_ud_pp_xs|ibv_ud_pingpong|-s 1024 -n 50 -c|server|4|1024|0||svc'
+	'svc_ud_send_bw_xs|ib_send_bw|-c UD -n 200|server|4|1024|0||svc'
+	'svc_uc_pp_xc|ibv_uc_pingpong|-s 4096 -n 50 -c|client|4|1024|0||svc'
+	'svc_srq_pp_xs|ibv_srq_pingpong|-q 16 -s 4096 -n 50 -c|server|4|1024|0||svc'
 )
 # Not in the default set (run them by name).
 EXTRA=(

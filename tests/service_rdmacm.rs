@@ -1,0 +1,222 @@
+//! rdma_cm through the device service (`xrnic up IF`): stock rdmacm-utils as nobody
+//! through `xrnic exec`, their CM MADs carried by the service's GSI relay (QP1 is the
+//! service's; src/service/gsi.rs, docs/rnic.md "rdma_cm through the service"). Server
+//! and client on A's device through the service (the frames loop back in its driver),
+//! and across the veth pair with the client on B's in-process device. Root tests
+//! (`#[ignore = "needs root"]`, docs/testing.md); the library must be built
+//! (`cargo build --workspace`).
+
+mod common;
+mod service_support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{text, xrnic_bin};
+use service_support::{Kid, Svc, tool};
+use xrnic_netns::Side;
+
+/// Run a client (as nobody through the service) until the server's listen is up: while
+/// it is not, the service answers the REQ with REJ "invalid service ID" (rdma_cm's
+/// RDMA_CM_EVENT_REJECTED, 8) or a SIDR_REQ with a reject (UNREACHABLE), as a CM with
+/// no listener does.
+fn until_listening(mut run: impl FnMut() -> Output) -> Output {
+    for _ in 0..100 {
+        let o = run();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let early = (all.contains("RDMA_CM_EVENT_REJECTED") && all.contains('8'))
+            || all.contains("RDMA_CM_EVENT_UNREACHABLE")
+            || all.contains("rdma_connect: Connection refused");
+        if !early {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the server never listened");
+}
+
+fn spawn(s: &Svc, args: &[&str]) -> Kid {
+    Kid(Some(s.tool(args).spawn().unwrap()))
+}
+
+/// rping's pings as the client printed them: `count` of them, each with rping's pattern
+/// and `size - 1` bytes, and the server saw each one.
+fn check_rping(client: &Output, server: &Output, size: usize, count: usize) {
+    for (who, o) in [("client", client), ("server", server)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+    }
+    let out = String::from_utf8_lossy(&client.stdout);
+    let pings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), count, "{}", text(client));
+    let srv = String::from_utf8_lossy(&server.stdout);
+    for (i, l) in pings.iter().enumerate() {
+        let data = &l["ping data: ".len()..];
+        assert!(data.starts_with(&format!("rdma-ping-{i}: ")), "{l}");
+        assert_eq!(data.len(), size - 1, "{l}");
+        assert!(
+            srv.contains(&format!("server ping data: {data}")),
+            "the server did not see ping {i}"
+        );
+    }
+}
+
+/// Stock rping, server and client as nobody on one device through the service: both
+/// exit 0 and every ping's data is what rping sent.
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_as_nobody_through_the_service() {
+    let Some(rping) = tool("rping") else { return };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let server = spawn(
+        &s,
+        &[
+            &rping, "-s", "-a", &a, "-p", "7300", "-C", "10", "-S", "100", "-v",
+        ],
+    );
+    let c = until_listening(|| {
+        s.tool(&[
+            &rping, "-c", "-a", &a, "-p", "7300", "-C", "10", "-S", "100", "-v",
+        ])
+        .output()
+        .unwrap()
+    });
+    let sv = server.wait_with_output().unwrap();
+    check_rping(&c, &sv, 100, 10);
+    let left = s.wait_empty(Duration::from_secs(2));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// Across the wire: rping's server as nobody through A's service, its client on B's
+/// in-process device (root, `xrnic exec`): the REQ comes in on the service's QP1 and is
+/// relayed to the server's CM; the REP, RTU, DREQ and DREP go out the same way.
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_across_the_pair_server_through_the_service() {
+    let Some(rping) = tool("rping") else { return };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let server = spawn(
+        &s,
+        &[
+            &rping, "-s", "-a", &a, "-p", "7301", "-C", "10", "-S", "64", "-v",
+        ],
+    );
+    let b = s.pair.end(Side::B);
+    let c = until_listening(|| {
+        Command::new("ip")
+            .args(["netns", "exec", &b.netns, "timeout", "60", xrnic_bin()])
+            .args(["exec", "--netdev", &b.ifname, "--"])
+            .args([
+                &rping, "-c", "-a", &a, "-p", "7301", "-C", "10", "-S", "64", "-v",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    });
+    let sv = server.wait_with_output().unwrap();
+    check_rping(&c, &sv, 64, 10);
+}
+
+/// Two servers of two processes listening at once on two ports: each gets its own
+/// clients. The same port a second time: that listen fails with EADDRINUSE, as
+/// rdma_listen on a port another process holds does with the kernel's rdma_cm.
+#[test]
+#[ignore = "needs root"]
+fn two_listeners_on_two_ports_and_the_same_port_twice_fails() {
+    let Some(rping) = tool("rping") else { return };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let srv = |port: &str| {
+        spawn(
+            &s,
+            &[
+                &rping, "-s", "-a", &a, "-p", port, "-C", "3", "-S", "64", "-v",
+            ],
+        )
+    };
+    let cli = |port: &str| {
+        until_listening(|| {
+            s.tool(&[
+                &rping, "-c", "-a", &a, "-p", port, "-C", "3", "-S", "64", "-v",
+            ])
+            .output()
+            .unwrap()
+        })
+    };
+    let (s1, s2) = (srv("7310"), srv("7311"));
+    // Both listen: a client of each is served (the first listener stays up until its
+    // client ran, so the two overlap).
+    let c2 = cli("7311");
+    let dup = s
+        .tool(&[&rping, "-s", "-a", &a, "-p", "7310", "-C", "1"])
+        .output()
+        .unwrap();
+    assert!(!dup.status.success(), "{}", text(&dup));
+    assert!(
+        String::from_utf8_lossy(&dup.stderr).contains("Address already in use"),
+        "{}",
+        text(&dup)
+    );
+    let c1 = cli("7310");
+    let (o1, o2) = (
+        s1.wait_with_output().unwrap(),
+        s2.wait_with_output().unwrap(),
+    );
+    check_rping(&c1, &o1, 64, 3);
+    check_rping(&c2, &o2, 64, 3);
+}
+
+/// Stock udaddy (SIDR_REQ / SIDR_REP, UD QPs) and ucmatose (RC, several connections in
+/// one process) as nobody through the service: both ends print "return status 0" after
+/// their data transfers.
+#[test]
+#[ignore = "needs root"]
+fn stock_udaddy_and_ucmatose_as_nobody_through_the_service() {
+    let (Some(udaddy), Some(ucmatose)) = (tool("udaddy"), tool("ucmatose")) else {
+        return;
+    };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    for (prog, srv, cli) in [
+        (
+            &udaddy,
+            // udaddy has no port option: 7174, its own.
+            vec!["-b", a.as_str(), "-c", "2"],
+            vec!["-s", a.as_str(), "-c", "2"],
+        ),
+        (
+            &ucmatose,
+            vec!["-b", a.as_str(), "-c", "3", "-C", "2", "-p", "7321"],
+            vec!["-s", a.as_str(), "-c", "3", "-C", "2", "-p", "7321"],
+        ),
+    ] {
+        let mut v = vec![prog.as_str()];
+        v.extend_from_slice(&srv);
+        let server = spawn(&s, &v);
+        let mut v = vec![prog.as_str()];
+        v.extend_from_slice(&cli);
+        let c = until_listening(|| s.tool(&v).output().unwrap());
+        let sv = server.wait_with_output().unwrap();
+        for (who, o) in [("client", &c), ("server", &sv)] {
+            assert!(o.status.success(), "{prog} {who}: {}", text(o));
+            let out = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                out.contains("data transfers complete"),
+                "{prog} {who}: {}",
+                text(o)
+            );
+            assert!(out.contains("return status 0"), "{prog} {who}: {}", text(o));
+        }
+    }
+    let left = s.wait_empty(Duration::from_secs(2));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

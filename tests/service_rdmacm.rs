@@ -220,3 +220,74 @@ fn stock_udaddy_and_ucmatose_as_nobody_through_the_service() {
     let left = s.wait_empty(Duration::from_secs(2));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// librdmacm's synchronous API (rdma_server / rdma_client: rdma_getaddrinfo,
+/// rdma_create_ep, rdma_listen on the wildcard address, blocking accept and connect) as
+/// nobody through the service: one message each way, both "end 0".
+#[test]
+#[ignore = "needs root"]
+fn stock_rdma_server_rdma_client_as_nobody_through_the_service() {
+    let (Some(srv), Some(cli)) = (tool("rdma_server"), tool("rdma_client")) else {
+        return;
+    };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let server = spawn(&s, &[&srv, "-p", "7330"]);
+    let c = until_listening(|| s.tool(&[&cli, "-s", &a, "-p", "7330"]).output().unwrap());
+    let sv = server.wait_with_output().unwrap();
+    for (who, o, name) in [
+        ("client", &c, "rdma_client"),
+        ("server", &sv, "rdma_server"),
+    ] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&format!("{name}: end 0")),
+            "{who}: {}",
+            text(o)
+        );
+    }
+}
+
+/// perftest's `-R` (its connections through librdmacm) as nobody through the service:
+/// `ib_send_lat -R`, both ends exit 0 with their results row. A client quicker than the
+/// server's second `rdma_listen` is refused (REJ 8, perftest's own race: see
+/// tests/rdmacm_stock.rs `perftest_rdma_cm`); the pair then starts again.
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_send_lat_rdma_cm_as_nobody_through_the_service() {
+    let Some(p) = tool("ib_send_lat") else { return };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let mut tries = 0;
+    let (c, sv) = 'pair: loop {
+        let server = spawn(&s, &[&p, "-R", "-n", "100", "-p", "18600"]);
+        loop {
+            tries += 1;
+            assert!(tries <= 50, "the server never listened in time");
+            let c = s
+                .tool(&[&p, "-R", "-n", "100", "-p", "18600", &a])
+                .output()
+                .unwrap();
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&c.stdout),
+                String::from_utf8_lossy(&c.stderr)
+            );
+            if !all.contains("RDMA_CM_EVENT_REJECTED; error: 8") {
+                break 'pair (c, server.wait_with_output().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if all.contains("Failed to create RDMA CM connection") {
+                break; // the test's connection was refused: a fresh server
+            }
+        }
+    };
+    for (who, o) in [("client", &c), ("server", &sv)] {
+        assert!(o.status.success(), "{who}: {}", text(o));
+        let row = String::from_utf8_lossy(&o.stdout).lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[0] == "2" && f[1] == "100"
+        });
+        assert!(row, "{who}: no results row: {}", text(o));
+    }
+}

@@ -1001,6 +1001,10 @@ mod gsi_port;
 mod objects_tests;
 
 #[cfg(test)]
+#[path = "gsi_port_tests.rs"]
+mod gsi_port_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;

@@ -30,6 +30,8 @@ use crate::wire::mad::MAD_LEN;
 const RECV_SLOTS: usize = 256;
 const SEND_SLOTS: usize = 256;
 const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
+/// Most address handles QP1 keeps (one per destination GID).
+const MAX_AHS: usize = 1024;
 /// Most MADs waiting for one client (the oldest go first past it: a CM resends).
 pub(super) const MAX_INBOX: usize = 256;
 
@@ -116,6 +118,11 @@ impl GsiPort {
                     sgid_index,
                     ..AddressVector::default()
                 })?;
+                // Clients name the destinations: the cache stays bounded (a MAD to a
+                // GID no longer cached just makes its AH again).
+                if self.ahs.len() >= MAX_AHS {
+                    self.ahs.clear();
+                }
                 self.ahs.insert(*to, a.clone());
                 a
             }

@@ -19,8 +19,10 @@ use xrnic_netns::Side;
 /// Run a client (as nobody through the service) until the server's listen is up: while
 /// it is not, the service answers the REQ with REJ "invalid service ID" (rdma_cm's
 /// RDMA_CM_EVENT_REJECTED, 8) or a SIDR_REQ with a reject (UNREACHABLE), as a CM with
-/// no listener does.
-fn until_listening(mut run: impl FnMut() -> Output) -> Output {
+/// no listener does. The client's and the server's outputs (the server's when it has
+/// exited; it is killed if the client never got through).
+fn until_listening(mut server: Kid, mut run: impl FnMut() -> Output) -> (Output, Output) {
+    let mut last = None;
     for _ in 0..100 {
         let o = run();
         let all = format!(
@@ -32,15 +34,75 @@ fn until_listening(mut run: impl FnMut() -> Output) -> Output {
             || all.contains("RDMA_CM_EVENT_UNREACHABLE")
             || all.contains("rdma_connect: Connection refused");
         if !early {
-            return o;
+            return (o, server.wait_with_output().unwrap());
+        }
+        last = Some(o);
+        if server.child().try_wait().unwrap().is_some() {
+            break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("the server never listened");
+    let _ = server.child().kill();
+    let s = server.wait_with_output().unwrap();
+    panic!(
+        "the server never listened; the last client: {}\nthe server: {}",
+        last.map(|o| text(&o)).unwrap_or_default(),
+        text(&s)
+    );
 }
 
 fn spawn(s: &Svc, args: &[&str]) -> Kid {
     Kid(Some(s.tool(args).spawn().unwrap()))
+}
+
+/// The ServiceIDs the service's clients listen on through its GSI relay (its `Res`
+/// answer, asked on its socket in A).
+fn listens(s: &Svc) -> Vec<u64> {
+    use std::os::fd::AsFd;
+    use xrnic::service::wire::{self, Req, Resp};
+    let name = wire::socket_name(s.ifname());
+    s.pair
+        .run_in(Side::A, move || {
+            let sock = rustix::net::socket_with(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap();
+            let addr = rustix::net::SocketAddrUnix::new_abstract_name(&name).unwrap();
+            rustix::net::connect(&sock, &addr).unwrap();
+            let req = serde_json::to_vec(&Req::Res).unwrap();
+            xrnic::io::shm::send_with_fds(sock.as_fd(), &req, &[]).unwrap();
+            let mut buf = vec![0u8; wire::MAX_MSG];
+            let (n, _) = xrnic::io::shm::recv_with_fds(
+                sock.as_fd(),
+                &mut buf,
+                rustix::net::RecvFlags::empty(),
+            )
+            .unwrap()
+            .unwrap();
+            match serde_json::from_slice(&buf[..n]).unwrap() {
+                Resp::Res(d) => d.clients.into_iter().flat_map(|c| c.gsi_listens).collect(),
+                r => panic!("{r:?}"),
+            }
+        })
+        .unwrap()
+}
+
+/// Wait until a client of the service listens on TCP (`udp`: UDP) port `port`: a
+/// client started after that meets the listener (a client refused part-way, some of
+/// its connections accepted, would spoil a server counting its connections).
+fn wait_listen(s: &Svc, port: u16, udp: bool) {
+    use xrnic::wire::mad::{RDMA_PS_TCP, RDMA_PS_UDP, service_id};
+    let sid = service_id(if udp { RDMA_PS_UDP } else { RDMA_PS_TCP }, port);
+    for _ in 0..600 {
+        if listens(s).contains(&sid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on port {port} through the service");
 }
 
 /// rping's pings as the client printed them: `count` of them, each with rping's pattern
@@ -81,14 +143,14 @@ fn stock_rping_as_nobody_through_the_service() {
             &rping, "-s", "-a", &a, "-p", "7300", "-C", "10", "-S", "100", "-v",
         ],
     );
-    let c = until_listening(|| {
+    wait_listen(&s, 7300, false);
+    let (c, sv) = until_listening(server, || {
         s.tool(&[
             &rping, "-c", "-a", &a, "-p", "7300", "-C", "10", "-S", "100", "-v",
         ])
         .output()
         .unwrap()
     });
-    let sv = server.wait_with_output().unwrap();
     check_rping(&c, &sv, 100, 10);
     let left = s.wait_empty(Duration::from_secs(2));
     assert!(left.is_empty(), "left behind: {left:?}");
@@ -110,7 +172,8 @@ fn stock_rping_across_the_pair_server_through_the_service() {
         ],
     );
     let b = s.pair.end(Side::B);
-    let c = until_listening(|| {
+    wait_listen(&s, 7301, false);
+    let (c, sv) = until_listening(server, || {
         Command::new("ip")
             .args(["netns", "exec", &b.netns, "timeout", "60", xrnic_bin()])
             .args(["exec", "--netdev", &b.ifname, "--"])
@@ -122,7 +185,6 @@ fn stock_rping_across_the_pair_server_through_the_service() {
             .output()
             .unwrap()
     });
-    let sv = server.wait_with_output().unwrap();
     check_rping(&c, &sv, 64, 10);
 }
 
@@ -143,8 +205,9 @@ fn two_listeners_on_two_ports_and_the_same_port_twice_fails() {
             ],
         )
     };
-    let cli = |port: &str| {
-        until_listening(|| {
+    let cli = |server: Kid, port: &str| {
+        wait_listen(&s, port.parse().unwrap(), false);
+        until_listening(server, || {
             s.tool(&[
                 &rping, "-c", "-a", &a, "-p", port, "-C", "3", "-S", "64", "-v",
             ])
@@ -155,7 +218,8 @@ fn two_listeners_on_two_ports_and_the_same_port_twice_fails() {
     let (s1, s2) = (srv("7310"), srv("7311"));
     // Both listen: a client of each is served (the first listener stays up until its
     // client ran, so the two overlap).
-    let c2 = cli("7311");
+    let (c2, o2) = cli(s2, "7311");
+    wait_listen(&s, 7310, false);
     let dup = s
         .tool(&[&rping, "-s", "-a", &a, "-p", "7310", "-C", "1"])
         .output()
@@ -166,11 +230,7 @@ fn two_listeners_on_two_ports_and_the_same_port_twice_fails() {
         "{}",
         text(&dup)
     );
-    let c1 = cli("7310");
-    let (o1, o2) = (
-        s1.wait_with_output().unwrap(),
-        s2.wait_with_output().unwrap(),
-    );
+    let (c1, o1) = cli(s1, "7310");
     check_rping(&c1, &o1, 64, 3);
     check_rping(&c2, &o2, 64, 3);
 }
@@ -186,17 +246,21 @@ fn stock_udaddy_and_ucmatose_as_nobody_through_the_service() {
     };
     let Some(s) = Svc::start() else { return };
     let a = s.pair.end(Side::A).ipv4.to_string();
-    for (prog, srv, cli) in [
+    for (prog, srv, cli, port, udp) in [
         (
             &udaddy,
             // udaddy has no port option: 7174, its own.
             vec!["-b", a.as_str(), "-c", "2"],
             vec!["-s", a.as_str(), "-c", "2"],
+            7174,
+            true,
         ),
         (
             &ucmatose,
             vec!["-b", a.as_str(), "-c", "3", "-C", "2", "-p", "7321"],
             vec!["-s", a.as_str(), "-c", "3", "-C", "2", "-p", "7321"],
+            7321,
+            false,
         ),
     ] {
         let mut v = vec![prog.as_str()];
@@ -204,8 +268,8 @@ fn stock_udaddy_and_ucmatose_as_nobody_through_the_service() {
         let server = spawn(&s, &v);
         let mut v = vec![prog.as_str()];
         v.extend_from_slice(&cli);
-        let c = until_listening(|| s.tool(&v).output().unwrap());
-        let sv = server.wait_with_output().unwrap();
+        wait_listen(&s, port, udp);
+        let (c, sv) = until_listening(server, || s.tool(&v).output().unwrap());
         for (who, o) in [("client", &c), ("server", &sv)] {
             assert!(o.status.success(), "{prog} {who}: {}", text(o));
             let out = String::from_utf8_lossy(&o.stdout);
@@ -233,8 +297,10 @@ fn stock_rdma_server_rdma_client_as_nobody_through_the_service() {
     let Some(s) = Svc::start() else { return };
     let a = s.pair.end(Side::A).ipv4.to_string();
     let server = spawn(&s, &[&srv, "-p", "7330"]);
-    let c = until_listening(|| s.tool(&[&cli, "-s", &a, "-p", "7330"]).output().unwrap());
-    let sv = server.wait_with_output().unwrap();
+    wait_listen(&s, 7330, false);
+    let (c, sv) = until_listening(server, || {
+        s.tool(&[&cli, "-s", &a, "-p", "7330"]).output().unwrap()
+    });
     for (who, o, name) in [
         ("client", &c, "rdma_client"),
         ("server", &sv, "rdma_server"),
@@ -273,7 +339,11 @@ fn stock_ib_send_lat_rdma_cm_as_nobody_through_the_service() {
                 String::from_utf8_lossy(&c.stdout),
                 String::from_utf8_lossy(&c.stderr)
             );
-            if !all.contains("RDMA_CM_EVENT_REJECTED; error: 8") {
+            // The exchange's connection refused: perftest prints "Unexpected CM event"
+            // with the status 8 and "Unable to init the socket connection".
+            let refused = all.contains("RDMA_CM_EVENT_REJECTED; error: 8")
+                || (all.contains("Unexpected CM event") && all.contains(" 8"));
+            if !refused {
                 break 'pair (c, server.wait_with_output().unwrap());
             }
             std::thread::sleep(Duration::from_millis(100));

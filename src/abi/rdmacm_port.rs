@@ -264,10 +264,16 @@ impl Port {
     /// the process, so `rdma_disconnect` and `rdma_destroy_id` wait here: a program that
     /// exits right after them (rping's client does) still has its DREQ on the wire, and
     /// the peer is not left waiting for a disconnect that never comes. Through the
-    /// service nothing waits: the service posted the MAD before it answered, and it
-    /// outlives the program.
+    /// service the MAD is posted already (the service posted it before it answered, and
+    /// it outlives the program), but the same moment is given: the peer's answer (a
+    /// DREP) then comes and is dispatched within the call as in-process, and a program
+    /// whose CM thread reads its channel while the main thread destroys it (rping) sees
+    /// the same order of events as in-process.
     pub fn drain_sends(&self, limit: Duration) {
-        let Mads::Local(l) = &self.mads else { return };
+        let Mads::Local(l) = &self.mads else {
+            std::thread::sleep(Duration::from_millis(10));
+            return;
+        };
         let target = l.sends_posted.load(Ordering::Acquire);
         let end = Instant::now() + limit;
         while l.sends_done.load(Ordering::Acquire) < target && Instant::now() < end {

@@ -135,8 +135,8 @@ fn check_rping(client: &Output, server: &Output, size: usize, count: usize) {
     }
 }
 
-/// Stock rping, server and client as nobody on one device through the service: both
-/// exit 0 and every ping's data is what rping sent.
+/// Stock rping, server and client as nobody on one device through the service, over
+/// the IPv4 and the IPv6 address: both exit 0 and every ping's data is what rping sent.
 #[test]
 #[ignore = "needs root"]
 fn stock_rping_as_nobody_through_the_service() {
@@ -158,6 +158,23 @@ fn stock_rping_as_nobody_through_the_service() {
         .unwrap()
     });
     check_rping(&c, &sv, 100, 10);
+    // Over the IPv6 GID too (the MADs' GRH an IPv6 header).
+    let a6 = s.pair.end(Side::A).ipv6.to_string();
+    let server = spawn(
+        &s,
+        &[
+            &rping, "-s", "-a", &a6, "-p", "7302", "-C", "5", "-S", "64", "-v",
+        ],
+    );
+    wait_listen(&s, 7302, false);
+    let (c, sv) = until_listening(server, || {
+        s.tool(&[
+            &rping, "-c", "-a", &a6, "-p", "7302", "-C", "5", "-S", "64", "-v",
+        ])
+        .output()
+        .unwrap()
+    });
+    check_rping(&c, &sv, 64, 5);
     let left = s.wait_empty(Duration::from_secs(2));
     assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -384,3 +384,49 @@ fn stock_ib_send_lat_rdma_cm_as_nobody_through_the_service() {
         assert!(row, "{who}: no results row: {}", text(o));
     }
 }
+
+/// A listening server killed (`kill -9`): the service frees its listen with the rest
+/// of its resources, and a new server on the same port serves a client.
+#[test]
+#[ignore = "needs root"]
+fn a_killed_listeners_port_is_free_again() {
+    use xrnic::wire::mad::{RDMA_PS_TCP, service_id};
+    let Some(rping) = tool("rping") else { return };
+    let Some(s) = Svc::start() else { return };
+    let a = s.pair.end(Side::A).ipv4.to_string();
+    let args = [
+        rping.as_str(),
+        "-s",
+        "-a",
+        &a,
+        "-p",
+        "7340",
+        "-C",
+        "2",
+        "-S",
+        "64",
+        "-v",
+    ];
+    let first = spawn(&s, &args);
+    wait_listen(&s, 7340, false);
+    drop(first); // SIGKILL
+    let sid = service_id(RDMA_PS_TCP, 7340);
+    let freed = (0..600).any(|_| {
+        let l = listens(&s);
+        if l.contains(&sid) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        !l.contains(&sid)
+    });
+    assert!(freed, "the killed server's listen stayed");
+    let second = spawn(&s, &args);
+    wait_listen(&s, 7340, false);
+    let (c, sv) = until_listening(second, || {
+        s.tool(&[
+            &rping, "-c", "-a", &a, "-p", "7340", "-C", "2", "-S", "64", "-v",
+        ])
+        .output()
+        .unwrap()
+    });
+    check_rping(&c, &sv, 64, 2);
+}

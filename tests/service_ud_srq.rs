@@ -620,29 +620,3 @@ fn the_ah_and_srq_caps_of_xrnic_up_hold_per_client() {
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
-
-/// What does not go through the service, said so: librdmacm's CM needs the device's GSI
-/// QP (QP1), which stays the service's own, so a stock rdma_cm program as nobody (here
-/// `udaddy`'s server) fails at its bind with EOPNOTSUPP and a message naming the GSI QP
-/// (docs/rnic.md "Limits"), rather than hanging or misbehaving.
-#[test]
-#[ignore = "needs root"]
-fn rdma_cm_through_the_service_is_refused_by_name() {
-    if service_support::tool("udaddy").is_none() {
-        return;
-    }
-    let Some(s) = Svc::start() else { return };
-    let ip = s.pair.end(xrnic_netns::Side::A).ipv4.to_string();
-    let o = s
-        .tool(&["timeout", "20", "udaddy", "-b", &ip])
-        .output()
-        .unwrap();
-    assert!(!o.status.success(), "{}", text(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("Operation not supported"), "{}", text(&o));
-    assert!(
-        err.contains("GSI QP through the device service"),
-        "{}",
-        text(&o)
-    );
-}

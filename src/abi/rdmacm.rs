@@ -447,7 +447,7 @@ pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         }
         if let Some(sid) = st.listen {
             for p in &st.listen_ports {
-                p.with_cm(|cm, _| cm.unlisten(sid));
+                p.unlisten(sid);
             }
         }
         reg(|r| r.ids.remove(&(id as usize)));
@@ -696,9 +696,10 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
         if ports.is_empty() {
             return err(libc::ENODEV, -1);
         }
-        for p in &ports {
-            if !p.with_cm(|cm, _| cm.listen(sid, id as u64)) {
-                return err(libc::EADDRINUSE, -1);
+        for (i, p) in ports.iter().enumerate() {
+            if let Err(e) = p.listen(sid, id as u64) {
+                ports[..i].iter().for_each(|q| q.unlisten(sid));
+                return err(e, -1);
             }
         }
         if x.c().verbs.is_null() {

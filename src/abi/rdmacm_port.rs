@@ -5,6 +5,13 @@
 //!
 //! The thread hands every [`CmEvent`] to `rdmacm::dispatch` with no lock of this port
 //! held, so that the dispatcher may call back into the port (accept, rtu) freely.
+//!
+//! On a device served by the device service (src/service), QP1 is the service's: the
+//! port then moves its MADs through the service's GSI relay ([`xv::GsiRelay`],
+//! src/service/gsi.rs) instead of a GSI QP of its own, its CM takes its comm IDs in the
+//! block the service gave it, and its listens are registered with the service (which
+//! routes REQs by ServiceID). The CM itself is the same either way: only the transport
+//! of its MADs ([`Mads`]) differs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use xrnic::cm::{Cm, CmConfig, CmEvent};
 use xrnic::proto::{GRH_LEN, Instant as CmInstant};
+use xrnic::service::gsi::grh_gids;
 use xrnic::verbs::{self as xv, Access, AddressVector, QpInitAttr, Qpn, RecvWr, SendWr, WrOpcode};
 use xrnic::wire::mad::MAD_LEN;
 
@@ -31,6 +39,18 @@ pub struct Port {
     pub dev: xv::Device,
     pub cm: Mutex<Cm>,
     start: Instant,
+    mads: Mads,
+}
+
+/// How the port's MADs travel.
+enum Mads {
+    /// A GSI QP of this process's device.
+    Local(Box<LocalGsi>),
+    /// The device service's QP1, through its relay.
+    Relay(xv::GsiRelay),
+}
+
+struct LocalGsi {
     qp: xv::Qp,
     pd: xv::Pd,
     cq: xv::Cq,
@@ -111,6 +131,37 @@ fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
 }
 
 fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port> {
+    // The node GUID as the CA GUID (rxe derives both from the MAC, as device.rs does).
+    let m = dev.mac();
+    let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.subsec_nanos())
+        ^ std::process::id().rotate_left(16);
+    let (mads, comm_ids) = match dev.gsi_relay()? {
+        Some(r) => {
+            let ids = r.comm_ids();
+            (Mads::Relay(r), Some(ids))
+        }
+        None => (Mads::Local(Box::new(open_local(&dev)?)), None),
+    };
+    let cm = Cm::new(CmConfig {
+        ca_guid: guid,
+        first_comm_id: seed | 1,
+        comm_ids,
+        ..CmConfig::default()
+    });
+    Ok(Port {
+        ifname: ifname.to_string(),
+        ctx,
+        dev,
+        cm: Mutex::new(cm),
+        start: Instant::now(),
+        mads,
+    })
+}
+
+fn open_local(dev: &xv::Device) -> xv::Result<LocalGsi> {
     let pd = dev.alloc_pd()?;
     let cq = dev.create_cq(RECV_SLOTS + SEND_SLOTS)?;
     let qp = pd.create_gsi_qp(&QpInitAttr {
@@ -129,24 +180,7 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
             sg_list: vec![rmr.sge(i * RECV_SLOT, RECV_SLOT as u32)],
         })?;
     }
-    // The node GUID as the CA GUID (rxe derives both from the MAC, as device.rs does).
-    let m = dev.mac();
-    let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.subsec_nanos())
-        ^ std::process::id().rotate_left(16);
-    let cm = Cm::new(CmConfig {
-        ca_guid: guid,
-        first_comm_id: seed | 1,
-        ..CmConfig::default()
-    });
-    Ok(Port {
-        ifname: ifname.to_string(),
-        ctx,
-        dev,
-        cm: Mutex::new(cm),
-        start: Instant::now(),
+    Ok(LocalGsi {
         qp,
         pd,
         cq,
@@ -200,14 +234,79 @@ impl Port {
     }
 
     fn send(&self, to: &[u8; 16], mad: &[u8; MAD_LEN]) -> xv::Result<()> {
+        match &self.mads {
+            Mads::Local(l) => l.send(&self.dev, to, mad),
+            Mads::Relay(r) => r.send(to, mad),
+        }
+    }
+
+    /// Listen on `service_id` for the consumer's id `listener`: through the service, the
+    /// service is told first (a listen of another process there: EADDRINUSE).
+    pub fn listen(&self, service_id: u64, listener: u64) -> Result<(), i32> {
+        if let Mads::Relay(r) = &self.mads {
+            r.listen(service_id).map_err(|e| crate::errno_of(&e))?;
+        }
+        if self.with_cm(|cm, _| cm.listen(service_id, listener)) {
+            return Ok(());
+        }
+        Err(libc::EADDRINUSE)
+    }
+
+    pub fn unlisten(&self, service_id: u64) {
+        self.with_cm(|cm, _| cm.unlisten(service_id));
+        if let Mads::Relay(r) = &self.mads {
+            let _ = r.unlisten(service_id);
+        }
+    }
+
+    /// Wait (at most `limit`) until every MAD posted so far has left the device. The
+    /// kernel's CM outlives the process that asked for a DREQ or a REJ; this one lives in
+    /// the process, so `rdma_disconnect` and `rdma_destroy_id` wait here: a program that
+    /// exits right after them (rping's client does) still has its DREQ on the wire, and
+    /// the peer is not left waiting for a disconnect that never comes. Through the
+    /// service the MAD is posted already (the service posted it before it answered, and
+    /// it outlives the program), but the same moment is given: the peer's answer (a
+    /// DREP) then comes and is dispatched within the call as in-process, and a program
+    /// whose CM thread reads its channel while the main thread destroys it (rping) sees
+    /// the same order of events as in-process.
+    pub fn drain_sends(&self, limit: Duration) {
+        let Mads::Local(l) = &self.mads else {
+            std::thread::sleep(Duration::from_millis(10));
+            return;
+        };
+        let target = l.sends_posted.load(Ordering::Acquire);
+        let end = Instant::now() + limit;
+        while l.sends_done.load(Ordering::Acquire) < target && Instant::now() < end {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // The completion is made as the engine emits the frame, before the driver has
+        // pushed it to the socket and kicked the ring: give the driver that moment
+        // before the process may exit (a DREP lost this way left ucmatose's peer
+        // waiting for its DREQ retries).
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    /// How long the thread may wait for a MAD before the CM's next timer.
+    fn wait(&self) -> Duration {
+        let cm = self.cm.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.now();
+        cm.poll_timeout()
+            .map_or(Duration::from_millis(100), |d| {
+                d.saturating_duration_since(now)
+            })
+            .min(Duration::from_millis(100))
+    }
+}
+
+impl LocalGsi {
+    fn send(&self, dev: &xv::Device, to: &[u8; 16], mad: &[u8; MAD_LEN]) -> xv::Result<()> {
         let ah = {
             let mut ahs = self.ahs.lock().unwrap_or_else(|e| e.into_inner());
             match ahs.get(to) {
                 Some(a) => a.clone(),
                 None => {
                     let v4 = to[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-                    let sgid_index = self
-                        .dev
+                    let sgid_index = dev
                         .gid_table()
                         .iter()
                         .position(|g| {
@@ -238,24 +337,6 @@ impl Port {
         self.sends_posted.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
-
-    /// Wait (at most `limit`) until every MAD posted so far has left the device. The
-    /// kernel's CM outlives the process that asked for a DREQ or a REJ; this one lives in
-    /// the process, so `rdma_disconnect` and `rdma_destroy_id` wait here: a program that
-    /// exits right after them (rping's client does) still has its DREQ on the wire, and
-    /// the peer is not left waiting for a disconnect that never comes.
-    pub fn drain_sends(&self, limit: Duration) {
-        let target = self.sends_posted.load(Ordering::Acquire);
-        let end = Instant::now() + limit;
-        while self.sends_done.load(Ordering::Acquire) < target && Instant::now() < end {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        // The completion is made as the engine emits the frame, before the driver has
-        // pushed it to the socket and kicked the ring: give the driver that moment
-        // before the process may exit (a DREP lost this way left ucmatose's peer
-        // waiting for its DREQ retries).
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The port's thread: receive MADs, run timers, forever (the port lives as long as
@@ -264,34 +345,42 @@ fn run(p: &Port) {
     let mut wcs = Vec::new();
     let mut buf = vec![0u8; RECV_SLOT];
     loop {
-        let wait = {
-            let cm = p.cm.lock().unwrap_or_else(|e| e.into_inner());
-            let now = p.now();
-            cm.poll_timeout()
-                .map_or(Duration::from_millis(100), |d| {
-                    d.saturating_duration_since(now)
-                })
-                .min(Duration::from_millis(100))
-        };
-        wcs.clear();
-        p.cq.wait_into(16, wait, &mut wcs);
-        for w in &wcs {
-            if w.wr_id >> 32 != 0 {
-                p.sends_done.fetch_add(1, Ordering::AcqRel);
-                continue; // a send completion
+        let wait = p.wait();
+        match &p.mads {
+            Mads::Local(l) => {
+                wcs.clear();
+                l.cq.wait_into(16, wait, &mut wcs);
+                for w in &wcs {
+                    if w.wr_id >> 32 != 0 {
+                        l.sends_done.fetch_add(1, Ordering::AcqRel);
+                        continue; // a send completion
+                    }
+                    let slot = w.wr_id as usize;
+                    if w.status == xv::WcStatus::Success
+                        && w.byte_len as usize >= RECV_SLOT
+                        && l.rmr.read(slot * RECV_SLOT, &mut buf).is_ok()
+                        && let Some((src, dst)) = grh_gids(&buf[..GRH_LEN])
+                    {
+                        p.with_cm(|cm, now| cm.handle_mad(now, src, dst, &buf[GRH_LEN..]));
+                    }
+                    let _ = l.qp.post_recv(RecvWr {
+                        wr_id: slot as u64,
+                        sg_list: vec![l.rmr.sge(slot * RECV_SLOT, RECV_SLOT as u32)],
+                    });
+                }
             }
-            let slot = w.wr_id as usize;
-            if w.status == xv::WcStatus::Success
-                && w.byte_len as usize >= RECV_SLOT
-                && p.rmr.read(slot * RECV_SLOT, &mut buf).is_ok()
-            {
-                let (src, dst) = grh_gids(&buf[..GRH_LEN]);
-                p.with_cm(|cm, now| cm.handle_mad(now, src, dst, &buf[GRH_LEN..]));
-            }
-            let _ = p.qp.post_recv(RecvWr {
-                wr_id: slot as u64,
-                sg_list: vec![p.rmr.sge(slot * RECV_SLOT, RECV_SLOT as u32)],
-            });
+            Mads::Relay(r) => match r.recv(wait) {
+                Ok(mads) => {
+                    for m in mads {
+                        p.with_cm(|cm, now| cm.handle_mad(now, m.from, m.to, &m.mad));
+                    }
+                }
+                Err(e) => {
+                    // The service is gone (or refused): its verbs fail too; do not spin.
+                    say_once(&p.ifname, &e);
+                    std::thread::sleep(wait.max(Duration::from_millis(10)));
+                }
+            },
         }
         p.with_cm(|cm, now| cm.handle_timeout(now));
         // `xrnic res cm_id` (src/abi/rdmacm/res.rs).
@@ -299,21 +388,10 @@ fn run(p: &Port) {
     }
 }
 
-/// Source and destination GIDs of a received GRH: for RoCE v2 over IPv4 the last 20
-/// bytes are the IPv4 header (rxe's layout), else the IPv6 header.
-fn grh_gids(g: &[u8]) -> ([u8; 16], [u8; 16]) {
-    let mut s = [0u8; 16];
-    let mut d = [0u8; 16];
-    if g[20] >> 4 == 4 && g[..20] == [0u8; 20] {
-        s[10] = 0xff;
-        s[11] = 0xff;
-        d[10] = 0xff;
-        d[11] = 0xff;
-        s[12..].copy_from_slice(&g[32..36]);
-        d[12..].copy_from_slice(&g[36..40]);
-    } else {
-        s.copy_from_slice(&g[8..24]);
-        d.copy_from_slice(&g[24..40]);
+/// Say once that the relay failed (the service stopped): later failures are the same.
+fn say_once(ifname: &str, e: &xv::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::SeqCst) {
+        eprintln!("xrnic: rdma_cm on {ifname}: the device service's GSI relay: {e}");
     }
-    (s, d)
 }

@@ -379,6 +379,7 @@ mod tests {
                 client(100, "ib_send_bw", &[17, 19, 40]),
                 client(200, "ibv_rc_pingpong", &[18]),
             ],
+            ..Default::default()
         };
         let c = per_client(&s, &d);
         assert_eq!(c.len(), 2);

@@ -53,6 +53,11 @@ pub struct CmConfig {
     pub local_ack_timeout: u8,
     /// First local communication ID (cm.c draws it at random; tests fix it).
     pub first_comm_id: u32,
+    /// The local communication IDs this CM may use: `(base, span)`, IDs `base ..
+    /// base + span` (wrapping inside). `None`: any non-zero ID. A client of the device
+    /// service gets a range of its own, so that the service can route a MAD naming one
+    /// of its IDs to it (src/service/gsi.rs); `first_comm_id` is then taken inside it.
+    pub comm_ids: Option<(u32, u32)>,
 }
 
 impl Default for CmConfig {
@@ -64,6 +69,7 @@ impl Default for CmConfig {
             packet_life_time: 16,
             local_ack_timeout: 17,
             first_comm_id: 0x1000,
+            comm_ids: None,
         }
     }
 }
@@ -262,9 +268,13 @@ pub struct QpParams {
 
 impl Cm {
     pub fn new(cfg: CmConfig) -> Cm {
+        let first = match cfg.comm_ids {
+            Some((base, span)) if span > 0 => base + cfg.first_comm_id % span,
+            _ => cfg.first_comm_id,
+        };
         Cm {
             cfg,
-            next_id: cfg.first_comm_id.max(1),
+            next_id: first.max(1),
             next_tid: u64::from(cfg.first_comm_id) << 32,
             listeners: HashMap::new(),
             conns: HashMap::new(),
@@ -325,8 +335,14 @@ impl Cm {
     fn alloc_id(&mut self) -> CmId {
         loop {
             let id = self.next_id;
-            self.next_id = self.next_id.wrapping_add(1).max(1);
-            if !self.conns.contains_key(&id) {
+            self.next_id = match self.cfg.comm_ids {
+                Some((base, span)) if span > 0 => {
+                    base + (id.wrapping_sub(base).wrapping_add(1) % span)
+                }
+                _ => id.wrapping_add(1),
+            }
+            .max(1);
+            if id != 0 && !self.conns.contains_key(&id) {
                 return id;
             }
         }

@@ -482,3 +482,18 @@ fn passive_retry_counts_come_from_the_req_and_active_rnr_retry_from_the_rep() {
     let q = a.qp_attr(ia).unwrap();
     assert_eq!((q.retry_cnt, q.rnr_retry), (6, 3), "RNR retry of the REP");
 }
+
+/// A CM given a range of comm IDs (a client of the device service) takes its IDs
+/// inside it, starting at `base + first_comm_id % span`, and wraps inside it.
+#[test]
+fn comm_ids_stay_in_the_configured_range() {
+    let mut cm = Cm::new(CmConfig {
+        first_comm_id: 0x1006,
+        comm_ids: Some((0x300000, 8)),
+        ..CmConfig::default()
+    });
+    let ids: Vec<CmId> = (0..5)
+        .map(|_| cm.connect(Instant::ZERO, SID, path(), param(0x11, 1)))
+        .collect();
+    assert_eq!(ids, [0x300006, 0x300007, 0x300000, 0x300001, 0x300002]);
+}

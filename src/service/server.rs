@@ -25,8 +25,9 @@
 //!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
-//! - QPs are RC, UC or UD (the GSI QP stays the device's own); AHs and SRQs, and the
-//!   posts that name them, are `super::objects`.
+//! - QPs are RC, UC or UD; AHs and SRQs, and the posts that name them, are
+//!   `super::objects`. The GSI QP (QP1) is the service's own: clients' CMs send and
+//!   receive CM MADs through its relay (`super::gsi`, gsi_port.rs).
 //! - Flooding ([`Limits`]): each client may hold at most so many PDs, QPs, CQs (and CQ
 //!   ring slots in all), MRs (and registered bytes in all), AHs and SRQs; a verb past a cap fails
 //!   with ENOMEM, as a NIC out of resources answers. Each round of the loop takes at most
@@ -103,6 +104,10 @@ pub(super) struct Client {
     /// Completion ring slots of its CQs, bytes of its MRs ([`Limits`]).
     cq_slots: u64,
     mr_bytes: u64,
+    /// The service's name of this client (the GSI relay's, src/service/gsi.rs).
+    pub key: u64,
+    /// Set by `GsiOpen`: the CM MADs for it, and their notifier.
+    gsi: Option<gsi_port::GsiInbox>,
 }
 
 impl Client {
@@ -217,6 +222,10 @@ pub struct Service {
     my_uid: u32,
     stop: Arc<AtomicBool>,
     limits: Limits,
+    /// QP1, made on the first `GsiOpen` (gsi_port.rs).
+    gsi: Option<gsi_port::GsiPort>,
+    relay: super::gsi::Relay,
+    next_key: u64,
 }
 
 impl Service {
@@ -255,6 +264,9 @@ impl Service {
             my_uid: rustix::process::getuid().as_raw(),
             stop: Arc::new(AtomicBool::new(false)),
             limits,
+            gsi: None,
+            relay: Default::default(),
+            next_key: 1,
         })
     }
 
@@ -275,9 +287,10 @@ impl Service {
             busy = self.once(wait)?;
         }
         let _ = self.dev.set_completion_hook(None);
-        // Clients first (their QPs are destroyed while the driver still runs), then the
-        // device with the last handle.
+        // Clients first (their QPs are destroyed while the driver still runs), then QP1,
+        // then the device with the last handle.
         self.clients.clear();
+        self.gsi = None;
         Ok(())
     }
 
@@ -310,6 +323,7 @@ impl Service {
             let _ = rustix::io::read(&*self.cq_kick, &mut b);
         }
         self.fan_out_events();
+        self.pump_gsi();
         let mut dead = Vec::new();
         let mut busy = false;
         for i in 0..self.clients.len() {
@@ -324,6 +338,8 @@ impl Service {
         }
         for &i in dead.iter().rev() {
             let c = self.clients.remove(i);
+            // Its listens and comm IDs are free (src/service/gsi.rs).
+            self.relay.close(c.key);
             tracing::info!(pid = c.pid, comm = %c.comm, "client gone: its resources are freed");
             drop(c);
         }
@@ -424,7 +440,10 @@ impl Service {
                 more: false,
                 cq_slots: 0,
                 mr_bytes: 0,
+                key: self.next_key,
+                gsi: None,
             });
+            self.next_key += 1;
         }
     }
 
@@ -468,8 +487,13 @@ impl Service {
                 .clients
                 .iter()
                 .filter(|c| c.sq.is_some())
-                .map(client_res)
+                .map(|c| {
+                    let mut r = client_res(c);
+                    r.gsi_listens = self.relay.listens_of(c.key);
+                    r
+                })
                 .collect(),
+            gsi: self.relay.counters,
         }
     }
 
@@ -544,6 +568,10 @@ impl Service {
         if c.sq.is_none() {
             return (bad(libc::EPROTO, "say hello first"), Vec::new());
         }
+        if let Some(r) = self.gsi_verb(i, &req) {
+            return r;
+        }
+        let c = &mut self.clients[i];
         match client_verb(&self.dev, &self.limits, c, req) {
             Answer::Plain(r) => (r, Vec::new()),
             Answer::Fds(r, f) => (r, f),
@@ -827,7 +855,12 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
         | Req::CreateSrq { .. }
         | Req::ModifySrq { .. }
         | Req::QuerySrq { .. }
-        | Req::DestroySrq { .. } => Plain(bad(libc::EINVAL, "unexpected")),
+        | Req::DestroySrq { .. }
+        | Req::GsiOpen
+        | Req::GsiListen { .. }
+        | Req::GsiUnlisten { .. }
+        | Req::GsiSend { .. }
+        | Req::GsiRecv => Plain(bad(libc::EINVAL, "unexpected")),
     }
 }
 
@@ -960,9 +993,16 @@ fn pump_completions(c: &mut Client) {
     }
 }
 
+#[path = "gsi_port.rs"]
+mod gsi_port;
+
 #[cfg(test)]
 #[path = "objects_tests.rs"]
 mod objects_tests;
+
+#[cfg(test)]
+#[path = "gsi_port_tests.rs"]
+mod gsi_port_tests;
 
 #[cfg(test)]
 mod tests {

@@ -136,6 +136,25 @@ pub enum Req {
     /// unaffiliated ones and those of its own objects (answered with
     /// [`Resp::AsyncEvents`]).
     AsyncEvents,
+    /// Use the device's GSI QP through the service's relay (src/service/gsi.rs):
+    /// answered with [`Resp::GsiOpened`] and an eventfd the service writes when MADs
+    /// for the client wait ([`Req::GsiRecv`]).
+    GsiOpen,
+    /// Receive the REQs and SIDR_REQs for `service_id` (EADDRINUSE when anyone does).
+    GsiListen {
+        service_id: u64,
+    },
+    GsiUnlisten {
+        service_id: u64,
+    },
+    /// Send a CM MAD from QP1 to the port of GID `to` (only a MAD naming the client's
+    /// own comm IDs).
+    GsiSend {
+        to: [u8; 16],
+        mad: Vec<u8>,
+    },
+    /// The MADs waiting for the client, oldest first: [`Resp::GsiMads`].
+    GsiRecv,
     /// Every resource of every client (`xrnic res`, `xrnic stat`).
     Res,
     /// Stop the service (`xrnic down`): root or the service's own user only.
@@ -189,6 +208,14 @@ pub enum Resp {
         len: u32,
     },
     Res(ResDoc),
+    /// The client's comm-ID range (`CmConfig::comm_ids`).
+    GsiOpened {
+        comm_base: u32,
+        comm_span: u32,
+    },
+    GsiMads {
+        mads: Vec<GsiMad>,
+    },
     /// The events of [`Req::AsyncEvents`], oldest first, as `enum ibv_event_type`
     /// values ([`encode_event`]), and beside each its element: the port (1) of a port
     /// event, 0 for DEVICE_FATAL, the QPN of a QP's event, the client's own handle of
@@ -368,12 +395,27 @@ pub fn decode_event(v: u32, element: u32) -> Option<crate::proto::AsyncEvent> {
     }
 }
 
+/// A CM MAD the service's GSI QP received: the sender's and the receiving GID (from
+/// the GRH) and the 256 bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsiMad {
+    pub from: [u8; 16],
+    pub to: [u8; 16],
+    pub mad: Vec<u8>,
+}
+
+/// Most MADs one [`Resp::GsiMads`] carries (the answer fits the client's buffer).
+pub const GSI_MADS_PER_ANSWER: usize = 32;
+
 /// `xrnic res` through the service: every resource with its owner.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ResDoc {
     pub service_pid: u32,
     pub netdev: String,
     pub clients: Vec<ClientRes>,
+    /// The GSI relay's counters (src/service/gsi.rs).
+    #[serde(default)]
+    pub gsi: super::gsi::RelayCounters,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -391,6 +433,9 @@ pub struct ClientRes {
     pub srqs: Vec<SrqRes>,
     /// Ring slots the service dropped as malformed.
     pub bad_slots: u64,
+    /// The ServiceIDs the client listens on through the GSI relay.
+    #[serde(default)]
+    pub gsi_listens: Vec<u64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

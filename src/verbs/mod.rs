@@ -83,6 +83,7 @@
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
 mod error;
+mod gsi_relay;
 pub mod ibv;
 mod link_watch;
 mod mcast;
@@ -98,7 +99,9 @@ mod stat_files;
 mod tests;
 mod ud;
 
+pub use crate::service::wire::GsiMad;
 pub use error::{Error, Result};
+pub use gsi_relay::GsiRelay;
 pub use mr::Mr;
 use mr::MrKind;
 pub use offload::{Backend, DeviceList, choose_backend, hw_counters, list_devices, query_rdma};

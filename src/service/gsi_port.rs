@@ -1,0 +1,306 @@
+//! The service's side of the GSI relay (src/service/gsi.rs): the device's GSI QP
+//! (QP1, IBTA §13.5.1), made when the first client opens the relay; the requests
+//! `GsiOpen`, `GsiListen`, `GsiUnlisten`, `GsiSend`, `GsiRecv`; and the round of the loop
+//! that takes what QP1 received and hands each MAD to its client (its inbox, and its
+//! eventfd written).
+//!
+//! A REQ or SIDR_REQ nobody listens on is given to a CM of the service's own that
+//! listens on nothing: it answers as an in-process CM with no listener does (REJ
+//! "invalid service ID", SIDR_REP "reject"), so a peer sees the same thing whether the
+//! host runs the service or not. That CM takes its comm IDs in block 0, which no client
+//! gets.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use rustix::event::EventfdFlags;
+
+use super::{Service, bad, errno_resp};
+use crate::cm::{Cm, CmConfig};
+use crate::proto::{GRH_LEN, GSI_QKEY};
+use crate::service::gsi::{self, Route};
+use crate::service::wire::{GsiMad, Req, Resp};
+use crate::verbs::{
+    self, Access, AddressVector, Ah, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, WrOpcode,
+};
+use crate::wire::Qpn;
+use crate::wire::mad::MAD_LEN;
+
+const RECV_SLOTS: usize = 256;
+const SEND_SLOTS: usize = 256;
+const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
+/// Most address handles QP1 keeps (one per destination GID).
+const MAX_AHS: usize = 1024;
+/// Most MADs waiting for one client (the oldest go first past it: a CM resends).
+pub(super) const MAX_INBOX: usize = 256;
+
+/// A client's end of the relay.
+pub(super) struct GsiInbox {
+    fd: OwnedFd,
+    pub mads: VecDeque<GsiMad>,
+}
+
+/// QP1 of the service's device. Fields drop in order: the QP before its CQ and PD.
+pub(super) struct GsiPort {
+    qp: Qp,
+    ahs: HashMap<[u8; 16], Ah>,
+    rmr: Mr,
+    smr: Mr,
+    cq: Cq,
+    pd: Pd,
+    next_send: usize,
+    central: Cm,
+    start: Instant,
+}
+
+impl GsiPort {
+    fn open(dev: &verbs::Device) -> verbs::Result<GsiPort> {
+        let pd = dev.alloc_pd()?;
+        let cq = dev.create_cq(RECV_SLOTS + SEND_SLOTS)?;
+        let qp = pd.create_gsi_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            max_send_wr: SEND_SLOTS as u32,
+            max_recv_wr: RECV_SLOTS as u32,
+            sq_sig_all: true,
+        })?;
+        qp.ud_ready(GSI_QKEY, 0)?;
+        let rmr = pd.reg_mr(RECV_SLOTS * RECV_SLOT, Access::LOCAL_WRITE)?;
+        let smr = pd.reg_mr(SEND_SLOTS * MAD_LEN, Access::LOCAL_WRITE)?;
+        for i in 0..RECV_SLOTS {
+            qp.post_recv(RecvWr {
+                wr_id: i as u64,
+                sg_list: vec![rmr.sge(i * RECV_SLOT, RECV_SLOT as u32)],
+            })?;
+        }
+        // The node GUID as the CA GUID, derived from the MAC as src/abi/rdmacm_port.rs
+        // does for an in-process CM.
+        let m = dev.mac();
+        let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+        let central = Cm::new(CmConfig {
+            ca_guid: guid,
+            first_comm_id: 1,
+            comm_ids: Some((1, (1 << gsi::BLOCK_BITS) - 1)),
+            ..CmConfig::default()
+        });
+        Ok(GsiPort {
+            qp,
+            ahs: HashMap::new(),
+            rmr,
+            smr,
+            cq,
+            pd,
+            next_send: 0,
+            central,
+            start: Instant::now(),
+        })
+    }
+
+    /// Send one MAD from QP1 to QP1 of the port of GID `to`.
+    fn send(&mut self, dev: &verbs::Device, to: &[u8; 16], mad: &[u8]) -> verbs::Result<()> {
+        let ah = match self.ahs.get(to) {
+            Some(a) => a.clone(),
+            None => {
+                // A source GID of the destination's kind (IPv4-mapped or not), not a
+                // link-local one, as src/abi/rdmacm_port.rs chooses it.
+                let v4 = to[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+                let sgid_index = dev
+                    .gid_table()
+                    .iter()
+                    .position(|g| {
+                        (g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]) == v4
+                            && g[..2] != [0xfe, 0x80]
+                    })
+                    .unwrap_or(0) as u8;
+                let a = self.pd.create_ah(&AddressVector {
+                    dgid: *to,
+                    sgid_index,
+                    ..AddressVector::default()
+                })?;
+                // Clients name the destinations: the cache stays bounded (a MAD to a
+                // GID no longer cached just makes its AH again).
+                if self.ahs.len() >= MAX_AHS {
+                    self.ahs.clear();
+                }
+                self.ahs.insert(*to, a.clone());
+                a
+            }
+        };
+        let slot = self.next_send;
+        self.next_send = (slot + 1) % SEND_SLOTS;
+        self.smr.write(slot * MAD_LEN, mad)?;
+        let mut wr = SendWr::new(slot as u64 | 1 << 32, WrOpcode::Send);
+        wr.sg_list = vec![self.smr.sge(slot * MAD_LEN, MAD_LEN as u32)];
+        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)
+    }
+
+    fn now(&self) -> crate::proto::Instant {
+        crate::proto::Instant::ZERO.saturating_add(self.start.elapsed())
+    }
+}
+
+impl Service {
+    /// A GSI request of client `i`, or `None` for any other request.
+    pub(super) fn gsi_verb(&mut self, i: usize, req: &Req) -> Option<(Resp, Vec<OwnedFd>)> {
+        let key = self.clients[i].key;
+        let plain = |r| Some((r, Vec::new()));
+        match req {
+            Req::GsiOpen => {
+                if self.gsi.is_none() {
+                    match GsiPort::open(&self.dev) {
+                        Ok(p) => self.gsi = Some(p),
+                        Err(e) => {
+                            tracing::warn!("the GSI QP: {e}");
+                            return plain(errno_resp(&e));
+                        }
+                    }
+                }
+                let Some((comm_base, comm_span)) = self.relay.open(key) else {
+                    return plain(bad(libc::ENOMEM, "every comm-ID block is taken"));
+                };
+                let c = &mut self.clients[i];
+                let fd = match &c.gsi {
+                    Some(g) => g.fd.try_clone(),
+                    None => {
+                        rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                            .map_err(std::io::Error::from)
+                            .and_then(|fd| {
+                                let dup = fd.try_clone()?;
+                                c.gsi = Some(GsiInbox {
+                                    fd,
+                                    mads: VecDeque::new(),
+                                });
+                                Ok(dup)
+                            })
+                    }
+                };
+                match fd {
+                    Ok(fd) => Some((
+                        Resp::GsiOpened {
+                            comm_base,
+                            comm_span,
+                        },
+                        vec![fd],
+                    )),
+                    Err(e) => plain(bad(libc::EMFILE, &e.to_string())),
+                }
+            }
+            Req::GsiListen { service_id } => match self.relay.listen(key, *service_id) {
+                Ok(()) => plain(Resp::Ok),
+                Err(errno) if errno == libc::EADDRINUSE => plain(bad(
+                    errno,
+                    &format!("service ID {service_id:#x} has a listener already"),
+                )),
+                Err(errno) => plain(bad(errno, "open the GSI relay first")),
+            },
+            Req::GsiUnlisten { service_id } => {
+                self.relay.unlisten(key, *service_id);
+                plain(Resp::Ok)
+            }
+            Req::GsiSend { to, mad } => {
+                if mad.len() != MAD_LEN || !self.relay.may_send(key, mad) {
+                    return plain(bad(
+                        libc::EPERM,
+                        "not a CM MAD of this client's comm IDs or listens",
+                    ));
+                }
+                let Some(p) = self.gsi.as_mut() else {
+                    return plain(bad(libc::EPROTO, "open the GSI relay first"));
+                };
+                match p.send(&self.dev, to, mad) {
+                    Ok(()) => plain(Resp::Ok),
+                    Err(e) => plain(errno_resp(&e)),
+                }
+            }
+            Req::GsiRecv => {
+                let c = &mut self.clients[i];
+                let Some(g) = c.gsi.as_mut() else {
+                    return plain(bad(libc::EPROTO, "open the GSI relay first"));
+                };
+                let n = g.mads.len().min(crate::service::wire::GSI_MADS_PER_ANSWER);
+                let mads: Vec<GsiMad> = g.mads.drain(..n).collect();
+                if !g.mads.is_empty() {
+                    // More than one answer holds: the client comes back.
+                    let _ = rustix::io::write(&g.fd, &1u64.to_ne_bytes());
+                }
+                plain(Resp::GsiMads { mads })
+            }
+            _ => None,
+        }
+    }
+
+    /// Hand what QP1 received to the clients (see the module comment); answer what no
+    /// one listens on.
+    pub(super) fn pump_gsi(&mut self) {
+        let Some(p) = self.gsi.as_mut() else { return };
+        let mut wcs = Vec::new();
+        let mut buf = vec![0u8; RECV_SLOT];
+        let mut woken: Vec<u64> = Vec::new();
+        loop {
+            wcs.clear();
+            if p.cq.take_into(64, &mut wcs) == 0 {
+                break;
+            }
+            for w in &wcs {
+                if w.wr_id >> 32 != 0 {
+                    continue; // a send completion
+                }
+                let slot = w.wr_id as usize;
+                let got = w.status == verbs::WcStatus::Success
+                    && w.byte_len as usize >= RECV_SLOT
+                    && p.rmr.read(slot * RECV_SLOT, &mut buf).is_ok();
+                let _ = p.qp.post_recv(RecvWr {
+                    wr_id: slot as u64,
+                    sg_list: vec![p.rmr.sge(slot * RECV_SLOT, RECV_SLOT as u32)],
+                });
+                let Some((from, to)) = got.then(|| gsi::grh_gids(&buf[..GRH_LEN])).flatten() else {
+                    self.relay.counters.malformed += 1;
+                    continue;
+                };
+                let mad = &buf[GRH_LEN..];
+                match self.relay.route(mad) {
+                    Route::Client(key) => {
+                        let Some(g) = self
+                            .clients
+                            .iter_mut()
+                            .find(|c| c.key == key)
+                            .and_then(|c| c.gsi.as_mut())
+                        else {
+                            continue;
+                        };
+                        if g.mads.len() >= MAX_INBOX {
+                            g.mads.pop_front();
+                        }
+                        g.mads.push_back(GsiMad {
+                            from,
+                            to,
+                            mad: mad.to_vec(),
+                        });
+                        if !woken.contains(&key) {
+                            woken.push(key);
+                        }
+                    }
+                    Route::Unmatched => {
+                        let now = p.now();
+                        p.central.handle_mad(now, from, to, mad);
+                    }
+                    Route::Drop => {}
+                }
+            }
+        }
+        let now = p.now();
+        p.central.handle_timeout(now);
+        while let Some(t) = p.central.poll_transmit() {
+            if let Err(e) = p.send(&self.dev, &t.to, &t.mad) {
+                tracing::debug!("GSI: the reject of an unmatched request not sent: {e}");
+            }
+        }
+        while p.central.poll_event().is_some() {}
+        for c in self.clients.iter().filter(|c| woken.contains(&c.key)) {
+            if let Some(g) = &c.gsi {
+                let _ = rustix::io::write(&g.fd, &1u64.to_ne_bytes());
+            }
+        }
+    }
+}

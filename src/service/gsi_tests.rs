@@ -1,0 +1,216 @@
+//! The GSI relay's demultiplexing with real CM MADs: two clients' CMs (each in its
+//! comm-ID block, as the service gives them) and a peer's CM on another host.
+
+use super::*;
+use crate::cm::{Cm, CmConfig, CmEvent, ConnParam, Path};
+use crate::proto::Instant;
+use crate::wire::mad::{RDMA_PS_TCP, RDMA_PS_UDP, rej_reason, service_id};
+
+const HOST: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
+const PEER: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 2];
+const SID_A: u64 = service_id(RDMA_PS_TCP, 7471);
+const SID_B: u64 = service_id(RDMA_PS_TCP, 7472);
+const SID_NONE: u64 = service_id(RDMA_PS_TCP, 9999);
+const SID_PEER: u64 = service_id(RDMA_PS_TCP, 5000);
+const T0: Instant = Instant::ZERO;
+
+fn path(local: [u8; 16], remote: [u8; 16]) -> Path {
+    Path {
+        local_gid: local,
+        remote_gid: remote,
+        mtu: 3,
+        hop_limit: 64,
+        ..Path::default()
+    }
+}
+
+fn param(qpn: u32) -> ConnParam {
+    ConnParam {
+        qpn,
+        psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..ConnParam::default()
+    }
+}
+
+/// A client's CM in the range the relay gave it.
+fn client_cm(range: (u32, u32)) -> Cm {
+    Cm::new(CmConfig {
+        first_comm_id: 5,
+        comm_ids: Some(range),
+        ..CmConfig::default()
+    })
+}
+
+/// The last MAD `cm` queued (a passive side queues an MRA before its REP; the relay
+/// routes both the same way, by the comm IDs they share).
+fn one_mad(cm: &mut Cm) -> [u8; 256] {
+    std::iter::from_fn(|| cm.poll_transmit())
+        .last()
+        .expect("a MAD")
+        .mad
+}
+
+#[test]
+fn requests_go_by_service_id_and_the_rest_by_comm_id_to_their_client_only() {
+    let mut r = Relay::default();
+    let (ra, rb) = (r.open(1).unwrap(), r.open(2).unwrap());
+    assert_ne!(ra.0, rb.0, "disjoint blocks");
+    assert_eq!(r.open(1), Some(ra), "open twice: the same block");
+    assert_eq!(r.listen(3, SID_A), Err(libc::EPROTO), "not opened");
+    assert_eq!(r.listen(1, SID_A), Ok(()));
+    assert_eq!(
+        r.listen(2, SID_A),
+        Err(libc::EADDRINUSE),
+        "one listener per ID"
+    );
+    assert_eq!(
+        r.listen(1, SID_A),
+        Err(libc::EADDRINUSE),
+        "as rdma_listen twice"
+    );
+    assert_eq!(r.listen(2, SID_B), Ok(()));
+    let (mut a, mut b) = (client_cm(ra), client_cm(rb));
+    assert!(a.listen(SID_A, 10));
+    let mut peer = Cm::new(CmConfig::default());
+    assert!(peer.listen(SID_PEER, 20));
+
+    // The peer connects to A's service: the REQ goes to A.
+    let pid = peer.connect(T0, SID_A, path(PEER, HOST), param(0x100));
+    let req = one_mad(&mut peer);
+    assert_eq!(r.route(&req), Route::Client(1));
+    a.handle_mad(T0, PEER, HOST, &req);
+    let Some(CmEvent::ConnectRequest { id: aid, .. }) = a.poll_event() else {
+        panic!("A sees the request");
+    };
+    assert_eq!(
+        aid >> BLOCK_BITS,
+        ra.0 >> BLOCK_BITS,
+        "A's ID is in A's block"
+    );
+    assert!(a.accept(T0, aid, param(0x200)));
+    let rep = one_mad(&mut a);
+    assert!(r.may_send(1, &rep), "A sends its own REP");
+    assert!(!r.may_send(2, &rep), "B may not send A's REP");
+    peer.handle_mad(T0, HOST, PEER, &rep);
+    while peer.poll_event().is_some() {}
+    assert!(peer.rtu(pid));
+    let rtu = one_mad(&mut peer);
+    assert_eq!(r.route(&rtu), Route::Client(1), "the RTU names A's ID");
+
+    // B connects to the peer: the REP comes back to B, not to A.
+    b.connect(T0, SID_PEER, path(HOST, PEER), param(0x300));
+    let breq = one_mad(&mut b);
+    assert!(r.may_send(2, &breq));
+    assert!(!r.may_send(1, &breq), "A may not send B's REQ");
+    peer.handle_mad(T0, HOST, PEER, &breq);
+    let Some(p2) = std::iter::from_fn(|| peer.poll_event()).find_map(|e| match e {
+        CmEvent::ConnectRequest { id, .. } => Some(id),
+        _ => None,
+    }) else {
+        panic!("the peer sees B's request");
+    };
+    assert!(peer.accept(T0, p2, param(0x400)));
+    let brep = one_mad(&mut peer);
+    assert_eq!(r.route(&brep), Route::Client(2));
+
+    // A SIDR_REQ goes by its ServiceID too.
+    peer.sidr_request(T0, service_id(RDMA_PS_UDP, 7), path(PEER, HOST), &[]);
+    let sidr = one_mad(&mut peer);
+    assert_eq!(r.route(&sidr), Route::Unmatched);
+    r.listen(2, service_id(RDMA_PS_UDP, 7)).unwrap();
+    assert_eq!(r.route(&sidr), Route::Client(2));
+    assert_eq!(r.counters.routed, 4);
+    assert_eq!(r.counters.unmatched, 1);
+}
+
+#[test]
+fn unmatched_requests_are_rejected_as_in_process_and_unknown_ids_dropped() {
+    let mut r = Relay::default();
+    r.open(1).unwrap();
+    let mut peer = Cm::new(CmConfig::default());
+    peer.connect(T0, SID_NONE, path(PEER, HOST), param(0x100));
+    let req = one_mad(&mut peer);
+    assert_eq!(r.route(&req), Route::Unmatched);
+    assert_eq!(r.counters.unmatched, 1);
+    // What the service does with it: its own CM with no listener answers.
+    let mut central = Cm::new(CmConfig {
+        first_comm_id: 1,
+        comm_ids: Some((1, (1 << BLOCK_BITS) - 1)),
+        ..CmConfig::default()
+    });
+    central.handle_mad(T0, PEER, HOST, &req);
+    let rej = one_mad(&mut central);
+    match Mad::parse(&rej).unwrap().msg {
+        CmMsg::Rej(j) => assert_eq!(j.reason, rej_reason::INVALID_SERVICE_ID),
+        m => panic!("not a REJ: {m:?}"),
+    }
+    peer.handle_mad(T0, HOST, PEER, &rej);
+    assert!(matches!(
+        peer.poll_event(),
+        Some(CmEvent::Rejected { reason: 8, .. })
+    ));
+
+    // A REP naming an ID in a block no client holds: dropped and counted.
+    let mut stray = client_cm((7 << BLOCK_BITS, 1 << BLOCK_BITS));
+    stray.connect(T0, SID_PEER, path(HOST, PEER), param(0x1));
+    let stray_req = one_mad(&mut stray);
+    let mut peer2 = Cm::new(CmConfig::default());
+    assert!(peer2.listen(SID_PEER, 1));
+    peer2.handle_mad(T0, HOST, PEER, &stray_req);
+    let Some(CmEvent::ConnectRequest { id, .. }) = peer2.poll_event() else {
+        panic!()
+    };
+    assert!(peer2.accept(T0, id, param(0x2)));
+    let rep = one_mad(&mut peer2);
+    assert_eq!(r.route(&rep), Route::Drop);
+    assert_eq!(r.counters.unknown_id, 1);
+    // A client not given that block may not send for it either.
+    assert!(!r.may_send(1, &stray_req));
+    assert_eq!(r.counters.refused, 1);
+
+    // Garbage, a short MAD, another management class: dropped and counted.
+    assert_eq!(r.route(&[0u8; 256]), Route::Drop);
+    assert_eq!(r.route(&[7u8; 10]), Route::Drop);
+    let mut other = rep;
+    other[1] = 0x04; // a PerfMgt class MAD
+    assert_eq!(r.route(&other), Route::Drop);
+    assert_eq!(r.counters.malformed, 3);
+    assert!(!r.may_send(1, &[0u8; 256]));
+}
+
+#[test]
+fn a_gone_client_frees_its_listens_and_ids() {
+    let mut r = Relay::default();
+    let ra = r.open(1).unwrap();
+    r.open(2).unwrap();
+    r.listen(1, SID_A).unwrap();
+    assert_eq!(r.listens_of(1), vec![SID_A]);
+    let mut a = client_cm(ra);
+    a.connect(T0, SID_PEER, path(HOST, PEER), param(0x1));
+    let areq = one_mad(&mut a);
+    let mut peer = Cm::new(CmConfig::default());
+    assert!(peer.listen(SID_PEER, 1));
+    peer.handle_mad(T0, HOST, PEER, &areq);
+    let Some(CmEvent::ConnectRequest { id, .. }) = peer.poll_event() else {
+        panic!()
+    };
+    assert!(peer.accept(T0, id, param(0x2)));
+    let rep = one_mad(&mut peer);
+    assert_eq!(r.route(&rep), Route::Client(1));
+
+    r.close(1);
+    assert!(r.listens_of(1).is_empty());
+    assert_eq!(r.route(&rep), Route::Drop, "no one holds A's IDs now");
+    assert!(!r.may_send(1, &areq), "a closed client sends nothing");
+    assert_eq!(r.listen(2, SID_A), Ok(()), "A's port is free for B");
+    peer.connect(T0, SID_A, path(PEER, HOST), param(0x3));
+    let req = one_mad(&mut peer);
+    assert_eq!(r.route(&req), Route::Client(2));
+    // A new client does not get A's block back at once (its MADs may be in flight).
+    let rc = r.open(3).unwrap();
+    assert_ne!(rc, ra);
+}

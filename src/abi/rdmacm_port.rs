@@ -21,16 +21,14 @@ use std::time::{Duration, Instant};
 use xrnic::cm::{Cm, CmConfig, CmEvent};
 use xrnic::proto::{GRH_LEN, Instant as CmInstant};
 use xrnic::service::gsi::grh_gids;
-use xrnic::verbs::{self as xv, Access, AddressVector, QpInitAttr, Qpn, RecvWr, SendWr, WrOpcode};
+use xrnic::verbs::{self as xv, AddressVector, GSI_QKEY, Qpn, RecvWr, SendWr, WrOpcode};
 use xrnic::wire::mad::MAD_LEN;
 
 use crate::types::ibv_context;
 
-/// The GSI Q_Key (IBTA §13.5.1).
-const GSI_QKEY: u32 = 0x8001_0000;
 const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 64;
-const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
+const RECV_SLOT: usize = xv::GSI_RECV_SLOT;
 
 pub struct Port {
     pub ifname: String,
@@ -132,8 +130,7 @@ fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
 
 fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port> {
     // The node GUID as the CA GUID (rxe derives both from the MAC, as device.rs does).
-    let m = dev.mac();
-    let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+    let guid = xv::node_guid(dev.mac());
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| d.subsec_nanos())
@@ -162,24 +159,13 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
 }
 
 fn open_local(dev: &xv::Device) -> xv::Result<LocalGsi> {
-    let pd = dev.alloc_pd()?;
-    let cq = dev.create_cq(RECV_SLOTS + SEND_SLOTS)?;
-    let qp = pd.create_gsi_qp(&QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        max_send_wr: SEND_SLOTS as u32,
-        max_recv_wr: RECV_SLOTS as u32,
-        sq_sig_all: true,
-    })?;
-    qp.ud_ready(GSI_QKEY, 0)?;
-    let rmr = pd.reg_mr(RECV_SLOTS * RECV_SLOT, Access::LOCAL_WRITE)?;
-    let smr = pd.reg_mr(SEND_SLOTS * MAD_LEN, Access::LOCAL_WRITE)?;
-    for i in 0..RECV_SLOTS {
-        qp.post_recv(RecvWr {
-            wr_id: i as u64,
-            sg_list: vec![rmr.sge(i * RECV_SLOT, RECV_SLOT as u32)],
-        })?;
-    }
+    let xv::GsiQueues {
+        qp,
+        pd,
+        cq,
+        rmr,
+        smr,
+    } = xv::GsiQueues::open(dev, RECV_SLOTS, SEND_SLOTS)?;
     Ok(LocalGsi {
         qp,
         pd,
@@ -305,15 +291,7 @@ impl LocalGsi {
             match ahs.get(to) {
                 Some(a) => a.clone(),
                 None => {
-                    let v4 = to[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-                    let sgid_index = dev
-                        .gid_table()
-                        .iter()
-                        .position(|g| {
-                            (g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]) == v4
-                                && g[..2] != [0xfe, 0x80]
-                        })
-                        .unwrap_or(0) as u8;
+                    let sgid_index = xv::cm_sgid_index(dev, to);
                     let a = self.pd.create_ah(&AddressVector {
                         dgid: *to,
                         sgid_index,

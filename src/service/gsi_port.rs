@@ -21,15 +21,13 @@ use crate::cm::{Cm, CmConfig};
 use crate::proto::{GRH_LEN, GSI_QKEY};
 use crate::service::gsi::{self, Route};
 use crate::service::wire::{GsiMad, Req, Resp};
-use crate::verbs::{
-    self, Access, AddressVector, Ah, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, WrOpcode,
-};
+use crate::verbs::{self, AddressVector, Ah, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
 use crate::wire::Qpn;
 use crate::wire::mad::MAD_LEN;
 
 const RECV_SLOTS: usize = 256;
 const SEND_SLOTS: usize = 256;
-const RECV_SLOT: usize = GRH_LEN + MAD_LEN;
+const RECV_SLOT: usize = verbs::GSI_RECV_SLOT;
 /// Most address handles QP1 keeps (one per destination GID).
 const MAX_AHS: usize = 1024;
 /// Most MADs waiting for one client (the oldest go first past it: a CM resends).
@@ -56,28 +54,15 @@ pub(super) struct GsiPort {
 
 impl GsiPort {
     fn open(dev: &verbs::Device) -> verbs::Result<GsiPort> {
-        let pd = dev.alloc_pd()?;
-        let cq = dev.create_cq(RECV_SLOTS + SEND_SLOTS)?;
-        let qp = pd.create_gsi_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            max_send_wr: SEND_SLOTS as u32,
-            max_recv_wr: RECV_SLOTS as u32,
-            sq_sig_all: true,
-        })?;
-        qp.ud_ready(GSI_QKEY, 0)?;
-        let rmr = pd.reg_mr(RECV_SLOTS * RECV_SLOT, Access::LOCAL_WRITE)?;
-        let smr = pd.reg_mr(SEND_SLOTS * MAD_LEN, Access::LOCAL_WRITE)?;
-        for i in 0..RECV_SLOTS {
-            qp.post_recv(RecvWr {
-                wr_id: i as u64,
-                sg_list: vec![rmr.sge(i * RECV_SLOT, RECV_SLOT as u32)],
-            })?;
-        }
-        // The node GUID as the CA GUID, derived from the MAC as src/abi/rdmacm_port.rs
-        // does for an in-process CM.
-        let m = dev.mac();
-        let guid = u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]);
+        let verbs::GsiQueues {
+            qp,
+            pd,
+            cq,
+            rmr,
+            smr,
+        } = verbs::GsiQueues::open(dev, RECV_SLOTS, SEND_SLOTS)?;
+        // The node GUID as the CA GUID, as the in-process CM takes it.
+        let guid = verbs::node_guid(dev.mac());
         let central = Cm::new(CmConfig {
             ca_guid: guid,
             first_comm_id: 1,
@@ -102,17 +87,7 @@ impl GsiPort {
         let ah = match self.ahs.get(to) {
             Some(a) => a.clone(),
             None => {
-                // A source GID of the destination's kind (IPv4-mapped or not), not a
-                // link-local one, as src/abi/rdmacm_port.rs chooses it.
-                let v4 = to[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-                let sgid_index = dev
-                    .gid_table()
-                    .iter()
-                    .position(|g| {
-                        (g[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]) == v4
-                            && g[..2] != [0xfe, 0x80]
-                    })
-                    .unwrap_or(0) as u8;
+                let sgid_index = verbs::cm_sgid_index(dev, to);
                 let a = self.pd.create_ah(&AddressVector {
                     dgid: *to,
                     sgid_index,

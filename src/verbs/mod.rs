@@ -83,6 +83,7 @@
 //! `examples/rnic_veth.rs`, which builds a veth pair in two namespaces and runs it.
 
 mod error;
+mod gsi;
 mod gsi_relay;
 pub mod ibv;
 mod link_watch;
@@ -101,6 +102,7 @@ mod ud;
 
 pub use crate::service::wire::GsiMad;
 pub use error::{Error, Result};
+pub use gsi::{GSI_RECV_SLOT, GsiQueues, cm_sgid_index, node_guid};
 pub use gsi_relay::GsiRelay;
 pub use mr::Mr;
 use mr::MrKind;

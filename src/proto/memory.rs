@@ -519,6 +519,12 @@ pub(crate) struct LocalSeg {
     pub len: u32,
 }
 
+/// A resolved scatter/gather list. Nearly every work request has one SGE (perftest,
+/// rdma-core's pingpongs): that one is held inline, so posting it allocates nothing
+/// (a `Vec` cost a `malloc` at the post and a `free` at the completion, on each side of
+/// a round trip; docs/performance.md, "The round trip").
+pub(crate) type Segs = smallvec::SmallVec<[LocalSeg; 1]>;
+
 /// Check a scatter/gather list for a QP in `pd`; `need` is LOCAL_WRITE where the engine
 /// will write (receive buffers, READ and atomic results). Local reads need no right.
 pub(crate) fn resolve_sges(
@@ -526,8 +532,8 @@ pub(crate) fn resolve_sges(
     pd: Pd,
     sges: &[Sge],
     need: Access,
-) -> Result<Vec<LocalSeg>, WcStatus> {
-    let mut out = Vec::with_capacity(sges.len());
+) -> Result<Segs, WcStatus> {
+    let mut out = Segs::with_capacity(sges.len());
     for s in sges {
         if s.length == 0 {
             continue;
@@ -856,6 +862,13 @@ mod tests {
         ];
         let segs = resolve_sges(&m, pd, &sges, Access::NONE).unwrap();
         assert_eq!(segs.len(), 2, "empty SGEs are skipped, even with a bad key");
+        assert!(segs.spilled(), "two segments go to the heap");
+        let one = resolve_sges(&m, pd, &sges[..1], Access::NONE).unwrap();
+        assert_eq!(one[..], segs[..1]);
+        assert!(
+            !one.spilled(),
+            "one segment is held inline: posting it allocates nothing"
+        );
         let mut scratch = vec![];
         assert!(matches!(
             gather(&m, &segs, 1, 3, &mut scratch),

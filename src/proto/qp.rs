@@ -783,6 +783,14 @@ impl Qp {
     /// Bytes this QP occupies: the struct plus the heap capacity of its queues (user
     /// buffers live in memory regions and are not counted).
     pub fn memory_bytes(&self) -> usize {
+        // A resolved list's heap part: none while its one element is held inline.
+        fn spilled_bytes(s: &super::memory::Segs) -> usize {
+            if s.spilled() {
+                s.capacity() * core::mem::size_of::<super::memory::LocalSeg>()
+            } else {
+                0
+            }
+        }
         use core::mem::size_of;
         let sq: usize = self
             .req
@@ -790,20 +798,14 @@ impl Qp {
             .iter()
             .map(|w| {
                 w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
-                    + w.segs
-                        .as_ref()
-                        .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
+                    + w.segs.as_ref().map_or(0, spilled_bytes)
             })
             .sum();
         let rq: usize = self
             .resp
             .rq
             .iter()
-            .map(|r| {
-                r.segs
-                    .as_ref()
-                    .map_or(0, |s| s.capacity() * size_of::<super::memory::LocalSeg>())
-            })
+            .map(|r| r.segs.as_ref().map_or(0, spilled_bytes))
             .sum();
         size_of::<Qp>()
             + self.req.sq.capacity() * size_of::<super::requester::SendWqe>()
@@ -849,7 +851,7 @@ pub(crate) struct UdWqe {
     pub(crate) signaled: bool,
     pub(crate) imm: Option<u32>,
     pub(crate) solicited: bool,
-    pub(crate) segs: Result<Vec<super::memory::LocalSeg>, WcStatus>,
+    pub(crate) segs: Result<super::memory::Segs, WcStatus>,
     pub(crate) len: u32,
     pub(crate) dest: UdDest,
 }

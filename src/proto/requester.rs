@@ -17,7 +17,7 @@ use super::congestion::CongestionControl;
 use super::counters::QpCounters;
 use super::cq::WcStatus;
 use super::memory::MemTable;
-use super::memory::{LocalSeg, Payload, borrow_run, gather, readable};
+use super::memory::{Payload, Segs, borrow_run, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
@@ -30,7 +30,7 @@ pub(crate) struct SendWqe {
     pub wr: SendWr,
     /// Checked scatter/gather list, or the local error the WR will complete with when it
     /// reaches the head of the queue (so completions stay in order).
-    pub segs: Result<Vec<LocalSeg>, WcStatus>,
+    pub segs: Result<Segs, WcStatus>,
     pub len: u32,
     /// PSN of the first packet (requests) or first response (READ), once started.
     pub first_psn: Psn,

@@ -22,7 +22,7 @@ use crate::wire::{
 
 use super::counters::QpCounters;
 use super::cq::WcStatus;
-use super::memory::{LocalSeg, MemRef, MemTable, Payload};
+use super::memory::{MemRef, MemTable, Payload, Segs};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::trace::TxReason;
 
@@ -30,7 +30,7 @@ use super::trace::TxReason;
 #[derive(Debug)]
 pub(crate) struct RecvWqe {
     pub wr_id: u64,
-    pub segs: Result<Vec<LocalSeg>, WcStatus>,
+    pub segs: Result<Segs, WcStatus>,
     pub len: u64,
 }
 

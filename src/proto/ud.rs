@@ -36,7 +36,7 @@ use super::Ctx;
 use super::cq::{WcOpcode, WcStatus, WorkCompletion, roce_v2_sl};
 use super::framing::av_addrs;
 use super::memory::Access;
-use super::memory::{LocalSeg, resolve_sges, scatter};
+use super::memory::{LocalSeg, Segs, resolve_sges, scatter};
 use super::qp::{
     AttrMask, Qp, QpState, QpType, UdWqe, VerbsError, complete_ud_send as complete_send,
 };
@@ -295,7 +295,7 @@ pub(crate) fn post_send(
         signaled: wr.send_flags.contains(SendFlags::SIGNALED),
         imm,
         solicited: wr.send_flags.contains(SendFlags::SOLICITED),
-        segs: Ok(Vec::new()),
+        segs: Ok(Segs::new()),
         len: len64.min(u64::from(u32::MAX)) as u32,
         dest: *dest,
     };

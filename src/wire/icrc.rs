@@ -315,7 +315,7 @@ pub fn compute_from_header_state_ext(
 ) -> Option<u32> {
     let pad = &[0u8; 3][..pad.min(3)];
     let x = shift_factor(ext.len() + payload.len() + pad.len())?;
-    let mut p = crc32fast::Hasher::new();
+    let mut p = zero_hasher();
     if !ext.is_empty() {
         p.update(ext);
     }
@@ -324,6 +324,15 @@ pub fn compute_from_header_state_ext(
         p.update(pad);
     }
     Some(p.finalize() ^ mul(state, x))
+}
+
+/// A hasher at state 0. A clone of one made once: `Hasher::new` detects the CPU's
+/// features at every call (some 40 instructions, twice per message sent).
+#[inline]
+fn zero_hasher() -> crc32fast::Hasher {
+    static ZERO: std::sync::LazyLock<crc32fast::Hasher> =
+        std::sync::LazyLock::new(crc32fast::Hasher::new);
+    ZERO.clone()
 }
 
 fn hash_from(state: u32, pkt: &[u8]) -> u32 {

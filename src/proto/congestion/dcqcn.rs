@@ -130,12 +130,12 @@ impl Dcqcn {
 
     /// R_c, the rate the QP may send at, in bit/s.
     pub fn rate_bps(&self) -> u64 {
-        self.rc.round() as u64
+        round_rate(self.rc)
     }
 
     /// R_t, the target rate, in bit/s.
     pub fn target_bps(&self) -> u64 {
-        self.rt.round() as u64
+        round_rate(self.rt)
     }
 
     /// R_c without rounding.
@@ -419,6 +419,15 @@ impl RateController for Dcqcn {
     }
 }
 
+/// `x.round() as u64` for a rate (finite, at least 0). The pacer asks for the rate at
+/// every frame, and `f64::round` is a call into libm on x86-64 without SSE4.1; a whole
+/// rate (the line rate, where a QP without congestion sits) needs no rounding.
+#[inline]
+fn round_rate(x: f64) -> u64 {
+    let n = x as u64;
+    if n as f64 == x { n } else { x.round() as u64 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,6 +437,25 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn round_rate_rounds_like_f64_round() {
+        for x in [
+            0.0,
+            0.4,
+            0.5,
+            1.5,
+            2.5,
+            1e9,
+            1e9 + 0.49,
+            1e9 + 0.5,
+            LINE as f64 / 3.0,
+            2.0 * LINE as f64 / 3.0,
+            400e9 + 0.75,
+        ] {
+            assert_eq!(round_rate(x), x.round() as u64, "{x}");
+        }
     }
 
     #[test]

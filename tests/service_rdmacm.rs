@@ -211,6 +211,39 @@ fn stock_rping_across_the_pair_server_through_the_service() {
     check_rping(&c, &sv, 64, 10);
 }
 
+/// The other way: rping's client as nobody through A's service, its server on B's
+/// in-process device. The client resolves its route to B itself (the namespace's route
+/// and neighbour tables, on its own thread: as nobody it may not setns(2), not even into
+/// the namespace it is in; src/verbs/netdev.rs `NetNs::run`).
+#[test]
+#[ignore = "needs root"]
+fn stock_rping_across_the_pair_client_through_the_service() {
+    let Some(rping) = tool("rping") else { return };
+    let Some(s) = Svc::start() else { return };
+    let b = s.pair.end(Side::B);
+    let baddr = b.ipv4.to_string();
+    let server = Kid(Some(
+        Command::new("ip")
+            .args(["netns", "exec", &b.netns, "timeout", "60", xrnic_bin()])
+            .args(["exec", "--netdev", &b.ifname, "--"])
+            .args([
+                &rping, "-s", "-a", &baddr, "-p", "7302", "-C", "10", "-S", "64", "-v",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let (c, sv) = until_listening(server, || {
+        s.tool(&[
+            &rping, "-c", "-a", &baddr, "-p", "7302", "-C", "10", "-S", "64", "-v",
+        ])
+        .output()
+        .unwrap()
+    });
+    check_rping(&c, &sv, 64, 10);
+}
+
 /// Two servers of two processes listening at once on two ports: each gets its own
 /// clients. The same port a second time: that listen fails with EADDRINUSE, as
 /// rdma_listen on a port another process holds does with the kernel's rdma_cm.

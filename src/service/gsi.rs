@@ -15,7 +15,14 @@
 //!   SIDR_REP "reject").
 //! - Every other CM MAD (REP, RTU, REJ, MRA, DREQ, DREP, LAP, APR, SIDR_REP) names in its
 //!   RemoteCommID (SIDR_REP: its RequestID) an ID the receiving side chose: it goes to the
-//!   client whose block holds that ID, or is dropped and counted.
+//!   client whose block holds that ID, or is dropped and counted. Except a DREQ: one that
+//!   names an ID no live client holds (its client died, or it never was one) is
+//!   [`Route::Orphan`], which the service answers with a DREP as an in-process CM does for
+//!   a DREQ of a connection it does not know (the kernel's cm.c `cm_dreq_handler` →
+//!   `cm_issue_drep`), so the peer need not resend it until its timeout. cm.c answers no
+//!   other MAD of an unknown connection (an unknown REP, RTU, REJ, MRA, DREP, LAP or
+//!   SIDR_REP is dropped: `cm_dup_rep_handler` and the other handlers return when
+//!   `cm_acquire_id` finds nothing), so neither does the service.
 //! - A MAD that does not parse as a CM MAD is dropped and counted; nothing panics.
 //! - A client sends only MADs whose LocalCommID (SIDR_REQ: RequestID) is in its block
 //!   (a REJ may say 0: the REJ of a REQ no one had an ID for), and SIDR_REPs only for a
@@ -40,6 +47,9 @@ pub enum Route {
     /// A REQ or SIDR_REQ for a ServiceID no one listens on: answer it as a CM with no
     /// listener does.
     Unmatched,
+    /// A DREQ naming a comm ID no live client holds: answer it as a CM that does not know
+    /// the connection does (a DREP, cm.c `cm_issue_drep`).
+    Orphan,
     /// Dropped (counted): no client holds the ID it names, or it is not a CM MAD.
     Drop,
 }
@@ -51,8 +61,12 @@ pub struct RelayCounters {
     pub routed: u64,
     /// REQs / SIDR_REQs for a ServiceID nobody listens on (answered with a reject).
     pub unmatched: u64,
-    /// MADs naming a comm ID no client holds.
+    /// MADs naming a comm ID no client holds (dropped; a DREQ is counted in
+    /// `orphan_dreq` instead).
     pub unknown_id: u64,
+    /// DREQs naming a comm ID no live client holds, answered with a DREP.
+    #[serde(default)]
+    pub orphan_dreq: u64,
     /// MADs that are not CM MADs, or LAP/APR/ClassPortInfo without an owner.
     pub malformed: u64,
     /// MADs a client asked to send that were not its to send.
@@ -165,6 +179,10 @@ impl Relay {
             Some(c) => {
                 self.counters.routed += 1;
                 Route::Client(c)
+            }
+            None if matches!(mad.msg, CmMsg::Dreq(_)) => {
+                self.counters.orphan_dreq += 1;
+                Route::Orphan
             }
             None => {
                 self.counters.unknown_id += 1;

@@ -7,8 +7,10 @@
 //! A REQ or SIDR_REQ nobody listens on is given to a CM of the service's own that
 //! listens on nothing: it answers as an in-process CM with no listener does (REJ
 //! "invalid service ID", SIDR_REP "reject"), so a peer sees the same thing whether the
-//! host runs the service or not. That CM takes its comm IDs in block 0, which no client
-//! gets.
+//! host runs the service or not. The same CM answers a DREQ for a comm ID no live client
+//! holds ([`Route::Orphan`]): it knows no such connection either, so it sends the DREP
+//! that an in-process CM sends then (src/cm/mod.rs `on_dreq`, as cm.c `cm_issue_drep`).
+//! That CM takes its comm IDs in block 0, which no client gets.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -256,7 +258,7 @@ impl Service {
                             woken.push(key);
                         }
                     }
-                    Route::Unmatched => {
+                    Route::Unmatched | Route::Orphan => {
                         let now = p.now();
                         p.central.handle_mad(now, from, to, mad);
                     }
@@ -268,7 +270,7 @@ impl Service {
         p.central.handle_timeout(now);
         while let Some(t) = p.central.poll_transmit() {
             if let Err(e) = p.send(&self.dev, &t.to, &t.mad) {
-                tracing::debug!("GSI: the reject of an unmatched request not sent: {e}");
+                tracing::debug!("GSI: the answer to an unmatched MAD not sent: {e}");
             }
         }
         while p.central.poll_event().is_some() {}

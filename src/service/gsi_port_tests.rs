@@ -287,3 +287,85 @@ fn cm_mads_reach_their_client_only_and_unmatched_requests_are_rejected() {
         Resp::Ok
     ));
 }
+
+#[test]
+fn a_dreq_for_a_dead_clients_connection_is_answered_with_a_drep() {
+    let (dev, peer_dev) = Device::open_sim_pair().unwrap();
+    let name = format!("svc-gsi-drep-{}", std::process::id());
+    let mut svc = Service::new(dev, &name).unwrap();
+    let a = Client::new(&mut svc, &name);
+    assert!(matches!(
+        a.call(&mut svc, Req::GsiListen { service_id: SID }),
+        Resp::Ok
+    ));
+    let mut peer = Peer::new(&peer_dev);
+    let path = Path {
+        local_gid: PEER_GID,
+        remote_gid: SVC_GID,
+        mtu: 3,
+        hop_limit: 64,
+        ..Path::default()
+    };
+    let pid = peer
+        .cm
+        .connect(crate::proto::Instant::ZERO, SID, path, param(0x99));
+    peer.flush();
+    let got = wait_mads(&mut svc, &a);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let mut cm = Cm::new(CmConfig {
+        comm_ids: Some(a.range),
+        ..CmConfig::default()
+    });
+    assert!(cm.listen(SID, 1));
+    cm.handle_mad(crate::proto::Instant::ZERO, PEER_GID, SVC_GID, &got[0].mad);
+    let Some(CmEvent::ConnectRequest { id, .. }) = cm.poll_event() else {
+        panic!("A's CM sees the REQ")
+    };
+    assert!(cm.accept(crate::proto::Instant::ZERO, id, param(0x77)));
+    let rep = std::iter::from_fn(|| cm.poll_transmit()).last().unwrap();
+    assert!(matches!(
+        a.call(
+            &mut svc,
+            Req::GsiSend {
+                to: rep.to,
+                mad: rep.mad.to_vec()
+            }
+        ),
+        Resp::Ok
+    ));
+    assert!(matches!(peer.take(&mut svc).msg, CmMsg::Rep(_)));
+    assert!(peer.cm.rtu(pid));
+    peer.flush();
+    while peer.cm.poll_event().is_some() {}
+    let rtu = wait_mads(&mut svc, &a);
+    assert!(matches!(
+        Mad::parse(&rtu[0].mad).unwrap().msg,
+        CmMsg::Rtu(_)
+    ));
+
+    // A dies with the connection up (its CM with it); the peer disconnects.
+    drop(a);
+    drop(cm);
+    for _ in 0..3 {
+        svc.once(Duration::ZERO).unwrap();
+    }
+    assert!(peer.cm.disconnect(crate::proto::Instant::ZERO, pid));
+    peer.flush();
+    // The service answers for the dead client as its CM would have: a DREP.
+    let m = peer.take(&mut svc);
+    match m.msg {
+        CmMsg::Drep(d) => assert_eq!((d.local_comm_id, d.remote_comm_id), (id, pid)),
+        m => panic!("not a DREP: {m:?}"),
+    }
+    assert_eq!(
+        std::iter::from_fn(|| peer.cm.poll_event()).collect::<Vec<_>>(),
+        [CmEvent::Disconnected { id: pid }]
+    );
+    let doc = svc.res_doc();
+    assert_eq!(
+        (doc.gsi.orphan_dreq, doc.gsi.unknown_id),
+        (1, 0),
+        "{:?}",
+        doc.gsi
+    );
+}

@@ -137,11 +137,7 @@ fn unmatched_requests_are_rejected_as_in_process_and_unknown_ids_dropped() {
     assert_eq!(r.route(&req), Route::Unmatched);
     assert_eq!(r.counters.unmatched, 1);
     // What the service does with it: its own CM with no listener answers.
-    let mut central = Cm::new(CmConfig {
-        first_comm_id: 1,
-        comm_ids: Some((1, (1 << BLOCK_BITS) - 1)),
-        ..CmConfig::default()
-    });
+    let mut central = central_cm();
     central.handle_mad(T0, PEER, HOST, &req);
     let rej = one_mad(&mut central);
     match Mad::parse(&rej).unwrap().msg {
@@ -213,4 +209,86 @@ fn a_gone_client_frees_its_listens_and_ids() {
     // A new client does not get A's block back at once (its MADs may be in flight).
     let rc = r.open(3).unwrap();
     assert_ne!(rc, ra);
+}
+
+/// The service's CM of its own, as src/service/gsi_port.rs makes it (block 0).
+fn central_cm() -> Cm {
+    Cm::new(CmConfig {
+        first_comm_id: 1,
+        comm_ids: Some((1, (1 << BLOCK_BITS) - 1)),
+        ..CmConfig::default()
+    })
+}
+
+#[test]
+fn a_dreq_for_a_gone_clients_or_no_ones_id_is_answered_with_a_drep() {
+    let mut r = Relay::default();
+    let ra = r.open(1).unwrap();
+    // A connects to the peer; both ends reach ESTABLISHED.
+    let mut a = client_cm(ra);
+    let aid = a.connect(T0, SID_PEER, path(HOST, PEER), param(0x1));
+    let areq = one_mad(&mut a);
+    let mut peer = Cm::new(CmConfig::default());
+    assert!(peer.listen(SID_PEER, 1));
+    peer.handle_mad(T0, HOST, PEER, &areq);
+    let Some(CmEvent::ConnectRequest { id: pid, .. }) = peer.poll_event() else {
+        panic!("the peer sees A's request")
+    };
+    assert!(peer.accept(T0, pid, param(0x2)));
+    let rep = one_mad(&mut peer);
+    assert_eq!(r.route(&rep), Route::Client(1));
+    a.handle_mad(T0, PEER, HOST, &rep);
+    assert!(a.rtu(aid));
+    let rtu = one_mad(&mut a);
+    peer.handle_mad(T0, HOST, PEER, &rtu);
+    while peer.poll_event().is_some() {}
+
+    // A dies with the connection up; the peer disconnects: its DREQ names A's ID.
+    r.close(1);
+    assert!(peer.disconnect(T0, pid));
+    let dreq = one_mad(&mut peer);
+    let dreq_tid = Mad::parse(&dreq).unwrap().tid;
+    assert_eq!(r.route(&dreq), Route::Orphan);
+    assert_eq!((r.counters.orphan_dreq, r.counters.unknown_id), (1, 0));
+    // The service's CM answers it: a DREP with the IDs swapped and the DREQ's TID.
+    let mut central = central_cm();
+    central.handle_mad(T0, PEER, HOST, &dreq);
+    let t = central.poll_transmit().expect("a DREP");
+    assert_eq!(t.to, PEER);
+    assert!(central.poll_transmit().is_none(), "one MAD");
+    let drep = Mad::parse(&t.mad).unwrap();
+    assert_eq!(drep.tid, dreq_tid);
+    match drep.msg {
+        CmMsg::Drep(d) => assert_eq!((d.local_comm_id, d.remote_comm_id), (aid, pid)),
+        m => panic!("not a DREP: {m:?}"),
+    }
+    assert!(central.poll_event().is_none(), "nothing for the service");
+    // The peer's disconnect completes without resending its DREQ.
+    peer.handle_mad(T0, HOST, PEER, &t.mad);
+    assert_eq!(
+        std::iter::from_fn(|| peer.poll_event()).collect::<Vec<_>>(),
+        [CmEvent::Disconnected { id: pid }]
+    );
+
+    // A DREQ naming an ID in a block no client was ever given: the same answer.
+    let mut stray = Cm::new(CmConfig::default());
+    let mut other = client_cm((9 << BLOCK_BITS, 1 << BLOCK_BITS));
+    assert!(other.listen(SID_A, 1));
+    let sid = stray.connect(T0, SID_A, path(PEER, HOST), param(0x5));
+    other.handle_mad(T0, PEER, HOST, &one_mad(&mut stray));
+    let Some(CmEvent::ConnectRequest { id: oid, .. }) = other.poll_event() else {
+        panic!()
+    };
+    assert!(other.accept(T0, oid, param(0x6)));
+    stray.handle_mad(T0, HOST, PEER, &one_mad(&mut other));
+    assert!(stray.rtu(sid));
+    let _ = one_mad(&mut stray);
+    assert!(stray.disconnect(T0, sid));
+    let dreq2 = one_mad(&mut stray);
+    assert_eq!(r.route(&dreq2), Route::Orphan);
+    assert_eq!(r.counters.orphan_dreq, 2);
+
+    // Other MADs of an unknown connection stay unanswered (cm.c drops them): a DREP.
+    assert_eq!(r.route(&t.mad), Route::Drop);
+    assert_eq!(r.counters.unknown_id, 1);
 }

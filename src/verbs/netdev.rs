@@ -202,8 +202,15 @@ impl NetNs {
         })
     }
 
-    /// Run `f` on a fresh thread inside this namespace (setns(2) affects one thread).
+    /// Run `f` inside this namespace: on the calling thread when it is there already,
+    /// else on a fresh thread that moves into it (setns(2) affects one thread). setns(2)
+    /// needs CAP_SYS_ADMIN even into the namespace a thread is in, which an unprivileged
+    /// client of the device service (docs/rnic.md) lacks: its route and neighbour
+    /// look-ups (rdma_resolve_route) run where it is.
     pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        if self.is_current()? {
+            return Ok(f());
+        }
         std::thread::scope(|s| {
             let h = s.spawn(|| -> io::Result<T> {
                 move_into_link_name_space(
@@ -218,6 +225,13 @@ impl NetNs {
                 Err(p) => std::panic::resume_unwind(p),
             }
         })
+    }
+
+    /// Whether the calling thread is in this namespace (the same nsfs inode).
+    fn is_current(&self) -> io::Result<bool> {
+        let here = rustix::fs::stat("/proc/thread-self/ns/net")?;
+        let this = rustix::fs::fstat(&self.file)?;
+        Ok((here.st_dev, here.st_ino) == (this.st_dev, this.st_ino))
     }
 }
 
@@ -250,6 +264,24 @@ pub fn resolve_path(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_in_the_callers_namespace_needs_no_cap_sys_admin() {
+        use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+        let ns = NetNs::current().unwrap();
+        std::thread::spawn(move || {
+            // This thread alone gives CAP_SYS_ADMIN up (capabilities are per thread), as
+            // a client of the device service running as nobody has none.
+            let mut caps = capabilities(None).unwrap();
+            caps.effective.remove(CapabilitySet::SYS_ADMIN);
+            caps.permitted.remove(CapabilitySet::SYS_ADMIN);
+            set_capabilities(None, caps).unwrap();
+            let seen = ns.run(|| std::thread::current().id()).unwrap();
+            assert_eq!(seen, std::thread::current().id(), "on the calling thread");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn active_mtu_matches_rxe() {

@@ -420,21 +420,40 @@ fn stock_ib_read_bw_rdma_cm() {
 #[test]
 #[ignore = "needs root"]
 fn stock_rdma_server_rdma_client_sync_api() {
+    sync_pair("rdma_server", "rdma_client", &[]);
+}
+
+/// rdma_xserver / rdma_xclient over RC (their default): the synchronous API again, the
+/// client's 16-byte SEND posted with IBV_SEND_INLINE on a QP created with
+/// `max_inline_data` 0 (rxe's provider takes it: its inline room is at least one SGE).
+#[test]
+#[ignore = "needs root"]
+fn stock_rdma_xserver_rdma_xclient_rc() {
+    sync_pair("rdma_xserver", "rdma_xclient", &["-c", "r"]);
+}
+
+/// A server and a client of rdma-core's synchronous examples (`args` on both): each
+/// exits 0 and prints "NAME: end 0".
+fn sync_pair(server_name: &str, client_name: &str, args: &[&str]) {
     library_built();
-    let (Some(srv), Some(cli)) = (tool("rdma_server"), tool("rdma_client")) else {
+    let (Some(srv), Some(cli)) = (tool(server_name), tool(client_name)) else {
         return;
     };
     let pair = VethPair::new(1500).expect("veth pair");
     let b = pair.end(Side::B).ipv4.to_string();
-    let server = exec(&pair, Side::B, &[&srv])
+    let mut sa = vec![srv.as_str()];
+    sa.extend_from_slice(args);
+    let server = exec(&pair, Side::B, &sa)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     wait_xdp(&pair, Side::B);
-    let c = client(&pair, &[&cli, "-s", &b]);
+    let mut ca = vec![cli.as_str(), "-s", &b];
+    ca.extend_from_slice(args);
+    let c = client(&pair, &ca);
     let s = server.wait_with_output().unwrap();
-    for (who, o, name) in [("client", &c, "rdma_client"), ("server", &s, "rdma_server")] {
+    for (who, o, name) in [("client", &c, client_name), ("server", &s, server_name)] {
         assert!(o.status.success(), "{who}: {}", text(o));
         assert!(
             String::from_utf8_lossy(&o.stdout).contains(&format!("{name}: end 0")),
@@ -714,4 +733,54 @@ fn stock_mckey_ipv6_group_is_refused_as_by_the_kernel() {
     );
     assert!(all.contains("failure joining"), "{}", text(&o));
     assert!(all.contains("524"), "{}", text(&o));
+}
+
+/// What xrnic's librdmacm does not have fails at once with the documented errno and the
+/// tool's own message, never a hang or an abort (docs/rdmacm.md "Not there yet"): XRC
+/// ids (`rdma_xserver -c x`: EOPNOTSUPP from rdma_create_ep) and rsockets (rstream,
+/// udpong, rcopy: ENOSYS from rsocket).
+#[test]
+#[ignore = "needs root"]
+fn stock_unsupported_xrc_and_rsockets_fail_cleanly() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    for (name, args, says) in [
+        (
+            "rdma_xserver",
+            &["-c", "x"][..],
+            "rdma_create_ep: Operation not supported",
+        ),
+        (
+            "rstream",
+            &["-b", &b][..],
+            "rsocket failed: Function not implemented",
+        ),
+        (
+            "udpong",
+            &["-b", &b][..],
+            "rsocket failed: Function not implemented",
+        ),
+        ("rcopy", &[][..], "rsocket failed: Function not implemented"),
+    ] {
+        let Some(p) = tool(name) else { return };
+        let mut a = vec![p.as_str()];
+        a.extend_from_slice(args);
+        let started = std::time::Instant::now();
+        let o = exec(&pair, Side::B, &a).output().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name} {args:?} took {:?}: {}",
+            started.elapsed(),
+            text(&o)
+        );
+        // The tools exit -1 (255) on the error; a signal (abort, timeout) has no code.
+        assert_eq!(o.status.code(), Some(255), "{name} {args:?}: {}", text(&o));
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(all.contains(says), "{name} {args:?}: {}", text(&o));
+    }
 }

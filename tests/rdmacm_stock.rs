@@ -301,6 +301,11 @@ fn stock_udaddy_three_ids() {
 /// wait for each other's SENDs, RNR-retried for ever), so such a run starts again from a
 /// fresh server. A REJ of the first connection (the server's device is open, its first
 /// listener not yet) only needs the client again.
+///
+/// The client must be done well within its DREQ's retries (about 80 s): a server that
+/// exits with its connection up (perftest's latency servers return from main without
+/// rdma_disconnect) must still answer or send the DREQ, as the kernel's CM does when the
+/// process's rdma_cm file is released.
 fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
     library_built();
     let Some(p) = tool_at("/usr/bin", name, "perftest") else {
@@ -317,8 +322,15 @@ fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
             .spawn()
             .unwrap();
         wait_xdp(&pair, Side::B);
+        let started = std::time::Instant::now();
         let (c, fresh_pair) = perftest_client(&pair, name, &[&p, "-R", "-n", &n, &b], &mut tries);
         if !fresh_pair {
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(30),
+                "{name}: the client took {took:?}: {}",
+                text(&c)
+            );
             break (c, server.wait_with_output().unwrap());
         }
         // The test's connection was refused: this server is past its exchange.
@@ -326,8 +338,13 @@ fn perftest_rdma_cm(name: &str, iters: usize, bytes: usize) {
         let _ = Command::new("kill").arg(server.id().to_string()).status();
         let _ = server.wait_with_output();
     };
+    // The passive side of a READ or atomic latency test prints no table.
+    let passive = ["ib_read_lat", "ib_atomic_lat"].contains(&name);
     for (who, o) in [("client", &c), ("server", &s)] {
         assert!(o.status.success(), "{who}: {}", text(o));
+        if who == "server" && passive {
+            continue;
+        }
         let out = String::from_utf8_lossy(&o.stdout);
         let row = out.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -376,6 +393,14 @@ fn stock_ib_send_lat_rdma_cm() {
     perftest_rdma_cm("ib_send_lat", 100, 2);
 }
 
+/// ib_atomic_lat's server returns from main with its connection up: the DREQ of its
+/// exit lets the client's rdma_disconnect finish at once (it waited out its DREQ retries).
+#[test]
+#[ignore = "needs root"]
+fn stock_ib_atomic_lat_rdma_cm() {
+    perftest_rdma_cm("ib_atomic_lat", 100, 8);
+}
+
 #[test]
 #[ignore = "needs root"]
 fn stock_ib_write_bw_rdma_cm() {
@@ -395,21 +420,40 @@ fn stock_ib_read_bw_rdma_cm() {
 #[test]
 #[ignore = "needs root"]
 fn stock_rdma_server_rdma_client_sync_api() {
+    sync_pair("rdma_server", "rdma_client", &[]);
+}
+
+/// rdma_xserver / rdma_xclient over RC (their default): the synchronous API again, the
+/// client's 16-byte SEND posted with IBV_SEND_INLINE on a QP created with
+/// `max_inline_data` 0 (rxe's provider takes it: its inline room is at least one SGE).
+#[test]
+#[ignore = "needs root"]
+fn stock_rdma_xserver_rdma_xclient_rc() {
+    sync_pair("rdma_xserver", "rdma_xclient", &["-c", "r"]);
+}
+
+/// A server and a client of rdma-core's synchronous examples (`args` on both): each
+/// exits 0 and prints "NAME: end 0".
+fn sync_pair(server_name: &str, client_name: &str, args: &[&str]) {
     library_built();
-    let (Some(srv), Some(cli)) = (tool("rdma_server"), tool("rdma_client")) else {
+    let (Some(srv), Some(cli)) = (tool(server_name), tool(client_name)) else {
         return;
     };
     let pair = VethPair::new(1500).expect("veth pair");
     let b = pair.end(Side::B).ipv4.to_string();
-    let server = exec(&pair, Side::B, &[&srv])
+    let mut sa = vec![srv.as_str()];
+    sa.extend_from_slice(args);
+    let server = exec(&pair, Side::B, &sa)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     wait_xdp(&pair, Side::B);
-    let c = client(&pair, &[&cli, "-s", &b]);
+    let mut ca = vec![cli.as_str(), "-s", &b];
+    ca.extend_from_slice(args);
+    let c = client(&pair, &ca);
     let s = server.wait_with_output().unwrap();
-    for (who, o, name) in [("client", &c, "rdma_client"), ("server", &s, "rdma_server")] {
+    for (who, o, name) in [("client", &c, client_name), ("server", &s, server_name)] {
         assert!(o.status.success(), "{who}: {}", text(o));
         assert!(
             String::from_utf8_lossy(&o.stdout).contains(&format!("{name}: end 0")),
@@ -689,4 +733,54 @@ fn stock_mckey_ipv6_group_is_refused_as_by_the_kernel() {
     );
     assert!(all.contains("failure joining"), "{}", text(&o));
     assert!(all.contains("524"), "{}", text(&o));
+}
+
+/// What xrnic's librdmacm does not have fails at once with the documented errno and the
+/// tool's own message, never a hang or an abort (docs/rdmacm.md "Not there yet"): XRC
+/// ids (`rdma_xserver -c x`: EOPNOTSUPP from rdma_create_ep) and rsockets (rstream,
+/// udpong, rcopy: ENOSYS from rsocket).
+#[test]
+#[ignore = "needs root"]
+fn stock_unsupported_xrc_and_rsockets_fail_cleanly() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    let b = pair.end(Side::B).ipv4.to_string();
+    for (name, args, says) in [
+        (
+            "rdma_xserver",
+            &["-c", "x"][..],
+            "rdma_create_ep: Operation not supported",
+        ),
+        (
+            "rstream",
+            &["-b", &b][..],
+            "rsocket failed: Function not implemented",
+        ),
+        (
+            "udpong",
+            &["-b", &b][..],
+            "rsocket failed: Function not implemented",
+        ),
+        ("rcopy", &[][..], "rsocket failed: Function not implemented"),
+    ] {
+        let Some(p) = tool(name) else { return };
+        let mut a = vec![p.as_str()];
+        a.extend_from_slice(args);
+        let started = std::time::Instant::now();
+        let o = exec(&pair, Side::B, &a).output().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name} {args:?} took {:?}: {}",
+            started.elapsed(),
+            text(&o)
+        );
+        // The tools exit -1 (255) on the error; a signal (abort, timeout) has no code.
+        assert_eq!(o.status.code(), Some(255), "{name} {args:?}: {}", text(&o));
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(all.contains(says), "{name} {args:?}: {}", text(&o));
+    }
 }

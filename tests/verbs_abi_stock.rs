@@ -345,3 +345,59 @@ fn stock_perftest_ud_uc_srq() {
         assert_eq!(rows[0][0], size, "{name} {args:?}: {rows:?}");
     }
 }
+
+/// What xrnic does not have fails at once with the tool's own message and exit status 1,
+/// never a hang or an abort (docs/verbs-abi.md "Known limits"): on-demand paging
+/// (`ibv_rc_pingpong -o`: the ODP caps are zero), completion timestamps (`-t`: no
+/// `completion_timestamp_mask`), device memory (`-j`: `ibv_alloc_dm` EOPNOTSUPP), XRC
+/// (`ibv_xsrq_pingpong`: `ibv_open_xrcd` EOPNOTSUPP, errno 95). Each checks before it
+/// waits for a peer, so one end suffices.
+#[test]
+#[ignore = "needs root"]
+fn stock_unsupported_features_fail_cleanly() {
+    library_built();
+    let pair = VethPair::new(1500).expect("veth pair");
+    for (name, args, says) in [
+        (
+            "ibv_rc_pingpong",
+            &["-g", "1", "-o"][..],
+            "The device isn't ODP capable",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-g", "1", "-t"],
+            "The device isn't completion timestamp capable",
+        ),
+        (
+            "ibv_rc_pingpong",
+            &["-g", "1", "-j"],
+            "Device doesn't support dm allocation",
+        ),
+        (
+            "ibv_xsrq_pingpong",
+            &["-g", "1"],
+            "Couldn't Open the XRC Domain 95",
+        ),
+    ] {
+        let Some(p) = tool(name, "ibverbs-utils") else {
+            return;
+        };
+        let mut a = vec![p.as_str()];
+        a.extend_from_slice(args);
+        let started = std::time::Instant::now();
+        let o = exec(&pair, Side::B, &a).output().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{name} {args:?} took {:?}: {}",
+            started.elapsed(),
+            text(&o)
+        );
+        assert_eq!(o.status.code(), Some(1), "{name} {args:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says)
+                || String::from_utf8_lossy(&o.stdout).contains(says),
+            "{name} {args:?}: {}",
+            text(&o)
+        );
+    }
+}

@@ -92,12 +92,69 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
         crate::errno_of(&e)
     })?);
     g.push(p.clone());
+    AT_EXIT.call_once(|| {
+        OWNER.store(std::process::id(), Ordering::Relaxed);
+        // SAFETY: registers a function of this library that takes no argument and
+        // returns nothing; glibc ties it to this object (__cxa_atexit with its
+        // __dso_handle), so it runs at exit or at the library's unloading, never after.
+        if unsafe { libc::atexit(disconnect_all_at_exit) } != 0 {
+            eprintln!("xrnic: atexit failed: connections left open at exit send no DREQ");
+        }
+    });
     let t = p.clone();
     std::thread::Builder::new()
         .name(format!("xrnic-cm-{ifname}"))
         .spawn(move || run(&t))
         .map_err(|_| libc::EAGAIN)?;
     Ok(p)
+}
+
+/// Registers [`disconnect_all_at_exit`] once, when the first port opens.
+static AT_EXIT: std::sync::Once = std::sync::Once::new();
+
+/// The process that registered the handler: a child forked from it runs the handler at
+/// its own exit too, and must leave its parent's connections alone (the kernel's ucma
+/// file is shared by the two and released only with its last holder).
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// How long the exit handler waits for a lock another thread holds, and for its MADs to
+/// leave the device.
+const EXIT_PATIENCE: Duration = Duration::from_millis(100);
+
+/// The atexit(3) handler: a program that exits with ids still connected (perftest's
+/// latency servers return from main without rdma_disconnect or rdma_destroy_id) closes
+/// them as the kernel does when the process's rdma_cm file is released (ucma.c
+/// `ucma_close` destroys each id; cm.c `cm_destroy_id` sends the DREQ of an ESTABLISHED
+/// one, the DREP of a DREQ_RCVD one, the REJ of a REQ_RCVD one): [`Cm::destroy`] on every
+/// id of every port. Without it the peer's own DREQ went unanswered and its
+/// rdma_disconnect waited out every retry (about a minute) for its DISCONNECTED event.
+/// Every wait is bounded; not run for `_exit()` or a fatal signal.
+extern "C" fn disconnect_all_at_exit() {
+    crate::guard((), || {
+        if OWNER.load(Ordering::Relaxed) != std::process::id() {
+            return;
+        }
+        let Some(ports) = xrnic::driver::try_lock_for(&PORTS, EXIT_PATIENCE).map(|g| g.clone())
+        else {
+            return;
+        };
+        for p in ports {
+            let Some(mut cm) = xrnic::driver::try_lock_for(&p.cm, EXIT_PATIENCE) else {
+                continue;
+            };
+            let now = p.now();
+            let ids = cm.ids();
+            if ids.is_empty() {
+                continue;
+            }
+            for (id, _) in ids {
+                cm.destroy(now, id);
+            }
+            p.flush(&mut cm);
+            drop(cm);
+            p.drain_sends(EXIT_PATIENCE);
+        }
+    })
 }
 
 /// Open a context of `ifname`'s device for the CM.

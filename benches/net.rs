@@ -133,6 +133,8 @@ fn run() -> Result<(), String> {
     let mut udp_xdp_poll_rtts = Vec::new();
     let mut raw_rtts = Vec::new();
     let mut raw_rtts2 = Vec::new();
+    // (rc-pingpong, raw 2 frames) measured back to back, PAIRS per round.
+    let mut rtt_pairs: Vec<(f64, f64)> = Vec::new();
     let mut qps_rounds: Vec<Vec<many_qps::QpsResult>> = Vec::new();
     let mut tcp_rounds = Vec::new();
     let mut xw_rounds = Vec::new();
@@ -188,6 +190,26 @@ fn run() -> Result<(), String> {
             println!("(e) raw AF_XDP ping-pong, 1 and 2 frames each way");
             raw_rtts.push(rtt::run(&pair, 1, 20_000)?);
             raw_rtts2.push(rtt::run(&pair, 2, 20_000)?);
+        }
+        if on('d') && on('e') {
+            println!("(d, e) rc-pingpong and raw AF_XDP 2 frames, back to back, {PAIRS} pairs");
+            for k in 0..PAIRS {
+                // ABBA: which of the two goes first alternates, so a VM that speeds up
+                // or slows down during a pair favours neither.
+                let (rc, raw2) = if k % 2 == 0 {
+                    let rc = rc_pingpong_rtt(&pair, 64, 20_000, false)?;
+                    (rc, rtt::run(&pair, 2, 20_000)?)
+                } else {
+                    let raw2 = rtt::run(&pair, 2, 20_000)?;
+                    (rc_pingpong_rtt(&pair, 64, 20_000, false)?, raw2)
+                };
+                println!(
+                    "  pair {}: {rc:.2} / {raw2:.2} us = {:.3}",
+                    k + 1,
+                    rc / raw2
+                );
+                rtt_pairs.push((rc, raw2));
+            }
         }
         if on('h') {
             println!(
@@ -266,6 +288,8 @@ fn run() -> Result<(), String> {
     let udp_xdp_poll_us = min(&udp_xdp_poll_rtts);
     let raw_rtt_us = min(&raw_rtts);
     let raw_rtt2_us = min(&raw_rtts2);
+    let paired_ratios: Vec<f64> = rtt_pairs.iter().map(|(rc, raw)| rc / raw).collect();
+    let rtt_over_raw2_paired = median(&paired_ratios);
     // The baseline is the fastest of the kernel's ways (on an idle VM a blocking wake-up
     // alone can take tens of µs, which a poller never pays; under load polling can lose
     // to blocking), with or without the XDP program on the veth pair.
@@ -399,6 +423,15 @@ fn run() -> Result<(), String> {
         raw_rtt2_us,
         "<=1.2",
     );
+    if let Some(m) = rtt_over_raw2_paired {
+        println!(
+            "{:<34} {:>10} {:>10} {m:>8.3} {:>6}",
+            format!("  same, median of {} pairs", paired_ratios.len()),
+            "",
+            "",
+            ""
+        );
+    }
     row2("  raw AF_XDP 1 frame vs UDP", raw_rtt_us, udp_rtt_us, "");
     row3(
         "stock ib_write_bw / perf write".into(),
@@ -546,6 +579,8 @@ fn run() -> Result<(), String> {
         "round_raw_rtt_us": raw_rtts,
         "round_raw_rtt2_us": raw_rtts2,
         "rtt_over_raw2": div(rtt_us, raw_rtt2_us),
+        "rtt_over_raw2_paired": rtt_over_raw2_paired,
+        "rtt_pairs_us": rtt_pairs,
         "abi_write_gbps": abi_write_gbps,
         "abi_write_ratio": abi_write_ratio,
         "abi_write_lat_us": abi_write_lat_us,
@@ -585,6 +620,25 @@ fn run() -> Result<(), String> {
 /// and without the XDP program, raw AF_XDP with 1 and 2 frames), `rounds` interleaved
 /// rounds, one line each: for comparing builds of the round trip quickly. Not the
 /// acceptance run (that is `make bench-net`).
+/// Back-to-back pairs of rc-pingpong and the raw 2-frame floor per round. The VM's speed
+/// changes by a third from one quarter of an hour to the next (docs/performance.md, "The
+/// round trip"), and a round's sections are minutes apart: the best rc-pingpong over the
+/// best floor compares moments that may be in different phases. Each pair's ratio
+/// compares the same moment; their median is `rtt_over_raw2_paired`.
+const PAIRS: usize = 4;
+
+/// The median (the mean of the middle two for an even count); `None` for none.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 fn rtt_only(pair: &VethPair, rounds: usize) -> Result<(), String> {
     println!("round  rc-pingpong  udp-poll  udp-poll-xdp  raw-1  raw-2 (us)");
     for round in 1..=rounds {

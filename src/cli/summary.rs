@@ -123,6 +123,13 @@ const ROWS: &[Row] = &[
         why: "#the-round-trip-against-its-floor",
     },
     Row {
+        figure: "the same, median of back-to-back pairs",
+        section: "bench-net",
+        source: Source::Json("rtt_over_raw2_paired"),
+        goal: Goal::None,
+        why: "",
+    },
+    Row {
         figure: "WRITE goodput, 10 000 QPs / 1 QP",
         section: "bench-net",
         source: Source::Json("qps_10000_ratio"),
@@ -176,14 +183,14 @@ const ROWS: &[Row] = &[
         section: "bench-rxe",
         source: Source::Json("bw_ratio"),
         goal: Goal::AtLeast(3.0),
-        why: "interop.md",
+        why: "#rxe-and-xrnic-in-the-same-guests",
     },
     Row {
         figure: "ib_write_lat xrnic / rxe, same guests",
         section: "bench-rxe",
         source: Source::Json("lat_ratio"),
         goal: Goal::AtMost(0.5),
-        why: "interop.md",
+        why: "#rxe-and-xrnic-in-the-same-guests",
     },
     Row {
         figure: "DCQCN lab: goodput of the bottleneck, %",

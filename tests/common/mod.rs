@@ -26,6 +26,36 @@ pub fn netns_cmd(pair: &VethPair, side: Side, args: &[&str]) -> Command {
     c
 }
 
+/// `PROGRAM ARGS` on `side` through `xrnic exec`, bounded by timeout(1) (120 s) so that a
+/// hung program or peer cannot hang the test: a program it kills exits 124.
+pub fn xrnic_exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        &pair.end(side).netns,
+        "timeout",
+        "120",
+        xrnic_bin(),
+    ])
+    .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
+    .args(args);
+    c
+}
+
+/// A stock tool that asks for a feature xrnic does not have fails the way the tool fails on
+/// any device without it: its own exit `code` (not timeout(1)'s 124 of a hang, not a
+/// signal of an abort) and its own message `says` on either output.
+pub fn assert_refused(o: &Output, what: &str, code: i32, says: &str) {
+    assert_eq!(o.status.code(), Some(code), "{what}: {}", text(o));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(all.contains(says), "{what}: expected {says:?}: {}", text(o));
+}
+
 /// A finished command's status and both outputs, for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(

@@ -631,7 +631,12 @@ run_verbs_suite() {
 	xri_ns ip link set h1 mtu 1500
 	ip netns exec "$H_NS" ip link set eth0 mtu 1500
 	xri_net_add_veth h2 1500 "$H2_IP4" "$H2_IP6"
-	# On xrnic: GID 1 (IPv4-mapped) on both ends.
+	# On xrnic: GID 1 (IPv4-mapped) on both ends. The two ends meet through files in
+	# xrnic.d (server.info, client.info, client-done...: tests/c/common.h), so a run in an
+	# output directory used before must not find the last run's: a stale client.info gave
+	# the server the last client's QPN (its ACKs then went to an unknown QP, every check
+	# after the first SEND failed), a stale client-done released it early.
+	rm -rf "$dir/xrnic.d" "$dir/xrnic-server.stat" "$dir/xrnic-client.stat"
 	mkdir -p "$dir/xrnic.d"
 	run_xrnic "$XRI_NS-h2" "$dir/xrnic-server" "$exe" xrnic_eth0 1 server "$dir/xrnic.d" &
 	srv_pid=$!

@@ -197,9 +197,7 @@ fn stock_rping_across_the_pair_server_through_the_service() {
     let b = s.pair.end(Side::B);
     wait_listen(&s, 7301, false);
     let (c, sv) = until_listening(server, || {
-        Command::new("ip")
-            .args(["netns", "exec", &b.netns, "timeout", "60", xrnic_bin()])
-            .args(["exec", "--netdev", &b.ifname, "--"])
+        in_process(b)
             .args([
                 &rping, "-c", "-a", &a, "-p", "7301", "-C", "10", "-S", "64", "-v",
             ])
@@ -209,6 +207,15 @@ fn stock_rping_across_the_pair_server_through_the_service() {
             .unwrap()
     });
     check_rping(&c, &sv, 64, 10);
+}
+
+/// `xrnic exec` on `end`'s in-process device (root, not through the service), bounded by
+/// timeout(1); the program and its arguments follow.
+fn in_process(end: &xrnic_netns::End) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &end.netns, "timeout", "60", xrnic_bin()])
+        .args(["exec", "--netdev", &end.ifname, "--"]);
+    c
 }
 
 /// The other way: rping's client as nobody through A's service, its server on B's
@@ -223,9 +230,7 @@ fn stock_rping_across_the_pair_client_through_the_service() {
     let b = s.pair.end(Side::B);
     let baddr = b.ipv4.to_string();
     let server = Kid(Some(
-        Command::new("ip")
-            .args(["netns", "exec", &b.netns, "timeout", "60", xrnic_bin()])
-            .args(["exec", "--netdev", &b.ifname, "--"])
+        in_process(b)
             .args([
                 &rping, "-s", "-a", &baddr, "-p", "7302", "-C", "10", "-S", "64", "-v",
             ])

@@ -206,6 +206,34 @@ fn param(qpn: u32) -> ConnParam {
     }
 }
 
+/// The peer's path to the service's port.
+fn peer_path() -> Path {
+    Path {
+        local_gid: PEER_GID,
+        remote_gid: SVC_GID,
+        mtu: 3,
+        hop_limit: 64,
+        ..Path::default()
+    }
+}
+
+/// A client's own CM (its block of comm IDs `range`), listening on `SID`, accepts the REQ
+/// the relay gave it: the CM, the connection's id and the REP to send through the service.
+fn accept_in_client(range: (u32, u32), req: &[u8]) -> (Cm, crate::cm::CmId, crate::cm::Transmit) {
+    let mut cm = Cm::new(CmConfig {
+        comm_ids: Some(range),
+        ..CmConfig::default()
+    });
+    assert!(cm.listen(SID, 1));
+    cm.handle_mad(crate::proto::Instant::ZERO, PEER_GID, SVC_GID, req);
+    let Some(CmEvent::ConnectRequest { id, .. }) = cm.poll_event() else {
+        panic!("the client's CM sees the REQ")
+    };
+    assert!(cm.accept(crate::proto::Instant::ZERO, id, param(0x77)));
+    let rep = std::iter::from_fn(|| cm.poll_transmit()).last().unwrap();
+    (cm, id, rep)
+}
+
 #[test]
 fn cm_mads_reach_their_client_only_and_unmatched_requests_are_rejected() {
     let (dev, peer_dev) = Device::open_sim_pair().unwrap();
@@ -223,13 +251,7 @@ fn cm_mads_reach_their_client_only_and_unmatched_requests_are_rejected() {
         Some(libc::EADDRINUSE)
     );
     let mut peer = Peer::new(&peer_dev);
-    let path = Path {
-        local_gid: PEER_GID,
-        remote_gid: SVC_GID,
-        mtu: 3,
-        hop_limit: 64,
-        ..Path::default()
-    };
+    let path = peer_path();
     peer.cm
         .connect(crate::proto::Instant::ZERO, SID, path, param(0x99));
     peer.flush();
@@ -243,17 +265,7 @@ fn cm_mads_reach_their_client_only_and_unmatched_requests_are_rejected() {
     assert!(b.recv(&mut svc).is_empty(), "B gets nothing of A's");
 
     // A's CM answers; B may not send A's REP; A's goes out and reaches the peer.
-    let mut cm = Cm::new(CmConfig {
-        comm_ids: Some(a.range),
-        ..CmConfig::default()
-    });
-    assert!(cm.listen(SID, 1));
-    cm.handle_mad(crate::proto::Instant::ZERO, PEER_GID, SVC_GID, &got[0].mad);
-    let Some(CmEvent::ConnectRequest { id, .. }) = cm.poll_event() else {
-        panic!("A's CM sees the REQ")
-    };
-    assert!(cm.accept(crate::proto::Instant::ZERO, id, param(0x77)));
-    let rep = std::iter::from_fn(|| cm.poll_transmit()).last().unwrap();
+    let (_cm, _, rep) = accept_in_client(a.range, &got[0].mad);
     let send = |to, mad: &[u8; 256]| Req::GsiSend {
         to,
         mad: mad.to_vec(),
@@ -299,30 +311,14 @@ fn a_dreq_for_a_dead_clients_connection_is_answered_with_a_drep() {
         Resp::Ok
     ));
     let mut peer = Peer::new(&peer_dev);
-    let path = Path {
-        local_gid: PEER_GID,
-        remote_gid: SVC_GID,
-        mtu: 3,
-        hop_limit: 64,
-        ..Path::default()
-    };
+    let path = peer_path();
     let pid = peer
         .cm
         .connect(crate::proto::Instant::ZERO, SID, path, param(0x99));
     peer.flush();
     let got = wait_mads(&mut svc, &a);
     assert_eq!(got.len(), 1, "{got:?}");
-    let mut cm = Cm::new(CmConfig {
-        comm_ids: Some(a.range),
-        ..CmConfig::default()
-    });
-    assert!(cm.listen(SID, 1));
-    cm.handle_mad(crate::proto::Instant::ZERO, PEER_GID, SVC_GID, &got[0].mad);
-    let Some(CmEvent::ConnectRequest { id, .. }) = cm.poll_event() else {
-        panic!("A's CM sees the REQ")
-    };
-    assert!(cm.accept(crate::proto::Instant::ZERO, id, param(0x77)));
-    let rep = std::iter::from_fn(|| cm.poll_transmit()).last().unwrap();
+    let (cm, id, rep) = accept_in_client(a.range, &got[0].mad);
     assert!(matches!(
         a.call(
             &mut svc,

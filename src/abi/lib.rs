@@ -90,7 +90,12 @@ pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
         // rxe's multicast limits (`rxe_get_mcg`, `rxe_attach_mcg`): ENOMEM.
         E::Verbs(V::Resource(w)) if *w == xrnic::proto::mcast::LIMIT => libc::ENOMEM,
         E::Verbs(_) => libc::EINVAL,
-        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        // PermissionDenied without an errno: the device service's socket held by a
+        // user this process does not trust (service::wire::connect_service).
+        E::Io(io) => io.raw_os_error().unwrap_or(match io.kind() {
+            std::io::ErrorKind::PermissionDenied => libc::EACCES,
+            _ => libc::EIO,
+        }),
         E::XdpBusy { .. } => libc::EBUSY,
         E::PathMtuTooLarge { .. } | E::GidFamilyMismatch { .. } | E::MtuTooSmall { .. } => {
             libc::EINVAL

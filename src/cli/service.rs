@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+use rustix::net::RecvFlags;
 
 use crate::io::shm;
 use crate::service::server::{Limits, Service};
@@ -115,19 +115,67 @@ pub struct DownArgs {
 /// How long `up` waits for the daemon to accept clients, and `down` for it to go.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-/// A connection to the service of `ifname`, `None` when none listens.
+/// A connection to the service of `ifname`, `None` when none listens; an error naming
+/// the listener when it is neither root's nor this user's (wire::connect_service).
 pub fn connect(ifname: &str) -> std::io::Result<Option<OwnedFd>> {
-    let sock = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
-    match rustix::net::connect(&sock, &addr) {
-        Ok(()) => Ok(Some(sock)),
-        Err(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT) => Ok(None),
-        Err(e) => Err(e.into()),
+    wire::connect_service(ifname)
+}
+
+/// Who holds the name `@xrnic/<IF>` of this network namespace: the listener's pid and
+/// uid from SO_PEERCRED of a connection (which sends nothing), or, for a socket bound
+/// without listening (a connect is refused), the process holding the socket whose
+/// inode /proc/net/unix lists under that name (proc(5)). `None`: nobody found.
+fn holder(ifname: &str) -> Option<wire::Listener> {
+    if let Ok(Some((_, who))) = wire::connect_any(ifname) {
+        return Some(who);
+    }
+    let want = format!("@{}", String::from_utf8_lossy(&wire::socket_name(ifname)));
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    // "Num RefCount Protocol Flags Type St Inode Path"
+    let inode = table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 8 && f[7] == want).then(|| f[6].to_string())
+    })?;
+    let link = format!("socket:[{inode}]");
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds
+            .flatten()
+            .any(|f| std::fs::read_link(f.path()).is_ok_and(|l| l.as_os_str() == link.as_str()));
+        if holds {
+            // The effective uid (status's "Uid:" line: real, effective, saved, fs); the
+            // owner of /proc/PID is root's for a process that changed uid (not dumpable).
+            let status = std::fs::read_to_string(p.path().join("status")).ok()?;
+            let uid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|u| u.split_whitespace().nth(1))
+                .and_then(|u| u.parse().ok())?;
+            return Some(wire::Listener { pid, uid });
+        }
+    }
+    None
+}
+
+/// Why `up` cannot serve `ifname`: the name is taken, by a service or by whom.
+fn taken(ifname: &str) -> String {
+    let name = String::from_utf8_lossy(&wire::socket_name(ifname)).into_owned();
+    match holder(ifname) {
+        Some(w) if wire::trusted(w.uid, rustix::process::geteuid().as_raw()) => format!(
+            "a device service already serves it (@{name}: pid {}, uid {})",
+            w.pid, w.uid
+        ),
+        Some(w) => format!(
+            "@{name} is taken by pid {} (uid {}), which is not a device service of root \
+             or of this user: stop that process (its clients would talk to it)",
+            w.pid, w.uid
+        ),
+        None => format!("@{name} is taken (by a process not found in /proc)"),
     }
 }
 
@@ -170,9 +218,9 @@ pub fn up(args: &UpArgs) -> ExitCode {
             }
         };
     }
-    match connect(&args.netdev) {
+    match wire::connect_any(&args.netdev) {
         Ok(Some(_)) => {
-            eprintln!("xrnic up: a device service already serves {}", args.netdev);
+            eprintln!("xrnic up: {}: {}", args.netdev, taken(&args.netdev));
             return ExitCode::from(1);
         }
         Ok(None) => {}
@@ -248,15 +296,15 @@ fn serve(args: &UpArgs) -> Result<(), String> {
         stat_dir: Some(args.stat_dir.clone()),
         ..Default::default()
     };
-    if let Ok(Some(_)) = connect(&args.netdev) {
-        return Err("a device service already serves it".into());
+    if let Ok(Some(_)) = wire::connect_any(&args.netdev) {
+        return Err(taken(&args.netdev));
     }
     let _ = std::fs::create_dir_all(&args.stat_dir);
     let dev =
         crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
     let svc =
         Service::with_limits(dev, &args.netdev, args.limits()).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AddrInUse => "a device service already serves it".to_string(),
+            std::io::ErrorKind::AddrInUse => taken(&args.netdev),
             _ => e.to_string(),
         })?;
     let stop = svc.stop_flag();
@@ -284,7 +332,11 @@ pub fn down(args: &DownArgs) -> ExitCode {
             eprintln!("xrnic down: {}: {msg}", args.netdev);
             return ExitCode::from(1);
         }
-        Ok(Some(_)) | Err(_) => {
+        Err(e) => {
+            eprintln!("xrnic down: {}: {e}", args.netdev);
+            return ExitCode::from(1);
+        }
+        Ok(Some(_)) => {
             eprintln!(
                 "xrnic down: {}: unexpected answer from the service",
                 args.netdev

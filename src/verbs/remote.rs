@@ -5,6 +5,9 @@
 //! - [`Conn::connect`] looks for the service of an interface (the abstract socket
 //!   `@xrnic/<IF>` of the caller's network namespace); `Ok(None)` when none listens, so the
 //!   caller opens the in-process device instead (and says so: [`super::Device::service_pid`]).
+//!   Before it sends anything it checks who listens there (SO_PEERCRED): root or this
+//!   process's own effective uid, else EACCES naming the listener's pid and uid
+//!   ([`wire::connect_service`]): an abstract name can be bound by any user first.
 //! - Control verbs (PD, MR, CQ, QP of type RC, UC or UD, AH, SRQ: create / modify /
 //!   query / destroy) are one request and one answer each on the socket, serialised by a
 //!   lock. An AH is the service's (it resolves the MAC there); the client keeps its
@@ -34,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
+use rustix::net::RecvFlags;
 
 use super::{Error, Result, VerbsError};
 use crate::io::shm::{self, Pop, Ring};
@@ -76,20 +79,11 @@ fn proto_err(msg: &str) -> Error {
 impl Conn {
     /// Connect to the service of `ifname`, or `Ok(None)` when none listens.
     pub fn connect(ifname: &str) -> Result<Option<Conn>> {
-        let sock = rustix::net::socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(io::Error::from)?;
-        let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))
-            .map_err(io::Error::from)?;
-        match rustix::net::connect(&sock, &addr) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::Io(e.into())),
-        }
+        // Checked before anything is sent: a listener of another user is refused
+        // (EACCES, naming its pid and uid: wire::connect_service).
+        let Some(sock) = wire::connect_service(ifname)? else {
+            return Ok(None);
+        };
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
         let (resp, mut fds) = call_on(
             &sock,

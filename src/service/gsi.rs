@@ -13,31 +13,53 @@
 //!   rdma_listen says). Nobody listening: [`Route::Unmatched`], which the service answers
 //!   as an in-process CM does (a CM with no listener: REJ "invalid service ID", a
 //!   SIDR_REP "reject").
-//! - Every other CM MAD (REP, RTU, REJ, MRA, DREQ, DREP, LAP, APR, SIDR_REP) names in its
-//!   RemoteCommID (SIDR_REP: its RequestID) an ID the receiving side chose: it goes to the
-//!   client whose block holds that ID, or is dropped and counted. Except a DREQ: one that
-//!   names an ID no live client holds (its client died, or it never was one) is
+//! - The relay learns from the MADs it carries which connections each client takes part
+//!   in: `(local comm ID, remote comm ID, peer GID)`. A client's REQ (SIDR_REQ) starts one
+//!   with the remote ID unknown; a REQ (SIDR_REQ) handed to a client is an offer, which
+//!   its MRA, REP or REJ (SIDR_REP) answers; the remote ID is learnt from the first REP
+//!   or MRA that answers a REQ; a DREP, a REJ or a SIDR_REP ends it. The kernel's cm.c
+//!   finds a connection by both comm IDs (`cm_acquire_id(local_id, remote_id)`); the
+//!   relay also checks the peer's GID.
+//! - Every other CM MAD received (REP, RTU, REJ, MRA, DREQ, DREP, LAP, APR, SIDR_REP) goes
+//!   to a client only when it names one of that client's connections exactly: its
+//!   RemoteCommID (SIDR_REP: RequestID) the client's ID, its LocalCommID the peer's ID
+//!   the relay learnt (or may learn: a REP or MRA of a REQ, a REJ of a REQ), and its
+//!   sender the peer. Anything else is dropped and counted, except a DREQ: one that
+//!   names no connection exactly, whether or not the ID it names is a client's, is
 //!   [`Route::Orphan`], which the service answers with a DREP as an in-process CM does for
 //!   a DREQ of a connection it does not know (the kernel's cm.c `cm_dreq_handler` →
-//!   `cm_issue_drep`), so the peer need not resend it until its timeout. cm.c answers no
-//!   other MAD of an unknown connection (an unknown REP, RTU, REJ, MRA, DREP, LAP or
-//!   SIDR_REP is dropped: `cm_dup_rep_handler` and the other handlers return when
-//!   `cm_acquire_id` finds nothing), so neither does the service.
+//!   `cm_issue_drep`). So a DREQ naming another client's connection is answered exactly
+//!   as one naming no connection, and that connection is not touched: no answer tells
+//!   whether another client's connection exists. cm.c answers no other MAD of an unknown
+//!   connection (an unknown REP, RTU, REJ, MRA, DREP, LAP or SIDR_REP is dropped:
+//!   `cm_dup_rep_handler` and the other handlers return when `cm_acquire_id` finds
+//!   nothing), so neither does the service.
 //! - A MAD that does not parse as a CM MAD is dropped and counted; nothing panics.
-//! - A client sends only MADs whose LocalCommID (SIDR_REQ: RequestID) is in its block
-//!   (a REJ may say 0: the REJ of a REQ no one had an ID for), and SIDR_REPs only for a
-//!   ServiceID it listens on ([`Relay::may_send`]).
-//! - [`Relay::close`] (the client closed its connection, or died) frees its block and
-//!   its listens.
+//! - A client sends ([`Relay::may_send`]) a REQ or SIDR_REQ only from an ID of its block;
+//!   an MRA, REP or REJ only for one of its connections or for an offer it holds (to
+//!   that peer, naming the peer's ID); an RTU, DREQ or DREP only for one of its
+//!   connections whose remote ID is known, with both IDs and the peer; a SIDR_REP only
+//!   for an offer it holds, on a ServiceID it listens on. A REJ with LocalCommID 0 (a
+//!   CM that has no ID for the REQ it rejects: cm.c `cm_match_req` → `cm_issue_rej`) only
+//!   for an offer it holds. LAP and APR are not sent.
+//! - Each client keeps at most [`MAX_CONNS`] connections and [`MAX_OFFERS`] offers in
+//!   the relay (the oldest are forgotten past that: a client that never ends its
+//!   connections forgets its own, no one else's).
+//! - [`Relay::close`] (the client closed its connection, or died) frees its block, its
+//!   listens, its connections and its offers.
 
 use std::collections::HashMap;
 
-use crate::wire::mad::{CmMsg, Mad};
+use crate::wire::mad::{AttrId, CmMsg, Mad, MsgRef};
 
 /// Low bits of a comm ID that a client's CM chooses; the bits above are its block.
 pub const BLOCK_BITS: u32 = 20;
 /// Blocks: 1 .. MAX_BLOCKS (block 0 would hold comm ID 0, which no CM uses).
 pub const MAX_BLOCKS: u32 = 1 << (32 - BLOCK_BITS);
+/// Most connections the relay keeps for one client.
+pub const MAX_CONNS: usize = 4096;
+/// Most unanswered REQs / SIDR_REQs the relay keeps for one client.
+pub const MAX_OFFERS: usize = 1024;
 
 /// Where a received MAD goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,10 +69,10 @@ pub enum Route {
     /// A REQ or SIDR_REQ for a ServiceID no one listens on: answer it as a CM with no
     /// listener does.
     Unmatched,
-    /// A DREQ naming a comm ID no live client holds: answer it as a CM that does not know
+    /// A DREQ naming no client's connection exactly: answer it as a CM that does not know
     /// the connection does (a DREP, cm.c `cm_issue_drep`).
     Orphan,
-    /// Dropped (counted): no client holds the ID it names, or it is not a CM MAD.
+    /// Dropped (counted): it names no client's connection, or it is not a CM MAD.
     Drop,
 }
 
@@ -61,10 +83,10 @@ pub struct RelayCounters {
     pub routed: u64,
     /// REQs / SIDR_REQs for a ServiceID nobody listens on (answered with a reject).
     pub unmatched: u64,
-    /// MADs naming a comm ID no client holds (dropped; a DREQ is counted in
+    /// MADs naming no client's connection (dropped; a DREQ is counted in
     /// `orphan_dreq` instead).
     pub unknown_id: u64,
-    /// DREQs naming a comm ID no live client holds, answered with a DREP.
+    /// DREQs naming no client's connection, answered with a DREP.
     #[serde(default)]
     pub orphan_dreq: u64,
     /// MADs that are not CM MADs, or LAP/APR/ClassPortInfo without an owner.
@@ -73,13 +95,64 @@ pub struct RelayCounters {
     pub refused: u64,
 }
 
-/// Which client holds which comm-ID block and which ServiceIDs.
+/// One connection of a client, as the relay learnt it.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    client: u64,
+    /// The peer's comm ID; 0 until its REP or MRA (a CM never takes ID 0).
+    remote: u32,
+    peer: [u8; 16],
+    /// A SIDR_REQ's (its SIDR_REP ends it).
+    sidr: bool,
+    /// Age, for forgetting the oldest past [`MAX_CONNS`].
+    seq: u64,
+}
+
+/// Which client holds which comm-ID block, which ServiceIDs and which connections.
 #[derive(Debug, Default)]
 pub struct Relay {
     blocks: HashMap<u64, u32>,
     listens: HashMap<u64, u64>,
+    /// By the client's (local) comm ID.
+    links: HashMap<u32, Link>,
+    /// REQs / SIDR_REQs handed to a client and not yet answered, by (peer GID, the
+    /// peer's ID): the client and the age.
+    offers: HashMap<([u8; 16], u32), (u64, u64)>,
+    seq: u64,
     next_block: u32,
     pub counters: RelayCounters,
+}
+
+/// The fields of a CM MAD that name a connection: (LocalCommID, RemoteCommID) as the
+/// sender wrote them.
+fn ids(msg: &CmMsg) -> Option<(u32, u32)> {
+    Some(match msg {
+        CmMsg::Req(r) => (r.local_comm_id, 0),
+        CmMsg::Rep(r) => (r.local_comm_id, r.remote_comm_id),
+        CmMsg::Rtu(r) | CmMsg::Drep(r) => (r.local_comm_id, r.remote_comm_id),
+        CmMsg::Rej(r) => (r.local_comm_id, r.remote_comm_id),
+        CmMsg::Mra(r) => (r.local_comm_id, r.remote_comm_id),
+        CmMsg::Dreq(r) => (r.local_comm_id, r.remote_comm_id),
+        CmMsg::SidrReq(r) => (r.request_id, 0),
+        CmMsg::SidrRep(r) => (0, r.request_id),
+        CmMsg::Unsupported {
+            attr: AttrId::Lap | AttrId::Apr,
+            local_comm_id,
+            remote_comm_id,
+        } => (*local_comm_id, *remote_comm_id),
+        CmMsg::Unsupported { .. } => return None,
+    })
+}
+
+/// Whether the message answers a REQ (an MRA of the REQ, a REP, a REJ of the REQ): the
+/// one kind that may name a connection whose remote ID is not known yet.
+fn answers_req(msg: &CmMsg) -> bool {
+    match msg {
+        CmMsg::Rep(_) => true,
+        CmMsg::Mra(m) => m.message_mraed == MsgRef::Req,
+        CmMsg::Rej(r) => r.message_rejected == MsgRef::Req,
+        _ => false,
+    }
 }
 
 impl Relay {
@@ -125,10 +198,12 @@ impl Relay {
         }
     }
 
-    /// `client` is gone: its block and its listens are free.
+    /// `client` is gone: its block, listens, connections and offers are free.
     pub fn close(&mut self, client: u64) {
         self.blocks.remove(&client);
         self.listens.retain(|_, c| *c != client);
+        self.links.retain(|_, l| l.client != client);
+        self.offers.retain(|_, (c, _)| *c != client);
     }
 
     /// The ServiceIDs `client` listens on.
@@ -143,57 +218,114 @@ impl Relay {
         v
     }
 
-    fn owner_of_id(&self, id: u32) -> Option<u64> {
-        let b = id >> BLOCK_BITS;
-        self.blocks.iter().find(|(_, x)| **x == b).map(|(c, _)| *c)
+    /// How many connections the relay knows for `client` (`xrnic res`, the tests).
+    pub fn links_of(&self, client: u64) -> usize {
+        self.links.values().filter(|l| l.client == client).count()
     }
 
-    /// Where the received MAD `buf` goes (counted).
-    pub fn route(&mut self, buf: &[u8]) -> Route {
-        let Ok(mad) = Mad::parse(buf) else {
-            self.counters.malformed += 1;
-            return Route::Drop;
-        };
-        let by_id = match &mad.msg {
-            CmMsg::Req(r) => return self.by_service(r.service_id),
-            CmMsg::SidrReq(r) => return self.by_service(r.service_id),
-            CmMsg::Rep(r) => r.remote_comm_id,
-            CmMsg::Rtu(r) | CmMsg::Drep(r) => r.remote_comm_id,
-            CmMsg::Rej(r) => r.remote_comm_id,
-            CmMsg::Mra(r) => r.remote_comm_id,
-            CmMsg::Dreq(r) => r.remote_comm_id,
-            CmMsg::SidrRep(r) => r.request_id,
-            CmMsg::Unsupported {
-                attr,
-                remote_comm_id,
-                ..
-            } => match attr {
-                crate::wire::mad::AttrId::Lap | crate::wire::mad::AttrId::Apr => *remote_comm_id,
-                _ => {
-                    self.counters.malformed += 1;
-                    return Route::Drop;
-                }
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Learn (or renew) connection `local` of `client`, forgetting the client's oldest
+    /// past [`MAX_CONNS`].
+    fn learn(&mut self, client: u64, local: u32, remote: u32, peer: [u8; 16], sidr: bool) {
+        let seq = self.next_seq();
+        let fresh = !self.links.contains_key(&local);
+        self.links.insert(
+            local,
+            Link {
+                client,
+                remote,
+                peer,
+                sidr,
+                seq,
             },
-        };
-        match self.owner_of_id(by_id) {
-            Some(c) => {
-                self.counters.routed += 1;
-                Route::Client(c)
-            }
-            None if matches!(mad.msg, CmMsg::Dreq(_)) => {
-                self.counters.orphan_dreq += 1;
-                Route::Orphan
-            }
-            None => {
-                self.counters.unknown_id += 1;
-                Route::Drop
+        );
+        if fresh && self.links_of(client) > MAX_CONNS {
+            let oldest = self
+                .links
+                .iter()
+                .filter(|(_, l)| l.client == client)
+                .min_by_key(|(_, l)| l.seq)
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.links.remove(&k);
             }
         }
     }
 
-    fn by_service(&mut self, sid: u64) -> Route {
+    /// A REQ / SIDR_REQ from `peer` (its ID `remote`) was handed to `client`.
+    fn offer(&mut self, client: u64, peer: [u8; 16], remote: u32) {
+        let seq = self.next_seq();
+        self.offers.insert((peer, remote), (client, seq));
+        let mine = self.offers.values().filter(|(c, _)| *c == client).count();
+        if mine > MAX_OFFERS {
+            let oldest = self
+                .offers
+                .iter()
+                .filter(|(_, (c, _))| *c == client)
+                .min_by_key(|(_, (_, s))| *s)
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.offers.remove(&k);
+            }
+        }
+    }
+
+    /// Where the MAD `buf`, received from the port of GID `from`, goes (counted).
+    pub fn route(&mut self, from: &[u8; 16], buf: &[u8]) -> Route {
+        let Ok(mad) = Mad::parse(buf) else {
+            self.counters.malformed += 1;
+            return Route::Drop;
+        };
+        let Some((theirs, mine)) = ids(&mad.msg) else {
+            self.counters.malformed += 1;
+            return Route::Drop;
+        };
+        match &mad.msg {
+            CmMsg::Req(r) => return self.by_service(r.service_id, from, theirs),
+            CmMsg::SidrReq(r) => return self.by_service(r.service_id, from, theirs),
+            _ => {}
+        }
+        let sidr = matches!(mad.msg, CmMsg::SidrRep(_));
+        let hit = self.links.get(&mine).copied().filter(|l| {
+            l.peer == *from
+                && l.sidr == sidr
+                && (sidr
+                    || l.remote == theirs && theirs != 0
+                    || l.remote == 0 && answers_req(&mad.msg))
+        });
+        let Some(l) = hit else {
+            if matches!(mad.msg, CmMsg::Dreq(_)) {
+                self.counters.orphan_dreq += 1;
+                return Route::Orphan;
+            }
+            self.counters.unknown_id += 1;
+            return Route::Drop;
+        };
+        match &mad.msg {
+            // The peer's ID, from the first answer that carries it.
+            CmMsg::Rep(_) | CmMsg::Mra(_) if l.remote == 0 => {
+                if let Some(x) = self.links.get_mut(&mine) {
+                    x.remote = theirs;
+                }
+            }
+            // The connection ends.
+            CmMsg::Rej(_) | CmMsg::Drep(_) | CmMsg::SidrRep(_) => {
+                self.links.remove(&mine);
+            }
+            _ => {}
+        }
+        self.counters.routed += 1;
+        Route::Client(l.client)
+    }
+
+    fn by_service(&mut self, sid: u64, from: &[u8; 16], theirs: u32) -> Route {
         match self.listens.get(&sid) {
             Some(&c) => {
+                self.offer(c, *from, theirs);
                 self.counters.routed += 1;
                 Route::Client(c)
             }
@@ -204,32 +336,82 @@ impl Relay {
         }
     }
 
-    /// Whether `client` may send the MAD `buf` (counted when not).
-    pub fn may_send(&mut self, client: u64, buf: &[u8]) -> bool {
-        let ok = self.check_send(client, buf);
+    /// Whether `client` may send the MAD `buf` to the port of GID `to` (counted when
+    /// not); what it sends teaches the relay its connections.
+    pub fn may_send(&mut self, client: u64, to: &[u8; 16], buf: &[u8]) -> bool {
+        let ok = self.check_send(client, to, buf);
         if !ok {
             self.counters.refused += 1;
         }
         ok
     }
 
-    fn check_send(&self, client: u64, buf: &[u8]) -> bool {
+    fn check_send(&mut self, client: u64, to: &[u8; 16], buf: &[u8]) -> bool {
         let Some(&block) = self.blocks.get(&client) else {
             return false;
         };
         let Ok(mad) = Mad::parse(buf) else {
             return false;
         };
-        let mine = |id: u32| id >> BLOCK_BITS == block;
+        let Some((local, remote)) = ids(&mad.msg) else {
+            return false;
+        };
+        let in_block = |id: u32| id >> BLOCK_BITS == block;
+        let offered = self.offers.get(&(*to, remote)).map(|(c, _)| *c) == Some(client);
+        let link = self
+            .links
+            .get(&local)
+            .copied()
+            .filter(|l| l.client == client && l.peer == *to);
         match &mad.msg {
-            CmMsg::Req(r) => mine(r.local_comm_id),
-            CmMsg::Rep(r) => mine(r.local_comm_id),
-            CmMsg::Rtu(r) | CmMsg::Drep(r) => mine(r.local_comm_id),
-            CmMsg::Rej(r) => r.local_comm_id == 0 || mine(r.local_comm_id),
-            CmMsg::Mra(r) => mine(r.local_comm_id),
-            CmMsg::Dreq(r) => mine(r.local_comm_id),
-            CmMsg::SidrReq(r) => mine(r.request_id),
-            CmMsg::SidrRep(r) => self.listens.get(&r.service_id) == Some(&client),
+            CmMsg::Req(_) | CmMsg::SidrReq(_) => {
+                if !in_block(local) {
+                    return false;
+                }
+                let sidr = matches!(mad.msg, CmMsg::SidrReq(_));
+                self.learn(client, local, 0, *to, sidr);
+                true
+            }
+            CmMsg::Mra(_) | CmMsg::Rep(_) => {
+                let known = link.is_some_and(|l| !l.sidr && l.remote == remote && remote != 0);
+                if !in_block(local) || !(known || offered) {
+                    return false;
+                }
+                self.offers.remove(&(*to, remote));
+                self.learn(client, local, remote, *to, false);
+                true
+            }
+            CmMsg::Rej(_) => {
+                // Its own connection (the remote ID as far as it is known), or the answer
+                // to an offer, with its own ID or none (0).
+                let known = link.is_some_and(|l| !l.sidr && l.remote == remote);
+                let ok = if local == 0 {
+                    offered
+                } else {
+                    in_block(local) && (known || offered)
+                };
+                if ok {
+                    self.offers.remove(&(*to, remote));
+                    if local != 0 {
+                        self.links.remove(&local);
+                    }
+                }
+                ok
+            }
+            CmMsg::Rtu(_) | CmMsg::Dreq(_) | CmMsg::Drep(_) => {
+                let ok = link.is_some_and(|l| !l.sidr && l.remote == remote && remote != 0);
+                if ok && matches!(mad.msg, CmMsg::Drep(_)) {
+                    self.links.remove(&local);
+                }
+                ok
+            }
+            CmMsg::SidrRep(r) => {
+                let ok = offered && self.listens.get(&r.service_id) == Some(&client);
+                if ok {
+                    self.offers.remove(&(*to, remote));
+                }
+                ok
+            }
             CmMsg::Unsupported { .. } => false,
         }
     }

@@ -176,7 +176,7 @@ impl Service {
                 plain(Resp::Ok)
             }
             Req::GsiSend { to, mad } => {
-                if mad.len() != MAD_LEN || !self.relay.may_send(key, mad) {
+                if mad.len() != MAD_LEN || !self.relay.may_send(key, to, mad) {
                     return plain(bad(
                         libc::EPERM,
                         "not a CM MAD of this client's comm IDs or listens",
@@ -236,7 +236,7 @@ impl Service {
                     continue;
                 };
                 let mad = &buf[GRH_LEN..];
-                match self.relay.route(mad) {
+                match self.relay.route(&from, mad) {
                     Route::Client(key) => {
                         let Some(g) = self
                             .clients

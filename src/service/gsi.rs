@@ -108,6 +108,15 @@ struct Link {
     seq: u64,
 }
 
+/// A client's links and offers in the order they came (for forgetting the oldest).
+#[derive(Debug, Default)]
+struct Ages {
+    links: usize,
+    link_order: std::collections::VecDeque<(u32, u64)>,
+    offers: usize,
+    offer_order: std::collections::VecDeque<(([u8; 16], u32), u64)>,
+}
+
 /// Which client holds which comm-ID block, which ServiceIDs and which connections.
 #[derive(Debug, Default)]
 pub struct Relay {
@@ -118,6 +127,9 @@ pub struct Relay {
     /// REQs / SIDR_REQs handed to a client and not yet answered, by (peer GID, the
     /// peer's ID): the client and the age.
     offers: HashMap<([u8; 16], u32), (u64, u64)>,
+    /// Per client: its links and offers, each with its age, oldest first (entries whose
+    /// link or offer went, or was renewed, are skipped and compacted away).
+    ages: HashMap<u64, Ages>,
     seq: u64,
     next_block: u32,
     pub counters: RelayCounters,
@@ -204,6 +216,7 @@ impl Relay {
         self.listens.retain(|_, c| *c != client);
         self.links.retain(|_, l| l.client != client);
         self.offers.retain(|_, (c, _)| *c != client);
+        self.ages.remove(&client);
     }
 
     /// The ServiceIDs `client` listens on.
@@ -218,9 +231,9 @@ impl Relay {
         v
     }
 
-    /// How many connections the relay knows for `client` (`xrnic res`, the tests).
+    /// How many connections the relay knows for `client` (the tests).
     pub fn links_of(&self, client: u64) -> usize {
-        self.links.values().filter(|l| l.client == client).count()
+        self.ages.get(&client).map_or(0, |a| a.links)
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -232,45 +245,78 @@ impl Relay {
     /// past [`MAX_CONNS`].
     fn learn(&mut self, client: u64, local: u32, remote: u32, peer: [u8; 16], sidr: bool) {
         let seq = self.next_seq();
-        let fresh = !self.links.contains_key(&local);
-        self.links.insert(
-            local,
-            Link {
-                client,
-                remote,
-                peer,
-                sidr,
-                seq,
-            },
-        );
-        if fresh && self.links_of(client) > MAX_CONNS {
-            let oldest = self
-                .links
-                .iter()
-                .filter(|(_, l)| l.client == client)
-                .min_by_key(|(_, l)| l.seq)
-                .map(|(k, _)| *k);
-            if let Some(k) = oldest {
+        let link = Link {
+            client,
+            remote,
+            peer,
+            sidr,
+            seq,
+        };
+        let fresh = self.links.insert(local, link).is_none();
+        let ages = self.ages.entry(client).or_default();
+        ages.links += usize::from(fresh);
+        ages.link_order.push_back((local, seq));
+        while ages.links > MAX_CONNS {
+            let Some((k, s)) = ages.link_order.pop_front() else {
+                break;
+            };
+            if self.links.get(&k).is_some_and(|l| l.seq == s) {
                 self.links.remove(&k);
+                ages.links -= 1;
             }
+        }
+        if ages.link_order.len() > 2 * MAX_CONNS {
+            let links = &self.links;
+            ages.link_order
+                .retain(|(k, s)| links.get(k).is_some_and(|l| l.seq == *s));
         }
     }
 
-    /// A REQ / SIDR_REQ from `peer` (its ID `remote`) was handed to `client`.
+    /// Forget connection `local` (its client's).
+    fn unlink(&mut self, local: u32) {
+        let Some(l) = self.links.remove(&local) else {
+            return;
+        };
+        if let Some(a) = self.ages.get_mut(&l.client) {
+            a.links -= 1;
+        }
+    }
+
+    /// A REQ / SIDR_REQ from `peer` (its ID `remote`) was handed to `client`; the
+    /// client's oldest offers are forgotten past [`MAX_OFFERS`].
     fn offer(&mut self, client: u64, peer: [u8; 16], remote: u32) {
         let seq = self.next_seq();
-        self.offers.insert((peer, remote), (client, seq));
-        let mine = self.offers.values().filter(|(c, _)| *c == client).count();
-        if mine > MAX_OFFERS {
-            let oldest = self
-                .offers
-                .iter()
-                .filter(|(_, (c, _))| *c == client)
-                .min_by_key(|(_, (_, s))| *s)
-                .map(|(k, _)| *k);
-            if let Some(k) = oldest {
+        let key = (peer, remote);
+        if let Some(a) =
+            (self.offers.insert(key, (client, seq))).and_then(|(old, _)| self.ages.get_mut(&old))
+        {
+            a.offers -= 1;
+        }
+        let ages = self.ages.entry(client).or_default();
+        ages.offers += 1;
+        ages.offer_order.push_back((key, seq));
+        while ages.offers > MAX_OFFERS {
+            let Some((k, s)) = ages.offer_order.pop_front() else {
+                break;
+            };
+            if self.offers.get(&k).is_some_and(|o| *o == (client, s)) {
                 self.offers.remove(&k);
+                ages.offers -= 1;
             }
+        }
+        if ages.offer_order.len() > 2 * MAX_OFFERS {
+            let offers = &self.offers;
+            ages.offer_order
+                .retain(|(k, s)| offers.get(k).is_some_and(|o| *o == (client, *s)));
+        }
+    }
+
+    /// Forget the offer `(peer, remote)`.
+    fn unoffer(&mut self, peer: [u8; 16], remote: u32) {
+        if let Some(a) =
+            (self.offers.remove(&(peer, remote))).and_then(|(c, _)| self.ages.get_mut(&c))
+        {
+            a.offers -= 1;
         }
     }
 
@@ -314,7 +360,7 @@ impl Relay {
             }
             // The connection ends.
             CmMsg::Rej(_) | CmMsg::Drep(_) | CmMsg::SidrRep(_) => {
-                self.links.remove(&mine);
+                self.unlink(mine);
             }
             _ => {}
         }
@@ -369,7 +415,9 @@ impl Relay {
                     return false;
                 }
                 let sidr = matches!(mad.msg, CmMsg::SidrReq(_));
-                self.learn(client, local, 0, *to, sidr);
+                // A resent REQ keeps what the relay learnt of its connection.
+                let remote = link.filter(|l| l.sidr == sidr).map_or(0, |l| l.remote);
+                self.learn(client, local, remote, *to, sidr);
                 true
             }
             CmMsg::Mra(_) | CmMsg::Rep(_) => {
@@ -377,7 +425,7 @@ impl Relay {
                 if !in_block(local) || !(known || offered) {
                     return false;
                 }
-                self.offers.remove(&(*to, remote));
+                self.unoffer(*to, remote);
                 self.learn(client, local, remote, *to, false);
                 true
             }
@@ -391,9 +439,9 @@ impl Relay {
                     in_block(local) && (known || offered)
                 };
                 if ok {
-                    self.offers.remove(&(*to, remote));
+                    self.unoffer(*to, remote);
                     if local != 0 {
-                        self.links.remove(&local);
+                        self.unlink(local);
                     }
                 }
                 ok
@@ -401,14 +449,14 @@ impl Relay {
             CmMsg::Rtu(_) | CmMsg::Dreq(_) | CmMsg::Drep(_) => {
                 let ok = link.is_some_and(|l| !l.sidr && l.remote == remote && remote != 0);
                 if ok && matches!(mad.msg, CmMsg::Drep(_)) {
-                    self.links.remove(&local);
+                    self.unlink(local);
                 }
                 ok
             }
             CmMsg::SidrRep(r) => {
                 let ok = offered && self.listens.get(&r.service_id) == Some(&client);
                 if ok {
-                    self.offers.remove(&(*to, remote));
+                    self.unoffer(*to, remote);
                 }
                 ok
             }

@@ -99,7 +99,11 @@ fn requests_go_by_service_id_and_the_rest_by_comm_id_to_their_client_only() {
     while peer.poll_event().is_some() {}
     assert!(peer.rtu(pid));
     let rtu = one_mad(&mut peer);
-    assert_eq!(r.route(&PEER, &rtu), Route::Client(1), "the RTU names A's ID");
+    assert_eq!(
+        r.route(&PEER, &rtu),
+        Route::Client(1),
+        "the RTU names A's ID"
+    );
 
     // B connects to the peer: the REP comes back to B, not to A.
     b.connect(T0, SID_PEER, path(HOST, PEER), param(0x300));
@@ -201,8 +205,15 @@ fn a_gone_client_frees_its_listens_and_ids() {
 
     r.close(1);
     assert!(r.listens_of(1).is_empty());
-    assert_eq!(r.route(&PEER, &rep), Route::Drop, "no one holds A's IDs now");
-    assert!(!r.may_send(1, &PEER, &areq), "a closed client sends nothing");
+    assert_eq!(
+        r.route(&PEER, &rep),
+        Route::Drop,
+        "no one holds A's IDs now"
+    );
+    assert!(
+        !r.may_send(1, &PEER, &areq),
+        "a closed client sends nothing"
+    );
     assert_eq!(r.listen(2, SID_A), Ok(()), "A's port is free for B");
     peer.connect(T0, SID_A, path(PEER, HOST), param(0x3));
     let req = one_mad(&mut peer);
@@ -476,4 +487,33 @@ fn a_rej_with_local_comm_id_0_is_refused_unless_it_answers_the_senders_own_offer
     assert_eq!(r.route(&HOST, &rej0), Route::Client(1));
     // Answered: a second REJ of the same REQ is not the listener's to send any more.
     assert!(!r.may_send(3, &HOST, &rej0));
+}
+
+#[test]
+fn a_client_keeps_its_own_connections_only_up_to_its_caps() {
+    let mut r = Relay::default();
+    let base = r.open(1).unwrap().0;
+    r.listen(1, SID_A).unwrap();
+    let mut v = client_cm(r.open(2).unwrap());
+    // The victim's connection, learnt first.
+    v.connect(T0, SID_PEER, path(HOST, PEER), param(0x1));
+    assert!(r.may_send(2, &PEER, &one_mad(&mut v)));
+    // Client 1 starts more connections than its cap, and is offered more REQs.
+    let mut own = client_cm((base, 1 << BLOCK_BITS));
+    for _ in 0..MAX_CONNS + 10 {
+        own.connect(T0, SID_PEER, path(HOST, PEER), param(0x2));
+        assert!(r.may_send(1, &PEER, &one_mad(&mut own)));
+    }
+    assert_eq!(r.links_of(1), MAX_CONNS);
+    let mut peer = Cm::new(CmConfig::default());
+    for _ in 0..MAX_OFFERS + 10 {
+        peer.connect(T0, SID_A, path(PEER, HOST), param(0x3));
+        assert_eq!(r.route(&PEER, &one_mad(&mut peer)), Route::Client(1));
+    }
+    assert_eq!(r.ages[&1].offers, MAX_OFFERS);
+    assert!(r.ages[&1].link_order.len() <= 2 * MAX_CONNS);
+    // The victim's connection is still known; client 1 gone, nothing of it is.
+    assert_eq!(r.links_of(2), 1);
+    r.close(1);
+    assert_eq!((r.links_of(1), r.links.len(), r.offers.len()), (0, 1, 0));
 }

@@ -51,9 +51,7 @@ pub fn trusted(uid: u32, me: u32) -> bool {
 
 /// Connect to whatever listens on the service socket of `ifname`: the socket and the
 /// listener's credentials, `None` when nothing listens. Sends nothing.
-pub fn connect_any(
-    ifname: &str,
-) -> std::io::Result<Option<(std::os::fd::OwnedFd, Listener)>> {
+pub fn connect_any(ifname: &str) -> std::io::Result<Option<(std::os::fd::OwnedFd, Listener)>> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     let sock = rustix::net::socket_with(
         AddressFamily::UNIX,

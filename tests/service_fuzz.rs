@@ -187,7 +187,16 @@ struct Conn {
 }
 
 fn hello(ifname: &str) -> Option<Conn> {
-    let sock = wire::connect_service(ifname).ok()??;
+    // A plain connect (an attacker trusts whatever listens).
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .ok()?;
+    let addr = rustix::net::SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname)).ok()?;
+    rustix::net::connect(&sock, &addr).ok()?;
     let req = serde_json::to_vec(&Req::Hello {
         comm: "fuzz".into(),
     })

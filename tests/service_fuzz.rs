@@ -4,7 +4,8 @@
 //! variable) send random and mutated control messages (every `Req` variant with random
 //! numbers, random bytes, truncated and oversized datagrams, random descriptors) and
 //! random submission-ring slots for a bounded time, while an honest pair of clients (root,
-//! this process) moves data over a loopback RC pair and checks every byte. Then: the
+//! this process) moves data over a loopback RC pair and checks every byte, and a newcomer
+//! opens the device every 200 ms (each served within a bounded wait). Then: the
 //! service is the same process and answers, the honest data stayed exact, and the
 //! service holds as many descriptors as before the attackers came. Root test
 //! (`#[ignore = "needs root"]`, docs/testing.md). The seed is printed; `XRNIC_FUZZ_SEED`
@@ -140,6 +141,19 @@ fn templates() -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `v` with small numbers (handles a client may hold: valid requests more often than
+/// not, so that objects get made and the paths past the decoder are taken).
+fn mild(v: &serde_json::Value, rng: &mut Rng) -> serde_json::Value {
+    use serde_json::Value as V;
+    match v {
+        V::Number(n) if rng.below(2) == 0 => V::Number(n.clone()),
+        V::Number(_) => V::from(rng.below(8)),
+        V::Array(a) => V::Array(a.iter().map(|x| mild(x, rng)).collect()),
+        V::Object(o) => V::Object(o.iter().map(|(k, x)| (k.clone(), mild(x, rng))).collect()),
+        x => x.clone(),
+    }
+}
+
 /// `v` with its numbers random, now and then a string, a boolean or an array changed.
 fn mutate(v: &serde_json::Value, rng: &mut Rng) -> serde_json::Value {
     use serde_json::Value as V;
@@ -255,7 +269,12 @@ fn attack(arg: &str) {
             }
             continue;
         };
-        let kind = rng.below(12);
+        // Every other attacker stays well-formed (the service drops a client whose
+        // datagram does not decode: the others start over often and build little).
+        let kind = match rng.below(12) {
+            6..=9 if seed % 2 == 0 => rng.below(6),
+            k => k,
+        };
         if kind >= 10 {
             // Random submission-ring slots, and the doorbell.
             if let Some(ring) = &c.ring {
@@ -274,7 +293,11 @@ fn attack(arg: &str) {
             continue;
         }
         let data: Vec<u8> = match kind {
-            0..=5 => {
+            0..=2 => {
+                let t = &tpl[rng.below(tpl.len() as u64) as usize];
+                serde_json::to_vec(&mild(t, &mut rng)).unwrap()
+            }
+            3..=5 => {
                 let t = &tpl[rng.below(tpl.len() as u64) as usize];
                 serde_json::to_vec(&mutate(t, &mut rng)).unwrap()
             }
@@ -463,6 +486,44 @@ fn hostile_clients_neither_stop_the_service_nor_touch_an_honest_pair() {
             Kid(Some(c.spawn().unwrap()))
         })
         .collect();
+    // Meanwhile a newcomer every 200 ms: a fresh client (root) opens the device, makes a
+    // PD and a CQ and goes; each must be served (a bounded wait of 20 s, failing with
+    // what was seen). The service's descriptors are watched too.
+    let (mut newcomers, mut max_fds) = (0u64, baseline);
+    let mut kids = kids;
+    while kids
+        .iter_mut()
+        .any(|k| k.child().try_wait().unwrap().is_none())
+    {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (pair_ns, n) = (s.pair.end(Side::A).netns.clone(), ifname.clone());
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(format!("/run/netns/{pair_ns}")).unwrap();
+            rustix::thread::move_into_link_name_space(
+                ns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            let r = xrnic::verbs::Device::open(&n).and_then(|d| {
+                let pd = d.alloc_pd()?;
+                let cq = d.create_cq(4)?;
+                drop((cq, pd));
+                Ok(d.service_pid())
+            });
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Ok(p)) => assert_eq!(p, Some(svc_pid), "newcomer {newcomers}"),
+            Ok(Err(e)) => panic!("newcomer {newcomers} during the attack: {e}"),
+            Err(_) => panic!("newcomer {newcomers}: not served within 20 s"),
+        }
+        newcomers += 1;
+        max_fds = max_fds.max(fd_count(svc_pid));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "newcomers served: {newcomers}; the service's descriptors: {baseline} before, at most {max_fds} during"
+    );
     let outs: Vec<_> = kids
         .into_iter()
         .map(|k| k.wait_with_output().unwrap())

@@ -226,6 +226,8 @@ pub struct Service {
     gsi: Option<gsi_port::GsiPort>,
     relay: super::gsi::Relay,
     next_key: u64,
+    /// Verbs waiting for an address to resolve, and the resolver (resolver.rs).
+    net: resolver::Net,
 }
 
 impl Service {
@@ -267,6 +269,7 @@ impl Service {
             gsi: None,
             relay: Default::default(),
             next_key: 1,
+            net: Default::default(),
         })
     }
 
@@ -302,11 +305,21 @@ impl Service {
         fds.push(PollFd::new(&self.listener, PollFlags::IN));
         fds.push(PollFd::new(&*self.cq_kick, PollFlags::IN));
         for c in &self.clients {
-            fds.push(PollFd::new(&c.sock, PollFlags::IN));
+            // A client whose answer waits for an address (resolver.rs) is not read
+            // meanwhile; its hang-up still shows.
+            let read = if self.net.waits(c.key) {
+                PollFlags::empty()
+            } else {
+                PollFlags::IN
+            };
+            fds.push(PollFd::new(&c.sock, read));
             match &c.sq {
                 Some((_, bell)) => fds.push(PollFd::new(bell, PollFlags::IN)),
                 None => fds.push(PollFd::new(&c.sock, PollFlags::empty())),
             }
+        }
+        if let Some(fd) = self.net.fd() {
+            fds.push(PollFd::new(fd, PollFlags::IN));
         }
         let ts = rustix::time::Timespec {
             tv_sec: timeout.as_secs() as i64,
@@ -324,6 +337,7 @@ impl Service {
         }
         self.fan_out_events();
         self.pump_gsi();
+        let gone = self.finish_resolved();
         let mut dead = Vec::new();
         let mut busy = false;
         for i in 0..self.clients.len() {
@@ -332,7 +346,11 @@ impl Service {
                 c.more = drain_doorbell(c, self.limits.slots_per_round);
                 busy |= c.more;
             }
-            if ready[2 + 2 * i] && !self.serve_messages(i) {
+            let key = self.clients[i].key;
+            // Ready while waiting: hung up.
+            if gone.contains(&key)
+                || (ready[2 + 2 * i] && (self.net.waits(key) || !self.serve_messages(i)))
+            {
                 dead.push(i);
             }
         }
@@ -340,6 +358,7 @@ impl Service {
             let c = self.clients.remove(i);
             // Its listens and comm IDs are free (src/service/gsi.rs).
             self.relay.close(c.key);
+            self.net.forget(c.key);
             tracing::info!(pid = c.pid, comm = %c.comm, "client gone: its resources are freed");
             drop(c);
         }
@@ -461,7 +480,12 @@ impl Service {
                 Err(_) => return false,
             };
             let (resp, fds) = match serde_json::from_slice::<Req>(&buf[..n]) {
-                Ok(req) => self.handle(i, req),
+                // A verb of addresses: answered here, or later (resolver.rs).
+                Ok(req) => match self.net_verb(i, req) {
+                    resolver::Step::Answer(r) => (r, Vec::new()),
+                    resolver::Step::Deferred => return true,
+                    resolver::Step::Other(req) => self.handle(i, req),
+                },
                 Err(e) => (
                     bad(libc::EINVAL, &format!("not a request: {e}")),
                     Vec::new(),
@@ -823,6 +847,10 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             let Some(a) = attr.to_attr() else {
                 return Plain(bad(libc::EINVAL, "attribute out of range"));
             };
+            // An address vector's path is the service's own (resolver.rs): never here.
+            if wire::mask(mask).contains(verbs::AttrMask::AV) {
+                return Plain(bad(libc::EINVAL, "unexpected"));
+            }
             match q.qp.modify(&a, wire::mask(mask)) {
                 Ok(()) => Plain(Resp::Ok),
                 Err(e) => Plain(errno_resp(&e)),
@@ -995,6 +1023,9 @@ fn pump_completions(c: &mut Client) {
 
 #[path = "gsi_port.rs"]
 mod gsi_port;
+
+#[path = "resolver.rs"]
+mod resolver;
 
 #[cfg(test)]
 #[path = "objects_tests.rs"]

@@ -170,13 +170,56 @@ fn gid_indices(d: &xrnic::verbs::Device) -> (u8, u8) {
 /// waited for each in its one thread would stall everyone for 8 × 10 × 3 s.
 const CONNS: usize = 8;
 const CALLS: usize = 10;
+/// CM REQs one more connection sends through the GSI relay, each to an address nobody
+/// answers: QP1 holds them while their paths resolve.
+const GSI_SENDS: usize = 20;
+
+/// The GSI part of the attack: REQs of a CM in this client's comm-ID block, each to
+/// another unanswered address; each send said with its answer.
+fn attack_gsi(ifname: &str, barrier: &std::sync::Barrier) {
+    use xrnic::cm::{Cm, CmConfig, ConnParam, Path};
+    let d = xrnic::verbs::Device::open(ifname).unwrap();
+    let relay = d.gsi_relay().unwrap().expect("the service's relay");
+    let (v4, _) = gid_indices(&d);
+    let local = d.query_gid(v4.into()).unwrap();
+    let mut cm = Cm::new(CmConfig {
+        comm_ids: Some(relay.comm_ids()),
+        ..CmConfig::default()
+    });
+    barrier.wait();
+    for j in 0..GSI_SENDS {
+        let path = Path {
+            local_gid: local,
+            remote_gid: xrnic::wire::ipv4_gid([192, 0, 2, 200 + j as u8]),
+            mtu: 3,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        let p = ConnParam {
+            qpn: 0x99,
+            ..ConnParam::default()
+        };
+        cm.connect(xrnic::proto::Instant::ZERO, 0x1234, path, p);
+        while let Some(t) = cm.poll_transmit() {
+            match relay.send(&t.to, &t.mad) {
+                Ok(()) => say(&format!("gsi {j} ok")),
+                Err(e) => say(&format!("gsi {j} errno {}", errno(&e))),
+            }
+        }
+    }
+}
 
 /// The attacker of `unanswered_neighbours_stall_only_the_client_that_asked`: CONNS
 /// connections, each on a thread of its own, each making CALLS address handles (half
 /// of them) or QP paths (the others) to on-link addresses nobody answers, IPv4 and IPv6.
 fn attack_unanswered(ifname: &str) {
     use xrnic::verbs::{AddressVector, ConnectOpts, Device, QpInitAttr, Remote};
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNS));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNS + 1));
+    let gsi = {
+        let (ifname, barrier) = (ifname.to_string(), barrier.clone());
+        std::thread::spawn(move || attack_gsi(&ifname, &barrier))
+    };
     let threads: Vec<_> = (0..CONNS)
         .map(|k| {
             let (ifname, barrier) = (ifname.to_string(), barrier.clone());
@@ -223,6 +266,7 @@ fn attack_unanswered(ifname: &str) {
     for t in threads {
         t.join().unwrap();
     }
+    gsi.join().unwrap();
     say("done");
 }
 
@@ -310,9 +354,12 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
     let victim_done = Instant::now();
     // The attacker's answers so far: its calls are still pending.
     let mut answers: Vec<(Instant, String)> = Vec::new();
+    let mut gsi = Vec::new();
     while let Ok((t, l)) = lines.try_recv() {
         if l.starts_with("answer ") {
             answers.push((t, l));
+        } else if l.starts_with("gsi ") {
+            gsi.push(l);
         }
     }
     assert!(
@@ -329,6 +376,7 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
                 last = Some(t);
                 answers.push((t, l));
             }
+            Ok((_, l)) if l.starts_with("gsi ") => gsi.push(l),
             Ok(_) => {}
             Err(_) => panic!(
                 "the attacker did not finish: {answers:?} {}",
@@ -347,6 +395,9 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
         victim_done < last.unwrap(),
         "the victim before the attacker's last answer"
     );
+    // QP1 took each REQ (held until its path resolves, then dropped: no one answers).
+    assert_eq!(gsi.len(), GSI_SENDS, "{gsi:?}");
+    assert!(gsi.iter().all(|l| l.ends_with(" ok")), "{gsi:?}");
     // The service lives and holds nothing of the attacker's.
     let res = up.res();
     assert_eq!(res.as_array().map(Vec::len), Some(0), "{res}");

@@ -390,6 +390,16 @@ impl Service {
         if missing {
             return Step::Answer(bad(libc::ENOENT, "no such PD or QP"));
         }
+        // What fails whatever the path, before any resolution.
+        match &req {
+            Req::CreateAh { .. } if c.ahs.len() >= self.limits.max_ahs => {
+                return Step::Answer(over("AHs", self.limits.max_ahs));
+            }
+            Req::ModifyQp { attr, .. } if attr.to_attr().is_none() => {
+                return Step::Answer(bad(libc::EINVAL, "attribute out of range"));
+            }
+            _ => {}
+        }
         let sgid = self.dev.query_gid(usize::from(sgid_index));
         match sgid {
             Some(s) if gid_is_ipv4(&s) != gid_is_ipv4(&dgid) => {

@@ -174,6 +174,55 @@ const CALLS: usize = 10;
 /// answers: QP1 holds them while their paths resolve.
 const GSI_SENDS: usize = 20;
 
+/// Requests one more connection, speaking the service's protocol itself, sends without
+/// waiting for answers.
+const PIPELINED: usize = 64;
+
+/// The pipelined part of the attack: hello, a PD, then PIPELINED CreateAh to unanswered
+/// IPv6 addresses sent back to back; the first two answers read (each said), then the
+/// connection closed with the rest pending.
+fn attack_pipelined(ifname: &str, sgid_index: u8, barrier: &std::sync::Barrier) {
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketType};
+    use xrnic::service::wire::{AvMsg, Req, Resp, socket_name};
+    let sock = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(&socket_name(ifname)).unwrap();
+    rustix::net::connect(&sock, &addr).unwrap();
+    let send = |r: &Req| {
+        let text = serde_json::to_vec(r).unwrap();
+        rustix::net::send(&sock, &text, SendFlags::empty()).unwrap();
+    };
+    let recv = || -> Resp {
+        // The hello's descriptors are not taken (the kernel closes them).
+        let mut b = vec![0u8; 65536];
+        let n = rustix::net::recv(&sock, &mut b, RecvFlags::empty())
+            .unwrap()
+            .0;
+        serde_json::from_slice(&b[..n]).unwrap()
+    };
+    send(&Req::Hello { comm: "raw".into() });
+    assert!(matches!(recv(), Resp::Hello { .. }));
+    send(&Req::AllocPd);
+    let Resp::Pd { pd } = recv() else {
+        panic!("alloc_pd")
+    };
+    barrier.wait();
+    for n in 0..PIPELINED as u16 {
+        let ip = std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x9900 + n);
+        let av = AvMsg {
+            dgid: ip.octets(),
+            sgid_index,
+            ..AvMsg::default()
+        };
+        send(&Req::CreateAh { pd, av });
+    }
+    for i in 0..2 {
+        match recv() {
+            Resp::Err { errno, .. } => say(&format!("raw {i} errno {errno}")),
+            r => say(&format!("raw {i} {r:?}")),
+        }
+    }
+}
+
 /// The GSI part of the attack: REQs of a CM in this client's comm-ID block, each to
 /// another unanswered address; each send said with its answer.
 fn attack_gsi(ifname: &str, barrier: &std::sync::Barrier) {
@@ -215,10 +264,15 @@ fn attack_gsi(ifname: &str, barrier: &std::sync::Barrier) {
 /// of them) or QP paths (the others) to on-link addresses nobody answers, IPv4 and IPv6.
 fn attack_unanswered(ifname: &str) {
     use xrnic::verbs::{AddressVector, ConnectOpts, Device, QpInitAttr, Remote};
-    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNS + 1));
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CONNS + 2));
     let gsi = {
         let (ifname, barrier) = (ifname.to_string(), barrier.clone());
         std::thread::spawn(move || attack_gsi(&ifname, &barrier))
+    };
+    let raw = {
+        let (ifname, barrier) = (ifname.to_string(), barrier.clone());
+        let (_, v6) = gid_indices(&Device::open(&ifname).unwrap());
+        std::thread::spawn(move || attack_pipelined(&ifname, v6, &barrier))
     };
     let threads: Vec<_> = (0..CONNS)
         .map(|k| {
@@ -267,6 +321,7 @@ fn attack_unanswered(ifname: &str) {
         t.join().unwrap();
     }
     gsi.join().unwrap();
+    raw.join().unwrap();
     say("done");
 }
 
@@ -354,12 +409,14 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
     let victim_done = Instant::now();
     // The attacker's answers so far: its calls are still pending.
     let mut answers: Vec<(Instant, String)> = Vec::new();
-    let mut gsi = Vec::new();
+    let (mut gsi, mut raw) = (Vec::new(), Vec::new());
     while let Ok((t, l)) = lines.try_recv() {
         if l.starts_with("answer ") {
             answers.push((t, l));
         } else if l.starts_with("gsi ") {
             gsi.push(l);
+        } else if l.starts_with("raw ") {
+            raw.push(l);
         }
     }
     assert!(
@@ -377,6 +434,7 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
                 answers.push((t, l));
             }
             Ok((_, l)) if l.starts_with("gsi ") => gsi.push(l),
+            Ok((_, l)) if l.starts_with("raw ") => raw.push(l),
             Ok(_) => {}
             Err(_) => panic!(
                 "the attacker did not finish: {answers:?} {}",
@@ -398,6 +456,12 @@ fn unanswered_neighbours_stall_only_the_client_that_asked() {
     // QP1 took each REQ (held until its path resolves, then dropped: no one answers).
     assert_eq!(gsi.len(), GSI_SENDS, "{gsi:?}");
     assert!(gsi.iter().all(|l| l.ends_with(" ok")), "{gsi:?}");
+    // The pipelining connection's answers come in order, one resolution after the
+    // other, each ETIMEDOUT; it left with the rest pending.
+    let want: Vec<String> = (0..2)
+        .map(|i| format!("raw {i} errno {}", libc::ETIMEDOUT))
+        .collect();
+    assert_eq!(raw, want);
     // The service lives and holds nothing of the attacker's.
     let res = up.res();
     assert_eq!(res.as_array().map(Vec::len), Some(0), "{res}");

@@ -5,9 +5,10 @@
 //! Contract:
 //! - An AH is made by the service's own device with the path the service resolves
 //!   (src/service/resolver.rs: never a client's MAC or VLAN tag, and never waiting in
-//!   the loop); the client gets a handle and the resolved address vector. A UD send slot names the AH by that handle, which
-//!   is looked up in the sending client's table only: another client's handle is a
-//!   malformed slot (dropped and counted), as is an unknown SRQ handle.
+//!   the loop); the client gets a handle and the resolved address vector. A UD send
+//!   slot names the AH by that handle, which is looked up in the sending client's table
+//!   only: another client's handle is a malformed slot (dropped and counted), as is an
+//!   unknown SRQ handle.
 //! - An SRQ belongs to the client that made it; its QPs must be that client's (a QP
 //!   names it by the client's handle); it cannot be destroyed while one of them uses it
 //!   (EBUSY, as the in-process engine answers). Its SRQ_LIMIT_REACHED goes to that

@@ -25,6 +25,10 @@
 //!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
+//! - Addresses (resolver.rs): the MAC of an AH, a QP's address vector or a MAD of QP1
+//!   is the one the service resolves, never a client's; a VLAN tag is EPERM. Resolving
+//!   never waits in this loop: a verb whose next hop is unresolved is answered when it
+//!   resolves (or ETIMEDOUT), and its client's later messages are not read meanwhile.
 //! - QPs are RC, UC or UD; AHs and SRQs, and the posts that name them, are
 //!   `super::objects`. The GSI QP (QP1) is the service's own: clients' CMs send and
 //!   receive CM MADs through its relay (`super::gsi`, gsi_port.rs).

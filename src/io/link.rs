@@ -610,6 +610,96 @@ pub fn resolve_neighbour(
     ))
 }
 
+/// The kernel's usable neighbour entry for `dst` on `ifindex` in the calling thread's
+/// namespace, without resolving a missing one (a look-up the kernel answers at once).
+pub fn neighbour_on(ifindex: u32, dst: IpAddr) -> io::Result<Option<[u8; 6]>> {
+    let mut nl = Rtnl::open()?;
+    neighbour_here(&mut nl, ifindex, dst)
+}
+
+/// What [`NeighbourWatch::news`] heard about one neighbour entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeighbourNews {
+    /// The entry of `ip` on `ifindex` is usable, with this MAC.
+    Usable(u32, IpAddr, [u8; 6]),
+    /// The kernel gave up resolving `ip` on `ifindex` (FAILED).
+    Failed(u32, IpAddr),
+    /// Notifications were lost (ENOBUFS): look the entries up again.
+    Lost,
+}
+
+/// Many resolutions at once, none waited for: what [`resolve_neighbour`] does for one
+/// address, split so that a caller with its own poll loop (the device service's
+/// resolver, src/service/resolver.rs) asks ([`NeighbourWatch::trigger`]), waits for
+/// [`NeighbourWatch::fd`] with everything else, and reads what the kernel says
+/// ([`NeighbourWatch::news`]). Both sockets belong to the namespace of the thread that
+/// opened the watch.
+pub struct NeighbourWatch {
+    events: Rtnl,
+    nl: Rtnl,
+}
+
+impl NeighbourWatch {
+    /// Subscribe to `RTNLGRP_NEIGH` in the calling thread's namespace.
+    pub fn open() -> io::Result<NeighbourWatch> {
+        let events = Rtnl::open()?;
+        events.sock.add_membership(RTNLGRP_NEIGH)?;
+        Ok(NeighbourWatch {
+            events,
+            nl: Rtnl::open()?,
+        })
+    }
+
+    /// Readable when the kernel has news of neighbour entries.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.events.sock.as_fd()
+    }
+
+    /// The usable entry of `ip` on `ifindex`, if there is one now.
+    pub fn lookup(&mut self, ifindex: u32, ip: IpAddr) -> io::Result<Option<[u8; 6]>> {
+        neighbour_here(&mut self.nl, ifindex, ip)
+    }
+
+    /// Ask the kernel to resolve `ip` on `ifindex` (ARP request / neighbour
+    /// solicitation), as [`resolve_neighbour`] does; the answer comes as news.
+    pub fn trigger(&mut self, ifindex: u32, ip: IpAddr) {
+        trigger_resolution(&mut self.nl, ifindex, ip);
+    }
+
+    /// The notifications of one datagram (call when [`NeighbourWatch::fd`] is readable).
+    pub fn news(&mut self) -> io::Result<Vec<NeighbourNews>> {
+        let msgs = match self.events.recv() {
+            Ok(m) => m,
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOBUFS.raw_os_error()) => {
+                return Ok(vec![NeighbourNews::Lost]);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for m in msgs {
+            let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) = m.payload
+            else {
+                continue;
+            };
+            let ip = n.attributes.iter().find_map(|a| match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(v)) => Some(IpAddr::V4(*v)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(v)) => Some(IpAddr::V6(*v)),
+                _ => None,
+            });
+            let Some(ip) = ip else { continue };
+            let ifindex = n.header.ifindex;
+            match neigh_entry(&n, ifindex, ip) {
+                Some(Some(mac)) => out.push(NeighbourNews::Usable(ifindex, ip, mac)),
+                Some(None) if n.header.state == NeighbourState::Failed => {
+                    out.push(NeighbourNews::Failed(ifindex, ip))
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The route the kernel picks for packets to `dst` from `src` (the source GID's address)
 /// out of `oif`, in the calling thread's namespace (`RTM_GETROUTE`, like
 /// `ip route get DST from SRC oif IF`).

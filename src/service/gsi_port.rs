@@ -50,6 +50,8 @@ pub(super) struct GsiPort {
     cq: Cq,
     pd: Pd,
     next_send: usize,
+    /// MADs to GIDs whose path is being resolved (src/service/resolver.rs).
+    held: HashMap<[u8; 16], Vec<Vec<u8>>>,
     central: Cm,
     start: Instant,
 }
@@ -79,37 +81,45 @@ impl GsiPort {
             cq,
             pd,
             next_send: 0,
+            held: HashMap::new(),
             central,
             start: Instant::now(),
         })
     }
 
-    /// Send one MAD from QP1 to QP1 of the port of GID `to`.
-    fn send(&mut self, dev: &verbs::Device, to: &[u8; 16], mad: &[u8]) -> verbs::Result<()> {
-        let ah = match self.ahs.get(to) {
-            Some(a) => a.clone(),
-            None => {
-                let sgid_index = verbs::cm_sgid_index(dev, to);
-                let a = self.pd.create_ah(&AddressVector {
-                    dgid: *to,
-                    sgid_index,
-                    ..AddressVector::default()
-                })?;
-                // Clients name the destinations: the cache stays bounded (a MAD to a
-                // GID no longer cached just makes its AH again).
-                if self.ahs.len() >= MAX_AHS {
-                    self.ahs.clear();
-                }
-                self.ahs.insert(*to, a.clone());
-                a
-            }
-        };
+    /// The AH of QP1 to GID `to` with its path resolved (`path`), kept for the next MADs.
+    fn make_ah(
+        &mut self,
+        dev: &verbs::Device,
+        to: &[u8; 16],
+        path: ([u8; 6], u8),
+    ) -> verbs::Result<Ah> {
+        let sgid_index = verbs::cm_sgid_index(dev, to);
+        let a = self.pd.create_ah_resolved(
+            &AddressVector {
+                dgid: *to,
+                sgid_index,
+                ..AddressVector::default()
+            },
+            path,
+        )?;
+        // Clients name the destinations: the cache stays bounded (a MAD to a GID no
+        // longer cached just makes its AH again).
+        if self.ahs.len() >= MAX_AHS {
+            self.ahs.clear();
+        }
+        self.ahs.insert(*to, a.clone());
+        Ok(a)
+    }
+
+    /// Post one MAD from QP1 to QP1 of the port of `ah`.
+    fn post(&mut self, ah: &Ah, mad: &[u8]) -> verbs::Result<()> {
         let slot = self.next_send;
         self.next_send = (slot + 1) % SEND_SLOTS;
         self.smr.write(slot * MAD_LEN, mad)?;
         let mut wr = SendWr::new(slot as u64 | 1 << 32, WrOpcode::Send);
         wr.sg_list = vec![self.smr.sge(slot * MAD_LEN, MAD_LEN as u32)];
-        self.qp.post_send_ud(wr, &ah, Qpn::new(1), GSI_QKEY)
+        self.qp.post_send_ud(wr, ah, Qpn::new(1), GSI_QKEY)
     }
 
     fn now(&self) -> crate::proto::Instant {
@@ -118,6 +128,79 @@ impl GsiPort {
 }
 
 impl Service {
+    /// Send `mad` from QP1 to QP1 of the port of GID `to`: at once when its path is
+    /// known, else held until it resolves (src/service/resolver.rs), never waiting.
+    fn gsi_send(&mut self, to: &[u8; 16], mad: &[u8]) -> Result<(), Resp> {
+        let Some(p) = self.gsi.as_mut() else {
+            return Err(bad(libc::EPROTO, "open the GSI relay first"));
+        };
+        if let Some(ah) = p.ahs.get(to).cloned() {
+            return p.post(&ah, mad).map_err(|e| errno_resp(&e));
+        }
+        if let Some(h) = p.held.get_mut(to) {
+            // A CM resends what got no answer: past the bound, the MAD is dropped.
+            if h.len() < super::resolver::MAX_HELD {
+                h.push(mad.to_vec());
+            }
+            return Ok(());
+        }
+        let sgid = self
+            .dev
+            .query_gid(usize::from(verbs::cm_sgid_index(&self.dev, to)));
+        match self.dev.path_step(sgid.as_ref(), to) {
+            Ok(verbs::PathStep::Ready(mac, hl)) => p
+                .make_ah(&self.dev, to, (mac, hl))
+                .and_then(|ah| p.post(&ah, mad))
+                .map_err(|e| errno_resp(&e)),
+            Ok(verbs::PathStep::Neighbour {
+                ifindex,
+                hop,
+                hop_limit,
+            }) => {
+                if p.held.len() >= super::resolver::MAX_HELD_GIDS {
+                    return Err(bad(libc::EAGAIN, "QP1 holds MADs for too many addresses"));
+                }
+                p.held.insert(*to, vec![mad.to_vec()]);
+                let r = self.gsi_wait((ifindex, hop), *to, hop_limit);
+                if r.is_err()
+                    && let Some(p) = self.gsi.as_mut()
+                {
+                    p.held.remove(to);
+                }
+                r
+            }
+            Err(e) => Err(errno_resp(&e)),
+        }
+    }
+
+    /// The path of `to` resolved (or not): QP1's MADs held for it go out (or are
+    /// dropped: the CMs that sent them time out as when a MAD is lost).
+    pub(super) fn gsi_resolved(
+        &mut self,
+        to: &[u8; 16],
+        path: Result<([u8; 6], u8), &(i32, String)>,
+    ) {
+        let Some(p) = self.gsi.as_mut() else { return };
+        let held = p.held.remove(to).unwrap_or_default();
+        let ah = match path {
+            Ok(path) => p.make_ah(&self.dev, to, path),
+            Err((_, why)) => {
+                tracing::debug!("GSI: {} MADs dropped: {why}", held.len());
+                return;
+            }
+        };
+        match ah {
+            Ok(ah) => {
+                for mad in held {
+                    if let Err(e) = p.post(&ah, &mad) {
+                        tracing::debug!("GSI: a held MAD not sent: {e}");
+                    }
+                }
+            }
+            Err(e) => tracing::debug!("GSI: {} MADs dropped: {e}", held.len()),
+        }
+    }
+
     /// A GSI request of client `i`, or `None` for any other request.
     pub(super) fn gsi_verb(&mut self, i: usize, req: &Req) -> Option<(Resp, Vec<OwnedFd>)> {
         let key = self.clients[i].key;
@@ -182,12 +265,9 @@ impl Service {
                         "not a CM MAD of this client's comm IDs or listens",
                     ));
                 }
-                let Some(p) = self.gsi.as_mut() else {
-                    return plain(bad(libc::EPROTO, "open the GSI relay first"));
-                };
-                match p.send(&self.dev, to, mad) {
+                match self.gsi_send(to, mad) {
                     Ok(()) => plain(Resp::Ok),
-                    Err(e) => plain(errno_resp(&e)),
+                    Err(r) => plain(r),
                 }
             }
             Req::GsiRecv => {
@@ -268,12 +348,16 @@ impl Service {
         }
         let now = p.now();
         p.central.handle_timeout(now);
+        let mut out = Vec::new();
         while let Some(t) = p.central.poll_transmit() {
-            if let Err(e) = p.send(&self.dev, &t.to, &t.mad) {
-                tracing::debug!("GSI: the answer to an unmatched MAD not sent: {e}");
-            }
+            out.push(t);
         }
         while p.central.poll_event().is_some() {}
+        for t in out {
+            if let Err(r) = self.gsi_send(&t.to, &t.mad) {
+                tracing::debug!("GSI: the answer to an unmatched MAD not sent: {r:?}");
+            }
+        }
         for c in self.clients.iter().filter(|c| woken.contains(&c.key)) {
             if let Some(g) = &c.gsi {
                 let _ = rustix::io::write(&g.fd, &1u64.to_ne_bytes());

@@ -3,11 +3,12 @@
 //! processes".
 //!
 //! Contract:
-//! - An AH is made by the service's own device (`Pd::create_ah`), so its MAC and hop
-//!   limit are resolved exactly as for an in-process program; the client gets a handle
-//!   and the resolved address vector. A UD send slot names the AH by that handle, which
-//!   is looked up in the sending client's table only: another client's handle is a
-//!   malformed slot (dropped and counted), as is an unknown SRQ handle.
+//! - An AH is made by the service's own device with the path the service resolves
+//!   (src/service/resolver.rs: never a client's MAC or VLAN tag, and never waiting in
+//!   the loop); the client gets a handle and the resolved address vector. A UD send
+//!   slot names the AH by that handle, which is looked up in the sending client's table
+//!   only: another client's handle is a malformed slot (dropped and counted), as is an
+//!   unknown SRQ handle.
 //! - An SRQ belongs to the client that made it; its QPs must be that client's (a QP
 //!   names it by the client's handle); it cannot be destroyed while one of them uses it
 //!   (EBUSY, as the in-process engine answers). Its SRQ_LIMIT_REACHED goes to that
@@ -18,7 +19,7 @@
 //! - Caps: `Limits::max_ahs`, `Limits::max_srqs` per client (ENOMEM past them).
 
 use super::server::{Client, Limits, bad, errno_resp, over};
-use super::wire::{self, AhRes, AvMsg, Req, Resp, SrqAttrMsg, SrqRes};
+use super::wire::{self, AhRes, Req, Resp, SrqAttrMsg, SrqRes};
 use crate::proto::SrqAttrMask;
 use crate::verbs::{Ah, Srq};
 
@@ -38,23 +39,8 @@ pub(super) struct SrqEnt {
 pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
     let id = c.next;
     Some(match *req {
-        Req::CreateAh { pd, av } => {
-            let Some(p) = c.pds.get(&pd) else {
-                return Some(bad(libc::ENOENT, "no such PD"));
-            };
-            if c.ahs.len() >= lim.max_ahs {
-                return Some(over("AHs", lim.max_ahs));
-            }
-            match p.create_ah(&av.to_av()) {
-                Ok(ah) => {
-                    let av = AvMsg::from_av(ah.attr());
-                    c.next += 1;
-                    c.ahs.insert(id, AhEnt { ah, pd });
-                    Resp::Ah { ah: id, av }
-                }
-                Err(e) => errno_resp(&e),
-            }
-        }
+        // Its path is the service's own: src/service/resolver.rs.
+        Req::CreateAh { .. } => bad(libc::EINVAL, "unexpected"),
         Req::DestroyAh { ah } => match c.ahs.remove(&ah) {
             Some(_) => Resp::Ok,
             None => bad(libc::ENOENT, "no such AH"),

@@ -504,3 +504,63 @@ fn a_gone_clients_ahs_and_srqs_are_freed() {
     assert_eq!(engine_srq.len(), 0);
     engine_srq.destroy().expect("no QP left on the SRQ");
 }
+
+/// Addresses come from the service (src/service/resolver.rs): a client's `dmac` in an AH
+/// or a QP's address vector is replaced by the one the service resolves, and a VLAN tag
+/// is refused (EPERM) in both.
+#[test]
+fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
+    let (mut svc, name, _peer) = service("addr", Limits::default());
+    let a = hello(&mut svc, &name, "a");
+    let pa = pd(&mut svc, &a);
+    let evil = AvMsg {
+        dmac: [0x02, 0xde, 0xad, 0xbe, 0xef, 0x01],
+        ..peer_av()
+    };
+    let Resp::Ah { av, .. } = a.call(&mut svc, Req::CreateAh { pd: pa, av: evil }) else {
+        panic!("create_ah")
+    };
+    assert_eq!(
+        av.dmac,
+        [2, 0, 0, 0, 0, 2],
+        "the peer's MAC, not the client's"
+    );
+    let tagged = AvMsg {
+        vlan_tci: Some(100),
+        ..evil
+    };
+    let req = Req::CreateAh { pd: pa, av: tagged };
+    assert_eq!(a.errno(&mut svc, req), libc::EPERM);
+    let c = cq(&mut svc, &a);
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_RC, None) else {
+        panic!("create_qp")
+    };
+    let mut attr = crate::verbs::QpAttr::rc_init(crate::verbs::Access::ALL);
+    let init = Req::ModifyQp {
+        qpn,
+        attr: QpAttrMsg::from_attr(&attr),
+        mask: crate::verbs::AttrMask::RC_INIT.0,
+    };
+    assert!(matches!(a.call(&mut svc, init), Resp::Ok));
+    attr.qp_state = crate::verbs::QpState::Rtr;
+    attr.dest_qp_num = crate::wire::Qpn::new(0x66);
+    attr.ah_attr = evil.to_av();
+    let rtr = |attr: &crate::verbs::QpAttr| Req::ModifyQp {
+        qpn,
+        attr: QpAttrMsg::from_attr(attr),
+        mask: crate::verbs::AttrMask::RC_RTR.0,
+    };
+    attr.ah_attr.vlan_tci = Some(100);
+    assert_eq!(a.errno(&mut svc, rtr(&attr)), libc::EPERM);
+    attr.ah_attr.vlan_tci = None;
+    assert!(matches!(a.call(&mut svc, rtr(&attr)), Resp::Ok));
+    let Resp::QpAttr { attr: got } = a.call(&mut svc, Req::QueryQp { qpn }) else {
+        panic!("query_qp")
+    };
+    assert_eq!(
+        got.dmac,
+        [2, 0, 0, 0, 0, 2],
+        "the peer's MAC, not the client's"
+    );
+    assert_eq!(got.vlan_tci, None);
+}

@@ -25,6 +25,10 @@
 //!   after DEVICE_FATAL is refused (ENODEV). After DEVICE_FATAL the engine
 //!   refuses every verb that needs the device: a control verb answers EIO, a posted WR
 //!   an error completion as above.
+//! - Addresses (resolver.rs): the MAC of an AH, a QP's address vector or a MAD of QP1
+//!   is the one the service resolves, never a client's; a VLAN tag is EPERM. Resolving
+//!   never waits in this loop: a verb whose next hop is unresolved is answered when it
+//!   resolves (or ETIMEDOUT), and its client's later messages are not read meanwhile.
 //! - QPs are RC, UC or UD; AHs and SRQs, and the posts that name them, are
 //!   `super::objects`. The GSI QP (QP1) is the service's own: clients' CMs send and
 //!   receive CM MADs through its relay (`super::gsi`, gsi_port.rs).
@@ -226,6 +230,8 @@ pub struct Service {
     gsi: Option<gsi_port::GsiPort>,
     relay: super::gsi::Relay,
     next_key: u64,
+    /// Verbs waiting for an address to resolve, and the resolver (resolver.rs).
+    net: resolver::Net,
 }
 
 impl Service {
@@ -267,6 +273,7 @@ impl Service {
             gsi: None,
             relay: Default::default(),
             next_key: 1,
+            net: Default::default(),
         })
     }
 
@@ -302,11 +309,21 @@ impl Service {
         fds.push(PollFd::new(&self.listener, PollFlags::IN));
         fds.push(PollFd::new(&*self.cq_kick, PollFlags::IN));
         for c in &self.clients {
-            fds.push(PollFd::new(&c.sock, PollFlags::IN));
+            // A client whose answer waits for an address (resolver.rs) is not read
+            // meanwhile; its hang-up still shows.
+            let read = if self.net.waits(c.key) {
+                PollFlags::empty()
+            } else {
+                PollFlags::IN
+            };
+            fds.push(PollFd::new(&c.sock, read));
             match &c.sq {
                 Some((_, bell)) => fds.push(PollFd::new(bell, PollFlags::IN)),
                 None => fds.push(PollFd::new(&c.sock, PollFlags::empty())),
             }
+        }
+        if let Some(fd) = self.net.fd() {
+            fds.push(PollFd::new(fd, PollFlags::IN));
         }
         let ts = rustix::time::Timespec {
             tv_sec: timeout.as_secs() as i64,
@@ -324,6 +341,7 @@ impl Service {
         }
         self.fan_out_events();
         self.pump_gsi();
+        let gone = self.finish_resolved();
         let mut dead = Vec::new();
         let mut busy = false;
         for i in 0..self.clients.len() {
@@ -332,7 +350,11 @@ impl Service {
                 c.more = drain_doorbell(c, self.limits.slots_per_round);
                 busy |= c.more;
             }
-            if ready[2 + 2 * i] && !self.serve_messages(i) {
+            let key = self.clients[i].key;
+            // Ready while waiting: hung up.
+            if gone.contains(&key)
+                || (ready[2 + 2 * i] && (self.net.waits(key) || !self.serve_messages(i)))
+            {
                 dead.push(i);
             }
         }
@@ -340,6 +362,7 @@ impl Service {
             let c = self.clients.remove(i);
             // Its listens and comm IDs are free (src/service/gsi.rs).
             self.relay.close(c.key);
+            self.net.forget(c.key);
             tracing::info!(pid = c.pid, comm = %c.comm, "client gone: its resources are freed");
             drop(c);
         }
@@ -461,7 +484,12 @@ impl Service {
                 Err(_) => return false,
             };
             let (resp, fds) = match serde_json::from_slice::<Req>(&buf[..n]) {
-                Ok(req) => self.handle(i, req),
+                // A verb of addresses: answered here, or later (resolver.rs).
+                Ok(req) => match self.net_verb(i, req) {
+                    resolver::Step::Answer(r) => (r, Vec::new()),
+                    resolver::Step::Deferred => return true,
+                    resolver::Step::Other(req) => self.handle(i, req),
+                },
                 Err(e) => (
                     bad(libc::EINVAL, &format!("not a request: {e}")),
                     Vec::new(),
@@ -823,6 +851,10 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             let Some(a) = attr.to_attr() else {
                 return Plain(bad(libc::EINVAL, "attribute out of range"));
             };
+            // An address vector's path is the service's own (resolver.rs): never here.
+            if wire::mask(mask).contains(verbs::AttrMask::AV) {
+                return Plain(bad(libc::EINVAL, "unexpected"));
+            }
             match q.qp.modify(&a, wire::mask(mask)) {
                 Ok(()) => Plain(Resp::Ok),
                 Err(e) => Plain(errno_resp(&e)),
@@ -995,6 +1027,9 @@ fn pump_completions(c: &mut Client) {
 
 #[path = "gsi_port.rs"]
 mod gsi_port;
+
+#[path = "resolver.rs"]
+mod resolver;
 
 #[cfg(test)]
 #[path = "objects_tests.rs"]

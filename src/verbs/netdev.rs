@@ -261,6 +261,30 @@ pub fn resolve_path(
     Ok((mac, route.hop_limit))
 }
 
+/// The half of [`resolve_path`] that does not wait on the network: the route to `dst`
+/// and its next hop, with the next hop's MAC when the neighbour table has a usable entry
+/// already (`None`: it is to be resolved, [`link::NeighbourWatch`]). Run in the device's
+/// namespace.
+pub fn path_step(
+    ifname: &str,
+    ifindex: u32,
+    src: Option<IpAddr>,
+    dst: IpAddr,
+) -> io::Result<(IpAddr, Option<[u8; 6]>, Option<u8>)> {
+    let route = link::route_to(dst, src, Some(ifindex))?;
+    if route.oif != 0 && route.oif != ifindex {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "the route to {dst} leaves through interface {}, not {ifname}",
+                route.oif
+            ),
+        ));
+    }
+    let hop = route.next_hop(dst);
+    Ok((hop, link::neighbour_on(ifindex, hop)?, route.hop_limit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,23 @@ impl Qp {
     /// looked up (and resolved) in the kernel's neighbour table first (software backend;
     /// the kernel does it for an RDMA device).
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        self.modify_on(attr, mask, None)
+    }
+
+    /// [`Qp::modify`] with the address vector's path resolved already (the next hop's
+    /// MAC and the hop limit, from [`Device::path_step`] and a resolution elsewhere):
+    /// nothing is looked up, whatever `dmac` the attributes carry. The device service
+    /// uses it (src/service/resolver.rs): its loop never waits on the network.
+    pub fn modify_resolved(
+        &self,
+        attr: &QpAttr,
+        mask: AttrMask,
+        path: ([u8; 6], u8),
+    ) -> Result<()> {
+        self.modify_on(attr, mask, Some(path))
+    }
+
+    fn modify_on(&self, attr: &QpAttr, mask: AttrMask, path: Option<([u8; 6], u8)>) -> Result<()> {
         let dev = self.dev();
         let mut attr = *attr;
         if mask.contains(AttrMask::PATH_MTU) {
@@ -137,7 +154,10 @@ impl Qp {
             }
             if let QpKind::Soft { .. } = self.kind {
                 let sgid = dev.query_gid(usize::from(av.sgid_index));
-                let hop_limit = if av.dmac == [0; 6] {
+                let hop_limit = if let Some((dmac, hop_limit)) = path {
+                    av.dmac = dmac;
+                    hop_limit
+                } else if av.dmac == [0; 6] {
                     let (dmac, hop_limit) = dev.resolve_path(sgid.as_ref(), &av.dgid)?;
                     av.dmac = dmac;
                     hop_limit

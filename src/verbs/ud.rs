@@ -62,6 +62,17 @@ impl Pd {
     /// `ibv_create_ah`: checks the source GID's family against the destination's and
     /// resolves the next hop's MAC (when `dmac` is all zero) and the route's hop limit.
     pub fn create_ah(&self, av: &AddressVector) -> Result<Ah> {
+        self.create_ah_on(av, None)
+    }
+
+    /// [`Pd::create_ah`] with the path resolved already (the next hop's MAC and the hop
+    /// limit): nothing is looked up, whatever `dmac` `av` carries (a multicast GID still
+    /// takes its group's MAC). The device service uses it (src/service/resolver.rs).
+    pub fn create_ah_resolved(&self, av: &AddressVector, path: ([u8; 6], u8)) -> Result<Ah> {
+        self.create_ah_on(av, Some(path))
+    }
+
+    fn create_ah_on(&self, av: &AddressVector, path: Option<([u8; 6], u8)>) -> Result<Ah> {
         let dev = &self.dev;
         if dev.is_fatal() {
             return Err(proto::VerbsError::DeviceFatal.into());
@@ -95,7 +106,10 @@ impl Pd {
             return Ok(Ah { av, svc: None });
         }
         // As `Qp::modify` does for RC (ib_core `ib_resolve_eth_dmac`).
-        av.hop_limit = if av.dmac == [0; 6] {
+        av.hop_limit = if let Some((dmac, hop_limit)) = path {
+            av.dmac = dmac;
+            hop_limit
+        } else if av.dmac == [0; 6] {
             let (dmac, hop_limit) = dev.resolve_path(Some(&sgid), &av.dgid)?;
             av.dmac = dmac;
             hop_limit

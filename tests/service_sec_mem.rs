@@ -5,8 +5,9 @@
 //! through its old connection, whether the program is set-uid root or ordinary.
 //!
 //! tests/c/svc_mem_attack.c is the attacker (run as nobody through `xrnic exec`),
-//! tests/c/svc_mem_victim.c the victim it becomes; both built with cc here (the attacker
-//! against libibverbs-dev's headers). Root tests (`#[ignore = "needs root"]`,
+//! tests/c/svc_mem_hello.c one that speaks the service's protocol itself (so that it can
+//! say hello after the exec), tests/c/svc_mem_victim.c the victim they become; all built
+//! with cc here (the first against libibverbs-dev's headers). Root tests (`#[ignore = "needs root"]`,
 //! docs/testing.md); the library must be built (`cargo build --workspace`).
 
 mod common;
@@ -41,6 +42,7 @@ fn build(dir: &Path, name: &str, verbs: bool) -> PathBuf {
 struct Progs {
     dir: PathBuf,
     attack: PathBuf,
+    hello: PathBuf,
 }
 
 impl Progs {
@@ -50,6 +52,7 @@ impl Progs {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let attack = build(&dir, "svc_mem_attack", true);
+        let hello = build(&dir, "svc_mem_hello", false);
         let victim = build(&dir, "svc_mem_victim", false);
         std::fs::copy(&victim, dir.join("victim-suid")).unwrap();
         std::fs::set_permissions(
@@ -60,7 +63,7 @@ impl Progs {
         std::fs::rename(&victim, dir.join("victim")).unwrap();
         std::fs::set_permissions(dir.join("victim"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
-        Progs { dir, attack }
+        Progs { dir, attack, hello }
     }
 }
 
@@ -135,5 +138,43 @@ fn after_an_exec_the_old_connection_reaches_nothing_of_the_new_program() {
     let p = Progs::new("plain");
     let (a, v) = attack(&s, &p, "victim");
     assert_refused("ordinary victim", &a, &v, 65534);
+    s.res();
+}
+
+/// The same attack with the hello said after the exec: the process that connected is
+/// then the set-uid program when the service opens its memory, and the check with the
+/// client's credentials (nobody's, SO_PEERCRED's at connect) refuses it: the hello fails
+/// with EPERM, so there is no PD to register in, and the registration's probe never
+/// reads root's page. On a service that binds a client to its pid, the hello succeeds
+/// and the registration of root's page (its first and last byte read as root) too.
+#[test]
+#[ignore = "needs root"]
+fn a_hello_from_a_connection_whose_process_became_setuid_is_refused() {
+    let Some(s) = Svc::start() else { return };
+    let p = Progs::new("hello");
+    let victim = p.dir.join("victim-suid");
+    let kid = Kid(Some(
+        s.as_nobody(&[
+            p.hello.to_str().unwrap(),
+            s.ifname(),
+            victim.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    ));
+    let o = kid.wait_with_output().unwrap();
+    assert!(o.status.success(), "attack: {}", text(&o));
+    let (a, v) = (out(&o), String::from_utf8_lossy(&o.stderr).into_owned());
+    let all = format!("attacker:\n{a}\nvictim:\n{v}");
+    assert!(a.contains("attack: done"), "{all}");
+    assert!(v.contains("victim euid=0 intact"), "{all}");
+    let hello = a.lines().find(|l| l.starts_with("hello: ")).unwrap_or("");
+    assert!(
+        hello.contains("\"Err\"") && hello.contains("\"errno\":1,"),
+        "the hello was not refused with EPERM: {all}"
+    );
+    assert!(!a.contains("reg: "), "a registration was tried: {all}");
     s.res();
 }

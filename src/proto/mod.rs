@@ -73,6 +73,7 @@ pub use srq::{AsyncEvent, Srq, SrqAttr, SrqAttrMask};
 pub use time::Instant;
 pub use trace::TxReason;
 pub use ud::{GRH_LEN, GSI_QKEY, GSI_QPN, UdCounters, UdDest};
+pub use user_mem::AddressSpace;
 pub use verdict::RxVerdict;
 pub use wr::{AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 

@@ -8,10 +8,12 @@
 //! runs ([`crate::verbs::Device::open_with`]); it needs no privilege.
 //!
 //! - [`wire`]: the control messages and the ring slot layouts.
-//! - [`server`]: the service loop; `objects`: its address handles and SRQs; [`gsi`] and
+//! - [`server`]: the service loop; `client_mem`: how it reaches a client's memory;
+//!   `objects`: its address handles and SRQs; [`gsi`] and
 //!   `gsi_port`: the GSI relay that lets clients' rdma_cm share QP1.
 //! - The rings themselves are [`crate::io::shm`]; the client side is `src/verbs/remote.rs`.
 
+mod client_mem;
 pub mod gsi;
 mod objects;
 pub mod server;

@@ -6,7 +6,8 @@
 //! - A client is a connection: its pid, uid and comm come from SO_PEERCRED and /proc when
 //!   it connects; everything it creates lives in its `Client` and only there, so it
 //!   names (and can touch) only its own objects; its MRs are registered over its own
-//!   memory (process_vm_readv/writev, [`crate::proto::UserMem::remote`]).
+//!   memory: the address space of the process that connected, opened at hello and
+//!   checked with the client's credentials (`super::client_mem`).
 //! - EOF or any error on a client's socket ends the client: its QPs are destroyed first
 //!   (their peers then see what they see when a host's QP is destroyed: no answer, so a
 //!   retry-exceeded error), then its SRQs, AHs, MRs, CQs and PDs. The kernel closes the socket of a
@@ -85,7 +86,10 @@ pub(super) struct Client {
     sock: OwnedFd,
     pub pid: i32,
     uid: u32,
+    gid: u32,
     comm: String,
+    /// Set by Hello: the memory its MRs are in (`super::client_mem`).
+    mem: Option<Arc<crate::proto::AddressSpace>>,
     /// Set by Hello: the submission ring and its doorbell.
     sq: Option<(Ring, OwnedFd)>,
     /// Set by Hello: written whenever completions land in any of the client's CQ rings
@@ -447,7 +451,9 @@ impl Service {
                 sock,
                 pid,
                 uid: cred.uid.as_raw(),
+                gid: cred.gid.as_raw(),
                 comm,
+                mem: None,
                 sq: None,
                 notify: None,
                 events_fd: None,
@@ -558,6 +564,21 @@ impl Service {
                     Vec::new(),
                 );
             }
+            let peer = super::client_mem::Peer {
+                pid: c.pid,
+                uid: c.uid,
+                gid: c.gid,
+            };
+            let space = match super::client_mem::open(peer) {
+                Ok(s) => s,
+                Err(e) => {
+                    let why = format!("the memory of the process that connected: {e}");
+                    return (
+                        bad(e.raw_os_error().unwrap_or(libc::EPERM), &why),
+                        Vec::new(),
+                    );
+                }
+            };
             let made =
                 Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
                     let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
@@ -578,6 +599,7 @@ impl Service {
                         _ => return (bad(libc::EMFILE, "no descriptors"), Vec::new()),
                     };
                     c.sq = Some((ring, bell));
+                    c.mem = Some(space);
                     c.notify = Some(notify);
                     c.events_fd = Some(events);
                     (
@@ -703,6 +725,9 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             let Some(p) = c.pds.get(&pd) else {
                 return Plain(bad(libc::ENOENT, "no such PD"));
             };
+            let Some(space) = &c.mem else {
+                return Plain(bad(libc::EPROTO, "say hello first"));
+            };
             let Ok(len_us) = usize::try_from(len) else {
                 return Plain(bad(libc::EINVAL, "length"));
             };
@@ -712,7 +737,7 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             if c.mr_bytes.saturating_add(len) > lim.max_mr_bytes {
                 return Plain(over("registered bytes", lim.max_mr_bytes));
             }
-            match p.reg_process_mr(c.pid, addr, len_us, iova, Access(access)) {
+            match p.reg_process_mr(space, addr, len_us, iova, Access(access)) {
                 Ok(mr) => {
                     c.mr_bytes += len;
                     let (lkey, rkey) = (mr.lkey().0, mr.rkey().0);

@@ -1145,14 +1145,14 @@ impl Pd {
         }
     }
 
-    /// Register `len` bytes at `addr` of process `pid` (the device service registers
-    /// its clients' buffers so): the engine reads and writes them with
-    /// process_vm_readv/writev ([`proto::UserMem::remote`]). The first and last byte are
-    /// read now, so an unmapped range fails here (EFAULT) rather than at the first
-    /// packet. Software backend in this process only.
+    /// Register `len` bytes at `addr` of the address space `space` (the device service
+    /// registers its clients' buffers so): the engine reads and writes them through it
+    /// ([`proto::UserMem::in_space`]). The first and last byte are read now, so an
+    /// unmapped range fails here (EFAULT) rather than at the first packet. Software
+    /// backend in this process only.
     pub fn reg_process_mr(
         &self,
-        pid: i32,
+        space: &std::sync::Arc<proto::AddressSpace>,
         addr: u64,
         len: usize,
         iova: u64,
@@ -1164,7 +1164,7 @@ impl Pd {
                 backend: self.dev.backend(),
             });
         };
-        let mem = proto::UserMem::remote(pid, addr, len).ok_or(Error::Verbs(
+        let mem = proto::UserMem::in_space(space.clone(), addr, len).ok_or(Error::Verbs(
             VerbsError::Resource("a NULL or wrapping address range"),
         ))?;
         let mut b = [0u8; 1];

@@ -62,7 +62,7 @@ DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev
 DEMO_PCAP ?= target/demo.pcapng
 DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
-FUZZ_TARGETS ?= frame decode_pcap engine
+FUZZ_TARGETS ?= frame decode_pcap engine gsi_relay
 
 .PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
 

@@ -16,9 +16,16 @@ use common::text;
 use service_support::{RcPair, Svc, out};
 use xrnic_netns::Side;
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(
+    not(any(xrnic_no_ibverbs_utils, xrnic_no_perftest)),
+    ignore = "needs root"
+)]
+#[cfg_attr(
+    any(xrnic_no_ibverbs_utils, xrnic_no_perftest),
+    ignore = "needs root and ibverbs-utils and perftest"
+)]
 fn stock_tools_as_nobody_server_and_client_on_one_device() {
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let o = s
         .root(&["devinfo", "--netdev", s.ifname()])
         .output()
@@ -44,9 +51,10 @@ fn stock_tools_as_nobody_server_and_client_on_one_device() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn four_send_bw_pairs_at_once() {
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let pairs: Vec<_> = (0..4)
         .map(|i| {
             s.pair_spawn(
@@ -70,9 +78,16 @@ fn four_send_bw_pairs_at_once() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(
+    not(any(xrnic_no_ibverbs_utils, xrnic_no_perftest)),
+    ignore = "needs root"
+)]
+#[cfg_attr(
+    any(xrnic_no_ibverbs_utils, xrnic_no_perftest),
+    ignore = "needs root and ibverbs-utils and perftest"
+)]
 fn kill_9_of_a_client_frees_its_resources_and_the_next_client_is_served() {
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     // A long transfer, so that the kill lands mid-transfer.
     let (server, mut client) = s.pair_spawn(
         "ib_write_bw",
@@ -139,12 +154,13 @@ fn kill_9_of_a_client_frees_its_resources_and_the_next_client_is_served() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
     use xrnic::io::shm::Ring;
     use xrnic::service::wire;
     use xrnic::verbs::{AttrMask, Device, QpAttr, QpInitAttr, QpState, RecvWr};
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     // Other clients: a stock ping-pong pair, running while the garbage flows.
     let (server, client) = s.pair_spawn("ibv_rc_pingpong", &["-g", "1", "-n", "400"], 18540);
@@ -254,7 +270,7 @@ fn memfds() -> Vec<u32> {
 #[ignore = "needs root"]
 fn rust_api_clients_talk_through_the_service_every_operation() {
     use xrnic::verbs::{RecvWr, SendWr, WcStatus, WrOpcode};
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {

@@ -10,19 +10,8 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{assert_refused, text, under_ci, xrnic_bin, xrnic_exec};
+use common::{assert_refused, stock_tool, text, xrnic_bin, xrnic_exec};
 use xrnic_netns::{Side, VethPair};
-
-/// The stock tool, or None (skip; a failure under CI=true).
-fn tool(name: &str, package: &str) -> Option<String> {
-    let p = format!("/usr/bin/{name}");
-    if std::path::Path::new(&p).exists() {
-        return Some(p);
-    }
-    assert!(!under_ci(), "CI=true needs {p} ({package})");
-    eprintln!("skipping: {p} not installed ({package})");
-    None
-}
 
 fn library_built() {
     let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
@@ -114,12 +103,11 @@ fn perftest(pair: &VethPair, program: &str, args: &[&str]) -> Vec<Vec<String>> {
 /// WRITE and calls no verb meanwhile, so the device must receive on its own thread
 /// (src/driver/poll.rs, the lease shortened after a poll that found completions).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn stock_ib_write_lat_both_ends() {
     library_built();
-    let Some(p) = tool("ib_write_lat", "perftest") else {
-        return;
-    };
+    let p = stock_tool("ib_write_lat", "perftest");
     let pair = VethPair::new(1500).expect("veth pair");
     let rows = perftest(&pair, &p, &["-n", "200", "-x", "1"]);
     assert_eq!(rows[0][0], "2", "{rows:?}");
@@ -127,7 +115,8 @@ fn stock_ib_write_lat_both_ends() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn stock_latency_tools_both_ends() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
@@ -137,9 +126,7 @@ fn stock_latency_tools_both_ends() {
         ("ib_atomic_lat", "8"),
         ("ib_write_lat", "2"),
     ] {
-        let Some(p) = tool(name, "perftest") else {
-            return;
-        };
+        let p = stock_tool(name, "perftest");
         // GID 0 (fe80:: from the MAC) for one, the IPv4-mapped GID for the others.
         let gid = if name == "ib_send_lat" { "0" } else { "1" };
         let rows = perftest(&pair, &p, &["-n", "100", "-x", gid]);
@@ -148,14 +135,13 @@ fn stock_latency_tools_both_ends() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn stock_bandwidth_tools_all_sizes_queues_duration_bidirectional() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
     for name in ["ib_write_bw", "ib_read_bw", "ib_send_bw"] {
-        let Some(p) = tool(name, "perftest") else {
-            return;
-        };
+        let p = stock_tool(name, "perftest");
         // -a: every size from 2 bytes to 8 MiB, one table row each.
         let rows = perftest(&pair, &p, &["-a", "-n", "5", "-x", "1"]);
         assert_eq!(rows.len(), 23, "{name} -a: {rows:?}");
@@ -166,9 +152,7 @@ fn stock_bandwidth_tools_all_sizes_queues_duration_bidirectional() {
         perftest(&pair, &p, &["-D", "2", "-x", "1"]);
         perftest(&pair, &p, &["-b", "-n", "20", "-x", "1"]);
     }
-    let Some(p) = tool("ib_atomic_bw", "perftest") else {
-        return;
-    };
+    let p = stock_tool("ib_atomic_bw", "perftest");
     // perftest refuses -a for atomics ("Message size cannot be changed"): both
     // atomic operations instead.
     for op in ["FETCH_AND_ADD", "CMP_AND_SWAP"] {
@@ -184,12 +168,11 @@ fn stock_bandwidth_tools_all_sizes_queues_duration_bidirectional() {
 /// ibv_rc_pingpong with `-c` (each side checks the bytes it received): message sizes,
 /// path MTUs 1024 and 4096 on a 9000-byte link, completion events (`-e`), GIDs 0 and 1.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
     library_built();
-    let Some(pp) = tool("ibv_rc_pingpong", "ibverbs-utils") else {
-        return;
-    };
+    let pp = stock_tool("ibv_rc_pingpong", "ibverbs-utils");
     let pair = VethPair::new(9000).expect("veth pair");
     let runs: &[&[&str]] = &[
         &["-s", "1", "-g", "1"],
@@ -223,12 +206,11 @@ fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
 /// `-c` checks the bytes, `-e` sleeps on completion events. The link's 1500 bytes give
 /// an active MTU of 1024, the largest datagram the tool accepts.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ibv_ud_pingpong_gids_checked() {
     library_built();
-    let Some(pp) = tool("ibv_ud_pingpong", "ibverbs-utils") else {
-        return;
-    };
+    let pp = stock_tool("ibv_ud_pingpong", "ibverbs-utils");
     let pair = VethPair::new(1500).expect("veth pair");
     for args in [
         &["-g", "0", "-s", "1024"][..],
@@ -252,7 +234,8 @@ fn stock_ibv_ud_pingpong_gids_checked() {
 
 /// ibv_uc_pingpong and ibv_srq_pingpong (16 QPs on one SRQ), data checked.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ibv_uc_and_srq_pingpong_checked() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
@@ -265,9 +248,7 @@ fn stock_ibv_uc_and_srq_pingpong_checked() {
             &["-g", "0", "-q", "16", "-s", "100", "-e"],
         ),
     ] {
-        let Some(pp) = tool(name, "ibverbs-utils") else {
-            return;
-        };
+        let pp = stock_tool(name, "ibverbs-utils");
         let mut a = args.to_vec();
         a.extend_from_slice(&["-n", "50", "-c"]);
         let (client, server) = run_both(&pair, &pp, &a);
@@ -285,7 +266,8 @@ fn stock_ibv_uc_and_srq_pingpong_checked() {
 /// perftest over UD and UC, and RC with an SRQ: send bandwidth and latency over UD,
 /// send and RDMA WRITE bandwidth over UC, send bandwidth with `--use-srq`.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn stock_perftest_ud_uc_srq() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
@@ -326,9 +308,7 @@ fn stock_perftest_ud_uc_srq() {
             "65536",
         ),
     ] {
-        let Some(p) = tool(name, "perftest") else {
-            return;
-        };
+        let p = stock_tool(name, "perftest");
         let rows = perftest(&pair, &p, args);
         assert_eq!(rows[0][0], size, "{name} {args:?}: {rows:?}");
     }
@@ -341,7 +321,8 @@ fn stock_perftest_ud_uc_srq() {
 /// (`ibv_xsrq_pingpong`: `ibv_open_xrcd` EOPNOTSUPP, errno 95). Each checks before it
 /// waits for a peer, so one end suffices.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_unsupported_features_fail_cleanly() {
     library_built();
     let pair = VethPair::new(1500).expect("veth pair");
@@ -367,9 +348,7 @@ fn stock_unsupported_features_fail_cleanly() {
             "Couldn't Open the XRC Domain 95",
         ),
     ] {
-        let Some(p) = tool(name, "ibverbs-utils") else {
-            return;
-        };
+        let p = stock_tool(name, "ibverbs-utils");
         let mut a = vec![p.as_str()];
         a.extend_from_slice(args);
         let o = exec(&pair, Side::B, &a).output().unwrap();

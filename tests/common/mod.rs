@@ -97,6 +97,32 @@ pub fn require_tshark() {
     );
 }
 
+/// `/usr/bin/NAME`, the stock tool of the Debian package `package`; fails naming the
+/// package when it is not there. A test that calls this carries
+/// `#[cfg_attr(xrnic_no_<package>, ignore = ...)]` (build.rs; docs/testing.md).
+pub fn stock_tool(name: &str, package: &str) -> String {
+    let p = format!("/usr/bin/{name}");
+    assert!(
+        std::path::Path::new(&p).exists(),
+        "{p} is missing: install the Debian package {package} (make deps)"
+    );
+    p
+}
+
+/// Fails unless `cc` runs and `header` exists (the Debian package `package`), as a test
+/// that compiles tests/c/*.c needs.
+pub fn require_c_headers(header: &str, package: &str) {
+    let cc = Command::new("cc").arg("--version").output();
+    assert!(
+        cc.is_ok_and(|o| o.status.success()),
+        "cc does not run: install the Debian package gcc (make deps)"
+    );
+    assert!(
+        std::path::Path::new(header).exists(),
+        "{header} is missing: install the Debian package {package} (make deps)"
+    );
+}
+
 /// Every frame of every capture in the vector folder, with its file name.
 pub fn vector_frames() -> Vec<(String, Vec<u8>)> {
     let d = vectors_dir();

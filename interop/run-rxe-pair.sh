@@ -101,7 +101,7 @@ XRNIC_SCENARIOS=(
 	"xc_send_v4|1500|ib_send_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100|$XR_PERF send -x 1 -s 65536 -n 100 \$XR_PEER4|$NOIP"
 	"xc_atomic_v4|1500|ib_atomic_bw -d rxe0 -x \$XR_GID4 -F -A FETCH_AND_ADD -n 500|$XR_PERF atomic -x 1 -A FETCH_AND_ADD -n 500 \$XR_PEER4|$NOIP"
 	# Stock perftest -R (its connections through librdmacm) through xrnic's libibverbs /
-	# librdmacm in B against rxe's kernel CM in A (issue 17). perftest connects twice, the
+	# librdmacm in B against rxe's kernel CM in A. perftest connects twice, the
 	# second time right after its parameter exchange, when the server has to listen again;
 	# a REQ before that gets REJ 8 and perftest 4.5-0.17 cannot retry it (its retry loop
 	# reuses the ids it just destroyed). Both ends equally slow here, as rxe to rxe is;

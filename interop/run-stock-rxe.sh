@@ -89,7 +89,7 @@ SCENARIOS=(
 	# netem drops 2 % of the guest's frames (rxe's data, ACKs, READ requests, responses).
 	'loss_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|2%'
 	'loss_read_bw_xs|ib_read_bw|-s 65536 -n 100|server|4|1024|2%'
-	# UD, UC and SRQ (issue 16)
+	# UD, UC and SRQ
 	'ud_pp_xc|ibv_ud_pingpong|-s 1024 -n 50 -c|client|4|1024|0'
 	'ud_pp_xs_ll|ibv_ud_pingpong|-s 512 -n 50 -c|server|0|1024|0'
 	'uc_pp_xc|ibv_uc_pingpong|-s 4096 -n 50 -c|client|4|1024|0'
@@ -109,7 +109,7 @@ SCENARIOS=(
 	'uc_send_bw_xc|ib_send_bw|-c UC -s 1024 -n 200|client|4|1024|0'
 	'uc_write_bw_xs|ib_write_bw|-c UC -n 200|server|4|1024|0'
 	'srq_send_bw_xc|ib_send_bw|--use-srq -n 200|client|4|1024|0'
-	# librdmacm over each side's CM (issue 17): rxe's kernel CM against xrnic's
+	# librdmacm over each side's CM: rxe's kernel CM against xrnic's
 	'rping_xc|rping|-s -a 192.0.2.11 -C 20 -S 4096 -v|client|4|1024|0|-c -a @PEER@ -C 20 -S 4096 -v'
 	'rping_xs|rping|-s -a 192.0.2.100 -C 20 -v|server|4|1024|0|-c -a @PEER@ -C 20 -v'
 	'ucmatose_xc|ucmatose|-c 4 -C 1|client|4|1024|0|-s @PEER@ -c 4 -C 1'
@@ -131,7 +131,7 @@ SCENARIOS=(
 	'write_bw_cm_xs|ib_write_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'read_bw_cm_xs|ib_read_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'send_lat_cm_xs|ib_send_lat|-R -s 64 -n 200|server|4|1024|0'
-	# Through the device service on the host (issue 18), both roles.
+	# Through the device service on the host (docs/rnic.md), both roles.
 	'svc_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|0||svc'
 	'svc_write_bw_xs|ib_write_bw|-s 65536 -n 100|server|4|1024|0||svc'
 	'svc_pp_xc|ibv_rc_pingpong|-c -s 4096 -n 20|client|4|1024|0||svc'

@@ -1,4 +1,4 @@
-//! Issue 17's failure paths on the wire: tests/c/rdmacm_fail.c (compiled with cc against
+//! librdmacm's failure paths on the wire (docs/rdmacm.md): tests/c/rdmacm_fail.c (compiled with cc against
 //! the system's <rdma/rdma_cma.h>, librdmacm-dev) on both ends of a veth pair through
 //! `xrnic exec`, each end's CM xrnic's own (src/cm). The events are the ones the kernel's
 //! cma.c gives for the same wire exchange:

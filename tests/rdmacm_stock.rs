@@ -1,4 +1,4 @@
-//! Issue 17's acceptance on a veth pair: Debian's stock rdmacm-utils binaries (rping)
+//! librdmacm on a veth pair (docs/rdmacm.md): Debian's stock rdmacm-utils binaries (rping)
 //! on both ends, each on xrnic through `xrnic exec` (which puts xrnic's librdmacm.so.1,
 //! the same library as its libibverbs.so.1, first on the library path). The CM is
 //! xrnic's own (src/cm) on each end's QP1. Root: AF_XDP, XDP.

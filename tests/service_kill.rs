@@ -1,4 +1,4 @@
-//! Issue 18's kill -9 acceptance in full: what the peer of a killed client sees when that
+//! kill -9 of a device service client in full: what the peer of a killed client sees when that
 //! peer is on the wire (another namespace, its own in-process device), and 1 000
 //! start / kill -9 cycles of a client that leave the service holding nothing and its RSS
 //! flat. Root tests (`#[ignore = "needs root"]`, docs/testing.md); the library must be

@@ -1,8 +1,9 @@
-//! Issue 18's acceptance on one interface: the device service (`xrnic up IF`, root) on one
-//! end of a veth pair, and Debian's stock rdma-core / perftest tools as an unprivileged
-//! user (`setpriv --reuid=nobody`) through `xrnic exec`, server and client on the same
-//! device (their traffic loops back inside the driver); several pairs at once; kill -9 of
-//! a client; a client that writes garbage into its shared rings. Root tests
+//! The device service on one interface (docs/rnic.md "One device, many processes"): the
+//! service (`xrnic up IF`, root) on one end of a veth pair, and Debian's stock rdma-core /
+//! perftest tools as an unprivileged user (`setpriv --reuid=nobody`) through `xrnic exec`,
+//! server and client on the same device (their traffic loops back inside the driver);
+//! several pairs at once; kill -9 of a client; a client that writes garbage into its
+//! shared rings. Root tests
 //! (`#[ignore = "needs root"]`, docs/testing.md). The library must be built
 //! (`cargo build --workspace`).
 

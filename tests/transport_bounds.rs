@@ -1,4 +1,4 @@
-//! Every resource a peer can consume is bounded (issue 19, point 2): for each one, a test
+//! Every resource a peer can consume is bounded (docs/security.md): for each one, a test
 //! pushes past the bound through `handle_frame` and checks the answer the spec asks for
 //! (NAK, drop, error) and the counter that names it. The frames are the peer's own (side
 //! A's requester builds them; the tests re-emit them with other PSNs, as a hostile or

@@ -201,7 +201,7 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     );
 }
 
-/// Issue 14, item 1's known bug: an RC QP talks to one peer (IBTA §9.6, packet source
+/// An RC QP talks to one peer (IBTA §9.6, packet source
 /// validation), so a frame from a third GID to a connected QP is not that QP's: it is
 /// dropped as `unknown_qp_dropped` (what counters.rs, the capture tap and
 /// docs/observability.md say), and the QP's own counters do not see it.

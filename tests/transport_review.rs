@@ -1,5 +1,5 @@
-//! Regression tests for the transport bugs of the IBTA/rxe review (issue 21, items 1-7,
-//! and the deviations fixed): each drives the engine through its public API on the
+//! Regression tests for the transport bugs a review against IBTA and rxe found (and
+//! the deviations fixed): each drives the engine through its public API on the
 //! simulator, mostly frame by frame (frames of one side handed to the other by hand, in
 //! chosen orders, some patched), and checks the rule the comment cites.
 

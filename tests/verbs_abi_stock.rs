@@ -1,4 +1,4 @@
-//! The acceptance list of issue 20 (docs/verbs-abi.md): Debian's stock, unmodified
+//! The stock tools docs/verbs-abi.md lists as running unmodified: Debian's stock, unmodified
 //! rdma-core and perftest binaries on both ends of a veth pair in two namespaces, each
 //! end on xrnic through `xrnic exec` (root: AF_XDP, XDP). Every run must exit 0 on both
 //! ends and print the tool's own result lines (perftest's table, ibv_rc_pingpong's
@@ -201,7 +201,7 @@ fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
     }
 }
 
-/// ibv_ud_pingpong (issue 16): UD QPs, address handles from the peer's GID, the GRH
+/// ibv_ud_pingpong: UD QPs, address handles from the peer's GID, the GRH
 /// in front of every receive; both GID kinds (0: fe80:: from the MAC, 1: IPv4-mapped),
 /// `-c` checks the bytes, `-e` sleeps on completion events. The link's 1500 bytes give
 /// an active MTU of 1024, the largest datagram the tool accepts.

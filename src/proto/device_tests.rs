@@ -1,5 +1,5 @@
 //! Engine tests that need to reach inside the device: the response cache after a PSN
-//! wrap-around (bug 5 of issue 21) takes 2^24 PSNs of traffic, which only READ requests of
+//! wrap-around (a cached response must still be found after the PSN wraps) takes 2^24 PSNs of traffic, which only READ requests of
 //! 2^31 bytes consume fast enough; their 2^24 responses are discarded here instead of sent.
 //! And the QPN numbering (`Config::first_qpn`), which reaches the device's slots.
 

@@ -20,11 +20,12 @@
 //!   counter or a QP's packets_received), packets_received >= dropped_wrong_state;
 //! - queue lengths within their caps (send and receive queues <= max_wr, CQ <= cqe).
 #![no_main]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use libfuzzer_sys::fuzz_target;
-use xrnic::proto::{
 use std::time::Duration;
 
+use xrnic::proto::{
     Access, AddressVector, AttrMask, Cq, Instant, MAX_FRAME_LEN, MrInfo, Mtu, Pd, QpAttr,
     QpInitAttr, QpState, QpType, RecvWr, Rnic, SendWr, Sge, UserMem, WrOpcode,
 };

@@ -235,7 +235,12 @@ check_capture() {
 
 RESULTS=()
 FAILED=0
-for entry in "${SCENARIOS[@]}"; do
+# A scenario whose perftest refused to measure (xri_perftest_refused) runs again, up to
+# XRI_MEASURE_ATTEMPTS runs in all.
+declare -A MEASURE_RUNS=()
+QUEUE=("${SCENARIOS[@]}")
+for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
+	entry=${QUEUE[qi]}
 	IFS='|' read -r name mtu cmd client_cmd setup server_setup <<<"$entry"
 	selected "$name" || continue
 	client_cmd=${client_cmd:-"$cmd \$XR_PEER4"}
@@ -268,8 +273,17 @@ for entry in "${SCENARIOS[@]}"; do
 	rm -f "$dir"/*.initrd
 	read -r pkts icrc < <(check_capture "$OUT/$name.pcapng")
 	[[ $icrc == ok ]] || ok=0
+	runs=$((${MEASURE_RUNS[$name]:-0} + 1))
+	MEASURE_RUNS[$name]=$runs
 	if ((ok)); then
 		status=pass
+	elif ((runs < XRI_MEASURE_ATTEMPTS)) && xri_perftest_refused "$dir/A.console" "$dir/B.console"; then
+		status=retried
+		xri_log "$name: perftest refused to measure (its clock calibration, r^2 < 0.9, on a busy host): run $runs of $XRI_MEASURE_ATTEMPTS kept in $dir.run$runs, once more"
+		rm -rf "$dir.run$runs"
+		mv "$dir" "$dir.run$runs"
+		mv "$OUT/$name.pcapng" "$OUT/$name.run$runs.pcapng" 2>/dev/null || true
+		QUEUE+=("$entry")
 	else
 		status=FAIL
 		FAILED=$((FAILED + 1))

@@ -7,7 +7,7 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{text, xrnic_bin};
+use crate::common::{all_output, retry_perftest, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
 /// The stock tool's path; fails when it is not installed. A test that runs one carries
@@ -171,10 +171,17 @@ impl Svc {
     }
 
     /// Server then client of `prog args` on the same device; both outputs, both asserted
-    /// to have exited 0.
+    /// to have exited 0. Run again (bounded) while perftest refuses to measure on a busy
+    /// machine ([`retry_perftest`]).
     pub fn pair_run(&self, prog: &str, args: &[&str], port: u16) -> (Output, Output) {
-        let (s, c) = self.pair_spawn(prog, args, port);
-        let (c, s) = (c.wait_with_output().unwrap(), s.wait_with_output().unwrap());
+        let (c, s) = retry_perftest(
+            prog,
+            || {
+                let (s, c) = self.pair_spawn(prog, args, port);
+                (c.wait_with_output().unwrap(), s.wait_with_output().unwrap())
+            },
+            |(c, s)| all_output(&[c, s]),
+        );
         assert!(s.status.success(), "{prog} server: {}", text(&s));
         assert!(c.status.success(), "{prog} client: {}", text(&c));
         (s, c)

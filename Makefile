@@ -6,8 +6,9 @@
 #   make demo        two xrnic devices in two namespaces: rc-pingpong, SEND/WRITE/READ/atomics,
 #                    every byte verified, the traffic captured and its ICRCs checked (root)
 #   make demo-decode build a capture of an RC exchange with the wire layer and decode it
-#   make test        build, all tests (tshark comparison included), clippy, rustfmt; as
-#                    root also the tests marked "needs root" (CI=true requires root)
+#   make test        build (the fuzz targets too), all tests (tshark comparison included),
+#                    clippy, rustfmt; as root also the tests marked "needs root" (CI=true
+#                    requires root)
 #   make test-loaded make test (as CI=true) with LOAD_HOGS busy loops (default: one per CPU)
 #                    competing for the CPUs: how races that only a slow CI machine hits
 #                    show up here (root, ~20 min on 2 cores)
@@ -41,7 +42,8 @@
 #                    2/4/8 QPs with and without DCQCN: figures checked against the
 #                    goals, CSV time series and SVG plots in target/dcqcn-lab, the summary
 #                    into docs/results.md (root, ~3 min after the release build)
-#   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, nightly)
+#   make fuzz        run each fuzz target for FUZZ_SECONDS (cargo-fuzz, installed from
+#                    crates.io when missing; the nightly toolchain)
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -55,7 +57,8 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 # tshark: tests/tshark.rs compares our decoding with Wireshark's (required under CI=true).
 # iproute2 (ip netns, veth), ping and setpriv: the AF_XDP / XDP / namespace tests (root).
 # libibverbs-dev and librdmacm-dev: the headers tests/c/*.c build against
-# (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, skipped without).
+# (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, the tests ignored
+# without: build.rs).
 DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
 	ibverbs-utils perftest rdmacm-utils ucx-utils
 
@@ -113,6 +116,10 @@ test:
 	fi
 	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
 	$(CARGO) build --workspace --all-targets
+	@# Every fuzz target compiles (the fuzz crate is a workspace of its own, built here on
+	@# stable without the sanitizer flags `make fuzz` adds), and passes clippy.
+	$(CARGO) build --manifest-path fuzz/Cargo.toml
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml -- -D warnings
 	@if [[ $$(id -u) == 0 ]]; then \
 		echo "$(CARGO) test --workspace --no-fail-fast -- --include-ignored $(TEST_SKIP)"; \
 		$(CARGO) test --workspace --no-fail-fast -- --include-ignored $(TEST_SKIP); \
@@ -122,6 +129,7 @@ test:
 	fi
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --quiet
 
 LOAD_HOGS ?= $(shell nproc)
@@ -166,6 +174,9 @@ bench-net:
 # ../shared/vectors by fuzz/seed.sh (fuzz/corpus is gitignored, never committed).
 fuzz:
 	@$(DEPS) $(DEB_BUILD) python3
+	@rustup toolchain list | grep -q '^nightly' || { \
+		echo "make fuzz: needs the nightly toolchain (rustup toolchain install nightly)" >&2; \
+		exit 1; }
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
 	fuzz/seed.sh
 	@for t in $(FUZZ_TARGETS); do \

@@ -9,7 +9,8 @@
 //! that a test needing one shows as ignored instead of passing without checking anything
 //! (docs/testing.md): `--cfg xrnic_no_vectors` when `../shared/vectors` (the real
 //! captures beside the repository) is not there, `--cfg xrnic_no_tshark` when no `tshark`
-//! is on the PATH. Under `CI=true` neither is set: those tests then run and fail.
+//! is on the PATH, and one cfg per Debian package of stock tools or C headers
+//! ([`PREREQUISITES`]). Under `CI=true` none is set: those tests then run and fail.
 
 use std::env;
 use std::path::PathBuf;
@@ -20,7 +21,7 @@ const SRC: &str = "bpf/xrnic.bpf.c";
 fn main() -> ExitCode {
     println!("cargo:rerun-if-changed={SRC}");
     println!("cargo:rerun-if-changed=build.rs");
-    test_prerequisites();
+    test_prerequisites(PREREQUISITES);
     match build() {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
@@ -56,36 +57,71 @@ fn build() -> Result<(), String> {
     Ok(())
 }
 
-/// Sets `xrnic_no_vectors` / `xrnic_no_tshark` for the tests (module doc). A prerequisite
-/// that is present is watched, so that its removal re-runs this script; one that is missing
-/// cannot be watched by path: install it and touch build.rs (or `cargo clean -p xrnic`).
-fn test_prerequisites() {
-    println!("cargo::rustc-check-cfg=cfg(xrnic_no_vectors)");
-    println!("cargo::rustc-check-cfg=cfg(xrnic_no_tshark)");
-    let ci = env::var("CI").is_ok_and(|v| v == "true");
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
-    let vectors = manifest.join("../shared/vectors");
-    if vectors.is_dir() {
-        println!("cargo:rerun-if-changed={}", vectors.display());
-    } else {
-        println!("cargo:rerun-if-env-changed=CI");
-        if !ci {
-            println!("cargo:rustc-cfg=xrnic_no_vectors");
-        }
-    }
-    let tshark = env::var_os("PATH").and_then(|p| {
-        env::split_paths(&p)
-            .map(|d| d.join("tshark"))
-            .find(|t| t.is_file())
-    });
-    match tshark {
-        Some(t) => println!("cargo:rerun-if-changed={}", t.display()),
-        None => {
-            println!("cargo:rerun-if-env-changed=CI");
-            println!("cargo:rerun-if-env-changed=PATH");
-            if !ci {
-                println!("cargo:rustc-cfg=xrnic_no_tshark");
-            }
-        }
-    }
-}
+include!("build/prerequisites.rs");
+
+/// What the tests of this crate may lack (the module doc; the table in docs/testing.md).
+/// The programs are the Debian packages' binaries by their /usr/bin path, as the tests
+/// run them.
+const PREREQUISITES: &[Prerequisite] = &[
+    Prerequisite {
+        cfg: "xrnic_no_vectors",
+        needs: &["../shared/vectors"],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_tshark",
+        needs: &["tshark"],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_ibverbs_utils",
+        needs: &[
+            "/usr/bin/ibv_devinfo",
+            "/usr/bin/ibv_devices",
+            "/usr/bin/ibv_rc_pingpong",
+            "/usr/bin/ibv_uc_pingpong",
+            "/usr/bin/ibv_ud_pingpong",
+            "/usr/bin/ibv_srq_pingpong",
+            "/usr/bin/ibv_xsrq_pingpong",
+        ],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_perftest",
+        needs: &[
+            "/usr/bin/ib_write_bw",
+            "/usr/bin/ib_send_bw",
+            "/usr/bin/ib_read_bw",
+            "/usr/bin/ib_atomic_bw",
+            "/usr/bin/ib_write_lat",
+            "/usr/bin/ib_send_lat",
+            "/usr/bin/ib_read_lat",
+            "/usr/bin/ib_atomic_lat",
+        ],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_rdmacm_utils",
+        needs: &[
+            "/usr/bin/rping",
+            "/usr/bin/ucmatose",
+            "/usr/bin/udaddy",
+            "/usr/bin/mckey",
+            "/usr/bin/rdma_server",
+            "/usr/bin/rdma_client",
+            "/usr/bin/rdma_xserver",
+            "/usr/bin/rdma_xclient",
+            "/usr/bin/rstream",
+            "/usr/bin/udpong",
+            "/usr/bin/rcopy",
+        ],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_ucx_utils",
+        needs: &["/usr/bin/ucx_perftest"],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_libibverbs_dev",
+        needs: &["cc", "/usr/include/infiniband/verbs.h"],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_librdmacm_dev",
+        needs: &["cc", "/usr/include/rdma/rdma_cma.h"],
+    },
+];

@@ -101,7 +101,7 @@ XRNIC_SCENARIOS=(
 	"xc_send_v4|1500|ib_send_bw -d rxe0 -x \$XR_GID4 -F -s 65536 -n 100|$XR_PERF send -x 1 -s 65536 -n 100 \$XR_PEER4|$NOIP"
 	"xc_atomic_v4|1500|ib_atomic_bw -d rxe0 -x \$XR_GID4 -F -A FETCH_AND_ADD -n 500|$XR_PERF atomic -x 1 -A FETCH_AND_ADD -n 500 \$XR_PEER4|$NOIP"
 	# Stock perftest -R (its connections through librdmacm) through xrnic's libibverbs /
-	# librdmacm in B against rxe's kernel CM in A (issue 17). perftest connects twice, the
+	# librdmacm in B against rxe's kernel CM in A. perftest connects twice, the
 	# second time right after its parameter exchange, when the server has to listen again;
 	# a REQ before that gets REJ 8 and perftest 4.5-0.17 cannot retry it (its retry loop
 	# reuses the ids it just destroyed). Both ends equally slow here, as rxe to rxe is;
@@ -235,7 +235,12 @@ check_capture() {
 
 RESULTS=()
 FAILED=0
-for entry in "${SCENARIOS[@]}"; do
+# A scenario whose perftest refused to measure (xri_perftest_refused) runs again, up to
+# XRI_MEASURE_ATTEMPTS runs in all.
+declare -A MEASURE_RUNS=()
+QUEUE=("${SCENARIOS[@]}")
+for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
+	entry=${QUEUE[qi]}
 	IFS='|' read -r name mtu cmd client_cmd setup server_setup <<<"$entry"
 	selected "$name" || continue
 	client_cmd=${client_cmd:-"$cmd \$XR_PEER4"}
@@ -268,8 +273,17 @@ for entry in "${SCENARIOS[@]}"; do
 	rm -f "$dir"/*.initrd
 	read -r pkts icrc < <(check_capture "$OUT/$name.pcapng")
 	[[ $icrc == ok ]] || ok=0
+	runs=$((${MEASURE_RUNS[$name]:-0} + 1))
+	MEASURE_RUNS[$name]=$runs
 	if ((ok)); then
 		status=pass
+	elif ((runs < XRI_MEASURE_ATTEMPTS)) && xri_perftest_refused "$dir/A.console" "$dir/B.console"; then
+		status=retried
+		xri_log "$name: perftest refused to measure (its clock calibration, r^2 < 0.9, on a busy host): run $runs of $XRI_MEASURE_ATTEMPTS kept in $dir.run$runs, once more"
+		rm -rf "$dir.run$runs"
+		mv "$dir" "$dir.run$runs"
+		mv "$OUT/$name.pcapng" "$OUT/$name.run$runs.pcapng" 2>/dev/null || true
+		QUEUE+=("$entry")
 	else
 		status=FAIL
 		FAILED=$((FAILED + 1))

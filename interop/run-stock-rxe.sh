@@ -89,7 +89,7 @@ SCENARIOS=(
 	# netem drops 2 % of the guest's frames (rxe's data, ACKs, READ requests, responses).
 	'loss_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|2%'
 	'loss_read_bw_xs|ib_read_bw|-s 65536 -n 100|server|4|1024|2%'
-	# UD, UC and SRQ (issue 16)
+	# UD, UC and SRQ
 	'ud_pp_xc|ibv_ud_pingpong|-s 1024 -n 50 -c|client|4|1024|0'
 	'ud_pp_xs_ll|ibv_ud_pingpong|-s 512 -n 50 -c|server|0|1024|0'
 	'uc_pp_xc|ibv_uc_pingpong|-s 4096 -n 50 -c|client|4|1024|0'
@@ -109,7 +109,7 @@ SCENARIOS=(
 	'uc_send_bw_xc|ib_send_bw|-c UC -s 1024 -n 200|client|4|1024|0'
 	'uc_write_bw_xs|ib_write_bw|-c UC -n 200|server|4|1024|0'
 	'srq_send_bw_xc|ib_send_bw|--use-srq -n 200|client|4|1024|0'
-	# librdmacm over each side's CM (issue 17): rxe's kernel CM against xrnic's
+	# librdmacm over each side's CM: rxe's kernel CM against xrnic's
 	'rping_xc|rping|-s -a 192.0.2.11 -C 20 -S 4096 -v|client|4|1024|0|-c -a @PEER@ -C 20 -S 4096 -v'
 	'rping_xs|rping|-s -a 192.0.2.100 -C 20 -v|server|4|1024|0|-c -a @PEER@ -C 20 -v'
 	'ucmatose_xc|ucmatose|-c 4 -C 1|client|4|1024|0|-s @PEER@ -c 4 -C 1'
@@ -131,7 +131,7 @@ SCENARIOS=(
 	'write_bw_cm_xs|ib_write_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'read_bw_cm_xs|ib_read_bw|-R -s 65536 -n 100|server|4|1024|0'
 	'send_lat_cm_xs|ib_send_lat|-R -s 64 -n 200|server|4|1024|0'
-	# Through the device service on the host (issue 18), both roles.
+	# Through the device service on the host (docs/rnic.md), both roles.
 	'svc_write_bw_xc|ib_write_bw|-s 65536 -n 100|client|4|1024|0||svc'
 	'svc_write_bw_xs|ib_write_bw|-s 65536 -n 100|server|4|1024|0||svc'
 	'svc_pp_xc|ibv_rc_pingpong|-c -s 4096 -n 20|client|4|1024|0||svc'
@@ -451,6 +451,9 @@ FAILED=0
 # those, run once more on a fresh guest boot when they fail; the report shows the retry.
 RETRY_ONCE='*_cm_xc'
 declare -A RETRIED=()
+# Any row whose perftest refused to measure (xri_perftest_refused): again, up to
+# XRI_MEASURE_ATTEMPTS runs in all.
+declare -A MEASURE_RUNS=()
 QUEUE=("${SCENARIOS[@]}")
 for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	entry=${QUEUE[qi]}
@@ -573,8 +576,18 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	else
 		[[ $icrc == ok && $nx -gt 0 && $nr -gt 0 ]] || ok=0
 	fi
+	runs=$((${MEASURE_RUNS[$name]:-0} + 1))
+	MEASURE_RUNS[$name]=$runs
 	if ((ok)); then
 		status=pass
+	elif ((runs < XRI_MEASURE_ATTEMPTS)) &&
+		xri_perftest_refused "$dir/xrnic.out" "$dir/xrnic.err" "$dir/guest.out"; then
+		status=retried
+		xri_log "$name: perftest refused to measure (its clock calibration, r^2 < 0.9, on a busy host), not a failure of the stack: run $runs of $XRI_MEASURE_ATTEMPTS kept in $dir.run$runs, once more"
+		rm -rf "$dir.run$runs"
+		mv "$dir" "$dir.run$runs"
+		mv "$OUT/$name.pcapng" "$OUT/$name.run$runs.pcapng" 2>/dev/null || true
+		QUEUE+=("$entry")
 	# shellcheck disable=SC2053  # RETRY_ONCE is a glob on purpose
 	elif [[ $name == $RETRY_ONCE && -z ${RETRIED[$name]:-} ]]; then
 		RETRIED[$name]=1

@@ -9,7 +9,7 @@ use cli_support::*;
 use serde_json::Value;
 use xrnic::wire::{AethRepr, ExtHeaders, Msn, Opcode, Qpn, Syndrome};
 
-/// Keys every decoded RoCE packet must carry (issue 2, item 5).
+/// Keys every decoded RoCE packet must carry (`xrnic decode --json`, docs/observability.md).
 const REQUIRED: &[&str] = &[
     "frame",
     "opcode",

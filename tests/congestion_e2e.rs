@@ -10,7 +10,7 @@ mod common;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use xrnic::proto::Instant;
+use xrnic::proto::{Instant, RxVerdict};
 
 use common::{mr, send_wr, sge};
 use xrnic::proto::congestion::{Algorithm, CongestionControl, DcqcnParams, Pacer};
@@ -100,7 +100,10 @@ fn run(cc: bool) -> Outcome {
     let deliver = |heap: &mut BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>, dev: &mut Rnic, now| {
         while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
             let Reverse((_, _, f)) = heap.pop().unwrap();
-            let _ = dev.handle_frame(Instant::from_nanos(now), &f);
+            assert_eq!(
+                dev.handle_frame(Instant::from_nanos(now), &f),
+                RxVerdict::Taken
+            );
         }
     };
     while wcs.len() < wrs {

@@ -1,4 +1,4 @@
-//! The crate layout issue 14 asks for (item 9): the engine library `xrnic` has none of the
+//! The crate layout (README, docs/README.md): the engine library `xrnic` has none of the
 //! command line's crates (clap, ctrlc, plotters) among its normal dependencies, direct or
 //! transitive; they belong to `xrnic-cli` (src/cli/Cargo.toml), which builds the `xrnic`
 //! binary. Read from `cargo metadata`'s resolved graph, as `cargo tree -e normal` shows it.

@@ -1,11 +1,11 @@
-//! The layers import one way (README, docs/README.md; issue 14, items 5 and 8): wire/
+//! The layers import one way (README, docs/README.md): wire/
 //! imports nothing above it; proto/ no verbs, driver, sim, cli or io; the driver no verbs,
 //! sim or cli; io/ none of proto, verbs, driver, sim or cli. This reads the sources and
 //! fails on any `crate::X` path (in a `use`, a `use crate::{..}` group, or inline) that
 //! names a forbidden module, outside comments and test code (`*tests.rs` files and what
 //! follows `#[cfg(test)]` at the start of a line).
 //!
-//! Inside proto/ the imports go one way too (issue 14, item 5): config and the other
+//! Inside proto/ the imports go one way too: config and the other
 //! leaves, cq, the work requests (wr), memory and the packet description (packet) <-
 //! requester, responder <- srq (the SRQ's state) <- qp <- framing, execute (the
 //! responder's request execution on a QP) <- completer, uc, ud (the UC and UD services
@@ -17,7 +17,8 @@
 //! module of proto/ is in the order, declared in proto/mod.rs (none reached as a
 //! child of another through `#[path]`).
 //!
-//! And the library runs no external program (issue 15, build point 1): no file of the
+//! And the library runs no external program (it must work where no tool is installed):
+//! no file of the
 //! `xrnic` crate's src (the other crates' folders, src/cli, src/abi and src/netns, aside;
 //! test code aside) names `std::process::Command` in any form, nor libc's exec, spawn or
 //! fork calls. The namespace harness that runs `ip` is the `xrnic-netns` crate.
@@ -46,7 +47,7 @@ fn rules() -> Vec<(&'static str, Vec<&'static str>)> {
             MODULES.iter().copied().filter(|m| *m != "wire").collect(),
         ),
         ("proto", vec!["verbs", "driver", "sim", "cli", "io"]),
-        // The driver imports nothing above it (issue 14 item 8).
+        // The driver imports nothing above it.
         (
             "driver",
             vec!["verbs", "sim", "cli", "cm", "oob", "service", "trace_out"],
@@ -646,7 +647,7 @@ fn no_file_of_the_library_runs_a_program() {
     }
     assert!(
         bad.is_empty(),
-        "the library runs a program (it must not: issue 15; a harness that runs one \
+        "the library runs a program (it must not; a harness that runs one \
          belongs in src/netns or src/cli):\n{}",
         bad.join("\n")
     );

@@ -1,4 +1,4 @@
-//! `xrnic explain` draws connection management (issue 17): the CM MADs on QP 1 of a real
+//! `xrnic explain` draws connection management (docs/rdmacm.md): the CM MADs on QP 1 of a real
 //! rxe capture (interop/captures/rping_v4.pcapng: rping's REQ, REP, RTU) and of frames
 //! made from it carrying each other CM message (MRA, REJ with its reason, DREQ, DREP,
 //! SIDR_REQ, SIDR_REP, a resent REQ), each on the CM's own ladder.

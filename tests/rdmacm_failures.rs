@@ -1,4 +1,4 @@
-//! Issue 17's failure paths on the wire: tests/c/rdmacm_fail.c (compiled with cc against
+//! librdmacm's failure paths on the wire (docs/rdmacm.md): tests/c/rdmacm_fail.c (compiled with cc against
 //! the system's <rdma/rdma_cma.h>, librdmacm-dev) on both ends of a veth pair through
 //! `xrnic exec`, each end's CM xrnic's own (src/cm). The events are the ones the kernel's
 //! cma.c gives for the same wire exchange:
@@ -19,24 +19,19 @@ use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{text, under_ci, xrnic_bin};
+use common::{require_c_headers, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// cc tests/c/rdmacm_fail.c, or `None` (skipped) without cc or the headers.
-fn build() -> Option<(PathBuf, PathBuf)> {
+/// cc tests/c/rdmacm_fail.c: (its directory, the program). Fails without cc or
+/// librdmacm-dev's headers.
+fn build() -> (PathBuf, PathBuf) {
     let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",
         lib.display()
     );
-    let have_cc = Command::new("cc").arg("--version").output().is_ok();
-    let have_hdr = Path::new("/usr/include/rdma/rdma_cma.h").exists();
-    if !have_cc || !have_hdr {
-        assert!(!under_ci(), "CI=true needs cc and librdmacm-dev");
-        eprintln!("skipping: needs cc and /usr/include/rdma/rdma_cma.h (librdmacm-dev)");
-        return None;
-    }
+    require_c_headers("/usr/include/rdma/rdma_cma.h", "librdmacm-dev");
     // One folder per call: the tests run in parallel in one process, and the first to
     // finish removes its folder (a shared one took the other test's binary away before
     // its client started: the client printed nothing and the test failed in a second).
@@ -55,7 +50,7 @@ fn build() -> Option<(PathBuf, PathBuf)> {
         .output()
         .unwrap();
     assert!(o.status.success(), "cc: {}", text(&o));
-    Some((dir, exe))
+    (dir, exe)
 }
 
 fn exec(pair: &VethPair, side: Side, exe: &Path, args: &[&str]) -> Command {
@@ -124,9 +119,10 @@ fn client_once(pair: &VethPair, exe: &Path, b: &str, port: &str) -> Output {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_librdmacm_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_librdmacm_dev, ignore = "needs root and librdmacm-dev")]
 fn a_listener_that_rejects_gives_rejected_28_with_its_private_data() {
-    let Some((dir, exe)) = build() else { return };
+    let (dir, exe) = build();
     let pair = VethPair::new(1500).expect("veth pair");
     let b = pair.end(Side::B).ipv4.to_string();
     let mut server = spawn(&mut exec(&pair, Side::B, &exe, &["reject", &b, "7990"]));
@@ -150,9 +146,10 @@ fn a_listener_that_rejects_gives_rejected_28_with_its_private_data() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_librdmacm_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_librdmacm_dev, ignore = "needs root and librdmacm-dev")]
 fn peer_killed_after_established_gives_disconnected_etimedout_after_the_dreq_retries() {
-    let Some((dir, exe)) = build() else { return };
+    let (dir, exe) = build();
     let pair = VethPair::new(1500).expect("veth pair");
     let b = pair.end(Side::B).ipv4.to_string();
     let mut server = spawn(&mut exec(

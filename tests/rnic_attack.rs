@@ -1,4 +1,4 @@
-//! A hostile third party on the link (issue 19 point 3, docs/security.md): while two
+//! A hostile third party on the link (docs/security.md): while two
 //! xrnic devices run a verified transfer over a bridged veth link, a third namespace (the
 //! bridge's, [`VethPair::observed`]) injects crafted frames at the receiver A through an
 //! AF_PACKET socket on the bridge port towards A: forged as B's (B's MAC and IP, so they

@@ -270,8 +270,8 @@ fn stat_shows_a_live_device_of_another_process() {
     );
 }
 
-/// Issue 21, item 11: SIGTERM (and SIGINT) left the snapshot saying running. The CLI's
-/// handler removes it and exits with status 130.
+/// SIGTERM (and SIGINT) must not leave the snapshot saying running: the CLI's handler
+/// removes it and exits with status 130.
 #[test]
 #[ignore = "needs root"]
 fn sigterm_removes_the_snapshot_of_a_running_device() {
@@ -320,10 +320,9 @@ fn sigterm_removes_the_snapshot_of_a_running_device() {
     }
 }
 
-/// Issue 21, item 10: a device opened right after the process holding the interface was
-/// killed (kill -9) found the dead process's XDP program still attached (the kernel
-/// detaches it while tearing the process down, some tens of ms later) and was refused at
-/// once. Open now waits for it (`XDP_DETACH_PATIENCE`). The reopen starts right after the
+/// A device opened right after the process holding the interface was killed (kill -9)
+/// finds the dead process's XDP program still attached (the kernel detaches it while
+/// tearing the process down, some tens of ms later). Open waits for it (`XDP_DETACH_PATIENCE`). The reopen starts right after the
 /// signal, without waiting for the process to be reaped: the window is open every time.
 #[test]
 #[ignore = "needs root"]

@@ -342,7 +342,7 @@ fn res_shows_a_connected_pair_an_err_qp_json_and_no_snapshot_after_close() {
     }
 
     // Close: the verbs objects go first (each drop destroys its QP, MR, CQ), then the
-    // driver removes its snapshot (issue 21, item 11): `res` finds no device there.
+    // driver removes its snapshot: `res` finds no device there.
     let live: serde_json::Value = serde_json::from_slice(&std::fs::read(&mine).unwrap()).unwrap();
     drop((a, b));
     assert!(!mine.exists(), "{} left after close", mine.display());

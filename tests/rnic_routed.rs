@@ -1,8 +1,8 @@
 //! A peer behind a router ([`VethPair::routed`]: 192.0.2.0/26 and 192.0.2.64/26,
 //! fd00::a:0/112 and fd00::b:0/112, a router namespace forwarding between them): the next
 //! hop resolves to the router's MAC, and `rc-pingpong` and `perf write` with `--verify`
-//! pass across it over IPv4 and IPv6 GIDs. Needs root: skips otherwise, fails under
-//! CI=true.
+//! pass across it over IPv4 and IPv6 GIDs. Root tests (`#[ignore = "needs root"]`,
+//! docs/testing.md).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! A kernel before 5.18 cannot load a frags-aware XDP program (issue 15): with
+//! A kernel before 5.18 cannot load a frags-aware XDP program: with
 //! `XRNIC_XDP_FRAGS=0` the filter loads without `BPF_F_XDP_HAS_FRAGS` as it does there, the
 //! port binds single-buffer, the MTU is capped at 2048 on a 9000-byte link, and a WRITE and
 //! a READ of 256 KiB at path MTU 2048 carry every byte. Its own test binary: the variable is

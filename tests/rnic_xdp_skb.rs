@@ -1,4 +1,4 @@
-//! Generic (skb) XDP (issue 15, XDP attach modes): with `XRNIC_XDP_MODE=skb` both devices
+//! Generic (skb) XDP (docs/rnic.md, XDP attach modes): with `XRNIC_XDP_MODE=skb` both devices
 //! attach xrnic's XDP program in generic mode and bind their AF_XDP sockets in copy mode,
 //! as they do when a driver refuses native XDP (virtio_net at MTU 9000 on Linux 6.1); the
 //! kernel shows the program as `xdpgeneric`, `xrnic devinfo` says the mode, and a WRITE and

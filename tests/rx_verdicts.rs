@@ -1,4 +1,4 @@
-//! Issue 14, item 1: every frame gets a verdict from `Rnic::handle_frame`, and each verdict
+//! Every frame gets a verdict from `Rnic::handle_frame`, and each verdict
 //! moves its one counter (src/proto/verdict.rs). One test per verdict kind, each a frame
 //! built from a real one the engine emitted, checking the verdict, the counter it names,
 //! and that no other device, QP or UD counter moved.
@@ -201,7 +201,7 @@ fn unknown_qp_moves_unknown_qp_dropped() {
     assert_eq!(RxVerdict::UnknownQp.counter(), Some("unknown_qp_dropped"));
 }
 
-/// The known bug of issue 14, item 1: a frame from a third GID to a connected QP is
+/// Packet source validation (IBTA §9.6): a frame from a third GID to a connected QP is
 /// `unknown_qp_dropped` at the device, and the QP's own counters do not see it.
 #[test]
 fn wrong_peer_moves_unknown_qp_dropped_and_no_qp_counter() {

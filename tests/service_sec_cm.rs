@@ -228,7 +228,8 @@ fn pings(path: &std::path::Path) -> usize {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_rdmacm_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_rdmacm_utils, ignore = "needs root and rdmacm-utils")]
 fn a_nobody_client_cannot_end_or_probe_roots_rping_through_the_relay() {
     // This binary run again as the attacker (see the module comment): its role only.
     if let Ok(arg) = std::env::var(ROLE) {

@@ -194,7 +194,8 @@ fn up_names_a_squatter_that_binds_without_listening() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn root_clients_refuse_the_impostor_and_send_it_nothing() {
     let pair = VethPair::new(1500).expect("veth pair (root)");
     let ifname = pair.end(Side::A).ifname.clone();

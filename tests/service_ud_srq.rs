@@ -14,9 +14,10 @@ use common::text;
 use service_support::{Svc, out};
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ud_uc_and_srq_pingpongs_as_nobody_through_the_service() {
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let (_, c) = s.pair_run(
         "ibv_ud_pingpong",
         &["-g", "1", "-n", "200", "-s", "1024"],
@@ -41,9 +42,10 @@ fn stock_ud_uc_and_srq_pingpongs_as_nobody_through_the_service() {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_perftest), ignore = "needs root")]
+#[cfg_attr(xrnic_no_perftest, ignore = "needs root and perftest")]
 fn stock_send_bw_over_ud_as_nobody_through_the_service() {
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let (_, c) = s.pair_run(
         "ib_send_bw",
         &["-c", "UD", "-x", "1", "-n", "300", "-s", "1024"],
@@ -71,7 +73,7 @@ fn ud_completions_through_the_service_carry_src_qp_grh_and_sl() {
     };
     use xrnic_netns::Side;
     const QKEY: u32 = 0x1122_3344;
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {
@@ -179,11 +181,12 @@ fn ud_completions_through_the_service_carry_src_qp_grh_and_sl() {
 /// AH made once it knows the server). The service frees both clients' objects when the
 /// kernel closes their sockets, and goes on serving UD.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn kill_9_of_clients_frees_their_ahs_and_srqs() {
     use std::process::Command;
     use std::time::Instant;
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let srq_server = s
         .tool(&[
             "ibv_srq_pingpong",
@@ -262,11 +265,12 @@ fn kill_9_of_clients_frees_their_ahs_and_srqs() {
 /// in-process device (the datagrams and UC messages, their GRH and Q_Key, go over the
 /// wire both ways).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ud_uc_srq_pingpongs_across_the_veth_pair_service_to_in_process_device() {
     use std::process::{Command, Stdio};
     use xrnic_netns::Side;
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let a_ip = s.pair.end(Side::A).ipv4.to_string();
     let b = s.pair.end(Side::B);
     for (i, (tool, size)) in [
@@ -316,19 +320,13 @@ fn stock_ud_uc_srq_pingpongs_across_the_veth_pair_service_to_in_process_device()
 /// makes it, mode 0666 so that nobody may open it as UCX wants, then drops to nobody),
 /// as tests/ucx_stock.rs does; without it UCX says `ud_verbs` is not available.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ucx_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ucx_utils, ignore = "needs root and ucx-utils")]
 fn ucx_perftest_over_ud_verbs_as_nobody_through_the_service() {
     use std::process::{Command, Stdio};
-    const PERFTEST: &str = "/usr/bin/ucx_perftest";
-    if !std::path::Path::new(PERFTEST).exists() {
-        assert!(!common::under_ci(), "CI=true needs {PERFTEST} (ucx-utils)");
-        eprintln!("skipping: {PERFTEST} not installed (ucx-utils)");
-        return;
-    }
+    let perftest = common::stock_tool("ucx_perftest", "ucx-utils");
     let port = "13411";
-    let Some(s) = Svc::start_renamed(&format!("u{port}s")) else {
-        return;
-    };
+    let s = Svc::start_renamed(&format!("u{port}s"));
     std::fs::create_dir_all("/dev/infiniband").expect("mkdir /dev/infiniband");
     let ucx = |extra: &[&str]| {
         let mut c = Command::new("ip");
@@ -341,7 +339,7 @@ fn ucx_perftest_over_ud_verbs_as_nobody_through_the_service() {
             )
             .arg("sh")
             .args([common::xrnic_bin(), "exec", "--netdev", s.ifname(), "--"])
-            .arg(PERFTEST)
+            .arg(&perftest)
             .args(extra)
             .args(["-p", port, "-t", "tag_bw", "-s", "65536", "-n", "300"])
             .env("UCX_TLS", "ud_verbs,self")
@@ -399,7 +397,7 @@ fn multicast_attach_through_the_service_joins_delivers_and_leaves() {
     use xrnic_netns::Side;
     const QKEY: u32 = 0x0123_4567;
     const GROUP: [u8; 4] = [239, 1, 2, 3];
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {
@@ -478,7 +476,7 @@ fn uc_through_the_service_sends_writes_and_refuses_read_at_once() {
         WcStatus, WrOpcode,
     };
     use xrnic_netns::Side;
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {
@@ -567,9 +565,7 @@ fn uc_through_the_service_sends_writes_and_refuses_read_at_once() {
 fn the_ah_and_srq_caps_of_xrnic_up_hold_per_client() {
     use xrnic::verbs::{AddressVector, Device, Error, SrqAttr};
     use xrnic_netns::Side;
-    let Some(s) = Svc::start_with(&["--max-ahs", "2", "--max-srqs", "1"]) else {
-        return;
-    };
+    let s = Svc::start_with(&["--max-ahs", "2", "--max-srqs", "1"]);
     let ifname = s.ifname().to_string();
     s.pair
         .run_in(Side::A, || {

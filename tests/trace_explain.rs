@@ -1,4 +1,4 @@
-//! Issue 7 (tracing and teaching) on the simulator: `xrnic sim --pcap` captures that
+//! Tracing and teaching on the simulator: `xrnic sim --pcap` captures that
 //! decode cleanly and name every retransmission, `xrnic explain` on them and on real
 //! captures, the per-QP event trace, and resource listings with a QP in ERR.
 

@@ -1,10 +1,10 @@
-//! Every resource a peer can consume is bounded (issue 19, point 2): for each one, a test
+//! Every resource a peer can consume is bounded (docs/security.md): for each one, a test
 //! pushes past the bound through `handle_frame` and checks the answer the spec asks for
 //! (NAK, drop, error) and the counter that names it. The frames are the peer's own (side
 //! A's requester builds them; the tests re-emit them with other PSNs, as a hostile or
 //! buggy peer would send them) and side B's responder is the one under attack.
 
-use xrnic::proto::Instant;
+use xrnic::proto::{Instant, RxVerdict};
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -137,7 +137,7 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
             } else {
                 with_psn(&read, psn)
             };
-            let _ = p.b.handle_frame(Instant::ZERO, &f);
+            assert_eq!(p.b.handle_frame(Instant::ZERO, &f), RxVerdict::Taken);
         }
         let got = infos(&drain(&mut p, Side::B));
         let reads = got
@@ -158,11 +158,17 @@ fn reads_past_max_dest_rd_atomic_are_served_like_rxe() {
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().qp_state, QpState::Rts);
 
         // The first READ's replay state was recycled: its duplicate is dropped (class D).
-        let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0));
+        assert_eq!(
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0)),
+            RxVerdict::Taken
+        );
         assert!(drain(&mut p, Side::B).is_empty(), "recycled: dropped");
         // The newest READ's is kept: replayed.
         let newest = (p0 + n - 1 - u32::from(atomic_last)) & 0xff_ffff;
-        let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest));
+        assert_eq!(
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest)),
+            RxVerdict::Taken
+        );
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1, "{got:x?}");
         assert_eq!(
@@ -187,8 +193,10 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         let atomic = request(&mut p, &c, fetch_add_wr(&src, &dst));
         let p0 = psn_a();
         for i in 0..HARD_CAP {
-            let _ =
-                p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
+            assert_eq!(
+                p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff)),
+                RxVerdict::Taken
+            );
         }
         let extra = (p0 + HARD_CAP) & 0xff_ffff;
         let last = if atomic_last {
@@ -196,7 +204,7 @@ fn reads_past_the_hard_cap_get_nak_invalid_request() {
         } else {
             with_psn(&read, extra)
         };
-        let _ = p.b.handle_frame(Instant::ZERO, &last);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &last), RxVerdict::Taken);
         let got = infos(&drain(&mut p, Side::B));
         let responses = got
             .iter()
@@ -229,7 +237,7 @@ fn reads_without_responder_resources_get_nak_invalid_request() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let (mut q, d, _, _) = setup_res(0);
     assert_eq!(q.b.query_qp(d.qp_b).unwrap().max_dest_rd_atomic, 0);
-    let _ = q.b.handle_frame(Instant::ZERO, &read);
+    assert_eq!(q.b.handle_frame(Instant::ZERO, &read), RxVerdict::Taken);
     let got = infos(&drain(&mut q, Side::B));
     assert_eq!(
         got,
@@ -250,8 +258,10 @@ fn reads_within_max_dest_rd_atomic_are_all_answered() {
     let read = request(&mut p, &c, read_wr(&src, &dst));
     let p0 = psn_a();
     for i in 0..4 * u32::from(RES) {
-        let _ =
-            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        assert_eq!(
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff)),
+            RxVerdict::Taken
+        );
         let got = infos(&drain(&mut p, Side::B));
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].0, Opcode::RC_READ_RESPONSE_ONLY);
@@ -269,14 +279,22 @@ fn response_cache_holds_max_dest_rd_atomic_entries() {
     let p0 = psn_a();
     let n = u32::from(RES) + 1;
     for i in 0..n {
-        let _ =
-            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff));
+        assert_eq!(
+            p.b.handle_frame(Instant::ZERO, &with_psn(&read, (p0 + i) & 0xff_ffff)),
+            RxVerdict::Taken
+        );
         drain(&mut p, Side::B);
     }
-    let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0));
+    assert_eq!(
+        p.b.handle_frame(Instant::ZERO, &with_psn(&read, p0)),
+        RxVerdict::Taken
+    );
     assert!(drain(&mut p, Side::B).is_empty(), "evicted: dropped");
     let newest = (p0 + n - 1) & 0xff_ffff;
-    let _ = p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest));
+    assert_eq!(
+        p.b.handle_frame(Instant::ZERO, &with_psn(&read, newest)),
+        RxVerdict::Taken
+    );
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got, vec![(Opcode::RC_READ_RESPONSE_ONLY, newest, got[0].2)]);
     let k = p.b.qp_counters(c.qp_b).unwrap();
@@ -291,7 +309,7 @@ fn duplicate_atomic_flood_is_bounded() {
     let (mut p, c, src, dst) = setup();
     let f = request(&mut p, &c, fetch_add_wr(&src, &dst));
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(Instant::ZERO, &f);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &f), RxVerdict::Taken);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -310,7 +328,7 @@ fn rnr_flood_queues_one_rnr_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(Instant::ZERO, &f);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &f), RxVerdict::Taken);
     }
     let got = infos(&drain(&mut p, Side::B));
     assert_eq!(got.len(), 1, "{got:x?}");
@@ -325,9 +343,12 @@ fn out_of_sequence_flood_gets_one_nak() {
     let (mut p, c, src, _dst) = setup();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..1000u32 {
-        let _ = p.b.handle_frame(
-            Instant::ZERO,
-            &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff),
+        assert_eq!(
+            p.b.handle_frame(
+                Instant::ZERO,
+                &with_psn(&f, (psn_a() + 10 + i * 97) & 0xff_ffff),
+            ),
+            RxVerdict::Taken
         );
     }
     let got = infos(&drain(&mut p, Side::B));
@@ -351,12 +372,12 @@ fn duplicates_and_rnr_alternating_cannot_grow_the_response_queue() {
     let (mut p, c, src, dst) = setup();
     p.b.post_recv(c.qp_b, recv_wr(9, sge(&dst, 0, 64))).unwrap();
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
-    let _ = p.b.handle_frame(Instant::ZERO, &f);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f), RxVerdict::Taken);
     drain(&mut p, Side::B);
     let next = with_psn(&f, (psn_a() + 1) & 0xff_ffff);
     for _ in 0..500 {
-        let _ = p.b.handle_frame(Instant::ZERO, &f);
-        let _ = p.b.handle_frame(Instant::ZERO, &next);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &f), RxVerdict::Taken);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &next), RxVerdict::Taken);
     }
     let got = drain(&mut p, Side::B);
     assert!(got.len() <= OUT_CAP, "{} responses queued", got.len());
@@ -381,8 +402,10 @@ fn receive_queue_is_capped_and_sends_past_it_get_rnr() {
     assert!(p.b.post_recv(c.qp_b, recv_wr(5, sge(&dst, 0, 64))).is_err());
     let f = request(&mut p, &c, send_wr(3, WrOpcode::Send, sge(&src, 0, 16)));
     for i in 0..5u32 {
-        let _ =
-            p.b.handle_frame(Instant::ZERO, &with_psn(&f, (psn_a() + i) & 0xff_ffff));
+        assert_eq!(
+            p.b.handle_frame(Instant::ZERO, &with_psn(&f, (psn_a() + i) & 0xff_ffff)),
+            RxVerdict::Taken
+        );
     }
     let k = p.b.qp_counters(c.qp_b).unwrap();
     assert_eq!(k.out_of_buffer, 1, "the fifth SEND finds no WQE");
@@ -411,7 +434,7 @@ fn cnp_state_is_per_local_qp_only() {
     let n = r.emit(&mut ce).unwrap();
     ce.truncate(n);
     for _ in 0..1000 {
-        let _ = p.b.handle_frame(Instant::ZERO, &ce);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &ce), RxVerdict::Taken);
     }
     let got = infos(&drain(&mut p, Side::B));
     let cnps = got.iter().filter(|g| g.0 == Opcode::CNP).count();
@@ -427,7 +450,7 @@ fn cnp_state_is_per_local_qp_only() {
         r.roce.bth.dest_qp = Qpn::new(0x1000 + q);
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        let _ = p.b.handle_frame(Instant::ZERO, &out[..n]);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &out[..n]), RxVerdict::Taken);
     }
     assert_eq!(p.b.congestion().unwrap().qp_statuses().len(), before);
     assert_eq!(p.b.counters().rp_cnp_ignored, 1000);
@@ -445,7 +468,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
     p.a.post_send(c.qp_a, w).unwrap();
     let req = drain(p, Side::A);
     for f in &req {
-        let _ = p.b.handle_frame(Instant::ZERO, f);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, f), RxVerdict::Taken);
     }
     let acks = drain(p, Side::B);
     for a in &acks {
@@ -455,7 +478,7 @@ fn drain_cnp_template(p: &mut Pair, c: &RcPair) -> Vec<u8> {
         }
         let mut out = vec![0u8; r.buffer_len()];
         let n = r.emit(&mut out).unwrap();
-        let _ = p.a.handle_frame(Instant::ZERO, &out[..n]);
+        assert_eq!(p.a.handle_frame(Instant::ZERO, &out[..n]), RxVerdict::Taken);
     }
     drain(p, Side::A)
         .into_iter()
@@ -471,7 +494,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     let (mut p, c, src, dst) = setup();
     let read = request(&mut p, &c, read_wr(&src, &dst));
     // B's answer to A's READ, as a template of a response frame addressed to A.
-    let _ = p.b.handle_frame(Instant::ZERO, &read);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &read), RxVerdict::Taken);
     let resp = drain(&mut p, Side::B).remove(0);
     let never = (psn_a() + 1000) & 0xff_ffff;
     let mut n = 0;
@@ -491,7 +514,10 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
         let mut out = vec![0u8; r.buffer_len()];
         let len = r.emit(&mut out).unwrap();
         for _ in 0..100 {
-            let _ = p.a.handle_frame(Instant::ZERO, &out[..len]);
+            assert_eq!(
+                p.a.handle_frame(Instant::ZERO, &out[..len]),
+                RxVerdict::Taken
+            );
             n += 1;
         }
     }
@@ -499,7 +525,7 @@ fn responses_for_psns_never_sent_are_dropped_and_counted() {
     assert_eq!((k.ghost_responses, k.naks_received), (n, 0), "{k:?}");
     assert_eq!(p.a.query_qp(c.qp_a).unwrap().qp_state, QpState::Rts);
     // The real response still completes the READ.
-    let _ = p.a.handle_frame(Instant::ZERO, &resp);
+    assert_eq!(p.a.handle_frame(Instant::ZERO, &resp), RxVerdict::Taken);
     let wcs = poll(&mut p, Side::A, &c);
     assert_eq!(wcs.len(), 1, "{wcs:?}");
     assert_eq!(wcs[0].status, xrnic::proto::WcStatus::Success);

@@ -1,7 +1,8 @@
 //! Counters per QP and per device, on a lossy link and with hand-made bad frames.
 
 use std::time::Duration;
-use xrnic::proto::Instant;
+use xrnic::proto::verdict::RxTally;
+use xrnic::proto::{Instant, RxVerdict};
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -126,15 +127,26 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     let bq = p.b.qp_counters(c.qp_b).unwrap();
 
     let now = p.now;
-    let _ = p.b.handle_frame(now, &[]);
-    let _ = p.b.handle_frame(now, &[0xff; 7]);
-    for cut in [14, 30, 50, good.len() - 1] {
-        let _ = p.b.handle_frame(now, &good[..cut]);
+    // Shorter than its IP and UDP lengths say: malformed before any ICRC is read.
+    let cut = good.len() - 1;
+    for short in [
+        &[][..],
+        &[0xff; 7],
+        &good[..14],
+        &good[..30],
+        &good[..50],
+        &good[..cut],
+    ] {
+        assert_eq!(
+            p.b.handle_frame(now, short),
+            RxVerdict::Malformed,
+            "{short:x?}"
+        );
     }
     let mut bad_icrc = good.clone();
     let last = bad_icrc.len() - 5;
     bad_icrc[last] ^= 0x40; // payload bit
-    let _ = p.b.handle_frame(now, &bad_icrc);
+    assert_eq!(p.b.handle_frame(now, &bad_icrc), RxVerdict::BadIcrc);
     // A TTL change breaks the IPv4 header checksum (the ICRC masks the TTL).
     let mut ttl = good.clone();
     ttl[14 + 8] ^= 1;
@@ -150,20 +162,46 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
         }
         other => panic!("{other:?}"),
     }
-    let _ = p.b.handle_frame(now, &ttl);
+    assert_eq!(p.b.handle_frame(now, &ttl), RxVerdict::Malformed);
     let mut bad_mac = good.clone();
     bad_mac[0] ^= 1;
-    let _ = p.b.handle_frame(now, &bad_mac);
-    // Every single-bit flip of a real frame: never a panic, never executed.
+    assert_eq!(p.b.handle_frame(now, &bad_mac), RxVerdict::WrongAddress);
+    // Every single-bit flip of a real frame: never a panic, never executed. Each gets the
+    // verdict of the first check it fails, and that verdict's counter moves.
+    let mut flips = RxTally::default();
     for bit in 0..good.len() * 8 {
         let mut f = good.clone();
         f[bit / 8] ^= 1 << (bit % 8);
-        let _ = p.b.handle_frame(now, &f);
+        flips.add(p.b.handle_frame(now, &f));
     }
+    // Bits the ICRC does not cover (IBTA annex A17.3.3: the masked IP fields) may still
+    // give a frame the QP takes, as a duplicate.
+    let allowed = [
+        RxVerdict::Taken,
+        RxVerdict::Malformed,
+        RxVerdict::BadIcrc,
+        RxVerdict::WrongAddress,
+    ];
+    for v in RxVerdict::ALL.into_iter().filter(|v| !allowed.contains(v)) {
+        assert_eq!(flips.get(v), 0, "a bit flip gave {v:?}");
+    }
+    assert!(flips.get(RxVerdict::BadIcrc) > 0, "{flips:?}");
+    assert!(flips.get(RxVerdict::WrongAddress) > 0, "{flips:?}");
     let after = p.b.counters();
-    assert!(after.icrc_errors > before.icrc_errors);
-    assert!(after.malformed_frames_dropped >= before.malformed_frames_dropped + 8);
-    assert!(after.wrong_address_dropped > before.wrong_address_dropped);
+    assert_eq!(
+        after.icrc_errors - before.icrc_errors,
+        1 + flips.get(RxVerdict::BadIcrc)
+    );
+    // Seven malformed and one bad ICRC above; a bad ICRC counts as malformed too
+    // (src/proto/verdict.rs).
+    assert_eq!(
+        after.malformed_frames_dropped - before.malformed_frames_dropped,
+        8 + flips.get(RxVerdict::Malformed) + flips.get(RxVerdict::BadIcrc)
+    );
+    assert_eq!(
+        after.wrong_address_dropped - before.wrong_address_dropped,
+        1 + flips.get(RxVerdict::WrongAddress)
+    );
     // The valid duplicates among the flips (bits the ICRC does not cover) are duplicates
     // at the responder: nothing is written twice, no new completion.
     let aq = p.b.qp_counters(c.qp_b).unwrap();
@@ -174,7 +212,7 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     f.roce.bth.dest_qp = xrnic::wire::Qpn::new(0x777);
     let mut buf = vec![0u8; 2000];
     let n = f.emit(&mut buf).unwrap();
-    let _ = p.b.handle_frame(now, &buf[..n]);
+    assert_eq!(p.b.handle_frame(now, &buf[..n]), RxVerdict::UnknownQp);
     assert_eq!(
         p.b.counters().unknown_qp_dropped,
         after.unknown_qp_dropped + 1
@@ -190,7 +228,7 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
         ..Default::default()
     };
     let n = ud.emit(&mut buf).unwrap();
-    let _ = p.b.handle_frame(now, &buf[..n]);
+    assert_eq!(p.b.handle_frame(now, &buf[..n]), RxVerdict::UnknownQp);
     assert_eq!(
         p.b.counters().unknown_qp_dropped,
         after.unknown_qp_dropped + 2
@@ -201,7 +239,7 @@ fn bad_frames_are_dropped_and_counted_never_panicking() {
     );
 }
 
-/// Issue 14, item 1's known bug: an RC QP talks to one peer (IBTA §9.6, packet source
+/// An RC QP talks to one peer (IBTA §9.6, packet source
 /// validation), so a frame from a third GID to a connected QP is not that QP's: it is
 /// dropped as `unknown_qp_dropped` (what counters.rs, the capture tap and
 /// docs/observability.md say), and the QP's own counters do not see it.
@@ -224,7 +262,10 @@ fn a_frame_from_a_third_gid_is_unknown_qp_not_the_qps_packet() {
     let m = f.emit(&mut third).unwrap();
     let before = p.b.counters();
     let bq = p.b.qp_counters(c.qp_b).unwrap();
-    let _ = p.b.handle_frame(Instant::ZERO, &third[..m]);
+    assert_eq!(
+        p.b.handle_frame(Instant::ZERO, &third[..m]),
+        RxVerdict::WrongPeer
+    );
     let after = p.b.counters();
     assert_eq!(after.unknown_qp_dropped, before.unknown_qp_dropped + 1);
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap(), bq, "not the QP's packet");

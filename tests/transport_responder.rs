@@ -1,7 +1,7 @@
 //! Responder behaviour seen frame by frame: frames of A are handed to B by hand (no link),
 //! in chosen orders, and B's answers are read back.
 
-use xrnic::proto::Instant;
+use xrnic::proto::{Instant, RxVerdict};
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -51,7 +51,7 @@ fn acks_coalesce_and_carry_the_msn() {
     assert_eq!(frames.len(), 5);
     let psn0 = info(&frames[0]).1;
     for f in &frames {
-        let _ = p.b.handle_frame(Instant::ZERO, f);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, f), RxVerdict::Taken);
     }
     // Five AckReq packets handled before B transmits: one ACK, for the last PSN, MSN 5.
     let acks = drain(&mut p, Side::B);
@@ -61,7 +61,7 @@ fn acks_coalesce_and_carry_the_msn() {
     assert_eq!(psn, (psn0 + 4) & 0xff_ffff);
     assert_eq!(syn, Some(Syndrome::ACK_UNLIMITED));
     assert_eq!(msn, Some(5));
-    let _ = p.a.handle_frame(Instant::ZERO, &acks[0]);
+    assert_eq!(p.a.handle_frame(Instant::ZERO, &acks[0]), RxVerdict::Taken);
     assert_eq!(
         poll(&mut p, Side::A, &c).len(),
         5,
@@ -79,9 +79,9 @@ fn out_of_sequence_is_naked_once_until_the_expected_psn_arrives() {
     }
     let f = drain(&mut p, Side::A);
     let psn = |i: usize| info(&f[i]).1;
-    let _ = p.b.handle_frame(Instant::ZERO, &f[0]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f[0]), RxVerdict::Taken);
     for i in [2, 3, 4] {
-        let _ = p.b.handle_frame(Instant::ZERO, &f[i]);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &f[i]), RxVerdict::Taken);
     }
     let out = drain(&mut p, Side::B);
     let naks: Vec<_> = out
@@ -94,8 +94,8 @@ fn out_of_sequence_is_naked_once_until_the_expected_psn_arrives() {
     let cb = p.b.qp_counters(c.qp_b).unwrap();
     assert_eq!(cb.out_of_sequence, 3);
     // The expected packet arrives; a new gap earns a new NAK.
-    let _ = p.b.handle_frame(Instant::ZERO, &f[1]);
-    let _ = p.b.handle_frame(Instant::ZERO, &f[3]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f[1]), RxVerdict::Taken);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f[3]), RxVerdict::Taken);
     let out = drain(&mut p, Side::B);
     let kinds: Vec<_> = out.iter().map(|x| (info(x).2, info(x).1)).collect();
     assert_eq!(
@@ -124,7 +124,7 @@ fn duplicate_atomics_are_answered_from_the_cache_not_executed_again() {
     let f = drain(&mut p, Side::A);
     assert_eq!(f.len(), 1);
     for _ in 0..3 {
-        let _ = p.b.handle_frame(Instant::ZERO, &f[0]);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, &f[0]), RxVerdict::Taken);
     }
     let out = drain(&mut p, Side::B);
     assert_eq!(out.len(), 3);
@@ -156,12 +156,12 @@ fn a_duplicate_atomic_with_other_operands_is_an_invalid_request() {
     w.atomic.compare_add = 5;
     p.a.post_send(c.qp_a, w).unwrap();
     let f = drain(&mut p, Side::A);
-    let _ = p.b.handle_frame(Instant::ZERO, &f[0]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f[0]), RxVerdict::Taken);
     let mut other = FrameRepr::parse(&f[0]).unwrap();
     other.roce.ext.atomic.as_mut().unwrap().swap_add = 6;
     let mut buf = vec![0u8; MAX_FRAME_LEN];
     let n = other.emit(&mut buf).unwrap();
-    let _ = p.b.handle_frame(Instant::ZERO, &buf[..n]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &buf[..n]), RxVerdict::Taken);
     let out = drain(&mut p, Side::B);
     assert_eq!(info(&out[0]).0, Opcode::RC_ATOMIC_ACK);
     assert_eq!(
@@ -186,7 +186,7 @@ fn duplicate_read_is_answered_again_from_the_psn_asked_for() {
     r.rdma.rkey = dst.rkey;
     p.a.post_send(c.qp_a, r).unwrap();
     let req = drain(&mut p, Side::A);
-    let _ = p.b.handle_frame(Instant::ZERO, &req[0]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &req[0]), RxVerdict::Taken);
     let resp = drain(&mut p, Side::B);
     let ops: Vec<_> = resp.iter().map(|x| info(x).0).collect();
     assert_eq!(
@@ -200,8 +200,8 @@ fn duplicate_read_is_answered_again_from_the_psn_asked_for() {
     );
     // A gets FIRST and LAST only: the gap is an implied NAK, and A asks again from the
     // second response's PSN, for the remaining 3000 bytes.
-    let _ = p.a.handle_frame(Instant::ZERO, &resp[0]);
-    let _ = p.a.handle_frame(Instant::ZERO, &resp[3]);
+    assert_eq!(p.a.handle_frame(Instant::ZERO, &resp[0]), RxVerdict::Taken);
+    assert_eq!(p.a.handle_frame(Instant::ZERO, &resp[3]), RxVerdict::Taken);
     let again = drain(&mut p, Side::A);
     assert_eq!(again.len(), 1);
     let r2 = FrameRepr::parse(&again[0]).unwrap();
@@ -210,7 +210,7 @@ fn duplicate_read_is_answered_again_from_the_psn_asked_for() {
     assert_eq!((reth.va, reth.dma_len), (dst.addr + 1024, 4000 - 1024));
     assert_eq!(p.a.qp_counters(c.qp_a).unwrap().implied_nak_seq_err, 1);
     // B answers the duplicate with a new run for the tail.
-    let _ = p.b.handle_frame(Instant::ZERO, &again[0]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &again[0]), RxVerdict::Taken);
     let tail = drain(&mut p, Side::B);
     let ops: Vec<_> = tail.iter().map(|x| info(x).0).collect();
     assert_eq!(
@@ -222,7 +222,7 @@ fn duplicate_read_is_answered_again_from_the_psn_asked_for() {
         ]
     );
     for x in &tail {
-        let _ = p.a.handle_frame(Instant::ZERO, x);
+        assert_eq!(p.a.handle_frame(Instant::ZERO, x), RxVerdict::Taken);
     }
     let wcs = poll(&mut p, Side::A, &c);
     assert_eq!(wcs.len(), 1);
@@ -252,12 +252,12 @@ fn new_message_inside_a_send_is_an_invalid_request() {
     let f = drain(&mut p, Side::A);
     assert_eq!(info(&f[0]).0, Opcode::RC_SEND_FIRST);
     // FIRST, then FIRST again in place of MIDDLE (re-stamped with the next PSN).
-    let _ = p.b.handle_frame(Instant::ZERO, &f[0]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &f[0]), RxVerdict::Taken);
     let mut bogus = FrameRepr::parse(&f[0]).unwrap();
     bogus.roce.bth.psn = bogus.roce.bth.psn.add(1);
     let mut buf = vec![0u8; MAX_FRAME_LEN];
     let n = bogus.emit(&mut buf).unwrap();
-    let _ = p.b.handle_frame(Instant::ZERO, &buf[..n]);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &buf[..n]), RxVerdict::Taken);
     let out = drain(&mut p, Side::B);
     assert_eq!(
         info(&out[0]).2,

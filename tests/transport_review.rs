@@ -1,9 +1,9 @@
-//! Regression tests for the transport bugs of the IBTA/rxe review (issue 21, items 1-7,
-//! and the deviations fixed): each drives the engine through its public API on the
+//! Regression tests for the transport bugs a review against IBTA and rxe found (and
+//! the deviations fixed): each drives the engine through its public API on the
 //! simulator, mostly frame by frame (frames of one side handed to the other by hand, in
 //! chosen orders, some patched), and checks the rule the comment cites.
 
-use xrnic::proto::Instant;
+use xrnic::proto::{Instant, RxVerdict};
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -55,7 +55,7 @@ fn patch(frame: &[u8], f: impl FnOnce(&mut FrameRepr<'_>)) -> Vec<u8> {
 
 fn feed(p: &mut Pair, to: Side, frames: &[Vec<u8>]) {
     for f in frames {
-        let _ = p.dev(to).handle_frame(Instant::ZERO, f);
+        assert_eq!(p.dev(to).handle_frame(Instant::ZERO, f), RxVerdict::Taken);
     }
 }
 
@@ -221,7 +221,7 @@ fn read_whose_mr_goes_before_its_responses_naks_remote_access() {
         // The first response leaves; then the region goes.
         let first = one(&mut p, Side::B).unwrap();
         assert_eq!(info(&first).0, Opcode::RC_READ_RESPONSE_FIRST);
-        let _ = p.a.handle_frame(Instant::ZERO, &first);
+        assert_eq!(p.a.handle_frame(Instant::ZERO, &first), RxVerdict::Taken);
         p.b.dereg_mr(target.lkey).unwrap();
         if reuse_key {
             let pd = p.b.alloc_pd();
@@ -431,11 +431,14 @@ fn a_frame_with_a_foreign_pkey_is_dropped_and_counted() {
     let f = drain(&mut p, Side::A).remove(0);
     let foreign = patch(&f, |r| r.roce.bth.pkey = PKey(0x8001));
     let limited = patch(&f, |r| r.roce.bth.pkey = PKey(0x7fff));
-    let _ = p.b.handle_frame(Instant::ZERO, &foreign);
+    assert_eq!(
+        p.b.handle_frame(Instant::ZERO, &foreign),
+        RxVerdict::BadPkey
+    );
     assert!(poll(&mut p, Side::B, &c).is_empty(), "dropped");
     assert_eq!(p.b.counters().bad_pkey_dropped, 1);
     assert!(drain(&mut p, Side::B).is_empty(), "and not answered");
-    let _ = p.b.handle_frame(Instant::ZERO, &limited);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &limited), RxVerdict::Taken);
     assert_eq!(poll(&mut p, Side::B, &c).len(), 1, "0x7FFF matches 0xFFFF");
     assert_eq!(p.b.counters().bad_pkey_dropped, 1);
 }
@@ -465,7 +468,7 @@ fn a_nak_syndrome_in_an_atomic_ack_or_read_response_is_an_error() {
                 a.syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
             }
         });
-        let _ = p.a.handle_frame(Instant::ZERO, &bad);
+        assert_eq!(p.a.handle_frame(Instant::ZERO, &bad), RxVerdict::Taken);
         let st: Vec<_> = poll(&mut p, Side::A, &c).iter().map(|w| w.status).collect();
         assert_eq!(st, [WcStatus::RemAccessErr], "read {read}");
     }
@@ -486,13 +489,13 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
     let psn0 = info(&req[0]).1;
     // Shifted by 8 bytes: not the same request.
     let shifted = patch(&req[0], |r| r.roce.ext.reth.as_mut().unwrap().va += 8);
-    let _ = p.b.handle_frame(Instant::ZERO, &shifted);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &shifted), RxVerdict::Taken);
     assert!(drain(&mut p, Side::B).is_empty(), "shifted VA dropped");
     // The first 1024 bytes only: one response at the first PSN.
     let head = patch(&req[0], |r| {
         r.roce.ext.reth.as_mut().unwrap().dma_len = 1024
     });
-    let _ = p.b.handle_frame(Instant::ZERO, &head);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &head), RxVerdict::Taken);
     let got: Vec<_> = drain(&mut p, Side::B).iter().map(|f| info(f).0).collect();
     assert_eq!(got, [Opcode::RC_READ_RESPONSE_ONLY]);
     // The middle 1024 bytes, from the second PSN.
@@ -502,7 +505,7 @@ fn duplicate_read_must_lie_inside_the_original_range_and_any_subset_is_served() 
         reth.va += 1024;
         reth.dma_len = 1024;
     });
-    let _ = p.b.handle_frame(Instant::ZERO, &mid);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &mid), RxVerdict::Taken);
     let got: Vec<_> = drain(&mut p, Side::B)
         .iter()
         .map(|f| (info(f).0, info(f).1))
@@ -613,7 +616,7 @@ fn a_duplicate_before_the_first_psn_matches_nothing() {
     feed(&mut p, Side::B, &req);
     assert_eq!(drain(&mut p, Side::B).len(), 1);
     let before = patch(&req[0], |r| r.roce.bth.psn = r.roce.bth.psn.sub(1));
-    let _ = p.b.handle_frame(Instant::ZERO, &before);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &before), RxVerdict::Taken);
     assert!(drain(&mut p, Side::B).is_empty());
     assert_eq!(p.b.qp_counters(c.qp_b).unwrap().responses_replayed, 0);
 }

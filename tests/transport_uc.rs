@@ -3,7 +3,7 @@
 //! of the message (a SEND is never delivered torn), resynchronisation on the next
 //! FIRST/ONLY, WRITE with immediate, and the UC `post_send` / `modify_qp` rules.
 
-use xrnic::proto::Instant;
+use xrnic::proto::{Instant, RxVerdict};
 #[path = "transport_common/mod.rs"]
 mod common;
 
@@ -94,7 +94,7 @@ fn uc_send_uses_uc_opcodes_completes_on_transmission_and_gets_no_ack() {
     assert_eq!(p.dev(Side::A).poll_timeout(), None, "no ACK timer on UC");
     let now = p.now;
     for f in &frames {
-        let _ = p.dev(Side::B).handle_frame(now, f);
+        assert_eq!(p.dev(Side::B).handle_frame(now, f), RxVerdict::Taken);
     }
     let got = poll(&mut p, Side::B, &c);
     assert_eq!(got.len(), 3);
@@ -138,7 +138,7 @@ fn uc_psn_gap_drops_the_rest_of_the_message_and_resyncs_on_first() {
     let now = p.now;
     for (i, f) in frames.iter().enumerate() {
         if i != 1 && i != 8 {
-            let _ = p.dev(Side::B).handle_frame(now, f);
+            assert_eq!(p.dev(Side::B).handle_frame(now, f), RxVerdict::Taken);
         }
     }
     let got = poll(&mut p, Side::B, &c);
@@ -196,7 +196,7 @@ fn uc_write_with_and_without_immediate_and_torn_write_keeps_placed_bytes() {
     let now = p.now;
     for (i, f) in frames.iter().enumerate() {
         if i != 5 {
-            let _ = p.dev(Side::B).handle_frame(now, f);
+            assert_eq!(p.dev(Side::B).handle_frame(now, f), RxVerdict::Taken);
         }
     }
     let got: Vec<WorkCompletion> = poll(&mut p, Side::B, &c);
@@ -400,12 +400,15 @@ fn rc_qp_drops_uc_opcodes_and_uc_qp_drops_rc_opcodes() {
     let mut rc = vec![0u8; f.len() + 64];
     let n = v.emit(&mut rc).unwrap();
     let now = p.now;
-    let _ = p.dev(Side::B).handle_frame(now, &rc[..n]);
+    assert_eq!(
+        p.dev(Side::B).handle_frame(now, &rc[..n]),
+        RxVerdict::WrongService
+    );
     assert!(poll(&mut p, Side::B, &c).is_empty());
     assert_eq!(
         p.dev(Side::B).qp_counters(c.qp_b).unwrap().invalid_requests,
         1
     );
-    let _ = p.dev(Side::B).handle_frame(now, &f);
+    assert_eq!(p.dev(Side::B).handle_frame(now, &f), RxVerdict::Taken);
     assert_eq!(poll(&mut p, Side::B, &c).len(), 1);
 }

@@ -4,12 +4,12 @@
 //! checks and the privileged Q_Key, the too-long send, receive-side errors, and real rxe
 //! CM MADs (UD on QP1, ../shared/vectors/rxe) landing on our QP1 with the GRH rxe writes.
 
-use xrnic::proto::Instant;
 use xrnic::proto::{
     Access, AddressVector, AttrMask, Config, Cq, GRH_LEN, GSI_QKEY, GSI_QPN, MrInfo, Mtu, QpAttr,
     QpInitAttr, QpState, QpType, RecvWr, Rnic, SendWr, Sge, UdDest, VerbsError, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode, ipv4_gid,
 };
+use xrnic::proto::{Instant, RxVerdict};
 use xrnic::sim::{LinkConfig, Pair, Side, side_config};
 use xrnic::wire::{FrameView, Opcode, Psn, Qpn};
 
@@ -587,7 +587,7 @@ fn rxe_cm_mads_land_on_qp1_with_the_grh_rxe_writes() {
                 },
             )
             .unwrap();
-            let _ = d.handle_frame(Instant::ZERO, b);
+            assert_eq!(d.handle_frame(Instant::ZERO, b), RxVerdict::Taken);
             let mut wcs = Vec::new();
             d.poll_cq(cq, 8, &mut wcs);
             assert_eq!(wcs.len(), 1, "{} #{}", f.display(), fr.number);
@@ -677,7 +677,7 @@ fn rxe_ud_datagrams_over_ipv6_land_after_the_ipv6_header_as_grh() {
             },
         )
         .unwrap();
-        let _ = d.handle_frame(Instant::ZERO, b);
+        assert_eq!(d.handle_frame(Instant::ZERO, b), RxVerdict::Taken);
         let mut wcs = Vec::new();
         d.poll_cq(cq, 8, &mut wcs);
         assert_eq!(wcs.len(), 1, "frame #{}", fr.number);

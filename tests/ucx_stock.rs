@@ -19,19 +19,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{text, under_ci, xrnic_bin};
+use common::{stock_tool, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
 const PERFTEST: &str = "/usr/bin/ucx_perftest";
-
-fn have_ucx() -> bool {
-    if Path::new(PERFTEST).exists() {
-        return true;
-    }
-    assert!(!under_ci(), "CI=true needs {PERFTEST} (ucx-utils)");
-    eprintln!("skipping: {PERFTEST} not installed (ucx-utils)");
-    false
-}
 
 fn library_built() {
     let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
@@ -94,9 +85,7 @@ fn packets(stat_dir: &Path) -> (u64, u64) {
 /// `min_packets` RoCE packets from A to B and some back.
 fn perftest(tls: &str, port: &str, test: &[&str], min_packets: u64) {
     library_built();
-    if !have_ucx() {
-        return;
-    }
+    stock_tool("ucx_perftest", "ucx-utils");
     dev_infiniband();
     let pair = VethPair::new(9000).expect("veth pair");
     // UCX keeps 15 characters of a device's name (UCT_MD_NAME_MAX 16) and then finds no
@@ -176,7 +165,8 @@ fn perftest(tls: &str, port: &str, test: &[&str], min_packets: u64) {
 /// UD alone: UCX's wire-up and its data both over UD datagrams (65 536-byte messages
 /// cut into MTU-sized datagrams by UCX).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ucx_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ucx_utils, ignore = "needs root and ucx-utils")]
 fn ucx_perftest_tag_bandwidth_over_ud_verbs() {
     perftest(
         "ud_verbs",
@@ -188,7 +178,8 @@ fn ucx_perftest_tag_bandwidth_over_ud_verbs() {
 
 /// RC for the data, UD for the wire-up (UCX's auxiliary transport).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ucx_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ucx_utils, ignore = "needs root and ucx-utils")]
 fn ucx_perftest_tag_latency_over_rc_verbs() {
     perftest(
         "rc_verbs,ud_verbs",

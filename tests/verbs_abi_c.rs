@@ -14,18 +14,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{text, under_ci, xrnic_bin};
+use common::{require_c_headers, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// tests/c/NAME.c built into a fresh directory, or None (skip; a failure under CI=true).
-fn build(name: &str) -> Option<(PathBuf, PathBuf)> {
-    let have_cc = Command::new("cc").arg("--version").output().is_ok();
-    let have_hdr = Path::new("/usr/include/infiniband/verbs.h").exists();
-    if !have_cc || !have_hdr {
-        assert!(!under_ci(), "CI=true needs cc and libibverbs-dev");
-        eprintln!("skipping: needs cc and /usr/include/infiniband/verbs.h (libibverbs-dev)");
-        return None;
-    }
+/// tests/c/NAME.c built into a fresh directory: (the directory, the program). Fails
+/// without cc or libibverbs-dev's headers.
+fn build(name: &str) -> (PathBuf, PathBuf) {
+    require_c_headers("/usr/include/infiniband/verbs.h", "libibverbs-dev");
     // One directory per build: tests of one program run in parallel.
     static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -42,7 +37,7 @@ fn build(name: &str) -> Option<(PathBuf, PathBuf)> {
         .output()
         .unwrap();
     assert!(o.status.success(), "cc: {}", text(&o));
-    Some((dir, exe))
+    (dir, exe)
 }
 
 fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid: &str) -> Command {
@@ -91,12 +86,11 @@ fn run_pair(
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
     library_built();
-    let Some((dir, exe)) = build("verbs_suite") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_suite");
     let pair = VethPair::new(1500).expect("veth pair");
     // The client's device leaves its last counters in `stats` as it closes
     // (XRNIC_FINAL_STAT_DIR, src/abi/device.rs `options`).
@@ -159,9 +153,7 @@ fn the_c_verbs_suite_passes_on_both_ends_through_xrnic_exec() {
 /// SEND counted. `checks`: how many the program passes.
 fn final_snapshot_of_a_leaky_program(mode: &str, checks: usize) {
     library_built();
-    let Some((dir, exe)) = build("verbs_exit_open") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_exit_open");
     let pair = VethPair::new(1500).expect("veth pair");
     let e = pair.end(Side::A);
     let stats = dir.join("stats");
@@ -231,7 +223,8 @@ fn final_snapshot_of_a_leaky_program(mode: &str, checks: usize) {
 /// handler writes the snapshot a close would have (src/abi/device.rs
 /// `write_final_stats_at_exit`).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn a_program_that_exits_with_its_device_open_leaves_the_final_snapshot() {
     final_snapshot_of_a_leaky_program("exit", 6);
 }
@@ -241,7 +234,8 @@ fn a_program_that_exits_with_its_device_open_leaves_the_final_snapshot() {
 /// snapshot itself, the QPs still as the program left them (RTS), before it lets the
 /// objects go.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn a_close_with_objects_alive_still_leaves_the_final_snapshot() {
     final_snapshot_of_a_leaky_program("close", 7);
 }
@@ -251,12 +245,11 @@ fn a_close_with_objects_alive_still_leaves_the_final_snapshot() {
 /// byte for byte, the UD modify masks, a datagram past the MTU, UC, an RC QP on an SRQ,
 /// the SRQ limit event through the async fd, and the error paths.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
     library_built();
-    let Some((dir, exe)) = build("verbs_ud_srq") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_ud_srq");
     let pair = VethPair::new(1500).expect("veth pair");
     for gid in ["1", "0"] {
         let run = dir.join(format!("gid{gid}"));
@@ -290,13 +283,12 @@ fn the_c_ud_uc_srq_suite_passes_on_both_ends_through_xrnic_exec() {
 /// device (the queries, req_notify_cq and the SRQ verbs too) and from the async fd and
 /// the channel once drained, and every destroy succeed.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
     use std::io::{BufRead, BufReader, Read};
     library_built();
-    let Some((dir, exe)) = build("verbs_fatal") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_fatal");
     let pair = VethPair::new(1500).expect("veth pair");
     let e = pair.end(Side::A);
     let mut child = Command::new("ip")
@@ -388,12 +380,11 @@ impl Drop for Up<'_> {
 /// QP in SQD) come through the service, each to the program that owns the object, with
 /// `element` its own pointer.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn the_c_verbs_suite_gets_its_objects_events_through_the_device_service() {
     library_built();
-    let Some((dir, exe)) = build("verbs_suite") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_suite");
     let pair = VethPair::new(1500).expect("veth pair");
     let _up = (Up::start(&pair, Side::A), Up::start(&pair, Side::B));
     let (client, server) = run_pair(&pair, &exe, &dir, "1", &[]);
@@ -443,7 +434,8 @@ fn the_c_verbs_suite_gets_its_objects_events_through_the_device_service() {
 /// AF_XDP socket are free again after the close, as a kernel RNIC's context frees its
 /// objects when its file closes), and the snapshot is the last open's, its two QPs only.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn a_device_closed_with_objects_alive_opens_again() {
     final_snapshot_of_a_leaky_program("reopen", 21);
 }
@@ -458,9 +450,7 @@ fn a_device_closed_with_objects_alive_opens_again() {
 /// up`): the contexts share the program's one connection to it.
 fn multi_open(service: bool) {
     library_built();
-    let Some((dir, exe)) = build("verbs_multi_open") else {
-        return;
-    };
+    let (dir, exe) = build("verbs_multi_open");
     let pair = VethPair::new(1500).expect("veth pair");
     let _up = service.then(|| Up::start(&pair, Side::A));
     let e = pair.end(Side::A);
@@ -494,14 +484,16 @@ fn multi_open(service: bool) {
 /// [`multi_open`] in process. Fails on a library that opens a device only once per
 /// process (the second ibv_open_device found the XDP program attached: EBUSY).
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn one_device_opened_three_times_in_one_process() {
     multi_open(false);
 }
 
 /// [`multi_open`] through the device service.
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
 fn one_service_device_opened_three_times_in_one_process() {
     multi_open(true);
 }

@@ -8,28 +8,16 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{text, under_ci, xrnic_bin};
+use common::{stock_tool, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// The stock tool, or None (skip; a failure under CI=true).
-fn tool(name: &str) -> Option<String> {
-    let p = format!("/usr/bin/{name}");
-    if std::path::Path::new(&p).exists() {
-        return Some(p);
-    }
-    assert!(!under_ci(), "CI=true needs {p} (ibverbs-utils)");
-    eprintln!("skipping: {p} not installed (ibverbs-utils)");
-    None
-}
-
-fn library_built() -> bool {
+fn library_built() {
     let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: build the workspace first (cargo build --workspace)",
         lib.display()
     );
-    true
 }
 
 fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
@@ -49,12 +37,11 @@ fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ibv_devinfo_through_xrnic_exec() {
     library_built();
-    let Some(devinfo) = tool("ibv_devinfo") else {
-        return;
-    };
+    let devinfo = stock_tool("ibv_devinfo", "ibverbs-utils");
     let pair = VethPair::new(1500).expect("veth pair");
     let out = exec(&pair, Side::A, &[&devinfo]).output().unwrap();
     let t = text(&out);
@@ -83,12 +70,11 @@ fn wait_listening(pair: &VethPair, side: Side, port: u16) {
 }
 
 #[test]
-#[ignore = "needs root"]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn stock_ibv_rc_pingpong_both_ends_through_xrnic_exec() {
     library_built();
-    let Some(pp) = tool("ibv_rc_pingpong") else {
-        return;
-    };
+    let pp = stock_tool("ibv_rc_pingpong", "ibverbs-utils");
     let pair = VethPair::new(1500).expect("veth pair");
     for args in [
         &["-g", "1", "-n", "50", "-c"][..],
@@ -121,9 +107,7 @@ fn stock_ibv_rc_pingpong_both_ends_through_xrnic_exec() {
 /// driving itself): the library exports a marker and the loader refuses it, by name.
 #[test]
 fn the_offload_backend_refuses_xrnics_own_libibverbs() {
-    if !library_built() {
-        return;
-    }
+    library_built();
     let lib = std::path::Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     let out = Command::new(xrnic_bin())
         .args(["devinfo", "-d", "rxe0"])

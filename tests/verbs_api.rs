@@ -388,8 +388,8 @@ fn many_messages_complete_in_order(a: &Device, b: &Device) {
     }
 }
 
-/// `Mr::with` / `with_mut` lend a copy and hold no lock while the closure runs (issue 21,
-/// item 9), the same on both backends: verbs work inside them, and `with_mut` writes back
+/// `Mr::with` / `with_mut` lend a copy and hold no lock while the closure runs (a verb
+/// called from the closure would otherwise deadlock), the same on both backends: verbs work inside them, and `with_mut` writes back
 /// only the bytes it changed, so a remote WRITE into other bytes meanwhile is kept.
 fn verbs_work_inside_mr_with_and_with_mut(a: &Device, b: &Device) {
     let (x, y) = pair(a, b, 8192);

@@ -327,8 +327,8 @@ fn injected_loss_is_repaired_and_snapshots_are_written_then_removed_on_close() {
             std::fs::read_dir(&dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
         );
     }
-    // Closed: both snapshots are gone (issue 21, item 11: they stayed, and a reused pid
-    // made them look alive), and so are the temporary files they were written through.
+    // Closed: both snapshots are gone (a snapshot left behind would look alive once its
+    // pid is reused), and so are the temporary files they were written through.
     let left: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()
@@ -409,9 +409,9 @@ fn within_watchdog(what: &str, f: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Issue 21, item 9: `Mr::with` / `with_mut` ran the closure under the engine lock, so a
-/// verb called inside it (any of them takes that lock) deadlocked the device, the driver
-/// thread included. They lend a copy now and hold no lock while the closure runs; what
+/// `Mr::with` / `with_mut` must not run the closure under the engine lock: a verb called
+/// inside it (any of them takes that lock) would deadlock the device, the driver thread
+/// included. They lend a copy and hold no lock while the closure runs; what
 /// `with_mut` changed is written back, and what the NIC wrote meanwhile into bytes the
 /// closure left alone is kept.
 #[test]

@@ -2,6 +2,7 @@
 //! frames or an error, never a panic; the frames then go through exactly what
 //! `xrnic decode` does with them (`xrnic_cli::cli::decode::decode_frames`), in text and in JSON.
 #![no_main]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
 

@@ -20,11 +20,14 @@
 //!   counter or a QP's packets_received), packets_received >= dropped_wrong_state;
 //! - queue lengths within their caps (send and receive queues <= max_wr, CQ <= cqe).
 #![no_main]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use libfuzzer_sys::fuzz_target;
+use std::time::Duration;
+
 use xrnic::proto::{
-    Access, AddressVector, AttrMask, Cq, MAX_FRAME_LEN, MrInfo, Mtu, Pd, QpAttr, QpInitAttr,
-    QpState, QpType, RecvWr, Rnic, SendWr, Sge, UserMem, WrOpcode,
+    Access, AddressVector, AttrMask, Cq, Instant, MAX_FRAME_LEN, MrInfo, Mtu, Pd, QpAttr,
+    QpInitAttr, QpState, QpType, RecvWr, Rnic, SendWr, Sge, UserMem, WrOpcode,
 };
 use xrnic::sim::{Side, side_config};
 use xrnic::wire::{
@@ -102,7 +105,7 @@ struct World {
     /// The PSN of the first replayed capture frame.
     replay_first: Option<u32>,
     frames_in: u64,
-    now: u64,
+    now: Instant,
     tx: Vec<u8>,
 }
 
@@ -253,7 +256,7 @@ impl World {
             cq,
             replay_first: None,
             frames_in: 0,
-            now: 0,
+            now: Instant::ZERO,
             tx: vec![0; MAX_FRAME_LEN],
         }
     }
@@ -473,12 +476,13 @@ impl World {
                 (Operation::Write, Some(r), _) => {
                     self.allow_remote(qp, r.rkey, r.va, u64::from(r.dma_len), Access::REMOTE_WRITE);
                 }
-                (Operation::CmpSwap | Operation::FetchAdd, _, Some(a)) => {
+                // The guard's allow_remote records the range (it runs once, when the
+                // pattern matches).
+                (Operation::CmpSwap | Operation::FetchAdd, _, Some(a))
                     if a.va % 8 == 0
-                        && self.allow_remote(qp, a.rkey, a.va, 8, Access::REMOTE_ATOMIC)
-                    {
-                        self.atomics.insert((qp.qpn.value(), psn));
-                    }
+                        && self.allow_remote(qp, a.rkey, a.va, 8, Access::REMOTE_ATOMIC) =>
+                {
+                    self.atomics.insert((qp.qpn.value(), psn));
                 }
                 _ => {}
             }
@@ -667,9 +671,9 @@ fuzz_target!(|data: &[u8]| {
             0..=3 => w.frame(&mut inp),
             4 => {
                 let dt = match inp.u8() {
-                    0..=0x7f => u64::from(inp.u16()) * 1000,
-                    0x80..=0xef => u64::from(inp.u16()) * 1_000_000,
-                    _ => u64::from(inp.u32()) * 1_000_000,
+                    0..=0x7f => Duration::from_micros(u64::from(inp.u16())),
+                    0x80..=0xef => Duration::from_millis(u64::from(inp.u16())),
+                    _ => Duration::from_millis(u64::from(inp.u32())),
                 };
                 w.now = w.now.saturating_add(dt);
                 w.dev.handle_timeout(w.now);

@@ -2,6 +2,7 @@
 //! give a view whose accessors, ICRC check and `repr()` never panic; and the repr re-emits
 //! into a frame that parses, carries a valid ICRC and gives back an equal repr.
 #![no_main]
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 use libfuzzer_sys::fuzz_target;
 use xrnic::wire::{Ext, FrameRepr, FrameView};

@@ -27,7 +27,15 @@ pub struct XAh {
 
 /// The address handle behind `ah`, if it is live (a lookup: a UD post with a stale or
 /// foreign pointer is EINVAL instead of a read of freed memory).
-pub fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live AH, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// AH is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_destroy_ah` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub unsafe fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
     // SAFETY: a live Ah entry is a leaked Box<XAh> whose first field is the ibv_ah.
     live::is(ah, Kind::Ah).then(|| unsafe { &*(ah as *const XAh) })
 }
@@ -67,7 +75,8 @@ pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut
 }
 
 fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int> {
-    let p = xpd(pd).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+    let p = unsafe { xpd(pd) }.ok_or(libc::EINVAL)?;
     if attr.is_null() {
         return Err(libc::EINVAL);
     }
@@ -245,7 +254,8 @@ fn init_from_wc(
     wc: *mut ibv_wc,
     grh: *mut ibv_grh,
 ) -> Result<ibv_ah_attr, c_int> {
-    let x = context(ctx).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not close `ctx` while this call uses it.
+    let x = unsafe { context(ctx) }.ok_or(libc::EINVAL)?;
     if wc.is_null() {
         return Err(libc::EINVAL);
     }
@@ -275,7 +285,8 @@ pub extern "C" fn ibv_create_ah_from_wc(
     port: u8,
 ) -> *mut ibv_ah {
     guard(core::ptr::null_mut(), || {
-        let Some(p) = xpd(pd) else {
+        // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+        let Some(p) = (unsafe { xpd(pd) }) else {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };

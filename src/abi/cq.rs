@@ -128,14 +128,23 @@ impl Notify {
 }
 
 /// The CQ behind `cq`, if it is live.
-pub fn xcq<'a>(cq: *mut ibv_cq) -> Option<&'a XCq> {
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live CQ, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// CQ is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_destroy_cq` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub unsafe fn xcq<'a>(cq: *mut ibv_cq) -> Option<&'a XCq> {
     // SAFETY: a live Cq entry is a leaked Box<XCq> whose first field is the ibv_cq.
     live::is(cq, Kind::Cq).then(|| unsafe { &*(cq as *const XCq) })
 }
 
 pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
     guard(core::ptr::null_mut(), || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
@@ -186,7 +195,8 @@ pub extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
         }
         // SAFETY: removed above, so freed once; the fd is ours.
         let x = unsafe { Box::from_raw(ch as *mut XChannel) };
-        if let Some(c) = context(x.ibv.context) {
+        // SAFETY: the program does not close `x.ibv.context` while this call uses it.
+        if let Some(c) = unsafe { context(x.ibv.context) } {
             c.notify
                 .channels
                 .lock()
@@ -247,7 +257,8 @@ pub extern "C" fn ibv_get_cq_event(
 
 pub extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: u32) {
     guard((), || {
-        if let Some(x) = xcq(cq) {
+        // SAFETY: the program does not destroy the CQ `cq` while this call uses it.
+        if let Some(x) = unsafe { xcq(cq) } {
             x.state.comp_events.fetch_add(n, Ordering::SeqCst);
         }
     })
@@ -261,7 +272,8 @@ pub extern "C" fn ibv_create_cq(
     _comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(core::ptr::null_mut(), || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
@@ -330,7 +342,8 @@ pub extern "C" fn ibv_create_cq(
 
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || {
-        match xcq(cq) {
+        // SAFETY: the program does not destroy the CQ `cq` while this call uses it.
+        match unsafe { xcq(cq) } {
             None => return ret(Err(libc::EINVAL)),
             Some(c) if c.state.users.load(Ordering::SeqCst) > 0 => return ret(Err(libc::EBUSY)),
             Some(_) => {}
@@ -342,7 +355,8 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         crate::events::forget(unsafe { (*cq).context }, cq as usize);
         // SAFETY: removed above: a leaked Box<XCq> freed once.
         let x = unsafe { Box::from_raw(cq as *mut XCq) };
-        if let Some(ctx) = context(x.ibv.context) {
+        // SAFETY: the program does not close `x.ibv.context` while this call uses it.
+        if let Some(ctx) = unsafe { context(x.ibv.context) } {
             ctx.notify
                 .cqs
                 .lock()
@@ -362,7 +376,8 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 /// `ctx->ops.req_notify_cq`.
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = xcq(cq) else {
+        // SAFETY: the program does not destroy the CQ `cq` while this call uses it.
+        let Some(x) = (unsafe { xcq(cq) }) else {
             return libc::EINVAL;
         };
         if x.state.channel == 0 {
@@ -372,7 +387,8 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, _solicited_only: c_int) 
         // disassociated device (crate::device::gone). Only the queue's flag is read
         // here (an atomic): the event that set it came before, so a program that read
         // DEVICE_FATAL finds it set.
-        if context(x.ibv.context).is_some_and(|c| c.notify.async_q.is_dead()) {
+        // SAFETY: the program does not close `x.ibv.context` while this call uses it.
+        if unsafe { context(x.ibv.context) }.is_some_and(|c| c.notify.async_q.is_dead()) {
             set_errno(libc::EIO);
             return libc::EIO;
         }

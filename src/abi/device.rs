@@ -183,7 +183,15 @@ static CONTEXTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 const CTX_OFFSET: usize = offset_of!(XContext, vctx) + offset_of!(verbs_context, context);
 
 /// The context behind `ctx`, if it is open.
-pub fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live context, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// context is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_close_device` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub unsafe fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
     let open = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
     if !open.as_ref()?.contains(&(ctx as usize)) {
         return None;
@@ -205,7 +213,8 @@ pub(crate) fn gone(x: &XContext) -> bool {
 
 /// [`gone`] for the context behind `ctx` (false for one that is not open).
 pub(crate) fn ctx_gone(ctx: *mut ibv_context) -> bool {
-    context(ctx).is_some_and(gone)
+    // SAFETY: the program does not close `ctx` while this call uses it.
+    unsafe { context(ctx) }.is_some_and(gone)
 }
 
 /// The device's options from the environment: `XRNIC_FINAL_STAT_DIR=DIR` writes the
@@ -229,6 +238,7 @@ fn open_blocking_signals(ifname: &str) -> xv::Result<xv::Device> {
     // SAFETY: sigset_t is plain data that sigfillset initialises; pthread_sigmask reads
     // `all` and writes `old`, both live locals.
     let mut all: libc::sigset_t = unsafe { core::mem::zeroed() };
+    // SAFETY: as above (all-zero bytes are a valid sigset_t).
     let mut old: libc::sigset_t = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
     unsafe {
@@ -371,7 +381,8 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // use it, and the program does not own it (with rdma-core the program never
         // closes `rdma_cm_id.verbs` either; librdmacm does, when it unloads).
         if crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx) {
-            return if context(ctx).is_some() {
+            // SAFETY: the program does not close `ctx` while this call uses it.
+            return if unsafe { context(ctx) }.is_some() {
                 0
             } else {
                 ret(Err(libc::EINVAL))
@@ -496,7 +507,8 @@ unsafe extern "C" fn query_device_ex(
     attr_size: usize,
 ) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             return ret(Err(libc::EINVAL));
         };
         // SAFETY: a non-NULL input points to the caller's struct (verbs.h contract).
@@ -523,7 +535,8 @@ unsafe extern "C" fn query_device_ex(
 
 pub extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_attr) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             return ret(Err(libc::EINVAL));
         };
         if attr.is_null() {
@@ -600,7 +613,8 @@ unsafe extern "C" fn query_port_ex(
     len: usize,
 ) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             return ret(Err(libc::EINVAL));
         };
         if port != 1 || attr.is_null() {
@@ -657,7 +671,8 @@ pub extern "C" fn ibv_query_gid(
     gid: *mut ibv_gid,
 ) -> c_int {
     guard(-1, || {
-        let r = context(ctx)
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let r = unsafe { context(ctx) }
             .ok_or(libc::EINVAL)
             .and_then(|x| gid_entry(x, port, u32::try_from(index).map_err(|_| libc::EINVAL)?));
         match r {
@@ -692,7 +707,8 @@ pub extern "C" fn _ibv_query_gid_ex(
             return ret(Err(libc::EINVAL));
         }
         let port = u8::try_from(port).unwrap_or(0);
-        let r = context(ctx)
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let r = unsafe { context(ctx) }
             .ok_or(libc::EINVAL)
             .and_then(|x| gid_entry(x, port, index));
         match r {
@@ -715,7 +731,8 @@ pub extern "C" fn _ibv_query_gid_table(
     entry_size: usize,
 ) -> isize {
     guard(-(libc::EIO as isize), || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             return -(libc::EINVAL as isize);
         };
         if flags != 0 || entry_size < core::mem::size_of::<ibv_gid_entry>() {
@@ -753,7 +770,8 @@ pub extern "C" fn ibv_query_gid_type(
     ty: *mut c_int,
 ) -> c_int {
     guard(-1, || {
-        match context(ctx)
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        match unsafe { context(ctx) }
             .ok_or(libc::EINVAL)
             .and_then(|x| gid_entry(x, port, index))
         {
@@ -782,7 +800,8 @@ pub extern "C" fn ibv_query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     guard(-1, || {
-        if context(ctx).is_none() || port != 1 || index != 0 || pkey.is_null() {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        if unsafe { context(ctx) }.is_none() || port != 1 || index != 0 || pkey.is_null() {
             set_errno(libc::EINVAL);
             return -1;
         }
@@ -801,7 +820,8 @@ pub extern "C" fn ibv_query_pkey(
 /// The index of a P_Key (network order): 0 for the default one, else -1 (ENOENT).
 pub extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     guard(-1, || {
-        if context(ctx).is_none() || port != 1 {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        if unsafe { context(ctx) }.is_none() || port != 1 {
             set_errno(libc::EINVAL);
             return -1;
         }

@@ -206,7 +206,8 @@ impl AsyncQueue {
 /// `destroy_objects`) does not wait: the kernel's close destroys a context's objects
 /// whatever events were left unacknowledged (uverbs `ib_uverbs_cleanup_ufile`).
 pub fn forget(ctx: *mut ibv_context, element: usize) {
-    let open = context(ctx);
+    // SAFETY: the program does not close `ctx` while this call uses it.
+    let open = unsafe { context(ctx) };
     if let Some(x) = open {
         x.notify
             .async_q
@@ -233,7 +234,8 @@ pub fn forget(ctx: *mut ibv_context, element: usize) {
 /// on a non-blocking fd with nothing queued).
 pub extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
     guard(-1, || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             set_errno(libc::EINVAL);
             return -1;
         };

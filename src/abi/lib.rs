@@ -16,6 +16,9 @@
 //! error return with errno, never an unwind into C), and every `unsafe` block says why
 //! the pointer it follows is valid.
 
+// Every `unsafe` block says why it is sound (a `// SAFETY:` line), checked by clippy.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
 mod ah;
 mod cq;
 mod device;

@@ -22,7 +22,8 @@ pub extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u1
 }
 
 fn change(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> Result<(), c_int> {
-    let q = xqp(qp).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the QP `qp` while this call uses it.
+    let q = unsafe { xqp(qp) }.ok_or(libc::EINVAL)?;
     if gid.is_null() {
         return Err(libc::EINVAL);
     }

@@ -36,14 +36,23 @@ pub fn next_handle() -> u32 {
 }
 
 /// The PD behind `pd`, if it is live.
-pub fn xpd<'a>(pd: *mut ibv_pd) -> Option<&'a XPd> {
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live PD, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// PD is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_dealloc_pd` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub unsafe fn xpd<'a>(pd: *mut ibv_pd) -> Option<&'a XPd> {
     // SAFETY: a live Pd entry is a leaked Box<XPd> whose first field is the ibv_pd.
     live::is(pd, Kind::Pd).then(|| unsafe { &*(pd as *const XPd) })
 }
 
 pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard(core::ptr::null_mut(), || {
-        let Some(x) = context(ctx) else {
+        // SAFETY: the program does not close `ctx` while this call uses it.
+        let Some(x) = (unsafe { context(ctx) }) else {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         };
@@ -70,7 +79,8 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 
 pub extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
-        match xpd(pd) {
+        // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+        match unsafe { xpd(pd) } {
             None => return ret(Err(libc::EINVAL)),
             Some(p) if p.users.load(Ordering::SeqCst) > 0 => return ret(Err(libc::EBUSY)),
             Some(_) => {}
@@ -100,7 +110,8 @@ fn access_of(access: c_uint) -> Result<Access, c_int> {
 }
 
 fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr {
-    let Some(p) = xpd(pd) else {
+    // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+    let Some(p) = (unsafe { xpd(pd) }) else {
         set_errno(libc::EINVAL);
         return core::ptr::null_mut();
     };

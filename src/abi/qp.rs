@@ -69,7 +69,16 @@ struct Inline {
     next: Mutex<usize>,
 }
 
-pub(crate) fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
+/// The QP behind `qp`, if it is live.
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live QP, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// QP is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_destroy_qp` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub(crate) unsafe fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
     // SAFETY: a live Qp entry is a leaked Box<XQp> whose first field is the ibv_qp.
     live::is(qp, Kind::Qp).then(|| unsafe { &*(qp as *const XQp) })
 }
@@ -85,7 +94,8 @@ pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) ->
 }
 
 fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c_int> {
-    let p = xpd(pd).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+    let p = unsafe { xpd(pd) }.ok_or(libc::EINVAL)?;
     if init.is_null() {
         return Err(libc::EINVAL);
     }
@@ -94,7 +104,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     let srq = if a.srq.is_null() {
         None
     } else {
-        Some(xsrq(a.srq as *mut ibv_srq).ok_or(libc::EINVAL)?)
+        // SAFETY: the program does not destroy the SRQ `a.srq` while this call uses it.
+        Some(unsafe { xsrq(a.srq as *mut ibv_srq) }.ok_or(libc::EINVAL)?)
     };
     let qp_type = match a.qp_type {
         IBV_QPT_RC => xv::QpType::Rc,
@@ -105,8 +116,10 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         _ => return Err(libc::EOPNOTSUPP),
     };
     let (scq, rcq) = (
-        xcq(a.send_cq).ok_or(libc::EINVAL)?,
-        xcq(a.recv_cq).ok_or(libc::EINVAL)?,
+        // SAFETY: the program does not destroy the CQ `a.send_cq` while this call uses it.
+        unsafe { xcq(a.send_cq) }.ok_or(libc::EINVAL)?,
+        // SAFETY: the program does not destroy the CQ `a.recv_cq` while this call uses it.
+        unsafe { xcq(a.recv_cq) }.ok_or(libc::EINVAL)?,
     );
     // The PD, the CQs and the SRQ must be of one context: the kernel looks each handle
     // up in the context's own file (uverbs_cmd.c `create_qp`, `uobj_get_obj_read`), so
@@ -202,7 +215,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
 
 impl XPd {
     fn pd_device(&self) -> xv::Device {
-        crate::device::context(self.ibv.context)
+        // SAFETY: the program does not close `self.ibv.context` while this call uses it.
+        unsafe { crate::device::context(self.ibv.context) }
             .map(|c| c.dev.clone())
             .expect("a live PD's context is open")
     }
@@ -262,7 +276,8 @@ pub extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c
 }
 
 fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_int> {
-    let x = xqp(qp).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the QP `qp` while this call uses it.
+    let x = unsafe { xqp(qp) }.ok_or(libc::EINVAL)?;
     if attr.is_null() || mask & !KNOWN_MASK != 0 {
         return Err(libc::EINVAL);
     }
@@ -330,7 +345,8 @@ pub extern "C" fn ibv_query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = xqp(qp) else {
+        // SAFETY: the program does not destroy the QP `qp` while this call uses it.
+        let Some(x) = (unsafe { xqp(qp) }) else {
             return ret(Err(libc::EINVAL));
         };
         if attr.is_null() || init.is_null() {
@@ -501,7 +517,8 @@ fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
     if x.qp_type != IBV_QPT_UD {
         return x.qp.post_send(s).map_err(|e| errno_of(&e));
     }
-    let ah = xah(w.ud_ah()).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the AH `w.ud_ah()` while this call uses it.
+    let ah = unsafe { xah(w.ud_ah()) }.ok_or(libc::EINVAL)?;
     x.qp.post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
         .map_err(|e| errno_of(&e))
 }

@@ -217,12 +217,27 @@ fn reg<T>(f: impl FnOnce(&mut Reg) -> T) -> T {
     f(g.get_or_insert_with(Reg::default))
 }
 
-fn xid<'a>(id: *mut rdma_cm_id) -> Option<&'a XId> {
+/// The id behind `id`, if it is registered.
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live id, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// id is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `rdma_destroy_id` on it meanwhile (a librdmacm program may not destroy an
+/// id while another of its calls uses it).
+unsafe fn xid<'a>(id: *mut rdma_cm_id) -> Option<&'a XId> {
     // SAFETY: a registered id is a leaked Box<XId> whose first field is the rdma_cm_id.
     reg(|r| r.ids.contains(&(id as usize))).then(|| unsafe { &*(id as *const XId) })
 }
 
-fn xchan<'a>(ch: *mut rdma_event_channel) -> Option<&'a XChannel> {
+/// The event channel behind `ch`, if it is registered.
+///
+/// # Safety
+///
+/// As [`xid`]'s: the program does not call `rdma_destroy_event_channel` on it while the
+/// reference is used.
+unsafe fn xchan<'a>(ch: *mut rdma_event_channel) -> Option<&'a XChannel> {
     // SAFETY: a registered channel is a leaked Box<XChannel> starting with the C struct.
     reg(|r| r.channels.contains(&(ch as usize))).then(|| unsafe { &*(ch as *const XChannel) })
 }
@@ -271,7 +286,10 @@ pub extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
 }
 
 fn push(ch: *mut rdma_event_channel, e: XEvent) {
-    let Some(c) = xchan(ch) else { return };
+    // SAFETY: the program does not destroy the event channel `ch` while this call uses it.
+    let Some(c) = (unsafe { xchan(ch) }) else {
+        return;
+    };
     let mut b = Box::new(e);
     if !b.private.is_empty() {
         // The union's `conn` and `ud` both start with the private data pointer.
@@ -321,7 +339,8 @@ pub extern "C" fn rdma_get_cm_event(
     out: *mut *mut rdma_cm_event,
 ) -> c_int {
     guard(-1, || {
-        let Some(c) = xchan(ch) else {
+        // SAFETY: the program does not destroy the event channel `ch` while this call uses it.
+        let Some(c) = (unsafe { xchan(ch) }) else {
             return err(libc::EINVAL, -1);
         };
         if out.is_null() {
@@ -404,7 +423,8 @@ pub extern "C" fn rdma_create_id(
     ps: c_int,
 ) -> c_int {
     guard(-1, || {
-        if out.is_null() || (!ch.is_null() && xchan(ch).is_none()) {
+        // SAFETY: the program does not destroy the event channel `ch` while this call uses it.
+        if out.is_null() || (!ch.is_null() && unsafe { xchan(ch) }.is_none()) {
             return err(libc::EINVAL, -1);
         }
         if ps != c_int::from(RDMA_PS_TCP) && ps != c_int::from(RDMA_PS_UDP) {
@@ -432,7 +452,9 @@ pub extern "C" fn rdma_create_id(
 
 pub extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: no other call of the program uses `id` meanwhile; this one frees it
+        // below, after its last use of `x`.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let st = std::mem::take(&mut *x.st.lock().unwrap_or_else(|e| e.into_inner()));
@@ -571,7 +593,8 @@ fn attach(x: &XId, ip: IpAddr) -> Result<Arc<Port>, c_int> {
         return Err(libc::ENODEV);
     }
     let p = port(&ifname)?;
-    let id = id_mut(x);
+    // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+    let id = unsafe { id_mut(x) };
     id.verbs = p.ctx;
     id.port_num = 1;
     id.route.addr.ib.sgid.raw = gid_of(ip);
@@ -580,16 +603,23 @@ fn attach(x: &XId, ip: IpAddr) -> Result<Arc<Port>, c_int> {
     Ok(p)
 }
 
+/// The C struct of `x`, to write (it lives in an `UnsafeCell`, see [`XId`]).
+///
+/// # Safety
+///
+/// No other reference to `x`'s `rdma_cm_id` may be live while the returned one is used:
+/// the caller holds none across this one, and the program does not use the id from
+/// another thread meanwhile (librdmacm's own calls on one id are not thread-safe either).
 #[allow(clippy::mut_from_ref)]
-fn id_mut(x: &XId) -> &mut rdma_cm_id {
-    // SAFETY: the C struct is in an UnsafeCell (see `XId`); callers hold no other
-    // reference to it across this one.
+unsafe fn id_mut(x: &XId) -> &mut rdma_cm_id {
+    // SAFETY: the caller's contract: this is the only reference to the cell's contents.
     unsafe { &mut *x.id.get() }
 }
 
 pub extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let Some(mut a) = sockaddr(addr) else {
@@ -603,7 +633,8 @@ pub extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr)
                 return err(e, -1);
             }
         }
-        store(&mut id_mut(x).route.addr.src, a);
+        // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+        store(&mut unsafe { id_mut(x) }.route.addr.src, a);
         0
     })
 }
@@ -615,7 +646,8 @@ pub extern "C" fn rdma_resolve_addr(
     _timeout_ms: c_int,
 ) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let Some(d) = sockaddr(dst) else {
@@ -638,7 +670,9 @@ pub extern "C" fn rdma_resolve_addr(
                 } else {
                     port_no
                 };
-                let idm = id_mut(x);
+                // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
+                // is used.
+                let idm = unsafe { id_mut(x) };
                 store(&mut idm.route.addr.src, SocketAddr::new(ip, sport));
                 store(&mut idm.route.addr.dst, d);
                 idm.route.addr.ib.dgid.raw = gid_of(d.ip());
@@ -652,7 +686,8 @@ pub extern "C" fn rdma_resolve_addr(
 
 pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let p = x.st.lock().unwrap_or_else(|e| e.into_inner()).port.clone();
@@ -678,7 +713,8 @@ pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) ->
 
 pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let Some(a) = sockaddr(&x.c().route.addr.src as *const _ as *const libc::sockaddr) else {
@@ -703,7 +739,8 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
             }
         }
         if x.c().verbs.is_null() {
-            id_mut(x).verbs = ports[0].ctx;
+            // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+            unsafe { id_mut(x) }.verbs = ports[0].ctx;
         }
         let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
         st.listen = Some(sid);
@@ -813,7 +850,8 @@ pub extern "C" fn rdma_init_qp_attr(
     mask: *mut c_int,
 ) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         if attr.is_null() || mask.is_null() {
@@ -862,7 +900,8 @@ pub extern "C" fn rdma_create_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         if init.is_null() {
@@ -895,7 +934,8 @@ pub extern "C" fn rdma_create_qp(
         if qp.is_null() {
             return -1;
         }
-        let idm = id_mut(x);
+        // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+        let idm = unsafe { id_mut(x) };
         idm.qp = qp;
         // SAFETY: `init` is the caller's attribute struct, read after create filled it.
         unsafe {
@@ -912,7 +952,8 @@ pub extern "C" fn rdma_create_qp(
         };
         if let Err(e) = moved {
             crate::qp::ibv_destroy_qp(qp);
-            id_mut(x).qp = core::ptr::null_mut();
+            // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+            unsafe { id_mut(x) }.qp = core::ptr::null_mut();
             return err(e, -1);
         }
         0
@@ -921,10 +962,13 @@ pub extern "C" fn rdma_create_qp(
 
 pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard((), || {
-        if let Some(x) = xid(id) {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        if let Some(x) = unsafe { xid(id) } {
             if !x.c().qp.is_null() {
                 crate::qp::ibv_destroy_qp(x.c().qp);
-                id_mut(x).qp = core::ptr::null_mut();
+                // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
+                // is used.
+                unsafe { id_mut(x) }.qp = core::ptr::null_mut();
             }
             sync::destroy_cqs(x);
         }
@@ -977,7 +1021,8 @@ fn random_psn() -> u32 {
 
 pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let p = x.st.lock().unwrap_or_else(|e| e.into_inner()).port.clone();
@@ -1036,7 +1081,8 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
 
 pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let (p, c) = {
@@ -1069,7 +1115,8 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
 
 pub extern "C" fn rdma_reject(id: *mut rdma_cm_id, private: *const c_void, len: u8) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let (p, c) = {
@@ -1100,7 +1147,8 @@ pub extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, private: *const c_void, l
 
 pub extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let (p, c) = {
@@ -1120,7 +1168,8 @@ pub extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 
 pub extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         // librdmacm: the QP to ERROR first (its WRs flush), then DREQ / DREP.
@@ -1139,10 +1188,16 @@ pub extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 }
 
 /// The id for CM connection `c` of port `p`, if it is still live.
-fn conn_id<'a>(p: &Port, c: CmId) -> Option<&'a XId> {
+///
+/// # Safety
+///
+/// As [`xid`]'s: the program does not call `rdma_destroy_id` on the id while the
+/// reference is used.
+unsafe fn conn_id<'a>(p: &Port, c: CmId) -> Option<&'a XId> {
     let key = p as *const Port as usize;
     let ptr = reg(|r| r.conns.get(&(key, c)).copied())?;
-    xid(ptr as *mut rdma_cm_id)
+    // SAFETY: this function's contract is xid's.
+    unsafe { xid(ptr as *mut rdma_cm_id) }
 }
 
 /// A CM event of port `p`, turned into the `RDMA_CM_EVENT_*` its id's program sees
@@ -1155,7 +1210,10 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             from: _,
             req,
         } => {
-            let Some(l) = xid(listener as *mut rdma_cm_id) else {
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(l) = (unsafe { xid(listener as *mut rdma_cm_id) }) else {
                 p.with_cm(|cm, _| cm.reject(c, rej_reason::INVALID_SERVICE_ID, &[]));
                 return;
             };
@@ -1168,7 +1226,8 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             let child = new_child(l);
             // SAFETY: just made, registered, not yet visible to the program.
             let cx = unsafe { &*child };
-            let ci = id_mut(cx);
+            // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
+            let ci = unsafe { id_mut(cx) };
             ci.verbs = p.ctx;
             ci.port_num = 1;
             store(&mut ci.route.addr.src, SocketAddr::new(h.dst, lport));
@@ -1202,7 +1261,12 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             push(l.c().channel, ev);
         }
         CmEvent::ConnectResponse { id: c, rep } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             let remote = ConnNumbers {
                 responder_resources: rep.responder_resources,
                 initiator_depth: rep.initiator_depth,
@@ -1236,7 +1300,12 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             }
         }
         CmEvent::Established { id: c } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             let (remote, private) = {
                 let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
                 (st.remote, st.rep_private.clone())
@@ -1251,7 +1320,12 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             reason,
             private_data,
         } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             if ud::is_ud(x) {
                 // A SIDR_REP with a status other than OK.
                 ud::on_refused(p, c, reason);
@@ -1262,20 +1336,40 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             push(x.c().channel, e);
         }
         CmEvent::Unreachable { id: c } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             push(x.c().channel, event(x, ev::UNREACHABLE, -libc::ETIMEDOUT));
         }
         CmEvent::Disconnected { id: c } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             push(x.c().channel, event(x, ev::DISCONNECTED, 0));
         }
         CmEvent::DreqError { id: c } => {
             // cma.c cma_ib_handler: IB_CM_DREQ_ERROR is DISCONNECTED with -ETIMEDOUT.
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             push(x.c().channel, event(x, ev::DISCONNECTED, -libc::ETIMEDOUT));
         }
         CmEvent::TimewaitExit { id: c } => {
-            let Some(x) = conn_id(p, c) else { return };
+            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+            let Some(x) = (unsafe { conn_id(p, c) }) else {
+                return;
+            };
             reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
             x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
             push(x.c().channel, event(x, ev::TIMEWAIT_EXIT, 0));
@@ -1298,7 +1392,8 @@ fn ports_arc(p: &Port) -> Option<Arc<Port>> {
 
 pub extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     guard(0, || {
-        xid(id)
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        unsafe { xid(id) }
             .and_then(|x| sockaddr(&x.c().route.addr.src as *const _ as *const libc::sockaddr))
             .map_or(0, |a| a.port().to_be())
     })
@@ -1306,7 +1401,8 @@ pub extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 
 pub extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     guard(0, || {
-        xid(id)
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        unsafe { xid(id) }
             .and_then(|x| sockaddr(&x.c().route.addr.dst as *const _ as *const libc::sockaddr))
             .map_or(0, |a| a.port().to_be())
     })
@@ -1314,13 +1410,16 @@ pub extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
 
 pub extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> c_int {
     guard(-1, || {
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
-        if xchan(ch).is_none() {
+        // SAFETY: the program does not destroy the event channel `ch` while this call uses it.
+        if unsafe { xchan(ch) }.is_none() {
             return err(libc::EINVAL, -1);
         }
-        id_mut(x).channel = ch;
+        // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+        unsafe { id_mut(x) }.channel = ch;
         0
     })
 }
@@ -1353,7 +1452,8 @@ pub extern "C" fn rdma_set_option(
 ) -> c_int {
     // TOS, REUSEADDR, AFONLY, ACK_TIMEOUT: accepted and not applied (a log-free no-op
     // would be a silent fallback, so say it once).
-    if xid(id).is_none() {
+    // SAFETY: the program does not destroy the id `id` while this call uses it.
+    if unsafe { xid(id) }.is_none() {
         return err(libc::EINVAL, -1);
     }
     static SAID: std::sync::Once = std::sync::Once::new();
@@ -1362,7 +1462,8 @@ pub extern "C" fn rdma_set_option(
 }
 
 pub extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: c_int) -> c_int {
-    if xid(id).is_none() {
+    // SAFETY: the program does not destroy the id `id` while this call uses it.
+    if unsafe { xid(id) }.is_none() {
         return err(libc::EINVAL, -1);
     }
     0

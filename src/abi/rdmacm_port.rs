@@ -85,7 +85,8 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     // `ucma_open_device`): beside any context the program opened itself, on the same
     // device (src/abi/opened.rs), so the program may close its own freely.
     let ctx = open_own(ifname)?;
-    let x = crate::device::context(ctx).ok_or(libc::ENODEV)?;
+    // SAFETY: the program does not close `ctx` while this call uses it.
+    let x = unsafe { crate::device::context(ctx) }.ok_or(libc::ENODEV)?;
     let dev = x.dev.clone();
     let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
         eprintln!("xrnic: rdma_cm on {ifname}: {e}");
@@ -170,8 +171,9 @@ fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
         // SAFETY: ibv_get_device_list returned `n` valid device pointers.
         let d = unsafe { *list.add(i) };
         let name = crate::device::ibv_get_device_name(d);
-        // SAFETY: the device name is a NUL-terminated string inside the interned device.
         if !name.is_null()
+            // SAFETY: the device name is a NUL-terminated string inside the interned
+            // device.
             && unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes() == want.as_bytes()
         {
             ctx = crate::device::ibv_open_device(d);

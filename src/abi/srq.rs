@@ -27,7 +27,15 @@ pub struct XSrq {
 }
 
 /// The SRQ behind `srq`, if it is live.
-pub fn xsrq<'a>(srq: *mut ibv_srq) -> Option<&'a XSrq> {
+///
+/// # Safety
+///
+/// The lookup refuses a pointer that is not (or no longer) a live SRQ, but the
+/// reference it returns has no lifetime the compiler can check: it is valid only while the
+/// SRQ is not destroyed. The caller uses it within the call it serves and the program
+/// does not call `ibv_destroy_srq` on it meanwhile (a libibverbs program may not destroy an
+/// object while another of its calls uses it).
+pub unsafe fn xsrq<'a>(srq: *mut ibv_srq) -> Option<&'a XSrq> {
     // SAFETY: a live Srq entry is a leaked Box<XSrq> whose first field is the ibv_srq.
     live::is(srq, Kind::Srq).then(|| unsafe { &*(srq as *const XSrq) })
 }
@@ -54,7 +62,8 @@ pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) 
 }
 
 fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq, c_int> {
-    let p = xpd(pd).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+    let p = unsafe { xpd(pd) }.ok_or(libc::EINVAL)?;
     if init.is_null() {
         return Err(libc::EINVAL);
     }
@@ -91,7 +100,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq,
 
 pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mask: c_int) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = xsrq(srq) else {
+        // SAFETY: the program does not destroy the SRQ `srq` while this call uses it.
+        let Some(x) = (unsafe { xsrq(srq) }) else {
             return ret(Err(libc::EINVAL));
         };
         if attr.is_null() {
@@ -117,7 +127,8 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
 
 pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     guard(libc::EIO, || {
-        let Some(x) = xsrq(srq) else {
+        // SAFETY: the program does not destroy the SRQ `srq` while this call uses it.
+        let Some(x) = (unsafe { xsrq(srq) }) else {
             return ret(Err(libc::EINVAL));
         };
         if attr.is_null() {
@@ -146,7 +157,8 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
 
 pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
-        match xsrq(srq) {
+        // SAFETY: the program does not destroy the SRQ `srq` while this call uses it.
+        match unsafe { xsrq(srq) } {
             None => return ret(Err(libc::EINVAL)),
             Some(x) if x.users.load(Ordering::SeqCst) > 0 => return ret(Err(libc::EBUSY)),
             Some(_) => {}

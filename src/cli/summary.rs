@@ -201,7 +201,7 @@ const ROWS: &[Row] = &[
             line: "of the bottleneck ",
             after: "",
         },
-        // Issue 22 point 5: >= 0.9 of the bottleneck.
+        // docs/congestion.md: the flows together take >= 0.9 of the bottleneck.
         goal: Goal::AtLeast(90.0),
         why: "congestion.md#lab",
     },

@@ -900,17 +900,42 @@ mod tests {
     }
 
     #[test]
-    fn key_decode_never_panics_on_damaged_messages() {
+    fn key_decode_refuses_truncated_and_damaged_messages() {
         for f in [KeyFormat::WithGid, KeyFormat::WithoutGid] {
             let good = sample().encode(f);
-            for n in 0..good.len() {
-                let _ = PerftestDest::decode(&good[..n], f);
+            // The form without a GID carries none: it reads back with a zero GID.
+            let want = PerftestDest::decode(&good, f);
+            assert!(want.is_ok(), "{f:?}: {want:?}");
+            let nul = good.iter().position(|&b| b == 0).unwrap();
+            for n in 0..=nul {
+                assert_eq!(
+                    PerftestDest::decode(&good[..n], f),
+                    Err(MessageError::MissingNul),
+                    "{f:?}, {n} bytes"
+                );
             }
             for i in 0..good.len() {
                 for b in [0u8, b':', b'g', 0x80] {
                     let mut m = good.clone();
                     m[i] = b;
-                    let _ = PerftestDest::decode(&m, f);
+                    let got = PerftestDest::decode(&m, f);
+                    let at = format!("{f:?}, byte {i} = {b:#x}: {got:?}");
+                    if m == good || i > nul {
+                        // Unchanged, or only the padding after the first NUL changed.
+                        assert_eq!(got, want, "{at}");
+                        continue;
+                    }
+                    match (b, i == nul) {
+                        (0x80, false) => assert_eq!(got, Err(MessageError::NotText), "{at}"),
+                        (b'g', false) => {
+                            assert!(matches!(got, Err(MessageError::NotHex { .. })), "{at}")
+                        }
+                        // A NUL shortens the text: only the last field's leading zeros may
+                        // go (strtol reads "0000" as 0, as the C peer does); anything
+                        // else is refused, never read as another value.
+                        (0, false) => assert!(got.is_err() || got == want, "{at}"),
+                        _ => assert!(got.is_err(), "{at}"),
+                    }
                 }
             }
         }

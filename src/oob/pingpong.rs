@@ -314,16 +314,37 @@ mod tests {
     }
 
     #[test]
-    fn decode_never_panics_on_truncations_of_a_good_message() {
+    fn decode_refuses_truncated_and_damaged_messages() {
         let good = sample().encode();
+        let nul = good.len() - 1;
+        assert_eq!(good[nul], 0);
         for n in 0..good.len() {
-            let _ = PingpongDest::decode(&good[..n]);
+            assert_eq!(
+                PingpongDest::decode(&good[..n]),
+                Err(MessageError::MissingNul),
+                "{n} bytes"
+            );
         }
         for i in 0..good.len() {
             for b in [0u8, b':', b'x', 0xff] {
                 let mut m = good;
                 m[i] = b;
-                let _ = PingpongDest::decode(&m);
+                let got = PingpongDest::decode(&m);
+                if m == good {
+                    assert_eq!(got, Ok(sample()), "byte {i} unchanged");
+                    continue;
+                }
+                match (b, i == nul) {
+                    // The only NUL overwritten: no end of text.
+                    (_, true) => assert_eq!(got, Err(MessageError::MissingNul), "byte {i}"),
+                    (0xff, false) => assert_eq!(got, Err(MessageError::NotText), "byte {i}"),
+                    (b'x', false) => assert!(
+                        matches!(got, Err(MessageError::NotHex { .. })),
+                        "byte {i} = 'x': {got:?}"
+                    ),
+                    // A NUL cuts a field short, a ':' splits one: always refused.
+                    _ => assert!(got.is_err(), "byte {i} = {b:#x}: {got:?}"),
+                }
             }
         }
     }

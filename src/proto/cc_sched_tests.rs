@@ -1,5 +1,5 @@
 //! The congestion control's timers go through the QP's timer table and the device's
-//! scheduler (issue 14 item 3, docs/performance.md "Many QPs"): a QP whose DCQCN timer is
+//! scheduler (docs/performance.md "Many QPs"): a QP whose DCQCN timer is
 //! due is visited, and idle QPs are not visited at all, however many there are. Visits are
 //! counted (`Rnic::qp_visits`), never timed.
 

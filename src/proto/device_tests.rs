@@ -1,9 +1,9 @@
 //! Engine tests that need to reach inside the device: the response cache after a PSN
-//! wrap-around (bug 5 of issue 21) takes 2^24 PSNs of traffic, which only READ requests of
+//! wrap-around (a cached response must still be found after the PSN wraps) takes 2^24 PSNs of traffic, which only READ requests of
 //! 2^31 bytes consume fast enough; their 2^24 responses are discarded here instead of sent.
 //! And the QPN numbering (`Config::first_qpn`), which reaches the device's slots.
 
-use crate::proto::{Access, Instant, Mtu, RecvWr, SendWr, Sge, WrOpcode};
+use crate::proto::{Access, Instant, Mtu, RecvWr, RxVerdict, SendWr, Sge, WrOpcode};
 use crate::sim::{ConnectOpts, LinkConfig, Pair, RcPair, Side};
 use crate::wire::{FrameRepr, Psn};
 
@@ -33,7 +33,7 @@ fn repsn(frame: &[u8], psn: Psn, dma_len: Option<u32>) -> Vec<u8> {
 
 /// B's responder takes `frame`; whatever it queued in answer is thrown away.
 fn take_and_discard(p: &mut Pair, c: &RcPair, frame: &[u8]) {
-    let _ = p.b.handle_frame(Instant::ZERO, frame);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, frame), RxVerdict::Taken);
     let i = p.b.slot(c.qp_b).unwrap();
     p.b.qps[i].as_mut().unwrap().resp.out.clear();
 }
@@ -97,14 +97,14 @@ fn atomic_cache_after_psn_wrap_answers_with_the_newest_entry_only() {
         assert_eq!(f.len(), 3);
         let (atomic, read, send) = (&f[0], &f[1], &f[2]);
         let p0 = FrameRepr::parse(atomic).unwrap().roce.bth.psn;
-        let _ = p.b.handle_frame(Instant::ZERO, atomic);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, atomic), RxVerdict::Taken);
         assert_eq!(atomic_origs(&mut p), [100]);
         // 2^24 - 1 PSNs of READs: 2^23 - 1 and 2^23 response packets at MTU 256.
         take_and_discard(&mut p, &c, &repsn(read, p0.add(1), Some((1 << 31) - 256)));
         take_and_discard(&mut p, &c, &repsn(read, p0.add(1 << 23), Some(1 << 31)));
         assert_eq!(p.b.query_qp(c.qp_b).unwrap().rq_psn, p0, "wrapped round");
         if new_atomic {
-            let _ = p.b.handle_frame(Instant::ZERO, atomic);
+            assert_eq!(p.b.handle_frame(Instant::ZERO, atomic), RxVerdict::Taken);
             assert_eq!(atomic_origs(&mut p), [105]);
         } else {
             p.b.post_recv(
@@ -119,11 +119,14 @@ fn atomic_cache_after_psn_wrap_answers_with_the_newest_entry_only() {
                 },
             )
             .unwrap();
-            let _ = p.b.handle_frame(Instant::ZERO, &repsn(send, p0, None));
+            assert_eq!(
+                p.b.handle_frame(Instant::ZERO, &repsn(send, p0, None)),
+                RxVerdict::Taken
+            );
             drain(&mut p, Side::B);
         }
         // The atomic at that PSN again: a duplicate.
-        let _ = p.b.handle_frame(Instant::ZERO, atomic);
+        assert_eq!(p.b.handle_frame(Instant::ZERO, atomic), RxVerdict::Taken);
         let want: &[u64] = if new_atomic { &[105] } else { &[] };
         assert_eq!(atomic_origs(&mut p), want, "new_atomic {new_atomic}");
         let executed = p.b.qp_counters(c.qp_b).unwrap().atomics_executed;
@@ -168,10 +171,10 @@ fn read_cache_after_psn_wrap_answers_the_new_read() {
     take_and_discard(&mut p, &c, &repsn(&f[0], p0.add(1 << 23), Some(1 << 31)));
     assert_eq!(p.b.query_qp(c.qp_b).unwrap().rq_psn, p0, "wrapped round");
     let new_read = repsn(&f[1], p0, None);
-    let _ = p.b.handle_frame(Instant::ZERO, &new_read);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &new_read), RxVerdict::Taken);
     assert_eq!(drain(&mut p, Side::B).len(), 1);
     // Its duplicate is served, with the other region's bytes.
-    let _ = p.b.handle_frame(Instant::ZERO, &new_read);
+    assert_eq!(p.b.handle_frame(Instant::ZERO, &new_read), RxVerdict::Taken);
     let out = drain(&mut p, Side::B);
     assert_eq!(out.len(), 1, "the duplicate is answered");
     let r = FrameRepr::parse(&out[0]).unwrap();

@@ -2,7 +2,8 @@
 //! simulated link: each raised when and only when its cause happens.
 
 use crate::proto::{
-    Access, AsyncEvent, AttrMask, QpState, RecvWr, SendWr, Sge, SrqAttr, WcStatus, WrOpcode,
+    Access, AsyncEvent, AttrMask, QpState, RecvWr, RxVerdict, SendWr, Sge, SrqAttr, WcStatus,
+    WrOpcode,
 };
 use crate::sim::{ConnectOpts, LinkConfig, Pair, QpEnd, RcPair, Side};
 
@@ -209,10 +210,10 @@ fn sq_drained_is_raised_once_the_outstanding_message_completes() {
     assert!(p.a.query_qp(c.qp_a).unwrap().sq_draining);
     assert_eq!(events(&mut p, Side::A), [], "still outstanding");
     for f in &frames {
-        let _ = p.b.handle_frame(now, f);
+        assert_eq!(p.b.handle_frame(now, f), RxVerdict::Taken);
     }
     while let Some(n) = p.b.poll_transmit(now, &mut buf) {
-        let _ = p.a.handle_frame(now, &buf[..n]);
+        assert_eq!(p.a.handle_frame(now, &buf[..n]), RxVerdict::Taken);
     }
     let mut wcs = vec![];
     p.a.poll_cq(c.cq_a, 8, &mut wcs);
@@ -233,10 +234,10 @@ fn sq_drained_is_raised_once_the_outstanding_message_completes() {
     assert_eq!(events(&mut p, Side::A), []);
     move_to(&mut p, Side::A, c.qp_a, QpState::Rts);
     for f in &frames {
-        let _ = p.b.handle_frame(now, f);
+        assert_eq!(p.b.handle_frame(now, f), RxVerdict::Taken);
     }
     while let Some(n) = p.b.poll_transmit(now, &mut buf) {
-        let _ = p.a.handle_frame(now, &buf[..n]);
+        assert_eq!(p.a.handle_frame(now, &buf[..n]), RxVerdict::Taken);
     }
     wcs.clear();
     p.a.poll_cq(c.cq_a, 8, &mut wcs);

@@ -1,4 +1,4 @@
-//! Engine time (issue 14, item 2): one [`Instant`] type for every point in time the engine
+//! Engine time: one [`Instant`] type for every point in time the engine
 //! takes or gives back, and `std::time::Duration` for every span.
 //!
 //! Contract:

@@ -33,7 +33,7 @@ pub const fn rnr_timer(code: u8) -> Duration {
     Duration::from_nanos(crate::wire::rnr_timer_ns(code))
 }
 
-/// The kinds of timer a QP runs (issue 14, item 3). ACKs need none: consecutive plain
+/// The kinds of timer a QP runs, all in one table per QP. ACKs need none: consecutive plain
 /// ACKs coalesce in the responder's queue and leave at the next transmit
 /// (`responder::push_ack`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! Completions that no frame produced wake the threads waiting for them (issue 21, item
-//! 8): a flush on modify to ERR, a post on a QP in ERR (send and receive), and a WR failed
+//! Completions that no frame produced wake the threads waiting for them, as the ones
+//! a frame produced do: a flush on modify to ERR, a post on a QP in ERR (send and receive), and a WR failed
 //! at the head of the send queue (bad lkey: LOC_PROT_ERR).
 //!
 //! Each case holds the device's port ([`crate::driver::PortHold`]), so that no thread

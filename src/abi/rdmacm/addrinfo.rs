@@ -33,9 +33,14 @@ struct XAddrInfo {
     dst: libc::sockaddr_storage,
 }
 
-fn cstr(p: *const c_char) -> Option<String> {
-    // SAFETY: a NUL-terminated string from the caller, or NULL.
+/// The text of the C string `p`, or None for NULL.
+///
+/// # Safety
+///
+/// `p` is NULL or points to a NUL-terminated string that stays put during the call.
+unsafe fn cstr(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| {
+        // SAFETY: not NULL, so a NUL-terminated string (the caller's contract).
         unsafe { core::ffi::CStr::from_ptr(p) }
             .to_string_lossy()
             .into_owned()
@@ -53,14 +58,18 @@ pub extern "C" fn rdma_getaddrinfo(
         if res.is_null() {
             return err(libc::EINVAL, -1);
         }
-        // SAFETY: the caller's hints, or NULL.
         let (flags, ps) = if hints.is_null() {
             (0, c_int::from(RDMA_PS_TCP))
         } else {
+            // SAFETY: not NULL, so the caller's hints (rdma_getaddrinfo(3)).
             unsafe { ((*hints).ai_flags, (*hints).ai_port_space) }
         };
-        let port: u16 = cstr(service).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let ip: IpAddr = match cstr(node) {
+        // SAFETY: `service` and `node` are NULL or C strings (rdma_getaddrinfo(3)).
+        let port: u16 = unsafe { cstr(service) }
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        // SAFETY: as above.
+        let ip: IpAddr = match unsafe { cstr(node) } {
             Some(n) => match n.parse() {
                 Ok(ip) => ip,
                 Err(_) => return err(libc::EINVAL, libc::EAI_NONAME),

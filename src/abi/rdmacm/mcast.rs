@@ -107,7 +107,8 @@ fn join(
     join_flags: u32,
     context: *mut c_void,
 ) -> Result<(), c_int> {
-    let x = xid(id).ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the id `id` while this call uses it.
+    let x = unsafe { xid(id) }.ok_or(libc::EINVAL)?;
     let a = sockaddr(addr).ok_or(libc::EINVAL)?;
     let port = x.st.lock().unwrap_or_else(|e| e.into_inner()).port.clone();
     let Some(p) = port else {
@@ -166,7 +167,8 @@ pub extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut libc::soc
     guard(-1, || {
         errno_ret((|| {
             let a = sockaddr(addr).ok_or(libc::EINVAL)?;
-            let x = xid(id).ok_or(libc::EINVAL)?;
+            // SAFETY: the program does not destroy the id `id` while this call uses it.
+            let x = unsafe { xid(id) }.ok_or(libc::EINVAL)?;
             let j = {
                 let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
                 let i = st

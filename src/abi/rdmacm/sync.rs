@@ -37,7 +37,8 @@ pub(super) fn complete(x: &XId) -> Result<(), c_int> {
     if !is_sync(x) {
         return Ok(());
     }
-    let id = id_mut(x);
+    // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+    let id = unsafe { id_mut(x) };
     if !id.event.is_null() {
         rdma_ack_cm_event(id.event);
         id.event = core::ptr::null_mut();
@@ -46,7 +47,8 @@ pub(super) fn complete(x: &XId) -> Result<(), c_int> {
     if rdma_get_cm_event(x.c().channel, &mut e) != 0 {
         return Err(errno());
     }
-    id_mut(x).event = e;
+    // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+    unsafe { id_mut(x) }.event = e;
     // SAFETY: an event handed out by rdma_get_cm_event just now, not yet acked.
     let (kind, status) = unsafe { ((*e).event, (*e).status) };
     match status {
@@ -107,11 +109,13 @@ pub(super) fn complete_init(
     if pd.is_null() {
         return Err(errno());
     }
-    id_mut(x).pd = pd;
+    // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+    unsafe { id_mut(x) }.pd = pd;
     // The CQs in the PD's context: a QP's PD and CQs must be of one context
     // (src/abi/qp.rs), and a program may give a PD of a context it opened itself
     // (librdmacm would refuse a PD not of `id->verbs`; xrnic's ids take either).
-    let ctx = crate::mr::xpd(pd).map_or(ctx, |p| p.ibv.context);
+    // SAFETY: the program does not destroy the PD `pd` while this call uses it.
+    let ctx = unsafe { crate::mr::xpd(pd) }.map_or(ctx, |p| p.ibv.context);
     let make = |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
         let ch = crate::cq::ibv_create_comp_channel(ctx);
         if ch.is_null() {
@@ -127,14 +131,16 @@ pub(super) fn complete_init(
     };
     if init.send_cq.is_null() {
         let (ch, cq) = make(init.cap.max_send_wr)?;
-        let idm = id_mut(x);
+        // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+        let idm = unsafe { id_mut(x) };
         idm.send_cq_channel = ch;
         idm.send_cq = cq;
         init.send_cq = cq;
     }
     if init.recv_cq.is_null() {
         let (ch, cq) = make(init.cap.max_recv_wr)?;
-        let idm = id_mut(x);
+        // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+        let idm = unsafe { id_mut(x) };
         idm.recv_cq_channel = ch;
         idm.recv_cq = cq;
         init.recv_cq = cq;
@@ -150,7 +156,8 @@ pub(super) fn destroy_cqs(x: &XId) {
     if !own {
         return;
     }
-    let idm = id_mut(x);
+    // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
+    let idm = unsafe { id_mut(x) };
     for (cq, ch) in [
         (&mut idm.send_cq, &mut idm.send_cq_channel),
         (&mut idm.recv_cq, &mut idm.recv_cq_channel),
@@ -188,7 +195,8 @@ pub extern "C" fn rdma_create_ep(
         {
             return -1;
         }
-        let Some(x) = xid(id) else {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
             return err(libc::EINVAL, -1);
         };
         let fail = |id: *mut rdma_cm_id| {
@@ -201,7 +209,9 @@ pub extern "C" fn rdma_create_ep(
                 return fail(id);
             }
             if !pd.is_null() {
-                id_mut(x).pd = pd;
+                // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
+                // is used.
+                unsafe { id_mut(x) }.pd = pd;
             }
             if !qp_init_attr.is_null() {
                 // SAFETY: the caller's attribute struct.
@@ -231,7 +241,8 @@ pub extern "C" fn rdma_create_ep(
 
 pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     guard((), || {
-        if xid(id).is_some() {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        if unsafe { xid(id) }.is_some() {
             rdma_destroy_qp(id);
             rdma_destroy_id(id);
         }
@@ -242,7 +253,8 @@ pub extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 /// the listener's `qp_init_attr`; the event stays in the new id's `event`.
 pub extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, out: *mut *mut rdma_cm_id) -> c_int {
     guard(-1, || {
-        let Some(l) = xid(listen) else {
+        // SAFETY: the program does not destroy the id `listen` while this call uses it.
+        let Some(l) = (unsafe { xid(listen) }) else {
             return err(libc::EINVAL, -1);
         };
         if out.is_null() || !is_sync(l) {
@@ -258,12 +270,15 @@ pub extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, out: *mut *mut rdma_
             return err(libc::EINVAL, -1);
         }
         // The event moves to the child (librdmacm: `(*id)->event = event`).
-        id_mut(l).event = core::ptr::null_mut();
-        let Some(cx) = xid(child) else {
+        // SAFETY: no other reference to the rdma_cm_id of `l` is live while this one is used.
+        unsafe { id_mut(l) }.event = core::ptr::null_mut();
+        // SAFETY: the child id the event names is the program's only from this call on.
+        let Some(cx) = (unsafe { xid(child) }) else {
             rdma_ack_cm_event(e);
             return err(libc::EINVAL, -1);
         };
-        id_mut(cx).event = e;
+        // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
+        unsafe { id_mut(cx) }.event = e;
         let qi =
             l.st.lock()
                 .unwrap_or_else(|e| e.into_inner())

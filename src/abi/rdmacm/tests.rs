@@ -89,7 +89,8 @@ fn event_channel_fd_is_readable_while_events_wait() {
         rdma_create_id(ch, &mut ipoib, core::ptr::null_mut(), 0x0002),
         -1
     );
-    let x = xid(id).unwrap();
+    // SAFETY: the program does not destroy the id `id` while this call uses it.
+    let x = unsafe { xid(id) }.unwrap();
     push(ch, event(x, ev::ADDR_ERROR, -libc::ENODEV));
     // SAFETY: `ch` is a live channel; poll reads one pollfd.
     let fd = unsafe { (*ch).fd };
@@ -143,7 +144,8 @@ fn a_sync_id_waits_for_its_event_and_keeps_it() {
         ),
         0
     );
-    let x = xid(id).unwrap();
+    // SAFETY: the program does not destroy the id `id` while this call uses it.
+    let x = unsafe { xid(id) }.unwrap();
     assert!(!x.c().channel.is_null());
     assert!(sync::is_sync(x));
     push(x.c().channel, event(x, ev::ADDR_RESOLVED, 0));

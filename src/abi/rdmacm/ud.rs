@@ -154,7 +154,10 @@ pub(super) fn accept(
 
 /// A SIDR_REQ for `listener`: CONNECT_REQUEST on a new UD id.
 pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: &SidrReq) {
-    let Some(l) = xid(listener as *mut rdma_cm_id) else {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(l) = (unsafe { xid(listener as *mut rdma_cm_id) }) else {
         p.with_cm(|cm, _| cm.reject(c, 0, &[]));
         return;
     };
@@ -167,7 +170,8 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
     let child = new_child(l);
     // SAFETY: just made, registered, not yet visible to the program.
     let cx = unsafe { &*child };
-    let ci = id_mut(cx);
+    // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
+    let ci = unsafe { id_mut(cx) };
     ci.verbs = p.ctx;
     ci.port_num = 1;
     ci.qp_type = QPT_UD;
@@ -207,7 +211,12 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
 
 /// The SIDR_REP "OK" to our SIDR_REQ: ESTABLISHED with the peer's QPN, Q_Key and AH.
 pub(super) fn on_reply(p: &Port, c: CmId, rep: &SidrRep) {
-    let Some(x) = conn_id(p, c) else { return };
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
     reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
     let path = {
         let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
@@ -231,7 +240,12 @@ pub(super) fn on_reply(p: &Port, c: CmId, rep: &SidrRep) {
 /// A SIDR_REP with a status other than OK (the CM gives it as `Rejected`): UNREACHABLE,
 /// the SIDR status as the event's status (cma.c `cma_sidr_rep_handler`).
 pub(super) fn on_refused(p: &Port, c: CmId, status: u16) {
-    let Some(x) = conn_id(p, c) else { return };
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
     reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
     x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
     push(

@@ -261,6 +261,18 @@ fn run_cm_id(args: &ResArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The service's name of an object (`xrnic res OBJECT` through the service).
+pub fn service_object(o: Object) -> &'static str {
+    match o {
+        Object::Qp => "qp",
+        Object::Mr => "mr",
+        Object::Cq => "cq",
+        Object::Pd => "pd",
+        // Not the service's: each process publishes its own (run_cm_id).
+        Object::CmId => "cm_id",
+    }
+}
+
 pub fn run(args: &ResArgs) -> ExitCode {
     use std::io::Write;
     if args.object == Some(Object::CmId) {
@@ -336,14 +348,52 @@ pub fn run(args: &ResArgs) -> ExitCode {
             }
         }
     }
+    // A device a service holds: its snapshot lists every client's objects as the
+    // service's own; the service's answer names each object's owner (pid, comm) and
+    // shows the caller only what it may see (src/service/res.rs).
+    let mut served = Vec::new();
+    devs.retain(
+        |d| match crate::cli::service::res_of(&d.snap.netdev) {
+            Ok(Some(doc)) if doc.service_pid == d.snap.pid => {
+                served.push(doc);
+                false
+            }
+            _ => true,
+        },
+    );
+    let o = args.object.map(service_object);
     let out = if args.json {
-        to_json(&devs, args.object).to_string() + "\n"
+        let mut v = to_json(&devs, args.object);
+        if let Some(arr) = v.as_array_mut() {
+            for doc in &served {
+                let objs = crate::cli::service::to_json(doc, o);
+                let mut dev = serde_json::json!({
+                    "dev": format!("xrnic_{}", doc.netdev),
+                    "netdev": doc.netdev,
+                    "pid": doc.service_pid,
+                    "service": true,
+                    "status": Status::Running.name(),
+                });
+                for k in ["qp", "mr", "cq", "pd"] {
+                    if o.is_none_or(|o| o == k) {
+                        let of: Vec<_> = objs.iter().filter(|e| e["kind"] == k).cloned().collect();
+                        dev[k] = serde_json::Value::Array(of);
+                    }
+                }
+                arr.push(dev);
+            }
+        }
+        v.to_string() + "\n"
     } else {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        render(&devs, args.object, now)
+        let mut t = render(&devs, args.object, now);
+        for doc in &served {
+            t += &crate::cli::service::render(doc, o);
+        }
+        t
     };
     // A closed pipe (`| head`) is not a reason to panic.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());

@@ -59,7 +59,9 @@ fn raw_call(sock: &OwnedFd, req: &Req) -> std::io::Result<(Resp, Vec<OwnedFd>)> 
     };
     match shm::recv_with_fds(sock.as_fd(), &mut buf, flags) {
         Ok(Some((n, fds))) => Ok((serde_json::from_slice(&buf[..n]).unwrap(), fds)),
-        Ok(None) => Err(sent.err().unwrap_or_else(|| std::io::Error::other("closed"))),
+        Ok(None) => Err(sent
+            .err()
+            .unwrap_or_else(|| std::io::Error::other("closed"))),
         Err(e) => Err(sent.err().unwrap_or(e)),
     }
 }
@@ -313,7 +315,9 @@ fn service_pid(s: &Svc) -> i32 {
 }
 
 fn fd_count(pid: i32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
 }
 
 /// Wait (bounded) until the service holds `want` descriptors; the last count.
@@ -403,7 +407,11 @@ fn a_client_cannot_block_the_service_through_its_descriptors() {
         .root(&["res", "--netdev", s.ifname(), "--json"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "xrnic res during the attack: {}", text(&o));
+    assert!(
+        o.status.success(),
+        "xrnic res during the attack: {}",
+        text(&o)
+    );
     victim.stop();
     att.stop();
     assert_eq!(
@@ -413,7 +421,10 @@ fn a_client_cannot_block_the_service_through_its_descriptors() {
     );
     let o = s.root(&["down", s.ifname()]).output().unwrap();
     assert!(o.status.success(), "xrnic down: {}", text(&o));
-    assert!(wait_gone(svc, Duration::from_secs(20)), "the service is still there");
+    assert!(
+        wait_gone(svc, Duration::from_secs(20)),
+        "the service is still there"
+    );
 }
 
 /// utime + stime of the service's loop thread (its main thread), in clock ticks.
@@ -464,7 +475,12 @@ fn descriptor_and_connection_floods_meet_bounds_and_others_go_on() {
         .pair
         .run_in(Side::A, move || {
             let sock = raw_connect(&ifname, Duration::from_secs(10))?;
-            let (r, fds) = raw_call(&sock, &Req::Hello { comm: "victim".into() })?;
+            let (r, fds) = raw_call(
+                &sock,
+                &Req::Hello {
+                    comm: "victim".into(),
+                },
+            )?;
             Ok::<_, std::io::Error>((r, fds.len()))
         })
         .unwrap();

@@ -352,15 +352,13 @@ pub fn run(args: &ResArgs) -> ExitCode {
     // service's own; the service's answer names each object's owner (pid, comm) and
     // shows the caller only what it may see (src/service/res.rs).
     let mut served = Vec::new();
-    devs.retain(
-        |d| match crate::cli::service::res_of(&d.snap.netdev) {
-            Ok(Some(doc)) if doc.service_pid == d.snap.pid => {
-                served.push(doc);
-                false
-            }
-            _ => true,
-        },
-    );
+    devs.retain(|d| match crate::cli::service::res_of(&d.snap.netdev) {
+        Ok(Some(doc)) if doc.service_pid == d.snap.pid => {
+            served.push(doc);
+            false
+        }
+        _ => true,
+    });
     let o = args.object.map(service_object);
     let out = if args.json {
         let mut v = to_json(&devs, args.object);

@@ -129,12 +129,21 @@ impl UpArgs {
             ("--slots-per-round", self.slots_per_round.to_string()),
             ("--msgs-per-round", self.msgs_per_round.to_string()),
             ("--max-clients", self.max_clients.to_string()),
-            ("--max-clients-per-uid", self.max_clients_per_uid.to_string()),
+            (
+                "--max-clients-per-uid",
+                self.max_clients_per_uid.to_string(),
+            ),
             ("--max-fds", self.max_fds.to_string()),
             ("--max-fds-per-uid", self.max_fds_per_uid.to_string()),
             ("--max-shm-bytes", self.max_shm_bytes.to_string()),
-            ("--max-shm-bytes-per-uid", self.max_shm_bytes_per_uid.to_string()),
-            ("--max-objects-per-uid", self.max_objects_per_uid.to_string()),
+            (
+                "--max-shm-bytes-per-uid",
+                self.max_shm_bytes_per_uid.to_string(),
+            ),
+            (
+                "--max-objects-per-uid",
+                self.max_objects_per_uid.to_string(),
+            ),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -184,8 +193,9 @@ fn ask_on(sock: &OwnedFd, req: &Req) -> Result<Resp, String> {
         // A connection the service refused (its bounds, src/service/limits.rs) was told
         // why before it was closed.
         return match shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
-            Ok(Some((n, _))) => serde_json::from_slice(&buf[..n])
-                .map_err(|e| format!("the service's answer: {e}")),
+            Ok(Some((n, _))) => {
+                serde_json::from_slice(&buf[..n]).map_err(|e| format!("the service's answer: {e}"))
+            }
             _ => Err(e.to_string()),
         };
     }

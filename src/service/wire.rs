@@ -453,7 +453,8 @@ impl ResDoc {
         };
         let (mut at, mut room) = (0usize, max.max(1));
         for c in &self.clients {
-            let n = 1 + c.pds.len()
+            let n = 1
+                + c.pds.len()
                 + c.mrs.len()
                 + c.cqs.len()
                 + c.qps.len()

@@ -606,25 +606,32 @@ fn res_shows_an_unprivileged_user_only_its_own_objects_and_root_all_with_owners(
         for e in &all {
             assert_eq!(e["comm"], comm, "each object names its owner's comm: {e}");
         }
-        // The text listing: each QP with its owner's pid and comm.
-        let o = s
-            .root(&["res", "qp", "--netdev", s.ifname()])
-            .output()
-            .unwrap();
-        let t = out(&o);
-        for (pid, qpn) in [(me, i64::from(root_qpn)), (npid, nqpn)] {
+        // The text listing, of this device and of every device (the service's device
+        // then comes from the service, not from its snapshot): each QP with its
+        // owner's pid and comm.
+        for netdev in [vec!["--netdev", s.ifname()], vec![]] {
+            let mut args = vec!["res", "qp"];
+            args.extend(&netdev);
+            let o = s.root(&args).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", text(&o));
+            let t = out(&o);
+            for (pid, qpn) in [(me, i64::from(root_qpn)), (npid, nqpn)] {
+                assert!(
+                    t.lines().any(|l| l.contains(&format!("lqpn {qpn} "))
+                        && l.contains(&format!("pid {pid} comm {comm}"))),
+                    "{args:?}: QP {qpn} of pid {pid}: {t}"
+                );
+            }
+            let mut v = vec![common::xrnic_bin()];
+            v.extend(&args);
+            let o = s.as_nobody(&v).output().unwrap();
+            assert!(o.status.success(), "{args:?} as nobody: {}", text(&o));
+            let t = out(&o);
             assert!(
-                t.lines().any(|l| l.contains(&format!("lqpn {qpn} "))
-                    && l.contains(&format!("pid {pid} comm {comm}"))),
-                "QP {qpn} of pid {pid}: {t}"
+                !t.contains(&format!("pid {me} ")) && t.contains(&format!("pid {npid} ")),
+                "{args:?}: nobody's text listing: {t}"
             );
         }
-        let o = s.as_nobody(&[common::xrnic_bin(), "res", "qp", "--netdev", s.ifname()]);
-        let t = out(&{ o }.output().unwrap());
-        assert!(
-            !t.contains(&format!("pid {me} ")),
-            "nobody's text listing names root's client: {t}"
-        );
         att.stop();
         tx.send(()).unwrap();
     });

@@ -280,6 +280,8 @@ pub fn run(args: &ResArgs) -> ExitCode {
     }
     let mut failed = false;
     let mut devs = Vec::new();
+    // The listings of devices a service holds (taken from the service).
+    let mut served = Vec::new();
     // A device service on the interface holds the live state of every process using it.
     if let Some(ifname) = &args.netdev {
         if let Some(code) = crate::cli::service::res_run(ifname, args.object, args.json) {
@@ -321,7 +323,15 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            for (_, path) in files {
+            for (netdev, path) in files {
+                // A device a service holds: its snapshot lists every client's objects
+                // as the service's own (and only root may read it); the service's
+                // answer names each object's owner (pid, comm) and shows the caller
+                // what it may see (src/service/res.rs).
+                if let Ok(Some(doc)) = crate::cli::service::res_of(&netdev) {
+                    served.push(doc);
+                    continue;
+                }
                 match read_device(&path) {
                     Ok(d) => devs.push(d),
                     // Removed between listing and reading: that device is gone.
@@ -339,7 +349,7 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     }
                 }
             }
-            if devs.is_empty() && !failed {
+            if devs.is_empty() && served.is_empty() && !failed {
                 eprintln!(
                     "xrnic res: no xrnic device in this network namespace (no snapshot of one in {}); is an xrnic program running?",
                     args.dir.display()
@@ -348,17 +358,6 @@ pub fn run(args: &ResArgs) -> ExitCode {
             }
         }
     }
-    // A device a service holds: its snapshot lists every client's objects as the
-    // service's own; the service's answer names each object's owner (pid, comm) and
-    // shows the caller only what it may see (src/service/res.rs).
-    let mut served = Vec::new();
-    devs.retain(|d| match crate::cli::service::res_of(&d.snap.netdev) {
-        Ok(Some(doc)) if doc.service_pid == d.snap.pid => {
-            served.push(doc);
-            false
-        }
-        _ => true,
-    });
     let o = args.object.map(service_object);
     let out = if args.json {
         let mut v = to_json(&devs, args.object);

@@ -328,6 +328,10 @@ fn serve(args: &UpArgs) -> Result<(), String> {
         return Err("a device service already serves it".into());
     }
     let _ = std::fs::create_dir_all(&args.stat_dir);
+    // The device's stat snapshots list every client's objects, keys and addresses:
+    // readable by root only (0600). Others ask the service, which shows each asker what
+    // it may see (src/service/res.rs).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let dev =
         crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
     let svc =

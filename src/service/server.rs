@@ -611,6 +611,7 @@ enum Answer {
 
 fn client_res(c: &Client) -> ClientRes {
     let mut r = ClientRes {
+        id: c.key,
         pid: c.pid,
         uid: c.uid,
         comm: c.comm.clone(),

@@ -261,6 +261,18 @@ fn run_cm_id(args: &ResArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The service's name of an object (`xrnic res OBJECT` through the service).
+pub fn service_object(o: Object) -> &'static str {
+    match o {
+        Object::Qp => "qp",
+        Object::Mr => "mr",
+        Object::Cq => "cq",
+        Object::Pd => "pd",
+        // Not the service's: each process publishes its own (run_cm_id).
+        Object::CmId => "cm_id",
+    }
+}
+
 pub fn run(args: &ResArgs) -> ExitCode {
     use std::io::Write;
     if args.object == Some(Object::CmId) {
@@ -268,6 +280,8 @@ pub fn run(args: &ResArgs) -> ExitCode {
     }
     let mut failed = false;
     let mut devs = Vec::new();
+    // The listings of devices a service holds (taken from the service).
+    let mut served = Vec::new();
     // A device service on the interface holds the live state of every process using it.
     if let Some(ifname) = &args.netdev {
         if let Some(code) = crate::cli::service::res_run(ifname, args.object, args.json) {
@@ -309,7 +323,15 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            for (_, path) in files {
+            for (netdev, path) in files {
+                // A device a service holds: its snapshot lists every client's objects
+                // as the service's own (and only root may read it); the service's
+                // answer names each object's owner (pid, comm) and shows the caller
+                // what it may see (src/service/res.rs).
+                if let Ok(Some(doc)) = crate::cli::service::res_of(&netdev) {
+                    served.push(doc);
+                    continue;
+                }
                 match read_device(&path) {
                     Ok(d) => devs.push(d),
                     // Removed between listing and reading: that device is gone.
@@ -327,7 +349,7 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     }
                 }
             }
-            if devs.is_empty() && !failed {
+            if devs.is_empty() && served.is_empty() && !failed {
                 eprintln!(
                     "xrnic res: no xrnic device in this network namespace (no snapshot of one in {}); is an xrnic program running?",
                     args.dir.display()
@@ -336,14 +358,39 @@ pub fn run(args: &ResArgs) -> ExitCode {
             }
         }
     }
+    let o = args.object.map(service_object);
     let out = if args.json {
-        to_json(&devs, args.object).to_string() + "\n"
+        let mut v = to_json(&devs, args.object);
+        if let Some(arr) = v.as_array_mut() {
+            for doc in &served {
+                let objs = crate::cli::service::to_json(doc, o);
+                let mut dev = serde_json::json!({
+                    "dev": format!("xrnic_{}", doc.netdev),
+                    "netdev": doc.netdev,
+                    "pid": doc.service_pid,
+                    "service": true,
+                    "status": Status::Running.name(),
+                });
+                for k in ["qp", "mr", "cq", "pd"] {
+                    if o.is_none_or(|o| o == k) {
+                        let of: Vec<_> = objs.iter().filter(|e| e["kind"] == k).cloned().collect();
+                        dev[k] = serde_json::Value::Array(of);
+                    }
+                }
+                arr.push(dev);
+            }
+        }
+        v.to_string() + "\n"
     } else {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        render(&devs, args.object, now)
+        let mut t = render(&devs, args.object, now);
+        for doc in &served {
+            t += &crate::cli::service::render(doc, o);
+        }
+        t
     };
     // A closed pipe (`| head`) is not a reason to panic.
     let _ = std::io::stdout().lock().write_all(out.as_bytes());

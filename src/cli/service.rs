@@ -68,6 +68,28 @@ pub struct UpArgs {
     /// Control messages answered for one client in each round.
     #[arg(long, value_name = "N", default_value_t = Limits::default().msgs_per_round)]
     pub msgs_per_round: usize,
+    /// Most connections the service holds, every user but root together (past it the
+    /// connection is answered EMFILE and closed).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_clients)]
+    pub max_clients: usize,
+    /// Most connections of one user (root: no bound).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_clients_per_uid)]
+    pub max_clients_per_uid: usize,
+    /// Most descriptors the service holds for one client (past it: EMFILE).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_fds)]
+    pub max_fds: usize,
+    /// Most descriptors the service holds for all the clients of one user.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_fds_per_uid)]
+    pub max_fds_per_uid: usize,
+    /// Most bytes of shared-memory rings the service makes for one client (ENOMEM).
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_shm_bytes)]
+    pub max_shm_bytes: u64,
+    /// Most bytes of shared-memory rings of all the clients of one user.
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_shm_bytes_per_uid)]
+    pub max_shm_bytes_per_uid: u64,
+    /// Most PDs, MRs, CQs, QPs, AHs and SRQs of all the clients of one user (ENOMEM).
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_objects_per_uid)]
+    pub max_objects_per_uid: usize,
 }
 
 impl UpArgs {
@@ -83,6 +105,13 @@ impl UpArgs {
             max_srqs: self.max_srqs,
             slots_per_round: self.slots_per_round,
             msgs_per_round: self.msgs_per_round,
+            max_clients: self.max_clients,
+            max_clients_per_uid: self.max_clients_per_uid,
+            max_fds: self.max_fds,
+            max_fds_per_uid: self.max_fds_per_uid,
+            max_shm_bytes: self.max_shm_bytes,
+            max_shm_bytes_per_uid: self.max_shm_bytes_per_uid,
+            max_objects_per_uid: self.max_objects_per_uid,
         }
     }
 
@@ -99,6 +128,22 @@ impl UpArgs {
             ("--max-srqs", self.max_srqs.to_string()),
             ("--slots-per-round", self.slots_per_round.to_string()),
             ("--msgs-per-round", self.msgs_per_round.to_string()),
+            ("--max-clients", self.max_clients.to_string()),
+            (
+                "--max-clients-per-uid",
+                self.max_clients_per_uid.to_string(),
+            ),
+            ("--max-fds", self.max_fds.to_string()),
+            ("--max-fds-per-uid", self.max_fds_per_uid.to_string()),
+            ("--max-shm-bytes", self.max_shm_bytes.to_string()),
+            (
+                "--max-shm-bytes-per-uid",
+                self.max_shm_bytes_per_uid.to_string(),
+            ),
+            (
+                "--max-objects-per-uid",
+                self.max_objects_per_uid.to_string(),
+            ),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -184,26 +229,57 @@ fn ask(ifname: &str, req: &Req) -> Result<Option<Resp>, String> {
     let Some(sock) = connect(ifname).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
+    ask_on(&sock, req).map(Some)
+}
+
+/// One request on `sock` and its answer.
+fn ask_on(sock: &OwnedFd, req: &Req) -> Result<Resp, String> {
     let text = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     use std::os::fd::AsFd;
-    shm::send_with_fds(sock.as_fd(), &text, &[]).map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; wire::MAX_MSG];
+    if let Err(e) = shm::send_with_fds(sock.as_fd(), &text, &[]) {
+        // A connection the service refused (its bounds, src/service/limits.rs) was told
+        // why before it was closed.
+        return match shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::DONTWAIT) {
+            Ok(Some((n, _))) => {
+                serde_json::from_slice(&buf[..n]).map_err(|e| format!("the service's answer: {e}"))
+            }
+            _ => Err(e.to_string()),
+        };
+    }
     match shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::empty()) {
-        Ok(Some((n, _))) => serde_json::from_slice(&buf[..n])
-            .map(Some)
-            .map_err(|e| format!("the service's answer: {e}")),
+        Ok(Some((n, _))) => {
+            serde_json::from_slice(&buf[..n]).map_err(|e| format!("the service's answer: {e}"))
+        }
         Ok(None) => Err("the service closed the connection".into()),
         Err(e) => Err(e.to_string()),
     }
 }
 
-/// The resources the service of `ifname` holds, `None` when no service runs there.
+/// The resources of the service of `ifname` the caller may see (all to root or
+/// CAP_NET_ADMIN, its own uid's otherwise: src/service/res.rs), asked page by page on
+/// one connection so that any number of them is listed; `None` when no service runs
+/// there.
 pub fn res_of(ifname: &str) -> Result<Option<ResDoc>, String> {
-    match ask(ifname, &Req::Res)? {
-        None => Ok(None),
-        Some(Resp::Res(d)) => Ok(Some(d)),
-        Some(Resp::Err { msg, .. }) => Err(msg),
-        Some(_) => Err("unexpected answer".into()),
+    let Some(sock) = connect(ifname).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let mut doc = ResDoc::default();
+    let mut skip = 0;
+    loop {
+        match ask_on(&sock, &Req::ResPage { skip })? {
+            Resp::ResPage { doc: page, next } => {
+                doc.merge(page);
+                match next {
+                    // A service that does not move on would loop here for ever.
+                    Some(n) if n > skip => skip = n,
+                    Some(_) => return Err("the service's pages do not advance".into()),
+                    None => return Ok(Some(doc)),
+                }
+            }
+            Resp::Err { msg, .. } => return Err(msg),
+            _ => return Err("unexpected answer".into()),
+        }
     }
 }
 
@@ -300,6 +376,10 @@ fn serve(args: &UpArgs) -> Result<(), String> {
         return Err(taken(&args.netdev));
     }
     let _ = std::fs::create_dir_all(&args.stat_dir);
+    // The device's stat snapshots list every client's objects, keys and addresses:
+    // readable by root only (0600). Others ask the service, which shows each asker what
+    // it may see (src/service/res.rs).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let dev =
         crate::verbs::Device::open_in_process(&args.netdev, &opts).map_err(|e| e.to_string())?;
     let svc =
@@ -488,7 +568,6 @@ pub fn res_run(
     object: Option<crate::cli::res::Object>,
     json: bool,
 ) -> Option<ExitCode> {
-    use crate::cli::res::Object;
     let doc = match res_of(ifname) {
         Ok(Some(d)) => d,
         Ok(None) => return None,
@@ -497,14 +576,7 @@ pub fn res_run(
             return Some(ExitCode::FAILURE);
         }
     };
-    let o = object.map(|o| match o {
-        Object::Qp => "qp",
-        Object::Mr => "mr",
-        Object::Cq => "cq",
-        Object::Pd => "pd",
-        // Not the service's: each process publishes its own (cli::res::run_cm_id).
-        Object::CmId => "cm_id",
-    });
+    let o = object.map(crate::cli::res::service_object);
     if json {
         let v = serde_json::Value::Array(to_json(&doc, o));
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

@@ -20,6 +20,15 @@
 //!   is then still defined behaviour here. What a slot says is checked by its reader
 //!   (the service decodes it as untrusted input); an impossible fill (more than the
 //!   capacity) is [`Pop::Corrupt`]: the consumer resynchronises and counts it.
+//! - Wakeups (the doorbell, the completion and event notifiers, a CQ's event) are pipes
+//!   ([`wakeup_pipe`]): the service keeps one end and passes the other, so each process
+//!   holds its own open file description (pipe(7): the two ends are two descriptions).
+//!   What a client does to its end (clear O_NONBLOCK with fcntl(2), leave the pipe full,
+//!   close it) changes nothing of the service's end: the service's reads and writes never
+//!   block. An eventfd passed by SCM_RIGHTS would be one description with one counter
+//!   for both (eventfd(2)): a client could make the service's read or write block.
+//!   A full pipe already holds a wakeup its reader has not taken, so [`wake`] takes
+//!   EAGAIN as done.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -69,7 +78,8 @@ pub enum Pop {
 }
 
 impl Ring {
-    fn bytes(cap: u32, slot_bytes: usize) -> usize {
+    /// The bytes of a ring of `cap` slots of `slot_bytes` (its memfd's size).
+    pub fn bytes(cap: u32, slot_bytes: usize) -> usize {
         SLOTS + cap as usize * slot_bytes
     }
 
@@ -234,6 +244,61 @@ impl Drop for Ring {
         // borrows `self`, so none outlives it.
         let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.map_len) };
     }
+}
+
+/// The size of a wakeup pipe: one page (the least fcntl(2) F_SETPIPE_SZ sets), so one
+/// read of [`WAKE_BUF`] bytes takes every wakeup a pipe of this size holds.
+const WAKE_PIPE: usize = 4096;
+const WAKE_BUF: usize = 4096;
+
+/// A wakeup pipe `(read end, write end)`, both ends close-on-exec and non-blocking
+/// (see the module documentation).
+pub fn wakeup_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::pipe::PipeFlags;
+    let (r, w) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+    // Smaller than the default (16 pages) so that one read drains it; failing leaves
+    // the default, which only costs the reader another round.
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, WAKE_PIPE);
+    Ok((r, w))
+}
+
+/// Signal the reader of wakeup pipe end `fd`: one byte. A full pipe (EAGAIN) already
+/// holds a wakeup not yet taken: done. EPIPE (the reader is gone) is returned; the
+/// service ignores SIGPIPE, as every Rust program does (std sets SIG_IGN before main).
+pub fn wake(fd: BorrowedFd<'_>) -> io::Result<()> {
+    match rustix::io::write(fd, &[1u8]) {
+        Ok(_) | Err(rustix::io::Errno::AGAIN) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What [`take_wakeups`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wakeups {
+    None,
+    /// At least one wakeup was there (all taken, or the pipe was made larger by the other
+    /// side: it then stays readable and the next take gets the rest).
+    Some,
+    /// Every writer is gone (EOF): the other process closed its end or ended.
+    Closed,
+}
+
+/// Take the wakeups waiting in the read end `fd` of a wakeup pipe, without blocking
+/// (its own description is O_NONBLOCK). At most a few reads: a pipe the other side made
+/// larger is taken over the next calls.
+pub fn take_wakeups(fd: BorrowedFd<'_>) -> Wakeups {
+    let mut b = [0u8; WAKE_BUF];
+    let mut got = Wakeups::None;
+    for _ in 0..4 {
+        match rustix::io::read(fd, &mut b) {
+            Ok(0) if got == Wakeups::None => return Wakeups::Closed,
+            Ok(n) if n == b.len() => got = Wakeups::Some,
+            Ok(0) => break,
+            Ok(_) => return Wakeups::Some,
+            Err(_) => break,
+        }
+    }
+    got
 }
 
 /// Most descriptors one message carries.

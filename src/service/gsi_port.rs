@@ -2,7 +2,7 @@
 //! (QP1, IBTA §13.5.1), made when the first client opens the relay; the requests
 //! `GsiOpen`, `GsiListen`, `GsiUnlisten`, `GsiSend`, `GsiRecv`; and the round of the loop
 //! that takes what QP1 received and hands each MAD to its client (its inbox, and its
-//! eventfd written).
+//! notifier pipe written).
 //!
 //! A REQ or SIDR_REQ nobody listens on is given to a CM of the service's own that
 //! listens on nothing: it answers as an in-process CM with no listener does (REJ
@@ -13,10 +13,8 @@
 //! That CM takes its comm IDs in block 0, which no client gets.
 
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Instant;
-
-use rustix::event::EventfdFlags;
 
 use super::{Service, bad, errno_resp};
 use crate::cm::{Cm, CmConfig};
@@ -37,7 +35,10 @@ pub(super) const MAX_INBOX: usize = 256;
 
 /// A client's end of the relay.
 pub(super) struct GsiInbox {
+    /// The write end of the client's notifier pipe.
     fd: OwnedFd,
+    /// Its read end, which the service never reads: what a second `GsiOpen` gets.
+    theirs: OwnedFd,
     pub mads: VecDeque<GsiMad>,
 }
 
@@ -221,19 +222,17 @@ impl Service {
                 };
                 let c = &mut self.clients[i];
                 let fd = match &c.gsi {
-                    Some(g) => g.fd.try_clone(),
-                    None => {
-                        rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                            .map_err(std::io::Error::from)
-                            .and_then(|fd| {
-                                let dup = fd.try_clone()?;
-                                c.gsi = Some(GsiInbox {
-                                    fd,
-                                    mads: VecDeque::new(),
-                                });
-                                Ok(dup)
-                            })
-                    }
+                    Some(g) => g.theirs.try_clone(),
+                    // A pipe: the client's end is not the service's (src/io/shm.rs).
+                    None => crate::io::shm::wakeup_pipe().and_then(|(r, fd)| {
+                        let dup = r.try_clone()?;
+                        c.gsi = Some(GsiInbox {
+                            fd,
+                            theirs: r,
+                            mads: VecDeque::new(),
+                        });
+                        Ok(dup)
+                    }),
                 };
                 match fd {
                     Ok(fd) => Some((
@@ -279,7 +278,7 @@ impl Service {
                 let mads: Vec<GsiMad> = g.mads.drain(..n).collect();
                 if !g.mads.is_empty() {
                     // More than one answer holds: the client comes back.
-                    let _ = rustix::io::write(&g.fd, &1u64.to_ne_bytes());
+                    let _ = crate::io::shm::wake(g.fd.as_fd());
                 }
                 plain(Resp::GsiMads { mads })
             }
@@ -360,7 +359,7 @@ impl Service {
         }
         for c in self.clients.iter().filter(|c| woken.contains(&c.key)) {
             if let Some(g) = &c.gsi {
-                let _ = rustix::io::write(&g.fd, &1u64.to_ne_bytes());
+                let _ = crate::io::shm::wake(g.fd.as_fd());
             }
         }
     }

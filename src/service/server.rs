@@ -52,7 +52,7 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::objects::{AhEnt, SrqEnt};
-use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, ResDoc, Resp, Work};
+use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, Resp, Work};
 use crate::io::shm::{self, Pop, Ring};
 use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
 use crate::wire::Qpn;
@@ -60,6 +60,7 @@ use crate::wire::Qpn;
 struct CqEnt {
     cq: Cq,
     ring: Ring,
+    /// The write end of the CQ's event pipe (the client waits on the read end).
     event: OwnedFd,
     cqe: u32,
 }
@@ -90,12 +91,12 @@ pub(super) struct Client {
     comm: String,
     /// Set by Hello: the memory its MRs are in (`super::client_mem`).
     mem: Option<Arc<crate::proto::AddressSpace>>,
-    /// Set by Hello: the submission ring and its doorbell.
+    /// Set by Hello: the submission ring and the read end of its doorbell pipe.
     sq: Option<(Ring, OwnedFd)>,
-    /// Set by Hello: written whenever completions land in any of the client's CQ rings
-    /// (its library's completion channels wait on it).
+    /// Set by Hello: the write end of a pipe, written whenever completions land in any
+    /// of the client's CQ rings (its library's completion channels wait on it).
     notify: Option<OwnedFd>,
-    /// Set by Hello: written whenever `events` gets one.
+    /// Set by Hello: the write end of a pipe, written whenever `events` gets one.
     events_fd: Option<OwnedFd>,
     /// Events not yet fetched ([`Req::AsyncEvents`]): wire values and their elements.
     events: std::collections::VecDeque<(u32, u32)>,
@@ -164,6 +165,15 @@ pub(super) fn errno_resp(e: &verbs::Error) -> Resp {
     }
 }
 
+/// The errno for a client whose object could not get its descriptors or memory: EMFILE
+/// when the service is out of descriptors (EMFILE, ENFILE), else ENOMEM.
+pub(super) fn fd_errno(e: &io::Error) -> i32 {
+    match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => libc::EMFILE,
+        _ => libc::ENOMEM,
+    }
+}
+
 pub(super) fn bad(errno: i32, msg: &str) -> Resp {
     Resp::Err {
         errno,
@@ -182,7 +192,7 @@ pub struct Limits {
     pub max_cq_slots: u64,
     pub max_mrs: usize,
     /// Bytes of all the client's MRs. Nothing is pinned (the service reads and writes
-    /// the client's memory with process_vm_readv/writev), so this bounds what one client
+    /// the client's memory with pread/pwrite on its /proc/PID/mem, client_mem.rs), so this bounds what one client
     /// may name, not the service's memory.
     pub max_mr_bytes: u64,
     /// Address handles one client may hold.
@@ -193,6 +203,21 @@ pub struct Limits {
     pub slots_per_round: usize,
     /// Control messages answered for one client per round.
     pub msgs_per_round: usize,
+    /// Connections the service holds, all users but root together (limits.rs).
+    pub max_clients: usize,
+    /// Connections of one uid (root: no bound).
+    pub max_clients_per_uid: usize,
+    /// Descriptors the service holds for one client (its socket, hello's four, two per
+    /// CQ, two for the GSI relay); past it EMFILE.
+    pub max_fds: usize,
+    /// Descriptors the service holds for all the clients of one uid.
+    pub max_fds_per_uid: usize,
+    /// Bytes of the shared-memory rings the service made for one client.
+    pub max_shm_bytes: u64,
+    /// Bytes of the shared-memory rings of all the clients of one uid.
+    pub max_shm_bytes_per_uid: u64,
+    /// PDs, MRs, CQs, QPs, AHs and SRQs of all the clients of one uid.
+    pub max_objects_per_uid: usize,
 }
 
 impl Default for Limits {
@@ -208,6 +233,13 @@ impl Default for Limits {
             max_srqs: 1024,
             slots_per_round: 256,
             msgs_per_round: 64,
+            max_clients: 1024,
+            max_clients_per_uid: 64,
+            max_fds: 1024,
+            max_fds_per_uid: 4096,
+            max_shm_bytes: 256 << 20,
+            max_shm_bytes_per_uid: 1 << 30,
+            max_objects_per_uid: 65536,
         }
     }
 }
@@ -236,6 +268,12 @@ pub struct Service {
     next_key: u64,
     /// Verbs waiting for an address to resolve, and the resolver (resolver.rs).
     net: resolver::Net,
+    /// Descriptors unprivileged clients may make the service hold (limits.rs).
+    fd_budget: usize,
+    /// Closed to accept (and refuse) a connection at EMFILE (limits.rs).
+    reserve: Option<OwnedFd>,
+    /// The listener is out of the poll set until then (limits.rs).
+    accept_pause: Option<std::time::Instant>,
 }
 
 impl Service {
@@ -278,6 +316,9 @@ impl Service {
             relay: Default::default(),
             next_key: 1,
             net: Default::default(),
+            fd_budget: limits::fd_budget(),
+            reserve: limits::reserve_fd(),
+            accept_pause: None,
         })
     }
 
@@ -309,8 +350,19 @@ impl Service {
     /// true when a client's ring still holds slots this round left (the next round
     /// then does not wait).
     fn once(&mut self, timeout: Duration) -> io::Result<bool> {
+        let mut timeout = timeout;
+        let listen = match self.accept_pause {
+            Some(t) if t > std::time::Instant::now() => {
+                timeout = timeout.min(t - std::time::Instant::now());
+                PollFlags::empty()
+            }
+            _ => {
+                self.accept_pause = None;
+                PollFlags::IN
+            }
+        };
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + 2 * self.clients.len());
-        fds.push(PollFd::new(&self.listener, PollFlags::IN));
+        fds.push(PollFd::new(&self.listener, listen));
         fds.push(PollFd::new(&*self.cq_kick, PollFlags::IN));
         for c in &self.clients {
             // A client whose answer waits for an address (resolver.rs) is not read
@@ -426,54 +478,42 @@ impl Service {
             if let Some(fd) = &c.events_fd
                 && !c.events.is_empty()
             {
-                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                let _ = shm::wake(fd.as_fd());
             }
         }
     }
 
-    fn accept(&mut self) {
-        loop {
-            let sock = match rustix::net::accept_with(
-                &self.listener,
-                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            ) {
-                Ok(s) => s,
-                Err(_) => return,
-            };
-            let Ok(cred) = rustix::net::sockopt::socket_peercred(&sock) else {
-                continue;
-            };
-            let pid = cred.pid.as_raw_nonzero().get();
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .map(|s| s.trim_end().to_string())
-                .unwrap_or_default();
-            self.clients.push(Client {
-                sock,
-                pid,
-                uid: cred.uid.as_raw(),
-                gid: cred.gid.as_raw(),
-                comm,
-                mem: None,
-                sq: None,
-                notify: None,
-                events_fd: None,
-                events: Default::default(),
-                next: 1,
-                pds: HashMap::new(),
-                mrs: HashMap::new(),
-                cqs: HashMap::new(),
-                qps: HashMap::new(),
-                ahs: HashMap::new(),
-                srqs: HashMap::new(),
-                bad_slots: 0,
-                more: false,
-                cq_slots: 0,
-                mr_bytes: 0,
-                key: self.next_key,
-                gsi: None,
-            });
-            self.next_key += 1;
-        }
+    /// A new client on `sock` (limits.rs `accept` took it).
+    fn add_client(&mut self, sock: OwnedFd, pid: i32, uid: u32, gid: u32) {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|s| s.trim_end().to_string())
+            .unwrap_or_default();
+        self.clients.push(Client {
+            sock,
+            pid,
+            uid,
+            gid,
+            comm,
+            mem: None,
+            sq: None,
+            notify: None,
+            events_fd: None,
+            events: Default::default(),
+            next: 1,
+            pds: HashMap::new(),
+            mrs: HashMap::new(),
+            cqs: HashMap::new(),
+            qps: HashMap::new(),
+            ahs: HashMap::new(),
+            srqs: HashMap::new(),
+            bad_slots: 0,
+            more: false,
+            cq_slots: 0,
+            mr_bytes: 0,
+            key: self.next_key,
+            gsi: None,
+        });
+        self.next_key += 1;
     }
 
     /// Answer every waiting message of client `i`; false when it is gone.
@@ -513,28 +553,14 @@ impl Service {
         true
     }
 
-    fn res_doc(&self) -> ResDoc {
-        ResDoc {
-            service_pid: std::process::id(),
-            netdev: self.ifname.clone(),
-            clients: self
-                .clients
-                .iter()
-                .filter(|c| c.sq.is_some())
-                .map(|c| {
-                    let mut r = client_res(c);
-                    r.gsi_listens = self.relay.listens_of(c.key);
-                    r
-                })
-                .collect(),
-            gsi: self.relay.counters,
-        }
-    }
-
     /// One request of client `i`: the answer and the descriptors it carries.
     fn handle(&mut self, i: usize, req: Req) -> (Resp, Vec<OwnedFd>) {
+        // Who sees what: res.rs.
         if let Req::Res = req {
-            return (Resp::Res(self.res_doc()), Vec::new());
+            return (self.res_answer(i, None), Vec::new());
+        }
+        if let Req::ResPage { skip } = req {
+            return (self.res_answer(i, Some(skip)), Vec::new());
         }
         if let Req::Shutdown = req {
             let uid = self.clients[i].uid;
@@ -546,6 +572,10 @@ impl Service {
             }
             self.stop.store(true, Ordering::SeqCst);
             return (Resp::Ok, Vec::new());
+        }
+        // Descriptors, shared memory and objects per client and per uid (limits.rs).
+        if let Some(r) = self.admit(i, &req) {
+            return (r, Vec::new());
         }
         let port = self.dev.query_port();
         let fatal = self.dev.is_fatal();
@@ -579,25 +609,19 @@ impl Service {
                     );
                 }
             };
+            // The doorbell, the notifier and the event notifier are pipes: the client
+            // gets one end of each, the service keeps the other (shm.rs, "Wakeups").
             let made =
                 Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
-                    let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
-                    let bell = rustix::event::eventfd(0, flags)?;
-                    let notify = rustix::event::eventfd(0, flags)?;
-                    let events = rustix::event::eventfd(0, flags)?;
-                    Ok((r, bell, notify, events))
+                    let (bell, bell_w) = shm::wakeup_pipe()?;
+                    let (notify_r, notify) = shm::wakeup_pipe()?;
+                    let (events_r, events) = shm::wakeup_pipe()?;
+                    let ring_fd = r.fd().try_clone_to_owned()?;
+                    let theirs = vec![ring_fd, bell_w, notify_r, events_r];
+                    Ok((r, bell, notify, events, theirs))
                 });
             return match made {
-                Ok((ring, bell, notify, events)) => {
-                    let fds = match (
-                        ring.fd().try_clone_to_owned(),
-                        bell.try_clone(),
-                        notify.try_clone(),
-                        events.try_clone(),
-                    ) {
-                        (Ok(a), Ok(b), Ok(n), Ok(e)) => vec![a, b, n, e],
-                        _ => return (bad(libc::EMFILE, "no descriptors"), Vec::new()),
-                    };
+                Ok((ring, bell, notify, events, fds)) => {
                     c.sq = Some((ring, bell));
                     c.mem = Some(space);
                     c.notify = Some(notify);
@@ -612,7 +636,7 @@ impl Service {
                         fds,
                     )
                 }
-                Err(e) => (bad(libc::ENOMEM, &e.to_string()), Vec::new()),
+                Err(e) => (bad(fd_errno(&e), &e.to_string()), Vec::new()),
             };
         }
         if c.sq.is_none() {
@@ -637,6 +661,7 @@ enum Answer {
 
 fn client_res(c: &Client) -> ClientRes {
     let mut r = ClientRes {
+        id: c.key,
         pid: c.pid,
         uid: c.uid,
         comm: c.comm.clone(),
@@ -778,18 +803,18 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
                 .map_err(|e| errno_resp(&e))
                 .and_then(|cq| {
                     let ring = Ring::create("xrnic-cq", slots, wire::CQ_SLOT_BYTES)
-                        .map_err(|e| bad(libc::ENOMEM, &e.to_string()))?;
-                    let event =
-                        rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                            .map_err(|e| bad(libc::EMFILE, &e.to_string()))?;
-                    Ok((cq, ring, event))
+                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
+                    // The CQ's event: a pipe whose read end is the client's (shm.rs).
+                    let (event_r, event) =
+                        shm::wakeup_pipe().map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
+                    let ring_fd = ring
+                        .fd()
+                        .try_clone_to_owned()
+                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
+                    Ok((cq, ring, event, vec![ring_fd, event_r]))
                 });
             match made {
-                Ok((cq, ring, event)) => {
-                    let fds = match (ring.fd().try_clone_to_owned(), event.try_clone()) {
-                        (Ok(a), Ok(b)) => vec![a, b],
-                        _ => return Plain(bad(libc::EMFILE, "no descriptors")),
-                    };
+                Ok((cq, ring, event, fds)) => {
                     c.next += 1;
                     c.cq_slots += u64::from(slots);
                     c.cqs.insert(
@@ -903,6 +928,7 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
         // AH and SRQ verbs were answered by `objects::verb` above.
         Req::Hello { .. }
         | Req::Res
+        | Req::ResPage { .. }
         | Req::Shutdown
         | Req::CreateAh { .. }
         | Req::DestroyAh { .. }
@@ -927,8 +953,8 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     let Some((ring, bell)) = &c.sq else {
         return false;
     };
-    let mut b = [0u8; 8];
-    let _ = rustix::io::read(bell, &mut b);
+    // Non-blocking whatever the client does to its end (shm.rs, "Wakeups").
+    let _ = shm::take_wakeups(bell.as_fd());
     let mut w = [0u64; wire::SQ_WORDS];
     let mut failed: Vec<(u32, WorkCompletion)> = Vec::new();
     let mut more = false;
@@ -991,9 +1017,9 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {
             if e.ring.push(&wire::encode_wc(&wc)) {
-                let _ = rustix::io::write(&e.event, &1u64.to_ne_bytes());
+                let _ = shm::wake(e.event.as_fd());
                 if let Some(n) = &c.notify {
-                    let _ = rustix::io::write(n, &1u64.to_ne_bytes());
+                    let _ = shm::wake(n.as_fd());
                 }
             }
         }
@@ -1042,11 +1068,11 @@ fn pump_completions(c: &mut Client) {
             // Cannot fail: `free` slots were free and only the client consumes.
             let _ = e.ring.push(&wire::encode_wc(wc));
         }
-        let _ = rustix::io::write(&e.event, &1u64.to_ne_bytes());
+        let _ = shm::wake(e.event.as_fd());
         any = true;
     }
     if let (true, Some(n)) = (any, &c.notify) {
-        let _ = rustix::io::write(n, &1u64.to_ne_bytes());
+        let _ = shm::wake(n.as_fd());
     }
 }
 
@@ -1055,6 +1081,12 @@ mod gsi_port;
 
 #[path = "resolver.rs"]
 mod resolver;
+
+#[path = "limits.rs"]
+mod limits;
+
+#[path = "res.rs"]
+mod res;
 
 #[cfg(test)]
 #[path = "objects_tests.rs"]

@@ -91,8 +91,7 @@ impl GsiRelay {
             Ok(_) => {}
             Err(e) => return Err(Error::Io(e.into())),
         }
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&self.ready, &mut b);
+        let _ = crate::io::shm::take_wakeups(std::os::fd::AsFd::as_fd(&self.ready));
         match self.conn.call(&Req::GsiRecv)?.0 {
             Resp::GsiMads { mads } => Ok(mads),
             _ => Err(Error::Io(std::io::Error::other(

@@ -18,15 +18,19 @@
 //!   SRQ refused (full) fails then, as in-process.
 //! - The data path is shared memory: `post_send` / `post_recv` (and `post_send_ud`,
 //!   `post_srq_recv`) write a slot into the
-//!   submission ring and write the doorbell (an eventfd); `poll` reads the CQ's ring and
-//!   makes no system call; `wait` sleeps on the CQ's eventfd.
+//!   submission ring and write the doorbell (a pipe: src/io/shm.rs, "Wakeups"); `poll`
+//!   reads the CQ's ring and makes no system call; `wait` sleeps on the CQ's event pipe.
+//!   This process also holds a read end of its doorbell pipe of its own, never read, so
+//!   a post after the service is gone fills the pipe (EAGAIN, taken as rung) instead of
+//!   raising SIGPIPE in the program (pipe(7)).
 //! - Asynchronous events: the service forwards its device's unaffiliated events
 //!   (PORT_ACTIVE, PORT_ERR, DEVICE_FATAL) to every client and writes the client's event
 //!   notifier; [`Conn::poll_event`] then fetches them (one control request) and keeps
 //!   them in order. The port state follows them; after DEVICE_FATAL posts fail here
 //!   with [`VerbsError::DeviceFatal`] and control verbs get EIO from the service.
-//! - Memory: a region is the caller's own memory, which the service reads and writes with
-//!   process_vm_readv/writev; [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
+//! - Memory: a region is the caller's own memory, which the service reads and writes
+//!   through the `/proc/PID/mem` it opened at hello (src/service/client_mem.rs);
+//!   [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
 //!   here and registers it so.
 
 use std::collections::VecDeque;
@@ -50,7 +54,11 @@ use crate::wire::Qpn;
 pub(crate) struct Conn {
     sock: Mutex<OwnedFd>,
     sq: Mutex<Ring>,
+    /// The write end of the doorbell pipe.
     doorbell: OwnedFd,
+    /// A read end of the doorbell pipe (its own description), never read: the pipe
+    /// always has a reader here (see the module documentation).
+    _doorbell_reader: Option<OwnedFd>,
     /// Readable when completions arrived in any CQ ring of this connection.
     notify: Arc<OwnedFd>,
     /// Readable when the service holds events for this connection.
@@ -110,10 +118,12 @@ impl Conn {
         let doorbell = fds.pop().ok_or_else(|| proto_err("no doorbell"))?;
         let ring_fd = fds.pop().ok_or_else(|| proto_err("no ring"))?;
         let sq = Ring::map(ring_fd, sq_slots, wire::SQ_SLOT_BYTES)?;
+        let doorbell_reader = reader_of(&doorbell);
         Ok(Some(Conn {
             sock: Mutex::new(sock),
             sq: Mutex::new(sq),
             doorbell,
+            _doorbell_reader: doorbell_reader,
             notify,
             events_fd,
             events_due: Arc::default(),
@@ -146,9 +156,8 @@ impl Conn {
     pub fn poll_event(&self) -> Option<crate::proto::AsyncEvent> {
         use crate::proto::AsyncEvent as E;
         let mut q = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let mut b = [0u8; 8];
-        // Non-blocking (the service made the eventfd so): nothing to read, nothing due.
-        let read = rustix::io::read(&*self.events_fd, &mut b).is_ok();
+        // Non-blocking (the service made the pipe so): nothing to read, nothing due.
+        let read = shm::take_wakeups(self.events_fd.as_fd()) == shm::Wakeups::Some;
         if self.events_due.swap(false, Ordering::SeqCst) || read {
             match self.call(&Req::AsyncEvents) {
                 Ok((Resp::AsyncEvents { events, elements }, _)) => {
@@ -204,12 +213,12 @@ impl Conn {
             drop(sq);
             // Still ring: the service drains what is there (and resets a ring whose
             // indices someone broke), so a later post finds room.
-            rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
+            shm::wake(self.doorbell.as_fd())?;
             return Err(Error::Verbs(VerbsError::QueueFull));
         }
         let at = sq.producer();
         drop(sq);
-        rustix::io::write(&self.doorbell, &1u64.to_ne_bytes()).map_err(io::Error::from)?;
+        shm::wake(self.doorbell.as_fd())?;
         Ok(at)
     }
 
@@ -315,12 +324,17 @@ fn hook_thread(h: &HookState, notify: &OwnedFd, events: &OwnedFd, due: &AtomicBo
             tv_sec: 0,
             tv_nsec: 100_000_000,
         };
-        let signalled = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) > 0;
+        let mut signalled = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) > 0;
         let evented = !fds[1].revents().is_empty();
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(notify, &mut b);
-        if evented && rustix::io::read(events, &mut b).is_ok() {
+        let taken = shm::take_wakeups(notify.as_fd());
+        if evented && shm::take_wakeups(events.as_fd()) == shm::Wakeups::Some {
             due.store(true, Ordering::SeqCst);
+        }
+        if taken == shm::Wakeups::Closed {
+            // The service is gone: its end of the pipe stays at EOF (readable); wait
+            // instead of spinning on it until the hook is cleared.
+            signalled = false;
+            std::thread::sleep(Duration::from_millis(100));
         }
         let g = h.slot.lock().unwrap_or_else(|p| p.into_inner());
         match &g.0 {
@@ -342,13 +356,40 @@ fn hook_thread(h: &HookState, notify: &OwnedFd, events: &OwnedFd, due: &AtomicBo
     }
 }
 
+/// A read end of the pipe whose write end is `w`, as its own open file description:
+/// opening /proc/self/fd/N of a pipe opens the pipe again (proc(5), pipe(7)). `None`
+/// (logged) without /proc.
+fn reader_of(w: &OwnedFd) -> Option<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(w));
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    match rustix::fs::open(path.as_str(), flags, Mode::empty()) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::debug!("device service: no reader of the doorbell pipe of our own: {e}");
+            None
+        }
+    }
+}
+
 fn call_on(sock: &OwnedFd, req: &Req) -> Result<(Resp, Vec<OwnedFd>)> {
     let text = serde_json::to_vec(req).map_err(|e| proto_err(&e.to_string()))?;
-    shm::send_with_fds(sock.as_fd(), &text, &[])?;
     // Answers to verbs are small (`xrnic res` reads its own, larger, answers).
     let mut buf = vec![0u8; 64 * 1024];
-    let (n, fds) = shm::recv_with_fds(sock.as_fd(), &mut buf, RecvFlags::empty())?
-        .ok_or_else(|| proto_err("the service closed the connection"))?;
+    let sent = shm::send_with_fds(sock.as_fd(), &text, &[]);
+    // A connection the service refused (its bounds: src/service/limits.rs) was told why
+    // (EMFILE) and closed, maybe before this request went: that answer is the error.
+    let flags = if sent.is_ok() {
+        RecvFlags::empty()
+    } else {
+        RecvFlags::DONTWAIT
+    };
+    let (n, fds) = match (shm::recv_with_fds(sock.as_fd(), &mut buf, flags), sent) {
+        (Ok(Some(got)), _) => got,
+        (_, Err(e)) => return Err(e.into()),
+        (Ok(None), Ok(())) => return Err(proto_err("the service closed the connection")),
+        (Err(e), Ok(())) => return Err(e.into()),
+    };
     let resp: Resp = serde_json::from_slice(&buf[..n]).map_err(|e| proto_err(&e.to_string()))?;
     if let Resp::Err { errno, msg } = resp {
         // The errno is what a C caller gets (src/abi errno_of); the reason is logged.
@@ -427,8 +468,10 @@ impl RemoteCq {
             };
             let mut fds = [PollFd::new(&self.event, PollFlags::IN)];
             let _ = rustix::event::poll(&mut fds, Some(&ts));
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(&self.event, &mut b);
+            if shm::take_wakeups(self.event.as_fd()) == shm::Wakeups::Closed {
+                // The service is gone (EOF stays readable): nothing more will come.
+                std::thread::sleep(left);
+            }
         }
     }
 }

@@ -383,7 +383,7 @@ fn a_client_cannot_block_the_service_through_its_descriptors() {
         return attacker(&role);
     }
     const NAME: &str = "a_client_cannot_block_the_service_through_its_descriptors";
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let svc = service_pid(&s);
     // A first round, so that whatever the service opens once (on its first QP, its
     // first neighbour) is open before the count.
@@ -450,7 +450,7 @@ fn descriptor_and_connection_floods_meet_bounds_and_others_go_on() {
     if let Ok(role) = std::env::var(ROLE) {
         return attacker(&role);
     }
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let svc = service_pid(&s);
     let att = Attacker::start(
         &s,
@@ -543,7 +543,7 @@ fn res_shows_an_unprivileged_user_only_its_own_objects_and_root_all_with_owners(
     if let Ok(role) = std::env::var(ROLE) {
         return attacker(&role);
     }
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     let (tx, rx) = mpsc::channel::<()>();
     let (rtx, rrx) = mpsc::channel();
@@ -643,7 +643,7 @@ fn res_shows_an_unprivileged_user_only_its_own_objects_and_root_all_with_owners(
 #[ignore = "needs root"]
 fn res_lists_a_client_with_thousands_of_mrs() {
     const N: usize = 4100;
-    let Some(s) = Svc::start() else { return };
+    let s = Svc::start();
     let ifname = s.ifname().to_string();
     let (tx, rx) = mpsc::channel::<()>();
     let (rtx, rrx) = mpsc::channel();

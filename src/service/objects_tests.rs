@@ -564,3 +564,53 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
     );
     assert_eq!(got.vlan_tci, None);
 }
+
+/// A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3: QP1's 0x80010000) is
+/// refused to a client without CAP_NET_RAW, as the kernel's uverbs `modify_qp` refuses
+/// it (EPERM): with it a UD QP could send CM MADs to any QP1 past the GSI relay's
+/// checks. An ordinary Q_Key is taken; root may set a controlled one.
+#[test]
+fn a_controlled_qkey_needs_cap_net_raw() {
+    use crate::verbs::{AttrMask, QpAttr, QpState};
+    let (mut svc, name, _peer) = service("qkey", Limits::default());
+    let a = hello(&mut svc, &name, "a");
+    let pa = pd(&mut svc, &a);
+    let c = cq(&mut svc, &a);
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_UD, None) else {
+        panic!("create_qp")
+    };
+    let init = |qkey: u32| {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: 0,
+            port_num: 1,
+            qkey,
+            ..QpAttr::default()
+        };
+        Req::ModifyQp {
+            qpn,
+            attr: QpAttrMsg::from_attr(&attr),
+            mask: (AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY).0,
+        }
+    };
+    // The test's own connection is this process: make its client someone else (nobody),
+    // whose effective uid this process is not, so it holds no capability there.
+    let me = svc.clients.len() - 1;
+    let uid = svc.clients[me].uid;
+    svc.clients[me].uid = 65534;
+    assert_eq!(a.errno(&mut svc, init(crate::verbs::GSI_QKEY)), libc::EPERM);
+    assert_eq!(a.errno(&mut svc, init(0x8000_0001)), libc::EPERM);
+    assert!(matches!(a.call(&mut svc, init(0x1111_1111)), Resp::Ok));
+    // Root may (the kernel lets CAP_NET_RAW).
+    svc.clients[me].uid = 0;
+    let back = Req::ModifyQp {
+        qpn,
+        attr: QpAttrMsg::from_attr(&QpAttr {
+            qkey: crate::verbs::GSI_QKEY,
+            ..QpAttr::default()
+        }),
+        mask: AttrMask::QKEY.0,
+    };
+    assert!(matches!(a.call(&mut svc, back), Resp::Ok));
+    svc.clients[me].uid = uid;
+}

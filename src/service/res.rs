@@ -19,9 +19,17 @@ use super::{Service, client_res};
 
 /// CAP_NET_ADMIN (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
+/// CAP_NET_RAW (linux/capability.h).
+pub(super) const CAP_NET_RAW: u32 = 13;
 
 /// Whether the process `pid`, connected as `uid`, may see every client's resources.
 fn sees_all(pid: i32, uid: u32) -> bool {
+    has_cap(pid, uid, CAP_NET_ADMIN)
+}
+
+/// Whether the process `pid`, connected as `uid`, is root or holds capability `cap` in
+/// its effective set with `uid` still its effective uid (/proc/PID/status, read now).
+pub(super) fn has_cap(pid: i32, uid: u32, cap: u32) -> bool {
     if uid == 0 {
         return true;
     }
@@ -38,8 +46,8 @@ fn sees_all(pid: i32, uid: u32) -> bool {
     let euid = field("Uid:")
         .and_then(|v| v.split_whitespace().nth(1))
         .and_then(|v| v.parse::<u32>().ok());
-    let cap = field("CapEff:").and_then(|v| u64::from_str_radix(v, 16).ok());
-    euid == Some(uid) && cap.is_some_and(|c| c & (1 << CAP_NET_ADMIN) != 0)
+    let eff = field("CapEff:").and_then(|v| u64::from_str_radix(v, 16).ok());
+    euid == Some(uid) && eff.is_some_and(|c| c & (1 << cap) != 0)
 }
 
 impl Service {

@@ -905,6 +905,19 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             if wire::mask(mask).contains(verbs::AttrMask::AV) {
                 return Plain(bad(libc::EINVAL, "unexpected"));
             }
+            // A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3, e.g. QP1's
+            // 0x80010000) is not the consumer's to choose: the kernel refuses it to a
+            // process without CAP_NET_RAW (uverbs `modify_qp`, EPERM). Here it would
+            // also let a UD QP speak CM to QP1 past the GSI relay's checks (gsi.rs).
+            if wire::mask(mask).contains(verbs::AttrMask::QKEY)
+                && a.qkey & 0x8000_0000 != 0
+                && !res::has_cap(c.pid, c.uid, res::CAP_NET_RAW)
+            {
+                return Plain(bad(
+                    libc::EPERM,
+                    "a controlled Q_Key (high-order bit set) needs CAP_NET_RAW",
+                ));
+            }
             match q.qp.modify(&a, wire::mask(mask)) {
                 Ok(()) => Plain(Resp::Ok),
                 Err(e) => Plain(errno_resp(&e)),

@@ -332,6 +332,13 @@ pub fn run(args: &ResArgs) -> ExitCode {
                     served.push(doc);
                     continue;
                 }
+                // Root's only (a service's, src/cli/service.rs `serve`): not this
+                // user's to see, as other users' objects in `rdma resource show`.
+                if std::fs::File::open(&path)
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+                {
+                    continue;
+                }
                 match read_device(&path) {
                     Ok(d) => devs.push(d),
                     // Removed between listing and reading: that device is gone.

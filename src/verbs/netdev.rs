@@ -246,6 +246,19 @@ pub fn resolve_path(
     src: Option<IpAddr>,
     dst: IpAddr,
 ) -> io::Result<([u8; 6], Option<u8>)> {
+    let (hop, hop_limit) = route_on(ifname, ifindex, src, dst)?;
+    let mac = link::resolve_neighbour(ifname, ifindex, hop, link::RESOLVE_TIMEOUT)?;
+    Ok((mac, hop_limit))
+}
+
+/// The route to `dst` (from `src`) through `ifname`: its next hop and hop-limit metric;
+/// NotFound when it leaves through another interface.
+fn route_on(
+    ifname: &str,
+    ifindex: u32,
+    src: Option<IpAddr>,
+    dst: IpAddr,
+) -> io::Result<(IpAddr, Option<u8>)> {
     let route = link::route_to(dst, src, Some(ifindex))?;
     if route.oif != 0 && route.oif != ifindex {
         return Err(io::Error::new(
@@ -256,9 +269,7 @@ pub fn resolve_path(
             ),
         ));
     }
-    let hop = route.next_hop(dst);
-    let mac = link::resolve_neighbour(ifname, ifindex, hop, link::RESOLVE_TIMEOUT)?;
-    Ok((mac, route.hop_limit))
+    Ok((route.next_hop(dst), route.hop_limit))
 }
 
 /// The half of [`resolve_path`] that does not wait on the network: the route to `dst`
@@ -271,18 +282,8 @@ pub fn path_step(
     src: Option<IpAddr>,
     dst: IpAddr,
 ) -> io::Result<(IpAddr, Option<[u8; 6]>, Option<u8>)> {
-    let route = link::route_to(dst, src, Some(ifindex))?;
-    if route.oif != 0 && route.oif != ifindex {
-        return Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!(
-                "the route to {dst} leaves through interface {}, not {ifname}",
-                route.oif
-            ),
-        ));
-    }
-    let hop = route.next_hop(dst);
-    Ok((hop, link::neighbour_on(ifindex, hop)?, route.hop_limit))
+    let (hop, hop_limit) = route_on(ifname, ifindex, src, dst)?;
+    Ok((hop, link::neighbour_on(ifindex, hop)?, hop_limit))
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@ xri_need_root() {
 	[[ $(id -u) -eq 0 ]] || xri_die "must run as root (network namespaces, tap devices, qemu)"
 }
 
-# Monotonic-enough seconds with two decimals, for the report tables.
 # xri_perftest_refused FILE...: true when the output files show stock perftest's own
 # refusal to measure: its clock calibration (get_cpu_mhz) gives up on a fit worse than
 # r^2 0.9 ("Correlation coefficient r^2: X < 0.9", then "Can't produce a report"), which
@@ -43,6 +42,7 @@ xri_perftest_refused() {
 	done
 	return 1
 }
+# Monotonic-enough seconds with two decimals, for the report tables.
 xri_now() { date +%s.%N; }
 xri_elapsed() { awk -v a="$1" -v b="$(xri_now)" 'BEGIN { printf "%.1f", b - a }'; }
 

@@ -53,13 +53,18 @@ fn end(dev: Device) -> End {
 
 /// Connect the two ends with the GID at `gid_index` on both sides.
 fn connect(a: &End, b: &End, gid_index: u8, mtu: Mtu) {
+    // 4.096 µs * 2^10 ≈ 4 ms: quick recovery of a lost last packet in lossy tests.
+    connect_with_timeout(a, b, gid_index, mtu, 10);
+}
+
+/// [`connect`] with this local ACK timeout (4.096 µs * 2^timeout, IBTA vol. 1 §9.7.6.1.3).
+fn connect_with_timeout(a: &End, b: &End, gid_index: u8, mtu: Mtu, timeout: u8) {
     let o = ConnectOpts {
         access: Access::ALL,
         path_mtu: mtu,
         max_rd_atomic: 16,
         max_dest_rd_atomic: 16,
-        // 4.096 µs * 2^10 ≈ 4 ms: quick recovery of a lost last packet in lossy tests.
-        timeout: 10,
+        timeout,
         min_rnr_timer: 1,
         ..ConnectOpts::default()
     };
@@ -710,7 +715,12 @@ fn sockets_held(cookies: &[u64]) -> usize {
 fn a_deleted_interface_makes_the_device_fatal() {
     use xrnic::verbs::{AsyncEvent, Error, PortState, VerbsError};
     let pair = VethPair::new(1500).expect("veth pair");
-    let (a, b) = connected(&pair, &DeviceOptions::default(), &DeviceOptions::default());
+    let a = end(open(&pair, Side::A, &DeviceOptions::default()));
+    let b = end(open(&pair, Side::B, &DeviceOptions::default()));
+    // The outstanding SEND must end by the device's loss (flushed), not by its retry
+    // counter: 4.096 µs * 2^20 ≈ 4.3 s per retry outlasts the link watcher's notice on a
+    // loaded machine, where 4 ms (the other tests' timeout) did not.
+    connect_with_timeout(&a, &b, 1, Mtu::Mtu1024, 20);
     let ifname = pair.end(Side::A).ifname.clone();
     let driver = format!("xrnic-{ifname}");
     // (Both ends' driver threads when the names are cut to the same 15 bytes.)

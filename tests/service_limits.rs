@@ -201,6 +201,8 @@ fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
     ]);
     let ifname = s.ifname().to_string();
     let stop = AtomicBool::new(false);
+    // The flooder's post count, read around the pair's run.
+    let rung = std::sync::atomic::AtomicU64::new(0);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let flood = || {
         let dev = Device::open(&ifname).unwrap();
@@ -254,6 +256,7 @@ fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
                     sg_list: vec![],
                 });
                 posts += 1;
+                rung.store(posts, Ordering::SeqCst);
             }
             for c in &cqs {
                 let _ = c.poll(64);
@@ -261,24 +264,28 @@ fn a_flooding_client_meets_its_caps_and_another_clients_pair_still_passes() {
         }
         posts
     };
-    let (posts, sv, c) = std::thread::scope(|sc| {
+    let (posts, during, sv, c) = std::thread::scope(|sc| {
         let h = sc.spawn(|| s.pair.run_in(Side::A, flood).unwrap());
         ready_rx
             .recv_timeout(Duration::from_secs(60))
             .expect("the flooder reached its caps");
+        let before = rung.load(Ordering::SeqCst);
         let (sv, c) = s.pair_run(
             "ib_send_bw",
             &["-x", "1", "-n", "2000", "-s", "4096"],
             18570,
         );
+        let during = rung.load(Ordering::SeqCst) - before;
         stop.store(true, Ordering::SeqCst);
-        (h.join().unwrap(), sv, c)
+        (h.join().unwrap(), during, sv, c)
     });
     assert!(out(&c).contains("4096       2000"), "{}", text(&c));
     assert!(sv.status.success());
+    // Liveness, not a rate: the flooder kept ringing while the pair ran (how often
+    // depends on the machine's load).
     assert!(
-        posts > 2000,
-        "the flooder rang while the pair ran ({posts} posts)"
+        during > 0,
+        "the flooder rang while the pair ran ({posts} posts, {during} during the pair)"
     );
     let left = s.wait_empty(Duration::from_secs(1));
     assert!(left.is_empty(), "left behind: {left:?}");

@@ -9,6 +9,7 @@
 pub mod cm;
 pub mod driver;
 pub mod io;
+pub mod ipc;
 pub mod oob;
 pub mod proto;
 pub mod service;

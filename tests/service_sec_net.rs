@@ -183,7 +183,7 @@ const PIPELINED: usize = 64;
 /// connection closed with the rest pending.
 fn attack_pipelined(ifname: &str, sgid_index: u8, barrier: &std::sync::Barrier) {
     use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketType};
-    use xrnic::service::wire::{AvMsg, Req, Resp, socket_name};
+    use xrnic::ipc::{AvMsg, Req, Resp, socket_name};
     let sock = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
     let addr = SocketAddrUnix::new_abstract_name(&socket_name(ifname)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();

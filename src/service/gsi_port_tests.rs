@@ -26,7 +26,7 @@ fn connect(name: &str) -> OwnedFd {
         None,
     )
     .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(name)).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(name)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();
     sock
 }
@@ -85,7 +85,7 @@ impl Client {
         }
     }
 
-    fn recv(&self, svc: &mut Service) -> Vec<wire::GsiMad> {
+    fn recv(&self, svc: &mut Service) -> Vec<ipc::GsiMad> {
         match self.call(svc, Req::GsiRecv) {
             Resp::GsiMads { mads } => mads,
             r => panic!("{r:?}"),
@@ -183,7 +183,7 @@ impl Peer {
 }
 
 /// Step the service until `c` has MADs waiting (or give up: empty).
-fn wait_mads(svc: &mut Service, c: &Client) -> Vec<wire::GsiMad> {
+fn wait_mads(svc: &mut Service, c: &Client) -> Vec<ipc::GsiMad> {
     for _ in 0..200 {
         svc.once(Duration::from_millis(5)).unwrap();
         let m = c.recv(svc);

@@ -19,7 +19,7 @@
 //! - Caps: `Limits::max_ahs`, `Limits::max_srqs` per client (ENOMEM past them).
 
 use super::server::{Client, Limits, bad, errno_resp, over};
-use super::wire::{self, AhRes, Req, Resp, SrqAttrMsg, SrqRes};
+use crate::ipc::{self, AhRes, Req, Resp, SrqAttrMsg, SrqRes};
 use crate::proto::SrqAttrMask;
 use crate::verbs::{Ah, Srq};
 
@@ -75,7 +75,7 @@ pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
                 return Some(over("SRQs", lim.max_srqs));
             }
             // A receive carries at most MAX_SGE entries through the ring.
-            if attr.max_sge as usize > wire::MAX_SGE {
+            if attr.max_sge as usize > ipc::MAX_SGE {
                 return Some(bad(
                     libc::EINVAL,
                     "max_sge beyond what the service's ring carries",

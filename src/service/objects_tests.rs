@@ -9,8 +9,8 @@ use std::time::Duration;
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::*;
+use crate::ipc::{AvMsg, SrqAttrMsg, UdTarget};
 use crate::proto::{RecvWr, SendWr, WrOpcode};
-use crate::service::wire::{AvMsg, SrqAttrMsg, UdTarget};
 
 /// A raw client: its socket and, after hello, its submission ring and doorbell.
 struct Raw {
@@ -27,7 +27,7 @@ fn connect(name: &str) -> OwnedFd {
         None,
     )
     .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(name)).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(name)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();
     sock
 }
@@ -54,7 +54,7 @@ fn hello(svc: &mut Service, name: &str, comm: &str) -> Raw {
     let events = fds.pop().unwrap();
     let notify = fds.pop().unwrap();
     let bell = fds.pop().unwrap();
-    let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+    let ring = Ring::map(fds.pop().unwrap(), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
     Raw {
         sock,
         ring: Some((ring, bell)),
@@ -75,7 +75,7 @@ impl Raw {
     }
 
     /// Push one slot and ring; one round takes it.
-    fn post(&self, svc: &mut Service, w: [u64; wire::SQ_WORDS]) {
+    fn post(&self, svc: &mut Service, w: [u64; ipc::SQ_WORDS]) {
         let (ring, bell) = self.ring.as_ref().unwrap();
         assert!(ring.push(&w));
         rustix::io::write(bell, &1u64.to_ne_bytes()).unwrap();
@@ -217,7 +217,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     };
     assert_eq!(b.errno(&mut svc, m), libc::ENOENT);
     assert_eq!(b.errno(&mut svc, Req::DestroySrq { srq }), libc::ENOENT);
-    let on_a = qp(&mut svc, &b, pb, cb, wire::QPT_RC, Some(srq));
+    let on_a = qp(&mut svc, &b, pb, cb, ipc::QPT_RC, Some(srq));
     assert!(
         matches!(
             on_a,
@@ -238,7 +238,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     ) else {
         panic!("b's create_srq")
     };
-    let ud_srq = qp(&mut svc, &b, pb, cb, wire::QPT_UD, Some(sb));
+    let ud_srq = qp(&mut svc, &b, pb, cb, ipc::QPT_UD, Some(sb));
     assert!(
         matches!(
             ud_srq,
@@ -251,7 +251,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     );
     // Slots naming A's AH (a UD send of B's UD QP) and A's SRQ: dropped and counted,
     // and A's SRQ gets no WQE from B.
-    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, wire::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, ipc::QPT_UD, None) else {
         panic!("b's UD QP")
     };
     let bad = |svc: &Service| svc.clients[1].bad_slots;
@@ -262,7 +262,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         remote_qpn: Qpn::new(5),
         remote_qkey: 0x11,
     };
-    let w = wire::encode_send_ud(Qpn::new(qpn), &wr, &to).unwrap();
+    let w = ipc::encode_send_ud(Qpn::new(qpn), &wr, &to).unwrap();
     b.post(&mut svc, w);
     assert_eq!(bad(&svc), 1, "a UD send to A's AH");
     let r = RecvWr {
@@ -270,7 +270,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         sg_list: vec![],
     };
     assert_ne!(sb, srq);
-    b.post(&mut svc, wire::encode_srq_recv(srq, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(srq, &r).unwrap());
     assert_eq!(bad(&svc), 2, "a receive for A's SRQ");
     let Resp::SrqAttr { len, .. } = a.call(&mut svc, Req::QuerySrq { srq }) else {
         panic!("query_srq")
@@ -280,17 +280,17 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     // (what a client's UD / UC / SRQ receive waits for, src/verbs/remote.rs `wait_done`).
     let ring = &b.ring.as_ref().unwrap().0;
     let before = ring.done();
-    b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
     assert_eq!(bad(&svc), 2);
     assert_eq!(ring.done(), ring.producer());
     assert_eq!(ring.done(), before.wrapping_add(1));
     // B's SRQ holds 4: the fifth receive is refused and the ring's refused index names
     // its slot (what the client's post then fails with), the fourth's did not.
     for _ in 0..3 {
-        b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+        b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
         assert_ne!(ring.refused(), ring.producer());
     }
-    b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
     assert_eq!(ring.refused(), ring.producer(), "the SRQ was full");
     assert_eq!(bad(&svc), 2, "a refusal is no malformed slot");
     let Resp::SrqAttr { len, .. } = b.call(&mut svc, Req::QuerySrq { srq: sb }) else {
@@ -359,7 +359,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     ) else {
         panic!("create_srq")
     };
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, wire::QPT_UC, Some(srq)) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, ipc::QPT_UC, Some(srq)) else {
         panic!("UC QP on the SRQ")
     };
     assert_eq!(a.errno(&mut svc, Req::DestroySrq { srq }), libc::EBUSY);
@@ -403,7 +403,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
             wr_id: i,
             sg_list: vec![],
         };
-        a.post(&mut svc, wire::encode_srq_recv(srq, &r).unwrap());
+        a.post(&mut svc, ipc::encode_srq_recv(srq, &r).unwrap());
     }
     let arm = Req::ModifySrq {
         srq,
@@ -433,7 +433,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     }
     assert_eq!(
         events,
-        [(wire::EV_SRQ_LIMIT_REACHED, srq)],
+        [(ipc::EV_SRQ_LIMIT_REACHED, srq)],
         "A's event, by A's handle"
     );
     let Resp::AsyncEvents { events, .. } = b.call(&mut svc, Req::AsyncEvents) else {
@@ -473,7 +473,7 @@ fn a_gone_clients_ahs_and_srqs_are_freed() {
         panic!("create_srq")
     };
     assert!(matches!(
-        qp(&mut svc, &a, pa, ca, wire::QPT_RC, Some(srq)),
+        qp(&mut svc, &a, pa, ca, ipc::QPT_RC, Some(srq)),
         Resp::Qp { .. }
     ));
     assert!(matches!(
@@ -532,7 +532,7 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
     let req = Req::CreateAh { pd: pa, av: tagged };
     assert_eq!(a.errno(&mut svc, req), libc::EPERM);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_RC, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, ipc::QPT_RC, None) else {
         panic!("create_qp")
     };
     let mut attr = crate::verbs::QpAttr::rc_init(crate::verbs::Access::ALL);
@@ -576,7 +576,7 @@ fn a_controlled_qkey_needs_cap_net_raw() {
     let a = hello(&mut svc, &name, "a");
     let pa = pd(&mut svc, &a);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, ipc::QPT_UD, None) else {
         panic!("create_qp")
     };
     let init = |qkey: u32| {

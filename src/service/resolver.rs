@@ -35,8 +35,8 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 
 use super::{Client, Limits, Service, bad, errno_resp, over};
 use crate::io::link::{self, NeighbourNews, NeighbourWatch};
+use crate::ipc::{self, AvMsg, Req, Resp};
 use crate::proto::gid_is_ipv4;
-use crate::service::wire::{self, AvMsg, Req, Resp};
 use crate::verbs::{AttrMask, Device, Gid, PathStep};
 
 /// Most addresses in resolution at once, all clients and QP1 together.
@@ -322,7 +322,7 @@ fn io_errno(e: &std::io::Error) -> (i32, String) {
 fn addressed(req: &Req) -> Option<(Gid, u8, Option<u16>)> {
     match req {
         Req::CreateAh { av, .. } => Some((av.dgid, av.sgid_index, av.vlan_tci)),
-        Req::ModifyQp { attr, mask, .. } if wire::mask(*mask).contains(AttrMask::AV) => {
+        Req::ModifyQp { attr, mask, .. } if ipc::mask(*mask).contains(AttrMask::AV) => {
             Some((attr.dgid, attr.sgid_index, attr.vlan_tci))
         }
         _ => None,
@@ -358,7 +358,7 @@ fn run_verb(lim: &Limits, c: &mut Client, req: &Req, path: ([u8; 6], u8)) -> Res
             let Some(a) = attr.to_attr() else {
                 return bad(libc::EINVAL, "attribute out of range");
             };
-            match q.qp.modify_resolved(&a, wire::mask(*mask), path) {
+            match q.qp.modify_resolved(&a, ipc::mask(*mask), path) {
                 Ok(()) => Resp::Ok,
                 Err(e) => errno_resp(&e),
             }

@@ -52,8 +52,8 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::objects::{AhEnt, SrqEnt};
-use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, Resp, Work};
 use crate::io::shm::{self, Pop, Ring};
+use crate::ipc::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, Resp, Work};
 use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
 use crate::wire::Qpn;
 
@@ -188,7 +188,7 @@ pub struct Limits {
     pub max_qps: usize,
     pub max_cqs: usize,
     /// Completion ring slots of all the client's CQs (each slot is shared memory the
-    /// service allocates: [`wire::CQ_SLOT_BYTES`]).
+    /// service allocates: [`ipc::CQ_SLOT_BYTES`]).
     pub max_cq_slots: u64,
     pub max_mrs: usize,
     /// Bytes of all the client's MRs. Nothing is pinned (the service reads and writes
@@ -291,7 +291,7 @@ impl Service {
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )?;
-        let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
+        let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(ifname))?;
         rustix::net::bind(&listener, &addr)?;
         rustix::net::listen(&listener, 64)?;
         let cq_kick = Arc::new(rustix::event::eventfd(
@@ -437,17 +437,17 @@ impl Service {
     fn fan_out_events(&mut self) {
         let mut any = false;
         while let Some(e) = self.dev.poll_async_event() {
-            if let Some(v) = wire::encode_event(&e) {
+            if let Some(v) = ipc::encode_event(&e) {
                 tracing::info!("device event {e:?}: to every client");
                 // The element: the port of a port event, 0 for DEVICE_FATAL (uverbs).
-                let el = u32::from(v != wire::EV_DEVICE_FATAL);
+                let el = u32::from(v != ipc::EV_DEVICE_FATAL);
                 for c in self.clients.iter_mut().filter(|c| c.events_fd.is_some()) {
                     push_event(c, v, el);
                 }
                 any = true;
                 continue;
             }
-            let owner = if let Some((v, q)) = wire::encode_qp_event(&e) {
+            let owner = if let Some((v, q)) = ipc::encode_qp_event(&e) {
                 self.clients.iter_mut().find_map(|c| {
                     let mine = c.qps.values().any(|x| x.qp.qp_num() == q);
                     mine.then_some((c, v, q.value()))
@@ -456,11 +456,11 @@ impl Service {
                 self.clients.iter_mut().find_map(|c| {
                     let h = c.cqs.iter().find(|(_, x)| x.cq.engine_cq() == Some(cq))?.0;
                     let h = *h;
-                    Some((c, wire::EV_CQ_ERR, h))
+                    Some((c, ipc::EV_CQ_ERR, h))
                 })
             } else if let crate::proto::AsyncEvent::SrqLimitReached(s) = e {
                 super::objects::srq_owner(&mut self.clients, s.0)
-                    .map(|(c, h)| (c, wire::EV_SRQ_LIMIT_REACHED, h))
+                    .map(|(c, h)| (c, ipc::EV_SRQ_LIMIT_REACHED, h))
             } else {
                 None
             };
@@ -611,15 +611,14 @@ impl Service {
             };
             // The doorbell, the notifier and the event notifier are pipes: the client
             // gets one end of each, the service keeps the other (shm.rs, "Wakeups").
-            let made =
-                Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
-                    let (bell, bell_w) = shm::wakeup_pipe()?;
-                    let (notify_r, notify) = shm::wakeup_pipe()?;
-                    let (events_r, events) = shm::wakeup_pipe()?;
-                    let ring_fd = r.fd().try_clone_to_owned()?;
-                    let theirs = vec![ring_fd, bell_w, notify_r, events_r];
-                    Ok((r, bell, notify, events, theirs))
-                });
+            let made = Ring::create("xrnic-sq", ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).and_then(|r| {
+                let (bell, bell_w) = shm::wakeup_pipe()?;
+                let (notify_r, notify) = shm::wakeup_pipe()?;
+                let (events_r, events) = shm::wakeup_pipe()?;
+                let ring_fd = r.fd().try_clone_to_owned()?;
+                let theirs = vec![ring_fd, bell_w, notify_r, events_r];
+                Ok((r, bell, notify, events, theirs))
+            });
             return match made {
                 Ok((ring, bell, notify, events, fds)) => {
                     c.sq = Some((ring, bell));
@@ -631,7 +630,7 @@ impl Service {
                             service_pid: std::process::id(),
                             active_mtu: port.active_mtu.bytes(),
                             max_mtu: port.max_mtu.bytes(),
-                            sq_slots: wire::SQ_SLOTS,
+                            sq_slots: ipc::SQ_SLOTS,
                         },
                         fds,
                     )
@@ -802,7 +801,7 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
                 .create_cq(cqe as usize)
                 .map_err(|e| errno_resp(&e))
                 .and_then(|cq| {
-                    let ring = Ring::create("xrnic-cq", slots, wire::CQ_SLOT_BYTES)
+                    let ring = Ring::create("xrnic-cq", slots, ipc::CQ_SLOT_BYTES)
                         .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
                     // The CQ's event: a pipe whose read end is the client's (shm.rs).
                     let (event_r, event) =
@@ -858,7 +857,7 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
             else {
                 return Plain(bad(libc::ENOENT, "no such PD or CQ"));
             };
-            let Some(t) = wire::qp_type_of(qp_type) else {
+            let Some(t) = ipc::qp_type_of(qp_type) else {
                 return Plain(bad(libc::EOPNOTSUPP, "QP type"));
             };
             let on_srq = match super::objects::qp_srq(c, srq, t) {
@@ -902,14 +901,14 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
                 return Plain(bad(libc::EINVAL, "attribute out of range"));
             };
             // An address vector's path is the service's own (resolver.rs): never here.
-            if wire::mask(mask).contains(verbs::AttrMask::AV) {
+            if ipc::mask(mask).contains(verbs::AttrMask::AV) {
                 return Plain(bad(libc::EINVAL, "unexpected"));
             }
             // A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3, e.g. QP1's
             // 0x80010000) is not the consumer's to choose: the kernel refuses it to a
             // process without CAP_NET_RAW (uverbs `modify_qp`, EPERM). Here it would
             // also let a UD QP speak CM to QP1 past the GSI relay's checks (gsi.rs).
-            if wire::mask(mask).contains(verbs::AttrMask::QKEY)
+            if ipc::mask(mask).contains(verbs::AttrMask::QKEY)
                 && a.qkey & 0x8000_0000 != 0
                 && !res::has_cap(c.pid, c.uid, res::CAP_NET_RAW)
             {
@@ -918,7 +917,7 @@ fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
                     "a controlled Q_Key (high-order bit set) needs CAP_NET_RAW",
                 ));
             }
-            match q.qp.modify(&a, wire::mask(mask)) {
+            match q.qp.modify(&a, ipc::mask(mask)) {
                 Ok(()) => Plain(Resp::Ok),
                 Err(e) => Plain(errno_resp(&e)),
             }
@@ -968,7 +967,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     };
     // Non-blocking whatever the client does to its end (shm.rs, "Wakeups").
     let _ = shm::take_wakeups(bell.as_fd());
-    let mut w = [0u64; wire::SQ_WORDS];
+    let mut w = [0u64; ipc::SQ_WORDS];
     let mut failed: Vec<(u32, WorkCompletion)> = Vec::new();
     let mut more = false;
     for n in 0.. {
@@ -984,7 +983,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             }
             Pop::Item => {}
         }
-        let Some(work) = wire::decode_work(&w) else {
+        let Some(work) = ipc::decode_work(&w) else {
             c.bad_slots += 1;
             continue;
         };
@@ -1029,7 +1028,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     ring.set_done(ring.consumer());
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {
-            if e.ring.push(&wire::encode_wc(&wc)) {
+            if e.ring.push(&ipc::encode_wc(&wc)) {
                 let _ = shm::wake(e.event.as_fd());
                 if let Some(n) = &c.notify {
                     let _ = shm::wake(n.as_fd());
@@ -1079,7 +1078,7 @@ fn pump_completions(c: &mut Client) {
         }
         for wc in &v {
             // Cannot fail: `free` slots were free and only the client consumes.
-            let _ = e.ring.push(&wire::encode_wc(wc));
+            let _ = e.ring.push(&ipc::encode_wc(wc));
         }
         let _ = shm::wake(e.event.as_fd());
         any = true;
@@ -1135,7 +1134,7 @@ mod tests {
                 None,
             )
             .unwrap();
-            let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(&name)).unwrap();
+            let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(&name)).unwrap();
             rustix::net::connect(&sock, &addr).unwrap();
             sock
         };
@@ -1164,10 +1163,10 @@ mod tests {
         let _events = fds.pop().unwrap();
         let _notify = fds.pop().unwrap();
         let bell = fds.pop().unwrap();
-        let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+        let ring = Ring::map(fds.pop().unwrap(), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
         // 1 000 slots no decoder takes (kind 0xff): each one a bad slot when taken.
         for _ in 0..1000 {
-            assert!(ring.push(&[0xffu64; wire::SQ_WORDS]));
+            assert!(ring.push(&[0xffu64; ipc::SQ_WORDS]));
         }
         rustix::io::write(&bell, &1u64.to_ne_bytes()).unwrap();
         let taken = |svc: &Service| svc.clients[0].bad_slots;

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use common::text;
 use service_support::{Kid, RcPair, Svc};
 use xrnic::io::shm::{self, Ring};
-use xrnic::ipc::{self, AvMsg, QpAttrMsg, Req, SrqAttrMsg};
+use xrnic::ipc::{self, Req};
+use xrnic::proto::{AddressVector, AttrMask, QpAttr, QpType, SrqAttr, SrqAttrMask};
 use xrnic::verbs::{RdmaInfo, SendWr, WcStatus, WrOpcode};
 use xrnic_netns::Side;
 
@@ -87,19 +88,19 @@ fn templates() -> Vec<serde_json::Value> {
             max_send_wr: 16,
             max_recv_wr: 16,
             sq_sig_all: true,
-            qp_type: 2,
+            qp_type: QpType::Ud,
             srq: None,
         },
         Req::ModifyQp {
             qpn: 1,
-            attr: QpAttrMsg::default(),
-            mask: 1,
+            attr: QpAttr::default(),
+            mask: AttrMask::STATE,
         },
         Req::QueryQp { qpn: 1 },
         Req::DestroyQp { qpn: 1 },
         Req::CreateAh {
             pd: 1,
-            av: AvMsg::default(),
+            av: AddressVector::default(),
         },
         Req::DestroyAh { ah: 1 },
         Req::AttachMcast {
@@ -115,12 +116,12 @@ fn templates() -> Vec<serde_json::Value> {
         Req::McastGroups { qpn: 1 },
         Req::CreateSrq {
             pd: 1,
-            attr: SrqAttrMsg::default(),
+            attr: SrqAttr::default(),
         },
         Req::ModifySrq {
             srq: 1,
-            attr: SrqAttrMsg::default(),
-            mask: 1,
+            attr: SrqAttr::default(),
+            mask: SrqAttrMask::MAX_WR,
         },
         Req::QuerySrq { srq: 1 },
         Req::DestroySrq { srq: 1 },

@@ -118,7 +118,7 @@ fn attacker(role: &str) {
                 max_send_wr: 16,
                 max_recv_wr: 16,
                 sq_sig_all: true,
-                qp_type: ipc::QPT_RC,
+                qp_type: xrnic::proto::QpType::Rc,
                 srq: None,
             };
             let (r, _) = raw_call(&sock, &qp).unwrap();

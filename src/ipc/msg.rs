@@ -4,8 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::res::ResDoc;
-use crate::proto::{Access, AddressVector, AttrMask, Mtu, QpAttr, QpState};
-use crate::wire::{Psn, Qpn};
+use crate::proto::{AddressVector, AttrMask, QpAttr, QpType, SrqAttr, SrqAttrMask};
 
 /// The largest control message (a `res` answer of a busy device fits).
 pub const MAX_MSG: usize = 1 << 20;
@@ -50,17 +49,20 @@ pub enum Req {
         max_send_wr: u32,
         max_recv_wr: u32,
         sq_sig_all: bool,
-        /// [`QPT_RC`], [`QPT_UC`] or [`QPT_UD`] (absent: RC, what older clients send).
+        /// RC, UC or UD (absent: RC, what older clients send).
         #[serde(default)]
-        qp_type: u8,
+        qp_type: QpType,
         /// The client's SRQ the QP takes its receive WQEs from.
         #[serde(default)]
         srq: Option<u32>,
     },
+    /// The engine's attributes and mask as they are: the service checks them as for
+    /// any caller (`Qp::modify`), and a value no `QpAttr` has (a state, an MTU) fails to
+    /// decode.
     ModifyQp {
         qpn: u32,
-        attr: QpAttrMsg,
-        mask: u32,
+        attr: QpAttr,
+        mask: AttrMask,
     },
     QueryQp {
         qpn: u32,
@@ -72,7 +74,7 @@ pub enum Req {
     /// limit as the in-process device does (`Pd::create_ah`); answered with [`Resp::Ah`].
     CreateAh {
         pd: u32,
-        av: AvMsg,
+        av: AddressVector,
     },
     DestroyAh {
         ah: u32,
@@ -96,12 +98,12 @@ pub enum Req {
     /// Answered with [`Resp::Srq`].
     CreateSrq {
         pd: u32,
-        attr: SrqAttrMsg,
+        attr: SrqAttr,
     },
     ModifySrq {
         srq: u32,
-        attr: SrqAttrMsg,
-        mask: u32,
+        attr: SrqAttr,
+        mask: SrqAttrMask,
     },
     /// Answered with [`Resp::SrqAttr`].
     QuerySrq {
@@ -170,25 +172,25 @@ pub enum Resp {
         qpn: u32,
     },
     QpAttr {
-        attr: QpAttrMsg,
+        attr: QpAttr,
     },
     /// The client's handle of the new AH and its address vector as resolved.
     Ah {
         ah: u32,
-        av: AvMsg,
+        av: AddressVector,
     },
     /// The client's handle of the new SRQ (what its SRQ_LIMIT_REACHED events name) and
     /// its sizes as made.
     Srq {
         srq: u32,
-        attr: SrqAttrMsg,
+        attr: SrqAttr,
     },
     /// An SRQ's attributes and the receive WQEs it holds now.
     Groups {
         gids: Vec<[u8; 16]>,
     },
     SrqAttr {
-        attr: SrqAttrMsg,
+        attr: SrqAttr,
         #[serde(default)]
         len: u32,
     },
@@ -225,95 +227,6 @@ pub enum Resp {
     },
 }
 
-/// `Req::CreateQp`'s QP types.
-pub const QPT_RC: u8 = 0;
-pub const QPT_UC: u8 = 1;
-pub const QPT_UD: u8 = 2;
-
-/// The wire value of a QP type.
-pub fn qp_type_code(t: crate::proto::QpType) -> u8 {
-    use crate::proto::QpType as T;
-    match t {
-        T::Rc => QPT_RC,
-        T::Uc => QPT_UC,
-        T::Ud => QPT_UD,
-    }
-}
-
-/// The QP type of a wire value (untrusted: `None` for anything else).
-pub fn qp_type_of(v: u8) -> Option<crate::proto::QpType> {
-    use crate::proto::QpType as T;
-    match v {
-        QPT_RC => Some(T::Rc),
-        QPT_UC => Some(T::Uc),
-        QPT_UD => Some(T::Ud),
-        _ => None,
-    }
-}
-
-/// [`AddressVector`] as plain numbers (an address handle's attributes).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AvMsg {
-    pub dmac: [u8; 6],
-    pub dgid: [u8; 16],
-    pub sgid_index: u8,
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub flow_label: u32,
-    pub vlan_tci: Option<u16>,
-}
-
-impl AvMsg {
-    pub fn from_av(a: &AddressVector) -> AvMsg {
-        AvMsg {
-            dmac: a.dmac,
-            dgid: a.dgid,
-            sgid_index: a.sgid_index,
-            traffic_class: a.traffic_class,
-            hop_limit: a.hop_limit,
-            flow_label: a.flow_label,
-            vlan_tci: a.vlan_tci,
-        }
-    }
-
-    pub fn to_av(&self) -> AddressVector {
-        AddressVector {
-            dmac: self.dmac,
-            dgid: self.dgid,
-            sgid_index: self.sgid_index,
-            traffic_class: self.traffic_class,
-            hop_limit: self.hop_limit,
-            flow_label: self.flow_label,
-            vlan_tci: self.vlan_tci,
-        }
-    }
-}
-
-/// [`crate::proto::SrqAttr`] on the wire.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SrqAttrMsg {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
-}
-
-impl SrqAttrMsg {
-    pub fn from_attr(a: &crate::proto::SrqAttr) -> SrqAttrMsg {
-        SrqAttrMsg {
-            max_wr: a.max_wr,
-            max_sge: a.max_sge,
-            srq_limit: a.srq_limit,
-        }
-    }
-
-    pub fn to_attr(self) -> crate::proto::SrqAttr {
-        crate::proto::SrqAttr {
-            max_wr: self.max_wr,
-            max_sge: self.max_sge,
-            srq_limit: self.srq_limit,
-        }
-    }
-}
 /// A CM MAD the service's GSI QP received: the sender's and the receiving GID (from
 /// the GRH) and the 256 bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -326,120 +239,103 @@ pub struct GsiMad {
 /// Most MADs one [`Resp::GsiMads`] carries (the answer fits the client's buffer).
 pub const GSI_MADS_PER_ANSWER: usize = 32;
 
-/// [`QpAttr`] as plain numbers (the engine's types carry no serde).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QpAttrMsg {
-    pub qp_state: u8,
-    pub cur_qp_state: u8,
-    pub path_mtu: u32,
-    pub access: u32,
-    pub pkey_index: u16,
-    pub port_num: u8,
-    pub dmac: [u8; 6],
-    pub dgid: [u8; 16],
-    pub sgid_index: u8,
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub flow_label: u32,
-    pub vlan_tci: Option<u16>,
-    pub dest_qp_num: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub min_rnr_timer: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub sq_draining: bool,
-    pub qkey: u32,
-}
-
-fn state_code(s: QpState) -> u8 {
-    QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
-}
-
-impl QpAttrMsg {
-    pub fn from_attr(a: &QpAttr) -> QpAttrMsg {
-        QpAttrMsg {
-            qp_state: state_code(a.qp_state),
-            cur_qp_state: state_code(a.cur_qp_state),
-            path_mtu: a.path_mtu.bytes(),
-            access: a.qp_access_flags.0,
-            pkey_index: a.pkey_index,
-            port_num: a.port_num,
-            dmac: a.ah_attr.dmac,
-            dgid: a.ah_attr.dgid,
-            sgid_index: a.ah_attr.sgid_index,
-            traffic_class: a.ah_attr.traffic_class,
-            hop_limit: a.ah_attr.hop_limit,
-            flow_label: a.ah_attr.flow_label,
-            vlan_tci: a.ah_attr.vlan_tci,
-            dest_qp_num: a.dest_qp_num.value(),
-            rq_psn: a.rq_psn.value(),
-            sq_psn: a.sq_psn.value(),
-            timeout: a.timeout,
-            retry_cnt: a.retry_cnt,
-            rnr_retry: a.rnr_retry,
-            min_rnr_timer: a.min_rnr_timer,
-            max_rd_atomic: a.max_rd_atomic,
-            max_dest_rd_atomic: a.max_dest_rd_atomic,
-            sq_draining: a.sq_draining,
-            qkey: a.qkey,
-        }
-    }
-
-    /// Back to the engine's type; `None` for a value no QpAttr has (the engine checks
-    /// the rest as for any caller).
-    pub fn to_attr(&self) -> Option<QpAttr> {
-        Some(QpAttr {
-            qp_state: *QpState::ALL.get(usize::from(self.qp_state))?,
-            cur_qp_state: *QpState::ALL.get(usize::from(self.cur_qp_state))?,
-            path_mtu: Mtu::from_bytes(self.path_mtu)?,
-            qp_access_flags: Access(self.access),
-            pkey_index: self.pkey_index,
-            port_num: self.port_num,
-            ah_attr: AddressVector {
-                dmac: self.dmac,
-                dgid: self.dgid,
-                sgid_index: self.sgid_index,
-                traffic_class: self.traffic_class,
-                hop_limit: self.hop_limit,
-                flow_label: self.flow_label,
-                vlan_tci: self.vlan_tci,
-            },
-            dest_qp_num: Qpn::new(self.dest_qp_num),
-            rq_psn: Psn::new(self.rq_psn),
-            sq_psn: Psn::new(self.sq_psn),
-            timeout: self.timeout,
-            retry_cnt: self.retry_cnt,
-            rnr_retry: self.rnr_retry,
-            min_rnr_timer: self.min_rnr_timer,
-            max_rd_atomic: self.max_rd_atomic,
-            max_dest_rd_atomic: self.max_dest_rd_atomic,
-            sq_draining: self.sq_draining,
-            qkey: self.qkey,
-        })
-    }
-}
-
-/// The mask as the engine's type.
-pub fn mask(m: u32) -> AttrMask {
-    AttrMask(m)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::{Access, Mtu, QpState};
+    use crate::wire::{Psn, Qpn};
 
+    /// The engine's types go as they are and come back the same; a value none of them
+    /// has (an MTU of 1000 bytes, a state past ERR) fails to decode, and a QPN or PSN
+    /// past 24 bits keeps its low 24 (as `Qpn::new`, `Psn::new`).
     #[test]
-    fn qp_attributes_round_trip_and_an_unknown_mtu_is_refused() {
-        let a = QpAttr::default();
-        assert_eq!(QpAttrMsg::from_attr(&a).to_attr(), Some(a));
-        let m = QpAttrMsg {
-            path_mtu: 1000,
-            ..QpAttrMsg::from_attr(&a)
+    fn messages_carry_the_engines_types_and_refuse_what_they_cannot_hold() {
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Mtu::Mtu4096,
+            qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ,
+            dest_qp_num: Qpn::new(0x12_3456),
+            rq_psn: Psn::new(0xab_cdef),
+            ah_attr: AddressVector {
+                dgid: [7; 16],
+                flow_label: 0x1_2345,
+                vlan_tci: Some(5),
+                ..AddressVector::default()
+            },
+            qkey: 0x1111,
+            ..QpAttr::default()
         };
-        assert_eq!(m.to_attr(), None);
+        let req = Req::ModifyQp {
+            qpn: 9,
+            attr,
+            mask: AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU,
+        };
+        let text = serde_json::to_string(&req).unwrap();
+        let Ok(Req::ModifyQp {
+            qpn,
+            attr: got,
+            mask,
+        }) = serde_json::from_str(&text)
+        else {
+            panic!("{text}");
+        };
+        assert_eq!(
+            (qpn, got, mask),
+            (9, attr, AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU)
+        );
+
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let a = &mut v["ModifyQp"]["attr"];
+        a["path_mtu"] = "Mtu1000".into();
+        assert!(
+            serde_json::from_value::<Req>(v.clone()).is_err(),
+            "an MTU no QpAttr has"
+        );
+        v["ModifyQp"]["attr"]["path_mtu"] = "Mtu1024".into();
+        v["ModifyQp"]["attr"]["qp_state"] = "SQE2".into();
+        assert!(
+            serde_json::from_value::<Req>(v.clone()).is_err(),
+            "a state past ERR"
+        );
+        v["ModifyQp"]["attr"]["qp_state"] = "RTS".into();
+        v["ModifyQp"]["attr"]["dest_qp_num"] = 0xff12_3456u32.into();
+        let Ok(Req::ModifyQp { attr: got, .. }) = serde_json::from_value::<Req>(v) else {
+            panic!("a 32-bit QPN");
+        };
+        assert_eq!(
+            (got.qp_state, got.dest_qp_num),
+            (QpState::Rts, Qpn::new(0x12_3456))
+        );
+
+        // A CreateQp without its type (an older client's) is RC; the types by name.
+        let old = r#"{"CreateQp":{"pd":1,"send_cq":2,"recv_cq":2,"max_send_wr":4,"max_recv_wr":4,"sq_sig_all":false}}"#;
+        let Ok(Req::CreateQp { qp_type, srq, .. }) = serde_json::from_str::<Req>(old) else {
+            panic!("{old}");
+        };
+        assert_eq!((qp_type, srq), (QpType::Rc, None));
+        let ud = old.replace("false}", r#"false,"qp_type":"Ud"}"#);
+        assert!(matches!(
+            serde_json::from_str::<Req>(&ud),
+            Ok(Req::CreateQp {
+                qp_type: QpType::Ud,
+                ..
+            })
+        ));
+        assert!(
+            serde_json::from_str::<Req>(&old.replace("false}", r#"false,"qp_type":3}"#)).is_err()
+        );
+
+        let srq = Resp::SrqAttr {
+            attr: SrqAttr {
+                max_wr: 64,
+                max_sge: 2,
+                srq_limit: 8,
+            },
+            len: 3,
+        };
+        let back: Resp = serde_json::from_str(&serde_json::to_string(&srq).unwrap()).unwrap();
+        assert!(
+            matches!(back, Resp::SrqAttr { attr, len: 3 } if attr.max_wr == 64 && attr.srq_limit == 8)
+        );
     }
 }

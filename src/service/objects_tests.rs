@@ -9,7 +9,8 @@ use std::time::Duration;
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::*;
-use crate::ipc::{AvMsg, SrqAttrMsg, UdTarget};
+use crate::ipc::UdTarget;
+use crate::proto::{AddressVector, QpType, SrqAttr, SrqAttrMask};
 use crate::proto::{RecvWr, SendWr, WrOpcode};
 
 /// A raw client: its socket and, after hello, its submission ring and doorbell.
@@ -97,7 +98,7 @@ fn cq(svc: &mut Service, c: &Raw) -> u32 {
     }
 }
 
-fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: u8, srq: Option<u32>) -> Resp {
+fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: QpType, srq: Option<u32>) -> Resp {
     c.call(
         svc,
         Req::CreateQp {
@@ -114,17 +115,17 @@ fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: u8, srq: Option<u32
 }
 
 /// The peer's GID on the simulated link (192.0.2.2, `Device::open_sim_pair`).
-fn peer_av() -> AvMsg {
-    AvMsg {
+fn peer_av() -> AddressVector {
+    AddressVector {
         dgid: crate::wire::ipv4_gid([192, 0, 2, 2]),
         sgid_index: 1,
         hop_limit: 64,
-        ..AvMsg::default()
+        ..AddressVector::default()
     }
 }
 
-fn srq_attr(max_wr: u32, limit: u32) -> SrqAttrMsg {
-    SrqAttrMsg {
+fn srq_attr(max_wr: u32, limit: u32) -> SrqAttr {
+    SrqAttr {
         max_wr,
         max_sge: 1,
         srq_limit: limit,
@@ -213,11 +214,11 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     let m = Req::ModifySrq {
         srq,
         attr: srq_attr(8, 0),
-        mask: 1,
+        mask: SrqAttrMask::MAX_WR,
     };
     assert_eq!(b.errno(&mut svc, m), libc::ENOENT);
     assert_eq!(b.errno(&mut svc, Req::DestroySrq { srq }), libc::ENOENT);
-    let on_a = qp(&mut svc, &b, pb, cb, ipc::QPT_RC, Some(srq));
+    let on_a = qp(&mut svc, &b, pb, cb, QpType::Rc, Some(srq));
     assert!(
         matches!(
             on_a,
@@ -238,7 +239,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     ) else {
         panic!("b's create_srq")
     };
-    let ud_srq = qp(&mut svc, &b, pb, cb, ipc::QPT_UD, Some(sb));
+    let ud_srq = qp(&mut svc, &b, pb, cb, QpType::Ud, Some(sb));
     assert!(
         matches!(
             ud_srq,
@@ -251,7 +252,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     );
     // Slots naming A's AH (a UD send of B's UD QP) and A's SRQ: dropped and counted,
     // and A's SRQ gets no WQE from B.
-    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, ipc::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, QpType::Ud, None) else {
         panic!("b's UD QP")
     };
     let bad = |svc: &Service| svc.clients[1].bad_slots;
@@ -359,7 +360,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     ) else {
         panic!("create_srq")
     };
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, ipc::QPT_UC, Some(srq)) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, QpType::Uc, Some(srq)) else {
         panic!("UC QP on the SRQ")
     };
     assert_eq!(a.errno(&mut svc, Req::DestroySrq { srq }), libc::EBUSY);
@@ -376,8 +377,8 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
             svc,
             Req::ModifyQp {
                 qpn,
-                attr: QpAttrMsg::from_attr(at),
-                mask: mask.0,
+                attr: *at,
+                mask,
             },
         );
         assert!(matches!(r, Resp::Ok), "{r:?}");
@@ -408,7 +409,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     let arm = Req::ModifySrq {
         srq,
         attr: srq_attr(8, 3),
-        mask: 2,
+        mask: SrqAttrMask::LIMIT,
     };
     assert!(matches!(a.call(&mut svc, arm), Resp::Ok));
     let mut wr = SendWr::new(9, WrOpcode::Send);
@@ -473,7 +474,7 @@ fn a_gone_clients_ahs_and_srqs_are_freed() {
         panic!("create_srq")
     };
     assert!(matches!(
-        qp(&mut svc, &a, pa, ca, ipc::QPT_RC, Some(srq)),
+        qp(&mut svc, &a, pa, ca, QpType::Rc, Some(srq)),
         Resp::Qp { .. }
     ));
     assert!(matches!(
@@ -513,7 +514,7 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
     let (mut svc, name, _peer) = service("addr", Limits::default());
     let a = hello(&mut svc, &name, "a");
     let pa = pd(&mut svc, &a);
-    let evil = AvMsg {
+    let evil = AddressVector {
         dmac: [0x02, 0xde, 0xad, 0xbe, 0xef, 0x01],
         ..peer_av()
     };
@@ -525,30 +526,30 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
         [2, 0, 0, 0, 0, 2],
         "the peer's MAC, not the client's"
     );
-    let tagged = AvMsg {
+    let tagged = AddressVector {
         vlan_tci: Some(100),
         ..evil
     };
     let req = Req::CreateAh { pd: pa, av: tagged };
     assert_eq!(a.errno(&mut svc, req), libc::EPERM);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, ipc::QPT_RC, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, QpType::Rc, None) else {
         panic!("create_qp")
     };
     let mut attr = crate::verbs::QpAttr::rc_init(crate::verbs::Access::ALL);
     let init = Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(&attr),
-        mask: crate::verbs::AttrMask::RC_INIT.0,
+        attr: attr,
+        mask: crate::verbs::AttrMask::RC_INIT,
     };
     assert!(matches!(a.call(&mut svc, init), Resp::Ok));
     attr.qp_state = crate::verbs::QpState::Rtr;
     attr.dest_qp_num = crate::wire::Qpn::new(0x66);
-    attr.ah_attr = evil.to_av();
+    attr.ah_attr = evil;
     let rtr = |attr: &crate::verbs::QpAttr| Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(attr),
-        mask: crate::verbs::AttrMask::RC_RTR.0,
+        attr: *attr,
+        mask: crate::verbs::AttrMask::RC_RTR,
     };
     attr.ah_attr.vlan_tci = Some(100);
     assert_eq!(a.errno(&mut svc, rtr(&attr)), libc::EPERM);
@@ -558,11 +559,11 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
         panic!("query_qp")
     };
     assert_eq!(
-        got.dmac,
+        got.ah_attr.dmac,
         [2, 0, 0, 0, 0, 2],
         "the peer's MAC, not the client's"
     );
-    assert_eq!(got.vlan_tci, None);
+    assert_eq!(got.ah_attr.vlan_tci, None);
 }
 
 /// A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3: QP1's 0x80010000) is
@@ -576,7 +577,7 @@ fn a_controlled_qkey_needs_cap_net_raw() {
     let a = hello(&mut svc, &name, "a");
     let pa = pd(&mut svc, &a);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, ipc::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, QpType::Ud, None) else {
         panic!("create_qp")
     };
     let init = |qkey: u32| {
@@ -589,8 +590,8 @@ fn a_controlled_qkey_needs_cap_net_raw() {
         };
         Req::ModifyQp {
             qpn,
-            attr: QpAttrMsg::from_attr(&attr),
-            mask: (AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY).0,
+            attr: attr,
+            mask: AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
         }
     };
     // The test's own connection is this process: make its client someone else (nobody),
@@ -605,11 +606,11 @@ fn a_controlled_qkey_needs_cap_net_raw() {
     svc.clients[me].uid = 0;
     let back = Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(&QpAttr {
+        attr: QpAttr {
             qkey: crate::verbs::GSI_QKEY,
             ..QpAttr::default()
-        }),
-        mask: AttrMask::QKEY.0,
+        },
+        mask: AttrMask::QKEY,
     };
     assert!(matches!(a.call(&mut svc, back), Resp::Ok));
     svc.clients[me].uid = uid;

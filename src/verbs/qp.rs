@@ -184,8 +184,8 @@ impl Qp {
             QpKind::Svc(qp) => {
                 qp.pd.conn.call_ok(&crate::ipc::Req::ModifyQp {
                     qpn: self.qpn.value(),
-                    attr: crate::ipc::QpAttrMsg::from_attr(&attr),
-                    mask: mask.0,
+                    attr,
+                    mask,
                 })?;
                 if mask.contains(AttrMask::STATE) {
                     *qp.state.lock().unwrap_or_else(|p| p.into_inner()) = attr.qp_state;
@@ -205,9 +205,7 @@ impl Qp {
                     qpn: self.qpn.value(),
                 };
                 match qp.pd.conn.call(&req)?.0 {
-                    crate::ipc::Resp::QpAttr { attr } => attr.to_attr().ok_or(Error::Io(
-                        std::io::Error::other("device service: bad QP attributes"),
-                    )),
+                    crate::ipc::Resp::QpAttr { attr } => Ok(attr),
                     _ => Err(Error::Io(std::io::Error::other(
                         "device service: unexpected answer to query_qp",
                     ))),

@@ -688,7 +688,7 @@ pub(super) fn create_qp(
         max_send_wr: init.max_send_wr,
         max_recv_wr: init.max_recv_wr,
         sq_sig_all: init.sq_sig_all,
-        qp_type: ipc::qp_type_code(qp_type),
+        qp_type,
         srq: srq.map(|s| s.id),
     };
     let Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
@@ -721,10 +721,7 @@ impl RemoteAh {
         pd: &RemotePd,
         av: &crate::proto::AddressVector,
     ) -> Result<(RemoteAh, crate::proto::AddressVector)> {
-        let req = Req::CreateAh {
-            pd: pd.id,
-            av: ipc::AvMsg::from_av(av),
-        };
+        let req = Req::CreateAh { pd: pd.id, av: *av };
         let Resp::Ah { ah, av } = pd.conn.call(&req)?.0 else {
             return Err(unexpected("create_ah"));
         };
@@ -732,7 +729,7 @@ impl RemoteAh {
             conn: pd.conn.clone(),
             id: ah,
         };
-        Ok((h, av.to_av()))
+        Ok((h, av))
     }
 }
 
@@ -784,7 +781,7 @@ impl RemoteSrq {
     pub fn create(pd: &Arc<RemotePd>, attr: &SrqAttr) -> Result<RemoteSrq> {
         let req = Req::CreateSrq {
             pd: pd.id,
-            attr: ipc::SrqAttrMsg::from_attr(attr),
+            attr: *attr,
         };
         let Resp::Srq { srq, .. } = pd.conn.call(&req)?.0 else {
             return Err(unexpected("create_srq"));
@@ -803,15 +800,15 @@ impl RemoteSrq {
     pub fn modify(&self, attr: &SrqAttr, mask: u32) -> Result<()> {
         self.pd.conn.call_ok(&Req::ModifySrq {
             srq: self.id,
-            attr: ipc::SrqAttrMsg::from_attr(attr),
-            mask,
+            attr: *attr,
+            mask: crate::proto::SrqAttrMask(mask),
         })
     }
 
     /// The attributes and the WQEs the SRQ holds now.
     pub fn query(&self) -> Result<(SrqAttr, usize)> {
         match self.pd.conn.call(&Req::QuerySrq { srq: self.id })?.0 {
-            Resp::SrqAttr { attr, len } => Ok((attr.to_attr(), len as usize)),
+            Resp::SrqAttr { attr, len } => Ok((attr, len as usize)),
             _ => Err(unexpected("query_srq")),
         }
     }

@@ -12,7 +12,7 @@ use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketT
 use super::*;
 use crate::cm::{Cm, CmConfig, CmEvent, ConnParam, Path};
 use crate::proto::{GRH_LEN, GSI_QKEY};
-use crate::verbs::{AddressVector, RecvWr, SendWr, WrOpcode};
+use crate::verbs::{Access, AddressVector, QpInitAttr, RecvWr, SendWr, WrOpcode};
 use crate::wire::mad::{CmMsg, MAD_LEN, Mad, RDMA_PS_TCP, rej_reason, service_id};
 
 const SID: u64 = service_id(RDMA_PS_TCP, 7174);

@@ -54,7 +54,7 @@ use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketT
 use super::objects::{AhEnt, SrqEnt};
 use crate::io::shm::{self, Pop, Ring};
 use crate::ipc::{self, ClientRes, CqRes, MrRes, QpRes, Req, Resp, Work};
-use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
+use crate::verbs::{self, Cq, Device, Mr, Pd, Qp, WcStatus, WorkCompletion};
 use crate::wire::Qpn;
 
 struct CqEnt {
@@ -652,12 +652,6 @@ impl Service {
     }
 }
 
-/// A verb's answer, possibly with descriptors (create_cq).
-enum Answer {
-    Plain(Resp),
-    Fds(Resp, Vec<OwnedFd>),
-}
-
 fn client_res(c: &Client) -> ClientRes {
     let mut r = ClientRes {
         id: c.key,
@@ -707,250 +701,6 @@ fn client_res(c: &Client) -> ClientRes {
     r.qps.sort_by_key(|q| q.lqpn);
     (r.ahs, r.srqs) = super::objects::res(c);
     r
-}
-
-fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
-    use Answer::Plain;
-    if let Some(r) = super::objects::verb(lim, c, &req) {
-        return Plain(r);
-    }
-    let id = c.next;
-    match req {
-        Req::AllocPd if c.pds.len() >= lim.max_pds => Plain(over("PDs", lim.max_pds)),
-        Req::AllocPd => match dev.alloc_pd() {
-            Ok(pd) => {
-                c.next += 1;
-                c.pds.insert(id, pd);
-                Plain(Resp::Pd { pd: id })
-            }
-            Err(e) => Plain(errno_resp(&e)),
-        },
-        Req::DeallocPd { pd } => {
-            if !c.pds.contains_key(&pd) {
-                return Plain(bad(libc::ENOENT, "no such PD"));
-            }
-            if c.mrs.values().any(|m| m.pd == pd)
-                || c.qps.values().any(|q| q.pd == pd)
-                || c.ahs.values().any(|a| a.pd == pd)
-                || c.srqs.values().any(|s| s.pd == pd)
-            {
-                return Plain(bad(libc::EBUSY, "the PD still has MRs, QPs, AHs or SRQs"));
-            }
-            c.pds.remove(&pd);
-            Plain(Resp::Ok)
-        }
-        Req::RegMr {
-            pd,
-            addr,
-            len,
-            iova,
-            access,
-        } => {
-            let Some(p) = c.pds.get(&pd) else {
-                return Plain(bad(libc::ENOENT, "no such PD"));
-            };
-            let Some(space) = &c.mem else {
-                return Plain(bad(libc::EPROTO, "say hello first"));
-            };
-            let Ok(len_us) = usize::try_from(len) else {
-                return Plain(bad(libc::EINVAL, "length"));
-            };
-            if c.mrs.len() >= lim.max_mrs {
-                return Plain(over("MRs", lim.max_mrs));
-            }
-            if c.mr_bytes.saturating_add(len) > lim.max_mr_bytes {
-                return Plain(over("registered bytes", lim.max_mr_bytes));
-            }
-            match p.reg_process_mr(space, addr, len_us, iova, Access(access)) {
-                Ok(mr) => {
-                    c.mr_bytes += len;
-                    let (lkey, rkey) = (mr.lkey().0, mr.rkey().0);
-                    c.mrs.insert(
-                        lkey,
-                        MrEnt {
-                            mr,
-                            pd,
-                            addr: iova,
-                            len,
-                        },
-                    );
-                    Plain(Resp::Mr { lkey, rkey })
-                }
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::DeregMr { lkey } => match c.mrs.remove(&lkey) {
-            Some(m) => {
-                c.mr_bytes -= m.len;
-                Plain(Resp::Ok)
-            }
-            None => Plain(bad(libc::ENOENT, "no such MR")),
-        },
-        Req::CreateCq { cqe } => {
-            if cqe == 0 || cqe > 1 << 16 {
-                return Plain(bad(libc::EINVAL, "cqe"));
-            }
-            let slots = cqe.next_power_of_two().max(16);
-            if c.cqs.len() >= lim.max_cqs {
-                return Plain(over("CQs", lim.max_cqs));
-            }
-            if c.cq_slots + u64::from(slots) > lim.max_cq_slots {
-                return Plain(over("completion ring slots", lim.max_cq_slots));
-            }
-            let made = dev
-                .create_cq(cqe as usize)
-                .map_err(|e| errno_resp(&e))
-                .and_then(|cq| {
-                    let ring = Ring::create("xrnic-cq", slots, ipc::CQ_SLOT_BYTES)
-                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    // The CQ's event: a pipe whose read end is the client's (shm.rs).
-                    let (event_r, event) =
-                        shm::wakeup_pipe().map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    let ring_fd = ring
-                        .fd()
-                        .try_clone_to_owned()
-                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    Ok((cq, ring, event, vec![ring_fd, event_r]))
-                });
-            match made {
-                Ok((cq, ring, event, fds)) => {
-                    c.next += 1;
-                    c.cq_slots += u64::from(slots);
-                    c.cqs.insert(
-                        id,
-                        CqEnt {
-                            cq,
-                            ring,
-                            event,
-                            cqe,
-                        },
-                    );
-                    Answer::Fds(Resp::Cq { cq: id, slots }, fds)
-                }
-                Err(r) => Plain(r),
-            }
-        }
-        Req::DestroyCq { cq } => {
-            if c.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
-                return Plain(bad(libc::EBUSY, "a QP still uses the CQ"));
-            }
-            match c.cqs.remove(&cq) {
-                Some(e) => {
-                    c.cq_slots -= u64::from(e.ring.capacity());
-                    Plain(Resp::Ok)
-                }
-                None => Plain(bad(libc::ENOENT, "no such CQ")),
-            }
-        }
-        Req::CreateQp {
-            pd,
-            send_cq,
-            recv_cq,
-            max_send_wr,
-            max_recv_wr,
-            sq_sig_all,
-            qp_type,
-            srq,
-        } => {
-            let (Some(p), Some(s), Some(r)) =
-                (c.pds.get(&pd), c.cqs.get(&send_cq), c.cqs.get(&recv_cq))
-            else {
-                return Plain(bad(libc::ENOENT, "no such PD or CQ"));
-            };
-            let t = qp_type;
-            let on_srq = match super::objects::qp_srq(c, srq, t) {
-                Ok(x) => x,
-                Err(r) => return Plain(r),
-            };
-            if c.qps.len() >= lim.max_qps {
-                return Plain(over("QPs", lim.max_qps));
-            }
-            let mut init = QpInitAttr::new(&s.cq, &r.cq, max_send_wr);
-            init.max_recv_wr = max_recv_wr;
-            init.sq_sig_all = sq_sig_all;
-            let made = match t {
-                crate::proto::QpType::Ud => p.create_ud_qp(&init),
-                t => p.create_qp_ext(&init, t, on_srq),
-            };
-            match made {
-                Ok(qp) => {
-                    let qpn = qp.qp_num().value();
-                    c.qps.insert(
-                        qpn,
-                        QpEnt {
-                            qp,
-                            pd,
-                            send_cq,
-                            recv_cq,
-                            srq,
-                            qp_type: t,
-                        },
-                    );
-                    Plain(Resp::Qp { qpn })
-                }
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::ModifyQp { qpn, attr, mask } => {
-            let Some(q) = c.qps.get(&qpn) else {
-                return Plain(bad(libc::ENOENT, "no such QP"));
-            };
-            let a = attr;
-            // An address vector's path is the service's own (resolver.rs): never here.
-            if mask.contains(verbs::AttrMask::AV) {
-                return Plain(bad(libc::EINVAL, "unexpected"));
-            }
-            // A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3, e.g. QP1's
-            // 0x80010000) is not the consumer's to choose: the kernel refuses it to a
-            // process without CAP_NET_RAW (uverbs `modify_qp`, EPERM). Here it would
-            // also let a UD QP speak CM to QP1 past the GSI relay's checks (gsi.rs).
-            if mask.contains(verbs::AttrMask::QKEY)
-                && a.qkey & 0x8000_0000 != 0
-                && !res::has_cap(c.pid, c.uid, res::CAP_NET_RAW)
-            {
-                return Plain(bad(
-                    libc::EPERM,
-                    "a controlled Q_Key (high-order bit set) needs CAP_NET_RAW",
-                ));
-            }
-            match q.qp.modify(&a, mask) {
-                Ok(()) => Plain(Resp::Ok),
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::QueryQp { qpn } => match c.qps.get(&qpn).map(|q| q.qp.query()) {
-            Some(Ok(a)) => Plain(Resp::QpAttr { attr: a }),
-            Some(Err(e)) => Plain(errno_resp(&e)),
-            None => Plain(bad(libc::ENOENT, "no such QP")),
-        },
-        Req::DestroyQp { qpn } => match c.qps.remove(&qpn) {
-            Some(_) => Plain(Resp::Ok),
-            None => Plain(bad(libc::ENOENT, "no such QP")),
-        },
-        Req::AsyncEvents => Plain({
-            let (events, elements) = c.events.drain(..).unzip();
-            Resp::AsyncEvents { events, elements }
-        }),
-        // AH and SRQ verbs were answered by `objects::verb` above.
-        Req::Hello { .. }
-        | Req::Res
-        | Req::ResPage { .. }
-        | Req::Shutdown
-        | Req::CreateAh { .. }
-        | Req::DestroyAh { .. }
-        | Req::AttachMcast { .. }
-        | Req::DetachMcast { .. }
-        | Req::McastGroups { .. }
-        | Req::CreateSrq { .. }
-        | Req::ModifySrq { .. }
-        | Req::QuerySrq { .. }
-        | Req::DestroySrq { .. }
-        | Req::GsiOpen
-        | Req::GsiListen { .. }
-        | Req::GsiUnlisten { .. }
-        | Req::GsiSend { .. }
-        | Req::GsiRecv => Plain(bad(libc::EINVAL, "unexpected")),
-    }
 }
 
 /// Post what is in client `c`'s submission ring, at most `max` slots; true when slots
@@ -1093,6 +843,10 @@ mod limits;
 
 #[path = "res.rs"]
 mod res;
+
+#[path = "client_verbs.rs"]
+mod client_verbs;
+use client_verbs::{Answer, client_verb};
 
 #[cfg(test)]
 #[path = "objects_tests.rs"]

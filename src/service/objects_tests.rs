@@ -539,7 +539,7 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
     let mut attr = crate::verbs::QpAttr::rc_init(crate::verbs::Access::ALL);
     let init = Req::ModifyQp {
         qpn,
-        attr: attr,
+        attr,
         mask: crate::verbs::AttrMask::RC_INIT,
     };
     assert!(matches!(a.call(&mut svc, init), Resp::Ok));
@@ -590,7 +590,7 @@ fn a_controlled_qkey_needs_cap_net_raw() {
         };
         Req::ModifyQp {
             qpn,
-            attr: attr,
+            attr,
             mask: AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
         }
     };

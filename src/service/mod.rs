@@ -9,8 +9,9 @@
 //!
 //! - [`crate::ipc`]: what the service and its clients say to each other (the control
 //!   messages and the ring slot layouts), below both this module and `verbs`.
-//! - [`server`]: the service loop; `client_mem`: how it reaches a client's memory;
-//!   `objects`: its address handles and SRQs; [`gsi`] and
+//! - [`server`]: the service loop; `client_verbs.rs`: a client's PD, MR, CQ and QP
+//!   verbs; `client_mem`: how it reaches a client's memory; `objects`: its address
+//!   handles and SRQs; [`gsi`] and
 //!   `gsi_port`: the GSI relay that lets clients' rdma_cm share QP1.
 //! - The rings themselves are [`crate::io::shm`]; the client side is `src/verbs/remote.rs`.
 

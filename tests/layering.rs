@@ -1,9 +1,13 @@
-//! The layers import one way (README, docs/README.md): wire/
-//! imports nothing above it; proto/ no verbs, driver, sim, cli or io; the driver no verbs,
-//! sim or cli; io/ none of proto, verbs, driver, sim or cli. This reads the sources and
-//! fails on any `crate::X` path (in a `use`, a `use crate::{..}` group, or inline) that
-//! names a forbidden module, outside comments and test code (`*tests.rs` files and what
-//! follows `#[cfg(test)]` at the start of a line).
+//! The layers import one way (README, docs/README.md): [`LAYERS`] orders every top-level
+//! module of the `xrnic` crate, bottom first, and then the crates built on it (src/abi =
+//! `xrnic-verbs`, src/cli = `xrnic-cli`, src/netns = `xrnic-netns`); a module may import
+//! only modules on earlier rows. This reads the sources and fails on any path that names
+//! a module on its own row or a later one: `crate::X` in the library (in a `use`, a
+//! `use crate::{..}` group, or inline), `xrnic::X` in the other crates (and `crate::X` in
+//! src/cli, which re-exports the library), outside comments and test code (`*tests.rs`
+//! files, a crate's tests/ folder, and what follows `#[cfg(test)]` at the start of a
+//! line). `module_map` prints the edges between top-level modules
+//! (`cargo test --test layering module_map -- --nocapture`).
 //!
 //! Inside proto/ the imports go one way too: config and the other
 //! leaves, cq, the work requests (wr), memory and the packet description (packet) <-
@@ -25,35 +29,48 @@
 
 use std::path::{Path, PathBuf};
 
-/// The crate's top-level modules.
-const MODULES: &[&str] = &[
-    "cm",
-    "driver",
-    "io",
-    "oob",
-    "proto",
-    "service",
-    "sim",
-    "trace_out",
-    "verbs",
-    "wire",
+/// Every top-level module of the `xrnic` crate (src/lib.rs), bottom first, and on the
+/// last row the crates built on it: each may import only modules on earlier rows, never
+/// one on its own row. `wire` (packet formats) imports nothing; `io` (AF_XDP, links,
+/// captures) and `proto` (the sans-IO transport) know nothing of each other; the driver
+/// (the engine on a port), the simulated pair, the connection manager, the out-of-band
+/// tools, the trace writer and the client-service protocol (`ipc`) stand side by side;
+/// `verbs` uses the driver and, for a device behind the service, the protocol; the
+/// device service (`service`) serves verbs' objects over the protocol; the C library
+/// (abi), the command line (cli) and the namespace harness (netns) are on top
+/// (`every_top_level_module_is_in_the_order`).
+const LAYERS: &[&[&str]] = &[
+    &["wire"],
+    &["io", "proto"],
+    &["driver", "sim", "cm", "oob", "trace_out", "ipc"],
+    &["verbs"],
+    &["service"],
+    &["abi", "cli", "netns"],
 ];
 
-/// (layer, the modules it must not import).
+/// The crates on the last row of [`LAYERS`]: folders of src/ with a Cargo.toml.
+const CRATES: &[&str] = &["abi", "cli", "netns"];
+
+/// (layer, the layers it must not import): those on its own row of [`LAYERS`] and every
+/// row above it.
 fn rules() -> Vec<(&'static str, Vec<&'static str>)> {
-    vec![
-        (
-            "wire",
-            MODULES.iter().copied().filter(|m| *m != "wire").collect(),
-        ),
-        ("proto", vec!["verbs", "driver", "sim", "cli", "io"]),
-        // The driver imports nothing above it.
-        (
-            "driver",
-            vec!["verbs", "sim", "cli", "cm", "oob", "service", "trace_out"],
-        ),
-        ("io", vec!["proto", "verbs", "driver", "sim", "cli"]),
-    ]
+    order_rules(LAYERS)
+}
+
+/// (module, the modules it must not import) of an order, bottom first.
+fn order_rules(order: &[&[&'static str]]) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut rules = Vec::new();
+    for (i, row) in order.iter().enumerate() {
+        for m in row.iter() {
+            let forbidden = order[i..]
+                .iter()
+                .flat_map(|r| r.iter().copied())
+                .filter(|x| x != m)
+                .collect();
+            rules.push((*m, forbidden));
+        }
+    }
+    rules
 }
 
 /// proto/'s import order, bottom first: each module may import only those on earlier
@@ -81,18 +98,7 @@ const PROTO_ORDER: &[&[&str]] = &[
 /// (proto module, the proto modules it must not import): those on its own row of
 /// [`PROTO_ORDER`] and every row above it.
 fn proto_rules() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut rules = Vec::new();
-    for (i, row) in PROTO_ORDER.iter().enumerate() {
-        for m in row.iter() {
-            let forbidden = PROTO_ORDER[i..]
-                .iter()
-                .flat_map(|r| r.iter().copied())
-                .filter(|x| x != m)
-                .collect();
-            rules.push((*m, forbidden));
-        }
-    }
-    rules
+    order_rules(PROTO_ORDER)
 }
 
 /// The proto modules a file directly under src/proto (or a folder module's mod.rs)
@@ -169,35 +175,75 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The files of one layer: `src/<layer>.rs` and everything under `src/<layer>/`.
+/// The files of one layer: `src/<layer>.rs` and everything under `src/<layer>/`, test
+/// code aside (`*tests.rs`; of a crate, its tests/ folder and build.rs).
 fn layer_files(src: &Path, layer: &str) -> Vec<PathBuf> {
     let mut v = Vec::new();
     let file = src.join(format!("{layer}.rs"));
     if file.is_file() {
         v.push(file);
     }
-    rs_files(&src.join(layer), &mut v);
+    let dir = src.join(layer);
+    rs_files(&dir, &mut v);
     v.retain(|p| {
+        let rel = p.strip_prefix(&dir).unwrap_or(p);
         !p.file_name()
             .unwrap()
             .to_string_lossy()
             .ends_with("tests.rs")
+            && !rel.starts_with("tests")
+            && rel != Path::new("build.rs")
     });
     v.sort();
     v
 }
 
+/// The path prefixes through which a layer's files name the library's top-level modules:
+/// `crate::` inside the library; `xrnic::` in the crates on top, and `crate::` too in
+/// src/cli (its lib.rs re-exports the library: `pub use xrnic::*`).
+fn prefixes(layer: &str) -> &'static [&'static str] {
+    match layer {
+        "cli" => &["crate::", "xrnic::"],
+        l if CRATES.contains(&l) => &["xrnic::"],
+        _ => &["crate::"],
+    }
+}
+
+/// The top-level modules of the library that one file of `layer` (comments and tests
+/// cut) names, with the line of each.
+fn layer_refs(layer: &str, code: &str) -> Vec<(usize, String)> {
+    let library: Vec<&str> = LAYERS
+        .iter()
+        .flat_map(|r| r.iter().copied())
+        .filter(|m| !CRATES.contains(m))
+        .collect();
+    let mut refs: Vec<(usize, String)> = prefixes(layer)
+        .iter()
+        .flat_map(|p| path_refs(code, p))
+        .filter(|(_, m)| library.contains(&m.as_str()) && m != layer)
+        .collect();
+    refs.sort();
+    refs.dedup();
+    refs
+}
+
 /// The top-level modules that `code` (one file, comments and tests cut) names through
 /// `crate::`, with the line of each.
 fn crate_refs(code: &str) -> Vec<(usize, String)> {
+    path_refs(code, "crate::")
+}
+
+/// The first names of the paths of `code` that start with `prefix` (`crate::` or
+/// `xrnic::`), with the line of each.
+fn path_refs(code: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut refs = Vec::new();
     for (n, line) in code.lines().enumerate() {
         let line = line.split("//").next().unwrap_or("");
         let mut rest = line;
-        while let Some(i) = rest.find("crate::") {
+        while let Some(i) = rest.find(prefix) {
             // `xrnic_crate::` or `$crate::` are other paths.
             let before = rest[..i].chars().last();
-            rest = &rest[i + "crate::".len()..];
+            rest = &rest[i + prefix.len()..];
             if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
                 continue;
             }
@@ -224,17 +270,18 @@ fn crate_refs(code: &str) -> Vec<(usize, String)> {
             refs.push((n + 1, head));
         }
     }
-    refs.extend(group_lines(code));
+    refs.extend(group_lines(code, prefix));
     refs
 }
 
-/// The items of multi-line `use crate::{` groups.
-fn group_lines(code: &str) -> Vec<(usize, String)> {
+/// The items of multi-line `use <prefix>{` groups.
+fn group_lines(code: &str, prefix: &str) -> Vec<(usize, String)> {
     let mut refs = Vec::new();
     let mut open = false;
+    let (opener, pub_opener) = (format!("use {prefix}{{"), format!("pub use {prefix}{{"));
     for (n, line) in code.lines().enumerate() {
         let t = line.trim();
-        if t.starts_with("use crate::{") || t.starts_with("pub use crate::{") {
+        if t.starts_with(&opener) || t.starts_with(&pub_opener) {
             open = !t.contains('}');
             continue;
         }
@@ -301,26 +348,167 @@ fn non_test(text: &str) -> String {
     out.join("\n")
 }
 
-#[test]
-fn each_layer_imports_only_below_it() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut bad = Vec::new();
-    for (layer, forbidden) in rules() {
-        let files = layer_files(&src, layer);
+/// Where each layer stands in [`LAYERS`]: its row.
+fn row_of(m: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|r| r.contains(&m))
+        .unwrap_or_else(|| panic!("{m} is in no row of LAYERS"))
+}
+
+/// Every edge between top-level modules: (importer, imported, file relative to src/, line).
+fn module_edges(src: &Path) -> Vec<(&'static str, String, String, usize)> {
+    let mut edges = Vec::new();
+    for layer in LAYERS.iter().flat_map(|r| r.iter().copied()) {
+        let files = layer_files(src, layer);
         assert!(!files.is_empty(), "no sources for {layer}");
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
-            for (line, m) in crate_refs(&non_test(&text)) {
-                if forbidden.contains(&m.as_str()) {
-                    bad.push(format!(
-                        "{}:{line}: {layer} imports crate::{m}",
-                        f.strip_prefix(&src).unwrap().display()
-                    ));
+            let rel = f.strip_prefix(src).unwrap().display().to_string();
+            for (line, m) in layer_refs(layer, &non_test(&text)) {
+                edges.push((layer, m, rel.clone(), line));
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn each_layer_imports_only_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rules = rules();
+    let mut bad = Vec::new();
+    for (layer, m, file, line) in module_edges(&src) {
+        let forbidden = &rules.iter().find(|(l, _)| *l == layer).unwrap().1;
+        if forbidden.contains(&m.as_str()) {
+            bad.push(format!(
+                "src/{file}:{line}: {layer} (row {}) imports {m} (row {}) of tests/layering.rs LAYERS",
+                row_of(layer),
+                row_of(&m)
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
+}
+
+/// The map of the top-level modules: each with the modules it imports and how many
+/// lines name each (`-- --nocapture` prints it). Each edge points to an earlier row of
+/// [`LAYERS`], so the map has no cycle; and the walk sees the edges every build has (a
+/// blind walk would pass the test above vacuously).
+#[test]
+fn module_map() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut map: std::collections::BTreeMap<&str, std::collections::BTreeMap<String, usize>> =
+        Default::default();
+    for (layer, m, _, _) in module_edges(&src) {
+        *map.entry(layer).or_default().entry(m).or_default() += 1;
+    }
+    for row in LAYERS {
+        for layer in row.iter() {
+            let to: Vec<String> = map
+                .get(layer)
+                .into_iter()
+                .flatten()
+                .map(|(m, n)| format!("{m} ({n})"))
+                .collect();
+            println!("{layer:>9} -> {}", to.join(", "));
+        }
+    }
+    let has = |a: &str, b: &str| map.get(a).is_some_and(|t| t.contains_key(b));
+    for (a, b) in [
+        ("proto", "wire"),
+        ("driver", "io"),
+        ("verbs", "ipc"),
+        ("service", "verbs"),
+        ("service", "ipc"),
+        ("abi", "verbs"),
+        ("cli", "service"),
+        ("netns", "io"),
+    ] {
+        assert!(has(a, b), "the walk missed {a} -> {b}: {map:?}");
+    }
+    for (a, to) in &map {
+        for b in to.keys() {
+            assert!(row_of(b) < row_of(a), "{a} -> {b} goes up or sideways");
+        }
+    }
+}
+
+/// Every top-level module of the library (each `mod` of src/lib.rs) and every crate
+/// folder of src/ is on one row of [`LAYERS`], once: a module the order does not name
+/// could import anything.
+#[test]
+fn every_top_level_module_is_in_the_order() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let mut found: Vec<String> = lib
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("pub mod ")
+                .or_else(|| l.strip_prefix("mod "))
+                .or_else(|| l.strip_prefix("pub(crate) mod "))
+                .and_then(|r| r.strip_suffix(';'))
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(
+        ["wire", "proto", "verbs", "service"]
+            .iter()
+            .all(|m| found.iter().any(|f| f == m)),
+        "the read of src/lib.rs missed modules: {found:?}"
+    );
+    let crates: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").is_file())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .collect();
+    let mut sorted_crates = crates.clone();
+    sorted_crates.sort();
+    assert_eq!(sorted_crates, CRATES, "the crates on top of the library");
+    found.extend(crates);
+    found.sort();
+    let mut listed: Vec<&str> = LAYERS.iter().flat_map(|r| r.iter().copied()).collect();
+    listed.sort();
+    assert_eq!(
+        found, listed,
+        "the top-level modules (src/lib.rs) and crates (src/*/Cargo.toml) against LAYERS"
+    );
+    // The crates stand on the top row, alone.
+    assert_eq!(LAYERS.last().unwrap(), &CRATES);
+}
+
+/// The order forbids every back edge between top-level modules, and keeps the rules the
+/// layers always had.
+#[test]
+fn the_layer_order_forbids_every_back_edge() {
+    let rules = rules();
+    let forbidden = |a: &str, b: &str| {
+        rules
+            .iter()
+            .find(|(m, _)| *m == a)
+            .is_some_and(|(_, f)| f.contains(&b))
+    };
+    for (i, low) in LAYERS.iter().enumerate() {
+        for (j, high) in LAYERS.iter().enumerate().skip(i) {
+            for a in low.iter() {
+                for b in high.iter().filter(|b| *b != a) {
+                    assert!(forbidden(a, b), "{a} may import {b}");
+                    if j > i {
+                        assert!(!forbidden(b, a), "{b} may not import {a}");
+                    }
                 }
             }
         }
     }
-    assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
+    // proto is sans-IO; io knows no transport; the driver no verbs; the protocol neither
+    // of its two sides; verbs no service.
+    assert!(forbidden("proto", "io") && forbidden("io", "proto"));
+    assert!(forbidden("driver", "verbs") && forbidden("driver", "sim"));
+    assert!(forbidden("ipc", "verbs") && forbidden("ipc", "service"));
+    assert!(forbidden("verbs", "service") && forbidden("service", "cli"));
+    assert!(!forbidden("service", "ipc") && !forbidden("verbs", "ipc"));
 }
 
 /// The sources of proto module `m` (tests cut), each with the prefix that names proto/
@@ -510,6 +698,34 @@ fn the_checker_sees_every_form_of_a_path() {
     }
     assert!(!refs.contains(&"cli".to_string()), "{refs:?}");
     assert_eq!(refs.iter().filter(|m| *m == "proto").count(), 1, "{refs:?}");
+}
+
+/// In the crates on top the checker reads `xrnic::X` (and, in src/cli, `crate::X`), and
+/// only names of the library's modules.
+#[test]
+fn the_checker_reads_the_crates_on_top() {
+    let code = "use xrnic::verbs::Device;\n\
+                let g = xrnic::service::gsi::grh_gids(&m); // xrnic::cli in a comment\n\
+                use xrnic::{\n    proto::Rnic,\n    wire::Qpn,\n};\n\
+                use crate::cq::Cq;\n\
+                use xrnic_cli::cli::x;";
+    let names = |layer| -> Vec<String> {
+        layer_refs(layer, &non_test(code))
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
+    };
+    assert_eq!(names("abi"), ["verbs", "service", "proto", "wire"]);
+    let cli = names("cli");
+    assert_eq!(cli, ["verbs", "service", "proto", "wire"]);
+    assert!(
+        layer_refs("cli", "use crate::ipc::Req;\nuse crate::cli::perf;")
+            .iter()
+            .map(|(_, m)| m.as_str())
+            .eq(["ipc"])
+    );
+    // The library's own files read `crate::` only.
+    assert!(layer_refs("service", "use xrnic::verbs::Device;").is_empty());
 }
 
 /// Every `.rs` file of the library crate: all of src/ except the folders that are crates

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use common::text;
 use service_support::{Kid, RcPair, Svc};
 use xrnic::io::shm::{self, Ring};
-use xrnic::service::wire::{self, AvMsg, QpAttrMsg, Req, SrqAttrMsg};
+use xrnic::ipc::{self, Req};
+use xrnic::proto::{AddressVector, AttrMask, QpAttr, QpType, SrqAttr, SrqAttrMask};
 use xrnic::verbs::{RdmaInfo, SendWr, WcStatus, WrOpcode};
 use xrnic_netns::Side;
 
@@ -87,19 +88,19 @@ fn templates() -> Vec<serde_json::Value> {
             max_send_wr: 16,
             max_recv_wr: 16,
             sq_sig_all: true,
-            qp_type: 2,
+            qp_type: QpType::Ud,
             srq: None,
         },
         Req::ModifyQp {
             qpn: 1,
-            attr: QpAttrMsg::default(),
-            mask: 1,
+            attr: QpAttr::default(),
+            mask: AttrMask::STATE,
         },
         Req::QueryQp { qpn: 1 },
         Req::DestroyQp { qpn: 1 },
         Req::CreateAh {
             pd: 1,
-            av: AvMsg::default(),
+            av: AddressVector::default(),
         },
         Req::DestroyAh { ah: 1 },
         Req::AttachMcast {
@@ -115,12 +116,12 @@ fn templates() -> Vec<serde_json::Value> {
         Req::McastGroups { qpn: 1 },
         Req::CreateSrq {
             pd: 1,
-            attr: SrqAttrMsg::default(),
+            attr: SrqAttr::default(),
         },
         Req::ModifySrq {
             srq: 1,
-            attr: SrqAttrMsg::default(),
-            mask: 1,
+            attr: SrqAttr::default(),
+            mask: SrqAttrMask::MAX_WR,
         },
         Req::QuerySrq { srq: 1 },
         Req::DestroySrq { srq: 1 },
@@ -209,7 +210,7 @@ fn hello(ifname: &str) -> Option<Conn> {
         None,
     )
     .ok()?;
-    let addr = rustix::net::SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname)).ok()?;
+    let addr = rustix::net::SocketAddrUnix::new_abstract_name(&ipc::socket_name(ifname)).ok()?;
     rustix::net::connect(&sock, &addr).ok()?;
     let req = serde_json::to_vec(&Req::Hello {
         comm: "fuzz".into(),
@@ -218,7 +219,7 @@ fn hello(ifname: &str) -> Option<Conn> {
     shm::send_with_fds(sock.as_fd(), &req, &[]).ok()?;
     let (_, mut fds) = answer(&sock)?;
     let ring = (fds.len() == 4)
-        .then(|| Ring::map(fds.remove(0), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).ok())
+        .then(|| Ring::map(fds.remove(0), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).ok())
         .flatten();
     Some(Conn { sock, ring, fds })
 }
@@ -238,7 +239,7 @@ fn answer(sock: &OwnedFd) -> Option<(usize, Vec<OwnedFd>)> {
         Ok(n) if n > 0 => {}
         _ => return None,
     }
-    let mut buf = vec![0u8; wire::MAX_MSG];
+    let mut buf = vec![0u8; ipc::MAX_MSG];
     shm::recv_with_fds(sock.as_fd(), &mut buf, rustix::net::RecvFlags::DONTWAIT)
         .ok()
         .flatten()
@@ -279,7 +280,7 @@ fn attack(arg: &str) {
             // Random submission-ring slots, and the doorbell.
             if let Some(ring) = &c.ring {
                 for _ in 0..=rng.below(64) {
-                    let words: Vec<u64> = (0..wire::SQ_WORDS).map(|_| rng.number()).collect();
+                    let words: Vec<u64> = (0..ipc::SQ_WORDS).map(|_| rng.number()).collect();
                     let _ = ring.push(&words);
                     slots += 1;
                 }

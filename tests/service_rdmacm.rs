@@ -59,8 +59,8 @@ fn spawn(s: &Svc, args: &[&str]) -> Kid {
 /// answer, asked on its socket in A).
 fn listens(s: &Svc) -> Vec<u64> {
     use std::os::fd::AsFd;
-    use xrnic::service::wire::{self, Req, Resp};
-    let name = wire::socket_name(s.ifname());
+    use xrnic::ipc::{self, Req, Resp};
+    let name = ipc::socket_name(s.ifname());
     s.pair
         .run_in(Side::A, move || {
             let sock = rustix::net::socket_with(
@@ -74,7 +74,7 @@ fn listens(s: &Svc) -> Vec<u64> {
             rustix::net::connect(&sock, &addr).unwrap();
             let req = serde_json::to_vec(&Req::Res).unwrap();
             xrnic::io::shm::send_with_fds(sock.as_fd(), &req, &[]).unwrap();
-            let mut buf = vec![0u8; wire::MAX_MSG];
+            let mut buf = vec![0u8; ipc::MAX_MSG];
             let (n, _) = xrnic::io::shm::recv_with_fds(
                 sock.as_fd(),
                 &mut buf,

@@ -6,7 +6,7 @@
 //! The attacker is this test binary run again as nobody (setpriv) in the service's
 //! network namespace, with `XRNIC_SECFD_ROLE` naming what it does and `XRNIC_SECFD_IF`
 //! the interface (the `--exact` test it runs takes that branch); it speaks the service's
-//! protocol itself (src/service/wire.rs) where the library would not do the attack. It
+//! protocol itself (src/ipc/) where the library would not do the attack. It
 //! prints `armed` once the attack is in place and holds it until its stdin closes.
 
 mod common;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use common::text;
 use service_support::{Kid, RcPair, Svc, out};
 use xrnic::io::shm::{self, Ring};
-use xrnic::service::wire::{self, Req, Resp};
+use xrnic::ipc::{self, Req, Resp};
 use xrnic::verbs::{Access, Device, QpInitAttr, RecvWr, SendWr, WcStatus, WrOpcode};
 use xrnic_netns::Side;
 
@@ -42,7 +42,7 @@ fn raw_connect(ifname: &str, patience: Duration) -> std::io::Result<OwnedFd> {
         rustix::net::sockopt::Timeout::Recv,
         Some(patience),
     )?;
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
+    let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(ifname))?;
     rustix::net::connect(&sock, &addr)?;
     Ok(sock)
 }
@@ -51,7 +51,7 @@ fn raw_connect(ifname: &str, patience: Duration) -> std::io::Result<OwnedFd> {
 fn raw_call(sock: &OwnedFd, req: &Req) -> std::io::Result<(Resp, Vec<OwnedFd>)> {
     let text = serde_json::to_vec(req).unwrap();
     let sent = shm::send_with_fds(sock.as_fd(), &text, &[]);
-    let mut buf = vec![0u8; wire::MAX_MSG];
+    let mut buf = vec![0u8; ipc::MAX_MSG];
     let flags = if sent.is_ok() {
         rustix::net::RecvFlags::empty()
     } else {
@@ -118,7 +118,7 @@ fn attacker(role: &str) {
                 max_send_wr: 16,
                 max_recv_wr: 16,
                 sq_sig_all: true,
-                qp_type: wire::QPT_RC,
+                qp_type: xrnic::proto::QpType::Rc,
                 srq: None,
             };
             let (r, _) = raw_call(&sock, &qp).unwrap();
@@ -131,17 +131,17 @@ fn attacker(role: &str) {
             for fd in [&events, &notify, &cq_event] {
                 let _ = rustix::io::write(fd, &(u64::MAX - 1).to_ne_bytes());
             }
-            let sq = Ring::map(ring, wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+            let sq = Ring::map(ring, ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
             // More slots than one round takes, so the round after reads the doorbell
             // again with nothing rung; half of them real posts to the RESET QP.
             let mut wr = SendWr::new(1, WrOpcode::Send);
             wr.sg_list.clear();
-            let post = wire::encode_send(xrnic::wire::Qpn::new(qpn), &wr).unwrap();
+            let post = ipc::encode_send(xrnic::wire::Qpn::new(qpn), &wr).unwrap();
             for i in 0..2000 {
                 let slot = if i % 2 == 0 {
                     post
                 } else {
-                    [0xffu64; wire::SQ_WORDS]
+                    [0xffu64; ipc::SQ_WORDS]
                 };
                 assert!(sq.push(&slot));
             }

@@ -28,7 +28,7 @@ struct Squatter {
 
 impl Squatter {
     fn start(pair: &VethPair, ifname: &str, listen: bool) -> Squatter {
-        let name = xrnic::service::wire::socket_name(ifname);
+        let name = xrnic::ipc::socket_name(ifname);
         pair.run_in(Side::A, move || {
             // SAFETY: all-zero is a valid sockaddr_un.
             let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };

@@ -183,7 +183,8 @@ const PIPELINED: usize = 64;
 /// connection closed with the rest pending.
 fn attack_pipelined(ifname: &str, sgid_index: u8, barrier: &std::sync::Barrier) {
     use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketType};
-    use xrnic::service::wire::{AvMsg, Req, Resp, socket_name};
+    use xrnic::ipc::{Req, Resp, socket_name};
+    use xrnic::proto::AddressVector;
     let sock = rustix::net::socket(AddressFamily::UNIX, SocketType::SEQPACKET, None).unwrap();
     let addr = SocketAddrUnix::new_abstract_name(&socket_name(ifname)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();
@@ -208,10 +209,10 @@ fn attack_pipelined(ifname: &str, sgid_index: u8, barrier: &std::sync::Barrier) 
     barrier.wait();
     for n in 0..PIPELINED as u16 {
         let ip = std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x9900 + n);
-        let av = AvMsg {
+        let av = AddressVector {
             dgid: ip.octets(),
             sgid_index,
-            ..AvMsg::default()
+            ..AddressVector::default()
         };
         send(&Req::CreateAh { pd, av });
     }

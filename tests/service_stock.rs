@@ -172,7 +172,7 @@ fn kill_9_of_a_client_frees_its_resources_and_the_next_client_is_served() {
 #[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
 fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
     use xrnic::io::shm::Ring;
-    use xrnic::service::wire;
+    use xrnic::ipc;
     use xrnic::verbs::{AttrMask, Device, QpAttr, QpInitAttr, QpState, RecvWr};
     let s = Svc::start();
     let ifname = s.ifname().to_string();
@@ -208,11 +208,11 @@ fn garbage_in_a_clients_rings_stops_neither_the_service_nor_other_clients() {
                 .write(true)
                 .open(format!("/proc/self/fd/{fd}"))
                 .unwrap();
-            let ring = Ring::map(file.into(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+            let ring = Ring::map(file.into(), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             for round in 0..200 {
                 for _ in 0..50 {
-                    let mut w = [0u64; wire::SQ_WORDS];
+                    let mut w = [0u64; ipc::SQ_WORDS];
                     for v in &mut w {
                         x ^= x << 13;
                         x ^= x >> 7;

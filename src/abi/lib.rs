@@ -94,7 +94,7 @@ pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
         E::Verbs(V::Resource(w)) if *w == xrnic::proto::mcast::LIMIT => libc::ENOMEM,
         E::Verbs(_) => libc::EINVAL,
         // PermissionDenied without an errno: the device service's socket held by a
-        // user this process does not trust (service::wire::connect_service).
+        // user this process does not trust (ipc::connect_service).
         E::Io(io) => io.raw_os_error().unwrap_or(match io.kind() {
             std::io::ErrorKind::PermissionDenied => libc::EACCES,
             _ => libc::EIO,

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use rustix::net::RecvFlags;
 
 use crate::io::shm;
+use crate::ipc::{self, Req, ResDoc, Resp};
 use crate::service::server::{Limits, Service};
-use crate::service::wire::{self, Req, ResDoc, Resp};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct UpArgs {
@@ -161,20 +161,20 @@ pub struct DownArgs {
 const PATIENCE: Duration = Duration::from_secs(20);
 
 /// A connection to the service of `ifname`, `None` when none listens; an error naming
-/// the listener when it is neither root's nor this user's (wire::connect_service).
+/// the listener when it is neither root's nor this user's (ipc::connect_service).
 pub fn connect(ifname: &str) -> std::io::Result<Option<OwnedFd>> {
-    wire::connect_service(ifname)
+    ipc::connect_service(ifname)
 }
 
 /// Who holds the name `@xrnic/<IF>` of this network namespace: the listener's pid and
 /// uid from SO_PEERCRED of a connection (which sends nothing), or, for a socket bound
 /// without listening (a connect is refused), the process holding the socket whose
 /// inode /proc/net/unix lists under that name (proc(5)). `None`: nobody found.
-fn holder(ifname: &str) -> Option<wire::Listener> {
-    if let Ok(Some((_, who))) = wire::connect_any(ifname) {
+fn holder(ifname: &str) -> Option<ipc::Listener> {
+    if let Ok(Some((_, who))) = ipc::connect_any(ifname) {
         return Some(who);
     }
-    let want = format!("@{}", String::from_utf8_lossy(&wire::socket_name(ifname)));
+    let want = format!("@{}", String::from_utf8_lossy(&ipc::socket_name(ifname)));
     let table = std::fs::read_to_string("/proc/net/unix").ok()?;
     // "Num RefCount Protocol Flags Type St Inode Path"
     let inode = table.lines().skip(1).find_map(|l| {
@@ -201,7 +201,7 @@ fn holder(ifname: &str) -> Option<wire::Listener> {
                 .find_map(|l| l.strip_prefix("Uid:"))
                 .and_then(|u| u.split_whitespace().nth(1))
                 .and_then(|u| u.parse().ok())?;
-            return Some(wire::Listener { pid, uid });
+            return Some(ipc::Listener { pid, uid });
         }
     }
     None
@@ -209,9 +209,9 @@ fn holder(ifname: &str) -> Option<wire::Listener> {
 
 /// Why `up` cannot serve `ifname`: the name is taken, by a service or by whom.
 fn taken(ifname: &str) -> String {
-    let name = String::from_utf8_lossy(&wire::socket_name(ifname)).into_owned();
+    let name = String::from_utf8_lossy(&ipc::socket_name(ifname)).into_owned();
     match holder(ifname) {
-        Some(w) if wire::trusted(w.uid, rustix::process::geteuid().as_raw()) => format!(
+        Some(w) if ipc::trusted(w.uid, rustix::process::geteuid().as_raw()) => format!(
             "a device service already serves it (@{name}: pid {}, uid {})",
             w.pid, w.uid
         ),
@@ -236,7 +236,7 @@ fn ask(ifname: &str, req: &Req) -> Result<Option<Resp>, String> {
 fn ask_on(sock: &OwnedFd, req: &Req) -> Result<Resp, String> {
     let text = serde_json::to_vec(req).map_err(|e| e.to_string())?;
     use std::os::fd::AsFd;
-    let mut buf = vec![0u8; wire::MAX_MSG];
+    let mut buf = vec![0u8; ipc::MAX_MSG];
     if let Err(e) = shm::send_with_fds(sock.as_fd(), &text, &[]) {
         // A connection the service refused (its bounds, src/service/limits.rs) was told
         // why before it was closed.
@@ -294,7 +294,7 @@ pub fn up(args: &UpArgs) -> ExitCode {
             }
         };
     }
-    match wire::connect_any(&args.netdev) {
+    match ipc::connect_any(&args.netdev) {
         Ok(Some(_)) => {
             eprintln!("xrnic up: {}: {}", args.netdev, taken(&args.netdev));
             return ExitCode::from(1);
@@ -372,7 +372,7 @@ fn serve(args: &UpArgs) -> Result<(), String> {
         stat_dir: Some(args.stat_dir.clone()),
         ..Default::default()
     };
-    if let Ok(Some(_)) = wire::connect_any(&args.netdev) {
+    if let Ok(Some(_)) = ipc::connect_any(&args.netdev) {
         return Err(taken(&args.netdev));
     }
     let _ = std::fs::create_dir_all(&args.stat_dir);
@@ -392,7 +392,7 @@ fn serve(args: &UpArgs) -> Result<(), String> {
     eprintln!(
         "xrnic: serving xrnic_{} on @{} (pid {})",
         args.netdev,
-        String::from_utf8_lossy(&wire::socket_name(&args.netdev)),
+        String::from_utf8_lossy(&ipc::socket_name(&args.netdev)),
         std::process::id()
     );
     svc.run().map_err(|e| e.to_string())?;
@@ -446,7 +446,7 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
     let dev = format!("xrnic_{}", d.netdev);
     match object {
         None => {
-            let n = |f: fn(&wire::ClientRes) -> usize| d.clients.iter().map(f).sum::<usize>();
+            let n = |f: fn(&ipc::ClientRes) -> usize| d.clients.iter().map(f).sum::<usize>();
             let _ = writeln!(
                 t,
                 "{dev} netdev {} service pid {}: clients {} pd {} qp {} cq {} mr {} ah {} srq {}",
@@ -497,7 +497,7 @@ pub fn render(d: &ResDoc, object: Option<&str>) -> String {
 }
 
 /// A QP's type as `xrnic res` prints it (an older service sends none: RC).
-fn qp_type(q: &wire::QpRes) -> &str {
+fn qp_type(q: &ipc::QpRes) -> &str {
     if q.qp_type.is_empty() {
         "RC"
     } else {

@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::driver::Snapshot;
-use crate::service::wire::ResDoc;
+use crate::ipc::ResDoc;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct StatArgs {
@@ -336,7 +336,7 @@ mod tests {
 
     #[test]
     fn service_clients_get_their_qps_counters_summed() {
-        use crate::service::wire::{ClientRes, QpRes};
+        use crate::ipc::{ClientRes, QpRes};
         let qp = |qpn, sent, rx| QpSnapshot {
             qpn,
             state: "RTS".into(),

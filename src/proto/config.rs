@@ -2,7 +2,9 @@
 //! imported by everything above and importing nothing of proto/ itself.
 
 /// Path MTU, one of the five IB sizes (`enum ibv_mtu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum Mtu {
     Mtu256,
     Mtu512,

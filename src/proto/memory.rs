@@ -29,7 +29,9 @@ use super::cq::WcStatus;
 use super::wr::Sge;
 
 /// Memory access rights, with the libibverbs `IBV_ACCESS_*` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Default, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Access(pub u32);
 
 impl Access {

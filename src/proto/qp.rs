@@ -38,7 +38,7 @@ impl QpState {
 }
 
 /// The transport service of a QP (`enum ibv_qp_type`: RC, UC, UD).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum QpType {
     #[default]
     Rc,
@@ -49,7 +49,7 @@ pub enum QpType {
 pub use super::config::Mtu;
 
 /// The address vector of the remote end (`ibv_ah_attr` with a GRH, RoCE v2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct AddressVector {
     /// Destination MAC.
     pub dmac: [u8; 6],
@@ -70,7 +70,9 @@ pub struct AddressVector {
 pub use crate::wire::{gid_is_ipv4, ipv4_gid};
 
 /// Attribute mask bits, the `enum ibv_qp_attr_mask` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Default, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct AttrMask(pub u32);
 
 impl AttrMask {
@@ -154,7 +156,7 @@ impl core::ops::BitOr for AttrMask {
 }
 
 /// QP attributes (`struct ibv_qp_attr`, RC subset).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QpAttr {
     pub qp_state: QpState,
     pub cur_qp_state: QpState,

@@ -33,7 +33,7 @@ use crate::wire::Qpn;
 pub struct Srq(pub u32);
 
 /// SRQ attributes (`struct ibv_srq_attr`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SrqAttr {
     /// Most WQEs the SRQ holds.
     pub max_wr: u32,
@@ -44,7 +44,7 @@ pub struct SrqAttr {
 }
 
 /// `enum ibv_srq_attr_mask`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SrqAttrMask(pub u32);
 
 impl SrqAttrMask {

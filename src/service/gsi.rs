@@ -76,24 +76,7 @@ pub enum Route {
     Drop,
 }
 
-/// What the relay saw (`xrnic res --json`, `gsi`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RelayCounters {
-    /// MADs handed to a client.
-    pub routed: u64,
-    /// REQs / SIDR_REQs for a ServiceID nobody listens on (answered with a reject).
-    pub unmatched: u64,
-    /// MADs naming no client's connection (dropped; a DREQ is counted in
-    /// `orphan_dreq` instead).
-    pub unknown_id: u64,
-    /// DREQs naming no client's connection, answered with a DREP.
-    #[serde(default)]
-    pub orphan_dreq: u64,
-    /// MADs that are not CM MADs, or LAP/APR/ClassPortInfo without an owner.
-    pub malformed: u64,
-    /// MADs a client asked to send that were not its to send.
-    pub refused: u64,
-}
+pub use crate::ipc::RelayCounters;
 
 /// One connection of a client, as the relay learnt it.
 #[derive(Clone, Copy, Debug)]

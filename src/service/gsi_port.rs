@@ -18,9 +18,9 @@ use std::time::Instant;
 
 use super::{Service, bad, errno_resp};
 use crate::cm::{Cm, CmConfig};
+use crate::ipc::{GsiMad, Req, Resp};
 use crate::proto::{GRH_LEN, GSI_QKEY};
 use crate::service::gsi::{self, Route};
-use crate::service::wire::{GsiMad, Req, Resp};
 use crate::verbs::{self, AddressVector, Ah, Cq, Mr, Pd, Qp, RecvWr, SendWr, WrOpcode};
 use crate::wire::Qpn;
 use crate::wire::mad::MAD_LEN;
@@ -274,7 +274,7 @@ impl Service {
                 let Some(g) = c.gsi.as_mut() else {
                     return plain(bad(libc::EPROTO, "open the GSI relay first"));
                 };
-                let n = g.mads.len().min(crate::service::wire::GSI_MADS_PER_ANSWER);
+                let n = g.mads.len().min(crate::ipc::GSI_MADS_PER_ANSWER);
                 let mads: Vec<GsiMad> = g.mads.drain(..n).collect();
                 if !g.mads.is_empty() {
                     // More than one answer holds: the client comes back.

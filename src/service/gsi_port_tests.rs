@@ -12,7 +12,7 @@ use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketT
 use super::*;
 use crate::cm::{Cm, CmConfig, CmEvent, ConnParam, Path};
 use crate::proto::{GRH_LEN, GSI_QKEY};
-use crate::verbs::{AddressVector, RecvWr, SendWr, WrOpcode};
+use crate::verbs::{Access, AddressVector, QpInitAttr, RecvWr, SendWr, WrOpcode};
 use crate::wire::mad::{CmMsg, MAD_LEN, Mad, RDMA_PS_TCP, rej_reason, service_id};
 
 const SID: u64 = service_id(RDMA_PS_TCP, 7174);
@@ -26,7 +26,7 @@ fn connect(name: &str) -> OwnedFd {
         None,
     )
     .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(name)).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(name)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();
     sock
 }
@@ -85,7 +85,7 @@ impl Client {
         }
     }
 
-    fn recv(&self, svc: &mut Service) -> Vec<wire::GsiMad> {
+    fn recv(&self, svc: &mut Service) -> Vec<ipc::GsiMad> {
         match self.call(svc, Req::GsiRecv) {
             Resp::GsiMads { mads } => mads,
             r => panic!("{r:?}"),
@@ -183,7 +183,7 @@ impl Peer {
 }
 
 /// Step the service until `c` has MADs waiting (or give up: empty).
-fn wait_mads(svc: &mut Service, c: &Client) -> Vec<wire::GsiMad> {
+fn wait_mads(svc: &mut Service, c: &Client) -> Vec<ipc::GsiMad> {
     for _ in 0..200 {
         svc.once(Duration::from_millis(5)).unwrap();
         let m = c.recv(svc);

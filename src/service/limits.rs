@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use rustix::net::SocketFlags;
 
-use super::{Client, Req, Resp, Service, wire};
+use super::{Client, Req, Resp, Service};
 use crate::io::shm::Ring;
+use crate::ipc;
 
 /// Descriptors the service keeps for itself beyond what it held at start (the GSI QP,
 /// /proc reads, a connection being refused).
@@ -58,7 +59,7 @@ impl Usage {
             u.shm += sq_bytes();
         }
         u.fds += 2 * c.cqs.len();
-        u.shm += c.cqs.len() as u64 * cq_bytes(0) + c.cq_slots * wire::CQ_SLOT_BYTES as u64;
+        u.shm += c.cqs.len() as u64 * cq_bytes(0) + c.cq_slots * ipc::CQ_SLOT_BYTES as u64;
         if c.gsi.is_some() {
             u.fds += 2;
         }
@@ -78,11 +79,11 @@ impl Usage {
 }
 
 fn sq_bytes() -> u64 {
-    Ring::bytes(wire::SQ_SLOTS, wire::SQ_SLOT_BYTES) as u64
+    Ring::bytes(ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES) as u64
 }
 
 fn cq_bytes(slots: u32) -> u64 {
-    Ring::bytes(slots, wire::CQ_SLOT_BYTES) as u64
+    Ring::bytes(slots, ipc::CQ_SLOT_BYTES) as u64
 }
 
 /// What `req` of client `c` would add (`None`: nothing bounded here).

@@ -19,8 +19,7 @@
 //! - Caps: `Limits::max_ahs`, `Limits::max_srqs` per client (ENOMEM past them).
 
 use super::server::{Client, Limits, bad, errno_resp, over};
-use super::wire::{self, AhRes, Req, Resp, SrqAttrMsg, SrqRes};
-use crate::proto::SrqAttrMask;
+use crate::ipc::{self, AhRes, Req, Resp, SrqRes};
 use crate::verbs::{Ah, Srq};
 
 /// An address handle of a client.
@@ -75,29 +74,23 @@ pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
                 return Some(over("SRQs", lim.max_srqs));
             }
             // A receive carries at most MAX_SGE entries through the ring.
-            if attr.max_sge as usize > wire::MAX_SGE {
+            if attr.max_sge as usize > ipc::MAX_SGE {
                 return Some(bad(
                     libc::EINVAL,
                     "max_sge beyond what the service's ring carries",
                 ));
             }
-            match p
-                .create_srq(&attr.to_attr())
-                .and_then(|s| Ok((s.query()?, s)))
-            {
+            match p.create_srq(&attr).and_then(|s| Ok((s.query()?, s))) {
                 Ok((got, srq)) => {
                     c.next += 1;
                     c.srqs.insert(id, SrqEnt { srq, pd });
-                    Resp::Srq {
-                        srq: id,
-                        attr: SrqAttrMsg::from_attr(&got),
-                    }
+                    Resp::Srq { srq: id, attr: got }
                 }
                 Err(e) => errno_resp(&e),
             }
         }
         Req::ModifySrq { srq, attr, mask } => match c.srqs.get(&srq) {
-            Some(s) => match s.srq.modify(&attr.to_attr(), SrqAttrMask(mask)) {
+            Some(s) => match s.srq.modify(&attr, mask) {
                 Ok(()) => Resp::Ok,
                 Err(e) => errno_resp(&e),
             },
@@ -106,7 +99,7 @@ pub(super) fn verb(lim: &Limits, c: &mut Client, req: &Req) -> Option<Resp> {
         Req::QuerySrq { srq } => match c.srqs.get(&srq) {
             Some(s) => match s.srq.query() {
                 Ok(a) => Resp::SrqAttr {
-                    attr: SrqAttrMsg::from_attr(&a),
+                    attr: a,
                     len: s.srq.len() as u32,
                 },
                 Err(e) => errno_resp(&e),

@@ -9,8 +9,9 @@ use std::time::Duration;
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::*;
+use crate::ipc::UdTarget;
+use crate::proto::{AddressVector, QpType, SrqAttr, SrqAttrMask};
 use crate::proto::{RecvWr, SendWr, WrOpcode};
-use crate::service::wire::{AvMsg, SrqAttrMsg, UdTarget};
 
 /// A raw client: its socket and, after hello, its submission ring and doorbell.
 struct Raw {
@@ -27,7 +28,7 @@ fn connect(name: &str) -> OwnedFd {
         None,
     )
     .unwrap();
-    let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(name)).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(name)).unwrap();
     rustix::net::connect(&sock, &addr).unwrap();
     sock
 }
@@ -54,7 +55,7 @@ fn hello(svc: &mut Service, name: &str, comm: &str) -> Raw {
     let events = fds.pop().unwrap();
     let notify = fds.pop().unwrap();
     let bell = fds.pop().unwrap();
-    let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+    let ring = Ring::map(fds.pop().unwrap(), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
     Raw {
         sock,
         ring: Some((ring, bell)),
@@ -75,7 +76,7 @@ impl Raw {
     }
 
     /// Push one slot and ring; one round takes it.
-    fn post(&self, svc: &mut Service, w: [u64; wire::SQ_WORDS]) {
+    fn post(&self, svc: &mut Service, w: [u64; ipc::SQ_WORDS]) {
         let (ring, bell) = self.ring.as_ref().unwrap();
         assert!(ring.push(&w));
         rustix::io::write(bell, &1u64.to_ne_bytes()).unwrap();
@@ -97,7 +98,7 @@ fn cq(svc: &mut Service, c: &Raw) -> u32 {
     }
 }
 
-fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: u8, srq: Option<u32>) -> Resp {
+fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: QpType, srq: Option<u32>) -> Resp {
     c.call(
         svc,
         Req::CreateQp {
@@ -114,17 +115,17 @@ fn qp(svc: &mut Service, c: &Raw, pd: u32, cq: u32, qp_type: u8, srq: Option<u32
 }
 
 /// The peer's GID on the simulated link (192.0.2.2, `Device::open_sim_pair`).
-fn peer_av() -> AvMsg {
-    AvMsg {
+fn peer_av() -> AddressVector {
+    AddressVector {
         dgid: crate::wire::ipv4_gid([192, 0, 2, 2]),
         sgid_index: 1,
         hop_limit: 64,
-        ..AvMsg::default()
+        ..AddressVector::default()
     }
 }
 
-fn srq_attr(max_wr: u32, limit: u32) -> SrqAttrMsg {
-    SrqAttrMsg {
+fn srq_attr(max_wr: u32, limit: u32) -> SrqAttr {
+    SrqAttr {
         max_wr,
         max_sge: 1,
         srq_limit: limit,
@@ -213,11 +214,11 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     let m = Req::ModifySrq {
         srq,
         attr: srq_attr(8, 0),
-        mask: 1,
+        mask: SrqAttrMask::MAX_WR,
     };
     assert_eq!(b.errno(&mut svc, m), libc::ENOENT);
     assert_eq!(b.errno(&mut svc, Req::DestroySrq { srq }), libc::ENOENT);
-    let on_a = qp(&mut svc, &b, pb, cb, wire::QPT_RC, Some(srq));
+    let on_a = qp(&mut svc, &b, pb, cb, QpType::Rc, Some(srq));
     assert!(
         matches!(
             on_a,
@@ -238,7 +239,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     ) else {
         panic!("b's create_srq")
     };
-    let ud_srq = qp(&mut svc, &b, pb, cb, wire::QPT_UD, Some(sb));
+    let ud_srq = qp(&mut svc, &b, pb, cb, QpType::Ud, Some(sb));
     assert!(
         matches!(
             ud_srq,
@@ -251,7 +252,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     );
     // Slots naming A's AH (a UD send of B's UD QP) and A's SRQ: dropped and counted,
     // and A's SRQ gets no WQE from B.
-    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, wire::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &b, pb, cb, QpType::Ud, None) else {
         panic!("b's UD QP")
     };
     let bad = |svc: &Service| svc.clients[1].bad_slots;
@@ -262,7 +263,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         remote_qpn: Qpn::new(5),
         remote_qkey: 0x11,
     };
-    let w = wire::encode_send_ud(Qpn::new(qpn), &wr, &to).unwrap();
+    let w = ipc::encode_send_ud(Qpn::new(qpn), &wr, &to).unwrap();
     b.post(&mut svc, w);
     assert_eq!(bad(&svc), 1, "a UD send to A's AH");
     let r = RecvWr {
@@ -270,7 +271,7 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
         sg_list: vec![],
     };
     assert_ne!(sb, srq);
-    b.post(&mut svc, wire::encode_srq_recv(srq, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(srq, &r).unwrap());
     assert_eq!(bad(&svc), 2, "a receive for A's SRQ");
     let Resp::SrqAttr { len, .. } = a.call(&mut svc, Req::QuerySrq { srq }) else {
         panic!("query_srq")
@@ -280,17 +281,17 @@ fn ahs_and_srqs_are_their_clients_own_and_capped() {
     // (what a client's UD / UC / SRQ receive waits for, src/verbs/remote.rs `wait_done`).
     let ring = &b.ring.as_ref().unwrap().0;
     let before = ring.done();
-    b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
     assert_eq!(bad(&svc), 2);
     assert_eq!(ring.done(), ring.producer());
     assert_eq!(ring.done(), before.wrapping_add(1));
     // B's SRQ holds 4: the fifth receive is refused and the ring's refused index names
     // its slot (what the client's post then fails with), the fourth's did not.
     for _ in 0..3 {
-        b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+        b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
         assert_ne!(ring.refused(), ring.producer());
     }
-    b.post(&mut svc, wire::encode_srq_recv(sb, &r).unwrap());
+    b.post(&mut svc, ipc::encode_srq_recv(sb, &r).unwrap());
     assert_eq!(ring.refused(), ring.producer(), "the SRQ was full");
     assert_eq!(bad(&svc), 2, "a refusal is no malformed slot");
     let Resp::SrqAttr { len, .. } = b.call(&mut svc, Req::QuerySrq { srq: sb }) else {
@@ -359,7 +360,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     ) else {
         panic!("create_srq")
     };
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, wire::QPT_UC, Some(srq)) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, ca, QpType::Uc, Some(srq)) else {
         panic!("UC QP on the SRQ")
     };
     assert_eq!(a.errno(&mut svc, Req::DestroySrq { srq }), libc::EBUSY);
@@ -376,8 +377,8 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
             svc,
             Req::ModifyQp {
                 qpn,
-                attr: QpAttrMsg::from_attr(at),
-                mask: mask.0,
+                attr: *at,
+                mask,
             },
         );
         assert!(matches!(r, Resp::Ok), "{r:?}");
@@ -403,12 +404,12 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
             wr_id: i,
             sg_list: vec![],
         };
-        a.post(&mut svc, wire::encode_srq_recv(srq, &r).unwrap());
+        a.post(&mut svc, ipc::encode_srq_recv(srq, &r).unwrap());
     }
     let arm = Req::ModifySrq {
         srq,
         attr: srq_attr(8, 3),
-        mask: 2,
+        mask: SrqAttrMask::LIMIT,
     };
     assert!(matches!(a.call(&mut svc, arm), Resp::Ok));
     let mut wr = SendWr::new(9, WrOpcode::Send);
@@ -433,7 +434,7 @@ fn an_srq_in_use_is_busy_and_its_limit_event_goes_to_its_owner_by_handle() {
     }
     assert_eq!(
         events,
-        [(wire::EV_SRQ_LIMIT_REACHED, srq)],
+        [(ipc::EV_SRQ_LIMIT_REACHED, srq)],
         "A's event, by A's handle"
     );
     let Resp::AsyncEvents { events, .. } = b.call(&mut svc, Req::AsyncEvents) else {
@@ -473,7 +474,7 @@ fn a_gone_clients_ahs_and_srqs_are_freed() {
         panic!("create_srq")
     };
     assert!(matches!(
-        qp(&mut svc, &a, pa, ca, wire::QPT_RC, Some(srq)),
+        qp(&mut svc, &a, pa, ca, QpType::Rc, Some(srq)),
         Resp::Qp { .. }
     ));
     assert!(matches!(
@@ -513,7 +514,7 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
     let (mut svc, name, _peer) = service("addr", Limits::default());
     let a = hello(&mut svc, &name, "a");
     let pa = pd(&mut svc, &a);
-    let evil = AvMsg {
+    let evil = AddressVector {
         dmac: [0x02, 0xde, 0xad, 0xbe, 0xef, 0x01],
         ..peer_av()
     };
@@ -525,30 +526,30 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
         [2, 0, 0, 0, 0, 2],
         "the peer's MAC, not the client's"
     );
-    let tagged = AvMsg {
+    let tagged = AddressVector {
         vlan_tci: Some(100),
         ..evil
     };
     let req = Req::CreateAh { pd: pa, av: tagged };
     assert_eq!(a.errno(&mut svc, req), libc::EPERM);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_RC, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, QpType::Rc, None) else {
         panic!("create_qp")
     };
     let mut attr = crate::verbs::QpAttr::rc_init(crate::verbs::Access::ALL);
     let init = Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(&attr),
-        mask: crate::verbs::AttrMask::RC_INIT.0,
+        attr,
+        mask: crate::verbs::AttrMask::RC_INIT,
     };
     assert!(matches!(a.call(&mut svc, init), Resp::Ok));
     attr.qp_state = crate::verbs::QpState::Rtr;
     attr.dest_qp_num = crate::wire::Qpn::new(0x66);
-    attr.ah_attr = evil.to_av();
+    attr.ah_attr = evil;
     let rtr = |attr: &crate::verbs::QpAttr| Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(attr),
-        mask: crate::verbs::AttrMask::RC_RTR.0,
+        attr: *attr,
+        mask: crate::verbs::AttrMask::RC_RTR,
     };
     attr.ah_attr.vlan_tci = Some(100);
     assert_eq!(a.errno(&mut svc, rtr(&attr)), libc::EPERM);
@@ -558,11 +559,11 @@ fn a_clients_mac_is_replaced_and_its_vlan_tag_refused() {
         panic!("query_qp")
     };
     assert_eq!(
-        got.dmac,
+        got.ah_attr.dmac,
         [2, 0, 0, 0, 0, 2],
         "the peer's MAC, not the client's"
     );
-    assert_eq!(got.vlan_tci, None);
+    assert_eq!(got.ah_attr.vlan_tci, None);
 }
 
 /// A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3: QP1's 0x80010000) is
@@ -576,7 +577,7 @@ fn a_controlled_qkey_needs_cap_net_raw() {
     let a = hello(&mut svc, &name, "a");
     let pa = pd(&mut svc, &a);
     let c = cq(&mut svc, &a);
-    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, wire::QPT_UD, None) else {
+    let Resp::Qp { qpn } = qp(&mut svc, &a, pa, c, QpType::Ud, None) else {
         panic!("create_qp")
     };
     let init = |qkey: u32| {
@@ -589,8 +590,8 @@ fn a_controlled_qkey_needs_cap_net_raw() {
         };
         Req::ModifyQp {
             qpn,
-            attr: QpAttrMsg::from_attr(&attr),
-            mask: (AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY).0,
+            attr,
+            mask: AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
         }
     };
     // The test's own connection is this process: make its client someone else (nobody),
@@ -605,11 +606,11 @@ fn a_controlled_qkey_needs_cap_net_raw() {
     svc.clients[me].uid = 0;
     let back = Req::ModifyQp {
         qpn,
-        attr: QpAttrMsg::from_attr(&QpAttr {
+        attr: QpAttr {
             qkey: crate::verbs::GSI_QKEY,
             ..QpAttr::default()
-        }),
-        mask: AttrMask::QKEY.0,
+        },
+        mask: AttrMask::QKEY,
     };
     assert!(matches!(a.call(&mut svc, back), Resp::Ok));
     svc.clients[me].uid = uid;

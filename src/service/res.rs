@@ -11,11 +11,11 @@
 //!   says hello may learn is the same as above.
 //! - Each client is listed with its pid and comm (from the kernel at connect: SO_PEERCRED
 //!   and /proc/PID/comm), so every object names its owner.
-//! - [`Req::ResPage`](super::wire::Req::ResPage) answers a page of the same listing
+//! - [`Req::ResPage`](crate::ipc::Req::ResPage) answers a page of the same listing
 //!   ([`ResDoc::page`]), so the listing is any size.
 
-use super::wire::{ResDoc, Resp};
 use super::{Service, client_res};
+use crate::ipc::{ResDoc, Resp};
 
 /// CAP_NET_ADMIN (linux/capability.h).
 const CAP_NET_ADMIN: u32 = 12;
@@ -92,7 +92,7 @@ impl Service {
         match page {
             None => Resp::Res(doc),
             Some(skip) => {
-                let (doc, next) = doc.page(skip, super::wire::RES_PAGE);
+                let (doc, next) = doc.page(skip, crate::ipc::RES_PAGE);
                 Resp::ResPage { doc, next }
             }
         }

@@ -35,8 +35,8 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 
 use super::{Client, Limits, Service, bad, errno_resp, over};
 use crate::io::link::{self, NeighbourNews, NeighbourWatch};
+use crate::ipc::{Req, Resp};
 use crate::proto::gid_is_ipv4;
-use crate::service::wire::{self, AvMsg, Req, Resp};
 use crate::verbs::{AttrMask, Device, Gid, PathStep};
 
 /// Most addresses in resolution at once, all clients and QP1 together.
@@ -322,8 +322,9 @@ fn io_errno(e: &std::io::Error) -> (i32, String) {
 fn addressed(req: &Req) -> Option<(Gid, u8, Option<u16>)> {
     match req {
         Req::CreateAh { av, .. } => Some((av.dgid, av.sgid_index, av.vlan_tci)),
-        Req::ModifyQp { attr, mask, .. } if wire::mask(*mask).contains(AttrMask::AV) => {
-            Some((attr.dgid, attr.sgid_index, attr.vlan_tci))
+        Req::ModifyQp { attr, mask, .. } if mask.contains(AttrMask::AV) => {
+            let av = &attr.ah_attr;
+            Some((av.dgid, av.sgid_index, av.vlan_tci))
         }
         _ => None,
     }
@@ -339,10 +340,10 @@ fn run_verb(lim: &Limits, c: &mut Client, req: &Req, path: ([u8; 6], u8)) -> Res
             if c.ahs.len() >= lim.max_ahs {
                 return over("AHs", lim.max_ahs);
             }
-            match p.create_ah_resolved(&av.to_av(), path) {
+            match p.create_ah_resolved(av, path) {
                 Ok(ah) => {
                     let id = c.next;
-                    let av = AvMsg::from_av(ah.attr());
+                    let av = *ah.attr();
                     c.next += 1;
                     c.ahs
                         .insert(id, crate::service::objects::AhEnt { ah, pd: *pd });
@@ -355,10 +356,7 @@ fn run_verb(lim: &Limits, c: &mut Client, req: &Req, path: ([u8; 6], u8)) -> Res
             let Some(q) = c.qps.get(qpn) else {
                 return bad(libc::ENOENT, "no such QP");
             };
-            let Some(a) = attr.to_attr() else {
-                return bad(libc::EINVAL, "attribute out of range");
-            };
-            match q.qp.modify_resolved(&a, wire::mask(*mask), path) {
+            match q.qp.modify_resolved(attr, *mask, path) {
                 Ok(()) => Resp::Ok,
                 Err(e) => errno_resp(&e),
             }
@@ -394,9 +392,6 @@ impl Service {
         match &req {
             Req::CreateAh { .. } if c.ahs.len() >= self.limits.max_ahs => {
                 return Step::Answer(over("AHs", self.limits.max_ahs));
-            }
-            Req::ModifyQp { attr, .. } if attr.to_attr().is_none() => {
-                return Step::Answer(bad(libc::EINVAL, "attribute out of range"));
             }
             _ => {}
         }

@@ -52,9 +52,9 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::net::{AddressFamily, RecvFlags, SocketAddrUnix, SocketFlags, SocketType};
 
 use super::objects::{AhEnt, SrqEnt};
-use super::wire::{self, ClientRes, CqRes, MrRes, QpAttrMsg, QpRes, Req, Resp, Work};
 use crate::io::shm::{self, Pop, Ring};
-use crate::verbs::{self, Access, Cq, Device, Mr, Pd, Qp, QpInitAttr, WcStatus, WorkCompletion};
+use crate::ipc::{self, ClientRes, CqRes, MrRes, QpRes, Req, Resp, Work};
+use crate::verbs::{self, Cq, Device, Mr, Pd, Qp, WcStatus, WorkCompletion};
 use crate::wire::Qpn;
 
 struct CqEnt {
@@ -188,7 +188,7 @@ pub struct Limits {
     pub max_qps: usize,
     pub max_cqs: usize,
     /// Completion ring slots of all the client's CQs (each slot is shared memory the
-    /// service allocates: [`wire::CQ_SLOT_BYTES`]).
+    /// service allocates: [`ipc::CQ_SLOT_BYTES`]).
     pub max_cq_slots: u64,
     pub max_mrs: usize,
     /// Bytes of all the client's MRs. Nothing is pinned (the service reads and writes
@@ -291,7 +291,7 @@ impl Service {
             SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )?;
-        let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(ifname))?;
+        let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(ifname))?;
         rustix::net::bind(&listener, &addr)?;
         rustix::net::listen(&listener, 64)?;
         let cq_kick = Arc::new(rustix::event::eventfd(
@@ -437,17 +437,17 @@ impl Service {
     fn fan_out_events(&mut self) {
         let mut any = false;
         while let Some(e) = self.dev.poll_async_event() {
-            if let Some(v) = wire::encode_event(&e) {
+            if let Some(v) = ipc::encode_event(&e) {
                 tracing::info!("device event {e:?}: to every client");
                 // The element: the port of a port event, 0 for DEVICE_FATAL (uverbs).
-                let el = u32::from(v != wire::EV_DEVICE_FATAL);
+                let el = u32::from(v != ipc::EV_DEVICE_FATAL);
                 for c in self.clients.iter_mut().filter(|c| c.events_fd.is_some()) {
                     push_event(c, v, el);
                 }
                 any = true;
                 continue;
             }
-            let owner = if let Some((v, q)) = wire::encode_qp_event(&e) {
+            let owner = if let Some((v, q)) = ipc::encode_qp_event(&e) {
                 self.clients.iter_mut().find_map(|c| {
                     let mine = c.qps.values().any(|x| x.qp.qp_num() == q);
                     mine.then_some((c, v, q.value()))
@@ -456,11 +456,11 @@ impl Service {
                 self.clients.iter_mut().find_map(|c| {
                     let h = c.cqs.iter().find(|(_, x)| x.cq.engine_cq() == Some(cq))?.0;
                     let h = *h;
-                    Some((c, wire::EV_CQ_ERR, h))
+                    Some((c, ipc::EV_CQ_ERR, h))
                 })
             } else if let crate::proto::AsyncEvent::SrqLimitReached(s) = e {
                 super::objects::srq_owner(&mut self.clients, s.0)
-                    .map(|(c, h)| (c, wire::EV_SRQ_LIMIT_REACHED, h))
+                    .map(|(c, h)| (c, ipc::EV_SRQ_LIMIT_REACHED, h))
             } else {
                 None
             };
@@ -611,15 +611,14 @@ impl Service {
             };
             // The doorbell, the notifier and the event notifier are pipes: the client
             // gets one end of each, the service keeps the other (shm.rs, "Wakeups").
-            let made =
-                Ring::create("xrnic-sq", wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).and_then(|r| {
-                    let (bell, bell_w) = shm::wakeup_pipe()?;
-                    let (notify_r, notify) = shm::wakeup_pipe()?;
-                    let (events_r, events) = shm::wakeup_pipe()?;
-                    let ring_fd = r.fd().try_clone_to_owned()?;
-                    let theirs = vec![ring_fd, bell_w, notify_r, events_r];
-                    Ok((r, bell, notify, events, theirs))
-                });
+            let made = Ring::create("xrnic-sq", ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).and_then(|r| {
+                let (bell, bell_w) = shm::wakeup_pipe()?;
+                let (notify_r, notify) = shm::wakeup_pipe()?;
+                let (events_r, events) = shm::wakeup_pipe()?;
+                let ring_fd = r.fd().try_clone_to_owned()?;
+                let theirs = vec![ring_fd, bell_w, notify_r, events_r];
+                Ok((r, bell, notify, events, theirs))
+            });
             return match made {
                 Ok((ring, bell, notify, events, fds)) => {
                     c.sq = Some((ring, bell));
@@ -631,7 +630,7 @@ impl Service {
                             service_pid: std::process::id(),
                             active_mtu: port.active_mtu.bytes(),
                             max_mtu: port.max_mtu.bytes(),
-                            sq_slots: wire::SQ_SLOTS,
+                            sq_slots: ipc::SQ_SLOTS,
                         },
                         fds,
                     )
@@ -651,12 +650,6 @@ impl Service {
             Answer::Fds(r, f) => (r, f),
         }
     }
-}
-
-/// A verb's answer, possibly with descriptors (create_cq).
-enum Answer {
-    Plain(Resp),
-    Fds(Resp, Vec<OwnedFd>),
 }
 
 fn client_res(c: &Client) -> ClientRes {
@@ -710,256 +703,6 @@ fn client_res(c: &Client) -> ClientRes {
     r
 }
 
-fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) -> Answer {
-    use Answer::Plain;
-    if let Some(r) = super::objects::verb(lim, c, &req) {
-        return Plain(r);
-    }
-    let id = c.next;
-    match req {
-        Req::AllocPd if c.pds.len() >= lim.max_pds => Plain(over("PDs", lim.max_pds)),
-        Req::AllocPd => match dev.alloc_pd() {
-            Ok(pd) => {
-                c.next += 1;
-                c.pds.insert(id, pd);
-                Plain(Resp::Pd { pd: id })
-            }
-            Err(e) => Plain(errno_resp(&e)),
-        },
-        Req::DeallocPd { pd } => {
-            if !c.pds.contains_key(&pd) {
-                return Plain(bad(libc::ENOENT, "no such PD"));
-            }
-            if c.mrs.values().any(|m| m.pd == pd)
-                || c.qps.values().any(|q| q.pd == pd)
-                || c.ahs.values().any(|a| a.pd == pd)
-                || c.srqs.values().any(|s| s.pd == pd)
-            {
-                return Plain(bad(libc::EBUSY, "the PD still has MRs, QPs, AHs or SRQs"));
-            }
-            c.pds.remove(&pd);
-            Plain(Resp::Ok)
-        }
-        Req::RegMr {
-            pd,
-            addr,
-            len,
-            iova,
-            access,
-        } => {
-            let Some(p) = c.pds.get(&pd) else {
-                return Plain(bad(libc::ENOENT, "no such PD"));
-            };
-            let Some(space) = &c.mem else {
-                return Plain(bad(libc::EPROTO, "say hello first"));
-            };
-            let Ok(len_us) = usize::try_from(len) else {
-                return Plain(bad(libc::EINVAL, "length"));
-            };
-            if c.mrs.len() >= lim.max_mrs {
-                return Plain(over("MRs", lim.max_mrs));
-            }
-            if c.mr_bytes.saturating_add(len) > lim.max_mr_bytes {
-                return Plain(over("registered bytes", lim.max_mr_bytes));
-            }
-            match p.reg_process_mr(space, addr, len_us, iova, Access(access)) {
-                Ok(mr) => {
-                    c.mr_bytes += len;
-                    let (lkey, rkey) = (mr.lkey().0, mr.rkey().0);
-                    c.mrs.insert(
-                        lkey,
-                        MrEnt {
-                            mr,
-                            pd,
-                            addr: iova,
-                            len,
-                        },
-                    );
-                    Plain(Resp::Mr { lkey, rkey })
-                }
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::DeregMr { lkey } => match c.mrs.remove(&lkey) {
-            Some(m) => {
-                c.mr_bytes -= m.len;
-                Plain(Resp::Ok)
-            }
-            None => Plain(bad(libc::ENOENT, "no such MR")),
-        },
-        Req::CreateCq { cqe } => {
-            if cqe == 0 || cqe > 1 << 16 {
-                return Plain(bad(libc::EINVAL, "cqe"));
-            }
-            let slots = cqe.next_power_of_two().max(16);
-            if c.cqs.len() >= lim.max_cqs {
-                return Plain(over("CQs", lim.max_cqs));
-            }
-            if c.cq_slots + u64::from(slots) > lim.max_cq_slots {
-                return Plain(over("completion ring slots", lim.max_cq_slots));
-            }
-            let made = dev
-                .create_cq(cqe as usize)
-                .map_err(|e| errno_resp(&e))
-                .and_then(|cq| {
-                    let ring = Ring::create("xrnic-cq", slots, wire::CQ_SLOT_BYTES)
-                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    // The CQ's event: a pipe whose read end is the client's (shm.rs).
-                    let (event_r, event) =
-                        shm::wakeup_pipe().map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    let ring_fd = ring
-                        .fd()
-                        .try_clone_to_owned()
-                        .map_err(|e| bad(fd_errno(&e), &e.to_string()))?;
-                    Ok((cq, ring, event, vec![ring_fd, event_r]))
-                });
-            match made {
-                Ok((cq, ring, event, fds)) => {
-                    c.next += 1;
-                    c.cq_slots += u64::from(slots);
-                    c.cqs.insert(
-                        id,
-                        CqEnt {
-                            cq,
-                            ring,
-                            event,
-                            cqe,
-                        },
-                    );
-                    Answer::Fds(Resp::Cq { cq: id, slots }, fds)
-                }
-                Err(r) => Plain(r),
-            }
-        }
-        Req::DestroyCq { cq } => {
-            if c.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
-                return Plain(bad(libc::EBUSY, "a QP still uses the CQ"));
-            }
-            match c.cqs.remove(&cq) {
-                Some(e) => {
-                    c.cq_slots -= u64::from(e.ring.capacity());
-                    Plain(Resp::Ok)
-                }
-                None => Plain(bad(libc::ENOENT, "no such CQ")),
-            }
-        }
-        Req::CreateQp {
-            pd,
-            send_cq,
-            recv_cq,
-            max_send_wr,
-            max_recv_wr,
-            sq_sig_all,
-            qp_type,
-            srq,
-        } => {
-            let (Some(p), Some(s), Some(r)) =
-                (c.pds.get(&pd), c.cqs.get(&send_cq), c.cqs.get(&recv_cq))
-            else {
-                return Plain(bad(libc::ENOENT, "no such PD or CQ"));
-            };
-            let Some(t) = wire::qp_type_of(qp_type) else {
-                return Plain(bad(libc::EOPNOTSUPP, "QP type"));
-            };
-            let on_srq = match super::objects::qp_srq(c, srq, t) {
-                Ok(x) => x,
-                Err(r) => return Plain(r),
-            };
-            if c.qps.len() >= lim.max_qps {
-                return Plain(over("QPs", lim.max_qps));
-            }
-            let mut init = QpInitAttr::new(&s.cq, &r.cq, max_send_wr);
-            init.max_recv_wr = max_recv_wr;
-            init.sq_sig_all = sq_sig_all;
-            let made = match t {
-                crate::proto::QpType::Ud => p.create_ud_qp(&init),
-                t => p.create_qp_ext(&init, t, on_srq),
-            };
-            match made {
-                Ok(qp) => {
-                    let qpn = qp.qp_num().value();
-                    c.qps.insert(
-                        qpn,
-                        QpEnt {
-                            qp,
-                            pd,
-                            send_cq,
-                            recv_cq,
-                            srq,
-                            qp_type: t,
-                        },
-                    );
-                    Plain(Resp::Qp { qpn })
-                }
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::ModifyQp { qpn, attr, mask } => {
-            let Some(q) = c.qps.get(&qpn) else {
-                return Plain(bad(libc::ENOENT, "no such QP"));
-            };
-            let Some(a) = attr.to_attr() else {
-                return Plain(bad(libc::EINVAL, "attribute out of range"));
-            };
-            // An address vector's path is the service's own (resolver.rs): never here.
-            if wire::mask(mask).contains(verbs::AttrMask::AV) {
-                return Plain(bad(libc::EINVAL, "unexpected"));
-            }
-            // A controlled Q_Key (high-order bit set, IBTA vol. 1 §3.5.3, e.g. QP1's
-            // 0x80010000) is not the consumer's to choose: the kernel refuses it to a
-            // process without CAP_NET_RAW (uverbs `modify_qp`, EPERM). Here it would
-            // also let a UD QP speak CM to QP1 past the GSI relay's checks (gsi.rs).
-            if wire::mask(mask).contains(verbs::AttrMask::QKEY)
-                && a.qkey & 0x8000_0000 != 0
-                && !res::has_cap(c.pid, c.uid, res::CAP_NET_RAW)
-            {
-                return Plain(bad(
-                    libc::EPERM,
-                    "a controlled Q_Key (high-order bit set) needs CAP_NET_RAW",
-                ));
-            }
-            match q.qp.modify(&a, wire::mask(mask)) {
-                Ok(()) => Plain(Resp::Ok),
-                Err(e) => Plain(errno_resp(&e)),
-            }
-        }
-        Req::QueryQp { qpn } => match c.qps.get(&qpn).map(|q| q.qp.query()) {
-            Some(Ok(a)) => Plain(Resp::QpAttr {
-                attr: QpAttrMsg::from_attr(&a),
-            }),
-            Some(Err(e)) => Plain(errno_resp(&e)),
-            None => Plain(bad(libc::ENOENT, "no such QP")),
-        },
-        Req::DestroyQp { qpn } => match c.qps.remove(&qpn) {
-            Some(_) => Plain(Resp::Ok),
-            None => Plain(bad(libc::ENOENT, "no such QP")),
-        },
-        Req::AsyncEvents => Plain({
-            let (events, elements) = c.events.drain(..).unzip();
-            Resp::AsyncEvents { events, elements }
-        }),
-        // AH and SRQ verbs were answered by `objects::verb` above.
-        Req::Hello { .. }
-        | Req::Res
-        | Req::ResPage { .. }
-        | Req::Shutdown
-        | Req::CreateAh { .. }
-        | Req::DestroyAh { .. }
-        | Req::AttachMcast { .. }
-        | Req::DetachMcast { .. }
-        | Req::McastGroups { .. }
-        | Req::CreateSrq { .. }
-        | Req::ModifySrq { .. }
-        | Req::QuerySrq { .. }
-        | Req::DestroySrq { .. }
-        | Req::GsiOpen
-        | Req::GsiListen { .. }
-        | Req::GsiUnlisten { .. }
-        | Req::GsiSend { .. }
-        | Req::GsiRecv => Plain(bad(libc::EINVAL, "unexpected")),
-    }
-}
-
 /// Post what is in client `c`'s submission ring, at most `max` slots; true when slots
 /// are left.
 fn drain_doorbell(c: &mut Client, max: usize) -> bool {
@@ -968,7 +711,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     };
     // Non-blocking whatever the client does to its end (shm.rs, "Wakeups").
     let _ = shm::take_wakeups(bell.as_fd());
-    let mut w = [0u64; wire::SQ_WORDS];
+    let mut w = [0u64; ipc::SQ_WORDS];
     let mut failed: Vec<(u32, WorkCompletion)> = Vec::new();
     let mut more = false;
     for n in 0.. {
@@ -984,7 +727,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
             }
             Pop::Item => {}
         }
-        let Some(work) = wire::decode_work(&w) else {
+        let Some(work) = ipc::decode_work(&w) else {
             c.bad_slots += 1;
             continue;
         };
@@ -1029,7 +772,7 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
     ring.set_done(ring.consumer());
     for (cq, wc) in failed {
         if let Some(e) = c.cqs.get(&cq) {
-            if e.ring.push(&wire::encode_wc(&wc)) {
+            if e.ring.push(&ipc::encode_wc(&wc)) {
                 let _ = shm::wake(e.event.as_fd());
                 if let Some(n) = &c.notify {
                     let _ = shm::wake(n.as_fd());
@@ -1079,7 +822,7 @@ fn pump_completions(c: &mut Client) {
         }
         for wc in &v {
             // Cannot fail: `free` slots were free and only the client consumes.
-            let _ = e.ring.push(&wire::encode_wc(wc));
+            let _ = e.ring.push(&ipc::encode_wc(wc));
         }
         let _ = shm::wake(e.event.as_fd());
         any = true;
@@ -1100,6 +843,10 @@ mod limits;
 
 #[path = "res.rs"]
 mod res;
+
+#[path = "client_verbs.rs"]
+mod client_verbs;
+use client_verbs::{Answer, client_verb};
 
 #[cfg(test)]
 #[path = "objects_tests.rs"]
@@ -1135,7 +882,7 @@ mod tests {
                 None,
             )
             .unwrap();
-            let addr = SocketAddrUnix::new_abstract_name(&wire::socket_name(&name)).unwrap();
+            let addr = SocketAddrUnix::new_abstract_name(&ipc::socket_name(&name)).unwrap();
             rustix::net::connect(&sock, &addr).unwrap();
             sock
         };
@@ -1164,10 +911,10 @@ mod tests {
         let _events = fds.pop().unwrap();
         let _notify = fds.pop().unwrap();
         let bell = fds.pop().unwrap();
-        let ring = Ring::map(fds.pop().unwrap(), wire::SQ_SLOTS, wire::SQ_SLOT_BYTES).unwrap();
+        let ring = Ring::map(fds.pop().unwrap(), ipc::SQ_SLOTS, ipc::SQ_SLOT_BYTES).unwrap();
         // 1 000 slots no decoder takes (kind 0xff): each one a bad slot when taken.
         for _ in 0..1000 {
-            assert!(ring.push(&[0xffu64; wire::SQ_WORDS]));
+            assert!(ring.push(&[0xffu64; ipc::SQ_WORDS]));
         }
         rustix::io::write(&bell, &1u64.to_ne_bytes()).unwrap();
         let taken = |svc: &Service| svc.clients[0].bad_slots;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustix::event::{PollFd, PollFlags};
 
 use super::{DevBackend, Device, Error, Result, remote};
-use crate::service::wire::{GsiMad, Req, Resp};
+use crate::ipc::{GsiMad, Req, Resp};
 
 /// This client's end of the service's GSI relay.
 #[derive(Debug)]

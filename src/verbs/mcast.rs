@@ -32,7 +32,7 @@ use crate::wire::multicast_mac;
 
 use super::qp::QpKind;
 use super::{Addressing, DevBackend, Device, Error, Gid, Qp, Result, netdev};
-use crate::service::wire::{Req, Resp};
+use crate::ipc::{Req, Resp};
 
 /// The groups joined in the kernel for a device, by GID, and the MACs of the groups with
 /// a local member, whose frames the driver loops back (crate::driver::loopback).

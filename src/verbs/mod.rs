@@ -101,7 +101,7 @@ mod stat_files;
 mod tests;
 mod ud;
 
-pub use crate::service::wire::GsiMad;
+pub use crate::ipc::GsiMad;
 pub use error::{Error, Result};
 pub use gsi::{GSI_RECV_SLOT, GsiQueues, cm_sgid_index, node_guid};
 pub use gsi_relay::GsiRelay;
@@ -543,7 +543,7 @@ impl Device {
             info.port.active_mtu = a;
             info.port.max_mtu = m;
         }
-        info.attr.max_sge = info.attr.max_sge.min(crate::service::wire::MAX_SGE as u32);
+        info.attr.max_sge = info.attr.max_sge.min(crate::ipc::MAX_SGE as u32);
         tracing::info!(
             "xrnic_{netdev}: using the device service (pid {}) on {netdev}",
             conn.service_pid

@@ -182,10 +182,10 @@ impl Qp {
             }
             QpKind::Verbs(qp) => qp.modify(&attr, mask)?,
             QpKind::Svc(qp) => {
-                qp.pd.conn.call_ok(&crate::service::wire::Req::ModifyQp {
+                qp.pd.conn.call_ok(&crate::ipc::Req::ModifyQp {
                     qpn: self.qpn.value(),
-                    attr: crate::service::wire::QpAttrMsg::from_attr(&attr),
-                    mask: mask.0,
+                    attr,
+                    mask,
                 })?;
                 if mask.contains(AttrMask::STATE) {
                     *qp.state.lock().unwrap_or_else(|p| p.into_inner()) = attr.qp_state;
@@ -201,13 +201,11 @@ impl Qp {
             QpKind::Soft { pd, .. } => Ok(pd.shared.lock().rnic.query_qp(self.qpn)?),
             QpKind::Verbs(qp) => qp.query(),
             QpKind::Svc(qp) => {
-                let req = crate::service::wire::Req::QueryQp {
+                let req = crate::ipc::Req::QueryQp {
                     qpn: self.qpn.value(),
                 };
                 match qp.pd.conn.call(&req)?.0 {
-                    crate::service::wire::Resp::QpAttr { attr } => attr.to_attr().ok_or(Error::Io(
-                        std::io::Error::other("device service: bad QP attributes"),
-                    )),
+                    crate::ipc::Resp::QpAttr { attr } => Ok(attr),
                     _ => Err(Error::Io(std::io::Error::other(
                         "device service: unexpected answer to query_qp",
                     ))),

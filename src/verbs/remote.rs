@@ -7,7 +7,7 @@
 //!   caller opens the in-process device instead (and says so: [`super::Device::service_pid`]).
 //!   Before it sends anything it checks who listens there (SO_PEERCRED): root or this
 //!   process's own effective uid, else EACCES naming the listener's pid and uid
-//!   ([`wire::connect_service`]): an abstract name can be bound by any user first.
+//!   ([`ipc::connect_service`]): an abstract name can be bound by any user first.
 //! - Control verbs (PD, MR, CQ, QP of type RC, UC or UD, AH, SRQ: create / modify /
 //!   query / destroy) are one request and one answer each on the socket, serialised by a
 //!   lock. An AH is the service's (it resolves the MAC there); the client keeps its
@@ -45,8 +45,8 @@ use rustix::net::RecvFlags;
 
 use super::{Error, Result, VerbsError};
 use crate::io::shm::{self, Pop, Ring};
+use crate::ipc::{self, Req, Resp};
 use crate::proto::{QpType, RecvWr, SendWr, SrqAttr, UserMem, WorkCompletion, WrOpcode};
-use crate::service::wire::{self, Req, Resp};
 use crate::wire::Qpn;
 
 /// A connection to the service.
@@ -88,8 +88,8 @@ impl Conn {
     /// Connect to the service of `ifname`, or `Ok(None)` when none listens.
     pub fn connect(ifname: &str) -> Result<Option<Conn>> {
         // Checked before anything is sent: a listener of another user is refused
-        // (EACCES, naming its pid and uid: wire::connect_service).
-        let Some(sock) = wire::connect_service(ifname)? else {
+        // (EACCES, naming its pid and uid: ipc::connect_service).
+        let Some(sock) = ipc::connect_service(ifname)? else {
             return Ok(None);
         };
         let comm = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
@@ -117,7 +117,7 @@ impl Conn {
         let notify = Arc::new(fds.pop().ok_or_else(|| proto_err("no notifier"))?);
         let doorbell = fds.pop().ok_or_else(|| proto_err("no doorbell"))?;
         let ring_fd = fds.pop().ok_or_else(|| proto_err("no ring"))?;
-        let sq = Ring::map(ring_fd, sq_slots, wire::SQ_SLOT_BYTES)?;
+        let sq = Ring::map(ring_fd, sq_slots, ipc::SQ_SLOT_BYTES)?;
         let doorbell_reader = reader_of(&doorbell);
         Ok(Some(Conn {
             sock: Mutex::new(sock),
@@ -162,7 +162,7 @@ impl Conn {
             match self.call(&Req::AsyncEvents) {
                 Ok((Resp::AsyncEvents { events, elements }, _)) => {
                     let decoded = events.into_iter().enumerate().filter_map(|(i, v)| {
-                        wire::decode_event(v, elements.get(i).copied().unwrap_or(0))
+                        ipc::decode_event(v, elements.get(i).copied().unwrap_or(0))
                     });
                     for e in decoded {
                         match e {
@@ -201,7 +201,7 @@ impl Conn {
 
     /// Append one submission slot and ring the doorbell; the ring's producer index after
     /// it.
-    fn submit(&self, w: Option<[u64; wire::SQ_WORDS]>) -> Result<u32> {
+    fn submit(&self, w: Option<[u64; ipc::SQ_WORDS]>) -> Result<u32> {
         if self.is_fatal() {
             return Err(Error::Verbs(VerbsError::DeviceFatal));
         }
@@ -268,20 +268,20 @@ impl Conn {
     }
 
     pub fn post_send(&self, qpn: Qpn, wr: &SendWr) -> Result<()> {
-        self.submit(wire::encode_send(qpn, wr)).map(drop)
+        self.submit(ipc::encode_send(qpn, wr)).map(drop)
     }
 
     /// `ready`: return only once the service has put it in the engine ([`Conn::wait_done`]).
     pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool) -> Result<()> {
-        let at = self.submit(wire::encode_recv(qpn, wr))?;
+        let at = self.submit(ipc::encode_recv(qpn, wr))?;
         if ready {
             self.wait_done(at);
         }
         Ok(())
     }
 
-    pub fn post_send_ud(&self, qpn: Qpn, wr: &SendWr, to: &wire::UdTarget) -> Result<()> {
-        self.submit(wire::encode_send_ud(qpn, wr, to)).map(drop)
+    pub fn post_send_ud(&self, qpn: Qpn, wr: &SendWr, to: &ipc::UdTarget) -> Result<()> {
+        self.submit(ipc::encode_send_ud(qpn, wr, to)).map(drop)
     }
 
     /// Returns once the service has put it in the SRQ ([`Conn::wait_done`]: an SRQ may
@@ -289,7 +289,7 @@ impl Conn {
     /// the ring's refused index names this slot). Two threads posting to SRQs of one
     /// connection at once may miss a refusal: the index keeps the last one.
     pub fn post_srq_recv(&self, srq: u32, wr: &RecvWr) -> Result<()> {
-        let at = self.submit(wire::encode_srq_recv(srq, wr))?;
+        let at = self.submit(ipc::encode_srq_recv(srq, wr))?;
         if self.wait_done(at) {
             let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
             if refused == at {
@@ -421,19 +421,19 @@ impl RemoteCq {
         Ok(RemoteCq {
             conn: conn.clone(),
             id: cq,
-            ring: Mutex::new(Ring::map(ring, slots, wire::CQ_SLOT_BYTES)?),
+            ring: Mutex::new(Ring::map(ring, slots, ipc::CQ_SLOT_BYTES)?),
             event,
         })
     }
 
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        let mut w = [0u64; wire::CQ_WORDS];
+        let mut w = [0u64; ipc::CQ_WORDS];
         let mut n = 0;
         while n < max {
             match ring.pop(&mut w) {
                 Pop::Item => {
-                    out.push(wire::decode_wc(&w));
+                    out.push(ipc::decode_wc(&w));
                     n += 1;
                 }
                 Pop::Empty | Pop::Corrupt => break,
@@ -688,7 +688,7 @@ pub(super) fn create_qp(
         max_send_wr: init.max_send_wr,
         max_recv_wr: init.max_recv_wr,
         sq_sig_all: init.sq_sig_all,
-        qp_type: wire::qp_type_code(qp_type),
+        qp_type,
         srq: srq.map(|s| s.id),
     };
     let Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
@@ -721,10 +721,7 @@ impl RemoteAh {
         pd: &RemotePd,
         av: &crate::proto::AddressVector,
     ) -> Result<(RemoteAh, crate::proto::AddressVector)> {
-        let req = Req::CreateAh {
-            pd: pd.id,
-            av: wire::AvMsg::from_av(av),
-        };
+        let req = Req::CreateAh { pd: pd.id, av: *av };
         let Resp::Ah { ah, av } = pd.conn.call(&req)?.0 else {
             return Err(unexpected("create_ah"));
         };
@@ -732,7 +729,7 @@ impl RemoteAh {
             conn: pd.conn.clone(),
             id: ah,
         };
-        Ok((h, av.to_av()))
+        Ok((h, av))
     }
 }
 
@@ -763,7 +760,7 @@ pub(super) fn post_send_ud(
         return Err(Error::DeviceMismatch);
     }
     qp.check_post(true)?;
-    let to = wire::UdTarget {
+    let to = ipc::UdTarget {
         ah: ah.id,
         remote_qpn,
         remote_qkey,
@@ -784,7 +781,7 @@ impl RemoteSrq {
     pub fn create(pd: &Arc<RemotePd>, attr: &SrqAttr) -> Result<RemoteSrq> {
         let req = Req::CreateSrq {
             pd: pd.id,
-            attr: wire::SrqAttrMsg::from_attr(attr),
+            attr: *attr,
         };
         let Resp::Srq { srq, .. } = pd.conn.call(&req)?.0 else {
             return Err(unexpected("create_srq"));
@@ -803,15 +800,15 @@ impl RemoteSrq {
     pub fn modify(&self, attr: &SrqAttr, mask: u32) -> Result<()> {
         self.pd.conn.call_ok(&Req::ModifySrq {
             srq: self.id,
-            attr: wire::SrqAttrMsg::from_attr(attr),
-            mask,
+            attr: *attr,
+            mask: crate::proto::SrqAttrMask(mask),
         })
     }
 
     /// The attributes and the WQEs the SRQ holds now.
     pub fn query(&self) -> Result<(SrqAttr, usize)> {
         match self.pd.conn.call(&Req::QuerySrq { srq: self.id })?.0 {
-            Resp::SrqAttr { attr, len } => Ok((attr.to_attr(), len as usize)),
+            Resp::SrqAttr { attr, len } => Ok((attr, len as usize)),
             _ => Err(unexpected("query_srq")),
         }
     }

@@ -183,7 +183,7 @@ impl Srq {
 
     /// The engine's number of this SRQ (what [`AsyncEvent::SrqLimitReached`] names);
     /// through the device service, the service's handle of it, which the forwarded
-    /// event names (src/service/wire.rs `decode_event`).
+    /// event names (src/ipc/event.rs `decode_event`).
     pub fn srq_num(&self) -> u32 {
         match &self.kind {
             SrqKind::Soft(i) => i.srq.0,
@@ -208,7 +208,7 @@ impl Srq {
 impl super::Cq {
     /// The engine's handle of this CQ (what [`AsyncEvent::CqErr`] names): through the
     /// device service, the service's handle of it, which the forwarded CQ_ERR names
-    /// (src/service/wire.rs `decode_event`); `None` on the offload backend.
+    /// (src/ipc/event.rs `decode_event`); `None` on the offload backend.
     pub fn engine_cq(&self) -> Option<proto::Cq> {
         match &self.kind {
             super::CqKind::Soft(c) => Some(c.cq),

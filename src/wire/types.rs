@@ -8,8 +8,17 @@ use core::fmt;
 const MASK24: u32 = 0x00ff_ffff;
 
 /// Packet sequence number, 24 bits, compared with serial-number arithmetic.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+///
+/// Read back (serde) from any number through [`Psn::new`]: the high 8 bits are dropped.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(from = "u32")]
 pub struct Psn(u32);
+
+impl From<u32> for Psn {
+    fn from(v: u32) -> Psn {
+        Psn::new(v)
+    }
+}
 
 impl Psn {
     /// The largest PSN value.
@@ -65,8 +74,19 @@ impl fmt::Display for Psn {
 }
 
 /// Queue pair number, 24 bits. QP1 is the GSI queue pair used by the RDMA CM.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, serde::Serialize)]
+///
+/// Read back (serde) from any number through [`Qpn::new`]: the high 8 bits are dropped.
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(from = "u32")]
 pub struct Qpn(u32);
+
+impl From<u32> for Qpn {
+    fn from(v: u32) -> Qpn {
+        Qpn::new(v)
+    }
+}
 
 impl Qpn {
     /// The general services QP (MADs, RDMA CM).

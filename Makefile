@@ -60,7 +60,7 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 # (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, the tests ignored
 # without: build.rs).
 DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
-	ibverbs-utils perftest rdmacm-utils ucx-utils
+	ibverbs-utils perftest rdmacm-utils ucx-utils infiniband-diags
 
 DEMO_PCAP ?= target/demo.pcapng
 DEMO_WIRE_PCAP ?= target/demo-wire.pcapng

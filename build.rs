@@ -117,6 +117,10 @@ const PREREQUISITES: &[Prerequisite] = &[
         needs: &["/usr/bin/ucx_perftest"],
     },
     Prerequisite {
+        cfg: "xrnic_no_infiniband_diags",
+        needs: &["/usr/sbin/ibstat", "/usr/sbin/ibstatus"],
+    },
+    Prerequisite {
         cfg: "xrnic_no_libibverbs_dev",
         needs: &["cc", "/usr/include/infiniband/verbs.h"],
     },

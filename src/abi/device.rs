@@ -75,35 +75,10 @@ fn intern(ifname: &str) -> &'static XDevice {
     d
 }
 
-/// The interfaces to list: `XRNIC_NETDEV` (comma-separated), else every interface that
-/// is up and Ethernet (sysfs `type` 1), by name.
+/// The interfaces to list, in order (their index is the device's `uverbsN`):
+/// [`xv::netdev::listed_netdevs`], which `xrnic exec`'s sysfs view numbers alike.
 pub fn netdevs() -> Vec<String> {
-    if let Ok(v) = std::env::var("XRNIC_NETDEV") {
-        return v
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(String::from)
-            .collect();
-    }
-    let read = |ifname: &str, f: &str| {
-        std::fs::read_to_string(format!("/sys/class/net/{ifname}/{f}")).unwrap_or_default()
-    };
-    let mut out: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| read(n, "type").trim() == "1")
-                .filter(|n| {
-                    let flags = read(n, "flags");
-                    u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16)
-                        .is_ok_and(|f| f & libc::IFF_UP as u32 != 0)
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    xv::netdev::listed_netdevs()
 }
 
 /// The interned device behind `dev`, if it is one of ours.
@@ -566,25 +541,14 @@ pub fn ibv_mtu(m: Mtu) -> c_int {
 /// one lane of the IB speed nearest below, as the kernel's `ib_get_eth_speed` reports
 /// for a RoCE port.
 fn width_speed(mbps: u64) -> (u8, u8) {
-    let speed = match mbps {
-        0..=2_500 => 1,        // SDR
-        2_501..=5_000 => 2,    // DDR
-        5_001..=10_000 => 8,   // FDR10
-        10_001..=14_000 => 16, // FDR
-        14_001..=25_000 => 32, // EDR
-        25_001..=50_000 => 64, // HDR
-        _ => 128,              // NDR
-    };
-    (1, speed)
+    // `xrnic exec`'s sysfs view (src/cli/devview.rs) shows the same rate.
+    xv::netdev::ib_width_speed(mbps)
 }
 
 fn port_attr(x: &XContext) -> ibv_port_attr {
     let p = x.dev.query_port();
     let active = p.state == PortState::Active;
-    let mbps = std::fs::read_to_string(format!("/sys/class/net/{}/speed", x.xdev.ifname))
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(10_000);
+    let mbps = xv::netdev::link_speed_mbps(&x.xdev.ifname);
     let (active_width, active_speed) = width_speed(mbps);
     ibv_port_attr {
         state: p.state as c_int,

@@ -8,10 +8,22 @@
 //! `xrnic-verbs/` beside this binary, which holds a `libibverbs.so.1` link to the
 //! `libibverbs.so` cargo builds there (`make verbs-lib`; created here when missing).
 //! Neither found: a message naming both and exit 1.
+//!
+//! Before the exec it builds the device view (src/cli/devview.rs, docs/verbs-abi.md
+//! "Where programs look for a device") in a private mount namespace (`--no-view`: none):
+//! `/sys/class/infiniband/xrnic_IF`, `/sys/class/infiniband_verbs/uverbsN` and
+//! `/dev/infiniband/uverbsN` for the interfaces the library lists. A user other than root
+//! gets it in a user namespace of its own, where root's device service appears as the
+//! overflow uid: the listeners of those interfaces are checked here first
+//! (`xrnic::ipc::trusted`), and the pids that passed handed to the library
+//! (`xrnic::ipc::VERIFIED_PIDS_ENV`). Where the kernel gives no namespace one line on
+//! stderr says so and the program runs without the view.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+use super::devview;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExecArgs {
@@ -22,6 +34,9 @@ pub struct ExecArgs {
     /// The directory holding xrnic's libibverbs.so.1.
     #[arg(long, value_name = "DIR")]
     pub lib: Option<PathBuf>,
+    /// No device view (/sys/class/infiniband, /dev/infiniband): no namespace is made.
+    #[arg(long)]
+    pub no_view: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -100,10 +115,70 @@ pub fn run(args: &ExecArgs) -> ExitCode {
     let mut cmd = Command::new(prog);
     cmd.args(rest)
         .envs(environment(&dir, &args.netdev, old.as_deref()));
+    if !args.no_view {
+        match view(&args.netdev) {
+            Ok(env) => {
+                cmd.envs(env);
+            }
+            Err(code) => return code,
+        }
+    }
     // exec only returns on failure.
     let e = cmd.exec();
     eprintln!("xrnic exec: cannot run {prog}: {e}");
     ExitCode::from(127)
+}
+
+/// Build the device view for the interfaces the library will list (`netdev`, else
+/// [`xrnic::verbs::netdev::listed_netdevs`]); the environment the library needs in it.
+/// A failure after the namespace was entered is the exit code.
+fn view(netdev: &[String]) -> Result<Vec<(String, String)>, ExitCode> {
+    // Each --netdev may itself be a list (it becomes XRNIC_NETDEV, comma-separated).
+    let netdevs = if netdev.is_empty() {
+        xrnic::verbs::netdev::listed_netdevs()
+    } else {
+        netdev
+            .iter()
+            .flat_map(|n| n.split(','))
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let mut env = Vec::new();
+    let me = rustix::process::geteuid().as_raw();
+    if me != 0 {
+        let pids = verified_services(&netdevs, me);
+        if !pids.is_empty() {
+            env.push((xrnic::ipc::VERIFIED_PIDS_ENV.to_string(), pids));
+        }
+    }
+    match devview::enter(&devview::shown(&netdevs)) {
+        Ok(()) => Ok(env),
+        Err(devview::Failure::NoNamespace(e)) => {
+            eprintln!(
+                "xrnic exec: no device view (/sys/class/infiniband, /dev/infiniband): the \
+                 kernel gives this user no namespace ({e}); running without it"
+            );
+            Ok(Vec::new())
+        }
+        Err(devview::Failure::Build(e)) => {
+            eprintln!("xrnic exec: building the device view failed: {e}");
+            Err(ExitCode::from(1))
+        }
+    }
+}
+
+/// The pids (comma-separated) of the device services of `netdevs` this user trusts
+/// ([`xrnic::ipc::trusted`]), seen from outside any user namespace.
+fn verified_services(netdevs: &[String], me: u32) -> String {
+    netdevs
+        .iter()
+        .filter_map(|n| xrnic::ipc::connect_any(n).ok().flatten())
+        .filter(|(_, who)| xrnic::ipc::trusted(who.uid, me))
+        .map(|(_, who)| who.pid.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

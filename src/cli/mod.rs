@@ -10,6 +10,7 @@ pub mod cclog;
 pub mod decode;
 pub mod demo;
 pub mod devinfo;
+pub mod devview;
 pub mod exec;
 pub mod explain;
 pub mod explain_svg;

@@ -20,7 +20,9 @@ mod msg;
 mod res;
 mod ring;
 
-pub use connect::{Listener, connect_any, connect_service, impostor, socket_name, trusted};
+pub use connect::{
+    Listener, VERIFIED_PIDS_ENV, connect_any, connect_service, impostor, socket_name, trusted,
+};
 pub use event::{
     EV_COMM_EST, EV_CQ_ERR, EV_DEVICE_FATAL, EV_PORT_ACTIVE, EV_PORT_ERR, EV_QP_ACCESS_ERR,
     EV_QP_FATAL, EV_QP_LAST_WQE_REACHED, EV_QP_REQ_ERR, EV_SQ_DRAINED, EV_SRQ_LIMIT_REACHED,

@@ -85,6 +85,64 @@ pub fn link_local_gid(mac: [u8; 6]) -> [u8; 16] {
     g
 }
 
+/// The interfaces a program is shown devices for (`xrnic_IF`, in this order: the C
+/// library's device list and its `uverbsN` numbering, docs/verbs-abi.md):
+/// `XRNIC_NETDEV` (comma-separated), else every interface that is up and Ethernet (sysfs
+/// `type` 1), by name.
+pub fn listed_netdevs() -> Vec<String> {
+    if let Ok(v) = std::env::var("XRNIC_NETDEV") {
+        return v
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+    }
+    let read = |ifname: &str, f: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{ifname}/{f}")).unwrap_or_default()
+    };
+    let mut out: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| read(n, "type").trim() == "1")
+                .filter(|n| {
+                    let flags = read(n, "flags");
+                    u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16)
+                        .is_ok_and(|f| f & libc::IFF_UP as u32 != 0)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// The interface's speed in Mb/s (sysfs `speed`), 10000 when it reports none (a veth
+/// reports 10000 itself; a device without carrier fails the read).
+pub fn link_speed_mbps(ifname: &str) -> u64 {
+    std::fs::read_to_string(format!("/sys/class/net/{ifname}/speed"))
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(10_000)
+}
+
+/// Width and speed codes (`active_width`, `active_speed` of `ibv_port_attr`) for an
+/// Ethernet speed in Mb/s: one lane of the IB speed nearest below, as the kernel's
+/// `ib_get_eth_speed` reports for a RoCE port.
+pub fn ib_width_speed(mbps: u64) -> (u8, u8) {
+    let speed = match mbps {
+        0..=2_500 => 1,        // SDR
+        2_501..=5_000 => 2,    // DDR
+        5_001..=10_000 => 8,   // FDR10
+        10_001..=14_000 => 16, // FDR
+        14_001..=25_000 => 32, // EDR
+        25_001..=50_000 => 64, // HDR
+        _ => 128,              // NDR
+    };
+    (1, speed)
+}
+
 /// The GID table for an interface with `mac` and `addrs` (see the module doc).
 pub fn gid_table(mac: [u8; 6], addrs: &[IpAddr]) -> Vec<[u8; 16]> {
     let mut t = vec![link_local_gid(mac)];

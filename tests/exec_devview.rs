@@ -478,3 +478,40 @@ fn a_squatter_is_refused_inside_the_user_namespace() {
         "the squatter was sent something: {records:?}"
     );
 }
+
+/// Where the kernel refuses the user a user namespace (here: a chroot, in which
+/// unshare(CLONE_NEWUSER) is EPERM, user_namespaces(7)), `xrnic exec` says so in one line
+/// and runs the program without the view.
+#[test]
+#[ignore = "needs root"]
+fn without_a_user_namespace_one_line_and_the_program_runs_without_the_view() {
+    let root = std::env::temp_dir().join(format!("xrnic-devview-chroot-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let inner = "mount --make-rprivate / && mount --rbind / \"$1\" && shift && exec chroot \"$@\"";
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", inner, "sh"])
+        .arg(&root)
+        .arg(&root)
+        .args([
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            xrnic_bin(),
+            "exec",
+            "--netdev",
+            "lo",
+            "--",
+            "sh",
+            "-c",
+            "test ! -e /sys/class/infiniband/xrnic_lo && echo ran without",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&root);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "ran without\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{}", text(&o));
+    assert!(err.contains("no device view"), "{}", text(&o));
+}

@@ -78,11 +78,23 @@ impl Drop for Progs {
 fn attack(s: &Svc, p: &Progs, victim: &str) -> (String, String) {
     let dev = format!("xrnic_{}", s.ifname());
     let victim = p.dir.join(victim);
-    let kid = Kid(Some(
-        s.tool(&[p.attack.to_str().unwrap(), &dev, victim.to_str().unwrap()])
-            .spawn()
-            .unwrap(),
-    ));
+    // `--no-view`: in the user namespace of the device view root is unmapped and a
+    // set-uid root program runs as its caller (user_namespaces(7)), which would leave no
+    // set-uid victim to attack.
+    let mut c = s.as_nobody(&[
+        common::xrnic_bin(),
+        "exec",
+        "--no-view",
+        "--netdev",
+        s.ifname(),
+        "--",
+        p.attack.to_str().unwrap(),
+        &dev,
+        victim.to_str().unwrap(),
+    ]);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let kid = Kid(Some(c.spawn().unwrap()));
     let o = kid.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "attack: {}", text(&o));

@@ -315,31 +315,21 @@ fn stock_ud_uc_srq_pingpongs_across_the_veth_pair_service_to_in_process_device()
 /// UCX (Debian's ucx_perftest, a large libibverbs program written by others) with only
 /// its UD transport (`UCX_TLS=ud_verbs,self`), server and client as nobody through the
 /// service on one device: UCX's wire-up and data are UD datagrams whose completions
-/// must carry the RoCE v2 `sl` (tests/ucx_stock.rs says why). Each program gets a
-/// private mount namespace with a character device at /dev/infiniband/uverbs0 (root
-/// makes it, mode 0666 so that nobody may open it as UCX wants, then drops to nobody),
-/// as tests/ucx_stock.rs does; without it UCX says `ud_verbs` is not available.
+/// must carry the RoCE v2 `sl` (tests/ucx_stock.rs says why). UCX lists the device
+/// only when /dev/infiniband/uverbs0 exists: plain `xrnic exec` as nobody shows it one
+/// (docs/verbs-abi.md "Where programs look for a device"); without it UCX says
+/// `ud_verbs` is not available.
 #[test]
 #[cfg_attr(not(xrnic_no_ucx_utils), ignore = "needs root")]
 #[cfg_attr(xrnic_no_ucx_utils, ignore = "needs root and ucx-utils")]
 fn ucx_perftest_over_ud_verbs_as_nobody_through_the_service() {
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     let perftest = common::stock_tool("ucx_perftest", "ucx-utils");
     let port = "13411";
     let s = Svc::start_renamed(&format!("u{port}s"));
-    std::fs::create_dir_all("/dev/infiniband").expect("mkdir /dev/infiniband");
     let ucx = |extra: &[&str]| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &s.pair.end(xrnic_netns::Side::A).netns])
-            .args(["timeout", "90", "unshare", "-m", "sh", "-c"])
-            .arg(
-                "mount -t tmpfs none /dev/infiniband && \
-                 mknod -m 666 /dev/infiniband/uverbs0 c 1 3 && \
-                 exec setpriv --reuid=nobody --regid=nogroup --clear-groups \"$@\"",
-            )
-            .arg("sh")
-            .args([common::xrnic_bin(), "exec", "--netdev", s.ifname(), "--"])
-            .arg(&perftest)
+        let mut c = s.as_nobody(&[common::xrnic_bin(), "exec", "--netdev", s.ifname(), "--"]);
+        c.arg(&perftest)
             .args(extra)
             .args(["-p", port, "-t", "tag_bw", "-s", "65536", "-n", "300"])
             .env("UCX_TLS", "ud_verbs,self")

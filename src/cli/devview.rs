@@ -299,9 +299,9 @@ pub fn dev_tree(n: usize) -> Vec<(PathBuf, Node)> {
     t
 }
 
-/// Why there is no view: the kernel gave no namespace (the program runs without it), or
-/// building it failed after the namespace was entered (the program must not run with a
-/// half-built /dev).
+/// Why there is no view: the kernel gave no namespace or no right to mount in it
+/// (nothing changed: the program runs without the view), or building it failed halfway
+/// (the program must not run with a half-built /dev).
 #[derive(Debug)]
 pub enum Failure {
     NoNamespace(String),
@@ -319,11 +319,15 @@ pub fn enter(devs: &[Shown]) -> Result<(), Failure> {
     );
     let dev = dev_tree(devs.len());
     private_namespace()?;
+    // The first mount call: refused (EPERM) where a policy leaves a user namespace
+    // without mount rights (AppArmor's restriction of unprivileged user namespaces);
+    // nothing has changed yet.
+    rustix::mount::mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(|e| Failure::NoNamespace(format!("mount: {e}")))?;
     let build = || -> io::Result<()> {
-        rustix::mount::mount_change(
-            "/",
-            MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
-        )?;
         cover("/sys/class", &["infiniband", "infiniband_verbs"])?;
         build_tree(Path::new("/sys/class"), &class)?;
         cover("/dev", &["infiniband"])?;

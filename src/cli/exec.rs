@@ -158,9 +158,10 @@ fn view(netdev: &[String]) -> Result<Vec<(String, String)>, ExitCode> {
         Err(devview::Failure::NoNamespace(e)) => {
             eprintln!(
                 "xrnic exec: no device view (/sys/class/infiniband, /dev/infiniband): the \
-                 kernel gives this user no namespace ({e}); running without it"
+                 kernel gives this user no namespace to build it in ({e}); running without it"
             );
-            Ok(Vec::new())
+            // Still needed when a user namespace was entered but mounts were refused.
+            Ok(env)
         }
         Err(devview::Failure::Build(e)) => {
             eprintln!("xrnic exec: building the device view failed: {e}");

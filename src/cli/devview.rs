@@ -236,15 +236,18 @@ pub fn class_tree(devs: &[Shown], cpus_online: &str, cpus_possible: &str) -> Vec
             file(&format!("{port}/gid_attrs/types/{i}"), kind.into());
             file(&format!("{port}/gid_attrs/ndevs/{i}"), d.ifname.clone());
         }
+        t.push((ib.clone(), Node::Dir));
         for dir in [
             "ports",
+            "ports/1",
             "ports/1/gids",
+            "ports/1/gid_attrs",
             "ports/1/gid_attrs/types",
             "ports/1/gid_attrs/ndevs",
+            "ports/1/pkeys",
         ] {
             t.push((ib.join(dir), Node::Dir));
         }
-        t.push((ib.join("ports/1/pkeys"), Node::Dir));
         match &d.device_dir {
             // A NIC on a bus: its own device directory (numa_node, local_cpus, net/IF).
             Some(dev) => t.push((ib.join("device"), Node::Link(dev.display().to_string()))),
@@ -462,6 +465,70 @@ mod tests {
         assert_eq!(cpumask("0,2", 4), "5");
         assert_eq!(cpumask("0-39", 40), "ff,ffffffff");
         assert_eq!(cpumask("0-31", 32), "ffffffff");
+    }
+
+    /// The tree of `lo` (every Linux system has it; netlink needs no privilege) as a
+    /// virtual interface of 25 Gb/s: each file holds what the device answers.
+    #[test]
+    fn class_tree_holds_what_the_device_answers() {
+        let info = xv::query_netdev("lo").expect("lo");
+        let shown = Shown {
+            ifname: "lo".into(),
+            info: info.clone(),
+            mbps: 25_000,
+            device_dir: None,
+        };
+        let t = class_tree(&[shown], "0-1\n", "0-3\n");
+        let get = |p: &str| {
+            t.iter()
+                .find(|(q, _)| q == Path::new(p))
+                .map(|(_, n)| n.clone())
+                .unwrap_or_else(|| panic!("no {p}"))
+        };
+        let file = |p: &str| match get(p) {
+            Node::File(s) => s,
+            other => panic!("{p}: {other:?}"),
+        };
+        let dev = "infiniband/xrnic_lo";
+        assert_eq!(
+            file(&format!("{dev}/node_guid")),
+            guid_text(info.attr.node_guid)
+        );
+        assert_eq!(file(&format!("{dev}/fw_ver")), info.attr.fw_ver);
+        assert_eq!(
+            file(&format!("{dev}/ports/1/state")),
+            state_text(info.port.state)
+        );
+        assert_eq!(file(&format!("{dev}/ports/1/rate")), "25 Gb/sec (1X EDR)");
+        for (i, g) in info.gids.iter().enumerate() {
+            assert_eq!(file(&format!("{dev}/ports/1/gids/{i}")), gid_text(g));
+            assert_eq!(
+                file(&format!("{dev}/ports/1/gid_attrs/types/{i}")),
+                "RoCE v2"
+            );
+            assert_eq!(file(&format!("{dev}/ports/1/gid_attrs/ndevs/{i}")), "lo");
+        }
+        let past = format!("{dev}/ports/1/gids/{}", info.gids.len());
+        assert!(!t.iter().any(|(q, _)| q == Path::new(&past)));
+        assert_eq!(file(&format!("{dev}/device/local_cpus")), "3");
+        assert_eq!(file(&format!("{dev}/device/local_cpulist")), "0-1");
+        assert_eq!(
+            get(&format!("{dev}/device/net/lo")),
+            Node::Link("/sys/class/net/lo".into())
+        );
+        assert_eq!(file("infiniband_verbs/uverbs0/ibdev"), "xrnic_lo");
+        assert_eq!(file("infiniband_verbs/uverbs0/dev"), "231:192");
+        // Parents first: each entry's directory comes before it.
+        for (i, (p, _)) in t.iter().enumerate() {
+            if let Some(parent) = p.parent().filter(|q| !q.as_os_str().is_empty()) {
+                let at = t.iter().position(|(q, _)| q == parent);
+                assert!(
+                    at.is_some_and(|a| a < i),
+                    "{} before its parent",
+                    p.display()
+                );
+            }
+        }
     }
 
     #[test]

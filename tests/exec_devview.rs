@@ -308,12 +308,16 @@ fn the_view_in_process_as_root() {
 }
 
 /// A process of uid [`SQUATTER_UID`] holding `@xrnic/<IF>` in A's namespace (a child
-/// forked in a thread that entered it, making only system calls); for each connection it
-/// writes to a pipe the size of the first message it got (0: nothing was sent).
+/// forked in a thread that entered it, making only system calls); once it listens, and
+/// then for each connection, it writes to a pipe: [`LISTENING`], then the size of the
+/// first message each connection sent (0: nothing).
 struct Squatter {
     pid: i32,
     records: OwnedFd,
 }
+
+/// The squatter's first record: it listens.
+const LISTENING: u32 = u32::MAX;
 
 /// Neither root nor nobody: inside nobody's user namespace it shows as the overflow uid,
 /// as root's service does.
@@ -343,11 +347,20 @@ impl Squatter {
             }
             // SAFETY: p[1] is this process's and open; p[0] becomes the OwnedFd's.
             unsafe { libc::close(p[1]) };
-            Squatter {
+            let sq = Squatter {
                 pid,
                 // SAFETY: p[0] is a fresh descriptor this process owns.
                 records: unsafe { OwnedFd::from_raw_fd(p[0]) },
-            }
+            };
+            // Its first record says it listens ([`LISTENING`]), so no client runs before.
+            let mut b = [0u8; 4];
+            // SAFETY: `b` is 4 writable bytes; a blocking read of the child's record.
+            let r = unsafe { libc::read(sq.records.as_raw_fd(), b.as_mut_ptr().cast(), 4) };
+            assert!(
+                r == 4 && u32::from_ne_bytes(b) == LISTENING,
+                "the squatter failed"
+            );
+            sq
         })
         .unwrap()
     }
@@ -411,6 +424,7 @@ unsafe fn squat(rec: i32, addr: &libc::sockaddr_un, len: u32) -> ! {
         {
             libc::_exit(3);
         }
+        libc::write(rec, (&LISTENING as *const u32).cast(), 4);
         let mut buf = [0u8; 4096];
         loop {
             let c = libc::accept(l, std::ptr::null_mut(), std::ptr::null_mut());

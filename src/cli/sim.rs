@@ -1149,7 +1149,7 @@ mod tests {
         let cnps: Vec<serde_json::Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["ev"] == "cnp")
+            .filter(|v| xrnic::trace_out::event_of(v) == Some(xrnic::proto::trace::Event::Cnp))
             .collect();
         assert!(cnps.len() > 10, "{} CNP events", cnps.len());
         let mut last_bytes = std::collections::HashMap::new();

@@ -19,7 +19,7 @@ use super::memory::scatter;
 use super::qp::{Qp, QpState};
 use super::time::Instant;
 use super::timers::{Timer, local_ack_timeout, rnr_timer};
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 
 /// Why the completer goes back.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -68,7 +68,7 @@ pub(crate) fn handle_response(
             syndrome
         {
             qp.counters.naks_received += 1;
-            qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_in_response", psn = psn.value(), syndrome = ?syn);
+            qp_event!(ctx.now, ctx.dev, qp.qpn, Event::NakInResponse, psn = psn.value(), syndrome = ?syn);
             if !before_response(qp, ctx, psn) {
                 return;
             }
@@ -90,7 +90,7 @@ pub(crate) fn handle_response(
                 }
                 Some(Syndrome::Nak(code)) => {
                     qp.counters.naks_received += 1;
-                    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_received", psn = psn.value(), syndrome = ?code);
+                    qp_event!(ctx.now, ctx.dev, qp.qpn, Event::NakReceived, psn = psn.value(), syndrome = ?code);
                     if code == NakCode::PsnSequenceError {
                         qp.counters.packet_seq_err += 1;
                     }
@@ -119,7 +119,7 @@ pub(crate) fn handle_response(
                         ctx.now,
                         ctx.dev,
                         qp.qpn,
-                        "rnr_nak_received",
+                        Event::RnrNakReceived,
                         psn = psn.value(),
                         timer_code = timer
                     );
@@ -151,7 +151,7 @@ pub(crate) fn handle_response(
                         ctx.now,
                         ctx.dev,
                         qp.qpn,
-                        "rnr_wait",
+                        Event::RnrWait,
                         from_psn = psn.value(),
                         wait_ns = crate::wire::rnr_timer_ns(timer),
                         until_ns = (ctx.now + rnr_timer(timer)).as_nanos()
@@ -325,7 +325,7 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "psn_window",
+        Event::PsnWindow,
         una = qp.req.una().value(),
         next_psn = qp.req.next_psn.value(),
         ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
@@ -350,7 +350,7 @@ fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
         Cause::Implied => TxReason::RetransmitImplied,
     };
     qp.req.rewind(p);
-    qp_event!(ctx.now, ctx.dev, qp.qpn, "go_back_n", from_psn = p.value(), cause = ?cause);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, Event::GoBackN, from_psn = p.value(), cause = ?cause);
 }
 
 /// The retransmission timer or the RNR wait expired.
@@ -360,7 +360,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         return;
     }
     if qp.req.timers.expire(Timer::RnrWait, ctx.now) {
-        qp_event!(ctx.now, ctx.dev, qp.qpn, "timer_fired", timer = "rnr");
+        qp_event!(ctx.now, ctx.dev, qp.qpn, Event::TimerFired, timer = "rnr");
     }
     if qp.req.timers.is_expired(Timer::Retransmit, ctx.now) {
         if !qp.req.outstanding() {
@@ -374,7 +374,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "timer_fired",
+            Event::TimerFired,
             timer = "ack",
             retry_left = qp.req.retry_left
         );
@@ -397,7 +397,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "go_back_n",
+            Event::GoBackN,
             from_psn = una.value(),
             cause = "Timeout",
             ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)

@@ -35,7 +35,7 @@ use super::sched::Scheduler;
 use super::srq::Srq;
 use super::time::Instant;
 use super::timers::Timer;
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::ud;
 use super::verdict::RxVerdict;
 use super::wr::{RecvWr, SendWr};
@@ -499,7 +499,7 @@ impl Rnic {
         }
         // Entering ERR is traced by `enter_error`, whatever drives the QP there.
         if to != qp.state && to != QpState::Err {
-            qp_event!(ctx.now, ctx.dev, qpn, "state", from = ?qp.state, to = ?to);
+            qp_event!(ctx.now, ctx.dev, qpn, Event::State, from = ?qp.state, to = ?to);
         }
         match to {
             QpState::Reset => qp.reset(),
@@ -618,7 +618,7 @@ impl Rnic {
             ctx.now,
             ctx.dev,
             qpn,
-            "wqe_posted",
+            Event::WqePosted,
             queue = "sq",
             wr_id = wr.wr_id,
             opcode = ?wr.opcode,
@@ -673,7 +673,7 @@ impl Rnic {
             ctx.now,
             ctx.dev,
             qpn,
-            "wqe_posted",
+            Event::WqePosted,
             queue = "rq",
             wr_id = wr.wr_id,
             len = len
@@ -959,7 +959,7 @@ impl Rnic {
             return match self.cc.as_mut() {
                 Some(cc) => {
                     let v = cc.handle_cnp_frame(now, view);
-                    qp_event!(now, self.name, qpn, "cnp_received", verdict = ?v);
+                    qp_event!(now, self.name, qpn, Event::CnpReceived, verdict = ?v);
                     // The cut (or the one owed at the monitor period's end) moves the
                     // QP's rate timer.
                     if let Some(i) = self.slot(qpn) {
@@ -1148,7 +1148,7 @@ impl Rnic {
                 self.last_now,
                 self.name,
                 qpn,
-                "cnp_sent",
+                Event::CnpSent,
                 dest_qp = qp.attr.dest_qp_num.value()
             );
             if let Ok(n) = frame.emit(buf) {

@@ -15,7 +15,7 @@ use super::memory::{Access, AccessError, MemRef, scatter};
 use super::qp::{Qp, QpState};
 use super::responder::{Cached, CachedKind, InProgress, RespOut};
 use super::srq::AsyncEvent;
-use super::trace::qp_event;
+use super::trace::{Event, qp_event};
 use super::{Ctx, Fault};
 
 fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
@@ -27,7 +27,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         usize::MAX
     };
     qp.resp.push_ack(cap, psn, Syndrome::Nak(code), msn, false);
-    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, Event::NakQueued, psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
         // responder QP too (§9.9, rxe `do_class_ac_error`). No receive completion
@@ -153,7 +153,7 @@ pub(crate) fn handle_request(
                     ctx.now,
                     ctx.dev,
                     qp.qpn,
-                    "ack_queued",
+                    Event::AckQueued,
                     psn = psn.value(),
                     ack_req = ack_req,
                     replaces_psn = coalesced.map(|p| p.value())
@@ -175,7 +175,7 @@ pub(crate) fn handle_request(
                 ctx.now,
                 ctx.dev,
                 qp.qpn,
-                "rnr_nak_queued",
+                Event::RnrNakQueued,
                 psn = psn.value(),
                 timer_code = t
             );
@@ -196,7 +196,7 @@ pub(crate) fn handle_request(
                 ctx.now,
                 ctx.dev,
                 qp.qpn,
-                "invalidate_refused",
+                Event::InvalidateRefused,
                 psn = psn.value()
             );
             if qp.resp.out.is_empty() {
@@ -220,7 +220,13 @@ pub(crate) fn handle_request(
 pub(crate) fn owner_gone(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
     qp.counters.dropped_owner_gone += 1;
     qp.resp.cur = None;
-    qp_event!(ctx.now, ctx.dev, qp.qpn, "owner_gone", psn = psn.value());
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        Event::OwnerGone,
+        psn = psn.value()
+    );
     qp.enter_error(ctx);
 }
 
@@ -230,7 +236,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "duplicate_request",
+        Event::DuplicateRequest,
         psn = psn.value(),
         opcode = info.name
     );
@@ -420,7 +426,7 @@ fn complete_recv(
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "wqe_completed",
+        Event::WqeCompleted,
         queue = "rq",
         wr_id = wqe.wr_id,
         status = ?status,
@@ -807,7 +813,7 @@ fn take_srq_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "srq_wqe_taken",
+        Event::SrqWqeTaken,
         srq = srq.0,
         wr_id = wqe.wr_id,
         left = s.rq.len()

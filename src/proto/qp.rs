@@ -595,6 +595,7 @@ use super::memory::Pd;
 use super::requester::Requester;
 use super::responder::{RespOut, Responder};
 use super::timers::Timer;
+use super::trace::Event;
 
 /// Sizes and completion queues given at `create_qp` (`struct ibv_qp_init_attr`, RC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -697,7 +698,7 @@ impl Qp {
             ctx.now,
             ctx.dev,
             self.qpn,
-            "wqe_completed",
+            Event::WqeCompleted,
             queue = "sq",
             wr_id = w.wr.wr_id,
             status = ?status,
@@ -725,7 +726,7 @@ impl Qp {
     /// A QP on an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED as it enters ERR (§10.2.9.5).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         if self.state != QpState::Err {
-            super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, "state", from = ?self.state, to = ?QpState::Err);
+            super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, Event::State, from = ?self.state, to = ?QpState::Err);
             if self.init.srq.is_some() {
                 ctx.raise(super::srq::AsyncEvent::QpLastWqeReached(self.qpn));
             }

@@ -21,7 +21,7 @@ use super::memory::{Payload, Segs, borrow_run, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
 /// One send work request in the send queue.
@@ -298,7 +298,7 @@ impl Requester {
                 now,
                 dev,
                 qpn,
-                "wqe_started",
+                Event::WqeStarted,
                 wr_id = wr_id,
                 first_psn = p.psn.value()
             );
@@ -314,7 +314,7 @@ impl Requester {
                     now,
                     dev,
                     qpn,
-                    "timer_armed",
+                    Event::TimerArmed,
                     timer = "ack",
                     at_ns = at.as_nanos()
                 );

@@ -27,7 +27,7 @@ use super::Ctx;
 use super::execute;
 use super::qp::{AttrMask, Qp, QpState};
 use super::responder::InProgress;
-use super::trace::qp_event;
+use super::trace::{Event, qp_event};
 use super::wr::WrOpcode;
 
 /// What an INIT→RTR `modify` of a UC QP sets: the state and the required attributes.
@@ -106,7 +106,7 @@ fn drop_message(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, why: &'static str) {
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "uc_message_dropped",
+            Event::UcMessageDropped,
             psn = psn.value(),
             why = why
         );
@@ -161,7 +161,7 @@ pub(crate) fn handle_request(
                 ctx.now,
                 ctx.dev,
                 qp.qpn,
-                "uc_message_dropped",
+                Event::UcMessageDropped,
                 psn = psn.value(),
                 why = "no_last"
             );

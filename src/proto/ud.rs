@@ -42,7 +42,7 @@ use super::qp::{
 };
 pub use super::qp::{UdCounters, UdDest};
 use super::time::Instant;
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
@@ -200,7 +200,7 @@ pub(crate) fn transmit(
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "ud_sent",
+            Event::UdSent,
             wr_id = w.wr_id,
             dest_qp = w.dest.remote_qpn.value(),
             len = w.len
@@ -315,7 +315,7 @@ pub(crate) fn post_send(
         ctx.now,
         ctx.dev,
         qpn,
-        "wqe_posted",
+        Event::WqePosted,
         queue = "sq",
         wr_id = wr.wr_id,
         opcode = ?wr.opcode,
@@ -351,7 +351,7 @@ pub(crate) fn receive(
             now,
             ctx.dev,
             qp.qpn,
-            "ud_dropped",
+            Event::UdDropped,
             reason = "bad_qkey",
             qkey = deth.qkey
         );

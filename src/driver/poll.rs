@@ -324,7 +324,7 @@ impl Port {
 
     /// One batch from the port into the engine (under its lock), through the fault
     /// injection the options ask for (drops, CE marks) and the tap; counted in `e.stats`.
-    #[inline]
+    #[inline(always)]
     fn receive_batch(&mut self, e: &mut super::Engine, now: EngineTime, ts: u64) -> Received {
         let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let (rng, rx_drop, tap) = (&mut self.rng, self.rx_drop, &mut self.tap);
@@ -366,7 +366,7 @@ impl Port {
 
     /// Up to a batch of the engine's frames into the buffers (none while a backlog waits,
     /// so that frames leave in order): whether all of them are plain ACKs.
-    #[inline]
+    #[inline(always)]
     fn build_transmit_batch(&mut self, e: &mut super::Engine, now: EngineTime) -> bool {
         let bufs = &mut self.bufs;
         bufs.lens.clear();
@@ -392,7 +392,7 @@ impl Port {
 
     /// The batch just built recorded as sent (the engine produced it), outside the
     /// engine lock.
-    #[inline]
+    #[inline(always)]
     fn tap_transmitted(&mut self, ts: u64) {
         if let Some(t) = self.tap.as_mut() {
             let mut refs = [&[][..]; BATCH];
@@ -405,7 +405,7 @@ impl Port {
 
     /// Send: the backlog first, else this batch (queued without a kick when `defer`);
     /// what the port does not take goes to the backlog. Whether the port stalled.
-    #[inline]
+    #[inline(always)]
     fn send_backlog_or_batch(&mut self, shared: &Shared, defer: bool) -> bool {
         let mut stalled = false;
         if !self.backlog.is_empty() {

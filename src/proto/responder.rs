@@ -315,10 +315,10 @@ impl Responder {
         }))
     }
 
-    /// The next response packet to send, advancing the queue. A READ response whose
-    /// region went away (or is now another registration) becomes a NAK remote access
-    /// error for its PSN instead, the rest of that READ is dropped and the QP fails once
-    /// the queue is sent (rxe `read_reply` re-checks the MR per packet).
+    /// The next response packet to send, advancing the queue (IBTA vol. 1 §9.7.5
+    /// responses; rxe `acknowledge`, `read_reply`, `atomic_reply`): the queue's front
+    /// entry becomes an ACK/NAK ([`ack_packet`]), an atomic ACK ([`atomic_ack_packet`])
+    /// or the next READ response ([`Responder::next_read_response`]).
     pub fn next_response(
         &mut self,
         mtu: u32,
@@ -329,39 +329,15 @@ impl Responder {
             return None;
         }
         let ack_syn = self.ack_syndrome(advertise);
-        let front = self.out.front_mut()?;
-        let pkt = match front {
+        match *self.out.front()? {
             RespOut::Ack {
                 psn,
                 syndrome,
                 msn,
                 dup,
             } => {
-                let syndrome = match syndrome {
-                    Syndrome::Ack { .. } => ack_syn,
-                    s => *s,
-                };
-                let p = RespPacket {
-                    opcode: Opcode::RC_ACK,
-                    psn: *psn,
-                    ext: TxExt::Aeth(AethRepr {
-                        syndrome,
-                        msn: *msn,
-                    }),
-                    payload: Payload::None,
-                    is_nak: matches!(syndrome, Syndrome::Nak(_)),
-                    is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
-                    replay: false,
-                    region_gone: false,
-                    reason: match syndrome {
-                        Syndrome::Nak(c) => TxReason::Nak(c),
-                        Syndrome::RnrNak { .. } => TxReason::RnrNak,
-                        _ if *dup => TxReason::DuplicateAck,
-                        _ => TxReason::Ack,
-                    },
-                };
                 self.out.pop_front();
-                p
+                Some(ack_packet(psn, syndrome, msn, dup, ack_syn))
             }
             RespOut::Atomic {
                 psn,
@@ -369,109 +345,159 @@ impl Responder {
                 msn,
                 replay,
             } => {
-                let aeth = AethRepr {
-                    syndrome: ack_syn,
-                    msn: *msn,
-                };
-                let p = RespPacket {
-                    opcode: Opcode::RC_ATOMIC_ACK,
-                    psn: *psn,
-                    ext: TxExt::AethAtomicAck(aeth, *orig),
-                    payload: Payload::None,
-                    is_nak: false,
-                    is_rnr: false,
-                    // A replayed atomic ACK is a retransmitted packet like a replayed
-                    // READ response.
-                    replay: *replay,
-                    region_gone: false,
-                    reason: if *replay {
-                        TxReason::DuplicateResponse
-                    } else {
-                        TxReason::AtomicAck
-                    },
-                };
                 self.out.pop_front();
-                p
+                Some(atomic_ack_packet(psn, orig, msn, replay, ack_syn))
             }
-            RespOut::Read {
-                first_psn,
-                npkts,
-                sent,
-                mem,
-                len,
-                msn,
-                replay_end,
-            } => {
-                let k = *sent;
-                let replay = first_psn.add(k).before(*replay_end);
-                let off = k as usize * mtu as usize;
-                let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
-                if n > 0 && !table.live(*mem, off, n) {
-                    let psn = first_psn.add(k);
-                    let p = RespPacket {
-                        opcode: Opcode::RC_ACK,
-                        psn,
-                        ext: TxExt::Aeth(AethRepr {
-                            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-                            msn: *msn,
-                        }),
-                        payload: Payload::None,
-                        is_nak: true,
-                        is_rnr: false,
-                        replay: false,
-                        region_gone: true,
-                        reason: TxReason::Nak(NakCode::RemoteAccessError),
-                    };
-                    self.out.pop_front();
-                    self.fatal = true;
-                    self.cur = None;
-                    return Some(p);
-                }
-                let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
-                    (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
-                    (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
-                    (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
-                    _ => Opcode::RC_READ_RESPONSE_MIDDLE,
-                };
-                // Every READ response but MIDDLE carries an AETH (§9.3.4 table 35).
-                let ext = if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
-                    TxExt::Aeth(AethRepr {
-                        syndrome: ack_syn,
-                        msn: *msn,
-                    })
-                } else {
-                    TxExt::None
-                };
-                let p = RespPacket {
-                    opcode,
-                    psn: first_psn.add(k),
-                    ext,
-                    payload: if n == 0 {
-                        Payload::None
-                    } else {
-                        Payload::Mem {
-                            mem: *mem,
-                            skip: off,
-                            len: n,
-                        }
-                    },
-                    is_nak: false,
-                    is_rnr: false,
-                    replay,
-                    region_gone: false,
-                    reason: if replay {
-                        TxReason::DuplicateResponse
-                    } else {
-                        TxReason::ReadResponse
-                    },
-                };
-                *sent += 1;
-                if *sent >= *npkts {
-                    self.out.pop_front();
-                }
-                p
-            }
+            RespOut::Read { .. } => self.next_read_response(mtu, ack_syn, table),
+        }
+    }
+
+    /// Rule: the next packet of the READ response run at the front of the queue (IBTA
+    /// vol. 1 §9.7.5, §9.3.4 table 35; rxe `read_reply`): FIRST/MIDDLE/LAST/ONLY, each but
+    /// MIDDLE with an AETH carrying `ack_syn`. A response whose region went away (or is
+    /// now another registration) becomes a NAK remote access error for its PSN instead,
+    /// the rest of that READ is dropped and the QP fails once the queue is sent (rxe
+    /// `read_reply` re-checks the MR per packet).
+    fn next_read_response(
+        &mut self,
+        mtu: u32,
+        ack_syn: Syndrome,
+        table: &MemTable,
+    ) -> Option<RespPacket> {
+        let Some(RespOut::Read {
+            first_psn,
+            npkts,
+            sent,
+            mem,
+            len,
+            msn,
+            replay_end,
+        }) = self.out.front_mut()
+        else {
+            return None;
         };
-        Some(pkt)
+        let k = *sent;
+        let replay = first_psn.add(k).before(*replay_end);
+        let off = k as usize * mtu as usize;
+        let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
+        if n > 0 && !table.live(*mem, off, n) {
+            let psn = first_psn.add(k);
+            let p = RespPacket {
+                opcode: Opcode::RC_ACK,
+                psn,
+                ext: TxExt::Aeth(AethRepr {
+                    syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                    msn: *msn,
+                }),
+                payload: Payload::None,
+                is_nak: true,
+                is_rnr: false,
+                replay: false,
+                region_gone: true,
+                reason: TxReason::Nak(NakCode::RemoteAccessError),
+            };
+            self.out.pop_front();
+            self.fatal = true;
+            self.cur = None;
+            return Some(p);
+        }
+        let opcode = read_response_opcode(*npkts, k);
+        // Every READ response but MIDDLE carries an AETH (§9.3.4 table 35).
+        let ext = if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
+            TxExt::Aeth(AethRepr {
+                syndrome: ack_syn,
+                msn: *msn,
+            })
+        } else {
+            TxExt::None
+        };
+        let p = RespPacket {
+            opcode,
+            psn: first_psn.add(k),
+            ext,
+            payload: if n == 0 {
+                Payload::None
+            } else {
+                Payload::Mem {
+                    mem: *mem,
+                    skip: off,
+                    len: n,
+                }
+            },
+            is_nak: false,
+            is_rnr: false,
+            replay,
+            region_gone: false,
+            reason: if replay {
+                TxReason::DuplicateResponse
+            } else {
+                TxReason::ReadResponse
+            },
+        };
+        *sent += 1;
+        if *sent >= *npkts {
+            self.out.pop_front();
+        }
+        Some(p)
+    }
+}
+
+/// Rule: an ACK, RNR NAK or NAK (IBTA vol. 1 §9.7.5.2, §9.3.5 AETH; rxe `send_ack`): a
+/// positive ACK carries the credits of `ack_syn`, a NAK its own syndrome.
+fn ack_packet(psn: Psn, syndrome: Syndrome, msn: Msn, dup: bool, ack_syn: Syndrome) -> RespPacket {
+    let syndrome = match syndrome {
+        Syndrome::Ack { .. } => ack_syn,
+        s => s,
+    };
+    RespPacket {
+        opcode: Opcode::RC_ACK,
+        psn,
+        ext: TxExt::Aeth(AethRepr { syndrome, msn }),
+        payload: Payload::None,
+        is_nak: matches!(syndrome, Syndrome::Nak(_)),
+        is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
+        replay: false,
+        region_gone: false,
+        reason: match syndrome {
+            Syndrome::Nak(c) => TxReason::Nak(c),
+            Syndrome::RnrNak { .. } => TxReason::RnrNak,
+            _ if dup => TxReason::DuplicateAck,
+            _ => TxReason::Ack,
+        },
+    }
+}
+
+/// Rule: an atomic ACK with the original value (IBTA vol. 1 §9.7.5, §9.3.7 AtomicAckETH;
+/// rxe `atomic_reply`). A replayed atomic ACK is a retransmitted packet like a replayed
+/// READ response.
+fn atomic_ack_packet(psn: Psn, orig: u64, msn: Msn, replay: bool, ack_syn: Syndrome) -> RespPacket {
+    let aeth = AethRepr {
+        syndrome: ack_syn,
+        msn,
+    };
+    RespPacket {
+        opcode: Opcode::RC_ATOMIC_ACK,
+        psn,
+        ext: TxExt::AethAtomicAck(aeth, orig),
+        payload: Payload::None,
+        is_nak: false,
+        is_rnr: false,
+        replay,
+        region_gone: false,
+        reason: if replay {
+            TxReason::DuplicateResponse
+        } else {
+            TxReason::AtomicAck
+        },
+    }
+}
+
+/// The opcode of READ response `k` of `npkts` (IBTA vol. 1 §9.7.2 segmentation).
+fn read_response_opcode(npkts: u32, k: u32) -> Opcode {
+    match (npkts == 1, k == 0, k + 1 == npkts) {
+        (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
+        (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
+        (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
+        _ => Opcode::RC_READ_RESPONSE_MIDDLE,
     }
 }

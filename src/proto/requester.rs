@@ -347,7 +347,9 @@ impl Requester {
         }))
     }
 
-    /// The next request packet, advancing the transmit point.
+    /// The next request packet, advancing the transmit point: the requester's steps in
+    /// the order rxe's `rxe_requester` takes them (IBTA vol. 1 §9.7.2, §9.7.4), each a
+    /// function named after its rule.
     // Inlined into its one caller (the per-packet transmit path): the packet stays in
     // registers instead of being returned through memory.
     #[inline]
@@ -359,214 +361,37 @@ impl Requester {
         honour_credits: bool,
         now: Instant,
     ) -> Option<ReqPacket<'a>> {
-        if self.timers.get(Timer::RnrWait).is_some_and(|t| now < t) {
+        if self.in_rnr_wait(now) {
             return None;
         }
         let una = self.una();
         let idx = self.tx_idx;
-        let w = self.sq.get(idx)?;
-        if idx == 0 && w.started && self.tx_pkt < w.acked_pkts {
-            // Acknowledged while we were going back: skip what the peer already has.
-            self.tx_pkt = w.acked_pkts;
-        }
-        // A WR failed locally waits at the head for its error completion (see
-        // `transmit_qp`); nothing more of it goes out.
-        let Ok(segs) = &w.segs else {
-            return None;
-        };
-        // The packet's bytes when one owned segment holds them (found once, here).
-        let mut borrowed = None;
-        if !w.wr.opcode.is_read_or_atomic() {
-            // The bytes of the packet to send must still be there (the region may have
-            // been deregistered since the post): else the WR fails LOC_PROT_ERR, as rxe's
-            // `copy_data` failure does, and nothing is sent for it.
-            let k = if w.started { self.tx_pkt } else { 0 };
-            let off = k as usize * lim.mtu as usize;
-            let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-            borrowed = borrow_run(mem, segs, off, len);
-            if borrowed.is_none() && !readable(mem, segs, off, len) {
-                self.sq[idx].segs = Err(WcStatus::LocProtErr);
-                return None;
-            }
-        }
-        let mut started_wr = None;
+        let borrowed = self.check_payload(idx, lim.mtu, mem)?;
         // Looked up again only when starting it changed it (once per message).
-        let w = if w.started {
-            w
+        let started_wr = if self.sq[idx].started {
+            None
         } else {
-            // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
-            // §9.7.7 credits, the FENCE rule of §10.8).
-            if lim.draining {
-                return None;
-            }
-            let op = w.wr.opcode;
-            if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
-                return None;
-            }
-            if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
-                return None;
-            }
-            if honour_credits && op.consumes_recv() {
-                if let Some(c) = self.credits {
-                    // With no credit one message may still go, as a probe (§9.7.7).
-                    if self.recv_msgs_inflight >= c.max(1) {
-                        return None;
-                    }
-                }
-            }
-            if self.next_psn.diff(una) >= lim.max_unacked as i32 {
-                return None;
-            }
-            let npkts = match op {
-                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
-                _ => w.len.div_ceil(lim.mtu).max(1),
-            };
-            let first = self.next_psn;
-            let w = &mut self.sq[idx];
-            w.first_psn = first;
-            w.npkts = npkts;
-            w.started = true;
-            w.acked_pkts = 0;
-            self.next_psn = first.add(npkts);
-            if op.is_read_or_atomic() {
-                self.rd_atomic_outstanding += 1;
-            }
-            if op.consumes_recv() {
-                self.recv_msgs_inflight += 1;
-            }
-            self.tx_pkt = 0;
-            started_wr = Some(w.wr.wr_id);
-            &self.sq[idx]
+            Some(self.start_message(idx, lim, honour_credits, una)?)
         };
         let k = self.tx_pkt;
-        let psn = w.first_psn.add(k);
-        if psn != una && psn.diff(una) >= lim.max_unacked as i32 {
+        let psn = self.sq[idx].first_psn.add(k);
+        if !window_open(psn, una, lim.max_unacked) {
             return None;
         }
+        let (opcode, ext, payload, end) =
+            self.request_headers(idx, k, lim.mtu, mem, scratch, borrowed)?;
+        let w = &self.sq[idx];
         let op = w.wr.opcode;
-        let ext;
-        let mut payload = ReqPayload::Bytes(&[]);
-        let mut end = true;
-        let opcode = match op {
-            WrOpcode::RdmaRead => {
-                // A retried READ asks only for the responses still missing (§9.7.4).
-                let off = u64::from(k) * u64::from(lim.mtu);
-                ext = TxExt::Reth(RethRepr {
-                    va: w.wr.rdma.remote_addr.wrapping_add(off),
-                    rkey: w.wr.rdma.rkey,
-                    dma_len: w.len - off as u32,
-                });
-                Opcode::RC_READ_REQUEST
-            }
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let a = &w.wr.atomic;
-                ext = TxExt::Atomic(if op == WrOpcode::AtomicCmpAndSwp {
-                    AtomicEthRepr {
-                        va: a.remote_addr,
-                        rkey: a.rkey,
-                        swap_add: a.swap,
-                        compare: a.compare_add,
-                    }
-                } else {
-                    AtomicEthRepr {
-                        va: a.remote_addr,
-                        rkey: a.rkey,
-                        swap_add: a.compare_add,
-                        compare: 0,
-                    }
-                });
-                if op == WrOpcode::AtomicCmpAndSwp {
-                    Opcode::RC_CMP_SWAP
-                } else {
-                    Opcode::RC_FETCH_ADD
-                }
-            }
-            _ => {
-                payload = match borrowed {
-                    Some(b) => ReqPayload::Bytes(b),
-                    None => {
-                        let off = k as usize * lim.mtu as usize;
-                        let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-                        // Checked by `readable` above; a copy can still fail on another
-                        // process's memory (the process died meanwhile): then nothing is
-                        // sent and the WR fails LOC_PROT_ERR at the head, as for a region
-                        // gone.
-                        let gathered = match &w.segs {
-                            Ok(segs) => gather(mem, segs, off, len, scratch),
-                            Err(_) => Some(Payload::None),
-                        };
-                        match gathered {
-                            None => {
-                                self.sq[idx].segs = Err(WcStatus::LocProtErr);
-                                return None;
-                            }
-                            Some(Payload::None) => ReqPayload::Bytes(&[]),
-                            Some(Payload::Scratch(n)) => ReqPayload::Scratch(n),
-                            Some(Payload::Mem { mem: m, skip, len }) => mem
-                                .bytes(m, skip, len)
-                                .map_or(ReqPayload::Unreadable, ReqPayload::Bytes),
-                        }
-                    }
-                };
-                let only = w.npkts == 1;
-                let first = k == 0;
-                end = k + 1 == w.npkts;
-                let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
-                let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
-                let reth = RethRepr {
-                    va: w.wr.rdma.remote_addr,
-                    rkey: w.wr.rdma.rkey,
-                    dma_len: w.len,
-                };
-                // RETH on the first packet of a WRITE, ImmDt or IETH on the last of a
-                // message with immediate or invalidate (§9.3, §9.4).
-                ext = match (
-                    write && first,
-                    end && imm,
-                    end && op == WrOpcode::SendWithInv,
-                ) {
-                    (true, true, _) => TxExt::RethImm(reth, w.wr.imm_data),
-                    (true, false, _) => TxExt::Reth(reth),
-                    (false, true, _) => TxExt::Imm(w.wr.imm_data),
-                    (false, false, true) => TxExt::Ieth(w.wr.invalidate_rkey),
-                    (false, false, false) => TxExt::None,
-                };
-                segment_opcode(op, only, first, end)
-            }
-        };
-        let solicited = end
-            && w.wr.send_flags.contains(SendFlags::SOLICITED)
-            && matches!(
-                op,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::SendWithInv
-                    | WrOpcode::RdmaWriteWithImm
-            );
-        // AckReq (§9.7.2 / rxe): on the last packet of every message, at least every
-        // `ack_every` packets, and when the window is about to close.
-        self.pkts_since_ack_req += 1;
-        let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;
-        let ack_req = end || self.pkts_since_ack_req >= lim.ack_every || window_edge;
-        if ack_req {
-            self.pkts_since_ack_req = 0;
-        }
-        let retransmit = psn.before(self.high_psn);
-        // Advance the transmit point. A READ request stands for all its response PSNs.
+        let solicited = solicited(w, end);
+        // A READ request stands for all its response PSNs.
         let reserve_end = if op == WrOpcode::RdmaRead {
             w.first_psn.add(w.npkts)
         } else {
             psn.add(1)
         };
-        if op.is_read_or_atomic() || end {
-            self.tx_idx += 1;
-            self.tx_pkt = 0;
-        } else {
-            self.tx_pkt += 1;
-        }
-        if reserve_end.after(self.high_psn) {
-            self.high_psn = reserve_end;
-        }
+        let ack_req = self.ack_req(psn, una, end, lim);
+        let retransmit = psn.before(self.high_psn);
+        self.advance(op.is_read_or_atomic() || end, reserve_end);
         Some(ReqPacket {
             opcode,
             psn,
@@ -583,6 +408,302 @@ impl Requester {
             started_wr,
         })
     }
+
+    /// Rule: nothing is sent while an RNR NAK's timer runs (IBTA vol. 1 §9.7.5.2.8; rxe
+    /// `rnr_nak_timer`).
+    #[inline(always)]
+    fn in_rnr_wait(&self, now: Instant) -> bool {
+        self.timers.get(Timer::RnrWait).is_some_and(|t| now < t)
+    }
+
+    /// Rule: the WR at the transmit point `idx` may send its next packet only when its
+    /// bytes are still there (the region may have been deregistered since the post): else
+    /// the WR fails LOC_PROT_ERR, as rxe's `copy_data` failure does, and nothing is sent
+    /// for it. A WR failed locally waits at the head for its error completion (see
+    /// `transmit_qp`). Skips what the peer acknowledged while the requester went back.
+    /// `None`: nothing to send; else the packet's bytes when one owned segment holds
+    /// them (found once, here).
+    #[inline(always)]
+    fn check_payload<'a>(
+        &mut self,
+        idx: usize,
+        mtu: u32,
+        mem: &'a MemTable,
+    ) -> Option<Option<&'a [u8]>> {
+        let w = self.sq.get(idx)?;
+        if idx == 0 && w.started && self.tx_pkt < w.acked_pkts {
+            // Acknowledged while we were going back: skip what the peer already has.
+            self.tx_pkt = w.acked_pkts;
+        }
+        let Ok(segs) = &w.segs else {
+            return None;
+        };
+        if w.wr.opcode.is_read_or_atomic() {
+            return Some(None);
+        }
+        let k = if w.started { self.tx_pkt } else { 0 };
+        let (off, len) = segment_range(w, k, mtu);
+        let borrowed = borrow_run(mem, segs, off, len);
+        if borrowed.is_none() && !readable(mem, segs, off, len) {
+            self.sq[idx].segs = Err(WcStatus::LocProtErr);
+            return None;
+        }
+        Some(borrowed)
+    }
+
+    /// Rule: starting a new message, every limit applies (IBTA vol. 1 §9.7.4
+    /// max_rd_atomic, §9.7.7 credits, the FENCE rule of §10.8, SQD draining, the PSN
+    /// window; rxe `req_next_wqe`, `check_init_depth`): `None` while one holds it back.
+    /// Else the WR gets its PSNs (§9.7.1: one per packet, one per response packet for a
+    /// READ, one for an atomic) and its wr_id is returned for the trace.
+    #[inline(always)]
+    fn start_message(
+        &mut self,
+        idx: usize,
+        lim: &ReqLimits,
+        honour_credits: bool,
+        una: Psn,
+    ) -> Option<u64> {
+        let w = &self.sq[idx];
+        if lim.draining {
+            return None;
+        }
+        let op = w.wr.opcode;
+        if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
+            return None;
+        }
+        if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
+            return None;
+        }
+        if honour_credits && op.consumes_recv() {
+            if let Some(c) = self.credits {
+                // With no credit one message may still go, as a probe (§9.7.7).
+                if self.recv_msgs_inflight >= c.max(1) {
+                    return None;
+                }
+            }
+        }
+        if self.next_psn.diff(una) >= lim.max_unacked as i32 {
+            return None;
+        }
+        let npkts = match op {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+            _ => w.len.div_ceil(lim.mtu).max(1),
+        };
+        let first = self.next_psn;
+        let w = &mut self.sq[idx];
+        w.first_psn = first;
+        w.npkts = npkts;
+        w.started = true;
+        w.acked_pkts = 0;
+        self.next_psn = first.add(npkts);
+        if op.is_read_or_atomic() {
+            self.rd_atomic_outstanding += 1;
+        }
+        if op.consumes_recv() {
+            self.recv_msgs_inflight += 1;
+        }
+        self.tx_pkt = 0;
+        Some(w.wr.wr_id)
+    }
+
+    /// The opcode, extension headers and payload of packet `k` of the WR at `idx`, and
+    /// whether it ends its message: a READ request ([`read_request_ext`]), an atomic
+    /// ([`atomic_request`]) or a SEND/WRITE segment ([`Requester::data_payload`],
+    /// [`data_ext`], [`segment_opcode`]). `None` when the payload could not be gathered.
+    #[inline(always)]
+    fn request_headers<'a>(
+        &mut self,
+        idx: usize,
+        k: u32,
+        mtu: u32,
+        mem: &'a MemTable,
+        scratch: &mut Vec<u8>,
+        borrowed: Option<&'a [u8]>,
+    ) -> Option<(Opcode, TxExt, ReqPayload<'a>, bool)> {
+        let w = &self.sq[idx];
+        let op = w.wr.opcode;
+        let no_payload = ReqPayload::Bytes(&[]);
+        match op {
+            WrOpcode::RdmaRead => Some((
+                Opcode::RC_READ_REQUEST,
+                read_request_ext(w, k, mtu),
+                no_payload,
+                true,
+            )),
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let (opcode, ext) = atomic_request(w);
+                Some((opcode, ext, no_payload, true))
+            }
+            _ => {
+                let payload = self.data_payload(idx, k, mtu, mem, scratch, borrowed)?;
+                let w = &self.sq[idx];
+                let only = w.npkts == 1;
+                let first = k == 0;
+                let end = k + 1 == w.npkts;
+                let ext = data_ext(w, first, end);
+                Some((segment_opcode(op, only, first, end), ext, payload, end))
+            }
+        }
+    }
+
+    /// The payload of SEND/WRITE packet `k` of the WR at `idx`: the bytes `check_payload`
+    /// borrowed, else gathered into `scratch`. Checked by `readable` before; a copy can
+    /// still fail on another process's memory (the process died meanwhile): then nothing
+    /// is sent and the WR fails LOC_PROT_ERR at the head, as for a region gone (`None`).
+    #[inline(always)]
+    fn data_payload<'a>(
+        &mut self,
+        idx: usize,
+        k: u32,
+        mtu: u32,
+        mem: &'a MemTable,
+        scratch: &mut Vec<u8>,
+        borrowed: Option<&'a [u8]>,
+    ) -> Option<ReqPayload<'a>> {
+        if let Some(b) = borrowed {
+            return Some(ReqPayload::Bytes(b));
+        }
+        let w = &self.sq[idx];
+        let (off, len) = segment_range(w, k, mtu);
+        let gathered = match &w.segs {
+            Ok(segs) => gather(mem, segs, off, len, scratch),
+            Err(_) => Some(Payload::None),
+        };
+        match gathered {
+            None => {
+                self.sq[idx].segs = Err(WcStatus::LocProtErr);
+                None
+            }
+            Some(Payload::None) => Some(ReqPayload::Bytes(&[])),
+            Some(Payload::Scratch(n)) => Some(ReqPayload::Scratch(n)),
+            Some(Payload::Mem { mem: m, skip, len }) => Some(
+                mem.bytes(m, skip, len)
+                    .map_or(ReqPayload::Unreadable, ReqPayload::Bytes),
+            ),
+        }
+    }
+
+    /// Rule: AckReq (IBTA vol. 1 §9.7.2; rxe): on the last packet of every message, at
+    /// least every `ack_every` packets, and when the window is about to close.
+    #[inline(always)]
+    fn ack_req(&mut self, psn: Psn, una: Psn, end: bool, lim: &ReqLimits) -> bool {
+        self.pkts_since_ack_req += 1;
+        let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;
+        let ack_req = end || self.pkts_since_ack_req >= lim.ack_every || window_edge;
+        if ack_req {
+            self.pkts_since_ack_req = 0;
+        }
+        ack_req
+    }
+
+    /// Advance the transmit point past the packet just built (to the next WR when
+    /// `wr_done`) and the first PSN never sent to `reserve_end` (rxe `update_wqe_state`,
+    /// `update_state`).
+    #[inline(always)]
+    fn advance(&mut self, wr_done: bool, reserve_end: Psn) {
+        if wr_done {
+            self.tx_idx += 1;
+            self.tx_pkt = 0;
+        } else {
+            self.tx_pkt += 1;
+        }
+        if reserve_end.after(self.high_psn) {
+            self.high_psn = reserve_end;
+        }
+    }
+}
+
+/// Rule: a packet goes out only within `max_unacked` PSNs of the oldest unacknowledged
+/// one (the requester's window, IBTA vol. 1 §9.7.1; the oldest itself always may).
+#[inline(always)]
+fn window_open(psn: Psn, una: Psn, max_unacked: u32) -> bool {
+    psn == una || psn.diff(una) < max_unacked as i32
+}
+
+/// The byte offset and length of packet `k` of `w` at path MTU `mtu` (IBTA vol. 1 §9.7.2
+/// segmentation).
+#[inline(always)]
+fn segment_range(w: &SendWqe, k: u32, mtu: u32) -> (usize, usize) {
+    let off = k as usize * mtu as usize;
+    let len = (w.len as usize - off.min(w.len as usize)).min(mtu as usize);
+    (off, len)
+}
+
+/// Rule: a READ request's RETH (IBTA vol. 1 §9.3.2); a retried READ asks only for the
+/// responses still missing from packet `k` on (§9.7.4).
+#[inline(always)]
+fn read_request_ext(w: &SendWqe, k: u32, mtu: u32) -> TxExt {
+    let off = u64::from(k) * u64::from(mtu);
+    TxExt::Reth(RethRepr {
+        va: w.wr.rdma.remote_addr.wrapping_add(off),
+        rkey: w.wr.rdma.rkey,
+        dma_len: w.len - off as u32,
+    })
+}
+
+/// Rule: an atomic's opcode and AtomicETH (IBTA vol. 1 §9.3.3): compare-and-swap carries
+/// swap and compare, fetch-and-add the addend.
+#[inline(always)]
+fn atomic_request(w: &SendWqe) -> (Opcode, TxExt) {
+    let a = &w.wr.atomic;
+    if w.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+        let eth = AtomicEthRepr {
+            va: a.remote_addr,
+            rkey: a.rkey,
+            swap_add: a.swap,
+            compare: a.compare_add,
+        };
+        (Opcode::RC_CMP_SWAP, TxExt::Atomic(eth))
+    } else {
+        let eth = AtomicEthRepr {
+            va: a.remote_addr,
+            rkey: a.rkey,
+            swap_add: a.compare_add,
+            compare: 0,
+        };
+        (Opcode::RC_FETCH_ADD, TxExt::Atomic(eth))
+    }
+}
+
+/// Rule: the extension headers of a SEND/WRITE segment (IBTA vol. 1 §9.3, §9.4): RETH on
+/// the first packet of a WRITE, ImmDt or IETH on the last of a message with immediate or
+/// invalidate.
+#[inline(always)]
+fn data_ext(w: &SendWqe, first: bool, end: bool) -> TxExt {
+    let op = w.wr.opcode;
+    let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+    let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
+    let reth = RethRepr {
+        va: w.wr.rdma.remote_addr,
+        rkey: w.wr.rdma.rkey,
+        dma_len: w.len,
+    };
+    match (
+        write && first,
+        end && imm,
+        end && op == WrOpcode::SendWithInv,
+    ) {
+        (true, true, _) => TxExt::RethImm(reth, w.wr.imm_data),
+        (true, false, _) => TxExt::Reth(reth),
+        (false, true, _) => TxExt::Imm(w.wr.imm_data),
+        (false, false, true) => TxExt::Ieth(w.wr.invalidate_rkey),
+        (false, false, false) => TxExt::None,
+    }
+}
+
+/// Rule: the solicited event bit (IBTA vol. 1 §9.2.3 SE, §10.7.2.1): on the last packet
+/// of a SEND or WRITE with immediate posted with IBV_SEND_SOLICITED.
+#[inline(always)]
+fn solicited(w: &SendWqe, end: bool) -> bool {
+    end && w.wr.send_flags.contains(SendFlags::SOLICITED)
+        && matches!(
+            w.wr.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
+        )
 }
 
 // Inlined: once per packet, a jump table the caller's branches can feed directly.

@@ -116,48 +116,50 @@ pub(crate) struct ReqTxEnv<'e> {
     pub uc: bool,
 }
 
-/// Requester state of one QP.
+/// Requester state of one QP. Its fields are private, or `pub(super)` for the one step
+/// module that works on them, the completer (`super::completer`); every other file goes
+/// through the methods below.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// The QP went RTS -> SQD with messages still outstanding: IBV_EVENT_SQ_DRAINED is
     /// owed once the last of them completes ([`Requester::drained_now`]).
-    pub sq_drain_owed: bool,
-    pub sq: VecDeque<SendWqe>,
+    sq_drain_owed: bool,
+    pub(super) sq: VecDeque<SendWqe>,
     /// The next PSN a new message gets (sq_psn).
-    pub next_psn: Psn,
+    pub(super) next_psn: Psn,
     /// The first PSN never sent: packets before it are retransmissions.
-    pub high_psn: Psn,
+    pub(super) high_psn: Psn,
     /// Index in `sq` of the WR being transmitted (`sq.len()` = none).
-    pub tx_idx: usize,
+    tx_idx: usize,
     /// Packet index in that WR.
-    pub tx_pkt: u32,
+    tx_pkt: u32,
     /// READ/atomic WRs started and not completed.
-    pub rd_atomic_outstanding: u32,
+    rd_atomic_outstanding: u32,
     /// Receive-consuming messages started and not completed (for credits).
-    pub recv_msgs_inflight: u32,
+    recv_msgs_inflight: u32,
     /// Credits from the last ACK when honoured; `None` = unlimited.
-    pub credits: Option<u32>,
-    pub pkts_since_ack_req: u32,
+    pub(super) credits: Option<u32>,
+    pkts_since_ack_req: u32,
     /// The retransmission (local ACK timeout) and RNR wait timers.
-    pub timers: TimerTable,
-    pub retry_left: u8,
-    pub rnr_left: u8,
+    pub(super) timers: TimerTable,
+    pub(super) retry_left: u8,
+    pub(super) rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
     /// a burst of out-of-order responses triggers one retransmission, not one each.
-    pub gbn_from: Option<Psn>,
+    pub(super) gbn_from: Option<Psn>,
     /// Why the transmit point last went back: the reason retransmissions carry.
-    pub resend_reason: TxReason,
+    pub(super) resend_reason: TxReason,
     /// The time and oldest unacknowledged PSN of the last progress after which packets
     /// were still outstanding: where the next progress measures how fast the peer
     /// acknowledges ([`Requester::ack_pace_ns`]). A timeout or Go-Back-N in between
     /// stays in the sample: the timer must outlast what the path really takes,
     /// recovery included (an expiry with nothing lost is what the pace is for).
-    pub pace_from: Option<(super::time::Instant, Psn)>,
+    pub(super) pace_from: Option<(super::time::Instant, Psn)>,
     /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
     /// of the old value, 1/4 of the new sample): how fast the path delivers.
-    pub ack_pace_ns: Option<u64>,
+    pub(super) ack_pace_ns: Option<u64>,
     /// [`Requester::paced_ack_every`]'s last (pace, timeout, packets per quarter timeout).
-    pub pace_memo: Option<(u64, u64, u32)>,
+    pace_memo: Option<(u64, u64, u32)>,
 }
 
 impl Requester {
@@ -184,6 +186,146 @@ impl Requester {
             }
             _ => ack_every,
         }
+    }
+
+    /// `IBV_QP_SQ_PSN` set by modify (IBTA vol. 1 §10.3, §9.7.1): the next message starts
+    /// at `psn`, and nothing before it counts as sent.
+    pub(crate) fn set_sq_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.high_psn = psn;
+    }
+
+    /// The PSN the next new message gets (sq_psn, as `ibv_query_qp` reports it).
+    pub(crate) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// A UD datagram's PSN: one per datagram, never retransmitted (IBTA vol. 1 §9.8.3).
+    pub(crate) fn take_psn(&mut self) -> Psn {
+        let psn = self.next_psn;
+        self.next_psn = psn.add(1);
+        psn
+    }
+
+    /// `IBV_QP_RETRY_CNT` set by modify: the retry budget the next timeout or sequence
+    /// NAK draws on (IBTA vol. 1 §9.7.6.1.3).
+    pub(crate) fn set_retry_cnt(&mut self, retry_cnt: u8) {
+        self.retry_left = retry_cnt;
+    }
+
+    /// `IBV_QP_RNR_RETRY` set by modify: the RNR retry budget (IBTA vol. 1 §9.7.5.2.8).
+    pub(crate) fn set_rnr_retry(&mut self, rnr_retry: u8) {
+        self.rnr_left = rnr_retry;
+    }
+
+    /// Retries left before a timeout or sequence NAK fails the head WR.
+    pub(crate) fn retry_left(&self) -> u8 {
+        self.retry_left
+    }
+
+    /// RNR retries left before an RNR NAK fails the head WR.
+    pub(crate) fn rnr_left(&self) -> u8 {
+        self.rnr_left
+    }
+
+    /// Whether IBV_EVENT_SQ_DRAINED is owed (the QP entered SQD) or not (it left SQD).
+    pub(crate) fn owe_sq_drained(&mut self, owed: bool) {
+        self.sq_drain_owed = owed;
+    }
+
+    /// Send WRs posted and not completed.
+    pub(crate) fn sq_len(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Send WRs started (some packet sent) and not completed.
+    pub(crate) fn sq_started(&self) -> usize {
+        self.sq.iter().filter(|w| w.started).count()
+    }
+
+    /// Post a send WR at the tail of the send queue (`ibv_post_send`).
+    pub(crate) fn post(&mut self, wqe: SendWqe) {
+        self.sq.push_back(wqe);
+    }
+
+    /// The QP's timer table (retransmission, RNR wait, DCQCN rate and pacer).
+    pub(crate) fn timers(&self) -> &TimerTable {
+        &self.timers
+    }
+
+    /// The QP's timer table, to arm or stop its timers.
+    pub(crate) fn timers_mut(&mut self) -> &mut TimerTable {
+        &mut self.timers
+    }
+
+    /// The local error the head WR completes with, when it failed locally (at post time,
+    /// or when its bytes were found gone) and is at the transmit point.
+    pub(crate) fn head_local_error(&self) -> Option<WcStatus> {
+        if self.tx_idx != 0 {
+            return None;
+        }
+        self.sq.front()?.segs.as_ref().err().copied()
+    }
+
+    /// Take the head WR off the send queue to complete it (IBTA vol. 1 §9.7.4: in posting
+    /// order): it no longer counts against max_rd_atomic or the credits, the transmit
+    /// point follows, and with nothing outstanding the retransmission timer stops.
+    pub(crate) fn pop_completed(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        if w.started {
+            if w.wr.opcode.is_read_or_atomic() {
+                self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+            }
+            if w.wr.opcode.consumes_recv() {
+                self.recv_msgs_inflight = self.recv_msgs_inflight.saturating_sub(1);
+            }
+        }
+        if self.tx_idx == 0 {
+            // We were (re)transmitting the WR that just completed: carry on with the next
+            // one from its oldest unacknowledged packet.
+            self.tx_pkt = match self.sq.front() {
+                Some(f) if f.started => f.acked_pkts,
+                _ => 0,
+            };
+        } else {
+            self.tx_idx -= 1;
+        }
+        if !self.outstanding() {
+            self.timers.stop(Timer::Retransmit);
+        }
+        Some(w)
+    }
+
+    /// UC (IBTA vol. 1 §9.4: completion on transmission): the packets of the head WR sent
+    /// so far count as done.
+    pub(crate) fn sent_counts_as_acked(&mut self) {
+        if self.tx_idx == 0 {
+            let k = self.tx_pkt;
+            if let Some(w) = self.sq.front_mut().filter(|w| w.started) {
+                w.acked_pkts = k;
+            }
+        }
+    }
+
+    /// The length of the head WR when all of it has been sent (the transmit point is past
+    /// it), for UC's completion on transmission.
+    pub(crate) fn head_sent_len(&self) -> Option<u32> {
+        (self.tx_idx > 0).then(|| self.sq.front().map_or(0, |w| w.len))
+    }
+
+    /// The heap bytes the send queue holds, with `spilled` the bytes of one WR's checked
+    /// segments beyond the QP (for the resource listing).
+    pub(crate) fn heap_bytes(&self, spilled: impl Fn(&Segs) -> usize) -> usize {
+        use core::mem::size_of;
+        let wrs: usize = self
+            .sq
+            .iter()
+            .map(|w| {
+                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
+                    + w.segs.as_ref().map_or(0, &spilled)
+            })
+            .sum();
+        self.sq.capacity() * size_of::<SendWqe>() + wrs
     }
 
     /// Oldest PSN not yet acknowledged (or the next new PSN when nothing is outstanding).

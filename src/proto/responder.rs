@@ -133,29 +133,31 @@ pub(crate) struct UcResp {
     pub drop_msg: bool,
 }
 
-/// Responder state of one QP.
+/// Responder state of one QP. Its fields are `pub(super)` for the step modules that work
+/// on them, `super::execute` (RC) and `super::uc`; every other file goes through the
+/// methods below.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
-    pub rq: VecDeque<RecvWqe>,
+    pub(super) rq: VecDeque<RecvWqe>,
     /// Expected PSN.
-    pub epsn: Psn,
-    pub msn: Msn,
+    pub(super) epsn: Psn,
+    pub(super) msn: Msn,
     /// A PSN sequence error NAK was sent and the expected PSN has not arrived since
     /// (§9.7.5: one NAK per sequence error).
-    pub nak_seq_sent: bool,
-    pub cur: Option<InProgress>,
-    pub cache: VecDeque<Cached>,
-    pub out: VecDeque<RespOut>,
-    pub pkts_since_ack: u32,
+    pub(super) nak_seq_sent: bool,
+    pub(super) cur: Option<InProgress>,
+    pub(super) cache: VecDeque<Cached>,
+    pub(super) out: VecDeque<RespOut>,
+    pub(super) pkts_since_ack: u32,
     /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
-    pub fatal: bool,
+    pub(super) fatal: bool,
     /// IBV_EVENT_COMM_EST was raised ([`comm_est`]); cleared by RESET.
-    pub comm_est: bool,
+    pub(super) comm_est: bool,
     /// PSNs consumed since the QP was created, not wrapped: ages the response cache.
-    pub psn_count: u64,
+    pub(super) psn_count: u64,
     /// The PSN of the newest SEND/WRITE packet executed (rxe `ack_psn` − 1): what an ACK
     /// for a duplicate SEND/WRITE carries.
-    pub ack_psn: Psn,
+    pub(super) ack_psn: Psn,
 }
 
 impl Cached {
@@ -166,6 +168,82 @@ impl Cached {
 }
 
 impl Responder {
+    /// `IBV_QP_RQ_PSN` set by modify (IBTA vol. 1 §10.3, §9.7.1): the PSN expected next.
+    /// No SEND/WRITE executed yet: a duplicate's ACK names the PSN before the first.
+    pub(crate) fn set_rq_psn(&mut self, psn: Psn) {
+        self.epsn = psn;
+        self.ack_psn = psn.sub(1);
+    }
+
+    /// The PSN expected next (rq_psn, as `ibv_query_qp` reports it).
+    pub(crate) fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
+    /// Receive WRs posted and not completed.
+    pub(crate) fn rq_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Post a receive WR at the tail of the receive queue (`ibv_post_recv`).
+    pub(crate) fn post_recv(&mut self, wqe: RecvWqe) {
+        self.rq.push_back(wqe);
+    }
+
+    /// Take the head receive WR (a UD datagram's, or to flush it).
+    pub(crate) fn take_recv(&mut self) -> Option<RecvWqe> {
+        self.rq.pop_front()
+    }
+
+    /// A class A/C error NAK was queued and everything queued has been sent: the QP goes
+    /// to ERR now (IBTA vol. 1 §9.9; rxe `do_class_ac_error`).
+    pub(crate) fn error_due(&self) -> bool {
+        self.fatal && self.out.is_empty()
+    }
+
+    /// The QP enters ERR: requests already executed keep their answer, an ACK or an
+    /// atomic response queued before the move still leaves (the QP sends nothing else in
+    /// ERR). rxe sends its ACK in the same responder pass that executed the request
+    /// (rxe_resp.c, RESPST_ACKNOWLEDGE), so a program that moves its QP to ERR right after
+    /// a receive completion (librdmacm's rdma_disconnect) never leaves the peer retrying a
+    /// request it executed. READ responses are not sent: their data is read at transmit
+    /// time, and a QP in ERR touches no memory. The message in progress is abandoned.
+    pub(crate) fn keep_executed_answers(&mut self) {
+        self.out.retain(|o| {
+            matches!(
+                o,
+                RespOut::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                } | RespOut::Atomic { .. }
+            )
+        });
+        self.cur = None;
+    }
+
+    /// Drop every queued response, as if lost (tests of what the requester does without
+    /// them).
+    #[cfg(test)]
+    pub(crate) fn drop_queued_responses(&mut self) {
+        self.out.clear();
+    }
+
+    /// The heap bytes the receive queue, the response cache and the response queue hold,
+    /// with `spilled` the bytes of one WR's checked segments beyond the QP (for the
+    /// resource listing).
+    pub(crate) fn heap_bytes(&self, spilled: impl Fn(&Segs) -> usize) -> usize {
+        use core::mem::size_of;
+        let wrs: usize = self
+            .rq
+            .iter()
+            .map(|r| r.segs.as_ref().map_or(0, &spilled))
+            .sum();
+        self.rq.capacity() * size_of::<RecvWqe>()
+            + wrs
+            + self.cache.capacity() * size_of::<Cached>()
+            + self.out.capacity() * size_of::<RespOut>()
+    }
+
     /// The newest cached response of the kind `is_kind` accepts that holds the request
     /// PSN at unwrapped count `at` (a duplicate READ or atomic, IBTA §9.7.5.1.2).
     pub(crate) fn cached(

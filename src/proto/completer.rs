@@ -18,7 +18,7 @@ use super::cq::WcStatus;
 use super::memory::scatter;
 use super::qp::{Qp, QpState};
 use super::time::Instant;
-use super::timers::{Timer, local_ack_timeout, rnr_timer};
+use super::timers::{Timer, rnr_timer};
 use super::trace::{TxReason, qp_event};
 
 /// Why the completer goes back.
@@ -79,7 +79,7 @@ fn check_qp_state(qp: &mut Qp) -> bool {
 /// Rule: a response to a PSN never sent is ignored (a "ghost" ACK, IBTA vol. 1 §9.7.4
 /// response PSN validation; rxe `check_psn`), counted `ghost_responses`.
 fn check_psn_sent(qp: &mut Qp, psn: Psn) -> bool {
-    if !psn.before(qp.req.high_psn) {
+    if !qp.req.sent(psn) {
         qp.counters.ghost_responses += 1;
         return false;
     }
@@ -91,7 +91,7 @@ fn check_psn_sent(qp: &mut Qp, psn: Psn) -> bool {
 fn take_credits(qp: &mut Qp, ctx: &Ctx<'_>, syndrome: Option<Syndrome>) {
     if let Some(Syndrome::Ack { credit_code }) = syndrome {
         if ctx.cfg.honour_credits {
-            qp.req.credits = aeth_credits(credit_code);
+            qp.req.set_credits(aeth_credits(credit_code));
         }
     }
 }
@@ -166,7 +166,7 @@ fn nak_received(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
     }
     match code {
         NakCode::PsnSequenceError => {
-            if qp.req.timers.is_armed(Timer::RnrWait) {
+            if qp.req.timers().is_armed(Timer::RnrWait) {
                 return;
             }
             go_back(qp, ctx, psn, Cause::SeqNak);
@@ -194,23 +194,13 @@ fn rnr_nak_received(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
         return;
     }
     // rnr_retry 7 = retry forever (§9.7.5).
-    if qp.attr.rnr_retry != 7 {
-        if qp.req.rnr_left == 0 {
-            qp.counters.rnr_nak_retry_err += 1;
-            fail(qp, ctx, WcStatus::RnrRetryExcErr);
-            return;
-        }
-        qp.req.rnr_left -= 1;
+    if qp.attr.rnr_retry != 7 && !qp.req.take_rnr_retry() {
+        qp.counters.rnr_nak_retry_err += 1;
+        fail(qp, ctx, WcStatus::RnrRetryExcErr);
+        return;
     }
     // Wait the responder's timer (table 45), then resend from the NAKed PSN.
-    // The ACK timer stops meanwhile: the peer told us why it is silent.
-    qp.req
-        .timers
-        .arm(Timer::RnrWait, ctx.now, Some(rnr_timer(timer)));
-    qp.req.timers.stop(Timer::Retransmit);
-    qp.req.gbn_from = None;
-    qp.req.resend_reason = TxReason::RnrRetry;
-    qp.req.rewind(psn);
+    qp.req.wait_rnr(ctx.now, timer, psn);
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -229,7 +219,7 @@ fn do_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) {
     if !before_response(qp, ctx, psn) {
         return;
     }
-    let Some(w) = qp.req.sq.front() else { return };
+    let Some(w) = qp.req.head() else { return };
     if !(w.wr.opcode.is_atomic() && w.first_psn == psn) {
         return;
     }
@@ -240,7 +230,7 @@ fn do_atomic(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) {
     };
     qp.counters.acks_received += 1;
     if ok {
-        qp.req.sq[0].acked_pkts = 1;
+        qp.req.head_acked(1);
         progress(qp, ctx);
         qp.complete_send_front(ctx, WcStatus::Success, 8);
     } else {
@@ -258,7 +248,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, payload: &[u
         return;
     }
     let mtu = qp.attr.path_mtu.bytes();
-    let Some(w) = qp.req.sq.front() else { return };
+    let Some(w) = qp.req.head() else { return };
     if w.wr.opcode != super::wr::WrOpcode::RdmaRead || !w.holds(psn) {
         return;
     }
@@ -294,10 +284,10 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, payload: &[u
         fail(qp, ctx, WcStatus::LocProtErr);
         return;
     }
-    let w = &mut qp.req.sq[0];
-    w.acked_pkts += 1;
-    let done = w.acked_pkts == w.npkts;
-    let len = w.len;
+    let Some(w) = qp.req.head() else { return };
+    let (acked, len) = (w.acked_pkts + 1, w.len);
+    let done = acked == w.npkts;
+    qp.req.head_acked(acked);
     progress(qp, ctx);
     if done {
         qp.complete_send_front(ctx, WcStatus::Success, len);
@@ -308,7 +298,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, payload: &[u
 /// when the packet must be dropped (an implied NAK was raised or the QP failed).
 fn before_response(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
     loop {
-        let Some(w) = qp.req.sq.front() else {
+        let Some(w) = qp.req.head() else {
             return false;
         };
         if !w.started || w.holds(psn) {
@@ -336,7 +326,7 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
         return false;
     }
     loop {
-        let Some(w) = qp.req.sq.front() else {
+        let Some(w) = qp.req.head() else {
             return false;
         };
         if !w.started {
@@ -356,7 +346,7 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
             if !w.wr.opcode.is_read_or_atomic() && !w.first_psn.after(p) {
                 let n = p.diff(w.first_psn) as u32 + 1;
                 if n > w.acked_pkts {
-                    qp.req.sq[0].acked_pkts = n;
+                    qp.req.head_acked(n);
                     progress(qp, ctx);
                 }
             }
@@ -369,26 +359,9 @@ fn ack_through(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn) -> bool {
 /// measure how fast the peer acknowledges (the requester's AckReq spacing follows it,
 /// `Requester::paced_ack_every`).
 fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
-    let una = qp.req.una();
-    if let Some((t0, u0)) = qp.req.pace_from {
-        let acked = una.diff(u0);
-        if acked > 0 {
-            let sample = super::time::duration_nanos(ctx.now - t0) / acked as u64;
-            qp.req.ack_pace_ns = Some(match qp.req.ack_pace_ns {
-                Some(old) => (old.saturating_mul(3) / 4).saturating_add(sample / 4),
-                None => sample,
-            });
-        }
-    }
-    qp.req.pace_from = qp.req.outstanding().then_some((ctx.now, una));
-    qp.req.retry_left = qp.attr.retry_cnt;
-    qp.req.rnr_left = qp.attr.rnr_retry;
-    qp.req.gbn_from = None;
-    qp.req.timers.arm(
-        Timer::Retransmit,
-        ctx.now,
-        local_ack_timeout(qp.attr.timeout),
-    );
+    let a = &qp.attr;
+    qp.req
+        .progress(ctx.now, a.retry_cnt, a.rnr_retry, a.timeout);
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -401,38 +374,34 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
 }
 
 fn go_back(qp: &mut Qp, ctx: &mut Ctx<'_>, p: Psn, cause: Cause) {
-    if qp.req.gbn_from == Some(p) {
+    if qp.req.going_back_from(p) {
         return;
     }
-    if cause == Cause::SeqNak {
-        if qp.req.retry_left == 0 {
-            qp.counters.retry_exceeded_err += 1;
-            fail(qp, ctx, WcStatus::RetryExcErr);
-            return;
-        }
-        qp.req.retry_left -= 1;
+    if cause == Cause::SeqNak && !qp.req.take_retry() {
+        qp.counters.retry_exceeded_err += 1;
+        fail(qp, ctx, WcStatus::RetryExcErr);
+        return;
     }
-    qp.req.gbn_from = Some(p);
-    qp.req.resend_reason = match cause {
+    let reason = match cause {
         Cause::SeqNak => TxReason::RetransmitNak,
         Cause::Implied => TxReason::RetransmitImplied,
     };
-    qp.req.rewind(p);
+    qp.req.go_back(p, reason);
     qp_event!(ctx.now, ctx.dev, qp.qpn, "go_back_n", from_psn = p.value(), cause = ?cause);
 }
 
 /// The retransmission timer or the RNR wait expired.
 pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
-        qp.req.timers.stop_transport();
+        qp.req.timers_mut().stop_transport();
         return;
     }
-    if qp.req.timers.expire(Timer::RnrWait, ctx.now) {
+    if qp.req.timers_mut().expire(Timer::RnrWait, ctx.now) {
         qp_event!(ctx.now, ctx.dev, qp.qpn, "timer_fired", timer = "rnr");
     }
-    if qp.req.timers.is_expired(Timer::Retransmit, ctx.now) {
+    if qp.req.timers().is_expired(Timer::Retransmit, ctx.now) {
         if !qp.req.outstanding() {
-            qp.req.timers.stop(Timer::Retransmit);
+            qp.req.timers_mut().stop(Timer::Retransmit);
             return;
         }
         // §9.7.6: no response within the local ACK timeout: resend from the oldest
@@ -446,21 +415,12 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             timer = "ack",
             retry_left = qp.req.retry_left
         );
-        if qp.req.retry_left == 0 {
+        if !qp.req.take_retry() {
             qp.counters.retry_exceeded_err += 1;
             fail(qp, ctx, WcStatus::RetryExcErr);
             return;
         }
-        qp.req.retry_left -= 1;
-        let una = qp.req.una();
-        qp.req.gbn_from = None;
-        qp.req.resend_reason = TxReason::RetransmitTimeout;
-        qp.req.rewind(una);
-        qp.req.timers.arm(
-            Timer::Retransmit,
-            ctx.now,
-            local_ack_timeout(qp.attr.timeout),
-        );
+        let una = qp.req.go_back_on_timeout(ctx.now, qp.attr.timeout);
         qp_event!(
             ctx.now,
             ctx.dev,

@@ -116,19 +116,19 @@ pub(crate) struct ReqTxEnv<'e> {
     pub uc: bool,
 }
 
-/// Requester state of one QP. Its fields are private, or `pub(super)` for the one step
-/// module that works on them, the completer (`super::completer`); every other file goes
-/// through the methods below.
+/// Requester state of one QP, behind the methods below. Three fields are `pub(super)`
+/// for the completer's trace events (`super::completer`): `next_psn`, `timers`,
+/// `retry_left`.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// The QP went RTS -> SQD with messages still outstanding: IBV_EVENT_SQ_DRAINED is
     /// owed once the last of them completes ([`Requester::drained_now`]).
     sq_drain_owed: bool,
-    pub(super) sq: VecDeque<SendWqe>,
+    sq: VecDeque<SendWqe>,
     /// The next PSN a new message gets (sq_psn).
     pub(super) next_psn: Psn,
     /// The first PSN never sent: packets before it are retransmissions.
-    pub(super) high_psn: Psn,
+    high_psn: Psn,
     /// Index in `sq` of the WR being transmitted (`sq.len()` = none).
     tx_idx: usize,
     /// Packet index in that WR.
@@ -138,26 +138,26 @@ pub(crate) struct Requester {
     /// Receive-consuming messages started and not completed (for credits).
     recv_msgs_inflight: u32,
     /// Credits from the last ACK when honoured; `None` = unlimited.
-    pub(super) credits: Option<u32>,
+    credits: Option<u32>,
     pkts_since_ack_req: u32,
     /// The retransmission (local ACK timeout) and RNR wait timers.
     pub(super) timers: TimerTable,
     pub(super) retry_left: u8,
-    pub(super) rnr_left: u8,
+    rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
     /// a burst of out-of-order responses triggers one retransmission, not one each.
-    pub(super) gbn_from: Option<Psn>,
+    gbn_from: Option<Psn>,
     /// Why the transmit point last went back: the reason retransmissions carry.
-    pub(super) resend_reason: TxReason,
+    resend_reason: TxReason,
     /// The time and oldest unacknowledged PSN of the last progress after which packets
     /// were still outstanding: where the next progress measures how fast the peer
     /// acknowledges ([`Requester::ack_pace_ns`]). A timeout or Go-Back-N in between
     /// stays in the sample: the timer must outlast what the path really takes,
     /// recovery included (an expiry with nothing lost is what the pace is for).
-    pub(super) pace_from: Option<(super::time::Instant, Psn)>,
+    pace_from: Option<(super::time::Instant, Psn)>,
     /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
     /// of the old value, 1/4 of the new sample): how fast the path delivers.
-    pub(super) ack_pace_ns: Option<u64>,
+    ack_pace_ns: Option<u64>,
     /// [`Requester::paced_ack_every`]'s last (pace, timeout, packets per quarter timeout).
     pace_memo: Option<(u64, u64, u32)>,
 }
@@ -326,6 +326,111 @@ impl Requester {
             })
             .sum();
         self.sq.capacity() * size_of::<SendWqe>() + wrs
+    }
+
+    /// True when a packet with PSN `psn` was sent (it lies before the first PSN never
+    /// sent): a response to anything else is a ghost (IBTA vol. 1 §9.7.4).
+    pub(crate) fn sent(&self, psn: Psn) -> bool {
+        psn.before(self.high_psn)
+    }
+
+    /// The credits of the last ACK, when honoured (IBTA vol. 1 §9.7.7); `None` =
+    /// unlimited.
+    pub(crate) fn set_credits(&mut self, credits: Option<u32>) {
+        self.credits = credits;
+    }
+
+    /// The head WR of the send queue (the oldest not completed).
+    pub(crate) fn head(&self) -> Option<&SendWqe> {
+        self.sq.front()
+    }
+
+    /// The peer acknowledged `n` packets (or response packets) of the head WR.
+    pub(crate) fn head_acked(&mut self, n: u32) {
+        if let Some(w) = self.sq.front_mut() {
+            w.acked_pkts = n;
+        }
+    }
+
+    /// Use one retry of retry_cnt (a timeout or a sequence NAK, IBTA vol. 1 §9.7.6.1.3):
+    /// false when none is left.
+    pub(crate) fn take_retry(&mut self) -> bool {
+        if self.retry_left == 0 {
+            return false;
+        }
+        self.retry_left -= 1;
+        true
+    }
+
+    /// Use one RNR retry of rnr_retry (IBTA vol. 1 §9.7.5.2.8): false when none is left.
+    pub(crate) fn take_rnr_retry(&mut self) -> bool {
+        if self.rnr_left == 0 {
+            return false;
+        }
+        self.rnr_left -= 1;
+        true
+    }
+
+    /// True when a NAK- or implied-NAK-driven Go-Back-N from `p` already ran and no
+    /// progress came since: a burst of out-of-order responses rewinds once, not once each.
+    pub(crate) fn going_back_from(&self, p: Psn) -> bool {
+        self.gbn_from == Some(p)
+    }
+
+    /// Go-Back-N from `p` for a NAK or implied NAK (IBTA vol. 1 §9.7.4, §9.7.5): the
+    /// packets from `p` on go out again, tagged `reason`.
+    pub(crate) fn go_back(&mut self, p: Psn, reason: TxReason) {
+        self.gbn_from = Some(p);
+        self.resend_reason = reason;
+        self.rewind(p);
+    }
+
+    /// An RNR NAK for `psn` with timer code `timer` (IBTA vol. 1 §9.7.5.2.8, table 45):
+    /// send nothing until `now` + the timer, then resend from `psn`. The ACK timer stops
+    /// meanwhile: the peer told us why it is silent.
+    pub(crate) fn wait_rnr(&mut self, now: Instant, timer: u8, psn: Psn) {
+        self.timers
+            .arm(Timer::RnrWait, now, Some(super::timers::rnr_timer(timer)));
+        self.timers.stop(Timer::Retransmit);
+        self.gbn_from = None;
+        self.resend_reason = TxReason::RnrRetry;
+        self.rewind(psn);
+    }
+
+    /// The local ACK timeout expired with work outstanding (IBTA vol. 1 §9.7.6): resend
+    /// from the oldest unacknowledged PSN and re-arm the timer for `timeout` (the QP's
+    /// exponent). Returns that PSN.
+    pub(crate) fn go_back_on_timeout(&mut self, now: Instant, timeout: u8) -> Psn {
+        let una = self.una();
+        self.gbn_from = None;
+        self.resend_reason = TxReason::RetransmitTimeout;
+        self.rewind(una);
+        self.timers
+            .arm(Timer::Retransmit, now, local_ack_timeout(timeout));
+        una
+    }
+
+    /// Forward progress at `now` (IBTA vol. 1 §9.7.6): refill the retry budgets to
+    /// retry_cnt and rnr_retry, restart the ACK timer for `timeout` (the QP's exponent),
+    /// and measure how fast the peer acknowledges (`paced_ack_every` follows it).
+    pub(crate) fn progress(&mut self, now: Instant, retry_cnt: u8, rnr_retry: u8, timeout: u8) {
+        let una = self.una();
+        if let Some((t0, u0)) = self.pace_from {
+            let acked = una.diff(u0);
+            if acked > 0 {
+                let sample = super::time::duration_nanos(now - t0) / acked as u64;
+                self.ack_pace_ns = Some(match self.ack_pace_ns {
+                    Some(old) => (old.saturating_mul(3) / 4).saturating_add(sample / 4),
+                    None => sample,
+                });
+            }
+        }
+        self.pace_from = self.outstanding().then_some((now, una));
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+        self.gbn_from = None;
+        self.timers
+            .arm(Timer::Retransmit, now, local_ack_timeout(timeout));
     }
 
     /// Oldest PSN not yet acknowledged (or the next new PSN when nothing is outstanding).

@@ -35,8 +35,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         if !qp.resp.fatal {
             ctx.raise(responder_error_event(qp.qpn, code));
         }
-        qp.resp.fatal = true;
-        qp.resp.cur = None;
+        qp.resp.fail();
     }
 }
 
@@ -289,8 +288,7 @@ fn rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
 /// any other when it asks for it, then the QP goes to ERR.
 fn refuse_invalidate(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool) {
     qp.counters.invalid_requests += 1;
-    qp.resp.fatal = true;
-    qp.resp.cur = None;
+    qp.resp.fail();
     if ack_req {
         let m = qp.resp.msn;
         qp.resp
@@ -337,14 +335,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
     // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
     // Before the QP's first PSN: no request of ours, nothing to answer.
     let at = u64::try_from(qp.resp.psn_count as i64 + i64::from(d)).ok();
-    while qp
-        .resp
-        .cache
-        .front()
-        .is_some_and(|c| c.end_count + (1 << 23) <= qp.resp.psn_count)
-    {
-        qp.resp.cache.pop_front();
-    }
+    qp.resp.age_cache();
     match info.operation {
         Operation::ReadRequest => duplicate_read(qp, ctx, psn, at, ext),
         Operation::CmpSwap | Operation::FetchAdd => duplicate_atomic(qp, ctx, info, psn, at, ext),
@@ -410,39 +401,7 @@ fn duplicate_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, at: Option<u64>, ext
         msn: c.msn,
         replay_end: end,
     };
-    queue_read_replay(qp, fresh, c.msn);
-}
-
-/// Queue the replay `fresh` of the READ with MSN `msn`. Still sending that READ's
-/// responses: restart them in place (keeps the PSN order of the queue) instead of sending
-/// both runs. Only the responses that already left are retransmissions; the rest go out
-/// for the first time.
-fn queue_read_replay(qp: &mut Qp, mut fresh: RespOut, msn: crate::wire::Msn) {
-    let queued = qp
-        .resp
-        .out
-        .iter_mut()
-        .find(|o| matches!(o, RespOut::Read { msn: m, .. } if *m == msn));
-    match queued {
-        Some(o) => {
-            if let (
-                RespOut::Read {
-                    first_psn,
-                    sent,
-                    replay_end: old_end,
-                    ..
-                },
-                RespOut::Read { replay_end, .. },
-            ) = (&*o, &mut fresh)
-            {
-                // Sent before: by this run so far, or by an earlier one it replaced.
-                let here = first_psn.add(*sent);
-                *replay_end = if old_end.after(here) { *old_end } else { here };
-            }
-            *o = fresh;
-        }
-        None => qp.resp.out.push_back(fresh),
-    }
+    qp.resp.queue_read_replay(fresh, c.msn);
 }
 
 /// Rule: a duplicate atomic (IBTA vol. 1 §9.7.5): never execute an atomic twice; replay
@@ -754,32 +713,17 @@ pub(crate) fn do_write(
 /// so a peer within its own settings never meets this cap. It bounds memory only.
 pub(crate) const RD_ATOMIC_HARD_CAP: usize = u8::MAX as usize;
 
-/// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
-/// the responder resources in use (a response not fully sent is one the requester still
-/// waits for).
-fn rd_atomic_in_use(qp: &Qp) -> usize {
-    qp.resp
-        .out
-        .iter()
-        .filter(|o| match o {
-            RespOut::Read {
-                first_psn,
-                replay_end,
-                ..
-            } => replay_end == first_psn,
-            RespOut::Atomic { replay, .. } => !replay,
-            RespOut::Ack { .. } => false,
-        })
-        .count()
-}
-
 /// The bound of a QP's response queue (`Responder::out`): what a peer can make the
 /// responder hold by sending requests faster than it takes the answers. Room for each
 /// READ/atomic response in use (at least max_dest_rd_atomic of them) and one ACK after
 /// each, plus room for duplicates' replays; a fatal NAK is never dropped (`usize::MAX`).
 /// At most `2 * RD_ATOMIC_HARD_CAP + 4` entries.
 fn out_cap(qp: &Qp) -> usize {
-    2 * rd_atomic_in_use(qp).max(usize::from(qp.attr.max_dest_rd_atomic)) + 4
+    2 * qp
+        .resp
+        .rd_atomic_in_use()
+        .max(usize::from(qp.attr.max_dest_rd_atomic))
+        + 4
 }
 
 /// Admission of a new READ/atomic (IBTA vol. 1 §9.7.5.1, responder resources: a
@@ -796,7 +740,7 @@ fn rd_atomic_admit(qp: &Qp) -> Result<bool, Fault> {
     if qp.attr.max_dest_rd_atomic == 0 {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
-    let in_use = rd_atomic_in_use(qp);
+    let in_use = qp.resp.rd_atomic_in_use();
     if in_use >= RD_ATOMIC_HARD_CAP {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }

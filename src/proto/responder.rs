@@ -244,6 +244,77 @@ impl Responder {
             + self.out.capacity() * size_of::<RespOut>()
     }
 
+    /// A class A/C error (IBTA vol. 1 §9.9; rxe `do_class_ac_error`): stop executing and
+    /// abandon the message in progress; the QP enters ERR once the queue is sent
+    /// ([`Responder::error_due`]).
+    pub(crate) fn fail(&mut self) {
+        self.fatal = true;
+        self.cur = None;
+    }
+
+    /// Drop the cached READs and atomics too old to be named by a duplicate: a 24-bit PSN
+    /// names a request only within 2^23 PSNs of the expected one (IBTA vol. 1 §9.7.5), so
+    /// entries older than that window can never match, and an entry made 2^24 PSNs ago for
+    /// the same 24-bit PSN must not.
+    pub(crate) fn age_cache(&mut self) {
+        while self
+            .cache
+            .front()
+            .is_some_and(|c| c.end_count + (1 << 23) <= self.psn_count)
+        {
+            self.cache.pop_front();
+        }
+    }
+
+    /// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
+    /// the responder resources in use (a response not fully sent is one the requester still
+    /// waits for).
+    pub(crate) fn rd_atomic_in_use(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|o| match o {
+                RespOut::Read {
+                    first_psn,
+                    replay_end,
+                    ..
+                } => replay_end == first_psn,
+                RespOut::Atomic { replay, .. } => !replay,
+                RespOut::Ack { .. } => false,
+            })
+            .count()
+    }
+
+    /// Queue the replay `fresh` of the READ with MSN `msn`. Still sending that READ's
+    /// responses: restart them in place (keeps the PSN order of the queue) instead of sending
+    /// both runs. Only the responses that already left are retransmissions; the rest go out
+    /// for the first time.
+    pub(crate) fn queue_read_replay(&mut self, mut fresh: RespOut, msn: Msn) {
+        let queued = self
+            .out
+            .iter_mut()
+            .find(|o| matches!(o, RespOut::Read { msn: m, .. } if *m == msn));
+        match queued {
+            Some(o) => {
+                if let (
+                    RespOut::Read {
+                        first_psn,
+                        sent,
+                        replay_end: old_end,
+                        ..
+                    },
+                    RespOut::Read { replay_end, .. },
+                ) = (&*o, &mut fresh)
+                {
+                    // Sent before: by this run so far, or by an earlier one it replaced.
+                    let here = first_psn.add(*sent);
+                    *replay_end = if old_end.after(here) { *old_end } else { here };
+                }
+                *o = fresh;
+            }
+            None => self.out.push_back(fresh),
+        }
+    }
+
     /// The newest cached response of the kind `is_kind` accepts that holds the request
     /// PSN at unwrapped count `at` (a duplicate READ or atomic, IBTA §9.7.5.1.2).
     pub(crate) fn cached(

@@ -7,7 +7,7 @@
 //! applies an accepted modification and performs the state's side effects (flush on ERR,
 //! wipe on RESET, drain on SQD).
 
-use crate::wire::{Psn, Qpn, Syndrome};
+use crate::wire::{Psn, Qpn};
 
 use super::memory::Access;
 
@@ -593,8 +593,7 @@ use super::counters::QpCounters;
 use super::cq::{Cq, WcStatus, WorkCompletion};
 use super::memory::Pd;
 use super::requester::Requester;
-use super::responder::{RespOut, Responder};
-use super::timers::Timer;
+use super::responder::Responder;
 use super::trace::Event;
 
 /// Sizes and completion queues given at `create_qp` (`struct ibv_qp_init_attr`, RC).
@@ -668,30 +667,9 @@ impl Qp {
     /// Pop the head send WR and report it: always when it failed, when successful only
     /// if signaled (§10.8 / `IBV_SEND_SIGNALED`, `sq_sig_all`).
     pub fn complete_send_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, byte_len: u32) {
-        let Some(w) = self.req.sq.pop_front() else {
+        let Some(w) = self.req.pop_completed() else {
             return;
         };
-        if w.started {
-            if w.wr.opcode.is_read_or_atomic() {
-                self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-            }
-            if w.wr.opcode.consumes_recv() {
-                self.req.recv_msgs_inflight = self.req.recv_msgs_inflight.saturating_sub(1);
-            }
-        }
-        if self.req.tx_idx == 0 {
-            // We were (re)transmitting the WR that just completed: carry on with the next
-            // one from its oldest unacknowledged packet.
-            self.req.tx_pkt = match self.req.sq.front() {
-                Some(f) if f.started => f.acked_pkts,
-                _ => 0,
-            };
-        } else {
-            self.req.tx_idx -= 1;
-        }
-        if !self.req.outstanding() {
-            self.req.timers.stop(Timer::Retransmit);
-        }
         let signaled =
             self.init.sq_sig_all || w.wr.send_flags.contains(super::wr::SendFlags::SIGNALED);
         super::trace::qp_event!(
@@ -733,11 +711,11 @@ impl Qp {
         }
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
-        while !self.req.sq.is_empty() {
+        while self.req.sq_len() > 0 {
             self.complete_send_front(ctx, WcStatus::WrFlushErr, 0);
         }
-        self.req.timers.stop_transport();
-        while let Some(r) = self.resp.rq.pop_front() {
+        self.req.timers_mut().stop_transport();
+        while let Some(r) = self.resp.take_recv() {
             let wc = WorkCompletion {
                 wr_id: r.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -752,23 +730,8 @@ impl Qp {
             };
             ctx.complete(self.recv_cq, wc);
         }
-        // Requests already executed keep their answer: an ACK or an atomic response
-        // queued before the move still leaves (the QP sends nothing else in ERR). rxe
-        // sends its ACK in the same responder pass that executed the request
-        // (rxe_resp.c, RESPST_ACKNOWLEDGE), so a program that moves its QP to ERR right
-        // after a receive completion (librdmacm's rdma_disconnect) never leaves the peer
-        // retrying a request it executed. READ responses are not sent: their data is
-        // read at transmit time, and a QP in ERR touches no memory.
-        self.resp.out.retain(|o| {
-            matches!(
-                o,
-                RespOut::Ack {
-                    syndrome: Syndrome::Ack { .. },
-                    ..
-                } | RespOut::Atomic { .. }
-            )
-        });
-        self.resp.cur = None;
+        // Requests already executed keep their answer (as rxe's RESPST_ACKNOWLEDGE).
+        self.resp.keep_executed_answers();
         ud_flush(self, ctx);
     }
 
@@ -794,29 +757,9 @@ impl Qp {
                 0
             }
         }
-        use core::mem::size_of;
-        let sq: usize = self
-            .req
-            .sq
-            .iter()
-            .map(|w| {
-                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
-                    + w.segs.as_ref().map_or(0, spilled_bytes)
-            })
-            .sum();
-        let rq: usize = self
-            .resp
-            .rq
-            .iter()
-            .map(|r| r.segs.as_ref().map_or(0, spilled_bytes))
-            .sum();
-        size_of::<Qp>()
-            + self.req.sq.capacity() * size_of::<super::requester::SendWqe>()
-            + sq
-            + self.resp.rq.capacity() * size_of::<super::responder::RecvWqe>()
-            + rq
-            + self.resp.cache.capacity() * size_of::<super::responder::Cached>()
-            + self.resp.out.capacity() * size_of::<super::responder::RespOut>()
+        core::mem::size_of::<Qp>()
+            + self.req.heap_bytes(spilled_bytes)
+            + self.resp.heap_bytes(spilled_bytes)
     }
 }
 

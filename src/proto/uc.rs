@@ -233,14 +233,8 @@ pub(crate) fn handle_request(
 /// went out completes successfully (IBTA §9.4: UC completes on transmission; rxe
 /// `rxe_requester` completes UC WQEs once sent).
 pub(crate) fn packet_sent(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    if qp.req.tx_idx == 0 {
-        let k = qp.req.tx_pkt;
-        if let Some(w) = qp.req.sq.front_mut().filter(|w| w.started) {
-            w.acked_pkts = k;
-        }
-    }
-    while qp.req.tx_idx > 0 {
-        let len = qp.req.sq.front().map_or(0, |w| w.len);
+    qp.req.sent_counts_as_acked();
+    while let Some(len) = qp.req.head_sent_len() {
         qp.complete_send_front(ctx, super::cq::WcStatus::Success, len);
     }
 }

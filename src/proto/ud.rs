@@ -137,8 +137,7 @@ pub(crate) fn transmit(
                 return None;
             }
         };
-        let psn = qp.req.next_psn;
-        qp.req.next_psn = psn.add(1);
+        let psn = qp.req.take_psn();
         if w.len > mtu {
             // C10-93.1.1: nothing is emitted and no error is reported (rxe_req.c fakes
             // the send).
@@ -360,7 +359,7 @@ pub(crate) fn receive(
     let imm = view
         .ext_bytes(Ext::ImmDt)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    let Some(wqe) = qp.resp.rq.pop_front() else {
+    let Some(wqe) = qp.resp.take_recv() else {
         return (RxVerdict::NoRecvWqe, Some(slot));
     };
     let payload = view.payload();

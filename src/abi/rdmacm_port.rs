@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xrnic::cm::{Cm, CmConfig, CmEvent};
+use xrnic::proto::ud::grh_gids;
 use xrnic::proto::{GRH_LEN, Instant as CmInstant};
-use xrnic::service::gsi::grh_gids;
 use xrnic::verbs::{self as xv, AddressVector, GSI_QKEY, Qpn, RecvWr, SendWr, WrOpcode};
 use xrnic::wire::mad::MAD_LEN;
 

@@ -238,6 +238,29 @@ fn gather(ctx: &Ctx<'_>, segs: &[LocalSeg], out: &mut [u8]) -> bool {
     at == out.len()
 }
 
+/// Source and destination GIDs of a received GRH (the 40 bytes before a UD payload):
+/// for RoCE v2 over IPv4 the last 20 bytes are the IPv4 header (rxe's layout), else the
+/// IPv6 header ([`grh_of`] writes it). `None` when `g` is shorter than a GRH.
+pub fn grh_gids(g: &[u8]) -> Option<([u8; 16], [u8; 16])> {
+    if g.len() < GRH_LEN {
+        return None;
+    }
+    let mut s = [0u8; 16];
+    let mut d = [0u8; 16];
+    if g[20] >> 4 == 4 && g[..20] == [0u8; 20] {
+        s[10] = 0xff;
+        s[11] = 0xff;
+        d[10] = 0xff;
+        d[11] = 0xff;
+        s[12..].copy_from_slice(&g[32..36]);
+        d[12..].copy_from_slice(&g[36..40]);
+    } else {
+        s.copy_from_slice(&g[8..24]);
+        d.copy_from_slice(&g[24..40]);
+    }
+    Some((s, d))
+}
+
 /// The 40 bytes a UD receive buffer starts with, from the IP header of the frame
 /// (rxe `build_rdma_network_hdr`: the IPv4 header in the last 20 bytes of `union
 /// rdma_network_hdr`, the IPv6 header as the whole GRH).

@@ -16,7 +16,7 @@ use crate::device::context;
 use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 #[repr(C)]
 pub struct XAh {
@@ -90,7 +90,7 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int>
         if std::env::var_os("XRNIC_DEBUG").is_some() {
             eprintln!("xrnic: ibv_create_ah: {e}");
         }
-        errno_of(&e)
+        e.errno()
     })?;
     p.users.fetch_add(1, Ordering::SeqCst);
     let x = Box::into_raw(Box::new(XAh {

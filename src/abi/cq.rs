@@ -27,7 +27,7 @@ use crate::device::context;
 use crate::live::{self, Kind};
 use crate::mr::next_handle;
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 #[repr(C)]
 pub struct XChannel {
@@ -296,7 +296,7 @@ pub extern "C" fn ibv_create_cq(
         let cq = match x.dev.create_cq(cqe as usize) {
             Ok(c) => c,
             Err(e) => {
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 return core::ptr::null_mut();
             }
         };

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use xrnic::verbs::{self as xv, Mtu, PortState};
 
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 /// An `ibv_device` and what xrnic needs to open it.
 #[repr(C)]
@@ -327,7 +327,7 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
             Ok(None) => core::ptr::null_mut(),
             Err(e) => {
                 eprintln!("xrnic: cannot open {}: {e}", xdev.ifname);
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 core::ptr::null_mut()
             }
         }

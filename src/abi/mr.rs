@@ -11,7 +11,7 @@ use xrnic::verbs::{self as xv, Access};
 use crate::device::context;
 use crate::live::{self, Kind};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 #[repr(C)]
 pub struct XPd {
@@ -70,7 +70,7 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
                 p as *mut ibv_pd
             }
             Err(e) => {
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 core::ptr::null_mut()
             }
         }
@@ -145,7 +145,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
             x as *mut ibv_mr
         }
         Err(e) => {
-            set_errno(errno_of(&e));
+            set_errno(e.errno());
             core::ptr::null_mut()
         }
     }

@@ -28,7 +28,7 @@ use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
 use crate::srq::{XSrq, xsrq};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
@@ -153,7 +153,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         xv::QpType::Ud => p.pd.create_ud_qp(&qi),
         t => p.pd.create_qp_ext(&qi, t, srq.map(|s| &s.srq)),
     }
-    .map_err(|e| errno_of(&e))?;
+    .map_err(|e| e.errno())?;
     // SAFETY: ibv_qp is C data for which all-zero is valid (NULL pointers, RESET state,
     // glibc's static mutex / condition initialisers).
     let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
@@ -180,7 +180,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         let slots = c.max_send_wr as usize + 1;
         let mr =
             p.pd.reg_mr(slot * slots, Access::LOCAL_WRITE)
-                .map_err(|e| errno_of(&e))?;
+                .map_err(|e| e.errno())?;
         Some(Inline {
             mr,
             slot,
@@ -325,7 +325,7 @@ fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_
         if std::env::var_os("XRNIC_DEBUG").is_some() {
             eprintln!("xrnic: ibv_modify_qp: {e}");
         }
-        return Err(errno_of(&e));
+        return Err(e.errno());
     }
     if m.contains(AttrMask::STATE) {
         // SAFETY: the program's QP struct; `state` is a plain int it may read.
@@ -358,7 +358,7 @@ pub extern "C" fn ibv_query_qp(
         }
         let q = match x.qp.query() {
             Ok(q) => q,
-            Err(e) => return ret(Err(errno_of(&e))),
+            Err(e) => return ret(Err(e.errno())),
         };
         let mut o = ibv_qp_attr {
             qp_state: q.qp_state as c_int,
@@ -498,7 +498,7 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
     }
     let mut next = inl.next.lock().unwrap_or_else(|e| e.into_inner());
     let off = *next * inl.slot;
-    inl.mr.write(off, &bytes).map_err(|e| errno_of(&e))?;
+    inl.mr.write(off, &bytes).map_err(|e| e.errno())?;
     s.sg_list.clear();
     if total > 0 {
         s.sg_list.push(Sge {
@@ -515,12 +515,12 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
 /// Hand one request to the engine: a UD one with its `wr.ud` destination.
 fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
     if x.qp_type != IBV_QPT_UD {
-        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+        return x.qp.post_send(s).map_err(|e| e.errno());
     }
     // SAFETY: the program does not destroy the AH `w.ud_ah()` while this call uses it.
     let ah = unsafe { xah(w.ud_ah()) }.ok_or(libc::EINVAL)?;
     x.qp.post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
-        .map_err(|e| errno_of(&e))
+        .map_err(|e| e.errno())
 }
 
 /// `ctx->ops.post_send`: 0, or the errno with `*bad` at the first refused request.
@@ -579,7 +579,7 @@ pub unsafe extern "C" fn post_recv(
                     wr_id: w.wr_id,
                     sg_list: sg,
                 })
-                .map_err(|e| errno_of(&e))
+                .map_err(|e| e.errno())
             });
             if let Err(e) = r {
                 if !bad.is_null() {

@@ -702,10 +702,7 @@ pub extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) ->
             .resolve_path(Some(&x.c().route.addr.ib.sgid.raw), &dgid)
         {
             Ok(_) => push(x.c().channel, event(x, ev::ROUTE_RESOLVED, 0)),
-            Err(e) => push(
-                x.c().channel,
-                event(x, ev::ROUTE_ERROR, -crate::errno_of(&e)),
-            ),
+            Err(e) => push(x.c().channel, event(x, ev::ROUTE_ERROR, -e.errno())),
         }
         errno_ret(sync::complete(x))
     })

@@ -90,7 +90,7 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     let dev = x.dev.clone();
     let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
         eprintln!("xrnic: rdma_cm on {ifname}: {e}");
-        crate::errno_of(&e)
+        e.errno()
     })?);
     g.push(p.clone());
     AT_EXIT.call_once(|| {
@@ -289,7 +289,7 @@ impl Port {
     /// service is told first (a listen of another process there: EADDRINUSE).
     pub fn listen(&self, service_id: u64, listener: u64) -> Result<(), i32> {
         if let Mads::Relay(r) = &self.mads {
-            r.listen(service_id).map_err(|e| crate::errno_of(&e))?;
+            r.listen(service_id).map_err(|e| e.errno())?;
         }
         if self.with_cm(|cm, _| cm.listen(service_id, listener)) {
             return Ok(());

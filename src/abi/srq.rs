@@ -14,7 +14,7 @@ use xrnic::verbs::{self as xv, RecvWr, SrqAttr, SrqAttrMask};
 use crate::live::{self, Kind};
 use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 #[repr(C)]
 pub struct XSrq {
@@ -74,8 +74,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq,
         max_sge: a.attr.max_sge,
         srq_limit: a.attr.srq_limit,
     };
-    let srq = p.pd.create_srq(&want).map_err(|e| errno_of(&e))?;
-    let got = srq.query().map_err(|e| errno_of(&e))?;
+    let srq = p.pd.create_srq(&want).map_err(|e| e.errno())?;
+    let got = srq.query().map_err(|e| e.errno())?;
     // What the SRQ holds, written back as providers do.
     a.attr.max_wr = got.max_wr;
     a.attr.max_sge = got.max_sge;
@@ -121,7 +121,7 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
         ret(x
             .srq
             .modify(&s, SrqAttrMask(mask as u32))
-            .map_err(|e| errno_of(&e)))
+            .map_err(|e| e.errno()))
     })
 }
 
@@ -150,7 +150,7 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
                 };
                 0
             }
-            Err(e) => ret(Err(errno_of(&e))),
+            Err(e) => ret(Err(e.errno())),
         }
     })
 }
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn post_srq_recv(
                         wr_id: w.wr_id,
                         sg_list: sg,
                     })
-                    .map_err(|e| errno_of(&e))
+                    .map_err(|e| e.errno())
             });
             if let Err(e) = r {
                 if !bad.is_null() {

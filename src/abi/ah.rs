@@ -12,36 +12,12 @@ use core::sync::atomic::Ordering;
 
 use xrnic::verbs::{self as xv, AddressVector, GidType};
 
-use crate::device::context;
+use crate::context::{XAh, context, next_handle, xpd};
 use crate::live::{self, Kind};
-use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
 use crate::{guard, ret, set_errno};
 
-#[repr(C)]
-pub struct XAh {
-    pub ibv: ibv_ah,
-    pub ah: xv::Ah,
-    pd: *const XPd,
-}
-
-/// The address handle behind `ah`, if it is live (a lookup: a UD post with a stale or
-/// foreign pointer is EINVAL instead of a read of freed memory).
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live AH, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// AH is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_destroy_ah` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
-    // SAFETY: a live Ah entry is a leaked Box<XAh> whose first field is the ibv_ah.
-    live::is(ah, Kind::Ah).then(|| unsafe { &*(ah as *const XAh) })
-}
-
-/// The 20 bits of a GRH flow label.
-pub const FLOW_LABEL_MASK: u32 = 0xf_ffff;
+use xrnic::verbs::ibv::conv::FLOW_LABEL_MASK;
 
 /// The address vector of an `ibv_ah_attr`. RoCE needs the GRH (IBTA vol. 1 annex
 /// A17.4; ib_core `rdma_check_ah_attr` refuses a RoCE AH without IB_AH_GRH); port 1 is
@@ -81,7 +57,7 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int>
         return Err(libc::EINVAL);
     }
     // rxe's create_ah goes to the kernel (ibv_cmd_create_ah), EIO once disassociated.
-    if crate::device::ctx_gone(p.ibv.context) {
+    if crate::context::ctx_gone(p.ibv.context) {
         return Err(libc::EIO);
     }
     // SAFETY: `attr` points to the caller's ibv_ah_attr (verbs.h contract).
@@ -261,7 +237,7 @@ fn init_from_wc(
     }
     // rdma-core's looks the GID up (ibv_query_gid / ibv_find_gid_index): -1 once the
     // device is gone.
-    if crate::device::gone(x) {
+    if crate::context::gone(x) {
         return Err(libc::EIO);
     }
     // SAFETY: `wc` points to the caller's completion (verbs.h contract).

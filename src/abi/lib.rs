@@ -20,6 +20,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod ah;
+mod context;
 mod cq;
 mod device;
 mod events;

@@ -9,7 +9,7 @@
 
 use core::ffi::c_int;
 
-use crate::qp::xqp;
+use crate::context::xqp;
 use crate::types::*;
 use crate::{guard, ret};
 
@@ -27,7 +27,7 @@ fn change(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> Resul
     if gid.is_null() {
         return Err(libc::EINVAL);
     }
-    if crate::device::ctx_gone(q.ibv.context) {
+    if crate::context::ctx_gone(q.ibv.context) {
         return Err(libc::EIO);
     }
     // SAFETY: `gid` points to the caller's 16-byte union ibv_gid (verbs.h contract),

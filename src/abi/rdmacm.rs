@@ -27,7 +27,7 @@ use std::time::Duration;
 use xrnic::cm::{CmEvent, CmId, ConnParam, Path};
 use xrnic::wire::mad::{CMA_HDR_LEN, CmaHdr, RDMA_PS_TCP, RDMA_PS_UDP, rej_reason, service_id};
 
-use crate::rdmacm_port::{Port, port};
+use crate::rdmacm_port::{Port, Upcalls};
 use crate::types::*;
 use crate::{guard, set_errno};
 
@@ -592,7 +592,7 @@ fn attach(x: &XId, ip: IpAddr) -> Result<Arc<Port>, c_int> {
     if !crate::device::netdevs().contains(&ifname) {
         return Err(libc::ENODEV);
     }
-    let p = port(&ifname)?;
+    let p = cm_port(&ifname)?;
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
     let id = unsafe { id_mut(x) };
     id.verbs = p.ctx;
@@ -723,7 +723,7 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
                 Some(p) => vec![p],
                 None => crate::device::netdevs()
                     .iter()
-                    .filter_map(|n| port(n).ok())
+                    .filter_map(|n| cm_port(n).ok())
                     .collect(),
             };
         if ports.is_empty() {
@@ -1052,7 +1052,7 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         let path = Path {
             local_gid,
             remote_gid,
-            mtu: crate::device::ibv_mtu(p.dev.query_port().active_mtu) as u8,
+            mtu: xrnic::verbs::ibv::conv::mtu_to_ibv(p.dev.query_port().active_mtu) as u8,
             hop_limit,
             traffic_class: 0,
             flow_label: 0,
@@ -1199,6 +1199,17 @@ unsafe fn conn_id<'a>(p: &Port, c: CmId) -> Option<&'a XId> {
 
 /// A CM event of port `p`, turned into the `RDMA_CM_EVENT_*` its id's program sees
 /// (called by the port with no lock held).
+/// What a port calls back into the ids: [`dispatch`] and the ids' publication.
+static UPCALLS: Upcalls = Upcalls {
+    dispatch,
+    publish: publish_ids,
+};
+
+/// The CM port of `ifname` (rdmacm_port.rs), opened on first use.
+fn cm_port(ifname: &str) -> Result<std::sync::Arc<Port>, i32> {
+    crate::rdmacm_port::port(ifname, &UPCALLS)
+}
+
 pub fn dispatch(p: &Port, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest {
@@ -1470,7 +1481,7 @@ pub extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_context {
     guard(core::ptr::null_mut(), || {
         let ctxs: Vec<*mut ibv_context> = crate::device::netdevs()
             .iter()
-            .filter_map(|n| port(n).ok())
+            .filter_map(|n| cm_port(n).ok())
             .map(|p| p.ctx)
             .collect();
         if !num.is_null() {

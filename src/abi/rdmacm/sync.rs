@@ -115,7 +115,7 @@ pub(super) fn complete_init(
     // (src/abi/qp.rs), and a program may give a PD of a context it opened itself
     // (librdmacm would refuse a PD not of `id->verbs`; xrnic's ids take either).
     // SAFETY: the program does not destroy the PD `pd` while this call uses it.
-    let ctx = unsafe { crate::mr::xpd(pd) }.map_or(ctx, |p| p.ibv.context);
+    let ctx = unsafe { crate::context::xpd(pd) }.map_or(ctx, |p| p.ibv.context);
     let make = |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
         let ch = crate::cq::ibv_create_comp_channel(ctx);
         if ch.is_null() {

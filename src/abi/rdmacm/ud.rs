@@ -111,7 +111,7 @@ pub(super) fn connect(
     let path = Path {
         local_gid: x.c().route.addr.ib.sgid.raw,
         remote_gid,
-        mtu: crate::device::ibv_mtu(p.dev.query_port().active_mtu) as u8,
+        mtu: xrnic::verbs::ibv::conv::mtu_to_ibv(p.dev.query_port().active_mtu) as u8,
         hop_limit: p.dev.route_hop_limit(&remote_gid),
         traffic_class: 0,
         flow_label: 0,

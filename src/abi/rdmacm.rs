@@ -196,6 +196,14 @@ pub struct XId {
 }
 
 impl XId {
+    /// The C struct, to write through (it lives in an `UnsafeCell`, see [`XId`]). A
+    /// caller that makes a `&mut` of it must hold no other reference to it meanwhile, and
+    /// the program does not use the id from another thread (librdmacm's own calls on
+    /// one id are not thread-safe either): each such site says so in its `SAFETY` line.
+    fn id_ptr(&self) -> *mut rdma_cm_id {
+        self.id.get()
+    }
+
     fn c(&self) -> &rdma_cm_id {
         // SAFETY: see the struct comment; reads of the C struct.
         unsafe { &*self.id.get() }
@@ -594,26 +602,13 @@ fn attach(x: &XId, ip: IpAddr) -> Result<Arc<Port>, c_int> {
     }
     let p = cm_port(&ifname)?;
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-    let id = unsafe { id_mut(x) };
+    let id = unsafe { &mut *x.id_ptr() };
     id.verbs = p.ctx;
     id.port_num = 1;
     id.route.addr.ib.sgid.raw = gid_of(ip);
     id.route.addr.ib.pkey = 0xffff;
     x.st.lock().unwrap_or_else(|e| e.into_inner()).port = Some(p.clone());
     Ok(p)
-}
-
-/// The C struct of `x`, to write (it lives in an `UnsafeCell`, see [`XId`]).
-///
-/// # Safety
-///
-/// No other reference to `x`'s `rdma_cm_id` may be live while the returned one is used:
-/// the caller holds none across this one, and the program does not use the id from
-/// another thread meanwhile (librdmacm's own calls on one id are not thread-safe either).
-#[allow(clippy::mut_from_ref)]
-unsafe fn id_mut(x: &XId) -> &mut rdma_cm_id {
-    // SAFETY: the caller's contract: this is the only reference to the cell's contents.
-    unsafe { &mut *x.id.get() }
 }
 
 pub extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
@@ -634,7 +629,7 @@ pub extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr)
             }
         }
         // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-        store(&mut unsafe { id_mut(x) }.route.addr.src, a);
+        store(&mut unsafe { &mut *x.id_ptr() }.route.addr.src, a);
         0
     })
 }
@@ -672,7 +667,7 @@ pub extern "C" fn rdma_resolve_addr(
                 };
                 // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
                 // is used.
-                let idm = unsafe { id_mut(x) };
+                let idm = unsafe { &mut *x.id_ptr() };
                 store(&mut idm.route.addr.src, SocketAddr::new(ip, sport));
                 store(&mut idm.route.addr.dst, d);
                 idm.route.addr.ib.dgid.raw = gid_of(d.ip());
@@ -737,7 +732,7 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
         }
         if x.c().verbs.is_null() {
             // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-            unsafe { id_mut(x) }.verbs = ports[0].ctx;
+            unsafe { &mut *x.id_ptr() }.verbs = ports[0].ctx;
         }
         let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
         st.listen = Some(sid);
@@ -932,7 +927,7 @@ pub extern "C" fn rdma_create_qp(
             return -1;
         }
         // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-        let idm = unsafe { id_mut(x) };
+        let idm = unsafe { &mut *x.id_ptr() };
         idm.qp = qp;
         // SAFETY: `init` is the caller's attribute struct, read after create filled it.
         unsafe {
@@ -950,7 +945,7 @@ pub extern "C" fn rdma_create_qp(
         if let Err(e) = moved {
             crate::qp::ibv_destroy_qp(qp);
             // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-            unsafe { id_mut(x) }.qp = core::ptr::null_mut();
+            unsafe { &mut *x.id_ptr() }.qp = core::ptr::null_mut();
             return err(e, -1);
         }
         0
@@ -965,7 +960,7 @@ pub extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
                 crate::qp::ibv_destroy_qp(x.c().qp);
                 // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
                 // is used.
-                unsafe { id_mut(x) }.qp = core::ptr::null_mut();
+                unsafe { &mut *x.id_ptr() }.qp = core::ptr::null_mut();
             }
             sync::destroy_cqs(x);
         }
@@ -1197,8 +1192,6 @@ unsafe fn conn_id<'a>(p: &Port, c: CmId) -> Option<&'a XId> {
     unsafe { xid(ptr as *mut rdma_cm_id) }
 }
 
-/// A CM event of port `p`, turned into the `RDMA_CM_EVENT_*` its id's program sees
-/// (called by the port with no lock held).
 /// What a port calls back into the ids: [`dispatch`] and the ids' publication.
 static UPCALLS: Upcalls = Upcalls {
     dispatch,
@@ -1210,6 +1203,8 @@ fn cm_port(ifname: &str) -> Result<std::sync::Arc<Port>, i32> {
     crate::rdmacm_port::port(ifname, &UPCALLS)
 }
 
+/// A CM event of port `p`, turned into the `RDMA_CM_EVENT_*` its id's program sees
+/// (called by the port with no lock held).
 pub fn dispatch(p: &Port, e: CmEvent) {
     match e {
         CmEvent::ConnectRequest {
@@ -1217,171 +1212,19 @@ pub fn dispatch(p: &Port, e: CmEvent) {
             id: c,
             from: _,
             req,
-        } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(l) = (unsafe { xid(listener as *mut rdma_cm_id) }) else {
-                p.with_cm(|cm, _| cm.reject(c, rej_reason::INVALID_SERVICE_ID, &[]));
-                return;
-            };
-            let Some(h) = CmaHdr::parse(&req.private_data) else {
-                p.with_cm(|cm, _| cm.reject(c, rej_reason::CONSUMER_DEFINED, &[]));
-                return;
-            };
-            let lport = sockaddr(&l.c().route.addr.src as *const _ as *const libc::sockaddr)
-                .map_or(0, |a| a.port());
-            let child = new_child(l);
-            // SAFETY: just made, registered, not yet visible to the program.
-            let cx = unsafe { &*child };
-            // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
-            let ci = unsafe { id_mut(cx) };
-            ci.verbs = p.ctx;
-            ci.port_num = 1;
-            store(&mut ci.route.addr.src, SocketAddr::new(h.dst, lport));
-            store(&mut ci.route.addr.dst, h.src);
-            ci.route.addr.ib.sgid.raw = gid_of(h.dst);
-            ci.route.addr.ib.dgid.raw = gid_of(h.src.ip());
-            ci.route.addr.ib.pkey = 0xffff;
-            {
-                let mut st = cx.st.lock().unwrap_or_else(|e| e.into_inner());
-                st.port = ports_arc(p);
-                st.cm = Some(c);
-            }
-            reg(|r| {
-                r.conns
-                    .insert((p as *const Port as usize, c), child as usize)
-            });
-            let mut ev = conn_event(
-                cx,
-                ev::CONNECT_REQUEST,
-                Some(ConnNumbers {
-                    responder_resources: req.responder_resources,
-                    initiator_depth: req.initiator_depth,
-                    retry_count: req.retry_count,
-                    rnr_retry_count: req.rnr_retry_count,
-                    srq: u8::from(req.srq),
-                    qp_num: req.local_qpn,
-                }),
-                &req.private_data[CMA_HDR_LEN..],
-            );
-            ev.ev.listen_id = listener as *mut rdma_cm_id;
-            push(l.c().channel, ev);
-        }
-        CmEvent::ConnectResponse { id: c, rep } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            let remote = ConnNumbers {
-                responder_resources: rep.responder_resources,
-                initiator_depth: rep.initiator_depth,
-                retry_count: 0,
-                rnr_retry_count: rep.rnr_retry_count,
-                srq: u8::from(rep.srq),
-                qp_num: rep.local_qpn,
-            };
-            {
-                let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
-                st.rep_private = rep.private_data.to_vec();
-                st.remote = Some(remote);
-            }
-            if x.c().qp.is_null() {
-                // No QP on the id: the program moves its own and calls rdma_establish.
-                push(
-                    x.c().channel,
-                    conn_event(x, ev::CONNECT_RESPONSE, Some(remote), &rep.private_data),
-                );
-                return;
-            }
-            match move_qp(x, 2).and_then(|()| move_qp(x, 3)) {
-                Ok(()) => {
-                    p.with_cm(|cm, _| cm.rtu(c));
-                }
-                Err(e) => {
-                    // librdmacm: a QP that cannot move rejects the REP.
-                    p.with_cm(|cm, _| cm.reject(c, rej_reason::CONSUMER_DEFINED, &[]));
-                    push(x.c().channel, event(x, ev::CONNECT_ERROR, -e));
-                }
-            }
-        }
-        CmEvent::Established { id: c } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            let (remote, private) = {
-                let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
-                (st.remote, st.rep_private.clone())
-            };
-            push(
-                x.c().channel,
-                conn_event(x, ev::ESTABLISHED, remote, &private),
-            );
-        }
+        } => on_connect_request(p, listener, c, &req),
+        CmEvent::ConnectResponse { id: c, rep } => on_connect_response(p, c, &rep),
+        CmEvent::Established { id: c } => on_established(p, c),
         CmEvent::Rejected {
             id: c,
             reason,
             private_data,
-        } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            if ud::is_ud(x) {
-                // A SIDR_REP with a status other than OK.
-                ud::on_refused(p, c, reason);
-                return;
-            }
-            let mut e = conn_event(x, ev::REJECTED, Some(Default::default()), &private_data);
-            e.ev.status = c_int::from(reason);
-            push(x.c().channel, e);
-        }
-        CmEvent::Unreachable { id: c } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            push(x.c().channel, event(x, ev::UNREACHABLE, -libc::ETIMEDOUT));
-        }
-        CmEvent::Disconnected { id: c } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            push(x.c().channel, event(x, ev::DISCONNECTED, 0));
-        }
-        CmEvent::DreqError { id: c } => {
-            // cma.c cma_ib_handler: IB_CM_DREQ_ERROR is DISCONNECTED with -ETIMEDOUT.
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            push(x.c().channel, event(x, ev::DISCONNECTED, -libc::ETIMEDOUT));
-        }
-        CmEvent::TimewaitExit { id: c } => {
-            // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
-            // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
-            // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
-            let Some(x) = (unsafe { conn_id(p, c) }) else {
-                return;
-            };
-            reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
-            x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
-            push(x.c().channel, event(x, ev::TIMEWAIT_EXIT, 0));
-        }
+        } => on_rejected(p, c, reason, &private_data),
+        CmEvent::Unreachable { id: c } => notify(p, c, ev::UNREACHABLE, -libc::ETIMEDOUT),
+        CmEvent::Disconnected { id: c } => notify(p, c, ev::DISCONNECTED, 0),
+        // cma.c cma_ib_handler: IB_CM_DREQ_ERROR is DISCONNECTED with -ETIMEDOUT.
+        CmEvent::DreqError { id: c } => notify(p, c, ev::DISCONNECTED, -libc::ETIMEDOUT),
+        CmEvent::TimewaitExit { id: c } => on_timewait_exit(p, c),
         CmEvent::SidrRequest {
             listener,
             id: c,
@@ -1390,6 +1233,161 @@ pub fn dispatch(p: &Port, e: CmEvent) {
         } => ud::on_request(p, listener, c, from, &req),
         CmEvent::SidrReply { id: c, rep } => ud::on_reply(p, c, &rep),
     }
+}
+
+/// A REQ for listener `listener`: a new child id on the listener's channel
+/// (RDMA_CM_EVENT_CONNECT_REQUEST), or a REJ when the listener is gone or the REQ carries
+/// no CMA header.
+fn on_connect_request(p: &Port, listener: u64, c: CmId, req: &xrnic::wire::mad::Req) {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(l) = (unsafe { xid(listener as *mut rdma_cm_id) }) else {
+        p.with_cm(|cm, _| cm.reject(c, rej_reason::INVALID_SERVICE_ID, &[]));
+        return;
+    };
+    let Some(h) = CmaHdr::parse(&req.private_data) else {
+        p.with_cm(|cm, _| cm.reject(c, rej_reason::CONSUMER_DEFINED, &[]));
+        return;
+    };
+    let lport = sockaddr(&l.c().route.addr.src as *const _ as *const libc::sockaddr)
+        .map_or(0, |a| a.port());
+    let child = new_child(l);
+    // SAFETY: just made, registered, not yet visible to the program.
+    let cx = unsafe { &*child };
+    // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
+    let ci = unsafe { &mut *cx.id_ptr() };
+    ci.verbs = p.ctx;
+    ci.port_num = 1;
+    store(&mut ci.route.addr.src, SocketAddr::new(h.dst, lport));
+    store(&mut ci.route.addr.dst, h.src);
+    ci.route.addr.ib.sgid.raw = gid_of(h.dst);
+    ci.route.addr.ib.dgid.raw = gid_of(h.src.ip());
+    ci.route.addr.ib.pkey = 0xffff;
+    {
+        let mut st = cx.st.lock().unwrap_or_else(|e| e.into_inner());
+        st.port = ports_arc(p);
+        st.cm = Some(c);
+    }
+    reg(|r| {
+        r.conns
+            .insert((p as *const Port as usize, c), child as usize)
+    });
+    let mut ev = conn_event(
+        cx,
+        ev::CONNECT_REQUEST,
+        Some(ConnNumbers {
+            responder_resources: req.responder_resources,
+            initiator_depth: req.initiator_depth,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            srq: u8::from(req.srq),
+            qp_num: req.local_qpn,
+        }),
+        &req.private_data[CMA_HDR_LEN..],
+    );
+    ev.ev.listen_id = listener as *mut rdma_cm_id;
+    push(l.c().channel, ev);
+}
+
+/// The REP of an active id: its QP to RTR and RTS and the RTU (librdmacm's
+/// `ucma_process_conn_resp`), or, with no QP on the id, RDMA_CM_EVENT_CONNECT_RESPONSE.
+fn on_connect_response(p: &Port, c: CmId, rep: &xrnic::wire::mad::Rep) {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
+    let remote = ConnNumbers {
+        responder_resources: rep.responder_resources,
+        initiator_depth: rep.initiator_depth,
+        retry_count: 0,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: u8::from(rep.srq),
+        qp_num: rep.local_qpn,
+    };
+    {
+        let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
+        st.rep_private = rep.private_data.to_vec();
+        st.remote = Some(remote);
+    }
+    if x.c().qp.is_null() {
+        // No QP on the id: the program moves its own and calls rdma_establish.
+        push(
+            x.c().channel,
+            conn_event(x, ev::CONNECT_RESPONSE, Some(remote), &rep.private_data),
+        );
+        return;
+    }
+    match move_qp(x, 2).and_then(|()| move_qp(x, 3)) {
+        Ok(()) => {
+            p.with_cm(|cm, _| cm.rtu(c));
+        }
+        Err(e) => {
+            // librdmacm: a QP that cannot move rejects the REP.
+            p.with_cm(|cm, _| cm.reject(c, rej_reason::CONSUMER_DEFINED, &[]));
+            push(x.c().channel, event(x, ev::CONNECT_ERROR, -e));
+        }
+    }
+}
+
+/// RDMA_CM_EVENT_ESTABLISHED, with the numbers and private data of the REP.
+fn on_established(p: &Port, c: CmId) {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
+    let (remote, private) = {
+        let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
+        (st.remote, st.rep_private.clone())
+    };
+    push(
+        x.c().channel,
+        conn_event(x, ev::ESTABLISHED, remote, &private),
+    );
+}
+
+/// A REJ (RDMA_CM_EVENT_REJECTED, its reason as the status), or a refused SIDR_REQ.
+fn on_rejected(p: &Port, c: CmId, reason: u16, private_data: &[u8]) {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
+    if ud::is_ud(x) {
+        // A SIDR_REP with a status other than OK.
+        ud::on_refused(p, c, reason);
+        return;
+    }
+    let mut e = conn_event(x, ev::REJECTED, Some(Default::default()), private_data);
+    e.ev.status = c_int::from(reason);
+    push(x.c().channel, e);
+}
+
+/// An event with no connection data (`kind`, `status`) on the id of connection `c`.
+fn notify(p: &Port, c: CmId, kind: c_int, status: c_int) {
+    // SAFETY: the port thread looks the id up (registered ids only) and uses it for this
+    // event. It relies on the program not destroying the id meanwhile (librdmacm: an id is
+    // destroyed only after its events are acked); nothing here holds rdma_destroy_id off.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
+    push(x.c().channel, event(x, kind, status));
+}
+
+/// The connection's time-wait is over: the id leaves it (RDMA_CM_EVENT_TIMEWAIT_EXIT).
+fn on_timewait_exit(p: &Port, c: CmId) {
+    // SAFETY: as in `notify`.
+    let Some(x) = (unsafe { conn_id(p, c) }) else {
+        return;
+    };
+    reg(|r| r.conns.remove(&(p as *const Port as usize, c)));
+    x.st.lock().unwrap_or_else(|e| e.into_inner()).cm = None;
+    push(x.c().channel, event(x, ev::TIMEWAIT_EXIT, 0));
 }
 
 fn ports_arc(p: &Port) -> Option<Arc<Port>> {
@@ -1427,7 +1425,7 @@ pub extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_chann
             return err(libc::EINVAL, -1);
         }
         // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-        unsafe { id_mut(x) }.channel = ch;
+        unsafe { &mut *x.id_ptr() }.channel = ch;
         0
     })
 }

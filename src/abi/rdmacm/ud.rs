@@ -171,7 +171,7 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
     // SAFETY: just made, registered, not yet visible to the program.
     let cx = unsafe { &*child };
     // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
-    let ci = unsafe { id_mut(cx) };
+    let ci = unsafe { &mut *cx.id_ptr() };
     ci.verbs = p.ctx;
     ci.port_num = 1;
     ci.qp_type = QPT_UD;

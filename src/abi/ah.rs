@@ -19,25 +19,10 @@ use crate::{guard, ret, set_errno};
 
 use xrnic::verbs::ibv::conv::FLOW_LABEL_MASK;
 
-/// The address vector of an `ibv_ah_attr`. RoCE needs the GRH (IBTA vol. 1 annex
-/// A17.4; ib_core `rdma_check_ah_attr` refuses a RoCE AH without IB_AH_GRH); port 1 is
-/// the only port. The flow label keeps its low 20 bits, the GRH's field (IBTA vol. 1
-/// 8.3.1): ib_core stores what the caller gives and the hardware and rxe put only those
-/// bits on the wire, so programs pass more (UCX 1.13's UD transport gives 0xffffffff)
-/// and succeed; refusing them made every such send EINVAL.
+/// The address vector of an `ibv_ah_attr` (xrnic::verbs::ibv::conv: the GRH required,
+/// port 1, the flow label's 20 bits), EINVAL otherwise.
 pub fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
-    if a.is_global == 0 || a.port_num != 1 {
-        return Err(libc::EINVAL);
-    }
-    let g = &a.grh;
-    Ok(AddressVector {
-        dgid: g.dgid.raw,
-        sgid_index: g.sgid_index,
-        traffic_class: g.traffic_class,
-        hop_limit: g.hop_limit,
-        flow_label: g.flow_label & FLOW_LABEL_MASK,
-        ..AddressVector::default()
-    })
+    AddressVector::try_from(a).map_err(|e| xv::Error::Verbs(e).errno())
 }
 
 pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {

@@ -125,6 +125,26 @@ fn av_from_grh(g: &ibv_global_route) -> AddressVector {
     }
 }
 
+/// The address vector of an `ibv_create_ah`'s `ibv_ah_attr`. RoCE needs the GRH (IBTA
+/// vol. 1 annex A17.4; ib_core `rdma_check_ah_attr` refuses a RoCE AH without
+/// IB_AH_GRH); port 1 is the only port. The flow label keeps its low 20 bits, the GRH's
+/// field (IBTA vol. 1 §8.3.1): ib_core stores what the caller gives and the hardware and
+/// rxe put only those bits on the wire, so programs pass more (UCX 1.13's UD transport
+/// gives 0xffffffff) and succeed.
+impl TryFrom<&ibv_ah_attr> for AddressVector {
+    type Error = VerbsError;
+
+    fn try_from(a: &ibv_ah_attr) -> Result<AddressVector, VerbsError> {
+        if a.is_global == 0 {
+            return Err(VerbsError::InvalidValue("address handle without a GRH"));
+        }
+        if a.port_num != 1 {
+            return Err(VerbsError::InvalidValue("port number"));
+        }
+        Ok(av_from_grh(&a.grh))
+    }
+}
+
 /// `ibv_modify_qp`'s attributes: the fields `mask` names, the enums among them checked
 /// (an undefined state or MTU is EINVAL, as rxe's `rxe_qp_chk_attr` and the kernel's
 /// `ib_modify_qp_is_ok` refuse them). An address vector must carry a GRH: RoCE addresses
@@ -341,6 +361,23 @@ mod tests {
         assert!(QpAttr::try_from((&c, AttrMask::STATE)).is_ok());
         // A query answer (a QP before RTR has no address vector) is not refused.
         assert!(QpAttr::from_ibv_query(&c).is_ok());
+    }
+
+    #[test]
+    fn an_ah_attr_needs_its_grh_and_port_1() {
+        let mut a = ibv_qp_attr::from(&rts_attr()).ah_attr;
+        a.grh.flow_label = 0xffff_ffff;
+        let av = AddressVector::try_from(&a).unwrap();
+        assert_eq!(
+            (av.flow_label, av.dgid, av.sgid_index),
+            (0xf_ffff, [7; 16], 2)
+        );
+        assert_eq!((av.hop_limit, av.traffic_class, av.vlan_tci), (64, 3, None));
+        a.port_num = 2;
+        assert!(AddressVector::try_from(&a).is_err());
+        a.port_num = 1;
+        a.is_global = 0;
+        assert!(AddressVector::try_from(&a).is_err());
     }
 
     #[test]

@@ -21,6 +21,8 @@ use xrnic::verbs::{
     WrOpcode,
 };
 
+use xrnic::verbs::ibv::conv::wr_opcode_from_ibv;
+
 use crate::context::{
     Inline, MAX_INLINE_DATA, XQp, XSrq, next_handle, sges, xah, xcq, xpd, xqp, xsrq,
 };
@@ -267,17 +269,7 @@ pub extern "C" fn ibv_query_qp(
 const IBV_SEND_INLINE: u32 = 1 << 3;
 
 fn send_wr(x: &XQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
-    let op = match w.opcode {
-        0 => WrOpcode::RdmaWrite,
-        1 => WrOpcode::RdmaWriteWithImm,
-        2 => WrOpcode::Send,
-        3 => WrOpcode::SendWithImm,
-        4 => WrOpcode::RdmaRead,
-        5 => WrOpcode::AtomicCmpAndSwp,
-        6 => WrOpcode::AtomicFetchAndAdd,
-        9 => WrOpcode::SendWithInv,
-        _ => return Err(libc::EINVAL),
-    };
+    let op = wr_opcode_from_ibv(w.opcode).map_err(|_| libc::EINVAL)?;
     // SAFETY: the work request's SGE list (verbs.h contract).
     let sg = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_send_sge) }?;
     let mut s = SendWr::new(w.wr_id, op);

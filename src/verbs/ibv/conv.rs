@@ -111,6 +111,25 @@ pub fn wr_opcode_to_ibv(o: WrOpcode) -> c_int {
     }
 }
 
+/// The opcode of an `enum ibv_wr_opcode` value: one the engine executes, else an error
+/// (the TSO, local-invalidate, bind-MW and driver opcodes: EINVAL, as rxe's
+/// `rxe_post_send` refuses an opcode its QP type has no row for).
+pub fn wr_opcode_from_ibv(v: c_int) -> Result<WrOpcode, VerbsError> {
+    [
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::SendWithInv,
+    ]
+    .into_iter()
+    .find(|&o| wr_opcode_to_ibv(o) == v)
+    .ok_or(VerbsError::InvalidValue("send opcode"))
+}
+
 /// The GRH fields of an address vector from `ibv_ah_attr.grh`, the flow label cut to
 /// its 20 bits; the MAC and VLAN are the engine's to resolve.
 fn av_from_grh(g: &ibv_global_route) -> AddressVector {
@@ -296,6 +315,13 @@ mod tests {
 
     #[test]
     fn wr_opcodes_are_verbs_h() {
+        for v in [0, 1, 2, 3, 4, 5, 6, 9] {
+            assert_eq!(wr_opcode_from_ibv(v).map(wr_opcode_to_ibv), Ok(v));
+        }
+        // LOCAL_INV 7, BIND_MW 8, TSO 10, DRIVER1 11, and what verbs.h does not define.
+        for v in [-1, 7, 8, 10, 11, 12] {
+            assert!(wr_opcode_from_ibv(v).is_err(), "{v}");
+        }
         assert_eq!(wr_opcode_to_ibv(WrOpcode::RdmaWrite), 0);
         assert_eq!(wr_opcode_to_ibv(WrOpcode::SendWithInv), 9);
         assert_eq!(wr_opcode_to_ibv(WrOpcode::AtomicFetchAndAdd), 6);

@@ -151,12 +151,18 @@ impl Rnic {
 
     pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), VerbsError> {
         if self.qps.iter().flatten().any(|q| q.pd == pd) {
-            return Err(VerbsError::Resource("protection domain still has QPs"));
+            return Err(VerbsError::InUse("protection domain still has QPs"));
         }
         if self.pd_has_srq(pd) {
-            return Err(VerbsError::Resource("protection domain still has SRQs"));
+            return Err(VerbsError::InUse("protection domain still has SRQs"));
         }
-        self.mem.dealloc_pd(pd).map_err(VerbsError::Resource)
+        // A refused PD that still exists has memory regions: in use (EBUSY).
+        self.mem
+            .dealloc_pd(pd)
+            .map_err(|w| match self.mem.pd_exists(pd) {
+                true => VerbsError::InUse(w),
+                false => VerbsError::Resource(w),
+            })
     }
 
     /// Register a zeroed memory region of `length` bytes owned by the engine.
@@ -211,7 +217,7 @@ impl Rnic {
             .flatten()
             .any(|q| q.send_cq == cq || q.recv_cq == cq)
         {
-            return Err(VerbsError::Resource("completion queue still used by a QP"));
+            return Err(VerbsError::InUse("completion queue still used by a QP"));
         }
         match self.cqs.get_mut(cq.0 as usize) {
             Some(slot @ Some(_)) => {

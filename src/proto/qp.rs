@@ -246,6 +246,11 @@ pub enum VerbsError {
     WrongState(QpState),
     /// A PD / MR / CQ rule.
     Resource(&'static str),
+    /// The object is still used by another (a PD with QPs, a CQ or SRQ a QP uses): EBUSY
+    /// in libibverbs, as the kernel refuses to destroy an object in use.
+    InUse(&'static str),
+    /// A device limit reached (rxe's multicast limits): ENOMEM in libibverbs.
+    Limit(&'static str),
     /// The device is gone (IBV_EVENT_DEVICE_FATAL was raised): EIO in libibverbs.
     DeviceFatal,
 }
@@ -265,7 +270,9 @@ impl core::fmt::Display for VerbsError {
             VerbsError::NotFound(w) => write!(f, "no such {w}"),
             VerbsError::QueueFull => write!(f, "work queue full"),
             VerbsError::WrongState(s) => write!(f, "not allowed in QP state {s:?}"),
-            VerbsError::Resource(w) => write!(f, "{w}"),
+            VerbsError::Resource(w) | VerbsError::InUse(w) | VerbsError::Limit(w) => {
+                write!(f, "{w}")
+            }
             VerbsError::DeviceFatal => write!(
                 f,
                 "the device is gone (its interface was removed: IBV_EVENT_DEVICE_FATAL)"

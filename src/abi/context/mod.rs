@@ -7,7 +7,7 @@
 //!
 //! Every object module (mr, cq, qp, srq, ah, mcast, events) imports this module and no
 //! other object module; device.rs and opened.rs reach the objects only through
-//! [`Ops`] (filled by ops.rs) and what this module owns. tests/layering_abi.rs holds
+//! [`Ops`] (filled by ops.rs) and what this module owns. tests/layering/abi.rs (run by tests/layering.rs) holds
 //! that order.
 
 use core::ffi::c_int;

@@ -16,10 +16,12 @@
 //! crate. Names of the crate root (lib.rs: `guard`, `ret`, `set_errno`, `live`) are
 //! below every module. Every module of src/abi is on one row.
 //!
-//! `cargo test --test layering_abi -- --nocapture abi_module_graph` prints the graph.
+//! `cargo test --test layering -- --nocapture abi_module_graph` prints the graph.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use super::{crate_refs, non_test, rs_files};
 
 /// src/abi's import order, bottom first: each module may import only those on earlier
 /// rows (and not those on its own row).
@@ -74,20 +76,6 @@ fn abi_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src/abi")
 }
 
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
-
 /// The module of src/abi a file belongs to (`None`: the crate root, the build script,
 /// the integration tests under src/abi/tests), and whether it is test code.
 fn module_of(abi: &Path, file: &Path) -> Option<String> {
@@ -124,112 +112,6 @@ fn abi_modules() -> BTreeMap<String, Vec<PathBuf>> {
         }
     }
     m
-}
-
-/// The top-level names that `code` (one file, comments and tests cut) reaches through
-/// `crate::`, with the line of each.
-fn crate_refs(code: &str) -> Vec<(usize, String)> {
-    let mut refs = Vec::new();
-    for (n, line) in code.lines().enumerate() {
-        let line = line.split("//").next().unwrap_or("");
-        let mut rest = line;
-        while let Some(i) = rest.find("crate::") {
-            // `xrnic_crate::` or `$crate::` are other paths.
-            let before = rest[..i].chars().last();
-            rest = &rest[i + "crate::".len()..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
-                continue;
-            }
-            if let Some(group) = rest.strip_prefix('{') {
-                let body = group.split('}').next().unwrap_or("");
-                for item in body.split(',') {
-                    let head = ident(item);
-                    if !head.is_empty() {
-                        refs.push((n + 1, head));
-                    }
-                }
-                continue;
-            }
-            refs.push((n + 1, ident(rest)));
-        }
-    }
-    refs.extend(group_lines(code));
-    refs
-}
-
-fn ident(s: &str) -> String {
-    s.trim()
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect()
-}
-
-/// The items of multi-line `use crate::{` groups (rustfmt puts each further line's
-/// names at its start).
-fn group_lines(code: &str) -> Vec<(usize, String)> {
-    let mut refs = Vec::new();
-    let mut open = false;
-    for (n, line) in code.lines().enumerate() {
-        let t = line.trim();
-        if t.starts_with("use crate::{") || t.starts_with("pub use crate::{") {
-            open = !t.contains('}');
-            continue;
-        }
-        if open {
-            if t.starts_with('}') {
-                open = false;
-                continue;
-            }
-            for item in t.split(',') {
-                let head = ident(item);
-                if !head.is_empty() {
-                    refs.push((n + 1, head));
-                }
-            }
-        }
-    }
-    refs
-}
-
-/// A file's text without its test code: an inline `#[cfg(test)] mod .. {` to its closing
-/// brace, and the item after any other `#[cfg(test)]` line (a `use`, an out-of-line
-/// `mod`). Lines cut become empty, so line numbers stay.
-fn non_test(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::with_capacity(lines.len());
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].trim() != "#[cfg(test)]" {
-            out.push(lines[i]);
-            i += 1;
-            continue;
-        }
-        let mut j = i + 1;
-        while j < lines.len() && lines[j].trim().starts_with("#[") {
-            j += 1;
-        }
-        let item = lines.get(j).map_or("", |l| l.trim());
-        let inline_mod =
-            (item.starts_with("mod ") || item.starts_with("pub mod ")) && item.ends_with('{');
-        let end = if inline_mod {
-            let mut depth = 0i32;
-            let mut k = j;
-            while k < lines.len() {
-                let l = lines[k].split("//").next().unwrap_or("");
-                depth += l.matches('{').count() as i32 - l.matches('}').count() as i32;
-                k += 1;
-                if depth <= 0 {
-                    break;
-                }
-            }
-            k
-        } else {
-            j + 1
-        };
-        out.extend(std::iter::repeat_n("", end.min(lines.len()) - i));
-        i = end;
-    }
-    out.join("\n")
 }
 
 /// The module graph: each module and the modules of src/abi it imports (with the file

@@ -132,7 +132,7 @@ fn hooks() {
             now_ns = x,
             dev = "A",
             qpn = x as u32,
-            ev = "psn_window",
+            ev = xrnic::proto::trace::Event::PsnWindow.as_str(),
             una = ?x
         );
     }

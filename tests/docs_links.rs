@@ -1,6 +1,8 @@
 //! The docs stay a usable map: every relative link in README.md and docs/ resolves (the file
 //! exists and, for `file.md#anchor`, the heading does), and every `src/...` path and
-//! `fn name` that docs/README.md names exists in the code.
+//! `fn name` that docs/README.md names exists in the code, and every rule of its
+//! "Protocol rules and where they live" tables names the tests that show it
+//! (`file::fn`, each a `#[test]` function in that file).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -160,7 +162,7 @@ fn the_map_names_files_and_functions_that_exist() {
         let paths: Vec<&str> = spans
             .iter()
             .copied()
-            .filter(|s| s.starts_with("src/") && !s.contains(' '))
+            .filter(|s| s.starts_with("src/") && !s.contains(' ') && !s.contains("::"))
             .collect();
         for p in &paths {
             if !root().join(p).exists() {
@@ -206,4 +208,105 @@ fn slugs_follow_github() {
         a,
         HashSet::from(["a".to_string(), "same".into(), "same-1".into()])
     );
+}
+
+/// The cells of a Markdown table row, trimmed (none when `line` is no row).
+fn cells(line: &str) -> Option<Vec<&str>> {
+    let inner = line.trim().strip_prefix('|')?.strip_suffix('|')?;
+    Some(inner.split('|').map(str::trim).collect())
+}
+
+/// What is wrong with `span` (`path::fn`) as the name of a test, if anything.
+fn check_test(span: &str) -> Option<String> {
+    let Some((path, name)) = span.split_once("::") else {
+        return Some(format!("`{span}` is not `file::fn`"));
+    };
+    let Ok(src) = std::fs::read_to_string(root().join(path)) else {
+        return Some(format!("`{span}`: {path} does not exist"));
+    };
+    // `fn name(` at the start of a line (proptest's functions take arguments).
+    let Some(at) = src
+        .match_indices(&format!("fn {name}("))
+        .map(|(i, _)| i)
+        .find(|&i| {
+            src[..i].ends_with(['\n', ' ']) && src[..i].trim_end_matches(' ').ends_with('\n')
+        })
+    else {
+        return Some(format!("`{span}`: no `fn {name}(` in {path}"));
+    };
+    // The attributes and comments right above the function: `#[test]` among them.
+    let is_test = src[..at]
+        .lines()
+        .rev()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| {
+            let l = l.trim_start();
+            l.starts_with("#[") || l.starts_with("//")
+        })
+        .any(|l| l.trim() == "#[test]");
+    (!is_test).then(|| format!("`{span}`: `fn {name}` in {path} is not a #[test]"))
+}
+
+#[test]
+fn every_protocol_rule_names_tests_that_exist() {
+    let text = std::fs::read_to_string(root().join("docs/README.md")).unwrap();
+    let lines = prose_lines(&text);
+    let start = lines
+        .iter()
+        .position(|(_, l)| *l == "## Protocol rules and where they live")
+        .expect("docs/README.md has no rule map");
+    let mut wrong = Vec::new();
+    let (mut rows, mut tests) = (0, 0);
+    let mut test_col = None;
+    for (n, line) in &lines[start + 1..] {
+        if line.starts_with("## ") {
+            break;
+        }
+        let Some(row) = cells(line) else {
+            test_col = None;
+            continue;
+        };
+        if row.first().is_some_and(|c| c.starts_with("---")) {
+            continue;
+        }
+        if matches!(row.first(), Some(&("rule" | "what"))) {
+            test_col = row.iter().position(|c| *c == "test");
+            if test_col.is_none() {
+                wrong.push(format!("line {n}: a table without a `test` column"));
+            }
+            continue;
+        }
+        let Some(col) = test_col else { continue };
+        rows += 1;
+        let named = code_spans(row.get(col).copied().unwrap_or(""));
+        if named.is_empty() {
+            wrong.push(format!("line {n}: no test named for `{}`", row[0]));
+        }
+        for span in named {
+            tests += 1;
+            wrong.extend(check_test(span).map(|w| format!("line {n}: {w}")));
+        }
+    }
+    assert!(rows > 40, "only {rows} rule rows found: the parser broke");
+    assert!(tests >= rows, "{tests} tests named for {rows} rules");
+    assert!(
+        wrong.is_empty(),
+        "docs/README.md's rule map is stale:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn a_test_name_that_is_no_test_is_refused() {
+    assert_eq!(
+        check_test("tests/docs_links.rs::a_test_name_that_is_no_test_is_refused"),
+        None
+    );
+    assert!(
+        check_test("tests/docs_links.rs::cells").is_some(),
+        "a helper"
+    );
+    assert!(check_test("tests/docs_links.rs::no_such_fn").is_some());
+    assert!(check_test("tests/no_such_file.rs::x").is_some());
+    assert!(check_test("no_separator").is_some());
 }

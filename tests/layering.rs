@@ -29,6 +29,10 @@
 
 use std::path::{Path, PathBuf};
 
+/// The C library's own order (src/abi).
+#[path = "layering/abi.rs"]
+mod abi;
+
 /// Every top-level module of the `xrnic` crate (src/lib.rs), bottom first, and on the
 /// last row the crates built on it: each may import only modules on earlier rows, never
 /// one on its own row. `wire` (packet formats) imports nothing; `io` (AF_XDP, links,

@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use cli_support::*;
 use serde_json::Value;
+use xrnic::proto::trace::Event;
 use xrnic::proto::{Mtu, QpState, RdmaInfo, SendWr, Sge, WcStatus, WrOpcode};
 use xrnic::sim::{ConnectOpts, LinkConfig, Pair};
+use xrnic::trace_out::event_of;
 use xrnic::wire::Rkey;
 use xrnic_cli::cli::sim::{Ops, SimOptions, SimParams, SimSummary, SizeSpec, simulate_with};
 
@@ -60,10 +62,11 @@ fn traced<T>(f: impl FnOnce() -> T) -> (T, Vec<Value>) {
     (r, events)
 }
 
-fn kinds(events: &[Value]) -> HashSet<String> {
+/// The kinds of event in a trace; every line names one.
+fn kinds(events: &[Value]) -> HashSet<Event> {
     events
         .iter()
-        .map(|e| e["ev"].as_str().unwrap().to_string())
+        .map(|e| event_of(e).unwrap_or_else(|| panic!("no event kind in {e}")))
         .collect()
 }
 
@@ -162,19 +165,19 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
     // The trace has every kind of event a lossy run produces, each with time, device, QPN.
     let k = kinds(&events);
     for want in [
-        "state",
-        "wqe_posted",
-        "wqe_started",
-        "wqe_completed",
-        "psn_window",
-        "ack_queued",
-        "nak_queued",
-        "nak_received",
-        "go_back_n",
-        "timer_armed",
-        "duplicate_request",
+        Event::State,
+        Event::WqePosted,
+        Event::WqeStarted,
+        Event::WqeCompleted,
+        Event::PsnWindow,
+        Event::AckQueued,
+        Event::NakQueued,
+        Event::NakReceived,
+        Event::GoBackN,
+        Event::TimerArmed,
+        Event::DuplicateRequest,
     ] {
-        assert!(k.contains(want), "no {want} event in {k:?}");
+        assert!(k.contains(&want), "no {want} event in {k:?}");
     }
     for e in &events {
         assert!(e["now_ns"].is_u64() && e["qpn"].is_u64(), "{e}");
@@ -184,13 +187,13 @@ fn lossy_sim_pcap_decodes_and_names_every_retransmission() {
     assert!(
         events
             .iter()
-            .any(|e| e["ev"] == "ack_queued" && e["replaces_psn"].is_u64())
+            .any(|e| event_of(e) == Some(Event::AckQueued) && e["replaces_psn"].is_u64())
     );
     // NAKs carry their syndrome.
     assert!(
         events
             .iter()
-            .any(|e| e["ev"] == "nak_received" && e["syndrome"] == "PsnSequenceError")
+            .any(|e| event_of(e) == Some(Event::NakReceived) && e["syndrome"] == "PsnSequenceError")
     );
 }
 
@@ -206,13 +209,13 @@ fn timeouts_fire_and_are_traced() {
     assert!(s.local_ack_timeouts > 0);
     let fired = events
         .iter()
-        .filter(|e| e["ev"] == "timer_fired" && e["timer"] == "ack")
+        .filter(|e| event_of(e) == Some(Event::TimerFired) && e["timer"] == "ack")
         .count() as u64;
     assert_eq!(fired, s.local_ack_timeouts);
     assert!(
         events
             .iter()
-            .any(|e| e["ev"] == "go_back_n" && e["cause"] == "Timeout")
+            .any(|e| event_of(e) == Some(Event::GoBackN) && e["cause"] == "Timeout")
     );
 }
 
@@ -237,14 +240,17 @@ fn rnr_run_traces_waits_and_comments_rnr_retries() {
     assert!(s.rnr_naks_sent > 0, "{s:#?}");
     let k = kinds(&events);
     for want in [
-        "rnr_nak_queued",
-        "rnr_nak_received",
-        "rnr_wait",
-        "timer_fired",
+        Event::RnrNakQueued,
+        Event::RnrNakReceived,
+        Event::RnrWait,
+        Event::TimerFired,
     ] {
-        assert!(k.contains(want), "no {want} event in {k:?}");
+        assert!(k.contains(&want), "no {want} event in {k:?}");
     }
-    let waits = events.iter().filter(|e| e["ev"] == "rnr_wait").count() as u64;
+    let waits = events
+        .iter()
+        .filter(|e| event_of(e) == Some(Event::RnrWait))
+        .count() as u64;
     assert_eq!(waits, s.rnr_naks_sent);
     let bytes = std::fs::read(&path).unwrap();
     let comments = xrnic::io::pcap_out::packet_comments(&bytes);
@@ -290,18 +296,21 @@ fn dcqcn_run_traces_rate_updates_and_cnps() {
     assert!(s.ok, "{s:#?}");
     assert!(s.link.ce_marked > 0 && out.cnps_sent > 0, "{s:#?} {out:?}");
     let k = kinds(&events);
-    for want in ["cnp_sent", "cnp_received", "rate_update"] {
-        assert!(k.contains(want), "no {want} event in {k:?}");
+    for want in [Event::CnpSent, Event::CnpReceived, Event::RateUpdate] {
+        assert!(k.contains(&want), "no {want} event in {k:?}");
     }
     let cut = events
         .iter()
-        .find(|e| e["ev"] == "rate_update")
+        .find(|e| event_of(e) == Some(Event::RateUpdate))
         .expect("a rate update");
     assert_eq!(cut["dev"], "A", "the requester's rate is cut");
     let rate = cut["rate_bps"].as_u64().unwrap();
     assert!(rate < 25_000_000_000, "{cut}");
     assert!(cut["target_bps"].is_u64() && cut["alpha"].as_f64().unwrap() > 0.0);
-    let sent = events.iter().filter(|e| e["ev"] == "cnp_sent").count() as u64;
+    let sent = events
+        .iter()
+        .filter(|e| event_of(e) == Some(Event::CnpSent))
+        .count() as u64;
     assert_eq!(sent, out.cnps_sent);
     let bytes = std::fs::read(&path).unwrap();
     let cnp_comments = xrnic::io::pcap_out::packet_comments(&bytes)
@@ -352,13 +361,13 @@ fn resources_show_a_qp_driven_into_err() {
     assert!(
         events
             .iter()
-            .any(|e| e["ev"] == "state" && e["to"] == "Err" && e["dev"] == "A"),
+            .any(|e| event_of(e) == Some(Event::State) && e["to"] == "Err" && e["dev"] == "A"),
         "{events:?}"
     );
     assert!(
-        events
-            .iter()
-            .any(|e| e["ev"] == "nak_received" && e["syndrome"] == "RemoteAccessError")
+        events.iter().any(
+            |e| event_of(e) == Some(Event::NakReceived) && e["syndrome"] == "RemoteAccessError"
+        )
     );
 }
 
@@ -391,7 +400,7 @@ fn sim_cli_writes_pcap_trace_and_resources() {
     assert!(t.lines().count() > 30);
     for l in t.lines() {
         let v: Value = serde_json::from_str(l).unwrap();
-        assert!(v["ev"].is_string() && v["now_ns"].is_u64());
+        assert!(event_of(&v).is_some() && v["now_ns"].is_u64(), "{v}");
     }
     let sim_retx: u64 = text
         .lines()

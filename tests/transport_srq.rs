@@ -253,7 +253,7 @@ fn srq_verb_errors() {
     ));
     // Destroying an SRQ in use: busy ("still used", EBUSY in the C library).
     match s.p.b.destroy_srq(s.srq) {
-        Err(VerbsError::Resource(w)) => assert!(w.contains("still"), "{w}"),
+        Err(VerbsError::InUse(w)) => assert!(w.contains("still used"), "{w}"),
         e => panic!("{e:?}"),
     }
     // Limit above max_wr, resize below what it holds, too many SGEs, a full SRQ.

@@ -12,56 +12,17 @@ use core::sync::atomic::Ordering;
 
 use xrnic::verbs::{self as xv, AddressVector, GidType};
 
-use crate::device::context;
+use crate::context::{XAh, context, next_handle, xpd};
 use crate::live::{self, Kind};
-use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
-#[repr(C)]
-pub struct XAh {
-    pub ibv: ibv_ah,
-    pub ah: xv::Ah,
-    pd: *const XPd,
-}
+use xrnic::verbs::ibv::conv::FLOW_LABEL_MASK;
 
-/// The address handle behind `ah`, if it is live (a lookup: a UD post with a stale or
-/// foreign pointer is EINVAL instead of a read of freed memory).
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live AH, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// AH is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_destroy_ah` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
-    // SAFETY: a live Ah entry is a leaked Box<XAh> whose first field is the ibv_ah.
-    live::is(ah, Kind::Ah).then(|| unsafe { &*(ah as *const XAh) })
-}
-
-/// The 20 bits of a GRH flow label.
-pub const FLOW_LABEL_MASK: u32 = 0xf_ffff;
-
-/// The address vector of an `ibv_ah_attr`. RoCE needs the GRH (IBTA vol. 1 annex
-/// A17.4; ib_core `rdma_check_ah_attr` refuses a RoCE AH without IB_AH_GRH); port 1 is
-/// the only port. The flow label keeps its low 20 bits, the GRH's field (IBTA vol. 1
-/// 8.3.1): ib_core stores what the caller gives and the hardware and rxe put only those
-/// bits on the wire, so programs pass more (UCX 1.13's UD transport gives 0xffffffff)
-/// and succeed; refusing them made every such send EINVAL.
+/// The address vector of an `ibv_ah_attr` (xrnic::verbs::ibv::conv: the GRH required,
+/// port 1, the flow label's 20 bits), EINVAL otherwise.
 pub fn av_of(a: &ibv_ah_attr) -> Result<AddressVector, c_int> {
-    if a.is_global == 0 || a.port_num != 1 {
-        return Err(libc::EINVAL);
-    }
-    let g = &a.grh;
-    Ok(AddressVector {
-        dgid: g.dgid.raw,
-        sgid_index: g.sgid_index,
-        traffic_class: g.traffic_class,
-        hop_limit: g.hop_limit,
-        flow_label: g.flow_label & FLOW_LABEL_MASK,
-        ..AddressVector::default()
-    })
+    AddressVector::try_from(a).map_err(|e| xv::Error::Verbs(e).errno())
 }
 
 pub extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
@@ -81,7 +42,7 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int>
         return Err(libc::EINVAL);
     }
     // rxe's create_ah goes to the kernel (ibv_cmd_create_ah), EIO once disassociated.
-    if crate::device::ctx_gone(p.ibv.context) {
+    if crate::context::ctx_gone(p.ibv.context) {
         return Err(libc::EIO);
     }
     // SAFETY: `attr` points to the caller's ibv_ah_attr (verbs.h contract).
@@ -90,7 +51,7 @@ fn create(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> Result<*mut ibv_ah, c_int>
         if std::env::var_os("XRNIC_DEBUG").is_some() {
             eprintln!("xrnic: ibv_create_ah: {e}");
         }
-        errno_of(&e)
+        e.errno()
     })?;
     p.users.fetch_add(1, Ordering::SeqCst);
     let x = Box::into_raw(Box::new(XAh {
@@ -261,7 +222,7 @@ fn init_from_wc(
     }
     // rdma-core's looks the GID up (ibv_query_gid / ibv_find_gid_index): -1 once the
     // device is gone.
-    if crate::device::gone(x) {
+    if crate::context::gone(x) {
         return Err(libc::EIO);
     }
     // SAFETY: `wc` points to the caller's completion (verbs.h contract).

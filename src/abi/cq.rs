@@ -21,125 +21,14 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use xrnic::verbs::{self as xv, WcOpcode, WorkCompletion};
+use xrnic::verbs::WorkCompletion;
 
-use crate::device::context;
+use crate::context::{CqState, XChannel, XCq, context, next_handle, xcq};
+use xrnic::verbs::ibv::conv::wc_opcode_to_ibv;
+
 use crate::live::{self, Kind};
-use crate::mr::next_handle;
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
-
-#[repr(C)]
-pub struct XChannel {
-    pub ibv: ibv_comp_channel,
-    /// The CQs (`ibv_cq *` as usize) whose events wait to be read.
-    events: Mutex<VecDeque<usize>>,
-    /// CQs that use this channel: destroying it is EBUSY while any remain.
-    users: AtomicUsize,
-    /// The device is gone: no event will come after those queued.
-    dead: AtomicBool,
-}
-
-impl XChannel {
-    fn push(&self, cq: usize) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(cq);
-        // SAFETY: writes 8 bytes from a live local to our eventfd.
-        let _ = unsafe { libc::write(self.ibv.fd, &1u64 as *const u64 as *const c_void, 8) };
-    }
-}
-
-/// What the completion hook needs of a CQ.
-pub struct CqState {
-    pub cq: xv::Cq,
-    armed: AtomicBool,
-    /// `XChannel *` (0: none). The channel outlives the CQ (its `users`).
-    channel: usize,
-    /// This CQ's `ibv_cq *`, the event's payload.
-    ibv: usize,
-    /// QPs that use this CQ: destroying it is EBUSY while any remain.
-    pub users: AtomicUsize,
-    comp_events: AtomicU32,
-}
-
-#[repr(C)]
-pub struct XCq {
-    pub ibv: ibv_cq,
-    pub state: Arc<CqState>,
-}
-
-/// The CQs with a channel, of one context.
-#[derive(Default)]
-pub struct Notify {
-    cqs: Mutex<Vec<Arc<CqState>>>,
-    /// The context's async events (crate::events), moved from the engine by `run`.
-    pub async_q: crate::events::AsyncQueue,
-    /// The context's completion channels (`XChannel *` as usize), to wake their readers
-    /// when the device goes; a channel leaves before it is freed.
-    channels: Mutex<Vec<usize>>,
-}
-
-impl Notify {
-    /// Turn each armed CQ that holds completions into an event on its channel.
-    pub fn run_cqs(&self) {
-        let cqs: Vec<Arc<CqState>> = self
-            .cqs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter(|c| c.armed.load(Ordering::SeqCst))
-            .cloned()
-            .collect();
-        for c in cqs {
-            if c.cq.pending().unwrap_or(0) > 0 && c.armed.swap(false, Ordering::SeqCst) {
-                // SAFETY: a CQ keeps its channel alive (the channel's `users`).
-                unsafe { &*(c.channel as *const XChannel) }.push(c.ibv);
-            }
-        }
-    }
-
-    /// Once the context is dead (DEVICE_FATAL read into its queue), or closed, every
-    /// channel of it stays readable: its readers get EIO once drained instead of
-    /// blocking for ever (the kernel's closed completion event file, uverbs
-    /// `ib_uverbs_event_read`).
-    pub fn wake_channels_if_dead(&self, closed: bool) {
-        if !closed && !self.async_q.is_dead() {
-            return;
-        }
-        for &ch in self
-            .channels
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            // SAFETY: a listed channel is allocated (destroy unlists it under this
-            // lock before freeing it; a closed context's channels stay allocated until
-            // the program destroys them).
-            let ch = unsafe { &*(ch as *const XChannel) };
-            if !ch.dead.swap(true, Ordering::SeqCst) {
-                let n = crate::events::DEAD_COUNT;
-                // SAFETY: writes 8 bytes from a live local to the channel's eventfd.
-                let _ = unsafe { libc::write(ch.ibv.fd, &n as *const u64 as *const c_void, 8) };
-            }
-        }
-    }
-}
-
-/// The CQ behind `cq`, if it is live.
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live CQ, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// CQ is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_destroy_cq` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn xcq<'a>(cq: *mut ibv_cq) -> Option<&'a XCq> {
-    // SAFETY: a live Cq entry is a leaked Box<XCq> whose first field is the ibv_cq.
-    live::is(cq, Kind::Cq).then(|| unsafe { &*(cq as *const XCq) })
-}
+use crate::{guard, ret, set_errno};
 
 pub extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
     guard(core::ptr::null_mut(), || {
@@ -296,7 +185,7 @@ pub extern "C" fn ibv_create_cq(
         let cq = match x.dev.create_cq(cqe as usize) {
             Ok(c) => c,
             Err(e) => {
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 return core::ptr::null_mut();
             }
         };
@@ -352,7 +241,7 @@ pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             return ret(Err(libc::EINVAL));
         }
         // SAFETY: still allocated (freed below); its context pointer is ours.
-        crate::events::forget(unsafe { (*cq).context }, cq as usize);
+        crate::context::forget(unsafe { (*cq).context }, cq as usize);
         // SAFETY: removed above: a leaked Box<XCq> freed once.
         let x = unsafe { Box::from_raw(cq as *mut XCq) };
         // SAFETY: the program does not close `x.ibv.context` while this call uses it.
@@ -401,18 +290,6 @@ const IBV_WC_GRH: u32 = 1 << 0;
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 const IBV_WC_WITH_INV: u32 = 1 << 3;
 
-fn wc_opcode(o: WcOpcode) -> c_int {
-    match o {
-        WcOpcode::Send => 0,
-        WcOpcode::RdmaWrite => 1,
-        WcOpcode::RdmaRead => 2,
-        WcOpcode::CompSwap => 3,
-        WcOpcode::FetchAdd => 4,
-        WcOpcode::Recv => 128,
-        WcOpcode::RecvRdmaWithImm => 129,
-    }
-}
-
 fn to_ibv(w: &WorkCompletion) -> ibv_wc {
     // A UD receive: the buffer starts with the 40-byte GRH. `slid` is 0 (RoCE has no
     // LIDs) and `pkey_index` 0 (the one P_Key), as rxe reports them; `sl` says IPv4 or
@@ -430,7 +307,7 @@ fn to_ibv(w: &WorkCompletion) -> ibv_wc {
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,
-        opcode: wc_opcode(w.opcode),
+        opcode: wc_opcode_to_ibv(w.opcode),
         byte_len: w.byte_len,
         imm_data: imm,
         qp_num: w.qp_num.value(),

@@ -8,22 +8,15 @@
 //! devices alive while a context uses them; a program may also keep the pointer).
 
 use core::ffi::{CStr, c_char, c_int, c_void};
-use core::mem::offset_of;
-use std::collections::HashSet;
 use std::sync::Mutex;
 
-use xrnic::verbs::{self as xv, Mtu, PortState};
+use xrnic::verbs::{self as xv, PortState};
 
+use xrnic::verbs::ibv::conv::mtu_to_ibv;
+
+use crate::context::{Notify, XContext, XDevice, context, ctx_gone, gone};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
-
-/// An `ibv_device` and what xrnic needs to open it.
-#[repr(C)]
-pub struct XDevice {
-    pub ibv: ibv_device,
-    pub ifname: String,
-    pub index: c_int,
-}
+use crate::{guard, ret, set_errno};
 
 /// Every device ever listed, in listing order (never freed, see the module comment).
 static DEVICES: Mutex<Vec<&'static XDevice>> = Mutex::new(Vec::new());
@@ -141,57 +134,6 @@ pub extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
     })
 }
 
-/// An open device: the `verbs_context` programs see, then xrnic's state.
-#[repr(C)]
-pub struct XContext {
-    pub vctx: verbs_context,
-    pub dev: xv::Device,
-    pub xdev: &'static XDevice,
-    /// The CQs with a completion channel, signalled from the device's completion hook.
-    pub notify: std::sync::Arc<crate::cq::Notify>,
-}
-
-/// The open contexts (addresses of their `ibv_context`), so that a control verb can
-/// refuse a pointer that is not (or no longer) one of ours.
-static CONTEXTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
-
-const CTX_OFFSET: usize = offset_of!(XContext, vctx) + offset_of!(verbs_context, context);
-
-/// The context behind `ctx`, if it is open.
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live context, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// context is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_close_device` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
-    let open = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if !open.as_ref()?.contains(&(ctx as usize)) {
-        return None;
-    }
-    // SAFETY: `ctx` is the `vctx.context` field of a live boxed XContext (it is in
-    // CONTEXTS, which ibv_close_device leaves before freeing it).
-    Some(unsafe { &*((ctx as *const u8).sub(CTX_OFFSET) as *const XContext) })
-}
-
-/// The device behind `x` is gone (IBV_EVENT_DEVICE_FATAL, src/proto/fatal.rs). Once the
-/// kernel has disassociated a device, every command but a destroy fails EIO: rdma_core.c
-/// `rdma_lookup_get_uobject` refuses each object lookup but `UVERBS_LOOKUP_DESTROY`, and
-/// the device-wide commands (query_device, query_port, the GID-entry ioctl) meet
-/// `ib_uverbs_get_ucontext_file`'s EIO. The verbs of this library that would otherwise
-/// answer from their own tables (queries, `req_notify_cq`, ...) check this first.
-pub(crate) fn gone(x: &XContext) -> bool {
-    x.notify.async_q.is_dead() || x.dev.is_fatal()
-}
-
-/// [`gone`] for the context behind `ctx` (false for one that is not open).
-pub(crate) fn ctx_gone(ctx: *mut ibv_context) -> bool {
-    // SAFETY: the program does not close `ctx` while this call uses it.
-    unsafe { context(ctx) }.is_some_and(gone)
-}
-
 /// The device's options from the environment: `XRNIC_FINAL_STAT_DIR=DIR` writes the
 /// device's last stat snapshot (its counters and every QP's as it closes,
 /// `crate::driver::Snapshot`, what `xrnic stat` prints) to `DIR/<IF>.<pid>.json` when the
@@ -261,17 +203,11 @@ const EXIT_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100)
 /// run for `_exit()` or a fatal signal.
 extern "C" fn write_final_stats_at_exit() {
     guard((), || {
-        let Some(open) = xrnic::driver::try_lock_for(&CONTEXTS, EXIT_PATIENCE) else {
-            return;
-        };
-        // Held while writing: a close on another thread meanwhile waits, and its driver
-        // then finds the snapshot written (the driver writes it once).
-        for &p in open.iter().flatten() {
-            // SAFETY: `p` is the `vctx.context` field of a live boxed XContext: it is in
-            // CONTEXTS, locked here, which ibv_close_device leaves before freeing it.
-            let x = unsafe { &*((p as *const u8).sub(CTX_OFFSET) as *const XContext) };
+        // The list held while writing: a close on another thread meanwhile waits, and
+        // its driver then finds the snapshot written (the driver writes it once).
+        crate::context::each_open(EXIT_PATIENCE, |x| {
             x.dev.write_final_stat_now(EXIT_PATIENCE);
-        }
+        });
     })
 }
 
@@ -291,18 +227,14 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
         );
         match r {
             Ok(Some(ptr)) => {
-                CONTEXTS
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert_with(HashSet::new)
-                    .insert(ptr);
+                crate::context::register(ptr as *mut ibv_context);
                 ptr as *mut ibv_context
             }
             // errno set by new_context.
             Ok(None) => core::ptr::null_mut(),
             Err(e) => {
                 eprintln!("xrnic: cannot open {}: {e}", xdev.ifname);
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 core::ptr::null_mut()
             }
         }
@@ -310,11 +242,8 @@ pub extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
 }
 
 /// A context on device `d`: its `verbs_context`, async fd and completion state; the
-/// context's address and its [`crate::cq::Notify`], or `None` with errno set.
-fn new_context(
-    xdev: &'static XDevice,
-    d: xv::Device,
-) -> Option<(usize, std::sync::Arc<crate::cq::Notify>)> {
+/// context's address and its [`Notify`], or `None` with errno set.
+fn new_context(xdev: &'static XDevice, d: xv::Device) -> Option<(usize, std::sync::Arc<Notify>)> {
     // SAFETY: eventfd has no memory arguments.
     let async_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
     if async_fd < 0 {
@@ -323,12 +252,13 @@ fn new_context(
     // SAFETY: verbs_context is C data for which all-zero is valid: NULL pointers,
     // absent (None) ops, a PTHREAD_MUTEX_INITIALIZER mutex (glibc: all zero).
     let vctx: verbs_context = unsafe { core::mem::zeroed() };
-    let notify = std::sync::Arc::new(crate::cq::Notify::default());
+    let notify = std::sync::Arc::new(Notify::default());
     let mut x = Box::new(XContext {
         vctx,
         dev: d,
         xdev,
         notify: notify.clone(),
+        ops: &crate::ops::OPS,
     });
     let v = &mut x.vctx;
     v.query_port = Some(query_port_ex);
@@ -355,7 +285,7 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         // librdmacm's own context (rdmacm_port.rs) stays open: the CM's QP1 and the ids
         // use it, and the program does not own it (with rdma-core the program never
         // closes `rdma_cm_id.verbs` either; librdmacm does, when it unloads).
-        if crate::rdmacm_port::ports().iter().any(|p| p.ctx == ctx) {
+        if crate::context::is_kept(ctx) {
             // SAFETY: the program does not close `ctx` while this call uses it.
             return if unsafe { context(ctx) }.is_some() {
                 0
@@ -363,17 +293,10 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
                 ret(Err(libc::EINVAL))
             };
         }
-        let removed = CONTEXTS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-            .is_some_and(|s| s.remove(&(ctx as usize)));
-        if !removed {
+        // SAFETY: the program does not use `ctx` in another call while it closes it.
+        let Some(x) = (unsafe { crate::context::unregister(ctx) }) else {
             return ret(Err(libc::EINVAL));
-        }
-        // SAFETY: `ctx` was in CONTEXTS, so it is the `vctx.context` of the XContext
-        // ibv_open_device leaked; removed from the set above, nothing else frees it.
-        let x = unsafe { Box::from_raw((ctx as *mut u8).sub(CTX_OFFSET) as *mut XContext) };
+        };
         // Off the device's list first: the hook writes to the async fd and the
         // channels only of the contexts listed (under the list's lock).
         let last = crate::opened::remove_context(ctx as usize);
@@ -388,7 +311,7 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         }
         // What the program left in this context goes, as the kernel's uverbs destroys
         // a closed context's objects; its channels wake up and fail EIO once drained.
-        crate::opened::destroy_objects(ctx);
+        crate::opened::destroy_objects(ctx, x.ops);
         x.notify.wake_channels_if_dead(true);
         let dev = x.dev.clone();
         drop(x);
@@ -526,17 +449,6 @@ pub extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_device_
     })
 }
 
-/// `enum ibv_mtu` of an MTU.
-pub fn ibv_mtu(m: Mtu) -> c_int {
-    match m {
-        Mtu::Mtu256 => 1,
-        Mtu::Mtu512 => 2,
-        Mtu::Mtu1024 => 3,
-        Mtu::Mtu2048 => 4,
-        Mtu::Mtu4096 => 5,
-    }
-}
-
 /// Width and speed codes (`active_width`, `active_speed`) for an Ethernet speed in Mb/s:
 /// one lane of the IB speed nearest below, as the kernel's `ib_get_eth_speed` reports
 /// for a RoCE port.
@@ -552,8 +464,8 @@ fn port_attr(x: &XContext) -> ibv_port_attr {
     let (active_width, active_speed) = width_speed(mbps);
     ibv_port_attr {
         state: p.state as c_int,
-        max_mtu: ibv_mtu(p.max_mtu),
-        active_mtu: ibv_mtu(p.active_mtu),
+        max_mtu: mtu_to_ibv(p.max_mtu),
+        active_mtu: mtu_to_ibv(p.active_mtu),
         gid_tbl_len: p.gid_tbl_len as c_int,
         max_msg_sz: p.max_msg_sz,
         pkey_tbl_len: p.pkey_tbl_len,

@@ -20,6 +20,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod ah;
+mod context;
 mod cq;
 mod device;
 mod events;
@@ -78,34 +79,6 @@ pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
             set_errno(e);
             e
         }
-    }
-}
-
-/// The errno of an xrnic error (rdma-core's conventions: EINVAL for a bad argument or
-/// state, ENOMEM for a full queue, EBUSY for an object in use).
-pub(crate) fn errno_of(e: &xrnic::verbs::Error) -> c_int {
-    use xrnic::verbs::{Error as E, VerbsError as V};
-    match e {
-        E::Verbs(V::QueueFull) => libc::ENOMEM,
-        // A disassociated device: the kernel fails every command EIO (uverbs_main.c).
-        E::Verbs(V::DeviceFatal) => libc::EIO,
-        E::Verbs(V::Resource(w)) if w.contains("still") => libc::EBUSY,
-        // rxe's multicast limits (`rxe_get_mcg`, `rxe_attach_mcg`): ENOMEM.
-        E::Verbs(V::Resource(w)) if *w == xrnic::proto::mcast::LIMIT => libc::ENOMEM,
-        E::Verbs(_) => libc::EINVAL,
-        // PermissionDenied without an errno: the device service's socket held by a
-        // user this process does not trust (ipc::connect_service).
-        E::Io(io) => io.raw_os_error().unwrap_or(match io.kind() {
-            std::io::ErrorKind::PermissionDenied => libc::EACCES,
-            _ => libc::EIO,
-        }),
-        E::XdpBusy { .. } => libc::EBUSY,
-        E::PathMtuTooLarge { .. } | E::GidFamilyMismatch { .. } | E::MtuTooSmall { .. } => {
-            libc::EINVAL
-        }
-        E::Unsupported { .. } => libc::EOPNOTSUPP,
-        E::Port(p) if p.to_string().contains("root") => libc::EPERM,
-        _ => libc::EIO,
     }
 }
 

@@ -9,9 +9,9 @@
 
 use core::ffi::c_int;
 
-use crate::qp::xqp;
+use crate::context::xqp;
 use crate::types::*;
-use crate::{errno_of, guard, ret};
+use crate::{guard, ret};
 
 pub extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
     guard(libc::EIO, || ret(change(qp, gid, lid, true)))
@@ -27,7 +27,7 @@ fn change(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> Resul
     if gid.is_null() {
         return Err(libc::EINVAL);
     }
-    if crate::device::ctx_gone(q.ibv.context) {
+    if crate::context::ctx_gone(q.ibv.context) {
         return Err(libc::EIO);
     }
     // SAFETY: `gid` points to the caller's 16-byte union ibv_gid (verbs.h contract),
@@ -43,6 +43,6 @@ fn change(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> Resul
             let verb = if attach { "attach" } else { "detach" };
             eprintln!("xrnic: ibv_{verb}_mcast: {e}");
         }
-        errno_of(&e)
+        e.errno()
     })
 }

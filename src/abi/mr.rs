@@ -4,50 +4,14 @@
 //! `ibv_reg_mr`).
 
 use core::ffi::{c_int, c_uint, c_void};
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
-use xrnic::verbs::{self as xv, Access};
+use xrnic::verbs::Access;
 
-use crate::device::context;
+use crate::context::{XMr, XPd, context, next_handle, xpd};
 use crate::live::{self, Kind};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
-
-#[repr(C)]
-pub struct XPd {
-    pub ibv: ibv_pd,
-    pub pd: xv::Pd,
-    /// MRs and QPs of this PD: `ibv_dealloc_pd` is EBUSY while any remain.
-    pub users: AtomicUsize,
-}
-
-#[repr(C)]
-pub struct XMr {
-    pub ibv: ibv_mr,
-    mr: xv::Mr,
-    pd: *const XPd,
-}
-
-static HANDLES: AtomicU32 = AtomicU32::new(1);
-
-/// A fresh `handle` value for an object (programs print them; nothing looks them up).
-pub fn next_handle() -> u32 {
-    HANDLES.fetch_add(1, Ordering::Relaxed)
-}
-
-/// The PD behind `pd`, if it is live.
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live PD, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// PD is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_dealloc_pd` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn xpd<'a>(pd: *mut ibv_pd) -> Option<&'a XPd> {
-    // SAFETY: a live Pd entry is a leaked Box<XPd> whose first field is the ibv_pd.
-    live::is(pd, Kind::Pd).then(|| unsafe { &*(pd as *const XPd) })
-}
+use crate::{guard, ret, set_errno};
 
 pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard(core::ptr::null_mut(), || {
@@ -70,7 +34,7 @@ pub extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
                 p as *mut ibv_pd
             }
             Err(e) => {
-                set_errno(errno_of(&e));
+                set_errno(e.errno());
                 core::ptr::null_mut()
             }
         }
@@ -145,7 +109,7 @@ fn reg(pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint
             x as *mut ibv_mr
         }
         Err(e) => {
-            set_errno(errno_of(&e));
+            set_errno(e.errno());
             core::ptr::null_mut()
         }
     }

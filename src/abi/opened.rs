@@ -14,10 +14,10 @@
 //! - [`Opened`]: the device (an `xv::Device` handle) and its open contexts, each with
 //!   its [`Notify`] (CQ channels, async event queue). The device's completion hook (one
 //!   per device) runs every context's CQ events, then moves the engine's async events
-//!   to the context that owns each object (crate::events `pump`), all under the list's
+//!   to the context that owns each object (crate::context `pump`), all under the list's
 //!   lock, so that a context that closes (it leaves the list first) gets nothing
 //!   written to its fds afterwards.
-//! - Each context (crate::device `XContext`) holds a handle of the device, and each
+//! - Each context (crate::context `XContext`) holds a handle of the device, and each
 //!   object made in it one more (through the xrnic object); objects are tagged with
 //!   their context (`ibv_qp.context`, ...), and one context cannot use another's (the
 //!   PD, CQs and SRQ of a QP, the channel of a CQ: EINVAL, as the kernel's per-file
@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 
 use xrnic::verbs as xv;
 
-use crate::cq::Notify;
+use crate::context::{Notify, Ops};
 use crate::live::Kind;
 use crate::types::*;
 
@@ -62,7 +62,7 @@ fn run_hook(dev: &xv::Device, ctxs: &Contexts) {
     for (_, n) in g.iter() {
         n.run_cqs();
     }
-    crate::events::pump(dev, &g);
+    crate::context::pump(dev, &g);
     for (_, n) in g.iter() {
         n.wake_channels_if_dead(false);
     }
@@ -144,17 +144,17 @@ pub fn remove_context(ctx: usize) -> bool {
 /// QPs, SRQs, AHs, MRs, CQs, PDs. The kernel's uverbs does the same for a closed
 /// context's file (`ib_uverbs_cleanup_ufile`, `uverbs_destroy_ufile_hw`). Completion
 /// channels stay (see the module comment). Returns how many objects went.
-pub fn destroy_objects(ctx: *mut ibv_context) -> usize {
+pub fn destroy_objects(ctx: *mut ibv_context, ops: &Ops) -> usize {
     let mut n = 0;
     for kind in [Kind::Qp, Kind::Srq, Kind::Ah, Kind::Mr, Kind::Cq, Kind::Pd] {
         for p in crate::live::of_context(kind, ctx) {
             let r = match kind {
-                Kind::Qp => crate::qp::ibv_destroy_qp(p as *mut ibv_qp),
-                Kind::Srq => crate::srq::ibv_destroy_srq(p as *mut ibv_srq),
-                Kind::Ah => crate::ah::ibv_destroy_ah(p as *mut ibv_ah),
-                Kind::Mr => crate::mr::ibv_dereg_mr(p as *mut ibv_mr),
-                Kind::Cq => crate::cq::ibv_destroy_cq(p as *mut ibv_cq),
-                Kind::Pd => crate::mr::ibv_dealloc_pd(p as *mut ibv_pd),
+                Kind::Qp => (ops.destroy_qp)(p as *mut ibv_qp),
+                Kind::Srq => (ops.destroy_srq)(p as *mut ibv_srq),
+                Kind::Ah => (ops.destroy_ah)(p as *mut ibv_ah),
+                Kind::Mr => (ops.dereg_mr)(p as *mut ibv_mr),
+                Kind::Cq => (ops.destroy_cq)(p as *mut ibv_cq),
+                Kind::Pd => (ops.dealloc_pd)(p as *mut ibv_pd),
                 Kind::Channel => 0,
             };
             if r == 0 {

@@ -14,74 +14,25 @@
 
 use core::ffi::c_int;
 use core::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use xrnic::verbs::{
-    self as xv, Access, AttrMask, Lkey, Mtu, Psn, QpAttr, QpState, Qpn, RecvWr, Rkey, SendFlags,
-    SendWr, Sge, WrOpcode,
+    self as xv, Access, AttrMask, QpAttr, QpState, Qpn, RecvWr, Rkey, SendFlags, SendWr, Sge,
+    WrOpcode,
 };
 
-use crate::ah::xah;
-use crate::cq::{CqState, xcq};
-use crate::device::ibv_mtu;
+use xrnic::verbs::ibv::conv::wr_opcode_from_ibv;
+
+use crate::context::{
+    Inline, MAX_INLINE_DATA, XQp, XSrq, next_handle, sges, xah, xcq, xpd, xqp, xsrq,
+};
 use crate::live::{self, Kind};
-use crate::mr::{XPd, next_handle, xpd};
-use crate::srq::{XSrq, xsrq};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
+use crate::{guard, ret, set_errno};
 
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 const IBV_QPT_UD: c_int = 4;
-
-#[repr(C)]
-pub struct XQp {
-    pub ibv: ibv_qp,
-    pub(crate) qp: xv::Qp,
-    pd: *const XPd,
-    cqs: [Arc<CqState>; 2],
-    cap: ibv_qp_cap,
-    sq_sig_all: bool,
-    qp_type: c_int,
-    /// The SRQ its receive WQEs come from (NULL: its own receive queue).
-    srq: *const XSrq,
-    /// Inline data: the ring its bytes are copied into (`None` when max_inline_data 0).
-    inline: Option<Inline>,
-}
-
-/// The largest `max_inline_data` a QP takes: rxe's (RXE_MAX_INLINE_DATA, the SGE area
-/// of its largest send WQE, 32 SGEs of 16 bytes; drivers/infiniband/sw/rxe/rxe_param.h).
-pub const MAX_INLINE_DATA: u32 = 512;
-
-/// Inline data of a QP: `slots` slots of `slot` bytes in an engine-owned region. A
-/// request's bytes go into the slot after the last one used, and the slot index moves on
-/// only when the engine took the request. With `max_send_wr + 1` slots, a slot is
-/// written only when the request that used it last has left the send queue: the queue
-/// holds at most `max_send_wr` requests, all among the last `max_send_wr` posted, which
-/// occupy the other slots (an unacknowledged request is still in the queue, and is
-/// resent from its slot).
-struct Inline {
-    mr: xv::Mr,
-    slot: usize,
-    slots: usize,
-    /// The next slot; held across the copy and the post, so that posts from several
-    /// threads use distinct slots.
-    next: Mutex<usize>,
-}
-
-/// The QP behind `qp`, if it is live.
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live QP, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// QP is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_destroy_qp` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub(crate) unsafe fn xqp<'a>(qp: *mut ibv_qp) -> Option<&'a XQp> {
-    // SAFETY: a live Qp entry is a leaked Box<XQp> whose first field is the ibv_qp.
-    live::is(qp, Kind::Qp).then(|| unsafe { &*(qp as *const XQp) })
-}
 
 pub extern "C" fn ibv_create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard(core::ptr::null_mut(), || match create(pd, init) {
@@ -153,7 +104,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         xv::QpType::Ud => p.pd.create_ud_qp(&qi),
         t => p.pd.create_qp_ext(&qi, t, srq.map(|s| &s.srq)),
     }
-    .map_err(|e| errno_of(&e))?;
+    .map_err(|e| e.errno())?;
     // SAFETY: ibv_qp is C data for which all-zero is valid (NULL pointers, RESET state,
     // glibc's static mutex / condition initialisers).
     let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
@@ -180,7 +131,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         let slots = c.max_send_wr as usize + 1;
         let mr =
             p.pd.reg_mr(slot * slots, Access::LOCAL_WRITE)
-                .map_err(|e| errno_of(&e))?;
+                .map_err(|e| e.errno())?;
         Some(Inline {
             mr,
             slot,
@@ -213,22 +164,13 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     Ok(x as *mut ibv_qp)
 }
 
-impl XPd {
-    fn pd_device(&self) -> xv::Device {
-        // SAFETY: the program does not close `self.ibv.context` while this call uses it.
-        unsafe { crate::device::context(self.ibv.context) }
-            .map(|c| c.dev.clone())
-            .expect("a live PD's context is open")
-    }
-}
-
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         if !live::remove(qp, Kind::Qp) {
             return ret(Err(libc::EINVAL));
         }
         // SAFETY: still allocated (freed below); its context pointer is ours.
-        crate::events::forget(unsafe { (*qp).context }, qp as usize);
+        crate::context::forget(unsafe { (*qp).context }, qp as usize);
         // SAFETY: removed above: a leaked Box<XQp> freed once.
         let x = unsafe { Box::from_raw(qp as *mut XQp) };
         for c in &x.cqs {
@@ -241,30 +183,6 @@ pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             unsafe { &*x.srq }.users.fetch_sub(1, Ordering::SeqCst);
         }
         0
-    })
-}
-
-fn qp_state(v: c_int) -> Result<QpState, c_int> {
-    Ok(match v {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Err,
-        _ => return Err(libc::EINVAL),
-    })
-}
-
-fn mtu(v: c_int) -> Result<Mtu, c_int> {
-    Ok(match v {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        3 => Mtu::Mtu1024,
-        4 => Mtu::Mtu2048,
-        5 => Mtu::Mtu4096,
-        _ => return Err(libc::EINVAL),
     })
 }
 
@@ -284,48 +202,14 @@ fn modify(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), c_
     // SAFETY: `attr` points to the caller's ibv_qp_attr.
     let a = unsafe { &*attr };
     let m = AttrMask(mask as u32);
-    let mut q = QpAttr::default();
-    if m.contains(AttrMask::STATE) {
-        q.qp_state = qp_state(a.qp_state)?;
-    }
-    if m.contains(AttrMask::CUR_STATE) {
-        q.cur_qp_state = qp_state(a.cur_qp_state)?;
-    }
-    if m.contains(AttrMask::PATH_MTU) {
-        q.path_mtu = mtu(a.path_mtu)?;
-    }
-    // Relaxed ordering and the other optional bits are hints (verbs.h).
-    q.qp_access_flags = Access(a.qp_access_flags & Access::ALL.0);
-    q.pkey_index = a.pkey_index;
-    q.port_num = a.port_num;
-    if m.contains(AttrMask::AV) {
-        // RoCE needs the GRH: the destination is a GID (IBTA vol. 1 annex A17.4).
-        if a.ah_attr.is_global == 0 {
-            return Err(libc::EINVAL);
-        }
-        let g = &a.ah_attr.grh;
-        q.ah_attr.dgid = g.dgid.raw;
-        q.ah_attr.sgid_index = g.sgid_index;
-        q.ah_attr.traffic_class = g.traffic_class;
-        q.ah_attr.hop_limit = g.hop_limit;
-        // As for an AH (crate::ah::av_of): the GRH's 20 bits.
-        q.ah_attr.flow_label = g.flow_label & crate::ah::FLOW_LABEL_MASK;
-    }
-    q.dest_qp_num = Qpn::new(a.dest_qp_num);
-    q.rq_psn = Psn::new(a.rq_psn);
-    q.sq_psn = Psn::new(a.sq_psn);
-    q.timeout = a.timeout;
-    q.retry_cnt = a.retry_cnt;
-    q.rnr_retry = a.rnr_retry;
-    q.min_rnr_timer = a.min_rnr_timer;
-    q.max_rd_atomic = a.max_rd_atomic;
-    q.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    q.qkey = a.qkey;
+    // verbs.h's values checked, the flow label cut to 20 bits, an AV without a GRH
+    // refused (xrnic::verbs::ibv::conv).
+    let q = QpAttr::try_from((a, m)).map_err(|e| xv::Error::Verbs(e).errno())?;
     if let Err(e) = x.qp.modify(&q, m) {
         if std::env::var_os("XRNIC_DEBUG").is_some() {
             eprintln!("xrnic: ibv_modify_qp: {e}");
         }
-        return Err(errno_of(&e));
+        return Err(e.errno());
     }
     if m.contains(AttrMask::STATE) {
         // SAFETY: the program's QP struct; `state` is a plain int it may read.
@@ -353,41 +237,20 @@ pub extern "C" fn ibv_query_qp(
             return ret(Err(libc::EINVAL));
         }
         // ibv_cmd_query_qp's lookup of the QP is refused on a disassociated device.
-        if crate::device::ctx_gone(x.ibv.context) {
+        if crate::context::ctx_gone(x.ibv.context) {
             return ret(Err(libc::EIO));
         }
         let q = match x.qp.query() {
             Ok(q) => q,
-            Err(e) => return ret(Err(errno_of(&e))),
+            Err(e) => return ret(Err(e.errno())),
         };
-        let mut o = ibv_qp_attr {
-            qp_state: q.qp_state as c_int,
-            cur_qp_state: q.qp_state as c_int,
-            path_mtu: ibv_mtu(q.path_mtu),
-            qp_access_flags: q.qp_access_flags.0,
-            rq_psn: q.rq_psn.value(),
-            sq_psn: q.sq_psn.value(),
-            dest_qp_num: q.dest_qp_num.value(),
-            cap: x.cap,
-            pkey_index: q.pkey_index,
-            sq_draining: u8::from(q.sq_draining),
-            max_rd_atomic: q.max_rd_atomic,
-            max_dest_rd_atomic: q.max_dest_rd_atomic,
-            min_rnr_timer: q.min_rnr_timer,
-            port_num: q.port_num.max(1),
-            timeout: q.timeout,
-            retry_cnt: q.retry_cnt,
-            rnr_retry: q.rnr_retry,
-            qkey: q.qkey,
-            ..Default::default()
-        };
-        o.ah_attr.is_global = 1;
+        let mut o = ibv_qp_attr::from(&q);
+        // The current state is the state; the port and the AV's port are the device's
+        // one port.
+        o.cur_qp_state = o.qp_state;
+        o.port_num = q.port_num.max(1);
         o.ah_attr.port_num = 1;
-        o.ah_attr.grh.dgid.raw = q.ah_attr.dgid;
-        o.ah_attr.grh.sgid_index = q.ah_attr.sgid_index;
-        o.ah_attr.grh.hop_limit = q.ah_attr.hop_limit;
-        o.ah_attr.grh.traffic_class = q.ah_attr.traffic_class;
-        o.ah_attr.grh.flow_label = q.ah_attr.flow_label;
+        o.cap = x.cap;
         // SAFETY: both point to the caller's structs.
         unsafe {
             attr.write(o);
@@ -403,41 +266,10 @@ pub extern "C" fn ibv_query_qp(
     })
 }
 
-/// The SGE list of a work request, or EINVAL for more than `max` entries.
-///
-/// # Safety
-/// `sg` must point to `n` readable `ibv_sge` when `n` > 0.
-pub(crate) unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> Result<Vec<Sge>, c_int> {
-    if n < 0 || n as u32 > max || (n > 0 && sg.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    let mut v = Vec::with_capacity(n as usize);
-    for i in 0..n as usize {
-        // SAFETY: i < n entries at `sg` (the caller's contract).
-        let s = unsafe { sg.add(i).read_unaligned() };
-        v.push(Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: Lkey(s.lkey),
-        });
-    }
-    Ok(v)
-}
-
 const IBV_SEND_INLINE: u32 = 1 << 3;
 
 fn send_wr(x: &XQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
-    let op = match w.opcode {
-        0 => WrOpcode::RdmaWrite,
-        1 => WrOpcode::RdmaWriteWithImm,
-        2 => WrOpcode::Send,
-        3 => WrOpcode::SendWithImm,
-        4 => WrOpcode::RdmaRead,
-        5 => WrOpcode::AtomicCmpAndSwp,
-        6 => WrOpcode::AtomicFetchAndAdd,
-        9 => WrOpcode::SendWithInv,
-        _ => return Err(libc::EINVAL),
-    };
+    let op = wr_opcode_from_ibv(w.opcode).map_err(|_| libc::EINVAL)?;
     // SAFETY: the work request's SGE list (verbs.h contract).
     let sg = unsafe { sges(w.sg_list, w.num_sge, x.cap.max_send_sge) }?;
     let mut s = SendWr::new(w.wr_id, op);
@@ -498,7 +330,7 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
     }
     let mut next = inl.next.lock().unwrap_or_else(|e| e.into_inner());
     let off = *next * inl.slot;
-    inl.mr.write(off, &bytes).map_err(|e| errno_of(&e))?;
+    inl.mr.write(off, &bytes).map_err(|e| e.errno())?;
     s.sg_list.clear();
     if total > 0 {
         s.sg_list.push(Sge {
@@ -515,12 +347,12 @@ fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
 /// Hand one request to the engine: a UD one with its `wr.ud` destination.
 fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
     if x.qp_type != IBV_QPT_UD {
-        return x.qp.post_send(s).map_err(|e| errno_of(&e));
+        return x.qp.post_send(s).map_err(|e| e.errno());
     }
     // SAFETY: the program does not destroy the AH `w.ud_ah()` while this call uses it.
     let ah = unsafe { xah(w.ud_ah()) }.ok_or(libc::EINVAL)?;
     x.qp.post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
-        .map_err(|e| errno_of(&e))
+        .map_err(|e| e.errno())
 }
 
 /// `ctx->ops.post_send`: 0, or the errno with `*bad` at the first refused request.
@@ -579,7 +411,7 @@ pub unsafe extern "C" fn post_recv(
                     wr_id: w.wr_id,
                     sg_list: sg,
                 })
-                .map_err(|e| errno_of(&e))
+                .map_err(|e| e.errno())
             });
             if let Err(e) = r {
                 if !bad.is_null() {

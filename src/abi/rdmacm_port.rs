@@ -3,7 +3,7 @@
 //! 0x80010000, [`xrnic::verbs::Pd::create_gsi_qp`]), the sans-IO [`xrnic::cm::Cm`], and a
 //! thread that moves MADs between them and runs the CM's timers on the real clock.
 //!
-//! The thread hands every [`CmEvent`] to `rdmacm::dispatch` with no lock of this port
+//! The thread hands every [`CmEvent`] to librdmacm's dispatcher ([`Upcalls`]) with no lock of this port
 //! held, so that the dispatcher may call back into the port (accept, rtu) freely.
 //!
 //! On a device served by the device service (src/service), QP1 is the service's: the
@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use xrnic::cm::{Cm, CmConfig, CmEvent};
+use xrnic::proto::ud::grh_gids;
 use xrnic::proto::{GRH_LEN, Instant as CmInstant};
-use xrnic::service::gsi::grh_gids;
 use xrnic::verbs::{self as xv, AddressVector, GSI_QKEY, Qpn, RecvWr, SendWr, WrOpcode};
 use xrnic::wire::mad::MAD_LEN;
 
@@ -30,8 +30,18 @@ const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 64;
 const RECV_SLOT: usize = xv::GSI_RECV_SLOT;
 
+/// What the port calls back into librdmacm's ids (rdmacm.rs), handed in by it at the
+/// port's opening so that this module never imports the one above it.
+pub struct Upcalls {
+    /// Every event the CM decided, with no lock of the port held.
+    pub dispatch: fn(&Port, CmEvent),
+    /// After each round of the port's thread: publish the ids (`xrnic res cm_id`).
+    pub publish: fn(),
+}
+
 pub struct Port {
     pub ifname: String,
+    up: &'static Upcalls,
     /// The context the program sees as `rdma_cm_id.verbs`: never closed.
     pub ctx: *mut ibv_context,
     pub dev: xv::Device,
@@ -76,7 +86,7 @@ pub fn ports() -> Vec<Arc<Port>> {
 }
 
 /// The port of `ifname`, opening the device and starting its CM on first use.
-pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
+pub fn port(ifname: &str, up: &'static Upcalls) -> Result<Arc<Port>, i32> {
     let mut g = PORTS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = g.iter().find(|p| p.ifname == ifname) {
         return Ok(p.clone());
@@ -86,13 +96,15 @@ pub fn port(ifname: &str) -> Result<Arc<Port>, i32> {
     // device (src/abi/opened.rs), so the program may close its own freely.
     let ctx = open_own(ifname)?;
     // SAFETY: the program does not close `ctx` while this call uses it.
-    let x = unsafe { crate::device::context(ctx) }.ok_or(libc::ENODEV)?;
+    let x = unsafe { crate::context::context(ctx) }.ok_or(libc::ENODEV)?;
     let dev = x.dev.clone();
-    let p = Arc::new(open(ifname, ctx, dev).map_err(|e| {
+    let p = Arc::new(open(ifname, ctx, dev, up).map_err(|e| {
         eprintln!("xrnic: rdma_cm on {ifname}: {e}");
-        crate::errno_of(&e)
+        e.errno()
     })?);
     g.push(p.clone());
+    // Kept open: the program's ibv_close_device of `rdma_cm_id.verbs` leaves it.
+    crate::context::keep(ctx);
     AT_EXIT.call_once(|| {
         OWNER.store(std::process::id(), Ordering::Relaxed);
         // SAFETY: registers a function of this library that takes no argument and
@@ -187,7 +199,12 @@ fn open_own(ifname: &str) -> Result<*mut ibv_context, i32> {
     Ok(ctx)
 }
 
-fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port> {
+fn open(
+    ifname: &str,
+    ctx: *mut ibv_context,
+    dev: xv::Device,
+    up: &'static Upcalls,
+) -> xv::Result<Port> {
     // The node GUID as the CA GUID (rxe derives both from the MAC, as device.rs does).
     let guid = xv::node_guid(dev.mac());
     let seed = std::time::SystemTime::now()
@@ -209,6 +226,7 @@ fn open(ifname: &str, ctx: *mut ibv_context, dev: xv::Device) -> xv::Result<Port
     });
     Ok(Port {
         ifname: ifname.to_string(),
+        up,
         ctx,
         dev,
         cm: Mutex::new(cm),
@@ -255,7 +273,7 @@ impl Port {
             (r, ev)
         };
         for e in events {
-            crate::rdmacm::dispatch(self, e);
+            (self.up.dispatch)(self, e);
         }
         r
     }
@@ -289,7 +307,7 @@ impl Port {
     /// service is told first (a listen of another process there: EADDRINUSE).
     pub fn listen(&self, service_id: u64, listener: u64) -> Result<(), i32> {
         if let Mads::Relay(r) = &self.mads {
-            r.listen(service_id).map_err(|e| crate::errno_of(&e))?;
+            r.listen(service_id).map_err(|e| e.errno())?;
         }
         if self.with_cm(|cm, _| cm.listen(service_id, listener)) {
             return Ok(());
@@ -421,7 +439,7 @@ fn run(p: &Port) {
         }
         p.with_cm(|cm, now| cm.handle_timeout(now));
         // `xrnic res cm_id` (src/abi/rdmacm/res.rs).
-        crate::rdmacm::publish_ids();
+        (p.up.publish)();
     }
 }
 

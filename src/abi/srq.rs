@@ -9,47 +9,12 @@
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use xrnic::verbs::{self as xv, RecvWr, SrqAttr, SrqAttrMask};
+use xrnic::verbs::{RecvWr, SrqAttr, SrqAttrMask};
 
+use crate::context::{XSrq, next_handle, sges, xpd, xsrq};
 use crate::live::{self, Kind};
-use crate::mr::{XPd, next_handle, xpd};
 use crate::types::*;
-use crate::{errno_of, guard, ret, set_errno};
-
-#[repr(C)]
-pub struct XSrq {
-    pub ibv: ibv_srq,
-    pub srq: xv::Srq,
-    pd: *const XPd,
-    /// QPs on this SRQ: `ibv_destroy_srq` is EBUSY while any remain.
-    pub users: AtomicUsize,
-    max_sge: u32,
-}
-
-/// The SRQ behind `srq`, if it is live.
-///
-/// # Safety
-///
-/// The lookup refuses a pointer that is not (or no longer) a live SRQ, but the
-/// reference it returns has no lifetime the compiler can check: it is valid only while the
-/// SRQ is not destroyed. The caller uses it within the call it serves and the program
-/// does not call `ibv_destroy_srq` on it meanwhile (a libibverbs program may not destroy an
-/// object while another of its calls uses it).
-pub unsafe fn xsrq<'a>(srq: *mut ibv_srq) -> Option<&'a XSrq> {
-    // SAFETY: a live Srq entry is a leaked Box<XSrq> whose first field is the ibv_srq.
-    live::is(srq, Kind::Srq).then(|| unsafe { &*(srq as *const XSrq) })
-}
-
-/// The live SRQs by engine number, so that a limit event names its `ibv_srq *`.
-pub fn by_num(ctx: *mut ibv_context, num: u32) -> Option<*mut ibv_srq> {
-    live::find(Kind::Srq, |p| {
-        // SAFETY: `p` is a live Srq entry (find holds the table's lock meanwhile, and
-        // ibv_destroy_srq removes it before freeing).
-        let x = unsafe { &*(p as *const XSrq) };
-        x.ibv.context == ctx && x.srq.srq_num() == num
-    })
-    .map(|p| p as *mut ibv_srq)
-}
+use crate::{guard, ret, set_errno};
 
 pub extern "C" fn ibv_create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> *mut ibv_srq {
     guard(core::ptr::null_mut(), || match create(pd, init) {
@@ -74,8 +39,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_srq_init_attr) -> Result<*mut ibv_srq,
         max_sge: a.attr.max_sge,
         srq_limit: a.attr.srq_limit,
     };
-    let srq = p.pd.create_srq(&want).map_err(|e| errno_of(&e))?;
-    let got = srq.query().map_err(|e| errno_of(&e))?;
+    let srq = p.pd.create_srq(&want).map_err(|e| e.errno())?;
+    let got = srq.query().map_err(|e| e.errno())?;
     // What the SRQ holds, written back as providers do.
     a.attr.max_wr = got.max_wr;
     a.attr.max_sge = got.max_sge;
@@ -108,7 +73,7 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
             return ret(Err(libc::EINVAL));
         }
         // ibv_cmd_modify_srq: refused EIO on a disassociated device (device::gone).
-        if crate::device::ctx_gone(x.ibv.context) {
+        if crate::context::ctx_gone(x.ibv.context) {
             return ret(Err(libc::EIO));
         }
         // SAFETY: `attr` points to the caller's ibv_srq_attr.
@@ -121,7 +86,7 @@ pub extern "C" fn ibv_modify_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr, mas
         ret(x
             .srq
             .modify(&s, SrqAttrMask(mask as u32))
-            .map_err(|e| errno_of(&e)))
+            .map_err(|e| e.errno()))
     })
 }
 
@@ -135,7 +100,7 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
             return ret(Err(libc::EINVAL));
         }
         // ibv_cmd_query_srq: as ibv_modify_srq.
-        if crate::device::ctx_gone(x.ibv.context) {
+        if crate::context::ctx_gone(x.ibv.context) {
             return ret(Err(libc::EIO));
         }
         match x.srq.query() {
@@ -150,7 +115,7 @@ pub extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c
                 };
                 0
             }
-            Err(e) => ret(Err(errno_of(&e))),
+            Err(e) => ret(Err(e.errno())),
         }
     })
 }
@@ -167,7 +132,7 @@ pub extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             return ret(Err(libc::EINVAL));
         }
         // SAFETY: still allocated (freed below); its context pointer is ours.
-        crate::events::forget(unsafe { (*srq).context }, srq as usize);
+        crate::context::forget(unsafe { (*srq).context }, srq as usize);
         // SAFETY: removed above: a leaked Box<XSrq> freed once.
         let x = unsafe { Box::from_raw(srq as *mut XSrq) };
         let pd = x.pd;
@@ -198,13 +163,13 @@ pub unsafe extern "C" fn post_srq_recv(
             // SAFETY: `cur` is a node of the program's list.
             let w = unsafe { &*cur };
             // SAFETY: the work request's SGE list.
-            let r = unsafe { crate::qp::sges(w.sg_list, w.num_sge, x.max_sge) }.and_then(|sg| {
+            let r = unsafe { sges(w.sg_list, w.num_sge, x.max_sge) }.and_then(|sg| {
                 x.srq
                     .post_recv(RecvWr {
                         wr_id: w.wr_id,
                         sg_list: sg,
                     })
-                    .map_err(|e| errno_of(&e))
+                    .map_err(|e| e.errno())
             });
             if let Err(e) = r {
                 if !bad.is_null() {

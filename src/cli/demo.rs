@@ -744,196 +744,275 @@ fn pingpong_step(
 /// The verbs step: devices in this process, one per namespace.
 fn verbs_steps(pair: &VethPair, caps: &mut RnicCaps) -> Result<Vec<Step>, String> {
     let files = caps.next("verbs SEND, WRITE, READ, atomics");
-    let open = |side: Side| -> Result<Device, String> {
-        let opts = crate::verbs::DeviceOptions {
-            pcap: Some(files[if side == Side::A { 0 } else { 1 }].clone()),
-            ..crate::verbs::DeviceOptions::default()
+    let v = VerbsPair::connect(pair, &files)?;
+    let mut steps = vec![v.send()?];
+    steps.extend(v.write_then_read()?);
+    steps.extend(v.atomics()?);
+    Ok(steps)
+}
+
+/// Bytes of the verbs step's MRs.
+const VERBS_MR_LEN: usize = 4 << 20;
+
+/// A device in each namespace with one RC QP each, connected over IPv6 with a 4096-byte
+/// path MTU, and a [`VERBS_MR_LEN`] MR each. Fields drop in this order: QPs, MRs, CQs,
+/// PDs, devices (B before A in each).
+struct VerbsPair {
+    qp_b: crate::verbs::Qp,
+    qp_a: crate::verbs::Qp,
+    mr_b: Mr,
+    mr_a: Mr,
+    cq_b: Cq,
+    cq_a: Cq,
+    _pd_b: crate::verbs::Pd,
+    _pd_a: crate::verbs::Pd,
+    _db: Device,
+    _da: Device,
+}
+
+/// A verbs error as "what: error".
+fn verbs_err(what: &'static str) -> impl Fn(crate::verbs::Error) -> String {
+    move |err| format!("{what}: {err}")
+}
+
+/// One completion on `cq` within 10 s, successful.
+fn wait_success(cq: &Cq, what: &str) -> Result<(), String> {
+    match cq.wait(1, Duration::from_secs(10)).first() {
+        Some(w) if w.status == WcStatus::Success => Ok(()),
+        Some(w) => Err(format!("{what}: completion {w:?}")),
+        None => Err(format!("{what}: no completion within 10 s")),
+    }
+}
+
+/// `n` bytes that differ with `seed` and along the buffer.
+fn verbs_pattern(seed: u32, n: usize) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(seed) ^ (i >> 9)) as u8)
+        .collect()
+}
+
+/// `n` bytes of `mr` from `off`.
+fn read_mr(mr: &Mr, off: usize, n: usize) -> Result<Vec<u8>, String> {
+    let mut v = vec![0u8; n];
+    mr.read(off, &mut v).map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// The first 8 bytes of `mr` as a host-order word.
+fn mr_word(mr: &Mr) -> Result<u64, String> {
+    let v = read_mr(mr, 0, 8)?;
+    Ok(u64::from_ne_bytes(v.try_into().unwrap_or_default()))
+}
+
+/// Seconds `f` took.
+fn timed(f: &dyn Fn() -> Result<(), String>) -> Result<f64, String> {
+    let t = Instant::now();
+    f()?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// `n` bytes in `s` seconds, as the step's figure.
+fn gbps(n: usize, s: f64) -> String {
+    format!("{:>8.3} Gbit/s          ", n as f64 * 8.0 / s / 1e9)
+}
+
+impl VerbsPair {
+    /// Open the devices (each capturing into its file of `files`), create the objects and
+    /// connect the QPs.
+    fn connect(pair: &VethPair, files: &[PathBuf; 2]) -> Result<Self, String> {
+        let open = |side: Side| -> Result<Device, String> {
+            let opts = crate::verbs::DeviceOptions {
+                pcap: Some(files[if side == Side::A { 0 } else { 1 }].clone()),
+                ..crate::verbs::DeviceOptions::default()
+            };
+            pair.run_in(side, || Device::open_with(&pair.end(side).ifname, &opts))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("device on {}: {e}", pair.end(side).ifname))
         };
-        pair.run_in(side, || Device::open_with(&pair.end(side).ifname, &opts))
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("device on {}: {e}", pair.end(side).ifname))
-    };
-    let (da, db) = (open(Side::A)?, open(Side::B)?);
-    let e = |what: &'static str| move |err: crate::verbs::Error| format!("{what}: {err}");
-    let (pd_a, pd_b) = (
-        da.alloc_pd().map_err(e("alloc_pd"))?,
-        db.alloc_pd().map_err(e("alloc_pd"))?,
-    );
-    let (cq_a, cq_b) = (
-        da.create_cq(64).map_err(e("create_cq"))?,
-        db.create_cq(64).map_err(e("create_cq"))?,
-    );
-    const LEN: usize = 4 << 20;
-    let mr_a = pd_a.reg_mr(LEN, Access::ALL).map_err(e("reg_mr"))?;
-    let mr_b = pd_b.reg_mr(LEN, Access::ALL).map_err(e("reg_mr"))?;
-    let qp_a = pd_a
-        .create_qp(&QpInitAttr::new(&cq_a, &cq_a, 64))
-        .map_err(e("create_qp"))?;
-    let qp_b = pd_b
-        .create_qp(&QpInitAttr::new(&cq_b, &cq_b, 64))
-        .map_err(e("create_qp"))?;
-    let opts = ConnectOpts {
-        access: Access::ALL,
-        path_mtu: Mtu::Mtu4096,
-        ..ConnectOpts::default()
-    };
-    let gid = |d: &Device| d.query_gid(GID_IPV6.into()).ok_or("no IPv6 GID");
-    qp_a.connect(
-        &Remote {
-            qpn: qp_b.qp_num(),
-            psn: 0x100,
-            gid: gid(&db)?,
-        },
-        0x200,
-        GID_IPV6,
-        &opts,
-    )
-    .map_err(e("connect"))?;
-    qp_b.connect(
-        &Remote {
-            qpn: qp_a.qp_num(),
-            psn: 0x200,
-            gid: gid(&da)?,
-        },
-        0x100,
-        GID_IPV6,
-        &opts,
-    )
-    .map_err(e("connect"))?;
-    let wait = |cq: &Cq, what: &str| -> Result<(), String> {
-        match cq.wait(1, Duration::from_secs(10)).first() {
-            Some(w) if w.status == WcStatus::Success => Ok(()),
-            Some(w) => Err(format!("{what}: completion {w:?}")),
-            None => Err(format!("{what}: no completion within 10 s")),
+        let (da, db) = (open(Side::A)?, open(Side::B)?);
+        let e = verbs_err;
+        let (pd_a, pd_b) = (
+            da.alloc_pd().map_err(e("alloc_pd"))?,
+            db.alloc_pd().map_err(e("alloc_pd"))?,
+        );
+        let (cq_a, cq_b) = (
+            da.create_cq(64).map_err(e("create_cq"))?,
+            db.create_cq(64).map_err(e("create_cq"))?,
+        );
+        let mr_a = pd_a
+            .reg_mr(VERBS_MR_LEN, Access::ALL)
+            .map_err(e("reg_mr"))?;
+        let mr_b = pd_b
+            .reg_mr(VERBS_MR_LEN, Access::ALL)
+            .map_err(e("reg_mr"))?;
+        let qp_a = pd_a
+            .create_qp(&QpInitAttr::new(&cq_a, &cq_a, 64))
+            .map_err(e("create_qp"))?;
+        let qp_b = pd_b
+            .create_qp(&QpInitAttr::new(&cq_b, &cq_b, 64))
+            .map_err(e("create_qp"))?;
+        let opts = ConnectOpts {
+            access: Access::ALL,
+            path_mtu: Mtu::Mtu4096,
+            ..ConnectOpts::default()
+        };
+        let gid = |d: &Device| d.query_gid(GID_IPV6.into()).ok_or("no IPv6 GID");
+        qp_a.connect(
+            &Remote {
+                qpn: qp_b.qp_num(),
+                psn: 0x100,
+                gid: gid(&db)?,
+            },
+            0x200,
+            GID_IPV6,
+            &opts,
+        )
+        .map_err(e("connect"))?;
+        qp_b.connect(
+            &Remote {
+                qpn: qp_a.qp_num(),
+                psn: 0x200,
+                gid: gid(&da)?,
+            },
+            0x100,
+            GID_IPV6,
+            &opts,
+        )
+        .map_err(e("connect"))?;
+        Ok(VerbsPair {
+            qp_b,
+            qp_a,
+            mr_b,
+            mr_a,
+            cq_b,
+            cq_a,
+            _pd_b: pd_b,
+            _pd_a: pd_a,
+            _db: db,
+            _da: da,
+        })
+    }
+
+    /// SEND 64 KiB into a posted receive.
+    fn send(&self) -> Result<Step, String> {
+        let e = verbs_err;
+        let data = verbs_pattern(7, 65536);
+        self.mr_a.write(0, &data).map_err(|e| e.to_string())?;
+        self.mr_b
+            .with_mut(|b| b.fill(0))
+            .map_err(|e| e.to_string())?;
+        self.qp_b
+            .post_recv(RecvWr {
+                wr_id: 1,
+                sg_list: vec![self.mr_b.sge(0, data.len() as u32)],
+            })
+            .map_err(e("post_recv"))?;
+        let s = timed(&|| {
+            let mut wr = SendWr::new(2, WrOpcode::Send);
+            wr.sg_list = vec![self.mr_a.sge(0, data.len() as u32)];
+            self.qp_a.post_send(wr).map_err(e("post_send"))?;
+            wait_success(&self.cq_a, "SEND")?;
+            wait_success(&self.cq_b, "RECV")
+        })?;
+        if read_mr(&self.mr_b, 0, data.len())? != data {
+            return Err("SEND: the receive buffer differs from what was sent".into());
         }
-    };
-    let pattern = |seed: u32, n: usize| -> Vec<u8> {
-        (0..n as u32)
-            .map(|i| (i.wrapping_mul(seed) ^ (i >> 9)) as u8)
-            .collect()
-    };
-    let read = |mr: &Mr, off: usize, n: usize| -> Result<Vec<u8>, String> {
-        let mut v = vec![0u8; n];
-        mr.read(off, &mut v).map_err(|e| e.to_string())?;
-        Ok(v)
-    };
-    let timed = |f: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
-        let t = Instant::now();
-        f()?;
-        Ok(t.elapsed().as_secs_f64())
-    };
-    let gbps = |n: usize, s: f64| format!("{:>8.3} Gbit/s          ", n as f64 * 8.0 / s / 1e9);
-    let mut steps = Vec::new();
-    let half = LEN / 2;
-
-    // SEND 64 KiB into a posted receive.
-    let data = pattern(7, 65536);
-    mr_a.write(0, &data).map_err(|e| e.to_string())?;
-    mr_b.with_mut(|b| b.fill(0)).map_err(|e| e.to_string())?;
-    qp_b.post_recv(RecvWr {
-        wr_id: 1,
-        sg_list: vec![mr_b.sge(0, data.len() as u32)],
-    })
-    .map_err(e("post_recv"))?;
-    let s = timed(&|| {
-        let mut wr = SendWr::new(2, WrOpcode::Send);
-        wr.sg_list = vec![mr_a.sge(0, data.len() as u32)];
-        qp_a.post_send(wr).map_err(e("post_send"))?;
-        wait(&cq_a, "SEND")?;
-        wait(&cq_b, "RECV")
-    })?;
-    if read(&mr_b, 0, data.len())? != data {
-        return Err("SEND: the receive buffer differs from what was sent".into());
+        Ok(Step {
+            what: "verbs SEND 64 KiB, IPv6, mtu 4096".into(),
+            bytes: data.len() as u64,
+            ops: 1,
+            figure: gbps(data.len(), s),
+        })
     }
-    steps.push(Step {
-        what: "verbs SEND 64 KiB, IPv6, mtu 4096".into(),
-        bytes: data.len() as u64,
-        ops: 1,
-        figure: gbps(data.len(), s),
-    });
 
-    // RDMA WRITE 2 MiB into B (B's application makes no call), READ it back into A.
-    let big = pattern(13, half);
-    mr_a.write(0, &big).map_err(|e| e.to_string())?;
-    let s = timed(&|| {
-        let mut wr = SendWr::new(3, WrOpcode::RdmaWrite);
-        wr.sg_list = vec![mr_a.sge(0, half as u32)];
-        wr.rdma.remote_addr = mr_b.addr() + half as u64;
-        wr.rdma.rkey = mr_b.rkey();
-        qp_a.post_send(wr).map_err(e("post_send"))?;
-        wait(&cq_a, "RDMA WRITE")
-    })?;
-    if read(&mr_b, half, half)? != big {
-        return Err("RDMA WRITE: B's memory differs from what A wrote".into());
+    /// RDMA WRITE 2 MiB into B (B's application makes no call), READ it back into A.
+    fn write_then_read(&self) -> Result<[Step; 2], String> {
+        let e = verbs_err;
+        let half = VERBS_MR_LEN / 2;
+        let big = verbs_pattern(13, half);
+        self.mr_a.write(0, &big).map_err(|e| e.to_string())?;
+        let s = timed(&|| {
+            let mut wr = SendWr::new(3, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![self.mr_a.sge(0, half as u32)];
+            wr.rdma.remote_addr = self.mr_b.addr() + half as u64;
+            wr.rdma.rkey = self.mr_b.rkey();
+            self.qp_a.post_send(wr).map_err(e("post_send"))?;
+            wait_success(&self.cq_a, "RDMA WRITE")
+        })?;
+        if read_mr(&self.mr_b, half, half)? != big {
+            return Err("RDMA WRITE: B's memory differs from what A wrote".into());
+        }
+        let write = Step {
+            what: "verbs RDMA WRITE 2 MiB, IPv6, mtu 4096".into(),
+            bytes: half as u64,
+            ops: 1,
+            figure: gbps(half, s),
+        };
+        let s = timed(&|| {
+            let mut wr = SendWr::new(4, WrOpcode::RdmaRead);
+            wr.sg_list = vec![self.mr_a.sge(half, half as u32)];
+            wr.rdma.remote_addr = self.mr_b.addr() + half as u64;
+            wr.rdma.rkey = self.mr_b.rkey();
+            self.qp_a.post_send(wr).map_err(e("post_send"))?;
+            wait_success(&self.cq_a, "RDMA READ")
+        })?;
+        if read_mr(&self.mr_a, half, half)? != big {
+            return Err("RDMA READ: what A read differs from B's memory".into());
+        }
+        let read = Step {
+            what: "verbs RDMA READ 2 MiB, IPv6, mtu 4096".into(),
+            bytes: half as u64,
+            ops: 1,
+            figure: gbps(half, s),
+        };
+        Ok([write, read])
     }
-    steps.push(Step {
-        what: "verbs RDMA WRITE 2 MiB, IPv6, mtu 4096".into(),
-        bytes: half as u64,
-        ops: 1,
-        figure: gbps(half, s),
-    });
-    let s = timed(&|| {
-        let mut wr = SendWr::new(4, WrOpcode::RdmaRead);
-        wr.sg_list = vec![mr_a.sge(half, half as u32)];
-        wr.rdma.remote_addr = mr_b.addr() + half as u64;
-        wr.rdma.rkey = mr_b.rkey();
-        qp_a.post_send(wr).map_err(e("post_send"))?;
-        wait(&cq_a, "RDMA READ")
-    })?;
-    if read(&mr_a, half, half)? != big {
-        return Err("RDMA READ: what A read differs from B's memory".into());
-    }
-    steps.push(Step {
-        what: "verbs RDMA READ 2 MiB, IPv6, mtu 4096".into(),
-        bytes: half as u64,
-        ops: 1,
-        figure: gbps(half, s),
-    });
 
-    // FETCH_ADD then CMP_SWAP on one word of B.
-    mr_b.write(0, &41u64.to_ne_bytes())
-        .map_err(|e| e.to_string())?;
-    let atomic = |wr_id: u64, op: WrOpcode, compare_add: u64, swap: u64| -> Result<f64, String> {
+    /// One atomic on B's first word into A's first 8 bytes; seconds it took.
+    fn atomic(&self, wr_id: u64, op: WrOpcode, compare_add: u64, swap: u64) -> Result<f64, String> {
         timed(&|| {
             let mut wr = SendWr::new(wr_id, op);
-            wr.sg_list = vec![mr_a.sge(0, 8)];
-            wr.atomic.remote_addr = mr_b.addr();
-            wr.atomic.rkey = mr_b.rkey();
+            wr.sg_list = vec![self.mr_a.sge(0, 8)];
+            wr.atomic.remote_addr = self.mr_b.addr();
+            wr.atomic.rkey = self.mr_b.rkey();
             wr.atomic.compare_add = compare_add;
             wr.atomic.swap = swap;
-            qp_a.post_send(wr).map_err(e("post_send"))?;
-            wait(&cq_a, "ATOMIC")
+            self.qp_a.post_send(wr).map_err(verbs_err("post_send"))?;
+            wait_success(&self.cq_a, "ATOMIC")
         })
-    };
-    let word = |mr: &Mr| -> Result<u64, String> {
-        let v = read(mr, 0, 8)?;
-        Ok(u64::from_ne_bytes(v.try_into().unwrap_or_default()))
-    };
-    let s = atomic(5, WrOpcode::AtomicFetchAndAdd, 1, 0)?;
-    let (old, new) = (word(&mr_a)?, word(&mr_b)?);
-    if (old, new) != (41, 42) {
-        return Err(format!(
-            "FETCH_ADD: returned {old}, memory {new}; expected 41, 42"
-        ));
     }
-    steps.push(Step {
-        what: "verbs FETCH_ADD 41 + 1 -> 42".into(),
-        bytes: 8,
-        ops: 1,
-        figure: format!("{:>8.1} us               ", s * 1e6),
-    });
-    let s = atomic(6, WrOpcode::AtomicCmpAndSwp, 42, 0xfeed)?;
-    let (old, new) = (word(&mr_a)?, word(&mr_b)?);
-    if (old, new) != (42, 0xfeed) {
-        return Err(format!(
-            "CMP_SWAP: returned {old}, memory {new:#x}; expected 42, 0xfeed"
-        ));
+
+    /// FETCH_ADD then CMP_SWAP on one word of B.
+    fn atomics(&self) -> Result<[Step; 2], String> {
+        self.mr_b
+            .write(0, &41u64.to_ne_bytes())
+            .map_err(|e| e.to_string())?;
+        let s = self.atomic(5, WrOpcode::AtomicFetchAndAdd, 1, 0)?;
+        let (old, new) = (mr_word(&self.mr_a)?, mr_word(&self.mr_b)?);
+        if (old, new) != (41, 42) {
+            return Err(format!(
+                "FETCH_ADD: returned {old}, memory {new}; expected 41, 42"
+            ));
+        }
+        let fetch_add = Step {
+            what: "verbs FETCH_ADD 41 + 1 -> 42".into(),
+            bytes: 8,
+            ops: 1,
+            figure: format!("{:>8.1} us               ", s * 1e6),
+        };
+        let s = self.atomic(6, WrOpcode::AtomicCmpAndSwp, 42, 0xfeed)?;
+        let (old, new) = (mr_word(&self.mr_a)?, mr_word(&self.mr_b)?);
+        if (old, new) != (42, 0xfeed) {
+            return Err(format!(
+                "CMP_SWAP: returned {old}, memory {new:#x}; expected 42, 0xfeed"
+            ));
+        }
+        let cmp_swap = Step {
+            what: "verbs CMP_SWAP 42 -> 0xfeed".into(),
+            bytes: 8,
+            ops: 1,
+            figure: format!("{:>8.1} us               ", s * 1e6),
+        };
+        Ok([fetch_add, cmp_swap])
     }
-    steps.push(Step {
-        what: "verbs CMP_SWAP 42 -> 0xfeed".into(),
-        bytes: 8,
-        ops: 1,
-        figure: format!("{:>8.1} us               ", s * 1e6),
-    });
-    Ok(steps)
 }

@@ -473,230 +473,16 @@ fn endpoint(k: &FlowKey, reverse: Option<&FlowKey>) -> (String, String) {
     (l, r)
 }
 
+/// The ladder of one QP pair (or one lone flow): flow `l` sends from the left, flow `r`
+/// from the right; one step per packet, runs of MIDDLE packets collapsed unless `full`.
 fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool) -> Ladder {
     let (left, right) = endpoint(&keys[l], r.map(|r| &keys[r]));
-    let mut s = Summary {
-        qps: 1,
-        ..Summary::default()
-    };
-    let mut dirs = [Dir::default(); 2];
-    let mut mtu: Option<u32> = None;
-    let mut steps: Vec<Step> = Vec::new();
-    // (side, transaction ID, attribute ID) of each CM MAD seen: a second one is a resend.
-    let mut cm_seen: std::collections::HashSet<(usize, u64, u16)> = Default::default();
-    for k in pkts.iter().filter(|k| k.flow == l || Some(k.flow) == r) {
-        let p = &k.p;
-        let d = usize::from(k.flow != l);
-        let from_left = d == 0;
-        s.roce_packets += 1;
-        s.frame_bytes += p.len as u64;
-        if let Some(m) = &k.cm {
-            s.cm_mads += 1;
-            let (label, refuses) = cm_label(m);
-            s.cm_rejects += usize::from(refuses);
-            let mut notes = Vec::new();
-            if p.icrc_ok == Some(false) {
-                s.bad_icrc += 1;
-                notes.push("bad ICRC: the receiver drops it".to_string());
-            }
-            if !cm_seen.insert((d, m.tid, m.msg.attr_id() as u16)) {
-                notes.push("resent (same transaction ID)".to_string());
-            }
-            if let Some(c) = &k.comment {
-                notes.extend(c.split("; ").map(str::to_string));
-            }
-            steps.push(Step {
-                frame: p.frame,
-                time_us: p.time,
-                from_left,
-                label,
-                notes,
-                kind: StepKind::Cm,
-                count: 1,
-            });
-            continue;
-        }
-        let psn = Psn::new(p.psn.unwrap_or(0));
-        let plen = p.payload_len.unwrap_or(0);
-        let name = p.opcode_name.unwrap_or("unknown").trim_start_matches("RC_");
-        let mut notes = Vec::new();
-        if p.icrc_ok == Some(false) {
-            s.bad_icrc += 1;
-            notes.push("bad ICRC: the receiver drops it".to_string());
-        }
-        let inf = info(p);
-        if let Some(i) = inf {
-            if matches!(i.segment, Segment::First | Segment::Middle) && i.has_payload && plen > 0 {
-                mtu = Some(mtu.map_or(plen as u32, |m| m.max(plen as u32)));
-            }
-        }
-        let mut kind = StepKind::Other;
-        let mut label = format!("{name} psn {}", psn.value());
-        match inf {
-            Some(i) if i.operation == Operation::Cnp => {
-                s.cnps += 1;
-                kind = StepKind::Cnp;
-                label = "CNP (slow down)".into();
-            }
-            Some(i) if i.operation == Operation::Ack => {
-                let a = p.aeth.as_ref();
-                let msn = a.map_or(0, |a| a.msn);
-                match a.map(|a| a.kind) {
-                    Some("NAK") => {
-                        s.naks += 1;
-                        s.round_trips += 1;
-                        kind = StepKind::Nak;
-                        label = format!(
-                            "NAK {} psn {} msn {msn}",
-                            a.and_then(|a| a.nak_name).unwrap_or("?"),
-                            psn.value()
-                        );
-                    }
-                    Some("RNR_NAK") => {
-                        s.rnr_naks += 1;
-                        s.round_trips += 1;
-                        kind = StepKind::RnrNak;
-                        label = format!(
-                            "RNR NAK psn {} msn {msn}, retry in {} ms",
-                            psn.value(),
-                            a.and_then(|a| a.rnr_timer_ms).unwrap_or(0.0)
-                        );
-                    }
-                    _ => {
-                        s.round_trips += 1;
-                        kind = StepKind::Ack;
-                        label = format!("ACK psn {} msn {msn}", psn.value());
-                    }
-                }
-            }
-            Some(i) if matches!(i.operation, Operation::ReadResponse | Operation::AtomicAck) => {
-                kind = StepKind::Response;
-                let dir = &mut dirs[d];
-                let again = dir.resp_high.is_some_and(|h| psn.before(h));
-                dir.resp_high = max_psn(dir.resp_high, psn.add(1));
-                // The requester (other side) has now used this PSN.
-                let o = &mut dirs[1 - d];
-                o.req_high = max_psn(o.req_high, psn.add(1));
-                if o.expect.is_none_or(|e| psn.add(1).after(e)) {
-                    o.expect = Some(psn.add(1));
-                }
-                if again {
-                    s.retransmitted_packets += 1;
-                    kind = StepKind::Retransmission;
-                    notes.push("retransmission (PSN answered before)".into());
-                } else {
-                    s.payload_bytes += plen as u64;
-                }
-                if i.segment.ends() {
-                    s.round_trips += 1;
-                }
-                label = format!("{name} psn {}", psn.value());
-                if plen > 0 {
-                    let _ = write!(label, " {plen} B");
-                }
-            }
-            Some(i) if i.is_request() => {
-                let op = i.operation;
-                kind = StepKind::Request;
-                let dir = &mut dirs[d];
-                let again = dir.req_high.is_some_and(|h| psn.before(h));
-                if again {
-                    s.retransmitted_packets += 1;
-                    kind = StepKind::Retransmission;
-                    notes.push("retransmission (PSN used before)".into());
-                } else {
-                    if let Some(e) = dir.expect {
-                        if psn.after(e) {
-                            s.gaps += 1;
-                            let last = psn.sub(1);
-                            notes.push(if last == e {
-                                format!("gap: psn {} not in the capture", e.value())
-                            } else {
-                                format!(
-                                    "gap: psn {}..{} not in the capture",
-                                    e.value(),
-                                    last.value()
-                                )
-                            });
-                        }
-                    }
-                    s.payload_bytes += plen as u64;
-                    let msg_end = i.segment.ends()
-                        || matches!(
-                            op,
-                            Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
-                        );
-                    if msg_end {
-                        s.messages += 1;
-                    }
-                }
-                dir.req_high = max_psn(dir.req_high, psn.add(1));
-                let next = if op == Operation::ReadRequest {
-                    let len = p.reth.map_or(0, |r| r.dma_len);
-                    match (len, mtu) {
-                        (0, _) => Some(psn.add(1)),
-                        (l, Some(m)) if m > 0 => Some(psn.add(l.div_ceil(m))),
-                        _ => None,
-                    }
-                } else {
-                    Some(psn.add(1))
-                };
-                dir.expect = match (dir.expect, next) {
-                    (Some(e), Some(n)) if e.after(n) => Some(e),
-                    (_, n) => n,
-                };
-                if plen > 0 {
-                    let _ = write!(label, " {plen} B");
-                }
-                if let Some(r) = p.reth {
-                    if op == Operation::ReadRequest {
-                        let _ = write!(label, " (read {} B)", r.dma_len);
-                    }
-                }
-                if let Some(imm) = p.immdt {
-                    let _ = write!(label, " imm 0x{:08x}", imm.data);
-                }
-                if p.ack_req == Some(true) && op != Operation::ReadRequest {
-                    label.push_str(" A");
-                }
-            }
-            _ => {}
-        }
-        if p.ecn == Some(3) {
-            notes.push("CE".into());
-        }
-        if let Some(c) = &k.comment {
-            // Keep what the label does not already say.
-            for part in c.split("; ") {
-                let said = match kind {
-                    StepKind::Nak => part.starts_with("NAK "),
-                    StepKind::RnrNak => part.starts_with("RNR NAK"),
-                    StepKind::Cnp => part.starts_with("CNP"),
-                    _ => false,
-                };
-                if said {
-                    continue;
-                }
-                match part.strip_prefix("retransmission: ") {
-                    Some(why) if kind == StepKind::Retransmission => {
-                        // The sender's reason replaces the generic note.
-                        notes.retain(|n| !n.starts_with("retransmission ("));
-                        notes.push(why.to_string());
-                    }
-                    _ => notes.push(part.to_string()),
-                }
-            }
-        }
-        steps.push(Step {
-            frame: p.frame,
-            time_us: p.time,
-            from_left,
-            label,
-            notes,
-            kind,
-            count: 1,
-        });
-    }
+    let mut walk = Walk::new();
+    let mut steps: Vec<Step> = pkts
+        .iter()
+        .filter(|k| k.flow == l || Some(k.flow) == r)
+        .map(|k| walk.step(k, usize::from(k.flow != l)))
+        .collect();
     if !full {
         steps = collapse(steps);
     }
@@ -704,7 +490,306 @@ fn ladder(keys: &[FlowKey], l: usize, r: Option<usize>, pkts: &[Pkt], full: bool
         left,
         right,
         steps,
-        summary: s,
+        summary: walk.summary,
+    }
+}
+
+/// What the walk through one pair's packets has learnt so far: the counts, each side's
+/// PSN state, the largest FIRST/MIDDLE payload (the path MTU, to count a READ's
+/// responses) and the CM MADs seen.
+struct Walk {
+    summary: Summary,
+    /// Indexed by the sending side: 0 left, 1 right.
+    dirs: [Dir; 2],
+    mtu: Option<u32>,
+    /// (side, transaction ID, attribute ID) of each CM MAD seen: a second one is a resend.
+    cm_seen: std::collections::HashSet<(usize, u64, u16)>,
+}
+
+impl Walk {
+    fn new() -> Self {
+        Walk {
+            summary: Summary {
+                qps: 1,
+                ..Summary::default()
+            },
+            dirs: [Dir::default(); 2],
+            mtu: None,
+            cm_seen: Default::default(),
+        }
+    }
+
+    /// The step of packet `k`, sent by side `d`, counted into the summary.
+    fn step(&mut self, k: &Pkt, d: usize) -> Step {
+        self.summary.roce_packets += 1;
+        self.summary.frame_bytes += k.p.len as u64;
+        match &k.cm {
+            Some(m) => self.cm_step(k, m, d),
+            None => self.transport_step(k, d),
+        }
+    }
+
+    /// A bad ICRC is counted and noted first on its line.
+    fn note_bad_icrc(&mut self, p: &Packet, notes: &mut Vec<String>) {
+        if p.icrc_ok == Some(false) {
+            self.summary.bad_icrc += 1;
+            notes.push("bad ICRC: the receiver drops it".to_string());
+        }
+    }
+
+    /// A CM MAD to QP 1: drawn as its CM message, marked when its side sent it before.
+    fn cm_step(&mut self, k: &Pkt, m: &Mad, d: usize) -> Step {
+        self.summary.cm_mads += 1;
+        let (label, refuses) = cm_label(m);
+        self.summary.cm_rejects += usize::from(refuses);
+        let mut notes = Vec::new();
+        self.note_bad_icrc(&k.p, &mut notes);
+        if !self.cm_seen.insert((d, m.tid, m.msg.attr_id() as u16)) {
+            notes.push("resent (same transaction ID)".to_string());
+        }
+        if let Some(c) = &k.comment {
+            notes.extend(c.split("; ").map(str::to_string));
+        }
+        Step {
+            frame: k.p.frame,
+            time_us: k.p.time,
+            from_left: d == 0,
+            label,
+            notes,
+            kind: StepKind::Cm,
+            count: 1,
+        }
+    }
+
+    /// A transport packet: a CNP, an ACK/NAK, a READ response or atomic ACK, or a request.
+    fn transport_step(&mut self, k: &Pkt, d: usize) -> Step {
+        let p = &k.p;
+        let psn = Psn::new(p.psn.unwrap_or(0));
+        let plen = p.payload_len.unwrap_or(0);
+        let name = p.opcode_name.unwrap_or("unknown").trim_start_matches("RC_");
+        let mut notes = Vec::new();
+        self.note_bad_icrc(p, &mut notes);
+        let inf = info(p);
+        if let Some(i) = inf {
+            if matches!(i.segment, Segment::First | Segment::Middle) && i.has_payload && plen > 0 {
+                self.mtu = Some(self.mtu.map_or(plen as u32, |m| m.max(plen as u32)));
+            }
+        }
+        let plain = || format!("{name} psn {}", psn.value());
+        let (kind, label) = match inf {
+            Some(i) if i.operation == Operation::Cnp => {
+                self.summary.cnps += 1;
+                (StepKind::Cnp, "CNP (slow down)".into())
+            }
+            Some(i) if i.operation == Operation::Ack => self.ack(p, psn),
+            Some(i) if matches!(i.operation, Operation::ReadResponse | Operation::AtomicAck) => {
+                let kind = self.response(i, d, psn, plen, &mut notes);
+                (kind, with_payload(plain(), plen))
+            }
+            Some(i) if i.is_request() => {
+                let kind = self.request(i, p, d, psn, plen, &mut notes);
+                (kind, request_label(plain(), i.operation, p, plen))
+            }
+            _ => (StepKind::Other, plain()),
+        };
+        if p.ecn == Some(3) {
+            notes.push("CE".into());
+        }
+        if let Some(c) = &k.comment {
+            merge_comment(&mut notes, kind, c);
+        }
+        Step {
+            frame: p.frame,
+            time_us: p.time,
+            from_left: d == 0,
+            label,
+            notes,
+            kind,
+            count: 1,
+        }
+    }
+
+    /// An ACK, NAK or RNR NAK (its AETH, IBTA §9.7.5): each closes a round trip.
+    fn ack(&mut self, p: &Packet, psn: Psn) -> (StepKind, String) {
+        let s = &mut self.summary;
+        let a = p.aeth.as_ref();
+        let msn = a.map_or(0, |a| a.msn);
+        s.round_trips += 1;
+        match a.map(|a| a.kind) {
+            Some("NAK") => {
+                s.naks += 1;
+                let label = format!(
+                    "NAK {} psn {} msn {msn}",
+                    a.and_then(|a| a.nak_name).unwrap_or("?"),
+                    psn.value()
+                );
+                (StepKind::Nak, label)
+            }
+            Some("RNR_NAK") => {
+                s.rnr_naks += 1;
+                let label = format!(
+                    "RNR NAK psn {} msn {msn}, retry in {} ms",
+                    psn.value(),
+                    a.and_then(|a| a.rnr_timer_ms).unwrap_or(0.0)
+                );
+                (StepKind::RnrNak, label)
+            }
+            _ => (StepKind::Ack, format!("ACK psn {} msn {msn}", psn.value())),
+        }
+    }
+
+    /// A READ response or atomic ACK from side `d`: a retransmission when its PSN was
+    /// answered before; it also tells that the other side's request used this PSN.
+    fn response(
+        &mut self,
+        i: &crate::wire::OpInfo,
+        d: usize,
+        psn: Psn,
+        plen: usize,
+        notes: &mut Vec<String>,
+    ) -> StepKind {
+        let dir = &mut self.dirs[d];
+        let again = dir.resp_high.is_some_and(|h| psn.before(h));
+        dir.resp_high = max_psn(dir.resp_high, psn.add(1));
+        // The requester (other side) has now used this PSN.
+        let o = &mut self.dirs[1 - d];
+        o.req_high = max_psn(o.req_high, psn.add(1));
+        if o.expect.is_none_or(|e| psn.add(1).after(e)) {
+            o.expect = Some(psn.add(1));
+        }
+        if i.segment.ends() {
+            self.summary.round_trips += 1;
+        }
+        if again {
+            self.summary.retransmitted_packets += 1;
+            notes.push("retransmission (PSN answered before)".into());
+            StepKind::Retransmission
+        } else {
+            self.summary.payload_bytes += plen as u64;
+            StepKind::Response
+        }
+    }
+
+    /// A request from side `d`: a retransmission when its PSN was used before, else new
+    /// payload (and a gap note when it skips PSNs); then the next PSN it expects.
+    fn request(
+        &mut self,
+        i: &crate::wire::OpInfo,
+        p: &Packet,
+        d: usize,
+        psn: Psn,
+        plen: usize,
+        notes: &mut Vec<String>,
+    ) -> StepKind {
+        let op = i.operation;
+        let mtu = self.mtu;
+        let s = &mut self.summary;
+        let dir = &mut self.dirs[d];
+        let again = dir.req_high.is_some_and(|h| psn.before(h));
+        let kind = if again {
+            s.retransmitted_packets += 1;
+            notes.push("retransmission (PSN used before)".into());
+            StepKind::Retransmission
+        } else {
+            if let Some(e) = dir.expect.filter(|&e| psn.after(e)) {
+                s.gaps += 1;
+                notes.push(gap_note(e, psn));
+            }
+            s.payload_bytes += plen as u64;
+            let msg_end = i.segment.ends()
+                || matches!(
+                    op,
+                    Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
+                );
+            if msg_end {
+                s.messages += 1;
+            }
+            StepKind::Request
+        };
+        dir.req_high = max_psn(dir.req_high, psn.add(1));
+        let next = next_request_psn(op, p, psn, mtu);
+        dir.expect = match (dir.expect, next) {
+            (Some(e), Some(n)) if e.after(n) => Some(e),
+            (_, n) => n,
+        };
+        kind
+    }
+}
+
+/// The note for requests missing before `psn`, the first expected being `e`.
+fn gap_note(e: Psn, psn: Psn) -> String {
+    let last = psn.sub(1);
+    if last == e {
+        format!("gap: psn {} not in the capture", e.value())
+    } else {
+        format!(
+            "gap: psn {}..{} not in the capture",
+            e.value(),
+            last.value()
+        )
+    }
+}
+
+/// The PSN after a request at `psn`: a READ request takes one PSN per response packet
+/// (IBTA §9.7.2), known only when the path MTU is (`None` otherwise).
+fn next_request_psn(op: Operation, p: &Packet, psn: Psn, mtu: Option<u32>) -> Option<Psn> {
+    if op != Operation::ReadRequest {
+        return Some(psn.add(1));
+    }
+    let len = p.reth.map_or(0, |r| r.dma_len);
+    match (len, mtu) {
+        (0, _) => Some(psn.add(1)),
+        (l, Some(m)) if m > 0 => Some(psn.add(l.div_ceil(m))),
+        _ => None,
+    }
+}
+
+/// `label` with the payload length, when there is one.
+fn with_payload(mut label: String, plen: usize) -> String {
+    if plen > 0 {
+        let _ = write!(label, " {plen} B");
+    }
+    label
+}
+
+/// A request's label: the payload, a READ's length, the immediate, the AckReq bit ("A").
+fn request_label(label: String, op: Operation, p: &Packet, plen: usize) -> String {
+    let mut label = with_payload(label, plen);
+    if let Some(r) = p.reth {
+        if op == Operation::ReadRequest {
+            let _ = write!(label, " (read {} B)", r.dma_len);
+        }
+    }
+    if let Some(imm) = p.immdt {
+        let _ = write!(label, " imm 0x{:08x}", imm.data);
+    }
+    if p.ack_req == Some(true) && op != Operation::ReadRequest {
+        label.push_str(" A");
+    }
+    label
+}
+
+/// Adds the parts of a packet comment (`; `-separated, as `xrnic sim --pcap` writes the
+/// sender's reasons) that the label does not already say; a sender's reason for a
+/// retransmission replaces the generic note.
+fn merge_comment(notes: &mut Vec<String>, kind: StepKind, comment: &str) {
+    for part in comment.split("; ") {
+        let said = match kind {
+            StepKind::Nak => part.starts_with("NAK "),
+            StepKind::RnrNak => part.starts_with("RNR NAK"),
+            StepKind::Cnp => part.starts_with("CNP"),
+            _ => false,
+        };
+        if said {
+            continue;
+        }
+        match part.strip_prefix("retransmission: ") {
+            Some(why) if kind == StepKind::Retransmission => {
+                notes.retain(|n| !n.starts_with("retransmission ("));
+                notes.push(why.to_string());
+            }
+            _ => notes.push(part.to_string()),
+        }
     }
 }
 

@@ -64,7 +64,9 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::oob::perftest::{BwReport, BwTest, Client, Config, PerftestDest, Server, Session};
+use crate::oob::perftest::{
+    BwReport, BwTest, Client, Config, Negotiated, PerftestDest, Server, Session,
+};
 use crate::proto::qp::MAX_RD_ATOMIC;
 use crate::proto::{Access, Mtu, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 use crate::verbs::{self, ConnectOpts, Device, DeviceOptions, Mr, Qp, Remote, netdev};
@@ -384,7 +386,51 @@ struct Lane {
 /// The whole run; prints like perftest and returns our report.
 pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let p = plan(args)?;
-    let opts = DeviceOptions {
+    let opts = device_options(args)?;
+    super::close_on_signal("perf");
+    let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
+    let ifname = ifname.as_str();
+    let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
+    let mtu = path_mtu(&dev, ifname, args.mtu)?;
+    let mut session = open_session(args, &p, mtu)?;
+    let neg = session.negotiated().clone();
+    let is_client = args.server.is_some();
+    let res = create_resources(&dev, &p, is_client, my_gid, u64::from(neg.cycle_buffer))?;
+    let remote = connect_lanes(args, &mut session, &res, &neg, gidx)?;
+    print_header(&p, &neg, gidx, &res.lanes, &remote);
+    let geometry = Geometry {
+        size: p.size,
+        cycle: u64::from(neg.cycle_buffer),
+        line: u64::from(neg.cache_line_size),
+    };
+    let (report, per_qp) = if is_client {
+        run_as_client(args, &p, &res, &remote, session, geometry)?
+    } else if p.test == PerfTest::Send {
+        run_as_send_server(args, &p, &res, session, geometry)?
+    } else {
+        serve_passively(args, &p, &res.lanes, session, geometry)?
+    };
+    println!("{}", report_line(&report, p.gbits));
+    println!("{RESULT_LINE}");
+    if args.verify {
+        println!("verify: every byte as expected");
+    }
+    if args.verify_stock {
+        println!("verify: every byte as in the peer's buffer");
+    }
+    if args.json {
+        let role = if is_client { "client" } else { "server" };
+        println!(
+            "{}",
+            report_json(&p, &report, &res.lanes, &per_qp, role, &neg, &dev)
+        );
+    }
+    Ok(report)
+}
+
+/// The device's options from the command line.
+fn device_options(args: &PerfArgs) -> Result<DeviceOptions, PerfError> {
+    Ok(DeviceOptions {
         seed: u64::from(std::process::id()),
         stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
         final_stat: args.final_stat.clone(),
@@ -392,26 +438,30 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         rx_drop: args.rx_drop,
         dcqcn: args.cc.dcqcn().map_err(PerfError::Usage)?,
         ..DeviceOptions::default()
-    };
-    super::close_on_signal("perf");
-    let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.device.as_deref(), &opts)?;
-    let ifname = ifname.as_str();
-    let (gidx, my_gid) = super::pick_gid(&dev, ifname, args.gid_index, "-x")?;
+    })
+}
+
+/// The path MTU asked for (`-m`), or the port's active MTU; never above the active one.
+fn path_mtu(dev: &Device, ifname: &str, asked: Option<u32>) -> Result<u32, PerfError> {
     let active = dev.query_port().active_mtu.bytes();
-    let mtu = args.mtu.unwrap_or(active);
+    let mtu = asked.unwrap_or(active);
     if mtu > active {
         return Err(PerfError::Run(format!(
             "path MTU {mtu} is above the active MTU {active} of {ifname} (interface MTU {})",
             dev.query_port().netdev_mtu
         )));
     }
+    Ok(mtu)
+}
 
+/// perftest's out-of-band connection: to the server, or from the one client accepted.
+fn open_session(args: &PerfArgs, p: &Plan, mtu: u32) -> Result<Session, PerfError> {
     let mut config = Config::new(p.test.bw_test());
     config.mtu = mtu;
     if let Some(d) = p.duration {
         config.test_timeout = Duration::from_secs(d + 60);
     }
-    let mut session = match &args.server {
+    let session = match &args.server {
         Some(host) => {
             let r = match host.parse::<IpAddr>() {
                 Ok(ip) => Client::connect((ip, args.port), config),
@@ -433,13 +483,28 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 .map_err(|e| format!("Couldn't set up the connection with the client: {e}"))?
         }
     };
-    let neg = session.negotiated().clone();
-    let cycle = u64::from(neg.cycle_buffer);
-    let line = u64::from(neg.cache_line_size);
-    let is_client = args.server.is_some();
+    Ok(session)
+}
 
-    // Resources (perftest ctx_init): one buffer per QP covering every offset the peer
-    // may target, one CQ for all QPs.
+/// The run's verbs objects. Fields drop in this order: the QPs and MRs, the CQ, the PD.
+struct Resources {
+    lanes: Vec<Lane>,
+    cq: verbs::Cq,
+    /// The lanes' PD, held until the end of the run.
+    _pd: verbs::Pd,
+    /// The RDMA READs and atomics we take in flight (perftest's out_reads).
+    out_reads: u16,
+}
+
+/// Resources (perftest ctx_init): one buffer per QP covering every offset the peer
+/// may target (`cycle`, the negotiated cycle buffer), one CQ for all QPs.
+fn create_resources(
+    dev: &Device,
+    p: &Plan,
+    is_client: bool,
+    my_gid: verbs::Gid,
+    cycle: u64,
+) -> Result<Resources, PerfError> {
     let e = |what: &'static str| move |err: verbs::Error| format!("{what}: {err}");
     let pd = dev.alloc_pd().map_err(e("Couldn't allocate PD"))?;
     let depth = if is_client || p.test != PerfTest::Send {
@@ -508,11 +573,28 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         };
         lanes.push(Lane { qp, mr, dest });
     }
-    let mine: Vec<PerftestDest> = lanes.iter().map(|l| l.dest).collect();
+    Ok(Resources {
+        lanes,
+        cq,
+        _pd: pd,
+        out_reads,
+    })
+}
+
+/// Exchange the QPs' addresses with the peer, connect each QP to its peer's (perftest
+/// ctx_connect) and exchange again once connected: the peer's addresses.
+fn connect_lanes(
+    args: &PerfArgs,
+    session: &mut Session,
+    res: &Resources,
+    neg: &Negotiated,
+    gidx: u8,
+) -> Result<Vec<PerftestDest>, PerfError> {
+    let mine: Vec<PerftestDest> = res.lanes.iter().map(|l| l.dest).collect();
     let remote = session
         .exchange_keys(&mine)
         .map_err(|e| format!("Couldn't exchange keys: {e}"))?;
-    for (l, r) in lanes.iter().zip(&remote) {
+    for (l, r) in res.lanes.iter().zip(&remote) {
         if crate::proto::gid_is_ipv4(&l.dest.gid) != crate::proto::gid_is_ipv4(&r.gid) {
             // perftest ctx_check_gid_compatibility.
             return Err(PerfError::Run(format!(
@@ -538,7 +620,7 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
                 // (A peer announcing more than MAX_RD_ATOMIC gets at most that in flight,
                 // which it allows.)
                 max_rd_atomic: r.out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
-                max_dest_rd_atomic: out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
+                max_dest_rd_atomic: res.out_reads.clamp(1, u16::from(MAX_RD_ATOMIC)) as u8,
                 hop_limit: 0xff,
                 traffic_class: args.cc.tclass.unwrap_or(0),
                 timeout: args.qp_timeout,
@@ -550,7 +632,11 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
     let remote = session
         .finish_setup(&mine)
         .map_err(|e| format!("Couldn't exchange keys after connecting: {e}"))?;
+    Ok(remote)
+}
 
+/// perftest's banner: the test, its parameters, both sides' addresses, the table's head.
+fn print_header(p: &Plan, neg: &Negotiated, gidx: u8, lanes: &[Lane], remote: &[PerftestDest]) {
     println!("{RESULT_LINE}");
     let title = match p.test {
         PerfTest::Atomic => format!(
@@ -576,136 +662,162 @@ pub fn perf(args: &PerfArgs) -> Result<BwReport, PerfError> {
         None => println!(" Number of iters : {}", p.iters.unwrap_or(0)),
     }
     println!("{RESULT_LINE}");
-    for (l, r) in lanes.iter().zip(&remote) {
+    for (l, r) in lanes.iter().zip(remote) {
         println!("{}", address_lines("local", &l.dest, p.test));
         println!("{}", address_lines("remote", r, p.test));
     }
     println!("{RESULT_LINE}");
     println!("{}", if p.gbits { RESULT_FMT_G } else { RESULT_FMT });
+}
 
-    let geometry = Geometry {
-        size: p.size,
-        cycle,
-        line,
+/// The client: run the requester (with its `--cc-log`), verify, and send the server our
+/// report. Our report and the messages per QP.
+fn run_as_client(
+    args: &PerfArgs,
+    p: &Plan,
+    res: &Resources,
+    remote: &[PerftestDest],
+    mut session: Session,
+    geometry: Geometry,
+) -> Result<(BwReport, Vec<u64>), PerfError> {
+    let lanes = &res.lanes;
+    // send_bw syncs here (the server has posted its receives); the others do not.
+    session
+        .start_run()
+        .map_err(|e| format!("sync before run: {e}"))?;
+    let mut log = match &args.cc_log {
+        Some(path) => Some(
+            super::cclog::CcLog::create(
+                path,
+                Duration::from_millis(args.cc_log_interval),
+                u64::from(p.size),
+            )
+            .map_err(|e| format!("--cc-log {}: {e}", path.display()))?,
+        ),
+        None => None,
     };
-    let (report, per_qp) = if is_client {
-        // send_bw syncs here (the server has posted its receives); the others do not.
-        session
-            .start_run()
-            .map_err(|e| format!("sync before run: {e}"))?;
-        let mut log = match &args.cc_log {
-            Some(path) => Some(
-                super::cclog::CcLog::create(
-                    path,
-                    Duration::from_millis(args.cc_log_interval),
-                    u64::from(p.size),
-                )
-                .map_err(|e| format!("--cc-log {}: {e}", path.display()))?,
-            ),
-            None => None,
-        };
-        let run = run_requester(&p, &lanes, &remote, &cq, geometry, log.as_mut())?;
-        if let Some(l) = log.as_mut() {
-            let qps: Vec<&Qp> = lanes.iter().map(|l| &l.qp).collect();
-            l.finish(&qps, &run.per_qp_done)
-                .map_err(|e| format!("--cc-log: {e}"))?;
-        }
-        session.end_run().map_err(|e| e.to_string())?;
-        let report = bw_report(u64::from(p.size), &run.measured, p.gbits);
-        if args.verify && p.test == PerfTest::Read {
-            verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "read")?;
-        }
-        if args.verify_stock {
-            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "read")?;
-        }
-        session
-            .finish(&report)
-            .map_err(|e| format!("Couldn't end the test with the server: {e}"))?;
-        (report, run.per_qp)
-    } else if p.test == PerfTest::Send {
-        let run = run_receiver(&p, &lanes, &cq, &mut session, geometry)?;
-        session.end_run().map_err(|e| e.to_string())?;
-        session
-            .finish(&BwReport::default())
-            .map_err(|e| format!("Couldn't end the test with the client: {e}"))?;
-        if args.verify {
-            verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "send")?;
-        }
-        if args.verify_stock {
-            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "send")?;
-        }
-        (
-            bw_report(u64::from(p.size), &run.measured, p.gbits),
-            run.per_qp,
-        )
-    } else {
-        // Passive: the driver answers; the client's report comes at the end.
-        let peer = session
-            .finish(&BwReport::default())
-            .map_err(|e| format!("Couldn't end the test with the client: {e}"))?
-            .unwrap_or_default();
-        if args.verify {
-            match p.test {
-                PerfTest::Write => verify_slots(&lanes, geometry, p.iters.unwrap_or(0), "write")?,
-                PerfTest::Atomic => verify_atomics(&lanes, geometry, &p)?,
-                _ => {}
-            }
-        }
-        if args.verify_stock {
-            verify_stock(&lanes, geometry, p.iters.unwrap_or(0), "write")?;
-        }
-        let per = peer.iters / p.qps as u64;
-        (peer, vec![per; p.qps])
-    };
-    println!("{}", report_line(&report, p.gbits));
-    println!("{RESULT_LINE}");
-    if args.verify {
-        println!("verify: every byte as expected");
+    let run = run_requester(p, lanes, remote, &res.cq, geometry, log.as_mut())?;
+    if let Some(l) = log.as_mut() {
+        let qps: Vec<&Qp> = lanes.iter().map(|l| &l.qp).collect();
+        l.finish(&qps, &run.per_qp_done)
+            .map_err(|e| format!("--cc-log: {e}"))?;
+    }
+    session.end_run().map_err(|e| e.to_string())?;
+    let report = bw_report(u64::from(p.size), &run.measured, p.gbits);
+    if args.verify && p.test == PerfTest::Read {
+        verify_slots(lanes, geometry, p.iters.unwrap_or(0), "read")?;
     }
     if args.verify_stock {
-        println!("verify: every byte as in the peer's buffer");
+        verify_stock(lanes, geometry, p.iters.unwrap_or(0), "read")?;
     }
-    if args.json {
-        let secs = if report.bw_avg > 0.0 {
-            to_gbps(report.bw_avg, p.gbits).recip() * 8.0 * report.size as f64 * report.iters as f64
-                / 1e9
-        } else {
-            0.0
-        };
-        let qps: Vec<_> = lanes
-            .iter()
-            .zip(&per_qp)
-            .map(|(l, &msgs)| {
-                let bytes = msgs * u64::from(p.size);
-                let rate = l.qp.rate_status();
-                json!({
-                    "qpn": l.qp.qp_num().value(),
-                    "bytes": bytes,
-                    "bw_avg_gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
-                    "retransmitted_packets": l.qp.counters().ok().map(|c| c.retransmitted_packets),
-                    "rate_bps": rate.map(|r| r.rate_bps),
-                    "target_bps": rate.map(|r| r.target_bps),
-                    "alpha": rate.and_then(|r| r.alpha),
-                    "rp_cnp_handled": rate.map(|r| r.rp_cnp_handled),
-                })
+    session
+        .finish(&report)
+        .map_err(|e| format!("Couldn't end the test with the server: {e}"))?;
+    Ok((report, run.per_qp))
+}
+
+/// The send_bw server: receive and count, then verify. Our report and the messages per
+/// QP.
+fn run_as_send_server(
+    args: &PerfArgs,
+    p: &Plan,
+    res: &Resources,
+    mut session: Session,
+    geometry: Geometry,
+) -> Result<(BwReport, Vec<u64>), PerfError> {
+    let lanes = &res.lanes;
+    let run = run_receiver(p, lanes, &res.cq, &mut session, geometry)?;
+    session.end_run().map_err(|e| e.to_string())?;
+    session
+        .finish(&BwReport::default())
+        .map_err(|e| format!("Couldn't end the test with the client: {e}"))?;
+    if args.verify {
+        verify_slots(lanes, geometry, p.iters.unwrap_or(0), "send")?;
+    }
+    if args.verify_stock {
+        verify_stock(lanes, geometry, p.iters.unwrap_or(0), "send")?;
+    }
+    Ok((
+        bw_report(u64::from(p.size), &run.measured, p.gbits),
+        run.per_qp,
+    ))
+}
+
+/// The server of write, read and atomic: passive, the driver answers; the client's
+/// report comes at the end, then the verification. That report and its messages per QP.
+fn serve_passively(
+    args: &PerfArgs,
+    p: &Plan,
+    lanes: &[Lane],
+    session: Session,
+    geometry: Geometry,
+) -> Result<(BwReport, Vec<u64>), PerfError> {
+    let peer = session
+        .finish(&BwReport::default())
+        .map_err(|e| format!("Couldn't end the test with the client: {e}"))?
+        .unwrap_or_default();
+    if args.verify {
+        match p.test {
+            PerfTest::Write => verify_slots(lanes, geometry, p.iters.unwrap_or(0), "write")?,
+            PerfTest::Atomic => verify_atomics(lanes, geometry, p)?,
+            _ => {}
+        }
+    }
+    if args.verify_stock {
+        verify_stock(lanes, geometry, p.iters.unwrap_or(0), "write")?;
+    }
+    let per = peer.iters / p.qps as u64;
+    Ok((peer, vec![per; p.qps]))
+}
+
+/// `--json`'s object: the run's figures, each QP's bytes, rate and DCQCN state, and the
+/// device's counters.
+fn report_json(
+    p: &Plan,
+    report: &BwReport,
+    lanes: &[Lane],
+    per_qp: &[u64],
+    role: &str,
+    neg: &Negotiated,
+    dev: &Device,
+) -> serde_json::Value {
+    let secs = if report.bw_avg > 0.0 {
+        to_gbps(report.bw_avg, p.gbits).recip() * 8.0 * report.size as f64 * report.iters as f64
+            / 1e9
+    } else {
+        0.0
+    };
+    let qps: Vec<_> = lanes
+        .iter()
+        .zip(per_qp)
+        .map(|(l, &msgs)| {
+            let bytes = msgs * u64::from(p.size);
+            let rate = l.qp.rate_status();
+            json!({
+                "qpn": l.qp.qp_num().value(),
+                "bytes": bytes,
+                "bw_avg_gbps": if secs > 0.0 { bytes as f64 * 8.0 / secs / 1e9 } else { 0.0 },
+                "retransmitted_packets": l.qp.counters().ok().map(|c| c.retransmitted_packets),
+                "rate_bps": rate.map(|r| r.rate_bps),
+                "target_bps": rate.map(|r| r.target_bps),
+                "alpha": rate.and_then(|r| r.alpha),
+                "rp_cnp_handled": rate.map(|r| r.rp_cnp_handled),
             })
-            .collect();
-        let v = json!({
-            "test": p.test.name(),
-            "role": if is_client { "client" } else { "server" },
-            "size": p.size,
-            "iters": report.iters,
-            "mtu": neg.mtu,
-            "duration": p.duration,
-            "bw_avg_gbps": to_gbps(report.bw_avg, p.gbits),
-            "bw_peak_gbps": to_gbps(report.bw_peak, p.gbits),
-            "msg_rate_mpps": report.msg_rate_avg,
-            "qps": qps,
-            "counters": counters_json(&dev),
-        });
-        println!("{v}");
-    }
-    Ok(report)
+        })
+        .collect();
+    json!({
+        "test": p.test.name(),
+        "role": role,
+        "size": p.size,
+        "iters": report.iters,
+        "mtu": neg.mtu,
+        "duration": p.duration,
+        "bw_avg_gbps": to_gbps(report.bw_avg, p.gbits),
+        "bw_peak_gbps": to_gbps(report.bw_peak, p.gbits),
+        "msg_rate_mpps": report.msg_rate_avg,
+        "qps": qps,
+        "counters": counters_json(dev),
+    })
 }
 
 /// The `counters` of `--json`: the engine's (software backend), or the kernel's counters

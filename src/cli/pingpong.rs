@@ -177,196 +177,26 @@ fn gid_text(g: &[u8; 16]) -> String {
 
 /// The whole run; prints like rc_pingpong and returns what it measured.
 pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
-    let size = args.size as usize;
-    let opts = DeviceOptions {
-        rx_drop: args.rx_drop,
-        seed: u64::from(std::process::id()),
-        stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
-        final_stat: args.final_stat.clone(),
-        pcap: args.pcap.clone(),
-        dcqcn: args.cc.dcqcn()?,
-        ..DeviceOptions::default()
-    };
+    let opts = device_options(args)?;
     super::close_on_signal("rc-pingpong");
     let (dev, ifname) = super::open_device(args.netdev.as_deref(), args.ib_dev.as_deref(), &opts)?;
     let (gidx, my_gid) = super::pick_gid(&dev, &ifname, args.gid_idx, "-g")?;
-    let e = |what: &str| {
-        let what = what.to_string();
-        move |err: verbs::Error| format!("{what}: {err}")
-    };
-    let pd = dev.alloc_pd().map_err(e("Couldn't allocate PD"))?;
-    // [0, size): what we send; [size, 2 size): where receives land.
-    let mr = pd
-        .reg_mr(2 * size, Access::LOCAL_WRITE)
-        .map_err(e("Couldn't register MR"))?;
-    mr.with_mut(|b| b[..size].fill(FILL))
-        .map_err(e("Couldn't fill the buffer"))?;
-    let cq = dev
-        .create_cq(args.rx_depth as usize + 1)
-        .map_err(e("Couldn't create CQ"))?;
-    let qp = pd
-        .create_qp(&verbs::QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            max_send_wr: 1,
-            max_recv_wr: args.rx_depth,
-            sq_sig_all: false,
-        })
-        .map_err(e("Couldn't create QP"))?;
-    qp.modify(&QpAttr::rc_init(Access::NONE), AttrMask::RC_INIT)
-        .map_err(e("Failed to modify QP to INIT"))?;
-    let recv_wr = RecvWr {
-        wr_id: RECV_WRID,
-        sg_list: vec![mr.sge(size, args.size)],
-    };
-    let post_recv = |n: u32| -> u32 {
-        (0..n)
-            .take_while(|_| qp.post_recv(recv_wr.clone()).is_ok())
-            .count() as u32
-    };
-    let mut routs = post_recv(args.rx_depth);
+    let ep = Endpoint::create(&dev, args)?;
+    let routs = ep.post_recv(args.rx_depth);
     if routs < args.rx_depth {
         return Err(format!("Couldn't post receive ({routs})"));
     }
-
-    let seed = u64::from(std::process::id())
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-    let my_psn = rand_chacha::ChaCha8Rng::seed_from_u64(seed).random_range(0..=Psn::MAX);
-    let mine = PingpongDest {
-        lid: 0,
-        qpn: qp.qp_num(),
-        psn: Psn::new(my_psn),
-        gid: my_gid,
-    };
+    let mine = local_dest(&ep.qp, my_gid);
     println!(
         "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
         0,
         mine.qpn.value(),
-        my_psn,
+        mine.psn.value(),
         gid_text(&my_gid)
     );
-
-    let connect = |rem: &PingpongDest| -> Result<(), String> {
-        if !rem.has_gid() {
-            return Err(
-                "the peer announced no GID: RoCE needs one (run ibv_rc_pingpong with -g)".into(),
-            );
-        }
-        qp.connect(
-            &Remote {
-                qpn: rem.qpn,
-                psn: rem.psn.value(),
-                gid: rem.gid,
-            },
-            my_psn,
-            gidx,
-            &ConnectOpts {
-                path_mtu: Mtu::from_bytes(args.mtu).unwrap_or_default(),
-                traffic_class: args.cc.tclass.unwrap_or(0),
-                ..ConnectOpts::default()
-            },
-        )
-        .map_err(|err| format!("Couldn't connect to remote QP: {err}"))
-    };
-    match &args.server {
-        Some(host) => {
-            let host_ip: Option<IpAddr> = host.parse().ok();
-            let rem = match host_ip {
-                Some(ip) => client_exchange((ip, args.port), &mine, crate::oob::DEFAULT_TIMEOUT),
-                None => client_exchange(
-                    (host.as_str(), args.port),
-                    &mine,
-                    crate::oob::DEFAULT_TIMEOUT,
-                ),
-            }
-            .map_err(|err| format!("Couldn't connect to {host}:{}: {err}", args.port))?;
-            print_remote(&rem);
-            connect(&rem)?;
-        }
-        None => {
-            let server = Server::bind(("::", args.port))
-                .or_else(|_| Server::bind(("0.0.0.0", args.port)))
-                .map_err(|err| match err.kind() {
-                    std::io::ErrorKind::AddrInUse => {
-                        format!("Couldn't listen to port {}: TCP port in use", args.port)
-                    }
-                    _ => format!("Couldn't listen to port {}: {err}", args.port),
-                })?;
-            let pending = server
-                .accept()
-                .map_err(|err| format!("Couldn't read remote address: {err}"))?;
-            let rem = *pending.remote();
-            connect(&rem)?;
-            pending
-                .reply(&mine)
-                .map_err(|err| format!("Couldn't send/recv local address: {err}"))?;
-            print_remote(&rem);
-        }
-    }
-
-    let send_wr = {
-        let mut w = SendWr::new(SEND_WRID, WrOpcode::Send);
-        w.sg_list = vec![mr.sge(0, args.size)];
-        w
-    };
-    let mut pending = RECV_WRID;
-    if args.server.is_some() {
-        qp.post_send(send_wr.clone())
-            .map_err(|err| format!("Couldn't post send: {err}"))?;
-        pending |= SEND_WRID;
-    }
-    let start = Instant::now();
-    let (mut rcnt, mut scnt, mut verified) = (0u32, 0u32, 0u64);
-    let mut wcs = Vec::with_capacity(2);
-    while rcnt < args.iters || scnt < args.iters {
-        wcs.clear();
-        if args.events {
-            if cq.wait_receiving(2, SILENCE, &mut wcs) == 0 {
-                return Err(format!("no completion for {SILENCE:?}"));
-            }
-        } else {
-            poll_completions(&cq, &mut wcs, args.busy_poll)?;
-        }
-        for wc in &wcs {
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status.as_str(),
-                    wc.status as u32,
-                    wc.wr_id
-                ));
-            }
-            match wc.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    if args.verify {
-                        check(&mr, size, wc.byte_len, rcnt)?;
-                        verified += 1;
-                    }
-                    routs -= 1;
-                    if routs <= 1 {
-                        routs += post_recv(args.rx_depth - routs);
-                        if routs < args.rx_depth {
-                            return Err(format!("Couldn't post receive ({routs})"));
-                        }
-                    }
-                    rcnt += 1;
-                }
-                other => return Err(format!("Completion for unknown wr_id {other}")),
-            }
-            pending &= !wc.wr_id;
-            if scnt < args.iters && pending == 0 {
-                qp.post_send(send_wr.clone())
-                    .map_err(|err| format!("Couldn't post send: {err}"))?;
-                pending = RECV_WRID | SEND_WRID;
-            }
-        }
-    }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    linger(&qp);
+    exchange_and_connect(args, &ep.qp, &mine, gidx)?;
+    let (usec, verified) = ep.ping_pong(args, routs)?;
+    linger(&ep.qp);
     let bytes = u64::from(args.size) * u64::from(args.iters) * 2;
     println!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
@@ -396,6 +226,242 @@ pub fn pingpong(args: &PingpongArgs) -> Result<Outcome, String> {
         usec,
         verified,
     })
+}
+
+/// The device's options from the command line.
+fn device_options(args: &PingpongArgs) -> Result<DeviceOptions, String> {
+    Ok(DeviceOptions {
+        rx_drop: args.rx_drop,
+        seed: u64::from(std::process::id()),
+        stat_dir: (!args.no_stat).then(|| verbs::STAT_DIR.into()),
+        final_stat: args.final_stat.clone(),
+        pcap: args.pcap.clone(),
+        dcqcn: args.cc.dcqcn()?,
+        ..DeviceOptions::default()
+    })
+}
+
+/// Our QP's address for the peer, with a random first PSN (rc_pingpong's lrand48).
+fn local_dest(qp: &verbs::Qp, my_gid: verbs::Gid) -> PingpongDest {
+    let seed = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    let my_psn = rand_chacha::ChaCha8Rng::seed_from_u64(seed).random_range(0..=Psn::MAX);
+    PingpongDest {
+        lid: 0,
+        qpn: qp.qp_num(),
+        psn: Psn::new(my_psn),
+        gid: my_gid,
+    }
+}
+
+/// Exchange addresses with the peer (as its client, or as the server of one client) and
+/// connect our QP to its.
+fn exchange_and_connect(
+    args: &PingpongArgs,
+    qp: &verbs::Qp,
+    mine: &PingpongDest,
+    gidx: u8,
+) -> Result<(), String> {
+    match &args.server {
+        Some(host) => {
+            let host_ip: Option<IpAddr> = host.parse().ok();
+            let rem = match host_ip {
+                Some(ip) => client_exchange((ip, args.port), mine, crate::oob::DEFAULT_TIMEOUT),
+                None => client_exchange(
+                    (host.as_str(), args.port),
+                    mine,
+                    crate::oob::DEFAULT_TIMEOUT,
+                ),
+            }
+            .map_err(|err| format!("Couldn't connect to {host}:{}: {err}", args.port))?;
+            print_remote(&rem);
+            connect(args, qp, mine, gidx, &rem)?;
+        }
+        None => {
+            let server = Server::bind(("::", args.port))
+                .or_else(|_| Server::bind(("0.0.0.0", args.port)))
+                .map_err(|err| match err.kind() {
+                    std::io::ErrorKind::AddrInUse => {
+                        format!("Couldn't listen to port {}: TCP port in use", args.port)
+                    }
+                    _ => format!("Couldn't listen to port {}: {err}", args.port),
+                })?;
+            let pending = server
+                .accept()
+                .map_err(|err| format!("Couldn't read remote address: {err}"))?;
+            let rem = *pending.remote();
+            connect(args, qp, mine, gidx, &rem)?;
+            pending
+                .reply(mine)
+                .map_err(|err| format!("Couldn't send/recv local address: {err}"))?;
+            print_remote(&rem);
+        }
+    }
+    Ok(())
+}
+
+/// Our QP to RTS toward the peer's `rem`.
+fn connect(
+    args: &PingpongArgs,
+    qp: &verbs::Qp,
+    mine: &PingpongDest,
+    gidx: u8,
+    rem: &PingpongDest,
+) -> Result<(), String> {
+    if !rem.has_gid() {
+        return Err(
+            "the peer announced no GID: RoCE needs one (run ibv_rc_pingpong with -g)".into(),
+        );
+    }
+    qp.connect(
+        &Remote {
+            qpn: rem.qpn,
+            psn: rem.psn.value(),
+            gid: rem.gid,
+        },
+        mine.psn.value(),
+        gidx,
+        &ConnectOpts {
+            path_mtu: Mtu::from_bytes(args.mtu).unwrap_or_default(),
+            traffic_class: args.cc.tclass.unwrap_or(0),
+            ..ConnectOpts::default()
+        },
+    )
+    .map_err(|err| format!("Couldn't connect to remote QP: {err}"))
+}
+
+/// The run's verbs objects (rc_pingpong's pp_context). Fields drop in this order: the
+/// QP, the CQ, the MR, the PD.
+struct Endpoint {
+    qp: verbs::Qp,
+    cq: verbs::Cq,
+    /// [0, size): what we send; [size, 2 size): where receives land.
+    mr: verbs::Mr,
+    /// The PD of the MR and QP, held until the end of the run.
+    _pd: verbs::Pd,
+    /// The receive every message lands in.
+    recv_wr: RecvWr,
+    size: usize,
+}
+
+impl Endpoint {
+    /// rc_pingpong's pp_init_ctx: PD, MR (its first half filled), CQ, and the QP in INIT.
+    fn create(dev: &verbs::Device, args: &PingpongArgs) -> Result<Self, String> {
+        let size = args.size as usize;
+        let e = |what: &str| {
+            let what = what.to_string();
+            move |err: verbs::Error| format!("{what}: {err}")
+        };
+        let pd = dev.alloc_pd().map_err(e("Couldn't allocate PD"))?;
+        let mr = pd
+            .reg_mr(2 * size, Access::LOCAL_WRITE)
+            .map_err(e("Couldn't register MR"))?;
+        mr.with_mut(|b| b[..size].fill(FILL))
+            .map_err(e("Couldn't fill the buffer"))?;
+        let cq = dev
+            .create_cq(args.rx_depth as usize + 1)
+            .map_err(e("Couldn't create CQ"))?;
+        let qp = pd
+            .create_qp(&verbs::QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth,
+                sq_sig_all: false,
+            })
+            .map_err(e("Couldn't create QP"))?;
+        qp.modify(&QpAttr::rc_init(Access::NONE), AttrMask::RC_INIT)
+            .map_err(e("Failed to modify QP to INIT"))?;
+        let recv_wr = RecvWr {
+            wr_id: RECV_WRID,
+            sg_list: vec![mr.sge(size, args.size)],
+        };
+        Ok(Endpoint {
+            qp,
+            cq,
+            mr,
+            _pd: pd,
+            recv_wr,
+            size,
+        })
+    }
+
+    /// Post up to `n` receives; how many were posted.
+    fn post_recv(&self, n: u32) -> u32 {
+        (0..n)
+            .take_while(|_| self.qp.post_recv(self.recv_wr.clone()).is_ok())
+            .count() as u32
+    }
+
+    /// rc_pingpong's loop: the server sends first, then each side sends when both its last
+    /// send and a receive completed, until `iters` each way; `routs` receives are posted.
+    /// The time it took (µs) and the messages verified.
+    fn ping_pong(&self, args: &PingpongArgs, mut routs: u32) -> Result<(f64, u64), String> {
+        let send_wr = {
+            let mut w = SendWr::new(SEND_WRID, WrOpcode::Send);
+            w.sg_list = vec![self.mr.sge(0, args.size)];
+            w
+        };
+        let mut pending = RECV_WRID;
+        if args.server.is_some() {
+            self.qp
+                .post_send(send_wr.clone())
+                .map_err(|err| format!("Couldn't post send: {err}"))?;
+            pending |= SEND_WRID;
+        }
+        let start = Instant::now();
+        let (mut rcnt, mut scnt, mut verified) = (0u32, 0u32, 0u64);
+        let mut wcs = Vec::with_capacity(2);
+        while rcnt < args.iters || scnt < args.iters {
+            wcs.clear();
+            if args.events {
+                if self.cq.wait_receiving(2, SILENCE, &mut wcs) == 0 {
+                    return Err(format!("no completion for {SILENCE:?}"));
+                }
+            } else {
+                poll_completions(&self.cq, &mut wcs, args.busy_poll)?;
+            }
+            for wc in &wcs {
+                if wc.status != WcStatus::Success {
+                    return Err(format!(
+                        "Failed status {} ({}) for wr_id {}",
+                        wc.status.as_str(),
+                        wc.status as u32,
+                        wc.wr_id
+                    ));
+                }
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        if args.verify {
+                            check(&self.mr, self.size, wc.byte_len, rcnt)?;
+                            verified += 1;
+                        }
+                        routs -= 1;
+                        if routs <= 1 {
+                            routs += self.post_recv(args.rx_depth - routs);
+                            if routs < args.rx_depth {
+                                return Err(format!("Couldn't post receive ({routs})"));
+                            }
+                        }
+                        rcnt += 1;
+                    }
+                    other => return Err(format!("Completion for unknown wr_id {other}")),
+                }
+                pending &= !wc.wr_id;
+                if scnt < args.iters && pending == 0 {
+                    self.qp
+                        .post_send(send_wr.clone())
+                        .map_err(|err| format!("Couldn't post send: {err}"))?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        Ok((start.elapsed().as_secs_f64() * 1e6, verified))
+    }
 }
 
 /// Poll `cq` until it gives completions, yielding the CPU between polls, then (unless

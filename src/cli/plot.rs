@@ -134,39 +134,83 @@ fn colour(i: usize) -> RGBColor {
 
 /// Draw `samples` into an SVG at `out`.
 pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
-    let mut by_qp: BTreeMap<usize, Vec<&Sample>> = BTreeMap::new();
-    for s in samples {
-        by_qp.entry(s.qp).or_default().push(s);
-    }
-    let tmax = samples.iter().map(|s| s.t).fold(0.0, f64::max).max(1e-3);
-    let window = args.window_ms as f64 / 1e3;
-    let goodputs: Vec<(usize, Vec<(f64, f64)>)> = by_qp
-        .iter()
-        .map(|(&q, v)| (q, goodput(v, window)))
-        .collect();
-    // The sum over QPs, on the first QP's window ends (samples are taken together).
-    let mut total: Vec<(f64, f64)> = Vec::new();
-    if let Some((_, g0)) = goodputs.first() {
-        for (k, &(t, _)) in g0.iter().enumerate() {
-            let sum: f64 = goodputs
-                .iter()
-                .filter_map(|(_, g)| g.get(k))
-                .map(|p| p.1)
-                .sum();
-            total.push((t, sum));
-        }
-    }
-    let has_cc = samples.iter().any(|s| s.rate_mbps.is_some());
-
+    let s = Series::new(samples, args.window_ms);
     let root = SVGBackend::new(out, (1000, 960)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
+    root.fill(&WHITE).map_err(draw_err)?;
     let root = root
         .titled(&args.title, ("sans-serif", 22))
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
     let panels = root.split_evenly((3, 1));
+    draw_rates(&panels[0], samples, &s, args)?;
+    draw_goodput(&panels[1], &s, args)?;
+    draw_alpha(&panels[2], &s)?;
+    root.present().map_err(draw_err)?;
+    Ok(())
+}
 
-    // 1. Rates (log scale: they span the line rate down to the bottleneck share).
+/// A drawing error as the message `xrnic plot` prints.
+fn draw_err(x: impl std::fmt::Display) -> String {
+    x.to_string()
+}
+
+/// One panel of the chart.
+type Panel<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+/// What the panels draw, from the samples.
+struct Series<'s> {
+    /// Each QP's samples, in time order.
+    by_qp: BTreeMap<usize, Vec<&'s Sample>>,
+    /// Each QP's goodput per window, `(t, Mb/s)`.
+    goodputs: Vec<(usize, Vec<(f64, f64)>)>,
+    /// The sum over QPs, on the first QP's window ends (samples are taken together).
+    total: Vec<(f64, f64)>,
+    /// The last sample's time (at least 1 ms): the x axis's end.
+    tmax: f64,
+    /// Whether any sample has a DCQCN rate.
+    has_cc: bool,
+}
+
+impl<'s> Series<'s> {
+    fn new(samples: &'s [Sample], window_ms: u64) -> Self {
+        let mut by_qp: BTreeMap<usize, Vec<&Sample>> = BTreeMap::new();
+        for s in samples {
+            by_qp.entry(s.qp).or_default().push(s);
+        }
+        let tmax = samples.iter().map(|s| s.t).fold(0.0, f64::max).max(1e-3);
+        let window = window_ms as f64 / 1e3;
+        let goodputs: Vec<(usize, Vec<(f64, f64)>)> = by_qp
+            .iter()
+            .map(|(&q, v)| (q, goodput(v, window)))
+            .collect();
+        let mut total: Vec<(f64, f64)> = Vec::new();
+        if let Some((_, g0)) = goodputs.first() {
+            for (k, &(t, _)) in g0.iter().enumerate() {
+                let sum: f64 = goodputs
+                    .iter()
+                    .filter_map(|(_, g)| g.get(k))
+                    .map(|p| p.1)
+                    .sum();
+                total.push((t, sum));
+            }
+        }
+        let has_cc = samples.iter().any(|s| s.rate_mbps.is_some());
+        Series {
+            by_qp,
+            goodputs,
+            total,
+            tmax,
+            has_cc,
+        }
+    }
+}
+
+/// 1. Rates (log scale: they span the line rate down to the bottleneck share).
+fn draw_rates(
+    area: &Panel<'_>,
+    samples: &[Sample],
+    s: &Series<'_>,
+    args: &PlotArgs,
+) -> Result<(), String> {
     let rmax = samples
         .iter()
         .flat_map(|s| [s.rate_mbps, s.target_mbps])
@@ -180,9 +224,9 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .fold(args.bottleneck_mbps.unwrap_or(rmax), f64::min)
         .max(0.1)
         / 1.5;
-    let mut c = ChartBuilder::on(&panels[0])
+    let mut c = ChartBuilder::on(area)
         .caption(
-            if has_cc {
+            if s.has_cc {
                 "DCQCN current rate (solid) and target rate (dashed) per QP"
             } else {
                 "DCQCN off: QPs send at line rate, no rate state"
@@ -192,23 +236,23 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..tmax, (rmin..rmax).log_scale())
-        .map_err(|x| e(&x))?;
+        .build_cartesian_2d(0.0..s.tmax, (rmin..rmax).log_scale())
+        .map_err(draw_err)?;
     c.configure_mesh()
         .x_desc("time (s)")
         .y_desc("Mb/s (log)")
         .draw()
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
     if let Some(b) = args.bottleneck_mbps {
         c.draw_series(LineSeries::new(
-            [(0.0, b), (tmax, b)],
+            [(0.0, b), (s.tmax, b)],
             RGBColor(150, 150, 150).stroke_width(1),
         ))
-        .map_err(|x| e(&x))?
+        .map_err(draw_err)?
         .label(format!("bottleneck {b} Mb/s"))
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150)));
     }
-    for (&q, v) in by_qp.iter().filter(|_| has_cc) {
+    for (&q, v) in s.by_qp.iter().filter(|_| s.has_cc) {
         let col = colour(q);
         let rate: Vec<(f64, f64)> = v
             .iter()
@@ -219,25 +263,29 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
             .filter_map(|s| Some((s.t, s.target_mbps?.max(rmin))))
             .collect();
         c.draw_series(LineSeries::new(rate, col.stroke_width(2)))
-            .map_err(|x| e(&x))?
+            .map_err(draw_err)?
             .label(format!("qp {q} rate"))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col));
         c.draw_series(DashedLineSeries::new(target, 6, 4, col.stroke_width(1)))
-            .map_err(|x| e(&x))?;
+            .map_err(draw_err)?;
     }
     c.configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
+    Ok(())
+}
 
-    // 2. Goodput.
-    let gmax = total
+/// 2. Goodput.
+fn draw_goodput(area: &Panel<'_>, s: &Series<'_>, args: &PlotArgs) -> Result<(), String> {
+    let gmax = s
+        .total
         .iter()
         .map(|p| p.1)
         .fold(args.bottleneck_mbps.unwrap_or(1.0), f64::max)
         * 1.15;
-    let mut c = ChartBuilder::on(&panels[1])
+    let mut c = ChartBuilder::on(area)
         .caption(
             format!(
                 "goodput per QP and total (delivered bytes, {} ms windows)",
@@ -248,28 +296,31 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..tmax, 0.0..gmax)
-        .map_err(|x| e(&x))?;
+        .build_cartesian_2d(0.0..s.tmax, 0.0..gmax)
+        .map_err(draw_err)?;
     c.configure_mesh()
         .x_desc("time (s)")
         .y_desc("Mb/s")
         .draw()
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
     if let Some(b) = args.bottleneck_mbps {
         c.draw_series(LineSeries::new(
-            [(0.0, b), (tmax, b)],
+            [(0.0, b), (s.tmax, b)],
             RGBColor(150, 150, 150).stroke_width(1),
         ))
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
     }
-    c.draw_series(LineSeries::new(total, BLACK.stroke_width(2)))
-        .map_err(|x| e(&x))?
-        .label("total")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
-    for (q, g) in goodputs {
-        let col = colour(q);
-        c.draw_series(LineSeries::new(g, col.stroke_width(2)))
-            .map_err(|x| e(&x))?
+    c.draw_series(LineSeries::new(
+        s.total.iter().copied(),
+        BLACK.stroke_width(2),
+    ))
+    .map_err(draw_err)?
+    .label("total")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK));
+    for (q, g) in &s.goodputs {
+        let col = colour(*q);
+        c.draw_series(LineSeries::new(g.iter().copied(), col.stroke_width(2)))
+            .map_err(draw_err)?
             .label(format!("qp {q}"))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col));
     }
@@ -277,12 +328,15 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|x| e(&x))?;
+        .map_err(draw_err)?;
+    Ok(())
+}
 
-    // 3. α.
-    let mut c = ChartBuilder::on(&panels[2])
+/// 3. α.
+fn draw_alpha(area: &Panel<'_>, s: &Series<'_>) -> Result<(), String> {
+    let mut c = ChartBuilder::on(area)
         .caption(
-            if has_cc {
+            if s.has_cc {
                 "DCQCN α per QP"
             } else {
                 "DCQCN off: no α"
@@ -292,20 +346,19 @@ pub fn draw(samples: &[Sample], args: &PlotArgs, out: &Path) -> Result<(), Strin
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0..tmax, 0.0..1.05)
-        .map_err(|x| e(&x))?;
+        .build_cartesian_2d(0.0..s.tmax, 0.0..1.05)
+        .map_err(draw_err)?;
     c.configure_mesh()
         .x_desc("time (s)")
         .y_desc("α")
         .draw()
-        .map_err(|x| e(&x))?;
-    for (&q, v) in &by_qp {
+        .map_err(draw_err)?;
+    for (&q, v) in &s.by_qp {
         let col = colour(q);
         let a: Vec<(f64, f64)> = v.iter().filter_map(|s| Some((s.t, s.alpha?))).collect();
         c.draw_series(LineSeries::new(a, col.stroke_width(2)))
-            .map_err(|x| e(&x))?;
+            .map_err(draw_err)?;
     }
-    root.present().map_err(|x| e(&x))?;
     Ok(())
 }
 

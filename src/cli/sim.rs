@@ -19,7 +19,7 @@ use crate::proto::{
     Access, MrInfo, Mtu, RdmaInfo, RecvWr, Rnic, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
 };
-use crate::sim::{ConnectOpts, LinkConfig, LinkStats, Pair};
+use crate::sim::{ConnectOpts, LinkConfig, LinkStats, Pair, RcPair};
 
 /// Largest message `xrnic sim` sends.
 pub const MAX_SIZE: u32 = 65536;
@@ -402,424 +402,578 @@ pub fn simulate_with(p: &SimParams, o: &SimOptions) -> (SimSummary, SimOutputs) 
 }
 
 fn simulate_inner(p: &SimParams, o: &SimOptions, out: &mut SimOutputs) -> SimSummary {
-    let mut s = SimSummary {
-        messages: p.messages,
-        ..Default::default()
-    };
-    let depth = u64::from(p.depth.clamp(1, 256));
-    let mut pair = Pair::new(p.link, p.seed);
-    pair.a.set_name("A");
-    pair.b.set_name("B");
-    if let Some(path) = &o.pcap {
-        match crate::sim::SimPcap::create(path) {
-            Ok(c) => pair.pcap = Some(c),
-            Err(e) => {
-                s.stalled = Some(e);
-                return s;
-            }
-        }
-    }
-    if let Some(params) = o.dcqcn {
-        use crate::proto::congestion::{Algorithm, CongestionControl};
-        let line = if p.link.bandwidth_bps == 0 {
-            100_000_000_000
-        } else {
-            p.link.bandwidth_bps
-        };
-        for d in [&mut pair.a, &mut pair.b] {
-            d.enable_congestion_control(CongestionControl::new(
-                Algorithm::Dcqcn(params),
-                line,
-                crate::proto::congestion::Pacer::DEFAULT_BURST,
-            ));
-        }
-    }
-    let recv_depth = u64::from(o.recv_depth.unwrap_or(p.depth).clamp(1, 256)).min(depth);
-    let opts = ConnectOpts {
-        mtu: p.mtu,
-        ipv6: p.ipv6,
-        ..ConnectOpts::default()
-    };
-    let c = match pair.connect(&opts) {
-        Ok(c) => c,
-        Err(e) => {
-            s.stalled = Some(format!("connect failed: {e}"));
-            return s;
+    let mut w = match Workload::set_up(p, o) {
+        Ok(w) => w,
+        Err(stalled) => {
+            return SimSummary {
+                messages: p.messages,
+                stalled: Some(stalled),
+                ..Default::default()
+            };
         }
     };
-    let reg = |d: &mut Rnic, pd, len: u64| d.reg_mr(pd, len as usize, Access::ALL);
-    let mrs = (|| -> Result<[MrInfo; 5], crate::proto::VerbsError> {
-        Ok([
-            reg(&mut pair.a, c.pd_a, depth * SLOT)?, // A: sources and READ/atomic results
-            reg(&mut pair.b, c.pd_b, depth * SLOT)?, // B: receive buffers
-            reg(&mut pair.b, c.pd_b, depth * SLOT)?, // B: WRITE targets
-            reg(&mut pair.b, c.pd_b, depth * SLOT)?, // B: READ sources
-            reg(&mut pair.b, c.pd_b, 8 * ATOMIC_WORDS as u64)?, // B: atomic words
-        ])
-    })();
-    let [a_buf, b_recv, b_write, b_read, b_atomic] = match mrs {
-        Ok(m) => m,
-        Err(e) => {
-            s.stalled = Some(format!("reg_mr failed: {e}"));
-            return s;
-        }
-    };
-    for slot in 0..recv_depth {
-        let wr = RecvWr {
-            wr_id: slot,
-            sg_list: vec![Sge {
-                addr: b_recv.addr + slot * SLOT,
-                length: MAX_SIZE,
-                lkey: b_recv.lkey,
-            }],
-        };
-        if pair.b.post_recv(c.qp_b, wr).is_err() {
-            s.stalled = Some("post_recv failed".into());
-            return s;
-        }
-    }
-    let mut rng = Rng(mix64(p.seed ^ 0x5157_4f52_4b4c_4f41));
-    let mut model = [0u64; ATOMIC_WORDS];
-    let mut in_flight: std::collections::VecDeque<Msg> = Default::default();
-    let mut recv_expect: std::collections::VecDeque<Msg> = Default::default();
-    let mut next_id = 0u64;
-    let mut wcs: Vec<WorkCompletion> = Vec::new();
-    let mut reposts: std::collections::VecDeque<(Instant, u64)> = Default::default();
-    let mut scratch = vec![0u8; MAX_SIZE as usize];
-    let limit = Instant::from_nanos(3_600_000_000_000);
-    let mtu = p.mtu.bytes();
-
-    loop {
-        // Post while there is room.
-        while next_id < p.messages && (in_flight.len() as u64) < depth {
-            let id = next_id;
-            let slot = id % depth;
-            let op = match p.ops {
-                Ops::Mixed => match rng.below(20) {
-                    0..=5 => 0,
-                    6..=11 => 1,
-                    12..=16 => 2,
-                    _ => 3,
-                },
-                Ops::Send => 0,
-                Ops::Write => 1,
-                Ops::Read => 2,
-                Ops::Atomic => 3,
-            };
-            let mut len = pick_size(p.size, mtu, &mut rng);
-            let with_imm = rng.below(4) == 0;
-            let imm = with_imm.then(|| rng.next() as u32);
-            let a_addr = a_buf.addr + slot * SLOT;
-            let mut wr = SendWr::new(id, WrOpcode::Send);
-            let kind = match op {
-                0 | 1 => {
-                    if let Some(buf) = pair.a.mr_bytes_mut(a_buf.lkey) {
-                        let off = (slot * SLOT) as usize;
-                        fill(p.seed, id, &mut buf[off..off + len as usize]);
-                    }
-                    if op == 0 {
-                        wr.opcode = if imm.is_some() {
-                            WrOpcode::SendWithImm
-                        } else {
-                            WrOpcode::Send
-                        };
-                        Kind::Send { imm }
-                    } else {
-                        wr.opcode = if imm.is_some() {
-                            WrOpcode::RdmaWriteWithImm
-                        } else {
-                            WrOpcode::RdmaWrite
-                        };
-                        wr.rdma = RdmaInfo {
-                            remote_addr: b_write.addr + slot * SLOT,
-                            rkey: b_write.rkey,
-                        };
-                        Kind::Write { imm }
-                    }
-                }
-                2 => {
-                    if let Some(buf) = pair.b.mr_bytes_mut(b_read.lkey) {
-                        let off = (slot * SLOT) as usize;
-                        fill(p.seed, id, &mut buf[off..off + len as usize]);
-                    }
-                    wr.opcode = WrOpcode::RdmaRead;
-                    wr.rdma = RdmaInfo {
-                        remote_addr: b_read.addr + slot * SLOT,
-                        rkey: b_read.rkey,
-                    };
-                    Kind::Read
-                }
-                _ => {
-                    len = 8;
-                    let w = rng.below(ATOMIC_WORDS as u64) as usize;
-                    let expect_orig = model[w];
-                    wr.atomic.remote_addr = b_atomic.addr + 8 * w as u64;
-                    wr.atomic.rkey = b_atomic.rkey;
-                    if rng.below(2) == 0 {
-                        wr.opcode = WrOpcode::AtomicFetchAndAdd;
-                        wr.atomic.compare_add = rng.next() >> 8;
-                        model[w] = model[w].wrapping_add(wr.atomic.compare_add);
-                    } else {
-                        wr.opcode = WrOpcode::AtomicCmpAndSwp;
-                        // Half the compares match, so both outcomes are exercised.
-                        let hit = rng.below(2) == 0;
-                        wr.atomic.compare_add = if hit { model[w] } else { model[w] ^ 1 };
-                        wr.atomic.swap = rng.next();
-                        if hit {
-                            model[w] = wr.atomic.swap;
-                        }
-                    }
-                    s.atomics_posted += 1;
-                    Kind::Atomic { expect_orig }
-                }
-            };
-            if let Kind::Send { imm: Some(v) } | Kind::Write { imm: Some(v) } = kind {
-                wr.imm_data = v;
-            }
-            wr.sg_list = vec![Sge {
-                addr: a_addr,
-                length: len,
-                lkey: a_buf.lkey,
-            }];
-            wr.send_flags = SendFlags::SIGNALED;
-            if let Err(e) = pair.a.post_send(c.qp_a, wr) {
-                s.stalled = Some(format!("post_send failed: {e}"));
-                break;
-            }
-            let m = Msg {
-                id,
-                kind,
-                len,
-                slot,
-            };
-            if matches!(kind, Kind::Send { .. } | Kind::Write { imm: Some(_) }) {
-                recv_expect.push_back(m);
-            }
-            in_flight.push_back(m);
-            next_id += 1;
-        }
-        if s.stalled.is_some() {
-            break;
-        }
-
-        // Requester completions: exactly once, in order, SUCCESS, with the right data.
-        wcs.clear();
-        pair.a.poll_cq(c.cq_a, usize::MAX, &mut wcs);
-        // Completions free room to post more, without the link having to do anything.
-        let room_freed = !wcs.is_empty() && next_id < p.messages;
-        for wc in &wcs {
-            let Some(m) = in_flight.pop_front() else {
-                s.mismatches += 1;
-                continue;
-            };
-            if wc.status != WcStatus::Success {
-                s.errors += 1;
-                if s.first_error.is_none() {
-                    s.first_error = Some(format!(
-                        "A wr_id {} {:?} {:?}",
-                        wc.wr_id, wc.opcode, wc.status
-                    ));
-                }
-            }
-            if wc.wr_id != m.id {
-                s.mismatches += 1;
-                continue;
-            }
-            s.messages_completed += 1;
-            if wc.status != WcStatus::Success {
-                continue;
-            }
-            let off = (m.slot * SLOT) as usize;
-            let n = m.len as usize;
-            match m.kind {
-                Kind::Write { .. } => {
-                    fill(p.seed, m.id, &mut scratch[..n]);
-                    let ok = pair
-                        .b
-                        .mr_bytes(b_write.lkey)
-                        .is_some_and(|b| b[off..off + n] == scratch[..n]);
-                    if ok {
-                        s.bytes_verified += m.len as u64
-                    } else {
-                        s.mismatches += 1
-                    }
-                }
-                Kind::Read => {
-                    fill(p.seed, m.id, &mut scratch[..n]);
-                    let ok = pair
-                        .a
-                        .mr_bytes(a_buf.lkey)
-                        .is_some_and(|b| b[off..off + n] == scratch[..n]);
-                    if ok && wc.byte_len == m.len && wc.opcode == WcOpcode::RdmaRead {
-                        s.bytes_verified += m.len as u64
-                    } else {
-                        s.mismatches += 1
-                    }
-                }
-                Kind::Atomic { expect_orig } => {
-                    let got = pair.a.mr_bytes(a_buf.lkey).map(|b| {
-                        let mut w = [0u8; 8];
-                        w.copy_from_slice(&b[off..off + 8]);
-                        u64::from_ne_bytes(w)
-                    });
-                    if got == Some(expect_orig) {
-                        s.bytes_verified += 8
-                    } else {
-                        s.mismatches += 1
-                    }
-                }
-                Kind::Send { .. } => {}
-            }
-        }
-
-        // Responder completions: receives in order, bytes and immediates right.
-        wcs.clear();
-        pair.b.poll_cq(c.cq_b, usize::MAX, &mut wcs);
-        for wc in &wcs {
-            if wc.status != WcStatus::Success {
-                s.errors += 1;
-                if s.first_error.is_none() {
-                    s.first_error = Some(format!(
-                        "B wr_id {} {:?} {:?}",
-                        wc.wr_id, wc.opcode, wc.status
-                    ));
-                }
-                continue;
-            }
-            let Some(m) = recv_expect.pop_front() else {
-                s.mismatches += 1;
-                continue;
-            };
-            let slot = wc.wr_id;
-            let n = m.len as usize;
-            match m.kind {
-                Kind::Send { imm } => {
-                    fill(p.seed, m.id, &mut scratch[..n]);
-                    let off = (slot * SLOT) as usize;
-                    let ok = wc.opcode == WcOpcode::Recv
-                        && wc.byte_len == m.len
-                        && wc.imm_data == imm
-                        && pair
-                            .b
-                            .mr_bytes(b_recv.lkey)
-                            .is_some_and(|b| b[off..off + n] == scratch[..n]);
-                    if ok {
-                        s.bytes_verified += m.len as u64
-                    } else {
-                        s.mismatches += 1
-                    }
-                }
-                Kind::Write { imm } => {
-                    let ok = wc.opcode == WcOpcode::RecvRdmaWithImm
-                        && wc.byte_len == m.len
-                        && wc.imm_data == imm;
-                    if !ok {
-                        s.mismatches += 1;
-                    }
-                }
-                _ => s.mismatches += 1,
-            }
-            reposts.push_back((pair.now + Duration::from_nanos(o.recv_delay_ns), slot));
-        }
-        // The application gives receive buffers back after its delay.
-        while reposts.front().is_some_and(|&(t, _)| t <= pair.now) {
-            let Some((_, slot)) = reposts.pop_front() else {
-                break;
-            };
-            let wr = RecvWr {
-                wr_id: slot,
-                sg_list: vec![Sge {
-                    addr: b_recv.addr + slot * SLOT,
-                    length: MAX_SIZE,
-                    lkey: b_recv.lkey,
-                }],
-            };
-            if pair.b.post_recv(c.qp_b, wr).is_err() {
-                s.mismatches += 1;
-            }
-        }
-
-        if s.messages_completed + s.mismatches >= p.messages
-            && in_flight.is_empty()
-            && next_id >= p.messages
-        {
-            break;
-        }
-        if pair.now > limit {
-            s.stalled = Some(format!(
-                "virtual time limit reached with {} outstanding",
-                in_flight.len()
-            ));
-            break;
-        }
-        let stepped = pair.step();
-        if !stepped && !room_freed {
-            if let Some(&(t, _)) = reposts.front() {
-                // Nothing happens until the next repost: jump there.
-                pair.now = pair.now.max(t);
-                continue;
-            }
-            s.stalled = Some(format!(
-                "no progress possible with {} outstanding",
-                in_flight.len()
-            ));
-            break;
-        }
-    }
+    w.run_to_the_end();
     // Let the last ACKs and duplicates settle so counters are final.
+    let pair = &mut w.pair;
     pair.run_until(pair.now + Duration::from_secs(1), |pr| {
         pr.link.in_flight() == 0
     });
+    w.check_what_remains();
+    w.take_counters();
+    w.finish(out)
+}
 
-    if let Some(b) = pair.b.mr_bytes(b_atomic.lkey) {
-        let ok = b.chunks(8).zip(model.iter()).all(|(w, m)| {
-            let mut x = [0u8; 8];
-            x.copy_from_slice(w);
-            u64::from_ne_bytes(x) == *m
-        });
-        if ok && s.atomics_posted > 0 {
-            s.bytes_verified += 8 * ATOMIC_WORDS as u64;
-        } else if !ok {
+/// The five memory regions of the workload (A's one, B's four).
+struct WorkloadMrs {
+    /// A: sources and READ/atomic results.
+    a_buf: MrInfo,
+    /// B: receive buffers.
+    b_recv: MrInfo,
+    /// B: WRITE targets.
+    b_write: MrInfo,
+    /// B: READ sources.
+    b_read: MrInfo,
+    /// B: atomic words.
+    b_atomic: MrInfo,
+}
+
+/// One run of [`simulate`]: the pair, its objects, the workload's PRNG and model, what is
+/// outstanding, and the summary being counted.
+struct Workload<'p> {
+    p: &'p SimParams,
+    o: &'p SimOptions,
+    s: SimSummary,
+    pair: Pair,
+    c: RcPair,
+    mrs: WorkloadMrs,
+    depth: u64,
+    rng: Rng,
+    /// What B's atomic words hold once every atomic posted so far has executed.
+    model: [u64; ATOMIC_WORDS],
+    /// A's send WRs, in posting order.
+    in_flight: std::collections::VecDeque<Msg>,
+    /// The messages that complete a receive at B, in order.
+    recv_expect: std::collections::VecDeque<Msg>,
+    next_id: u64,
+    wcs: Vec<WorkCompletion>,
+    /// Receive buffers B's application gives back, and when.
+    reposts: std::collections::VecDeque<(Instant, u64)>,
+    scratch: Vec<u8>,
+}
+
+impl<'p> Workload<'p> {
+    /// The pair with its capture and congestion control, connected, its memory registered
+    /// and B's receives posted; the reason the run stalls when any of it fails.
+    fn set_up(p: &'p SimParams, o: &'p SimOptions) -> Result<Self, String> {
+        let depth = u64::from(p.depth.clamp(1, 256));
+        let mut pair = Pair::new(p.link, p.seed);
+        pair.a.set_name("A");
+        pair.b.set_name("B");
+        if let Some(path) = &o.pcap {
+            pair.pcap = Some(crate::sim::SimPcap::create(path)?);
+        }
+        if let Some(params) = o.dcqcn {
+            enable_dcqcn(&mut pair, p, params);
+        }
+        let recv_depth = u64::from(o.recv_depth.unwrap_or(p.depth).clamp(1, 256)).min(depth);
+        let opts = ConnectOpts {
+            mtu: p.mtu,
+            ipv6: p.ipv6,
+            ..ConnectOpts::default()
+        };
+        let c = pair
+            .connect(&opts)
+            .map_err(|e| format!("connect failed: {e}"))?;
+        let mrs = register_mrs(&mut pair, &c, depth).map_err(|e| format!("reg_mr failed: {e}"))?;
+        for slot in 0..recv_depth {
+            if pair
+                .b
+                .post_recv(c.qp_b, recv_wr(&mrs.b_recv, slot))
+                .is_err()
+            {
+                return Err("post_recv failed".into());
+            }
+        }
+        Ok(Workload {
+            p,
+            o,
+            s: SimSummary {
+                messages: p.messages,
+                ..Default::default()
+            },
+            pair,
+            c,
+            mrs,
+            depth,
+            rng: Rng(mix64(p.seed ^ 0x5157_4f52_4b4c_4f41)),
+            model: [0u64; ATOMIC_WORDS],
+            in_flight: Default::default(),
+            recv_expect: Default::default(),
+            next_id: 0,
+            wcs: Vec::new(),
+            reposts: Default::default(),
+            scratch: vec![0u8; MAX_SIZE as usize],
+        })
+    }
+
+    /// Post, check completions and step the link until every message is accounted for,
+    /// or the run stalls.
+    fn run_to_the_end(&mut self) {
+        let limit = Instant::from_nanos(3_600_000_000_000);
+        loop {
+            if let Err(e) = self.post_while_room() {
+                self.s.stalled = Some(e);
+                break;
+            }
+            let room_freed = self.check_requester_completions();
+            self.check_responder_completions();
+            self.repost_due_receives();
+            if self.all_accounted_for() {
+                break;
+            }
+            if self.pair.now > limit {
+                self.s.stalled = Some(format!(
+                    "virtual time limit reached with {} outstanding",
+                    self.in_flight.len()
+                ));
+                break;
+            }
+            let stepped = self.pair.step();
+            if !stepped && !room_freed {
+                if let Some(&(t, _)) = self.reposts.front() {
+                    // Nothing happens until the next repost: jump there.
+                    self.pair.now = self.pair.now.max(t);
+                    continue;
+                }
+                self.s.stalled = Some(format!(
+                    "no progress possible with {} outstanding",
+                    self.in_flight.len()
+                ));
+                break;
+            }
+        }
+    }
+
+    fn all_accounted_for(&self) -> bool {
+        self.s.messages_completed + self.s.mismatches >= self.p.messages
+            && self.in_flight.is_empty()
+            && self.next_id >= self.p.messages
+    }
+
+    /// Post the next messages while fewer than the depth are outstanding.
+    fn post_while_room(&mut self) -> Result<(), String> {
+        while self.next_id < self.p.messages && (self.in_flight.len() as u64) < self.depth {
+            let (wr, m) = self.next_message();
+            self.pair
+                .a
+                .post_send(self.c.qp_a, wr)
+                .map_err(|e| format!("post_send failed: {e}"))?;
+            if matches!(m.kind, Kind::Send { .. } | Kind::Write { imm: Some(_) }) {
+                self.recv_expect.push_back(m);
+            }
+            self.in_flight.push_back(m);
+            self.next_id += 1;
+        }
+        Ok(())
+    }
+
+    /// The next message drawn from the PRNG, its source (or READ source) filled and, for
+    /// an atomic, the model updated: the work request and what to expect of it.
+    fn next_message(&mut self) -> (SendWr, Msg) {
+        let id = self.next_id;
+        let slot = id % self.depth;
+        let op = match self.p.ops {
+            Ops::Mixed => match self.rng.below(20) {
+                0..=5 => 0,
+                6..=11 => 1,
+                12..=16 => 2,
+                _ => 3,
+            },
+            Ops::Send => 0,
+            Ops::Write => 1,
+            Ops::Read => 2,
+            Ops::Atomic => 3,
+        };
+        let mut len = pick_size(self.p.size, self.p.mtu.bytes(), &mut self.rng);
+        let with_imm = self.rng.below(4) == 0;
+        let imm = with_imm.then(|| self.rng.next() as u32);
+        let mut wr = SendWr::new(id, WrOpcode::Send);
+        let kind = match op {
+            0 | 1 => self.prepare_send_or_write(&mut wr, op == 0, id, slot, len, imm),
+            2 => self.prepare_read(&mut wr, id, slot, len),
+            _ => {
+                len = 8;
+                self.prepare_atomic(&mut wr)
+            }
+        };
+        if let Kind::Send { imm: Some(v) } | Kind::Write { imm: Some(v) } = kind {
+            wr.imm_data = v;
+        }
+        wr.sg_list = vec![Sge {
+            addr: self.mrs.a_buf.addr + slot * SLOT,
+            length: len,
+            lkey: self.mrs.a_buf.lkey,
+        }];
+        wr.send_flags = SendFlags::SIGNALED;
+        let m = Msg {
+            id,
+            kind,
+            len,
+            slot,
+        };
+        (wr, m)
+    }
+
+    /// A SEND (`send`) or WRITE of message `id` from A's slot, its payload filled.
+    fn prepare_send_or_write(
+        &mut self,
+        wr: &mut SendWr,
+        send: bool,
+        id: u64,
+        slot: u64,
+        len: u32,
+        imm: Option<u32>,
+    ) -> Kind {
+        if let Some(buf) = self.pair.a.mr_bytes_mut(self.mrs.a_buf.lkey) {
+            let off = (slot * SLOT) as usize;
+            fill(self.p.seed, id, &mut buf[off..off + len as usize]);
+        }
+        if send {
+            wr.opcode = if imm.is_some() {
+                WrOpcode::SendWithImm
+            } else {
+                WrOpcode::Send
+            };
+            Kind::Send { imm }
+        } else {
+            wr.opcode = if imm.is_some() {
+                WrOpcode::RdmaWriteWithImm
+            } else {
+                WrOpcode::RdmaWrite
+            };
+            wr.rdma = RdmaInfo {
+                remote_addr: self.mrs.b_write.addr + slot * SLOT,
+                rkey: self.mrs.b_write.rkey,
+            };
+            Kind::Write { imm }
+        }
+    }
+
+    /// A READ of message `id` from B's slot, which is filled with its payload.
+    fn prepare_read(&mut self, wr: &mut SendWr, id: u64, slot: u64, len: u32) -> Kind {
+        if let Some(buf) = self.pair.b.mr_bytes_mut(self.mrs.b_read.lkey) {
+            let off = (slot * SLOT) as usize;
+            fill(self.p.seed, id, &mut buf[off..off + len as usize]);
+        }
+        wr.opcode = WrOpcode::RdmaRead;
+        wr.rdma = RdmaInfo {
+            remote_addr: self.mrs.b_read.addr + slot * SLOT,
+            rkey: self.mrs.b_read.rkey,
+        };
+        Kind::Read
+    }
+
+    /// A FETCH_AND_ADD or a COMPARE_AND_SWAP on one of B's atomic words, the model
+    /// executing it in posting order (PSN order: what the responder does).
+    fn prepare_atomic(&mut self, wr: &mut SendWr) -> Kind {
+        let rng = &mut self.rng;
+        let model = &mut self.model;
+        let w = rng.below(ATOMIC_WORDS as u64) as usize;
+        let expect_orig = model[w];
+        wr.atomic.remote_addr = self.mrs.b_atomic.addr + 8 * w as u64;
+        wr.atomic.rkey = self.mrs.b_atomic.rkey;
+        if rng.below(2) == 0 {
+            wr.opcode = WrOpcode::AtomicFetchAndAdd;
+            wr.atomic.compare_add = rng.next() >> 8;
+            model[w] = model[w].wrapping_add(wr.atomic.compare_add);
+        } else {
+            wr.opcode = WrOpcode::AtomicCmpAndSwp;
+            // Half the compares match, so both outcomes are exercised.
+            let hit = rng.below(2) == 0;
+            wr.atomic.compare_add = if hit { model[w] } else { model[w] ^ 1 };
+            wr.atomic.swap = rng.next();
+            if hit {
+                model[w] = wr.atomic.swap;
+            }
+        }
+        self.s.atomics_posted += 1;
+        Kind::Atomic { expect_orig }
+    }
+
+    /// Requester completions: exactly once, in order, SUCCESS, with the right data.
+    /// Whether they freed room to post more (without the link having to do anything).
+    fn check_requester_completions(&mut self) -> bool {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        self.pair.a.poll_cq(self.c.cq_a, usize::MAX, &mut wcs);
+        let room_freed = !wcs.is_empty() && self.next_id < self.p.messages;
+        for wc in &wcs {
+            self.check_requester_completion(wc);
+        }
+        self.wcs = wcs;
+        room_freed
+    }
+
+    fn check_requester_completion(&mut self, wc: &WorkCompletion) {
+        let s = &mut self.s;
+        let Some(m) = self.in_flight.pop_front() else {
+            s.mismatches += 1;
+            return;
+        };
+        if wc.status != WcStatus::Success {
+            s.errors += 1;
+            if s.first_error.is_none() {
+                s.first_error = Some(format!(
+                    "A wr_id {} {:?} {:?}",
+                    wc.wr_id, wc.opcode, wc.status
+                ));
+            }
+        }
+        if wc.wr_id != m.id {
+            s.mismatches += 1;
+            return;
+        }
+        s.messages_completed += 1;
+        if wc.status != WcStatus::Success {
+            return;
+        }
+        let off = (m.slot * SLOT) as usize;
+        let n = m.len as usize;
+        let scratch = &mut self.scratch;
+        let pair = &self.pair;
+        match m.kind {
+            Kind::Write { .. } => {
+                fill(self.p.seed, m.id, &mut scratch[..n]);
+                let ok = pair
+                    .b
+                    .mr_bytes(self.mrs.b_write.lkey)
+                    .is_some_and(|b| b[off..off + n] == scratch[..n]);
+                if ok {
+                    s.bytes_verified += m.len as u64
+                } else {
+                    s.mismatches += 1
+                }
+            }
+            Kind::Read => {
+                fill(self.p.seed, m.id, &mut scratch[..n]);
+                let ok = pair
+                    .a
+                    .mr_bytes(self.mrs.a_buf.lkey)
+                    .is_some_and(|b| b[off..off + n] == scratch[..n]);
+                if ok && wc.byte_len == m.len && wc.opcode == WcOpcode::RdmaRead {
+                    s.bytes_verified += m.len as u64
+                } else {
+                    s.mismatches += 1
+                }
+            }
+            Kind::Atomic { expect_orig } => {
+                let got = pair.a.mr_bytes(self.mrs.a_buf.lkey).map(|b| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&b[off..off + 8]);
+                    u64::from_ne_bytes(w)
+                });
+                if got == Some(expect_orig) {
+                    s.bytes_verified += 8
+                } else {
+                    s.mismatches += 1
+                }
+            }
+            Kind::Send { .. } => {}
+        }
+    }
+
+    /// Responder completions: receives in order, bytes and immediates right; each consumed
+    /// buffer queued for its repost.
+    fn check_responder_completions(&mut self) {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        self.pair.b.poll_cq(self.c.cq_b, usize::MAX, &mut wcs);
+        for wc in &wcs {
+            self.check_responder_completion(wc);
+        }
+        self.wcs = wcs;
+    }
+
+    fn check_responder_completion(&mut self, wc: &WorkCompletion) {
+        let s = &mut self.s;
+        if wc.status != WcStatus::Success {
+            s.errors += 1;
+            if s.first_error.is_none() {
+                s.first_error = Some(format!(
+                    "B wr_id {} {:?} {:?}",
+                    wc.wr_id, wc.opcode, wc.status
+                ));
+            }
+            return;
+        }
+        let Some(m) = self.recv_expect.pop_front() else {
+            s.mismatches += 1;
+            return;
+        };
+        let slot = wc.wr_id;
+        let n = m.len as usize;
+        let scratch = &mut self.scratch;
+        match m.kind {
+            Kind::Send { imm } => {
+                fill(self.p.seed, m.id, &mut scratch[..n]);
+                let off = (slot * SLOT) as usize;
+                let ok = wc.opcode == WcOpcode::Recv
+                    && wc.byte_len == m.len
+                    && wc.imm_data == imm
+                    && self
+                        .pair
+                        .b
+                        .mr_bytes(self.mrs.b_recv.lkey)
+                        .is_some_and(|b| b[off..off + n] == scratch[..n]);
+                if ok {
+                    s.bytes_verified += m.len as u64
+                } else {
+                    s.mismatches += 1
+                }
+            }
+            Kind::Write { imm } => {
+                let ok = wc.opcode == WcOpcode::RecvRdmaWithImm
+                    && wc.byte_len == m.len
+                    && wc.imm_data == imm;
+                if !ok {
+                    s.mismatches += 1;
+                }
+            }
+            _ => s.mismatches += 1,
+        }
+        self.reposts.push_back((
+            self.pair.now + Duration::from_nanos(self.o.recv_delay_ns),
+            slot,
+        ));
+    }
+
+    /// The application gives receive buffers back after its delay.
+    fn repost_due_receives(&mut self) {
+        while self
+            .reposts
+            .front()
+            .is_some_and(|&(t, _)| t <= self.pair.now)
+        {
+            let Some((_, slot)) = self.reposts.pop_front() else {
+                break;
+            };
+            let wr = recv_wr(&self.mrs.b_recv, slot);
+            if self.pair.b.post_recv(self.c.qp_b, wr).is_err() {
+                self.s.mismatches += 1;
+            }
+        }
+    }
+
+    /// At the end: B's atomic words against the model, and no receive still expected.
+    fn check_what_remains(&mut self) {
+        let s = &mut self.s;
+        if let Some(b) = self.pair.b.mr_bytes(self.mrs.b_atomic.lkey) {
+            let ok = b.chunks(8).zip(self.model.iter()).all(|(w, m)| {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(w);
+                u64::from_ne_bytes(x) == *m
+            });
+            if ok && s.atomics_posted > 0 {
+                s.bytes_verified += 8 * ATOMIC_WORDS as u64;
+            } else if !ok {
+                s.mismatches += 1;
+            }
+        }
+        if !self.recv_expect.is_empty() {
+            s.mismatches += self.recv_expect.len() as u64;
+        }
+    }
+
+    /// Both devices' counters and the link's statistics into the summary; B must have
+    /// executed each atomic once.
+    fn take_counters(&mut self) {
+        let s = &mut self.s;
+        let pair = &self.pair;
+        let (ca, cb) = (pair.a.counters(), pair.b.counters());
+        s.retransmitted_packets = ca.qp.retransmitted_packets + cb.qp.retransmitted_packets;
+        s.naks_sent = ca.qp.naks_sent + cb.qp.naks_sent;
+        s.rnr_naks_sent = ca.qp.rnr_naks_sent + cb.qp.rnr_naks_sent;
+        s.duplicates_received = ca.qp.duplicate_request
+            + cb.qp.duplicate_request
+            + ca.qp.duplicate_response
+            + cb.qp.duplicate_response;
+        s.malformed_frames_dropped = ca.malformed_frames_dropped + cb.malformed_frames_dropped;
+        s.local_ack_timeouts = ca.qp.local_ack_timeout_err + cb.qp.local_ack_timeout_err;
+        s.atomics_executed = cb.qp.atomics_executed;
+        s.packets_sent = ca.qp.packets_sent + cb.qp.packets_sent;
+        s.virtual_time_us = pair.now.as_nanos() / 1000;
+        s.link = pair.link.stats;
+        if s.atomics_executed != s.atomics_posted {
             s.mismatches += 1;
         }
     }
-    if !recv_expect.is_empty() {
-        s.mismatches += recv_expect.len() as u64;
-    }
-    let (ca, cb) = (pair.a.counters(), pair.b.counters());
-    s.retransmitted_packets = ca.qp.retransmitted_packets + cb.qp.retransmitted_packets;
-    s.naks_sent = ca.qp.naks_sent + cb.qp.naks_sent;
-    s.rnr_naks_sent = ca.qp.rnr_naks_sent + cb.qp.rnr_naks_sent;
-    s.duplicates_received = ca.qp.duplicate_request
-        + cb.qp.duplicate_request
-        + ca.qp.duplicate_response
-        + cb.qp.duplicate_response;
-    s.malformed_frames_dropped = ca.malformed_frames_dropped + cb.malformed_frames_dropped;
-    s.local_ack_timeouts = ca.qp.local_ack_timeout_err + cb.qp.local_ack_timeout_err;
-    s.atomics_executed = cb.qp.atomics_executed;
-    s.packets_sent = ca.qp.packets_sent + cb.qp.packets_sent;
-    s.virtual_time_us = pair.now.as_nanos() / 1000;
-    s.link = pair.link.stats;
-    if s.atomics_executed != s.atomics_posted {
-        s.mismatches += 1;
-    }
-    out.resources = vec![pair.a.resources(), pair.b.resources()];
-    out.cnps_sent = [&pair.a, &pair.b]
-        .iter()
-        .filter_map(|d| d.congestion().map(|c| c.counters().np_cnp_sent))
-        .sum();
-    if let Some(pc) = pair.pcap.take() {
-        out.pcap_retransmission_comments = pc.retransmission_comments;
-        match pc.finish() {
-            Ok(n) => out.pcap_packets = n,
-            Err(e) => s.stalled = Some(format!("cannot write the pcapng: {e}")),
+
+    /// The resources, CNPs and capture into `out`, and the summary's verdict.
+    fn finish(mut self, out: &mut SimOutputs) -> SimSummary {
+        let (s, pair) = (&mut self.s, &mut self.pair);
+        out.resources = vec![pair.a.resources(), pair.b.resources()];
+        out.cnps_sent = [&pair.a, &pair.b]
+            .iter()
+            .filter_map(|d| d.congestion().map(|c| c.counters().np_cnp_sent))
+            .sum();
+        if let Some(pc) = pair.pcap.take() {
+            out.pcap_retransmission_comments = pc.retransmission_comments;
+            match pc.finish() {
+                Ok(n) => out.pcap_packets = n,
+                Err(e) => s.stalled = Some(format!("cannot write the pcapng: {e}")),
+            }
         }
+        s.ok = s.stalled.is_none()
+            && s.errors == 0
+            && s.mismatches == 0
+            && s.messages_completed == self.p.messages;
+        self.s
     }
-    s.ok = s.stalled.is_none()
-        && s.errors == 0
-        && s.mismatches == 0
-        && s.messages_completed == p.messages;
-    s
+}
+
+/// DCQCN on both devices, at the link's rate (100 Gbit/s for an infinite link).
+fn enable_dcqcn(pair: &mut Pair, p: &SimParams, params: crate::proto::congestion::DcqcnParams) {
+    use crate::proto::congestion::{Algorithm, CongestionControl};
+    let line = if p.link.bandwidth_bps == 0 {
+        100_000_000_000
+    } else {
+        p.link.bandwidth_bps
+    };
+    for d in [&mut pair.a, &mut pair.b] {
+        d.enable_congestion_control(CongestionControl::new(
+            Algorithm::Dcqcn(params),
+            line,
+            crate::proto::congestion::Pacer::DEFAULT_BURST,
+        ));
+    }
+}
+
+/// The workload's memory regions, `depth` slots each (B's atomic words apart).
+fn register_mrs(
+    pair: &mut Pair,
+    c: &RcPair,
+    depth: u64,
+) -> Result<WorkloadMrs, crate::proto::VerbsError> {
+    let reg = |d: &mut Rnic, pd, len: u64| d.reg_mr(pd, len as usize, Access::ALL);
+    Ok(WorkloadMrs {
+        a_buf: reg(&mut pair.a, c.pd_a, depth * SLOT)?,
+        b_recv: reg(&mut pair.b, c.pd_b, depth * SLOT)?,
+        b_write: reg(&mut pair.b, c.pd_b, depth * SLOT)?,
+        b_read: reg(&mut pair.b, c.pd_b, depth * SLOT)?,
+        b_atomic: reg(&mut pair.b, c.pd_b, 8 * ATOMIC_WORDS as u64)?,
+    })
+}
+
+/// B's receive of buffer `slot`.
+fn recv_wr(b_recv: &MrInfo, slot: u64) -> RecvWr {
+    RecvWr {
+        wr_id: slot,
+        sg_list: vec![Sge {
+            addr: b_recv.addr + slot * SLOT,
+            length: MAX_SIZE,
+            lkey: b_recv.lkey,
+        }],
+    }
 }
 
 /// `xrnic sim`: run, print, and return the exit code (0 all verified, 1 otherwise).
@@ -1149,7 +1303,7 @@ mod tests {
         let cnps: Vec<serde_json::Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["ev"] == "cnp")
+            .filter(|v| xrnic::trace_out::event_of(v) == Some(xrnic::proto::trace::Event::Cnp))
             .collect();
         assert!(cnps.len() > 10, "{} CNP events", cnps.len());
         let mut last_bytes = std::collections::HashMap::new();

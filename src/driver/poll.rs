@@ -271,10 +271,62 @@ impl Port {
             Stepper::Driver { .. } => e.stats.iterations += 1,
             Stepper::App | Stepper::Poll | Stepper::Waiter => e.stats.app_steps += 1,
         }
-        let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let ts = self.tap.as_ref().map_or(0, |t| {
             t.timestamp(shared.epoch + Duration::from_nanos(now.as_nanos()))
         });
+        let rx = self.receive_batch(e, now, ts);
+        let mut timers = false;
+        if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
+            e.rnic.handle_timeout(now);
+            timers = true;
+        }
+        let only_acks = self.build_transmit_batch(e, now);
+        let out = self.bufs.lens.len();
+        e.stats.frames_out += out as u64;
+        if let Stepper::Driver { .. } = who {
+            e.stats.driver_frames_in += rx.got;
+            e.stats.driver_frames_out += out as u64;
+        }
+        // Deferred ACKs (see the module documentation): only plain ACKs that receiving
+        // produced on a polling thread; anything else (requests, NAKs, READ responses,
+        // CNPs, whatever a timer produced) is pushed out at once, with them.
+        let defer = matches!(who, Stepper::Poll | Stepper::Waiter)
+            && !timers
+            && only_acks
+            && self.backlog.is_empty()
+            && out < BATCH;
+        if defer {
+            e.stats.acks_deferred += out as u64;
+        }
+        let deadline = e.rnic.poll_timeout();
+        let idle = rx.got == 0 && rx.dropped == 0 && out < BATCH && self.backlog.is_empty();
+        announce_deadline(shared, who, deadline, idle);
+        post(e);
+        drop(g);
+        self.tap_transmitted(ts);
+        let stalled = self.send_backlog_or_batch(shared, defer);
+        // A deferring step leaves the tx ring as it is (deferred ACKs wait for the next
+        // push); any other step pushes everything, the deferred ACKs included.
+        let full = out == BATCH;
+        self.more = full;
+        let in_flight = if defer && !stalled { 0 } else { self.push() };
+        shared
+            .tx_deferred
+            .store(self.io.unkicked() > 0, Ordering::SeqCst);
+        Some(Step {
+            idle,
+            stalled,
+            full,
+            in_flight,
+            deadline,
+        })
+    }
+
+    /// One batch from the port into the engine (under its lock), through the fault
+    /// injection the options ask for (drops, CE marks) and the tap; counted in `e.stats`.
+    #[inline(always)]
+    fn receive_batch(&mut self, e: &mut super::Engine, now: EngineTime, ts: u64) -> Received {
+        let (mut got, mut dropped, mut marked) = (0u64, 0u64, 0u64);
         let (rng, rx_drop, tap) = (&mut self.rng, self.rx_drop, &mut self.tap);
         let (rx_ce_mark, ce_buf) = (self.rx_ce_mark, &mut self.ce_buf);
         let rx = self.io.recv_batch(&mut |frame| {
@@ -309,11 +361,13 @@ impl Port {
         e.stats.frames_in += got;
         e.stats.fault_dropped += dropped;
         e.stats.fault_ce_marked += marked;
-        let mut timers = false;
-        if e.rnic.poll_timeout().is_some_and(|t| t <= now) {
-            e.rnic.handle_timeout(now);
-            timers = true;
-        }
+        Received { got, dropped }
+    }
+
+    /// Up to a batch of the engine's frames into the buffers (none while a backlog waits,
+    /// so that frames leave in order): whether all of them are plain ACKs.
+    #[inline(always)]
+    fn build_transmit_batch(&mut self, e: &mut super::Engine, now: EngineTime) -> bool {
         let bufs = &mut self.bufs;
         bufs.lens.clear();
         self.reasons.clear();
@@ -333,46 +387,26 @@ impl Port {
                 }
             }
         }
-        e.stats.frames_out += bufs.lens.len() as u64;
-        if let Stepper::Driver { .. } = who {
-            e.stats.driver_frames_in += got;
-            e.stats.driver_frames_out += bufs.lens.len() as u64;
-        }
-        // Deferred ACKs (see the module documentation): only plain ACKs that receiving
-        // produced on a polling thread; anything else (requests, NAKs, READ responses,
-        // CNPs, whatever a timer produced) is pushed out at once, with them.
-        let defer = matches!(who, Stepper::Poll | Stepper::Waiter)
-            && !timers
-            && only_acks
-            && self.backlog.is_empty()
-            && bufs.lens.len() < BATCH;
-        if defer {
-            e.stats.acks_deferred += bufs.lens.len() as u64;
-        }
-        let deadline = e.rnic.poll_timeout();
-        shared.next_deadline.store(
-            deadline.map_or(u64::MAX, EngineTime::as_nanos),
-            Ordering::SeqCst,
-        );
-        let idle = got == 0 && dropped == 0 && bufs.lens.len() < BATCH && self.backlog.is_empty();
-        if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
-            // Announced under the lock: a post made after this sees the flag and kicks.
-            let wake_at = deadline.map_or(wake_limit, |d| d.min(wake_limit));
-            shared.wake_at.store(wake_at.as_nanos(), Ordering::SeqCst);
-            shared.sleeping.store(true, Ordering::SeqCst);
-        }
-        post(e);
-        drop(g);
-        // Recorded as sent once the engine produced them, outside the engine lock.
+        only_acks
+    }
+
+    /// The batch just built recorded as sent (the engine produced it), outside the
+    /// engine lock.
+    #[inline(always)]
+    fn tap_transmitted(&mut self, ts: u64) {
         if let Some(t) = self.tap.as_mut() {
             let mut refs = [&[][..]; BATCH];
-            for (f, &why) in bufs.frames(&mut refs).iter().zip(&self.reasons) {
+            for (f, &why) in self.bufs.frames(&mut refs).iter().zip(&self.reasons) {
                 t.transmitted(ts, f, why);
             }
             t.commit();
         }
+    }
 
-        // Send: the backlog first, then this batch.
+    /// Send: the backlog first, else this batch (queued without a kick when `defer`);
+    /// what the port does not take goes to the backlog. Whether the port stalled.
+    #[inline(always)]
+    fn send_backlog_or_batch(&mut self, shared: &Shared, defer: bool) -> bool {
         let mut stalled = false;
         if !self.backlog.is_empty() {
             let refs: Vec<&[u8]> = self.backlog.iter().map(Vec::as_slice).collect();
@@ -382,9 +416,9 @@ impl Port {
             });
             self.backlog.drain(..n);
             stalled = !self.backlog.is_empty();
-        } else if !bufs.lens.is_empty() {
+        } else if !self.bufs.lens.is_empty() {
             let mut refs = [&[][..]; BATCH];
-            let frames = bufs.frames(&mut refs);
+            let frames = self.bufs.frames(&mut refs);
             let sent = if defer {
                 self.io.queue_batch(frames)
             } else {
@@ -402,21 +436,31 @@ impl Port {
         if stalled {
             shared.lock_stats().stats.tx_stalls += 1;
         }
-        // A deferring step leaves the tx ring as it is (deferred ACKs wait for the next
-        // push); any other step pushes everything, the deferred ACKs included.
-        let full = bufs.lens.len() == BATCH;
-        self.more = full;
-        let in_flight = if defer && !stalled { 0 } else { self.push() };
-        shared
-            .tx_deferred
-            .store(self.io.unkicked() > 0, Ordering::SeqCst);
-        Some(Step {
-            idle,
-            stalled,
-            full,
-            in_flight,
-            deadline,
-        })
+        stalled
+    }
+}
+
+/// What [`Port::receive_batch`] took from the port.
+struct Received {
+    /// Frames handed to the engine.
+    got: u64,
+    /// Frames the fault injection dropped.
+    dropped: u64,
+}
+
+/// The engine's next deadline for the other threads, and, when the driver thread's step
+/// found nothing to do, that it goes to sleep until then (or its wake limit). Announced
+/// under the engine lock: a post made after this sees the flag and kicks.
+#[inline]
+fn announce_deadline(shared: &Shared, who: Stepper, deadline: Option<EngineTime>, idle: bool) {
+    shared.next_deadline.store(
+        deadline.map_or(u64::MAX, EngineTime::as_nanos),
+        Ordering::SeqCst,
+    );
+    if let (true, Stepper::Driver { wake_limit }) = (idle, who) {
+        let wake_at = deadline.map_or(wake_limit, |d| d.min(wake_limit));
+        shared.wake_at.store(wake_at.as_nanos(), Ordering::SeqCst);
+        shared.sleeping.store(true, Ordering::SeqCst);
     }
 }
 

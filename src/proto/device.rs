@@ -35,7 +35,7 @@ use super::sched::Scheduler;
 use super::srq::Srq;
 use super::time::Instant;
 use super::timers::Timer;
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::ud;
 use super::verdict::RxVerdict;
 use super::wr::{RecvWr, SendWr};
@@ -151,12 +151,18 @@ impl Rnic {
 
     pub fn dealloc_pd(&mut self, pd: Pd) -> Result<(), VerbsError> {
         if self.qps.iter().flatten().any(|q| q.pd == pd) {
-            return Err(VerbsError::Resource("protection domain still has QPs"));
+            return Err(VerbsError::InUse("protection domain still has QPs"));
         }
         if self.pd_has_srq(pd) {
-            return Err(VerbsError::Resource("protection domain still has SRQs"));
+            return Err(VerbsError::InUse("protection domain still has SRQs"));
         }
-        self.mem.dealloc_pd(pd).map_err(VerbsError::Resource)
+        // A refused PD that still exists has memory regions: in use (EBUSY).
+        self.mem
+            .dealloc_pd(pd)
+            .map_err(|w| match self.mem.pd_exists(pd) {
+                true => VerbsError::InUse(w),
+                false => VerbsError::Resource(w),
+            })
     }
 
     /// Register a zeroed memory region of `length` bytes owned by the engine.
@@ -211,7 +217,7 @@ impl Rnic {
             .flatten()
             .any(|q| q.send_cq == cq || q.recv_cq == cq)
         {
-            return Err(VerbsError::Resource("completion queue still used by a QP"));
+            return Err(VerbsError::InUse("completion queue still used by a QP"));
         }
         match self.cqs.get_mut(cq.0 as usize) {
             Some(slot @ Some(_)) => {
@@ -364,8 +370,8 @@ impl Rnic {
         };
         if let Some(cc) = self.cc.as_ref() {
             let t = cc.qp_timers(qp.qpn);
-            qp.req.timers.set(Timer::Rate, t.rate);
-            qp.req.timers.set(Timer::Pacer, t.pacer);
+            qp.req.timers_mut().set(Timer::Rate, t.rate);
+            qp.req.timers_mut().set(Timer::Pacer, t.pacer);
         }
         self.sched.track(i, qp_deadline(qp));
         true
@@ -474,32 +480,29 @@ impl Rnic {
         qp.tx_template = None;
         if mask.contains(AttrMask::RQ_PSN) {
             a.rq_psn = attr.rq_psn;
-            qp.resp.epsn = attr.rq_psn;
-            // No SEND/WRITE executed yet: a duplicate's ACK names the PSN before the first.
-            qp.resp.ack_psn = attr.rq_psn.sub(1);
+            qp.resp.set_rq_psn(attr.rq_psn);
         }
         if mask.contains(AttrMask::SQ_PSN) {
             a.sq_psn = attr.sq_psn;
-            qp.req.next_psn = attr.sq_psn;
-            qp.req.high_psn = attr.sq_psn;
+            qp.req.set_sq_psn(attr.sq_psn);
         }
         if mask.contains(AttrMask::RETRY_CNT) {
-            qp.req.retry_left = attr.retry_cnt;
+            qp.req.set_retry_cnt(attr.retry_cnt);
         }
         if mask.contains(AttrMask::RNR_RETRY) {
-            qp.req.rnr_left = attr.rnr_retry;
+            qp.req.set_rnr_retry(attr.rnr_retry);
         }
         // SQ_DRAINED is owed from RTS -> SQD on, and due at once with nothing outstanding
         // (after that, when the last outstanding message completes: `handle_frame`).
         let entering_sqd = to == QpState::Sqd && qp.state != QpState::Sqd;
         if entering_sqd {
-            qp.req.sq_drain_owed = true;
+            qp.req.owe_sq_drained(true);
         } else if to != QpState::Sqd {
-            qp.req.sq_drain_owed = false;
+            qp.req.owe_sq_drained(false);
         }
         // Entering ERR is traced by `enter_error`, whatever drives the QP there.
         if to != qp.state && to != QpState::Err {
-            qp_event!(ctx.now, ctx.dev, qpn, "state", from = ?qp.state, to = ?to);
+            qp_event!(ctx.now, ctx.dev, qpn, Event::State, from = ?qp.state, to = ?to);
         }
         match to {
             QpState::Reset => qp.reset(),
@@ -532,8 +535,8 @@ impl Rnic {
         let mut a = q.attr;
         a.qp_state = q.state;
         a.cur_qp_state = q.state;
-        a.sq_psn = q.req.next_psn;
-        a.rq_psn = q.resp.epsn;
+        a.sq_psn = q.req.next_psn();
+        a.rq_psn = q.resp.epsn();
         a.sq_draining = q.state == QpState::Sqd && q.req.outstanding();
         Ok(a)
     }
@@ -585,7 +588,7 @@ impl Rnic {
             // invalidate: `post_send` fails EINVAL.
             return Err(VerbsError::InvalidValue("opcode not supported on a UC QP"));
         }
-        if qp.req.sq.len() >= qp.init.max_send_wr.min(max_wr) as usize {
+        if qp.req.sq_len() >= qp.init.max_send_wr.min(max_wr) as usize {
             return Err(VerbsError::QueueFull);
         }
         if wr.opcode.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
@@ -618,13 +621,13 @@ impl Rnic {
             ctx.now,
             ctx.dev,
             qpn,
-            "wqe_posted",
+            Event::WqePosted,
             queue = "sq",
             wr_id = wr.wr_id,
             opcode = ?wr.opcode,
             len = len64
         );
-        qp.req.sq.push_back(SendWqe {
+        qp.req.post(SendWqe {
             wr,
             segs,
             len: len64.min(1 << 31) as u32,
@@ -664,7 +667,7 @@ impl Rnic {
             }
             _ => {}
         }
-        if qp.resp.rq.len() >= qp.init.max_recv_wr.min(max_wr) as usize {
+        if qp.resp.rq_len() >= qp.init.max_recv_wr.min(max_wr) as usize {
             return Err(VerbsError::QueueFull);
         }
         let len = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
@@ -673,12 +676,12 @@ impl Rnic {
             ctx.now,
             ctx.dev,
             qpn,
-            "wqe_posted",
+            Event::WqePosted,
             queue = "rq",
             wr_id = wr.wr_id,
             len = len
         );
-        qp.resp.rq.push_back(RecvWqe {
+        qp.resp.post_recv(RecvWqe {
             wr_id: wr.wr_id,
             segs,
             len,
@@ -690,7 +693,7 @@ impl Rnic {
     pub fn send_queue_len(&self, qpn: Qpn) -> usize {
         self.slot(qpn)
             .and_then(|i| self.qps[i].as_ref())
-            .map_or(0, |q| q.req.sq.len())
+            .map_or(0, |q| q.req.sq_len())
     }
 
     /// Counters of one QP.
@@ -746,16 +749,16 @@ impl Rnic {
                     state: q.state,
                     dest_qpn: q.attr.dest_qp_num.value(),
                     path_mtu: q.attr.path_mtu.bytes(),
-                    sq_psn: q.req.next_psn.value(),
+                    sq_psn: q.req.next_psn().value(),
                     una_psn: q.req.una().value(),
-                    rq_psn: q.resp.epsn.value(),
-                    sq_wrs: q.req.sq.len() + q.ud.sq.len(),
-                    sq_started: q.req.sq.iter().filter(|w| w.started).count(),
-                    rq_wrs: q.resp.rq.len(),
-                    retry_left: q.req.retry_left,
-                    rnr_left: q.req.rnr_left,
-                    rnr_wait_until_ns: q.req.timers.get(Timer::RnrWait).map(Instant::as_nanos),
-                    ack_deadline_ns: q.req.timers.get(Timer::Retransmit).map(Instant::as_nanos),
+                    rq_psn: q.resp.epsn().value(),
+                    sq_wrs: q.req.sq_len() + q.ud.sq.len(),
+                    sq_started: q.req.sq_started(),
+                    rq_wrs: q.resp.rq_len(),
+                    retry_left: q.req.retry_left(),
+                    rnr_left: q.req.rnr_left(),
+                    rnr_wait_until_ns: q.req.timers().get(Timer::RnrWait).map(Instant::as_nanos),
+                    ack_deadline_ns: q.req.timers().get(Timer::Retransmit).map(Instant::as_nanos),
                     packets_sent: q.counters.packets_sent,
                     retransmitted_packets: q.counters.retransmitted_packets,
                 })
@@ -959,7 +962,7 @@ impl Rnic {
             return match self.cc.as_mut() {
                 Some(cc) => {
                     let v = cc.handle_cnp_frame(now, view);
-                    qp_event!(now, self.name, qpn, "cnp_received", verdict = ?v);
+                    qp_event!(now, self.name, qpn, Event::CnpReceived, verdict = ?v);
                     // The cut (or the one owed at the monitor period's end) moves the
                     // QP's rate timer.
                     if let Some(i) = self.slot(qpn) {
@@ -1058,13 +1061,13 @@ impl Rnic {
             };
             // The tracked deadline is the QP's own (`touch` follows every change).
             if let Some(cc) = self.cc.as_mut() {
-                if qp.req.timers.any_expired(&Timer::CONGESTION, now) {
+                if qp.req.timers().any_expired(&Timer::CONGESTION, now) {
                     // Rate events; a pacer hold ends (the QP is woken below and asks the
                     // pacer again).
                     cc.handle_qp_timeout(now, qp.qpn);
                 }
             }
-            if qp.req.timers.any_expired(&Timer::TRANSPORT, now) {
+            if qp.req.timers().any_expired(&Timer::TRANSPORT, now) {
                 let mut ctx = Ctx {
                     mem: &mut self.mem,
                     cqs: &mut self.cqs,
@@ -1148,7 +1151,7 @@ impl Rnic {
                 self.last_now,
                 self.name,
                 qpn,
-                "cnp_sent",
+                Event::CnpSent,
                 dest_qp = qp.attr.dest_qp_num.value()
             );
             if let Ok(n) = frame.emit(buf) {
@@ -1209,7 +1212,7 @@ impl Rnic {
                         return None;
                     }
                 };
-                if qp.resp.fatal && qp.resp.out.is_empty() {
+                if qp.resp.error_due() {
                     qp.enter_error(&mut ctx);
                 }
                 if let Some((l, reason)) = len {
@@ -1271,20 +1274,19 @@ impl Rnic {
 /// A QP's earliest deadline: retransmission, the end of an RNR wait, or a
 /// congestion-control timer (rate event, pacer release).
 fn qp_deadline(qp: &Qp) -> Option<Instant> {
-    qp.req.timers.next_timeout()
+    qp.req.timers().next_timeout()
 }
 
 /// A WR whose local check failed (at post time, or when its data was gathered: the
 /// region went away) completes in error once it heads the queue, and the QP goes to ERR.
 /// Returns true when that happened.
 fn fail_local_error_at_head(qp: &mut Qp, ctx: &mut Ctx<'_>) -> bool {
-    if !(matches!(qp.state, QpState::Rts | QpState::Sqd) && qp.req.tx_idx == 0) {
+    if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
         return false;
     }
-    let Some(Err(st)) = qp.req.sq.front().map(|w| w.segs.as_ref().map(|_| ())) else {
+    let Some(st) = qp.req.head_local_error() else {
         return false;
     };
-    let st = *st;
     qp.complete_send_front(ctx, st, 0);
     qp.enter_error(ctx);
     true

@@ -35,7 +35,7 @@ fn repsn(frame: &[u8], psn: Psn, dma_len: Option<u32>) -> Vec<u8> {
 fn take_and_discard(p: &mut Pair, c: &RcPair, frame: &[u8]) {
     assert_eq!(p.b.handle_frame(Instant::ZERO, frame), RxVerdict::Taken);
     let i = p.b.slot(c.qp_b).unwrap();
-    p.b.qps[i].as_mut().unwrap().resp.out.clear();
+    p.b.qps[i].as_mut().unwrap().resp.drop_queued_responses();
 }
 
 /// The atomic ACKs' original values B sends now.

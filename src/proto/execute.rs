@@ -15,7 +15,7 @@ use super::memory::{Access, AccessError, MemRef, scatter};
 use super::qp::{Qp, QpState};
 use super::responder::{Cached, CachedKind, InProgress, RespOut};
 use super::srq::AsyncEvent;
-use super::trace::qp_event;
+use super::trace::{Event, qp_event};
 use super::{Ctx, Fault};
 
 fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
@@ -27,7 +27,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         usize::MAX
     };
     qp.resp.push_ack(cap, psn, Syndrome::Nak(code), msn, false);
-    qp_event!(ctx.now, ctx.dev, qp.qpn, "nak_queued", psn = psn.value(), syndrome = ?code);
+    qp_event!(ctx.now, ctx.dev, qp.qpn, Event::NakQueued, psn = psn.value(), syndrome = ?code);
     if code != NakCode::PsnSequenceError {
         // Class A (invalid request) and class C (access) errors are fatal for the
         // responder QP too (§9.9, rxe `do_class_ac_error`). No receive completion
@@ -35,8 +35,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         if !qp.resp.fatal {
             ctx.raise(responder_error_event(qp.qpn, code));
         }
-        qp.resp.fatal = true;
-        qp.resp.cur = None;
+        qp.resp.fail();
     }
 }
 
@@ -67,7 +66,21 @@ fn raise_comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     ctx.raise(AsyncEvent::CommEst(qp.qpn));
 }
 
-/// Handle one request packet addressed to `qp`.
+/// What [`check_psn`] found (rxe `check_psn`: RESPST_CHK_OP_SEQ, RESPST_DUPLICATE_REQUEST
+/// or RESPST_ERR_PSN_OUT_OF_SEQ).
+enum PsnCheck {
+    /// The expected PSN: the request goes on to the next check.
+    Expected,
+    /// Before the expected PSN, by this (negative) distance: a duplicate.
+    Duplicate(i32),
+    /// After it: out of sequence, already answered.
+    OutOfSequence,
+}
+
+/// Handle one request packet addressed to `qp`: the responder's steps in the order IBTA
+/// vol. 1 §9.7.5 and rxe's `rxe_resp.c` (`enum resp_states`) give them. Each check is a
+/// function named after its rule; a fault any of them finds is answered by
+/// [`answer_fault`].
 #[inline(always)]
 pub(crate) fn handle_request(
     qp: &mut Qp,
@@ -78,12 +91,42 @@ pub(crate) fn handle_request(
     ext: &ExtHeaders,
     payload: &[u8],
 ) {
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || qp.resp.fatal {
-        qp.counters.dropped_wrong_state += 1;
+    if !check_qp_state(qp) {
         return;
     }
     comm_est(qp, ctx);
-    let mtu = qp.attr.path_mtu.bytes();
+    match check_psn(qp, ctx, psn) {
+        PsnCheck::Expected => {}
+        PsnCheck::Duplicate(d) => return duplicate(qp, ctx, info, psn, d, ext),
+        PsnCheck::OutOfSequence => return,
+    }
+    let executed = check_op_seq(qp, info)
+        .and_then(|()| check_length(qp, info, payload))
+        .and_then(|()| execute(qp, ctx, info, psn, ext, payload));
+    match executed {
+        Ok(npsn) => acknowledge(qp, ctx, info, psn, ack_req, npsn),
+        Err(fault) => answer_fault(qp, ctx, psn, ack_req, fault),
+    }
+}
+
+/// Rule: only a QP in RTR, RTS or SQD whose responder is not failing takes requests
+/// (IBTA vol. 1 §10.3 QP states; rxe `rxe_rcv` → `check_type_state`); anything else is
+/// dropped and counted `dropped_wrong_state`.
+#[inline(always)]
+fn check_qp_state(qp: &mut Qp) -> bool {
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || qp.resp.fatal {
+        qp.counters.dropped_wrong_state += 1;
+        return false;
+    }
+    true
+}
+
+/// Rule: the request's PSN against the expected PSN (IBTA vol. 1 §9.7.5, rxe
+/// `check_psn`). After it: out of sequence, NAK PSN sequence error carrying the expected
+/// PSN once, then drop until the expected PSN arrives. Before it: a duplicate
+/// ([`duplicate`]). Equal: go on, and the next gap may be NAKed again.
+#[inline(always)]
+fn check_psn(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> PsnCheck {
     let d = psn.diff(qp.resp.epsn);
     if d > 0 {
         // §9.7.5: out of sequence: NAK once, drop until the expected PSN arrives.
@@ -93,16 +136,21 @@ pub(crate) fn handle_request(
             let e = qp.resp.epsn;
             nak(qp, ctx, e, NakCode::PsnSequenceError);
         }
-        return;
+        return PsnCheck::OutOfSequence;
     }
     if d < 0 {
-        duplicate(qp, ctx, info, psn, d, ext);
-        return;
+        return PsnCheck::Duplicate(d);
     }
     qp.resp.nak_seq_sent = false;
+    PsnCheck::Expected
+}
 
-    // Opcode sequence (IBTA §9.7.5, validation of the request opcode sequence): a FIRST/MIDDLE must be followed by MIDDLE or
-    // LAST of the same operation; a new message may not start in the middle of one.
+/// Rule: the opcode sequence (IBTA vol. 1 §9.7.5, validation of the request opcode
+/// sequence; rxe `check_op_seq`): a FIRST/MIDDLE must be followed by MIDDLE or LAST of
+/// the same operation; a new message may not start in the middle of one, nor a
+/// MIDDLE/LAST arrive outside one. Else NAK invalid request.
+#[inline(always)]
+fn check_op_seq(qp: &Qp, info: &OpInfo) -> Result<(), Fault> {
     let cur = qp.resp.cur.unwrap_or(InProgress::None);
     let seq_ok = match (cur, info.operation, info.segment) {
         (InProgress::None, _, s) => {
@@ -112,99 +160,97 @@ pub(crate) fn handle_request(
         (InProgress::Write { .. }, Operation::Write, s) => !s.starts(),
         _ => false,
     };
-    // Length rule (§9.7.5): FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU,
-    // ONLY 0..=MTU.
+    if seq_ok {
+        Ok(())
+    } else {
+        Err(Fault::Nak(NakCode::InvalidRequest))
+    }
+}
+
+/// Rule: the packet length (IBTA vol. 1 §9.7.5, length validation; rxe `check_length`):
+/// FIRST and MIDDLE carry exactly one MTU, LAST 1..=MTU, ONLY 0..=MTU. Else NAK invalid
+/// request.
+#[inline(always)]
+fn check_length(qp: &Qp, info: &OpInfo, payload: &[u8]) -> Result<(), Fault> {
+    let mtu = qp.attr.path_mtu.bytes() as usize;
     let n = payload.len();
     let len_ok = match info.segment {
-        Segment::First | Segment::Middle => n == mtu as usize,
-        Segment::Last => (1..=mtu as usize).contains(&n),
-        Segment::Only => n <= mtu as usize,
+        Segment::First | Segment::Middle => n == mtu,
+        Segment::Last => (1..=mtu).contains(&n),
+        Segment::Only => n <= mtu,
     };
-    if !seq_ok || !len_ok {
-        qp.counters.invalid_requests += 1;
-        nak(qp, ctx, psn, NakCode::InvalidRequest);
-        return;
+    if len_ok {
+        Ok(())
+    } else {
+        Err(Fault::Nak(NakCode::InvalidRequest))
     }
-    let result = match info.operation {
+}
+
+/// Rule: execute the operation (IBTA vol. 1 §9.4, §9.7.5; rxe `execute`), with the
+/// checks that depend on it: the QP's access flags ([`check_op_valid`]), the receive WQE
+/// and the READ/atomic resources (rxe `check_resource`: [`take_srq_wqe`],
+/// [`rd_atomic_admit`]), the R_Key ([`check_rkey`]). Returns the PSNs the request
+/// consumed. FLUSH and ATOMIC WRITE are not offered by this engine (no device cap bit):
+/// NAK invalid request.
+#[inline(always)]
+fn execute(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    ext: &ExtHeaders,
+    payload: &[u8],
+) -> Result<u32, Fault> {
+    match info.operation {
         Operation::Send => do_send(qp, ctx, info, ext, payload),
         Operation::Write => do_write(qp, ctx, info, ext, payload),
         Operation::ReadRequest => do_read(qp, ctx, psn, ext),
         Operation::CmpSwap | Operation::FetchAdd => do_atomic(qp, ctx, info, psn, ext),
-        // FLUSH and ATOMIC WRITE are not offered by this engine (no device cap bit).
         _ => Err(Fault::Nak(NakCode::InvalidRequest)),
-    };
-    match result {
-        Ok(npsn) => {
-            qp.resp.epsn = qp.resp.epsn.add(npsn);
-            qp.resp.psn_count += u64::from(npsn);
-            qp.resp.pkts_since_ack += 1;
-            let responded = matches!(
-                info.operation,
-                Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
-            );
-            if !responded {
-                qp.resp.ack_psn = psn;
-            }
-            if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
-                let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
-                let cap = out_cap(qp);
-                let coalesced = qp.resp.push_ack(cap, psn, s, m, false);
-                qp_event!(
-                    ctx.now,
-                    ctx.dev,
-                    qp.qpn,
-                    "ack_queued",
-                    psn = psn.value(),
-                    ack_req = ack_req,
-                    replaces_psn = coalesced.map(|p| p.value())
-                );
-            }
-        }
-        Err(Fault::Rnr) => {
-            // §9.7.5: no receive WQE: RNR NAK with our min_rnr_timer; the PSN is not
-            // consumed, the requester resends it after the timer.
-            qp.counters.out_of_buffer += 1;
-            // Later packets of the same burst are out of sequence now; they must not add a
-            // sequence-error NAK that would cut the requester's RNR wait short.
-            qp.resp.nak_seq_sent = true;
-            let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
-            let cap = out_cap(qp);
-            qp.resp
-                .push_ack(cap, psn, Syndrome::RnrNak { timer: t }, m, false);
-            qp_event!(
-                ctx.now,
-                ctx.dev,
-                qp.qpn,
-                "rnr_nak_queued",
-                psn = psn.value(),
-                timer_code = t
-            );
-        }
-        Err(Fault::Invalidate) => {
-            // rxe class J (`RESPST_ERR_INVALIDATE_RKEY`): the receive completed
-            // REM_INV_REQ_ERR (done by `do_send`), no NAK: the packet is acknowledged as
-            // any other when it asks for it, then the QP goes to ERR.
-            qp.counters.invalid_requests += 1;
-            qp.resp.fatal = true;
-            qp.resp.cur = None;
-            if ack_req {
-                let m = qp.resp.msn;
-                qp.resp
-                    .push_ack(usize::MAX, psn, Syndrome::ACK_UNLIMITED, m, false);
-            }
-            qp_event!(
-                ctx.now,
-                ctx.dev,
-                qp.qpn,
-                "invalidate_refused",
-                psn = psn.value()
-            );
-            if qp.resp.out.is_empty() {
-                qp.enter_error(ctx);
-            }
-        }
-        Err(Fault::Gone) => owner_gone(qp, ctx, psn),
-        Err(Fault::Nak(code)) => {
+    }
+}
+
+/// Rule: acknowledge an executed request (IBTA vol. 1 §9.7.5 responses, coalesced ACKs;
+/// rxe `acknowledge`): the expected PSN moves past it; a SEND/WRITE is ACKed when it asks
+/// for it (AckReq) or every `ack_every` packets; a READ or atomic is answered by its own
+/// responses, queued by `do_read` / `do_atomic`.
+#[inline(always)]
+fn acknowledge(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ack_req: bool, npsn: u32) {
+    qp.resp.epsn = qp.resp.epsn.add(npsn);
+    qp.resp.psn_count += u64::from(npsn);
+    qp.resp.pkts_since_ack += 1;
+    let responded = matches!(
+        info.operation,
+        Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
+    );
+    if !responded {
+        qp.resp.ack_psn = psn;
+    }
+    if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
+        let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
+        let cap = out_cap(qp);
+        let coalesced = qp.resp.push_ack(cap, psn, s, m, false);
+        qp_event!(
+            ctx.now,
+            ctx.dev,
+            qp.qpn,
+            Event::AckQueued,
+            psn = psn.value(),
+            ack_req = ack_req,
+            replaces_psn = coalesced.map(|p| p.value())
+        );
+    }
+}
+
+/// Answer the fault a check or the execution found (IBTA vol. 1 §9.7.5.2 NAK codes, §9.9
+/// error classes; rxe's RESPST_ERR_* states): an RNR NAK ([`rnr_nak`]), a refused remote
+/// invalidation ([`refuse_invalidate`]), a dead owner ([`owner_gone`]) or a NAK.
+fn answer_fault(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool, fault: Fault) {
+    match fault {
+        Fault::Rnr => rnr_nak(qp, ctx, psn),
+        Fault::Invalidate => refuse_invalidate(qp, ctx, psn, ack_req),
+        Fault::Gone => owner_gone(qp, ctx, psn),
+        Fault::Nak(code) => {
             match code {
                 NakCode::RemoteAccessError => qp.counters.remote_access_errors += 1,
                 _ => qp.counters.invalid_requests += 1,
@@ -214,23 +260,79 @@ pub(crate) fn handle_request(
     }
 }
 
+/// Rule: no receive WQE for a SEND or WRITE with immediate (IBTA vol. 1 §9.7.5.2.8;
+/// rxe RESPST_ERR_RNR): RNR NAK with our min_rnr_timer; the PSN is not consumed, the
+/// requester resends it after the timer.
+fn rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
+    qp.counters.out_of_buffer += 1;
+    // Later packets of the same burst are out of sequence now; they must not add a
+    // sequence-error NAK that would cut the requester's RNR wait short.
+    qp.resp.nak_seq_sent = true;
+    let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
+    let cap = out_cap(qp);
+    qp.resp
+        .push_ack(cap, psn, Syndrome::RnrNak { timer: t }, m, false);
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        Event::RnrNakQueued,
+        psn = psn.value(),
+        timer_code = t
+    );
+}
+
+/// Rule: a remote invalidation this engine cannot do (IBTA vol. 1 §10.6, memory windows
+/// and fast registration; rxe class J, `RESPST_ERR_INVALIDATE_RKEY`): the receive
+/// completed REM_INV_REQ_ERR (done by `do_send`), no NAK: the packet is acknowledged as
+/// any other when it asks for it, then the QP goes to ERR.
+fn refuse_invalidate(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool) {
+    qp.counters.invalid_requests += 1;
+    qp.resp.fail();
+    if ack_req {
+        let m = qp.resp.msn;
+        qp.resp
+            .push_ack(usize::MAX, psn, Syndrome::ACK_UNLIMITED, m, false);
+    }
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        Event::InvalidateRefused,
+        psn = psn.value()
+    );
+    if qp.resp.out.is_empty() {
+        qp.enter_error(ctx);
+    }
+}
+
 /// The process that owns the QP's memory is gone ([`Fault::Gone`]): the request is
 /// dropped unanswered and the QP moves to ERR, where it takes nothing more, as a
 /// destroyed QP would; the owner's teardown destroys it soon after.
 pub(crate) fn owner_gone(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
     qp.counters.dropped_owner_gone += 1;
     qp.resp.cur = None;
-    qp_event!(ctx.now, ctx.dev, qp.qpn, "owner_gone", psn = psn.value());
+    qp_event!(
+        ctx.now,
+        ctx.dev,
+        qp.qpn,
+        Event::OwnerGone,
+        psn = psn.value()
+    );
     qp.enter_error(ctx);
 }
 
+/// Rule: a duplicate request (IBTA vol. 1 §9.7.5, responder resources; rxe
+/// `duplicate_request`): never executed again. A READ is answered again
+/// ([`duplicate_read`]), an atomic's saved result replayed ([`duplicate_atomic`]), a
+/// SEND/WRITE re-ACKed ([`duplicate_send_write`]).
 fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ext: &ExtHeaders) {
     qp.counters.duplicate_request += 1;
     qp_event!(
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "duplicate_request",
+        Event::DuplicateRequest,
         psn = psn.value(),
         opcode = info.name
     );
@@ -239,151 +341,146 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
     // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
     // Before the QP's first PSN: no request of ours, nothing to answer.
     let at = u64::try_from(qp.resp.psn_count as i64 + i64::from(d)).ok();
-    while qp
-        .resp
-        .cache
-        .front()
-        .is_some_and(|c| c.end_count + (1 << 23) <= qp.resp.psn_count)
-    {
-        qp.resp.cache.pop_front();
-    }
+    qp.resp.age_cache();
     match info.operation {
-        Operation::ReadRequest => {
-            // §9.7.5 duplicate READ: answer again from the PSN asked for, re-reading memory.
-            // As rxe `duplicate_request`: the newest READ holding the PSN; same R_Key and
-            // a range inside the original one (any such subset is served); else drop
-            // (class D). The region must still be the registration the READ was checked
-            // against, and the QP must still allow remote reads, else NAK remote access
-            // (rxe `rxe_recheck_mr` → RESPST_ERR_RKEY_VIOLATION).
-            let Some(reth) = ext.reth else { return };
-            let hit = qp.resp.cached(at, |k| matches!(k, CachedKind::Read { .. }));
-            let (Some(c), Some(at)) = (hit, at) else {
-                return;
-            };
-            let CachedKind::Read {
-                rkey,
-                va,
-                len: olen,
-                serial,
-            } = c.kind
-            else {
-                return;
-            };
-            let len = reth.dma_len;
-            let npkts = len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
-            let skipped = at + u64::from(c.npkts) - c.end_count;
-            let inside = reth.va >= va
-                && reth.va.checked_add(u64::from(len)) <= va.checked_add(u64::from(olen))
-                && skipped + u64::from(npkts) <= u64::from(c.npkts);
-            if rkey != reth.rkey.0 || !inside || qp.resp.out.len() > out_cap(qp) {
+        Operation::ReadRequest => duplicate_read(qp, ctx, psn, at, ext),
+        Operation::CmpSwap | Operation::FetchAdd => duplicate_atomic(qp, ctx, info, psn, at, ext),
+        _ => duplicate_send_write(qp),
+    }
+}
+
+/// Rule: a duplicate READ (IBTA vol. 1 §9.7.5): answer again from the PSN asked for,
+/// re-reading memory. As rxe `duplicate_request`: the newest READ holding the PSN; same
+/// R_Key and a range inside the original one (any such subset is served); else drop
+/// (class D). The region must still be the registration the READ was checked against,
+/// and the QP must still allow remote reads, else NAK remote access (rxe
+/// `rxe_recheck_mr` → RESPST_ERR_RKEY_VIOLATION).
+fn duplicate_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, at: Option<u64>, ext: &ExtHeaders) {
+    let Some(reth) = ext.reth else { return };
+    let hit = qp.resp.cached(at, |k| matches!(k, CachedKind::Read { .. }));
+    let (Some(c), Some(at)) = (hit, at) else {
+        return;
+    };
+    let CachedKind::Read {
+        rkey,
+        va,
+        len: olen,
+        serial,
+    } = c.kind
+    else {
+        return;
+    };
+    let len = reth.dma_len;
+    let npkts = len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
+    let skipped = at + u64::from(c.npkts) - c.end_count;
+    let inside = reth.va >= va
+        && reth.va.checked_add(u64::from(len)) <= va.checked_add(u64::from(olen))
+        && skipped + u64::from(npkts) <= u64::from(c.npkts);
+    if rkey != reth.rkey.0 || !inside || qp.resp.out.len() > out_cap(qp) {
+        return;
+    }
+    let mem = if len == 0 {
+        MemRef::nothing(rkey)
+    } else {
+        match check_rkey(ctx, qp, rkey, reth.va, u64::from(len), Access::REMOTE_READ) {
+            Ok(m) if m.serial == serial => m,
+            // As for a new READ: the QP no longer enables READs.
+            Err(Fault::Nak(NakCode::InvalidRequest)) => {
+                nak(qp, ctx, psn, NakCode::InvalidRequest);
                 return;
             }
-            let mem = if len == 0 {
-                MemRef::nothing(rkey)
-            } else {
-                match remote_check(ctx, qp, rkey, reth.va, u64::from(len), Access::REMOTE_READ) {
-                    Ok(m) if m.serial == serial => m,
-                    // As for a new READ: the QP no longer enables READs.
-                    Err(Fault::Nak(NakCode::InvalidRequest)) => {
-                        nak(qp, ctx, psn, NakCode::InvalidRequest);
-                        return;
-                    }
-                    _ => {
-                        qp.counters.remote_access_errors += 1;
-                        nak(qp, ctx, psn, NakCode::RemoteAccessError);
-                        return;
-                    }
-                }
-            };
+            _ => {
+                qp.counters.remote_access_errors += 1;
+                nak(qp, ctx, psn, NakCode::RemoteAccessError);
+                return;
+            }
+        }
+    };
+    qp.counters.responses_replayed += 1;
+    let end = psn.add(npkts);
+    let fresh = RespOut::Read {
+        first_psn: psn,
+        npkts,
+        sent: 0,
+        mem,
+        len,
+        msn: c.msn,
+        replay_end: end,
+    };
+    qp.resp.queue_read_replay(fresh, c.msn);
+}
+
+/// Rule: a duplicate atomic (IBTA vol. 1 §9.7.5): never execute an atomic twice; replay
+/// the saved original value. The duplicate must be the same request (same operation and
+/// operands), else NAK invalid request (docs/transport.md, "Error classes that differ
+/// from rxe"); a full response queue drops it (class D).
+fn duplicate_atomic(
+    qp: &mut Qp,
+    ctx: &mut Ctx<'_>,
+    info: &OpInfo,
+    psn: Psn,
+    at: Option<u64>,
+    ext: &ExtHeaders,
+) {
+    let hit = qp
+        .resp
+        .cached(at, |k| matches!(k, CachedKind::Atomic { .. }));
+    if let Some(Cached {
+        kind:
+            CachedKind::Atomic {
+                orig,
+                req,
+                cmp_swap,
+            },
+        msn,
+        ..
+    }) = hit
+    {
+        let same = Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
+        if same && qp.resp.out.len() >= out_cap(qp) {
+            // Full: dropped like a duplicate READ past the bound (class D).
+        } else if same {
             qp.counters.responses_replayed += 1;
-            let end = psn.add(npkts);
-            let mut fresh = RespOut::Read {
-                first_psn: psn,
-                npkts,
-                sent: 0,
-                mem,
-                len,
-                msn: c.msn,
-                replay_end: end,
-            };
-            // Still sending that READ's responses: restart them in place (keeps the PSN
-            // order of the queue) instead of sending both runs. Only the responses that
-            // already left are retransmissions; the rest go out for the first time.
-            let queued = qp
-                .resp
-                .out
-                .iter_mut()
-                .find(|o| matches!(o, RespOut::Read { msn, .. } if *msn == c.msn));
-            match queued {
-                Some(o) => {
-                    if let (
-                        RespOut::Read {
-                            first_psn,
-                            sent,
-                            replay_end: old_end,
-                            ..
-                        },
-                        RespOut::Read { replay_end, .. },
-                    ) = (&*o, &mut fresh)
-                    {
-                        // Sent before: by this run so far, or by an earlier one it replaced.
-                        let here = first_psn.add(*sent);
-                        *replay_end = if old_end.after(here) { *old_end } else { here };
-                    }
-                    *o = fresh;
-                }
-                None => qp.resp.out.push_back(fresh),
-            }
-        }
-        Operation::CmpSwap | Operation::FetchAdd => {
-            // Never execute an atomic twice: replay the saved original value (§9.7.5).
-            // The duplicate must be the same request (same operation and operands).
-            let hit = qp
-                .resp
-                .cached(at, |k| matches!(k, CachedKind::Atomic { .. }));
-            if let Some(Cached {
-                kind:
-                    CachedKind::Atomic {
-                        orig,
-                        req,
-                        cmp_swap,
-                    },
+            qp.resp.out.push_back(RespOut::Atomic {
+                psn,
+                orig,
                 msn,
-                ..
-            }) = hit
-            {
-                let same =
-                    Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
-                if same && qp.resp.out.len() >= out_cap(qp) {
-                    // Full: dropped like a duplicate READ past the bound (class D).
-                } else if same {
-                    qp.counters.responses_replayed += 1;
-                    qp.resp.out.push_back(RespOut::Atomic {
-                        psn,
-                        orig,
-                        msn,
-                        replay: true,
-                    });
-                } else {
-                    qp.counters.invalid_requests += 1;
-                    nak(qp, ctx, psn, NakCode::InvalidRequest);
-                }
-            }
-        }
-        _ => {
-            // Duplicate SEND/WRITE: not executed again; ACK the newest SEND/WRITE PSN
-            // executed, so the requester learns how far we are (§9.7.5, C9-105). Never
-            // the PSN of a READ or atomic: that ACK would tell the requester a READ or
-            // atomic completed without its response (rxe "IB/rxe: fix for duplicate
-            // request processing and ack psns").
-            let (p, m) = (qp.resp.ack_psn, qp.resp.msn);
-            let cap = out_cap(qp);
-            qp.resp.push_ack(cap, p, Syndrome::ACK_UNLIMITED, m, true);
+                replay: true,
+            });
+        } else {
+            qp.counters.invalid_requests += 1;
+            nak(qp, ctx, psn, NakCode::InvalidRequest);
         }
     }
 }
 
-fn remote_check(
+/// Rule: a duplicate SEND/WRITE (IBTA vol. 1 §9.7.5, C9-105): not executed again; ACK
+/// the newest SEND/WRITE PSN executed, so the requester learns how far we are. Never
+/// the PSN of a READ or atomic: that ACK would tell the requester a READ or atomic
+/// completed without its response (rxe "IB/rxe: fix for duplicate request processing
+/// and ack psns").
+fn duplicate_send_write(qp: &mut Qp) {
+    let (p, m) = (qp.resp.ack_psn, qp.resp.msn);
+    let cap = out_cap(qp);
+    qp.resp.push_ack(cap, p, Syndrome::ACK_UNLIMITED, m, true);
+}
+
+/// Rule: the QP's own access flags gate remote operations (IBTA vol. 1 §10.2,
+/// `ibv_qp_attr.qp_access_flags`; rxe `check_op_valid`). An operation the QP does not
+/// enable is an invalid request (an operation this receive queue does not support,
+/// §9.7.5.2 NAK codes), not a memory protection fault: the requester sees
+/// REM_INV_REQ_ERR.
+fn check_op_valid(qp: &Qp, need: Access) -> Result<(), Fault> {
+    if !qp.attr.qp_access_flags.contains(need) {
+        return Err(Fault::Nak(NakCode::InvalidRequest));
+    }
+    Ok(())
+}
+
+/// Rule: the R_Key, range and rights of a remote access (IBTA vol. 1 §10.6, §9.7.5;
+/// rxe `check_rkey`), after [`check_op_valid`]: the region's rights, bounds and PD, else
+/// NAK remote access error.
+fn check_rkey(
     ctx: &Ctx<'_>,
     qp: &Qp,
     rkey: u32,
@@ -391,14 +488,7 @@ fn remote_check(
     len: u64,
     need: Access,
 ) -> Result<MemRef, Fault> {
-    // The QP's own access flags gate remote operations too (§10.2 / ibv qp_access_flags).
-    // An operation the QP does not enable is an invalid request (an operation this
-    // receive queue does not support, IBTA vol. 1 §9.7.5.2 NAK codes), not a memory
-    // protection fault: rxe's check_op_valid NAKs it AETH_NAK_INVALID_REQ and the
-    // requester sees REM_INV_REQ_ERR. The region's rights come next: remote access error.
-    if !qp.attr.qp_access_flags.contains(need) {
-        return Err(Fault::Nak(NakCode::InvalidRequest));
-    }
+    check_op_valid(qp, need)?;
     ctx.mem
         .check(qp.pd, rkey, va, len, need)
         .map_err(|_: AccessError| Fault::Nak(NakCode::RemoteAccessError))
@@ -420,7 +510,7 @@ fn complete_recv(
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "wqe_completed",
+        Event::WqeCompleted,
         queue = "rq",
         wr_id = wqe.wr_id,
         status = ?status,
@@ -556,7 +646,7 @@ pub(crate) fn do_write(
             let mem = if reth.dma_len == 0 {
                 None
             } else {
-                Some(remote_check(
+                Some(check_rkey(
                     ctx,
                     qp,
                     reth.rkey.0,
@@ -629,32 +719,17 @@ pub(crate) fn do_write(
 /// so a peer within its own settings never meets this cap. It bounds memory only.
 pub(crate) const RD_ATOMIC_HARD_CAP: usize = u8::MAX as usize;
 
-/// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
-/// the responder resources in use (a response not fully sent is one the requester still
-/// waits for).
-fn rd_atomic_in_use(qp: &Qp) -> usize {
-    qp.resp
-        .out
-        .iter()
-        .filter(|o| match o {
-            RespOut::Read {
-                first_psn,
-                replay_end,
-                ..
-            } => replay_end == first_psn,
-            RespOut::Atomic { replay, .. } => !replay,
-            RespOut::Ack { .. } => false,
-        })
-        .count()
-}
-
 /// The bound of a QP's response queue (`Responder::out`): what a peer can make the
 /// responder hold by sending requests faster than it takes the answers. Room for each
 /// READ/atomic response in use (at least max_dest_rd_atomic of them) and one ACK after
 /// each, plus room for duplicates' replays; a fatal NAK is never dropped (`usize::MAX`).
 /// At most `2 * RD_ATOMIC_HARD_CAP + 4` entries.
 fn out_cap(qp: &Qp) -> usize {
-    2 * rd_atomic_in_use(qp).max(usize::from(qp.attr.max_dest_rd_atomic)) + 4
+    2 * qp
+        .resp
+        .rd_atomic_in_use()
+        .max(usize::from(qp.attr.max_dest_rd_atomic))
+        + 4
 }
 
 /// Admission of a new READ/atomic (IBTA vol. 1 §9.7.5.1, responder resources: a
@@ -671,7 +746,7 @@ fn rd_atomic_admit(qp: &Qp) -> Result<bool, Fault> {
     if qp.attr.max_dest_rd_atomic == 0 {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
-    let in_use = rd_atomic_in_use(qp);
+    let in_use = qp.resp.rd_atomic_in_use();
     if in_use >= RD_ATOMIC_HARD_CAP {
         return Err(Fault::Nak(NakCode::InvalidRequest));
     }
@@ -699,7 +774,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
     let mem = if reth.dma_len == 0 {
         MemRef::nothing(reth.rkey.0)
     } else {
-        remote_check(
+        check_rkey(
             ctx,
             qp,
             reth.rkey.0,
@@ -755,7 +830,7 @@ fn do_atomic(
     if a.va % 8 != 0 {
         return Err(Fault::Nak(NakCode::RemoteAccessError));
     }
-    let m = remote_check(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
+    let m = check_rkey(ctx, qp, a.rkey.0, a.va, 8, Access::REMOTE_ATOMIC)?;
     // Atomics act on a 64-bit word in host byte order, as the CPU would see it.
     let cmp = (info.operation == Operation::CmpSwap).then_some(a.compare);
     let Some(orig) = ctx.mem.atomic(m, cmp, a.swap_add) else {
@@ -807,7 +882,7 @@ fn take_srq_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         ctx.now,
         ctx.dev,
         qp.qpn,
-        "srq_wqe_taken",
+        Event::SrqWqeTaken,
         srq = srq.0,
         wr_id = wqe.wr_id,
         left = s.rq.len()

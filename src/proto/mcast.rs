@@ -48,13 +48,13 @@ impl McastGroups {
                 return Ok(false);
             }
             if m.len() >= MAX_MCAST_QP_ATTACH {
-                return Err(VerbsError::Resource(LIMIT));
+                return Err(VerbsError::Limit(LIMIT));
             }
         } else if self.groups.len() >= MAX_MCAST_GRP {
-            return Err(VerbsError::Resource(LIMIT));
+            return Err(VerbsError::Limit(LIMIT));
         }
         if self.attachments >= MAX_TOTAL_MCAST_QP_ATTACH {
-            return Err(VerbsError::Resource(LIMIT));
+            return Err(VerbsError::Limit(LIMIT));
         }
         self.groups.entry(*gid).or_default().push(qpn);
         self.attachments += 1;
@@ -170,7 +170,7 @@ mod tests {
         }
         assert_eq!(
             t.attach(&g, Qpn::new(0x1000)),
-            Err(VerbsError::Resource(LIMIT))
+            Err(VerbsError::Limit(LIMIT))
         );
     }
 }

@@ -7,7 +7,7 @@
 //! applies an accepted modification and performs the state's side effects (flush on ERR,
 //! wipe on RESET, drain on SQD).
 
-use crate::wire::{Psn, Qpn, Syndrome};
+use crate::wire::{Psn, Qpn};
 
 use super::memory::Access;
 
@@ -246,6 +246,11 @@ pub enum VerbsError {
     WrongState(QpState),
     /// A PD / MR / CQ rule.
     Resource(&'static str),
+    /// The object is still used by another (a PD with QPs, a CQ or SRQ a QP uses): EBUSY
+    /// in libibverbs, as the kernel refuses to destroy an object in use.
+    InUse(&'static str),
+    /// A device limit reached (rxe's multicast limits): ENOMEM in libibverbs.
+    Limit(&'static str),
     /// The device is gone (IBV_EVENT_DEVICE_FATAL was raised): EIO in libibverbs.
     DeviceFatal,
 }
@@ -265,7 +270,9 @@ impl core::fmt::Display for VerbsError {
             VerbsError::NotFound(w) => write!(f, "no such {w}"),
             VerbsError::QueueFull => write!(f, "work queue full"),
             VerbsError::WrongState(s) => write!(f, "not allowed in QP state {s:?}"),
-            VerbsError::Resource(w) => write!(f, "{w}"),
+            VerbsError::Resource(w) | VerbsError::InUse(w) | VerbsError::Limit(w) => {
+                write!(f, "{w}")
+            }
             VerbsError::DeviceFatal => write!(
                 f,
                 "the device is gone (its interface was removed: IBV_EVENT_DEVICE_FATAL)"
@@ -593,8 +600,8 @@ use super::counters::QpCounters;
 use super::cq::{Cq, WcStatus, WorkCompletion};
 use super::memory::Pd;
 use super::requester::Requester;
-use super::responder::{RespOut, Responder};
-use super::timers::Timer;
+use super::responder::Responder;
+use super::trace::Event;
 
 /// Sizes and completion queues given at `create_qp` (`struct ibv_qp_init_attr`, RC).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -667,37 +674,16 @@ impl Qp {
     /// Pop the head send WR and report it: always when it failed, when successful only
     /// if signaled (§10.8 / `IBV_SEND_SIGNALED`, `sq_sig_all`).
     pub fn complete_send_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus, byte_len: u32) {
-        let Some(w) = self.req.sq.pop_front() else {
+        let Some(w) = self.req.pop_completed() else {
             return;
         };
-        if w.started {
-            if w.wr.opcode.is_read_or_atomic() {
-                self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
-            }
-            if w.wr.opcode.consumes_recv() {
-                self.req.recv_msgs_inflight = self.req.recv_msgs_inflight.saturating_sub(1);
-            }
-        }
-        if self.req.tx_idx == 0 {
-            // We were (re)transmitting the WR that just completed: carry on with the next
-            // one from its oldest unacknowledged packet.
-            self.req.tx_pkt = match self.req.sq.front() {
-                Some(f) if f.started => f.acked_pkts,
-                _ => 0,
-            };
-        } else {
-            self.req.tx_idx -= 1;
-        }
-        if !self.req.outstanding() {
-            self.req.timers.stop(Timer::Retransmit);
-        }
         let signaled =
             self.init.sq_sig_all || w.wr.send_flags.contains(super::wr::SendFlags::SIGNALED);
         super::trace::qp_event!(
             ctx.now,
             ctx.dev,
             self.qpn,
-            "wqe_completed",
+            Event::WqeCompleted,
             queue = "sq",
             wr_id = w.wr.wr_id,
             status = ?status,
@@ -725,18 +711,18 @@ impl Qp {
     /// A QP on an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED as it enters ERR (§10.2.9.5).
     pub fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
         if self.state != QpState::Err {
-            super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, "state", from = ?self.state, to = ?QpState::Err);
+            super::trace::qp_event!(ctx.now, ctx.dev, self.qpn, Event::State, from = ?self.state, to = ?QpState::Err);
             if self.init.srq.is_some() {
                 ctx.raise(super::srq::AsyncEvent::QpLastWqeReached(self.qpn));
             }
         }
         self.state = QpState::Err;
         self.attr.qp_state = QpState::Err;
-        while !self.req.sq.is_empty() {
+        while self.req.sq_len() > 0 {
             self.complete_send_front(ctx, WcStatus::WrFlushErr, 0);
         }
-        self.req.timers.stop_transport();
-        while let Some(r) = self.resp.rq.pop_front() {
+        self.req.timers_mut().stop_transport();
+        while let Some(r) = self.resp.take_recv() {
             let wc = WorkCompletion {
                 wr_id: r.wr_id,
                 status: WcStatus::WrFlushErr,
@@ -751,23 +737,8 @@ impl Qp {
             };
             ctx.complete(self.recv_cq, wc);
         }
-        // Requests already executed keep their answer: an ACK or an atomic response
-        // queued before the move still leaves (the QP sends nothing else in ERR). rxe
-        // sends its ACK in the same responder pass that executed the request
-        // (rxe_resp.c, RESPST_ACKNOWLEDGE), so a program that moves its QP to ERR right
-        // after a receive completion (librdmacm's rdma_disconnect) never leaves the peer
-        // retrying a request it executed. READ responses are not sent: their data is
-        // read at transmit time, and a QP in ERR touches no memory.
-        self.resp.out.retain(|o| {
-            matches!(
-                o,
-                RespOut::Ack {
-                    syndrome: Syndrome::Ack { .. },
-                    ..
-                } | RespOut::Atomic { .. }
-            )
-        });
-        self.resp.cur = None;
+        // Requests already executed keep their answer (as rxe's RESPST_ACKNOWLEDGE).
+        self.resp.keep_executed_answers();
         ud_flush(self, ctx);
     }
 
@@ -793,29 +764,9 @@ impl Qp {
                 0
             }
         }
-        use core::mem::size_of;
-        let sq: usize = self
-            .req
-            .sq
-            .iter()
-            .map(|w| {
-                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
-                    + w.segs.as_ref().map_or(0, spilled_bytes)
-            })
-            .sum();
-        let rq: usize = self
-            .resp
-            .rq
-            .iter()
-            .map(|r| r.segs.as_ref().map_or(0, spilled_bytes))
-            .sum();
-        size_of::<Qp>()
-            + self.req.sq.capacity() * size_of::<super::requester::SendWqe>()
-            + sq
-            + self.resp.rq.capacity() * size_of::<super::responder::RecvWqe>()
-            + rq
-            + self.resp.cache.capacity() * size_of::<super::responder::Cached>()
-            + self.resp.out.capacity() * size_of::<super::responder::RespOut>()
+        core::mem::size_of::<Qp>()
+            + self.req.heap_bytes(spilled_bytes)
+            + self.resp.heap_bytes(spilled_bytes)
     }
 }
 

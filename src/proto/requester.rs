@@ -21,7 +21,7 @@ use super::memory::{Payload, Segs, borrow_run, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
 /// One send work request in the send queue.
@@ -116,48 +116,50 @@ pub(crate) struct ReqTxEnv<'e> {
     pub uc: bool,
 }
 
-/// Requester state of one QP.
+/// Requester state of one QP, behind the methods below. Three fields are `pub(super)`
+/// for the completer's trace events (`super::completer`): `next_psn`, `timers`,
+/// `retry_left`.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// The QP went RTS -> SQD with messages still outstanding: IBV_EVENT_SQ_DRAINED is
     /// owed once the last of them completes ([`Requester::drained_now`]).
-    pub sq_drain_owed: bool,
-    pub sq: VecDeque<SendWqe>,
+    sq_drain_owed: bool,
+    sq: VecDeque<SendWqe>,
     /// The next PSN a new message gets (sq_psn).
-    pub next_psn: Psn,
+    pub(super) next_psn: Psn,
     /// The first PSN never sent: packets before it are retransmissions.
-    pub high_psn: Psn,
+    high_psn: Psn,
     /// Index in `sq` of the WR being transmitted (`sq.len()` = none).
-    pub tx_idx: usize,
+    tx_idx: usize,
     /// Packet index in that WR.
-    pub tx_pkt: u32,
+    tx_pkt: u32,
     /// READ/atomic WRs started and not completed.
-    pub rd_atomic_outstanding: u32,
+    rd_atomic_outstanding: u32,
     /// Receive-consuming messages started and not completed (for credits).
-    pub recv_msgs_inflight: u32,
+    recv_msgs_inflight: u32,
     /// Credits from the last ACK when honoured; `None` = unlimited.
-    pub credits: Option<u32>,
-    pub pkts_since_ack_req: u32,
+    credits: Option<u32>,
+    pkts_since_ack_req: u32,
     /// The retransmission (local ACK timeout) and RNR wait timers.
-    pub timers: TimerTable,
-    pub retry_left: u8,
-    pub rnr_left: u8,
+    pub(super) timers: TimerTable,
+    pub(super) retry_left: u8,
+    rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
     /// a burst of out-of-order responses triggers one retransmission, not one each.
-    pub gbn_from: Option<Psn>,
+    gbn_from: Option<Psn>,
     /// Why the transmit point last went back: the reason retransmissions carry.
-    pub resend_reason: TxReason,
+    resend_reason: TxReason,
     /// The time and oldest unacknowledged PSN of the last progress after which packets
     /// were still outstanding: where the next progress measures how fast the peer
     /// acknowledges ([`Requester::ack_pace_ns`]). A timeout or Go-Back-N in between
     /// stays in the sample: the timer must outlast what the path really takes,
     /// recovery included (an expiry with nothing lost is what the pace is for).
-    pub pace_from: Option<(super::time::Instant, Psn)>,
+    pace_from: Option<(super::time::Instant, Psn)>,
     /// Nanoseconds per acknowledged packet, a moving average over progress events (3/4
     /// of the old value, 1/4 of the new sample): how fast the path delivers.
-    pub ack_pace_ns: Option<u64>,
+    ack_pace_ns: Option<u64>,
     /// [`Requester::paced_ack_every`]'s last (pace, timeout, packets per quarter timeout).
-    pub pace_memo: Option<(u64, u64, u32)>,
+    pace_memo: Option<(u64, u64, u32)>,
 }
 
 impl Requester {
@@ -184,6 +186,251 @@ impl Requester {
             }
             _ => ack_every,
         }
+    }
+
+    /// `IBV_QP_SQ_PSN` set by modify (IBTA vol. 1 §10.3, §9.7.1): the next message starts
+    /// at `psn`, and nothing before it counts as sent.
+    pub(crate) fn set_sq_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.high_psn = psn;
+    }
+
+    /// The PSN the next new message gets (sq_psn, as `ibv_query_qp` reports it).
+    pub(crate) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// A UD datagram's PSN: one per datagram, never retransmitted (IBTA vol. 1 §9.8.3).
+    pub(crate) fn take_psn(&mut self) -> Psn {
+        let psn = self.next_psn;
+        self.next_psn = psn.add(1);
+        psn
+    }
+
+    /// `IBV_QP_RETRY_CNT` set by modify: the retry budget the next timeout or sequence
+    /// NAK draws on (IBTA vol. 1 §9.7.6.1.3).
+    pub(crate) fn set_retry_cnt(&mut self, retry_cnt: u8) {
+        self.retry_left = retry_cnt;
+    }
+
+    /// `IBV_QP_RNR_RETRY` set by modify: the RNR retry budget (IBTA vol. 1 §9.7.5.2.8).
+    pub(crate) fn set_rnr_retry(&mut self, rnr_retry: u8) {
+        self.rnr_left = rnr_retry;
+    }
+
+    /// Retries left before a timeout or sequence NAK fails the head WR.
+    pub(crate) fn retry_left(&self) -> u8 {
+        self.retry_left
+    }
+
+    /// RNR retries left before an RNR NAK fails the head WR.
+    pub(crate) fn rnr_left(&self) -> u8 {
+        self.rnr_left
+    }
+
+    /// Whether IBV_EVENT_SQ_DRAINED is owed (the QP entered SQD) or not (it left SQD).
+    pub(crate) fn owe_sq_drained(&mut self, owed: bool) {
+        self.sq_drain_owed = owed;
+    }
+
+    /// Send WRs posted and not completed.
+    pub(crate) fn sq_len(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Send WRs started (some packet sent) and not completed.
+    pub(crate) fn sq_started(&self) -> usize {
+        self.sq.iter().filter(|w| w.started).count()
+    }
+
+    /// Post a send WR at the tail of the send queue (`ibv_post_send`).
+    pub(crate) fn post(&mut self, wqe: SendWqe) {
+        self.sq.push_back(wqe);
+    }
+
+    /// The QP's timer table (retransmission, RNR wait, DCQCN rate and pacer).
+    pub(crate) fn timers(&self) -> &TimerTable {
+        &self.timers
+    }
+
+    /// The QP's timer table, to arm or stop its timers.
+    pub(crate) fn timers_mut(&mut self) -> &mut TimerTable {
+        &mut self.timers
+    }
+
+    /// The local error the head WR completes with, when it failed locally (at post time,
+    /// or when its bytes were found gone) and is at the transmit point.
+    pub(crate) fn head_local_error(&self) -> Option<WcStatus> {
+        if self.tx_idx != 0 {
+            return None;
+        }
+        self.sq.front()?.segs.as_ref().err().copied()
+    }
+
+    /// Take the head WR off the send queue to complete it (IBTA vol. 1 §9.7.4: in posting
+    /// order): it no longer counts against max_rd_atomic or the credits, the transmit
+    /// point follows, and with nothing outstanding the retransmission timer stops.
+    pub(crate) fn pop_completed(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        if w.started {
+            if w.wr.opcode.is_read_or_atomic() {
+                self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+            }
+            if w.wr.opcode.consumes_recv() {
+                self.recv_msgs_inflight = self.recv_msgs_inflight.saturating_sub(1);
+            }
+        }
+        if self.tx_idx == 0 {
+            // We were (re)transmitting the WR that just completed: carry on with the next
+            // one from its oldest unacknowledged packet.
+            self.tx_pkt = match self.sq.front() {
+                Some(f) if f.started => f.acked_pkts,
+                _ => 0,
+            };
+        } else {
+            self.tx_idx -= 1;
+        }
+        if !self.outstanding() {
+            self.timers.stop(Timer::Retransmit);
+        }
+        Some(w)
+    }
+
+    /// UC (IBTA vol. 1 §9.4: completion on transmission): the packets of the head WR sent
+    /// so far count as done.
+    pub(crate) fn sent_counts_as_acked(&mut self) {
+        if self.tx_idx == 0 {
+            let k = self.tx_pkt;
+            if let Some(w) = self.sq.front_mut().filter(|w| w.started) {
+                w.acked_pkts = k;
+            }
+        }
+    }
+
+    /// The length of the head WR when all of it has been sent (the transmit point is past
+    /// it), for UC's completion on transmission.
+    pub(crate) fn head_sent_len(&self) -> Option<u32> {
+        (self.tx_idx > 0).then(|| self.sq.front().map_or(0, |w| w.len))
+    }
+
+    /// The heap bytes the send queue holds, with `spilled` the bytes of one WR's checked
+    /// segments beyond the QP (for the resource listing).
+    pub(crate) fn heap_bytes(&self, spilled: impl Fn(&Segs) -> usize) -> usize {
+        use core::mem::size_of;
+        let wrs: usize = self
+            .sq
+            .iter()
+            .map(|w| {
+                w.wr.sg_list.capacity() * size_of::<super::wr::Sge>()
+                    + w.segs.as_ref().map_or(0, &spilled)
+            })
+            .sum();
+        self.sq.capacity() * size_of::<SendWqe>() + wrs
+    }
+
+    /// True when a packet with PSN `psn` was sent (it lies before the first PSN never
+    /// sent): a response to anything else is a ghost (IBTA vol. 1 §9.7.4).
+    pub(crate) fn sent(&self, psn: Psn) -> bool {
+        psn.before(self.high_psn)
+    }
+
+    /// The credits of the last ACK, when honoured (IBTA vol. 1 §9.7.7); `None` =
+    /// unlimited.
+    pub(crate) fn set_credits(&mut self, credits: Option<u32>) {
+        self.credits = credits;
+    }
+
+    /// The head WR of the send queue (the oldest not completed).
+    pub(crate) fn head(&self) -> Option<&SendWqe> {
+        self.sq.front()
+    }
+
+    /// The peer acknowledged `n` packets (or response packets) of the head WR.
+    pub(crate) fn head_acked(&mut self, n: u32) {
+        if let Some(w) = self.sq.front_mut() {
+            w.acked_pkts = n;
+        }
+    }
+
+    /// Use one retry of retry_cnt (a timeout or a sequence NAK, IBTA vol. 1 §9.7.6.1.3):
+    /// false when none is left.
+    pub(crate) fn take_retry(&mut self) -> bool {
+        if self.retry_left == 0 {
+            return false;
+        }
+        self.retry_left -= 1;
+        true
+    }
+
+    /// Use one RNR retry of rnr_retry (IBTA vol. 1 §9.7.5.2.8): false when none is left.
+    pub(crate) fn take_rnr_retry(&mut self) -> bool {
+        if self.rnr_left == 0 {
+            return false;
+        }
+        self.rnr_left -= 1;
+        true
+    }
+
+    /// True when a NAK- or implied-NAK-driven Go-Back-N from `p` already ran and no
+    /// progress came since: a burst of out-of-order responses rewinds once, not once each.
+    pub(crate) fn going_back_from(&self, p: Psn) -> bool {
+        self.gbn_from == Some(p)
+    }
+
+    /// Go-Back-N from `p` for a NAK or implied NAK (IBTA vol. 1 §9.7.4, §9.7.5): the
+    /// packets from `p` on go out again, tagged `reason`.
+    pub(crate) fn go_back(&mut self, p: Psn, reason: TxReason) {
+        self.gbn_from = Some(p);
+        self.resend_reason = reason;
+        self.rewind(p);
+    }
+
+    /// An RNR NAK for `psn` with timer code `timer` (IBTA vol. 1 §9.7.5.2.8, table 45):
+    /// send nothing until `now` + the timer, then resend from `psn`. The ACK timer stops
+    /// meanwhile: the peer told us why it is silent.
+    pub(crate) fn wait_rnr(&mut self, now: Instant, timer: u8, psn: Psn) {
+        self.timers
+            .arm(Timer::RnrWait, now, Some(super::timers::rnr_timer(timer)));
+        self.timers.stop(Timer::Retransmit);
+        self.gbn_from = None;
+        self.resend_reason = TxReason::RnrRetry;
+        self.rewind(psn);
+    }
+
+    /// The local ACK timeout expired with work outstanding (IBTA vol. 1 §9.7.6): resend
+    /// from the oldest unacknowledged PSN and re-arm the timer for `timeout` (the QP's
+    /// exponent). Returns that PSN.
+    pub(crate) fn go_back_on_timeout(&mut self, now: Instant, timeout: u8) -> Psn {
+        let una = self.una();
+        self.gbn_from = None;
+        self.resend_reason = TxReason::RetransmitTimeout;
+        self.rewind(una);
+        self.timers
+            .arm(Timer::Retransmit, now, local_ack_timeout(timeout));
+        una
+    }
+
+    /// Forward progress at `now` (IBTA vol. 1 §9.7.6): refill the retry budgets to
+    /// retry_cnt and rnr_retry, restart the ACK timer for `timeout` (the QP's exponent),
+    /// and measure how fast the peer acknowledges (`paced_ack_every` follows it).
+    pub(crate) fn progress(&mut self, now: Instant, retry_cnt: u8, rnr_retry: u8, timeout: u8) {
+        let una = self.una();
+        if let Some((t0, u0)) = self.pace_from {
+            let acked = una.diff(u0);
+            if acked > 0 {
+                let sample = super::time::duration_nanos(now - t0) / acked as u64;
+                self.ack_pace_ns = Some(match self.ack_pace_ns {
+                    Some(old) => (old.saturating_mul(3) / 4).saturating_add(sample / 4),
+                    None => sample,
+                });
+            }
+        }
+        self.pace_from = self.outstanding().then_some((now, una));
+        self.retry_left = retry_cnt;
+        self.rnr_left = rnr_retry;
+        self.gbn_from = None;
+        self.timers
+            .arm(Timer::Retransmit, now, local_ack_timeout(timeout));
     }
 
     /// Oldest PSN not yet acknowledged (or the next new PSN when nothing is outstanding).
@@ -298,7 +545,7 @@ impl Requester {
                 now,
                 dev,
                 qpn,
-                "wqe_started",
+                Event::WqeStarted,
                 wr_id = wr_id,
                 first_psn = p.psn.value()
             );
@@ -314,7 +561,7 @@ impl Requester {
                     now,
                     dev,
                     qpn,
-                    "timer_armed",
+                    Event::TimerArmed,
                     timer = "ack",
                     at_ns = at.as_nanos()
                 );
@@ -347,7 +594,9 @@ impl Requester {
         }))
     }
 
-    /// The next request packet, advancing the transmit point.
+    /// The next request packet, advancing the transmit point: the requester's steps in
+    /// the order rxe's `rxe_requester` takes them (IBTA vol. 1 §9.7.2, §9.7.4), each a
+    /// function named after its rule.
     // Inlined into its one caller (the per-packet transmit path): the packet stays in
     // registers instead of being returned through memory.
     #[inline]
@@ -359,214 +608,37 @@ impl Requester {
         honour_credits: bool,
         now: Instant,
     ) -> Option<ReqPacket<'a>> {
-        if self.timers.get(Timer::RnrWait).is_some_and(|t| now < t) {
+        if self.in_rnr_wait(now) {
             return None;
         }
         let una = self.una();
         let idx = self.tx_idx;
-        let w = self.sq.get(idx)?;
-        if idx == 0 && w.started && self.tx_pkt < w.acked_pkts {
-            // Acknowledged while we were going back: skip what the peer already has.
-            self.tx_pkt = w.acked_pkts;
-        }
-        // A WR failed locally waits at the head for its error completion (see
-        // `transmit_qp`); nothing more of it goes out.
-        let Ok(segs) = &w.segs else {
-            return None;
-        };
-        // The packet's bytes when one owned segment holds them (found once, here).
-        let mut borrowed = None;
-        if !w.wr.opcode.is_read_or_atomic() {
-            // The bytes of the packet to send must still be there (the region may have
-            // been deregistered since the post): else the WR fails LOC_PROT_ERR, as rxe's
-            // `copy_data` failure does, and nothing is sent for it.
-            let k = if w.started { self.tx_pkt } else { 0 };
-            let off = k as usize * lim.mtu as usize;
-            let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-            borrowed = borrow_run(mem, segs, off, len);
-            if borrowed.is_none() && !readable(mem, segs, off, len) {
-                self.sq[idx].segs = Err(WcStatus::LocProtErr);
-                return None;
-            }
-        }
-        let mut started_wr = None;
+        let borrowed = self.check_payload(idx, lim.mtu, mem)?;
         // Looked up again only when starting it changed it (once per message).
-        let w = if w.started {
-            w
+        let started_wr = if self.sq[idx].started {
+            None
         } else {
-            // Starting a new message: every limit applies (IBTA §9.7.4 max_rd_atomic,
-            // §9.7.7 credits, the FENCE rule of §10.8).
-            if lim.draining {
-                return None;
-            }
-            let op = w.wr.opcode;
-            if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
-                return None;
-            }
-            if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
-                return None;
-            }
-            if honour_credits && op.consumes_recv() {
-                if let Some(c) = self.credits {
-                    // With no credit one message may still go, as a probe (§9.7.7).
-                    if self.recv_msgs_inflight >= c.max(1) {
-                        return None;
-                    }
-                }
-            }
-            if self.next_psn.diff(una) >= lim.max_unacked as i32 {
-                return None;
-            }
-            let npkts = match op {
-                WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
-                _ => w.len.div_ceil(lim.mtu).max(1),
-            };
-            let first = self.next_psn;
-            let w = &mut self.sq[idx];
-            w.first_psn = first;
-            w.npkts = npkts;
-            w.started = true;
-            w.acked_pkts = 0;
-            self.next_psn = first.add(npkts);
-            if op.is_read_or_atomic() {
-                self.rd_atomic_outstanding += 1;
-            }
-            if op.consumes_recv() {
-                self.recv_msgs_inflight += 1;
-            }
-            self.tx_pkt = 0;
-            started_wr = Some(w.wr.wr_id);
-            &self.sq[idx]
+            Some(self.start_message(idx, lim, honour_credits, una)?)
         };
         let k = self.tx_pkt;
-        let psn = w.first_psn.add(k);
-        if psn != una && psn.diff(una) >= lim.max_unacked as i32 {
+        let psn = self.sq[idx].first_psn.add(k);
+        if !window_open(psn, una, lim.max_unacked) {
             return None;
         }
+        let (opcode, ext, payload, end) =
+            self.request_headers(idx, k, lim.mtu, mem, scratch, borrowed)?;
+        let w = &self.sq[idx];
         let op = w.wr.opcode;
-        let ext;
-        let mut payload = ReqPayload::Bytes(&[]);
-        let mut end = true;
-        let opcode = match op {
-            WrOpcode::RdmaRead => {
-                // A retried READ asks only for the responses still missing (§9.7.4).
-                let off = u64::from(k) * u64::from(lim.mtu);
-                ext = TxExt::Reth(RethRepr {
-                    va: w.wr.rdma.remote_addr.wrapping_add(off),
-                    rkey: w.wr.rdma.rkey,
-                    dma_len: w.len - off as u32,
-                });
-                Opcode::RC_READ_REQUEST
-            }
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let a = &w.wr.atomic;
-                ext = TxExt::Atomic(if op == WrOpcode::AtomicCmpAndSwp {
-                    AtomicEthRepr {
-                        va: a.remote_addr,
-                        rkey: a.rkey,
-                        swap_add: a.swap,
-                        compare: a.compare_add,
-                    }
-                } else {
-                    AtomicEthRepr {
-                        va: a.remote_addr,
-                        rkey: a.rkey,
-                        swap_add: a.compare_add,
-                        compare: 0,
-                    }
-                });
-                if op == WrOpcode::AtomicCmpAndSwp {
-                    Opcode::RC_CMP_SWAP
-                } else {
-                    Opcode::RC_FETCH_ADD
-                }
-            }
-            _ => {
-                payload = match borrowed {
-                    Some(b) => ReqPayload::Bytes(b),
-                    None => {
-                        let off = k as usize * lim.mtu as usize;
-                        let len = (w.len as usize - off.min(w.len as usize)).min(lim.mtu as usize);
-                        // Checked by `readable` above; a copy can still fail on another
-                        // process's memory (the process died meanwhile): then nothing is
-                        // sent and the WR fails LOC_PROT_ERR at the head, as for a region
-                        // gone.
-                        let gathered = match &w.segs {
-                            Ok(segs) => gather(mem, segs, off, len, scratch),
-                            Err(_) => Some(Payload::None),
-                        };
-                        match gathered {
-                            None => {
-                                self.sq[idx].segs = Err(WcStatus::LocProtErr);
-                                return None;
-                            }
-                            Some(Payload::None) => ReqPayload::Bytes(&[]),
-                            Some(Payload::Scratch(n)) => ReqPayload::Scratch(n),
-                            Some(Payload::Mem { mem: m, skip, len }) => mem
-                                .bytes(m, skip, len)
-                                .map_or(ReqPayload::Unreadable, ReqPayload::Bytes),
-                        }
-                    }
-                };
-                let only = w.npkts == 1;
-                let first = k == 0;
-                end = k + 1 == w.npkts;
-                let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
-                let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
-                let reth = RethRepr {
-                    va: w.wr.rdma.remote_addr,
-                    rkey: w.wr.rdma.rkey,
-                    dma_len: w.len,
-                };
-                // RETH on the first packet of a WRITE, ImmDt or IETH on the last of a
-                // message with immediate or invalidate (§9.3, §9.4).
-                ext = match (
-                    write && first,
-                    end && imm,
-                    end && op == WrOpcode::SendWithInv,
-                ) {
-                    (true, true, _) => TxExt::RethImm(reth, w.wr.imm_data),
-                    (true, false, _) => TxExt::Reth(reth),
-                    (false, true, _) => TxExt::Imm(w.wr.imm_data),
-                    (false, false, true) => TxExt::Ieth(w.wr.invalidate_rkey),
-                    (false, false, false) => TxExt::None,
-                };
-                segment_opcode(op, only, first, end)
-            }
-        };
-        let solicited = end
-            && w.wr.send_flags.contains(SendFlags::SOLICITED)
-            && matches!(
-                op,
-                WrOpcode::Send
-                    | WrOpcode::SendWithImm
-                    | WrOpcode::SendWithInv
-                    | WrOpcode::RdmaWriteWithImm
-            );
-        // AckReq (§9.7.2 / rxe): on the last packet of every message, at least every
-        // `ack_every` packets, and when the window is about to close.
-        self.pkts_since_ack_req += 1;
-        let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;
-        let ack_req = end || self.pkts_since_ack_req >= lim.ack_every || window_edge;
-        if ack_req {
-            self.pkts_since_ack_req = 0;
-        }
-        let retransmit = psn.before(self.high_psn);
-        // Advance the transmit point. A READ request stands for all its response PSNs.
+        let solicited = solicited(w, end);
+        // A READ request stands for all its response PSNs.
         let reserve_end = if op == WrOpcode::RdmaRead {
             w.first_psn.add(w.npkts)
         } else {
             psn.add(1)
         };
-        if op.is_read_or_atomic() || end {
-            self.tx_idx += 1;
-            self.tx_pkt = 0;
-        } else {
-            self.tx_pkt += 1;
-        }
-        if reserve_end.after(self.high_psn) {
-            self.high_psn = reserve_end;
-        }
+        let ack_req = self.ack_req(psn, una, end, lim);
+        let retransmit = psn.before(self.high_psn);
+        self.advance(op.is_read_or_atomic() || end, reserve_end);
         Some(ReqPacket {
             opcode,
             psn,
@@ -583,6 +655,302 @@ impl Requester {
             started_wr,
         })
     }
+
+    /// Rule: nothing is sent while an RNR NAK's timer runs (IBTA vol. 1 §9.7.5.2.8; rxe
+    /// `rnr_nak_timer`).
+    #[inline(always)]
+    fn in_rnr_wait(&self, now: Instant) -> bool {
+        self.timers.get(Timer::RnrWait).is_some_and(|t| now < t)
+    }
+
+    /// Rule: the WR at the transmit point `idx` may send its next packet only when its
+    /// bytes are still there (the region may have been deregistered since the post): else
+    /// the WR fails LOC_PROT_ERR, as rxe's `copy_data` failure does, and nothing is sent
+    /// for it. A WR failed locally waits at the head for its error completion (see
+    /// `transmit_qp`). Skips what the peer acknowledged while the requester went back.
+    /// `None`: nothing to send; else the packet's bytes when one owned segment holds
+    /// them (found once, here).
+    #[inline(always)]
+    fn check_payload<'a>(
+        &mut self,
+        idx: usize,
+        mtu: u32,
+        mem: &'a MemTable,
+    ) -> Option<Option<&'a [u8]>> {
+        let w = self.sq.get(idx)?;
+        if idx == 0 && w.started && self.tx_pkt < w.acked_pkts {
+            // Acknowledged while we were going back: skip what the peer already has.
+            self.tx_pkt = w.acked_pkts;
+        }
+        let Ok(segs) = &w.segs else {
+            return None;
+        };
+        if w.wr.opcode.is_read_or_atomic() {
+            return Some(None);
+        }
+        let k = if w.started { self.tx_pkt } else { 0 };
+        let (off, len) = segment_range(w, k, mtu);
+        let borrowed = borrow_run(mem, segs, off, len);
+        if borrowed.is_none() && !readable(mem, segs, off, len) {
+            self.sq[idx].segs = Err(WcStatus::LocProtErr);
+            return None;
+        }
+        Some(borrowed)
+    }
+
+    /// Rule: starting a new message, every limit applies (IBTA vol. 1 §9.7.4
+    /// max_rd_atomic, §9.7.7 credits, the FENCE rule of §10.8, SQD draining, the PSN
+    /// window; rxe `req_next_wqe`, `check_init_depth`): `None` while one holds it back.
+    /// Else the WR gets its PSNs (§9.7.1: one per packet, one per response packet for a
+    /// READ, one for an atomic) and its wr_id is returned for the trace.
+    #[inline(always)]
+    fn start_message(
+        &mut self,
+        idx: usize,
+        lim: &ReqLimits,
+        honour_credits: bool,
+        una: Psn,
+    ) -> Option<u64> {
+        let w = &self.sq[idx];
+        if lim.draining {
+            return None;
+        }
+        let op = w.wr.opcode;
+        if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
+            return None;
+        }
+        if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
+            return None;
+        }
+        if honour_credits && op.consumes_recv() {
+            if let Some(c) = self.credits {
+                // With no credit one message may still go, as a probe (§9.7.7).
+                if self.recv_msgs_inflight >= c.max(1) {
+                    return None;
+                }
+            }
+        }
+        if self.next_psn.diff(una) >= lim.max_unacked as i32 {
+            return None;
+        }
+        let npkts = match op {
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 1,
+            _ => w.len.div_ceil(lim.mtu).max(1),
+        };
+        let first = self.next_psn;
+        let w = &mut self.sq[idx];
+        w.first_psn = first;
+        w.npkts = npkts;
+        w.started = true;
+        w.acked_pkts = 0;
+        self.next_psn = first.add(npkts);
+        if op.is_read_or_atomic() {
+            self.rd_atomic_outstanding += 1;
+        }
+        if op.consumes_recv() {
+            self.recv_msgs_inflight += 1;
+        }
+        self.tx_pkt = 0;
+        Some(w.wr.wr_id)
+    }
+
+    /// The opcode, extension headers and payload of packet `k` of the WR at `idx`, and
+    /// whether it ends its message: a READ request ([`read_request_ext`]), an atomic
+    /// ([`atomic_request`]) or a SEND/WRITE segment ([`Requester::data_payload`],
+    /// [`data_ext`], [`segment_opcode`]). `None` when the payload could not be gathered.
+    #[inline(always)]
+    fn request_headers<'a>(
+        &mut self,
+        idx: usize,
+        k: u32,
+        mtu: u32,
+        mem: &'a MemTable,
+        scratch: &mut Vec<u8>,
+        borrowed: Option<&'a [u8]>,
+    ) -> Option<(Opcode, TxExt, ReqPayload<'a>, bool)> {
+        let w = &self.sq[idx];
+        let op = w.wr.opcode;
+        let no_payload = ReqPayload::Bytes(&[]);
+        match op {
+            WrOpcode::RdmaRead => Some((
+                Opcode::RC_READ_REQUEST,
+                read_request_ext(w, k, mtu),
+                no_payload,
+                true,
+            )),
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let (opcode, ext) = atomic_request(w);
+                Some((opcode, ext, no_payload, true))
+            }
+            _ => {
+                let payload = self.data_payload(idx, k, mtu, mem, scratch, borrowed)?;
+                let w = &self.sq[idx];
+                let only = w.npkts == 1;
+                let first = k == 0;
+                let end = k + 1 == w.npkts;
+                let ext = data_ext(w, first, end);
+                Some((segment_opcode(op, only, first, end), ext, payload, end))
+            }
+        }
+    }
+
+    /// The payload of SEND/WRITE packet `k` of the WR at `idx`: the bytes `check_payload`
+    /// borrowed, else gathered into `scratch`. Checked by `readable` before; a copy can
+    /// still fail on another process's memory (the process died meanwhile): then nothing
+    /// is sent and the WR fails LOC_PROT_ERR at the head, as for a region gone (`None`).
+    #[inline(always)]
+    fn data_payload<'a>(
+        &mut self,
+        idx: usize,
+        k: u32,
+        mtu: u32,
+        mem: &'a MemTable,
+        scratch: &mut Vec<u8>,
+        borrowed: Option<&'a [u8]>,
+    ) -> Option<ReqPayload<'a>> {
+        if let Some(b) = borrowed {
+            return Some(ReqPayload::Bytes(b));
+        }
+        let w = &self.sq[idx];
+        let (off, len) = segment_range(w, k, mtu);
+        let gathered = match &w.segs {
+            Ok(segs) => gather(mem, segs, off, len, scratch),
+            Err(_) => Some(Payload::None),
+        };
+        match gathered {
+            None => {
+                self.sq[idx].segs = Err(WcStatus::LocProtErr);
+                None
+            }
+            Some(Payload::None) => Some(ReqPayload::Bytes(&[])),
+            Some(Payload::Scratch(n)) => Some(ReqPayload::Scratch(n)),
+            Some(Payload::Mem { mem: m, skip, len }) => Some(
+                mem.bytes(m, skip, len)
+                    .map_or(ReqPayload::Unreadable, ReqPayload::Bytes),
+            ),
+        }
+    }
+
+    /// Rule: AckReq (IBTA vol. 1 §9.7.2; rxe): on the last packet of every message, at
+    /// least every `ack_every` packets, and when the window is about to close.
+    #[inline(always)]
+    fn ack_req(&mut self, psn: Psn, una: Psn, end: bool, lim: &ReqLimits) -> bool {
+        self.pkts_since_ack_req += 1;
+        let window_edge = psn.diff(una) + 1 >= lim.max_unacked as i32;
+        let ack_req = end || self.pkts_since_ack_req >= lim.ack_every || window_edge;
+        if ack_req {
+            self.pkts_since_ack_req = 0;
+        }
+        ack_req
+    }
+
+    /// Advance the transmit point past the packet just built (to the next WR when
+    /// `wr_done`) and the first PSN never sent to `reserve_end` (rxe `update_wqe_state`,
+    /// `update_state`).
+    #[inline(always)]
+    fn advance(&mut self, wr_done: bool, reserve_end: Psn) {
+        if wr_done {
+            self.tx_idx += 1;
+            self.tx_pkt = 0;
+        } else {
+            self.tx_pkt += 1;
+        }
+        if reserve_end.after(self.high_psn) {
+            self.high_psn = reserve_end;
+        }
+    }
+}
+
+/// Rule: a packet goes out only within `max_unacked` PSNs of the oldest unacknowledged
+/// one (the requester's window, IBTA vol. 1 §9.7.1; the oldest itself always may).
+#[inline(always)]
+fn window_open(psn: Psn, una: Psn, max_unacked: u32) -> bool {
+    psn == una || psn.diff(una) < max_unacked as i32
+}
+
+/// The byte offset and length of packet `k` of `w` at path MTU `mtu` (IBTA vol. 1 §9.7.2
+/// segmentation).
+#[inline(always)]
+fn segment_range(w: &SendWqe, k: u32, mtu: u32) -> (usize, usize) {
+    let off = k as usize * mtu as usize;
+    let len = (w.len as usize - off.min(w.len as usize)).min(mtu as usize);
+    (off, len)
+}
+
+/// Rule: a READ request's RETH (IBTA vol. 1 §9.3.2); a retried READ asks only for the
+/// responses still missing from packet `k` on (§9.7.4).
+#[inline(always)]
+fn read_request_ext(w: &SendWqe, k: u32, mtu: u32) -> TxExt {
+    let off = u64::from(k) * u64::from(mtu);
+    TxExt::Reth(RethRepr {
+        va: w.wr.rdma.remote_addr.wrapping_add(off),
+        rkey: w.wr.rdma.rkey,
+        dma_len: w.len - off as u32,
+    })
+}
+
+/// Rule: an atomic's opcode and AtomicETH (IBTA vol. 1 §9.3.3): compare-and-swap carries
+/// swap and compare, fetch-and-add the addend.
+#[inline(always)]
+fn atomic_request(w: &SendWqe) -> (Opcode, TxExt) {
+    let a = &w.wr.atomic;
+    if w.wr.opcode == WrOpcode::AtomicCmpAndSwp {
+        let eth = AtomicEthRepr {
+            va: a.remote_addr,
+            rkey: a.rkey,
+            swap_add: a.swap,
+            compare: a.compare_add,
+        };
+        (Opcode::RC_CMP_SWAP, TxExt::Atomic(eth))
+    } else {
+        let eth = AtomicEthRepr {
+            va: a.remote_addr,
+            rkey: a.rkey,
+            swap_add: a.compare_add,
+            compare: 0,
+        };
+        (Opcode::RC_FETCH_ADD, TxExt::Atomic(eth))
+    }
+}
+
+/// Rule: the extension headers of a SEND/WRITE segment (IBTA vol. 1 §9.3, §9.4): RETH on
+/// the first packet of a WRITE, ImmDt or IETH on the last of a message with immediate or
+/// invalidate.
+#[inline(always)]
+fn data_ext(w: &SendWqe, first: bool, end: bool) -> TxExt {
+    let op = w.wr.opcode;
+    let imm = matches!(op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm);
+    let write = matches!(op, WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm);
+    let reth = RethRepr {
+        va: w.wr.rdma.remote_addr,
+        rkey: w.wr.rdma.rkey,
+        dma_len: w.len,
+    };
+    match (
+        write && first,
+        end && imm,
+        end && op == WrOpcode::SendWithInv,
+    ) {
+        (true, true, _) => TxExt::RethImm(reth, w.wr.imm_data),
+        (true, false, _) => TxExt::Reth(reth),
+        (false, true, _) => TxExt::Imm(w.wr.imm_data),
+        (false, false, true) => TxExt::Ieth(w.wr.invalidate_rkey),
+        (false, false, false) => TxExt::None,
+    }
+}
+
+/// Rule: the solicited event bit (IBTA vol. 1 §9.2.3 SE, §10.7.2.1): on the last packet
+/// of a SEND or WRITE with immediate posted with IBV_SEND_SOLICITED.
+#[inline(always)]
+fn solicited(w: &SendWqe, end: bool) -> bool {
+    end && w.wr.send_flags.contains(SendFlags::SOLICITED)
+        && matches!(
+            w.wr.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWriteWithImm
+        )
 }
 
 // Inlined: once per packet, a jump table the caller's branches can feed directly.

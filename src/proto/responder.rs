@@ -133,29 +133,31 @@ pub(crate) struct UcResp {
     pub drop_msg: bool,
 }
 
-/// Responder state of one QP.
+/// Responder state of one QP. Its fields are `pub(super)` for the step modules that work
+/// on them, `super::execute` (RC) and `super::uc`; every other file goes through the
+/// methods below.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
-    pub rq: VecDeque<RecvWqe>,
+    pub(super) rq: VecDeque<RecvWqe>,
     /// Expected PSN.
-    pub epsn: Psn,
-    pub msn: Msn,
+    pub(super) epsn: Psn,
+    pub(super) msn: Msn,
     /// A PSN sequence error NAK was sent and the expected PSN has not arrived since
     /// (§9.7.5: one NAK per sequence error).
-    pub nak_seq_sent: bool,
-    pub cur: Option<InProgress>,
-    pub cache: VecDeque<Cached>,
-    pub out: VecDeque<RespOut>,
-    pub pkts_since_ack: u32,
+    pub(super) nak_seq_sent: bool,
+    pub(super) cur: Option<InProgress>,
+    pub(super) cache: VecDeque<Cached>,
+    pub(super) out: VecDeque<RespOut>,
+    pub(super) pkts_since_ack: u32,
     /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
-    pub fatal: bool,
+    pub(super) fatal: bool,
     /// IBV_EVENT_COMM_EST was raised ([`comm_est`]); cleared by RESET.
-    pub comm_est: bool,
+    pub(super) comm_est: bool,
     /// PSNs consumed since the QP was created, not wrapped: ages the response cache.
-    pub psn_count: u64,
+    pub(super) psn_count: u64,
     /// The PSN of the newest SEND/WRITE packet executed (rxe `ack_psn` − 1): what an ACK
     /// for a duplicate SEND/WRITE carries.
-    pub ack_psn: Psn,
+    pub(super) ack_psn: Psn,
 }
 
 impl Cached {
@@ -166,6 +168,153 @@ impl Cached {
 }
 
 impl Responder {
+    /// `IBV_QP_RQ_PSN` set by modify (IBTA vol. 1 §10.3, §9.7.1): the PSN expected next.
+    /// No SEND/WRITE executed yet: a duplicate's ACK names the PSN before the first.
+    pub(crate) fn set_rq_psn(&mut self, psn: Psn) {
+        self.epsn = psn;
+        self.ack_psn = psn.sub(1);
+    }
+
+    /// The PSN expected next (rq_psn, as `ibv_query_qp` reports it).
+    pub(crate) fn epsn(&self) -> Psn {
+        self.epsn
+    }
+
+    /// Receive WRs posted and not completed.
+    pub(crate) fn rq_len(&self) -> usize {
+        self.rq.len()
+    }
+
+    /// Post a receive WR at the tail of the receive queue (`ibv_post_recv`).
+    pub(crate) fn post_recv(&mut self, wqe: RecvWqe) {
+        self.rq.push_back(wqe);
+    }
+
+    /// Take the head receive WR (a UD datagram's, or to flush it).
+    pub(crate) fn take_recv(&mut self) -> Option<RecvWqe> {
+        self.rq.pop_front()
+    }
+
+    /// A class A/C error NAK was queued and everything queued has been sent: the QP goes
+    /// to ERR now (IBTA vol. 1 §9.9; rxe `do_class_ac_error`).
+    pub(crate) fn error_due(&self) -> bool {
+        self.fatal && self.out.is_empty()
+    }
+
+    /// The QP enters ERR: requests already executed keep their answer, an ACK or an
+    /// atomic response queued before the move still leaves (the QP sends nothing else in
+    /// ERR). rxe sends its ACK in the same responder pass that executed the request
+    /// (rxe_resp.c, RESPST_ACKNOWLEDGE), so a program that moves its QP to ERR right after
+    /// a receive completion (librdmacm's rdma_disconnect) never leaves the peer retrying a
+    /// request it executed. READ responses are not sent: their data is read at transmit
+    /// time, and a QP in ERR touches no memory. The message in progress is abandoned.
+    pub(crate) fn keep_executed_answers(&mut self) {
+        self.out.retain(|o| {
+            matches!(
+                o,
+                RespOut::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                } | RespOut::Atomic { .. }
+            )
+        });
+        self.cur = None;
+    }
+
+    /// Drop every queued response, as if lost (tests of what the requester does without
+    /// them).
+    #[cfg(test)]
+    pub(crate) fn drop_queued_responses(&mut self) {
+        self.out.clear();
+    }
+
+    /// The heap bytes the receive queue, the response cache and the response queue hold,
+    /// with `spilled` the bytes of one WR's checked segments beyond the QP (for the
+    /// resource listing).
+    pub(crate) fn heap_bytes(&self, spilled: impl Fn(&Segs) -> usize) -> usize {
+        use core::mem::size_of;
+        let wrs: usize = self
+            .rq
+            .iter()
+            .map(|r| r.segs.as_ref().map_or(0, &spilled))
+            .sum();
+        self.rq.capacity() * size_of::<RecvWqe>()
+            + wrs
+            + self.cache.capacity() * size_of::<Cached>()
+            + self.out.capacity() * size_of::<RespOut>()
+    }
+
+    /// A class A/C error (IBTA vol. 1 §9.9; rxe `do_class_ac_error`): stop executing and
+    /// abandon the message in progress; the QP enters ERR once the queue is sent
+    /// ([`Responder::error_due`]).
+    pub(crate) fn fail(&mut self) {
+        self.fatal = true;
+        self.cur = None;
+    }
+
+    /// Drop the cached READs and atomics too old to be named by a duplicate: a 24-bit PSN
+    /// names a request only within 2^23 PSNs of the expected one (IBTA vol. 1 §9.7.5), so
+    /// entries older than that window can never match, and an entry made 2^24 PSNs ago for
+    /// the same 24-bit PSN must not.
+    pub(crate) fn age_cache(&mut self) {
+        while self
+            .cache
+            .front()
+            .is_some_and(|c| c.end_count + (1 << 23) <= self.psn_count)
+        {
+            self.cache.pop_front();
+        }
+    }
+
+    /// READ/atomic responses queued for new (not duplicate) requests and not fully sent:
+    /// the responder resources in use (a response not fully sent is one the requester still
+    /// waits for).
+    pub(crate) fn rd_atomic_in_use(&self) -> usize {
+        self.out
+            .iter()
+            .filter(|o| match o {
+                RespOut::Read {
+                    first_psn,
+                    replay_end,
+                    ..
+                } => replay_end == first_psn,
+                RespOut::Atomic { replay, .. } => !replay,
+                RespOut::Ack { .. } => false,
+            })
+            .count()
+    }
+
+    /// Queue the replay `fresh` of the READ with MSN `msn`. Still sending that READ's
+    /// responses: restart them in place (keeps the PSN order of the queue) instead of sending
+    /// both runs. Only the responses that already left are retransmissions; the rest go out
+    /// for the first time.
+    pub(crate) fn queue_read_replay(&mut self, mut fresh: RespOut, msn: Msn) {
+        let queued = self
+            .out
+            .iter_mut()
+            .find(|o| matches!(o, RespOut::Read { msn: m, .. } if *m == msn));
+        match queued {
+            Some(o) => {
+                if let (
+                    RespOut::Read {
+                        first_psn,
+                        sent,
+                        replay_end: old_end,
+                        ..
+                    },
+                    RespOut::Read { replay_end, .. },
+                ) = (&*o, &mut fresh)
+                {
+                    // Sent before: by this run so far, or by an earlier one it replaced.
+                    let here = first_psn.add(*sent);
+                    *replay_end = if old_end.after(here) { *old_end } else { here };
+                }
+                *o = fresh;
+            }
+            None => self.out.push_back(fresh),
+        }
+    }
+
     /// The newest cached response of the kind `is_kind` accepts that holds the request
     /// PSN at unwrapped count `at` (a duplicate READ or atomic, IBTA §9.7.5.1.2).
     pub(crate) fn cached(
@@ -315,10 +464,10 @@ impl Responder {
         }))
     }
 
-    /// The next response packet to send, advancing the queue. A READ response whose
-    /// region went away (or is now another registration) becomes a NAK remote access
-    /// error for its PSN instead, the rest of that READ is dropped and the QP fails once
-    /// the queue is sent (rxe `read_reply` re-checks the MR per packet).
+    /// The next response packet to send, advancing the queue (IBTA vol. 1 §9.7.5
+    /// responses; rxe `acknowledge`, `read_reply`, `atomic_reply`): the queue's front
+    /// entry becomes an ACK/NAK ([`ack_packet`]), an atomic ACK ([`atomic_ack_packet`])
+    /// or the next READ response ([`Responder::next_read_response`]).
     pub fn next_response(
         &mut self,
         mtu: u32,
@@ -329,39 +478,15 @@ impl Responder {
             return None;
         }
         let ack_syn = self.ack_syndrome(advertise);
-        let front = self.out.front_mut()?;
-        let pkt = match front {
+        match *self.out.front()? {
             RespOut::Ack {
                 psn,
                 syndrome,
                 msn,
                 dup,
             } => {
-                let syndrome = match syndrome {
-                    Syndrome::Ack { .. } => ack_syn,
-                    s => *s,
-                };
-                let p = RespPacket {
-                    opcode: Opcode::RC_ACK,
-                    psn: *psn,
-                    ext: TxExt::Aeth(AethRepr {
-                        syndrome,
-                        msn: *msn,
-                    }),
-                    payload: Payload::None,
-                    is_nak: matches!(syndrome, Syndrome::Nak(_)),
-                    is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
-                    replay: false,
-                    region_gone: false,
-                    reason: match syndrome {
-                        Syndrome::Nak(c) => TxReason::Nak(c),
-                        Syndrome::RnrNak { .. } => TxReason::RnrNak,
-                        _ if *dup => TxReason::DuplicateAck,
-                        _ => TxReason::Ack,
-                    },
-                };
                 self.out.pop_front();
-                p
+                Some(ack_packet(psn, syndrome, msn, dup, ack_syn))
             }
             RespOut::Atomic {
                 psn,
@@ -369,109 +494,159 @@ impl Responder {
                 msn,
                 replay,
             } => {
-                let aeth = AethRepr {
-                    syndrome: ack_syn,
-                    msn: *msn,
-                };
-                let p = RespPacket {
-                    opcode: Opcode::RC_ATOMIC_ACK,
-                    psn: *psn,
-                    ext: TxExt::AethAtomicAck(aeth, *orig),
-                    payload: Payload::None,
-                    is_nak: false,
-                    is_rnr: false,
-                    // A replayed atomic ACK is a retransmitted packet like a replayed
-                    // READ response.
-                    replay: *replay,
-                    region_gone: false,
-                    reason: if *replay {
-                        TxReason::DuplicateResponse
-                    } else {
-                        TxReason::AtomicAck
-                    },
-                };
                 self.out.pop_front();
-                p
+                Some(atomic_ack_packet(psn, orig, msn, replay, ack_syn))
             }
-            RespOut::Read {
-                first_psn,
-                npkts,
-                sent,
-                mem,
-                len,
-                msn,
-                replay_end,
-            } => {
-                let k = *sent;
-                let replay = first_psn.add(k).before(*replay_end);
-                let off = k as usize * mtu as usize;
-                let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
-                if n > 0 && !table.live(*mem, off, n) {
-                    let psn = first_psn.add(k);
-                    let p = RespPacket {
-                        opcode: Opcode::RC_ACK,
-                        psn,
-                        ext: TxExt::Aeth(AethRepr {
-                            syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
-                            msn: *msn,
-                        }),
-                        payload: Payload::None,
-                        is_nak: true,
-                        is_rnr: false,
-                        replay: false,
-                        region_gone: true,
-                        reason: TxReason::Nak(NakCode::RemoteAccessError),
-                    };
-                    self.out.pop_front();
-                    self.fatal = true;
-                    self.cur = None;
-                    return Some(p);
-                }
-                let opcode = match (*npkts == 1, k == 0, k + 1 == *npkts) {
-                    (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
-                    (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
-                    (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
-                    _ => Opcode::RC_READ_RESPONSE_MIDDLE,
-                };
-                // Every READ response but MIDDLE carries an AETH (§9.3.4 table 35).
-                let ext = if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
-                    TxExt::Aeth(AethRepr {
-                        syndrome: ack_syn,
-                        msn: *msn,
-                    })
-                } else {
-                    TxExt::None
-                };
-                let p = RespPacket {
-                    opcode,
-                    psn: first_psn.add(k),
-                    ext,
-                    payload: if n == 0 {
-                        Payload::None
-                    } else {
-                        Payload::Mem {
-                            mem: *mem,
-                            skip: off,
-                            len: n,
-                        }
-                    },
-                    is_nak: false,
-                    is_rnr: false,
-                    replay,
-                    region_gone: false,
-                    reason: if replay {
-                        TxReason::DuplicateResponse
-                    } else {
-                        TxReason::ReadResponse
-                    },
-                };
-                *sent += 1;
-                if *sent >= *npkts {
-                    self.out.pop_front();
-                }
-                p
-            }
+            RespOut::Read { .. } => self.next_read_response(mtu, ack_syn, table),
+        }
+    }
+
+    /// Rule: the next packet of the READ response run at the front of the queue (IBTA
+    /// vol. 1 §9.7.5, §9.3.4 table 35; rxe `read_reply`): FIRST/MIDDLE/LAST/ONLY, each but
+    /// MIDDLE with an AETH carrying `ack_syn`. A response whose region went away (or is
+    /// now another registration) becomes a NAK remote access error for its PSN instead,
+    /// the rest of that READ is dropped and the QP fails once the queue is sent (rxe
+    /// `read_reply` re-checks the MR per packet).
+    fn next_read_response(
+        &mut self,
+        mtu: u32,
+        ack_syn: Syndrome,
+        table: &MemTable,
+    ) -> Option<RespPacket> {
+        let Some(RespOut::Read {
+            first_psn,
+            npkts,
+            sent,
+            mem,
+            len,
+            msn,
+            replay_end,
+        }) = self.out.front_mut()
+        else {
+            return None;
         };
-        Some(pkt)
+        let k = *sent;
+        let replay = first_psn.add(k).before(*replay_end);
+        let off = k as usize * mtu as usize;
+        let n = (*len as usize - off.min(*len as usize)).min(mtu as usize);
+        if n > 0 && !table.live(*mem, off, n) {
+            let psn = first_psn.add(k);
+            let p = RespPacket {
+                opcode: Opcode::RC_ACK,
+                psn,
+                ext: TxExt::Aeth(AethRepr {
+                    syndrome: Syndrome::Nak(NakCode::RemoteAccessError),
+                    msn: *msn,
+                }),
+                payload: Payload::None,
+                is_nak: true,
+                is_rnr: false,
+                replay: false,
+                region_gone: true,
+                reason: TxReason::Nak(NakCode::RemoteAccessError),
+            };
+            self.out.pop_front();
+            self.fatal = true;
+            self.cur = None;
+            return Some(p);
+        }
+        let opcode = read_response_opcode(*npkts, k);
+        // Every READ response but MIDDLE carries an AETH (§9.3.4 table 35).
+        let ext = if opcode != Opcode::RC_READ_RESPONSE_MIDDLE {
+            TxExt::Aeth(AethRepr {
+                syndrome: ack_syn,
+                msn: *msn,
+            })
+        } else {
+            TxExt::None
+        };
+        let p = RespPacket {
+            opcode,
+            psn: first_psn.add(k),
+            ext,
+            payload: if n == 0 {
+                Payload::None
+            } else {
+                Payload::Mem {
+                    mem: *mem,
+                    skip: off,
+                    len: n,
+                }
+            },
+            is_nak: false,
+            is_rnr: false,
+            replay,
+            region_gone: false,
+            reason: if replay {
+                TxReason::DuplicateResponse
+            } else {
+                TxReason::ReadResponse
+            },
+        };
+        *sent += 1;
+        if *sent >= *npkts {
+            self.out.pop_front();
+        }
+        Some(p)
+    }
+}
+
+/// Rule: an ACK, RNR NAK or NAK (IBTA vol. 1 §9.7.5.2, §9.3.5 AETH; rxe `send_ack`): a
+/// positive ACK carries the credits of `ack_syn`, a NAK its own syndrome.
+fn ack_packet(psn: Psn, syndrome: Syndrome, msn: Msn, dup: bool, ack_syn: Syndrome) -> RespPacket {
+    let syndrome = match syndrome {
+        Syndrome::Ack { .. } => ack_syn,
+        s => s,
+    };
+    RespPacket {
+        opcode: Opcode::RC_ACK,
+        psn,
+        ext: TxExt::Aeth(AethRepr { syndrome, msn }),
+        payload: Payload::None,
+        is_nak: matches!(syndrome, Syndrome::Nak(_)),
+        is_rnr: matches!(syndrome, Syndrome::RnrNak { .. }),
+        replay: false,
+        region_gone: false,
+        reason: match syndrome {
+            Syndrome::Nak(c) => TxReason::Nak(c),
+            Syndrome::RnrNak { .. } => TxReason::RnrNak,
+            _ if dup => TxReason::DuplicateAck,
+            _ => TxReason::Ack,
+        },
+    }
+}
+
+/// Rule: an atomic ACK with the original value (IBTA vol. 1 §9.7.5, §9.3.7 AtomicAckETH;
+/// rxe `atomic_reply`). A replayed atomic ACK is a retransmitted packet like a replayed
+/// READ response.
+fn atomic_ack_packet(psn: Psn, orig: u64, msn: Msn, replay: bool, ack_syn: Syndrome) -> RespPacket {
+    let aeth = AethRepr {
+        syndrome: ack_syn,
+        msn,
+    };
+    RespPacket {
+        opcode: Opcode::RC_ATOMIC_ACK,
+        psn,
+        ext: TxExt::AethAtomicAck(aeth, orig),
+        payload: Payload::None,
+        is_nak: false,
+        is_rnr: false,
+        replay,
+        region_gone: false,
+        reason: if replay {
+            TxReason::DuplicateResponse
+        } else {
+            TxReason::AtomicAck
+        },
+    }
+}
+
+/// The opcode of READ response `k` of `npkts` (IBTA vol. 1 §9.7.2 segmentation).
+fn read_response_opcode(npkts: u32, k: u32) -> Opcode {
+    match (npkts == 1, k == 0, k + 1 == npkts) {
+        (true, ..) => Opcode::RC_READ_RESPONSE_ONLY,
+        (false, true, _) => Opcode::RC_READ_RESPONSE_FIRST,
+        (false, false, true) => Opcode::RC_READ_RESPONSE_LAST,
+        _ => Opcode::RC_READ_RESPONSE_MIDDLE,
     }
 }

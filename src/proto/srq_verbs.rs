@@ -106,9 +106,7 @@ impl Rnic {
     pub fn destroy_srq(&mut self, srq: Srq) -> Result<(), VerbsError> {
         self.srq_mut(srq)?;
         if self.qps.iter().flatten().any(|q| q.init.srq == Some(srq)) {
-            return Err(VerbsError::Resource(
-                "shared receive queue still used by a QP",
-            ));
+            return Err(VerbsError::InUse("shared receive queue still used by a QP"));
         }
         self.srqs[srq.0 as usize] = None;
         Ok(())

@@ -27,7 +27,7 @@ use super::Ctx;
 use super::execute;
 use super::qp::{AttrMask, Qp, QpState};
 use super::responder::InProgress;
-use super::trace::qp_event;
+use super::trace::{Event, qp_event};
 use super::wr::WrOpcode;
 
 /// What an INIT→RTR `modify` of a UC QP sets: the state and the required attributes.
@@ -106,7 +106,7 @@ fn drop_message(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, why: &'static str) {
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "uc_message_dropped",
+            Event::UcMessageDropped,
             psn = psn.value(),
             why = why
         );
@@ -161,7 +161,7 @@ pub(crate) fn handle_request(
                 ctx.now,
                 ctx.dev,
                 qp.qpn,
-                "uc_message_dropped",
+                Event::UcMessageDropped,
                 psn = psn.value(),
                 why = "no_last"
             );
@@ -233,14 +233,8 @@ pub(crate) fn handle_request(
 /// went out completes successfully (IBTA §9.4: UC completes on transmission; rxe
 /// `rxe_requester` completes UC WQEs once sent).
 pub(crate) fn packet_sent(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    if qp.req.tx_idx == 0 {
-        let k = qp.req.tx_pkt;
-        if let Some(w) = qp.req.sq.front_mut().filter(|w| w.started) {
-            w.acked_pkts = k;
-        }
-    }
-    while qp.req.tx_idx > 0 {
-        let len = qp.req.sq.front().map_or(0, |w| w.len);
+    qp.req.sent_counts_as_acked();
+    while let Some(len) = qp.req.head_sent_len() {
         qp.complete_send_front(ctx, super::cq::WcStatus::Success, len);
     }
 }

@@ -42,7 +42,7 @@ use super::qp::{
 };
 pub use super::qp::{UdCounters, UdDest};
 use super::time::Instant;
-use super::trace::{TxReason, qp_event};
+use super::trace::{Event, TxReason, qp_event};
 use super::verdict::RxVerdict;
 use super::wr::{SendFlags, SendWr, WrOpcode};
 
@@ -137,8 +137,7 @@ pub(crate) fn transmit(
                 return None;
             }
         };
-        let psn = qp.req.next_psn;
-        qp.req.next_psn = psn.add(1);
+        let psn = qp.req.take_psn();
         if w.len > mtu {
             // C10-93.1.1: nothing is emitted and no error is reported (rxe_req.c fakes
             // the send).
@@ -200,7 +199,7 @@ pub(crate) fn transmit(
             ctx.now,
             ctx.dev,
             qp.qpn,
-            "ud_sent",
+            Event::UdSent,
             wr_id = w.wr_id,
             dest_qp = w.dest.remote_qpn.value(),
             len = w.len
@@ -237,6 +236,29 @@ fn gather(ctx: &Ctx<'_>, segs: &[LocalSeg], out: &mut [u8]) -> bool {
         at += n;
     }
     at == out.len()
+}
+
+/// Source and destination GIDs of a received GRH (the 40 bytes before a UD payload):
+/// for RoCE v2 over IPv4 the last 20 bytes are the IPv4 header (rxe's layout), else the
+/// IPv6 header ([`grh_of`] writes it). `None` when `g` is shorter than a GRH.
+pub fn grh_gids(g: &[u8]) -> Option<([u8; 16], [u8; 16])> {
+    if g.len() < GRH_LEN {
+        return None;
+    }
+    let mut s = [0u8; 16];
+    let mut d = [0u8; 16];
+    if g[20] >> 4 == 4 && g[..20] == [0u8; 20] {
+        s[10] = 0xff;
+        s[11] = 0xff;
+        d[10] = 0xff;
+        d[11] = 0xff;
+        s[12..].copy_from_slice(&g[32..36]);
+        d[12..].copy_from_slice(&g[36..40]);
+    } else {
+        s.copy_from_slice(&g[8..24]);
+        d.copy_from_slice(&g[24..40]);
+    }
+    Some((s, d))
 }
 
 /// The 40 bytes a UD receive buffer starts with, from the IP header of the frame
@@ -315,7 +337,7 @@ pub(crate) fn post_send(
         ctx.now,
         ctx.dev,
         qpn,
-        "wqe_posted",
+        Event::WqePosted,
         queue = "sq",
         wr_id = wr.wr_id,
         opcode = ?wr.opcode,
@@ -351,7 +373,7 @@ pub(crate) fn receive(
             now,
             ctx.dev,
             qp.qpn,
-            "ud_dropped",
+            Event::UdDropped,
             reason = "bad_qkey",
             qkey = deth.qkey
         );
@@ -360,7 +382,7 @@ pub(crate) fn receive(
     let imm = view
         .ext_bytes(Ext::ImmDt)
         .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    let Some(wqe) = qp.resp.rq.pop_front() else {
+    let Some(wqe) = qp.resp.take_recv() else {
         return (RxVerdict::NoRecvWqe, Some(slot));
     };
     let payload = view.payload();

@@ -448,29 +448,6 @@ impl Relay {
     }
 }
 
-/// Source and destination GIDs of a received GRH (the 40 bytes before a UD payload):
-/// for RoCE v2 over IPv4 the last 20 bytes are the IPv4 header (rxe's layout), else the
-/// IPv6 header. `None` when `g` is shorter than a GRH.
-pub fn grh_gids(g: &[u8]) -> Option<([u8; 16], [u8; 16])> {
-    if g.len() < crate::proto::GRH_LEN {
-        return None;
-    }
-    let mut s = [0u8; 16];
-    let mut d = [0u8; 16];
-    if g[20] >> 4 == 4 && g[..20] == [0u8; 20] {
-        s[10] = 0xff;
-        s[11] = 0xff;
-        d[10] = 0xff;
-        d[11] = 0xff;
-        s[12..].copy_from_slice(&g[32..36]);
-        d[12..].copy_from_slice(&g[36..40]);
-    } else {
-        s.copy_from_slice(&g[8..24]);
-        d.copy_from_slice(&g[24..40]);
-    }
-    Some((s, d))
-}
-
 #[cfg(test)]
 #[path = "gsi_tests.rs"]
 mod tests;

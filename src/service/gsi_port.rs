@@ -310,7 +310,10 @@ impl Service {
                     wr_id: slot as u64,
                     sg_list: vec![p.rmr.sge(slot * RECV_SLOT, RECV_SLOT as u32)],
                 });
-                let Some((from, to)) = got.then(|| gsi::grh_gids(&buf[..GRH_LEN])).flatten() else {
+                let Some((from, to)) = got
+                    .then(|| crate::proto::ud::grh_gids(&buf[..GRH_LEN]))
+                    .flatten()
+                else {
                     self.relay.counters.malformed += 1;
                     continue;
                 };

@@ -150,17 +150,8 @@ fn push_event(c: &mut Client, v: u32, el: u32) {
 }
 
 pub(super) fn errno_resp(e: &verbs::Error) -> Resp {
-    use crate::verbs::{Error as E, VerbsError as V};
-    let errno = match e {
-        E::Verbs(V::DeviceFatal) => libc::EIO,
-        E::Verbs(V::QueueFull) | E::Verbs(V::Resource(_)) => libc::ENOMEM,
-        E::Verbs(V::NotFound(_)) => libc::ENOENT,
-        E::Io(io) => io.raw_os_error().unwrap_or(libc::EIO),
-        E::Unsupported { .. } => libc::EOPNOTSUPP,
-        _ => libc::EINVAL,
-    };
     Resp::Err {
-        errno,
+        errno: e.errno(),
         msg: e.to_string(),
     }
 }

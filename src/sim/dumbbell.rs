@@ -20,10 +20,11 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::proto::congestion::{Algorithm, CongestionControl, DcqcnParams, Pacer};
 use crate::proto::{
-    Access, Instant, MAX_FRAME_LEN, Mtu, RdmaInfo, SendFlags, SendWr, Sge, WcStatus,
+    Access, Instant, MAX_FRAME_LEN, MrInfo, Mtu, RdmaInfo, SendFlags, SendWr, Sge, WcStatus,
     WorkCompletion, WrOpcode,
 };
 use crate::sim::{ConnectOpts, LinkConfig, Pair, QpEnd, Side};
+use crate::wire::Qpn;
 
 /// The bottleneck's RED, in Linux `tc qdisc add … red` terms.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -116,8 +117,6 @@ pub struct DumbbellResult {
     pub errors: u64,
 }
 
-type Heap = BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>;
-
 fn ser_ns(len: usize, rate: u64) -> u64 {
     ((len as u64 * 8 * 1_000_000_000).div_ceil(rate.max(1))).max(1)
 }
@@ -136,252 +135,454 @@ pub fn jain(x: &[f64]) -> f64 {
 /// Run the dumbbell; never panics on any configuration (a connect or MR failure is
 /// counted in `errors` and ends the run).
 pub fn run(cfg: &DumbbellConfig) -> DumbbellResult {
-    let mut res = DumbbellResult::default();
-    let n = cfg.qps.clamp(1, 1024) as usize;
-    let depth = cfg.depth.clamp(1, 256);
-    let msg = cfg.msg_bytes.clamp(1, 1 << 20);
-    let mut p = Pair::new(LinkConfig::default(), cfg.seed);
-    p.a.set_name("A");
-    p.b.set_name("B");
-    if let Some(params) = cfg.dcqcn {
-        for s in [Side::A, Side::B] {
-            let mut cc = CongestionControl::new(
-                Algorithm::Dcqcn(params),
-                cfg.line_rate_bps,
-                Pacer::DEFAULT_BURST,
-            );
-            // As on a real port (docs/congestion.md): QPs at full rate are not paced.
-            cc.set_pace_unthrottled(false);
-            p.dev(s).enable_congestion_control(cc);
+    let Some(mut d) = Dumbbell::set_up(cfg) else {
+        return DumbbellResult {
+            errors: 1,
+            ..DumbbellResult::default()
+        };
+    };
+    d.post_initial_writes();
+    while d.now <= cfg.duration_ns {
+        d.account_queue_area();
+        deliver(&mut d.to_b, &mut d.pair.b, d.now);
+        deliver(&mut d.to_a, &mut d.pair.a, d.now);
+        d.fire_due_timers();
+        d.a_transmits_into_bottleneck();
+        d.b_transmits_to_a();
+        d.bottleneck_serves();
+        d.complete_and_repost();
+        match d.next_event() {
+            Some(t) => d.now = t,
+            None => break,
         }
     }
-    let ends: Vec<QpEnd> = [Side::A, Side::B]
-        .into_iter()
-        .map(|s| {
-            let d = p.dev(s);
-            QpEnd {
-                pd: d.alloc_pd(),
-                cq: d.create_cq(1 << 20),
-                srq: None,
-            }
-        })
-        .collect();
-    let opts = ConnectOpts {
-        max_wr: depth.max(16),
-        timeout: cfg.timeout.clamp(1, 31),
-        mtu: cfg.mtu,
-        ..ConnectOpts::default()
-    };
-    let mut qps = Vec::new();
-    for _ in 0..n {
-        match p.connect_ends(&opts, ends[0], ends[1]) {
-            Ok(c) => qps.push(c.qp_a),
-            Err(_) => {
-                res.errors += 1;
-                return res;
-            }
+    d.result()
+}
+
+/// The frames in flight on one direction of the link: (arrival time, tie-break
+/// sequence, frame), earliest first.
+type Heap = BinaryHeap<Reverse<(u64, u64, Vec<u8>)>>;
+
+/// The frames of `heap` due by `now`, into `dev`.
+fn deliver(heap: &mut Heap, dev: &mut crate::proto::Rnic, now: u64) {
+    while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
+        if let Some(Reverse((_, _, f))) = heap.pop() {
+            let _ = dev.handle_frame(Instant::from_nanos(now), &f);
         }
     }
-    let len = msg as usize * depth as usize;
-    let (Ok(src), Ok(dst)) = (
-        p.a.reg_mr(ends[0].pd, len, Access::LOCAL_WRITE),
-        p.b.reg_mr(ends[1].pd, len, Access::ALL),
-    ) else {
-        res.errors += 1;
-        return res;
-    };
-    let post = |d: &mut crate::proto::Rnic, qp, k: u64| {
-        let slot = k % u64::from(depth);
+}
+
+/// The RDMA WRITEs every QP posts: message `k` from A's slot `k % depth` to B's.
+#[derive(Clone, Copy)]
+struct Writes {
+    src: MrInfo,
+    dst: MrInfo,
+    msg: u32,
+    depth: u32,
+}
+
+impl Writes {
+    fn post(&self, d: &mut crate::proto::Rnic, qp: Qpn, k: u64) -> bool {
+        let slot = k % u64::from(self.depth);
         let mut w = SendWr::new(k, WrOpcode::RdmaWrite);
         w.sg_list = vec![Sge {
-            addr: src.addr + slot * u64::from(msg),
-            length: msg,
-            lkey: src.lkey,
+            addr: self.src.addr + slot * u64::from(self.msg),
+            length: self.msg,
+            lkey: self.src.lkey,
         }];
         w.rdma = RdmaInfo {
-            remote_addr: dst.addr + slot * u64::from(msg),
-            rkey: dst.rkey,
+            remote_addr: self.dst.addr + slot * u64::from(self.msg),
+            rkey: self.dst.rkey,
         };
         w.send_flags = SendFlags::SIGNALED;
         d.post_send(qp, w).is_ok()
-    };
-    let Pair {
-        a: ref mut dev_a,
-        b: ref mut dev_b,
-        ..
-    } = p;
-    let mut next_wr = vec![0u64; n];
-    for (i, &qp) in qps.iter().enumerate() {
-        for _ in 0..depth {
-            if !post(dev_a, qp, next_wr[i]) {
-                res.errors += 1;
-            }
-            next_wr[i] += 1;
+    }
+}
+
+/// What RED does with an arriving frame.
+enum RedVerdict {
+    Enqueue,
+    /// Mark it CE (dropped instead when it is not ECN-capable).
+    Mark,
+    Drop,
+}
+
+/// Linux `sch_red`'s state: the queue's average and the count since the last mark.
+struct Red {
+    cfg: RedConfig,
+    /// The EWMA weight, 2^-wlog.
+    w: f64,
+    avg: f64,
+    count: i64,
+    /// When the queue went empty, while it is.
+    idle_since: Option<u64>,
+    rng: ChaCha8Rng,
+}
+
+impl Red {
+    fn new(cfg: RedConfig, seed: u64) -> Self {
+        Red {
+            cfg,
+            w: 0.5f64.powi(cfg.wlog.min(31) as i32),
+            avg: 0.0,
+            count: -1,
+            idle_since: Some(0),
+            rng: ChaCha8Rng::seed_from_u64(seed),
         }
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let (lo, hi) = (cfg.duration_ns / 4, cfg.duration_ns * 3 / 4);
-    let mut done_bytes = vec![[0u64; 2]; n];
-    let mut busy_bytes = 0u64;
-    let mut now = 0u64;
-    let mut seq = 0u64;
-    let mut buf = vec![0u8; MAX_FRAME_LEN];
-    let (mut to_b, mut to_a): (Heap, Heap) = (BinaryHeap::new(), BinaryHeap::new());
-    let mut queue: VecDeque<Vec<u8>> = VecDeque::new();
-    let mut q_bytes = 0u64;
-    let mut avg = 0f64;
-    let mut red_count: i64 = -1;
-    let mut idle_since: Option<u64> = Some(0);
-    let (mut a_free, mut bn_free) = (0u64, 0u64);
-    let mut q_area = 0f64;
-    let mut last_t = 0u64;
-    let mut wcs: Vec<WorkCompletion> = Vec::new();
-    let w = 0.5f64.powi(cfg.red.wlog.min(31) as i32);
-    let deliver = |heap: &mut Heap, dev: &mut crate::proto::Rnic, now| {
-        while heap.peek().is_some_and(|Reverse((t, _, _))| *t <= now) {
-            if let Some(Reverse((_, _, f))) = heap.pop() {
-                let _ = dev.handle_frame(Instant::from_nanos(now), &f);
+
+    /// RED at arrival (Linux red_enqueue) of a frame of `len` bytes onto `q_bytes`: the
+    /// average first, idle time decaying it as if empty frames of this size had arrived
+    /// meanwhile (`bottleneck_bps` serves them), then the tail drop and the marking draw.
+    fn on_arrival(
+        &mut self,
+        now: u64,
+        len: usize,
+        q_bytes: u64,
+        bottleneck_bps: u64,
+    ) -> RedVerdict {
+        let (cfg, w) = (self.cfg, self.w);
+        if let Some(t0) = self.idle_since.take() {
+            let m = now.saturating_sub(t0) / ser_ns(len, bottleneck_bps);
+            self.avg *= (1.0 - w).powi(m.min(i32::MAX as u64) as i32);
+        }
+        self.avg = (1.0 - w) * self.avg + w * q_bytes as f64;
+        let tail_drop = q_bytes + len as u64 > cfg.limit;
+        if !tail_drop && self.avg >= cfg.min as f64 {
+            if self.draw_mark() {
+                return RedVerdict::Mark;
+            }
+        } else if self.avg < cfg.min as f64 {
+            self.count = -1;
+        }
+        if tail_drop {
+            RedVerdict::Drop
+        } else {
+            RedVerdict::Enqueue
+        }
+    }
+
+    /// Whether to mark, the average being at least `min`: always above `max`; between
+    /// them with the probability rising to `max_p`, spread by the count since the last
+    /// mark (Linux red_action).
+    fn draw_mark(&mut self) -> bool {
+        let cfg = self.cfg;
+        if self.avg >= cfg.max as f64 {
+            self.count = -1;
+            return true;
+        }
+        self.count += 1;
+        let pb = cfg.max_p * (self.avg - cfg.min as f64) / (cfg.max - cfg.min).max(1) as f64;
+        let pa = pb / (1.0 - (self.count as f64) * pb).max(1e-9);
+        let hit = self.count > 0 && (pa >= 1.0 || self.rng.random_bool(pa.clamp(0.0, 1.0)));
+        if hit {
+            self.count = 0;
+        }
+        hit
+    }
+}
+
+/// One run: the pair, its QPs, the link both ways, the bottleneck's queue and what is
+/// measured.
+struct Dumbbell<'c> {
+    cfg: &'c DumbbellConfig,
+    pair: Pair,
+    /// A's CQ, which all its QPs share.
+    cq_a: crate::proto::Cq,
+    qps: Vec<Qpn>,
+    writes: Writes,
+    /// Each QP's next work request id.
+    next_wr: Vec<u64>,
+    /// The measured window: the middle half of the run.
+    lo: u64,
+    hi: u64,
+    now: u64,
+    /// Tie-break of frames due at the same time: the order they were sent.
+    seq: u64,
+    buf: Vec<u8>,
+    to_b: Heap,
+    to_a: Heap,
+    /// When A's line is free again.
+    a_free: u64,
+    /// The bottleneck's queue and the bytes in it.
+    queue: VecDeque<Vec<u8>>,
+    q_bytes: u64,
+    /// When the bottleneck is free again.
+    bn_free: u64,
+    red: Red,
+    /// Bytes the bottleneck sent in the window.
+    busy_bytes: u64,
+    /// The queue's bytes integrated over the window, and when it was last integrated.
+    q_area: f64,
+    last_t: u64,
+    /// Bytes each QP completed by `lo` and by `hi`.
+    done_bytes: Vec<[u64; 2]>,
+    wcs: Vec<WorkCompletion>,
+    res: DumbbellResult,
+}
+
+impl<'c> Dumbbell<'c> {
+    /// The pair with congestion control as configured, `qps` QPs from A to B sharing one
+    /// PD and CQ per side, and the memory; `None` when a connect or MR fails.
+    fn set_up(cfg: &'c DumbbellConfig) -> Option<Self> {
+        let n = cfg.qps.clamp(1, 1024) as usize;
+        let depth = cfg.depth.clamp(1, 256);
+        let msg = cfg.msg_bytes.clamp(1, 1 << 20);
+        let mut p = Pair::new(LinkConfig::default(), cfg.seed);
+        p.a.set_name("A");
+        p.b.set_name("B");
+        if let Some(params) = cfg.dcqcn {
+            for s in [Side::A, Side::B] {
+                let mut cc = CongestionControl::new(
+                    Algorithm::Dcqcn(params),
+                    cfg.line_rate_bps,
+                    Pacer::DEFAULT_BURST,
+                );
+                // As on a real port (docs/congestion.md): QPs at full rate are not paced.
+                cc.set_pace_unthrottled(false);
+                p.dev(s).enable_congestion_control(cc);
             }
         }
-    };
-    while now <= cfg.duration_ns {
-        // Queue area over the measured window.
-        if now > lo && last_t < hi {
-            let (t0, t1) = (last_t.max(lo), now.min(hi));
+        let ends: Vec<QpEnd> = [Side::A, Side::B]
+            .into_iter()
+            .map(|s| {
+                let d = p.dev(s);
+                QpEnd {
+                    pd: d.alloc_pd(),
+                    cq: d.create_cq(1 << 20),
+                    srq: None,
+                }
+            })
+            .collect();
+        let opts = ConnectOpts {
+            max_wr: depth.max(16),
+            timeout: cfg.timeout.clamp(1, 31),
+            mtu: cfg.mtu,
+            ..ConnectOpts::default()
+        };
+        let mut qps = Vec::new();
+        for _ in 0..n {
+            qps.push(p.connect_ends(&opts, ends[0], ends[1]).ok()?.qp_a);
+        }
+        let len = msg as usize * depth as usize;
+        let (Ok(src), Ok(dst)) = (
+            p.a.reg_mr(ends[0].pd, len, Access::LOCAL_WRITE),
+            p.b.reg_mr(ends[1].pd, len, Access::ALL),
+        ) else {
+            return None;
+        };
+        Some(Dumbbell {
+            cfg,
+            pair: p,
+            cq_a: ends[0].cq,
+            qps,
+            writes: Writes {
+                src,
+                dst,
+                msg,
+                depth,
+            },
+            next_wr: vec![0u64; n],
+            lo: cfg.duration_ns / 4,
+            hi: cfg.duration_ns * 3 / 4,
+            now: 0,
+            seq: 0,
+            buf: vec![0u8; MAX_FRAME_LEN],
+            to_b: BinaryHeap::new(),
+            to_a: BinaryHeap::new(),
+            a_free: 0,
+            queue: VecDeque::new(),
+            q_bytes: 0,
+            bn_free: 0,
+            red: Red::new(cfg.red, cfg.seed),
+            busy_bytes: 0,
+            q_area: 0.0,
+            last_t: 0,
+            done_bytes: vec![[0u64; 2]; n],
+            wcs: Vec::new(),
+            res: DumbbellResult::default(),
+        })
+    }
+
+    /// `depth` WRITEs on every QP.
+    fn post_initial_writes(&mut self) {
+        for (i, &qp) in self.qps.iter().enumerate() {
+            for _ in 0..self.writes.depth {
+                if !self.writes.post(&mut self.pair.a, qp, self.next_wr[i]) {
+                    self.res.errors += 1;
+                }
+                self.next_wr[i] += 1;
+            }
+        }
+    }
+
+    /// The queue's bytes since the last event, over the measured window.
+    fn account_queue_area(&mut self) {
+        let (now, lo, hi) = (self.now, self.lo, self.hi);
+        if now > lo && self.last_t < hi {
+            let (t0, t1) = (self.last_t.max(lo), now.min(hi));
             if t1 > t0 {
-                q_area += q_bytes as f64 * (t1 - t0) as f64;
+                self.q_area += self.q_bytes as f64 * (t1 - t0) as f64;
             }
         }
-        last_t = now;
-        deliver(&mut to_b, dev_b, now);
-        deliver(&mut to_a, dev_a, now);
-        for d in [&mut *dev_a, &mut *dev_b] {
+        self.last_t = now;
+    }
+
+    fn fire_due_timers(&mut self) {
+        let now = self.now;
+        for d in [&mut self.pair.a, &mut self.pair.b] {
             if d.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
                 d.handle_timeout(Instant::from_nanos(now));
             }
         }
-        while a_free <= now {
-            let Some(len) = dev_a.poll_transmit(Instant::from_nanos(now), &mut buf) else {
+    }
+
+    /// A's frames leave at its line rate into the bottleneck's queue, through RED.
+    fn a_transmits_into_bottleneck(&mut self) {
+        let now = self.now;
+        while self.a_free <= now {
+            let Some(len) = self
+                .pair
+                .a
+                .poll_transmit(Instant::from_nanos(now), &mut self.buf)
+            else {
                 break;
             };
-            a_free = now + ser_ns(len, cfg.line_rate_bps);
-            let mut f = buf[..len].to_vec();
-            // RED at arrival (Linux red_enqueue): the average first, idle time decaying
-            // it as if empty frames of this size had arrived meanwhile.
-            if let Some(t0) = idle_since.take() {
-                let m = now.saturating_sub(t0) / ser_ns(len, cfg.bottleneck_bps);
-                avg *= (1.0 - w).powi(m.min(i32::MAX as u64) as i32);
-            }
-            avg = (1.0 - w) * avg + w * q_bytes as f64;
-            let mut drop = q_bytes + len as u64 > cfg.red.limit;
-            if !drop && avg >= cfg.red.min as f64 {
-                let mark = if avg >= cfg.red.max as f64 {
-                    red_count = -1;
-                    true
-                } else {
-                    red_count += 1;
-                    let pb = cfg.red.max_p * (avg - cfg.red.min as f64)
-                        / (cfg.red.max - cfg.red.min).max(1) as f64;
-                    let pa = pb / (1.0 - (red_count as f64) * pb).max(1e-9);
-                    let hit = red_count > 0 && (pa >= 1.0 || rng.random_bool(pa.clamp(0.0, 1.0)));
-                    if hit {
-                        red_count = 0;
-                    }
-                    hit
-                };
-                if mark {
-                    if crate::wire::mark_ce(&mut f) {
-                        res.ce_marked += 1;
-                    } else {
-                        drop = true;
-                    }
+            self.a_free = now + ser_ns(len, self.cfg.line_rate_bps);
+            let mut f = self.buf[..len].to_vec();
+            let drop = match self
+                .red
+                .on_arrival(now, len, self.q_bytes, self.cfg.bottleneck_bps)
+            {
+                RedVerdict::Enqueue => false,
+                RedVerdict::Mark if crate::wire::mark_ce(&mut f) => {
+                    self.res.ce_marked += 1;
+                    false
                 }
-            } else if avg < cfg.red.min as f64 {
-                red_count = -1;
-            }
+                RedVerdict::Mark | RedVerdict::Drop => true,
+            };
             if drop {
-                res.dropped += 1;
+                self.res.dropped += 1;
                 continue;
             }
-            q_bytes += len as u64;
-            queue.push_back(f);
+            self.q_bytes += len as u64;
+            self.queue.push_back(f);
         }
+    }
+
+    /// B's frames (ACKs, CNPs) reach A after the delay, unqueued.
+    fn b_transmits_to_a(&mut self) {
+        let now = self.now;
         for _ in 0..4096 {
-            let Some(len) = dev_b.poll_transmit(Instant::from_nanos(now), &mut buf) else {
+            let Some(len) = self
+                .pair
+                .b
+                .poll_transmit(Instant::from_nanos(now), &mut self.buf)
+            else {
                 break;
             };
-            seq += 1;
-            to_a.push(Reverse((now + cfg.delay_ns, seq, buf[..len].to_vec())));
+            self.seq += 1;
+            self.to_a.push(Reverse((
+                now + self.cfg.delay_ns,
+                self.seq,
+                self.buf[..len].to_vec(),
+            )));
         }
-        if bn_free <= now {
-            if let Some(f) = queue.pop_front() {
-                q_bytes -= f.len() as u64;
-                bn_free = now + ser_ns(f.len(), cfg.bottleneck_bps);
-                if now >= lo && now < hi {
-                    busy_bytes += f.len() as u64;
-                }
-                seq += 1;
-                to_b.push(Reverse((bn_free + cfg.delay_ns, seq, f)));
-                if queue.is_empty() {
-                    idle_since = Some(bn_free);
-                }
+    }
+
+    /// The bottleneck, when free, sends the frame at the head of its queue toward B.
+    fn bottleneck_serves(&mut self) {
+        let now = self.now;
+        if self.bn_free > now {
+            return;
+        }
+        if let Some(f) = self.queue.pop_front() {
+            self.q_bytes -= f.len() as u64;
+            self.bn_free = now + ser_ns(f.len(), self.cfg.bottleneck_bps);
+            if now >= self.lo && now < self.hi {
+                self.busy_bytes += f.len() as u64;
+            }
+            self.seq += 1;
+            self.to_b
+                .push(Reverse((self.bn_free + self.cfg.delay_ns, self.seq, f)));
+            if self.queue.is_empty() {
+                self.red.idle_since = Some(self.bn_free);
             }
         }
-        wcs.clear();
-        dev_a.poll_cq(ends[0].cq, usize::MAX, &mut wcs);
-        for wc in &wcs {
-            let Some(i) = qps.iter().position(|&q| q == wc.qp_num) else {
+    }
+
+    /// A's completions counted toward the window's bytes, each QP's WRITE reposted
+    /// until the end of the run.
+    fn complete_and_repost(&mut self) {
+        let now = self.now;
+        self.wcs.clear();
+        self.pair.a.poll_cq(self.cq_a, usize::MAX, &mut self.wcs);
+        for wc in &self.wcs {
+            let Some(i) = self.qps.iter().position(|&q| q == wc.qp_num) else {
                 continue;
             };
             if wc.status != WcStatus::Success {
-                res.errors += 1;
+                self.res.errors += 1;
                 continue;
             }
-            for (k, t) in [lo, hi].into_iter().enumerate() {
+            for (k, t) in [self.lo, self.hi].into_iter().enumerate() {
                 if now <= t {
-                    done_bytes[i][k] += u64::from(msg);
+                    self.done_bytes[i][k] += u64::from(self.writes.msg);
                 }
             }
-            if now < cfg.duration_ns && post(dev_a, qps[i], next_wr[i]) {
-                next_wr[i] += 1;
+            if now < self.cfg.duration_ns
+                && self
+                    .writes
+                    .post(&mut self.pair.a, self.qps[i], self.next_wr[i])
+            {
+                self.next_wr[i] += 1;
             }
         }
-        let next = [
-            to_b.peek().map(|Reverse((t, _, _))| *t),
-            to_a.peek().map(|Reverse((t, _, _))| *t),
-            dev_a.poll_timeout().map(Instant::as_nanos),
-            dev_b.poll_timeout().map(Instant::as_nanos),
-            Some(a_free).filter(|&t| t > now),
-            Some(bn_free).filter(|&t| t > now && !queue.is_empty()),
+    }
+
+    /// The next time anything happens: a frame arrives, a timer fires, A's line or the
+    /// busy bottleneck frees up.
+    fn next_event(&self) -> Option<u64> {
+        let now = self.now;
+        [
+            self.to_b.peek().map(|Reverse((t, _, _))| *t),
+            self.to_a.peek().map(|Reverse((t, _, _))| *t),
+            self.pair.a.poll_timeout().map(Instant::as_nanos),
+            self.pair.b.poll_timeout().map(Instant::as_nanos),
+            Some(self.a_free).filter(|&t| t > now),
+            Some(self.bn_free).filter(|&t| t > now && !self.queue.is_empty()),
         ]
         .into_iter()
         .flatten()
         .filter(|&t| t > now)
-        .min();
-        match next {
-            Some(t) => now = t,
-            None => break,
+        .min()
+    }
+
+    /// The figures over the measured window, and the devices' counters.
+    fn result(mut self) -> DumbbellResult {
+        let (lo, hi, cfg) = (self.lo, self.hi, self.cfg);
+        let res = &mut self.res;
+        let win_s = (hi - lo) as f64 / 1e9;
+        // done_bytes[i] = [bytes completed by lo, by hi]: the window's share is the difference.
+        res.per_qp_mbps = self
+            .done_bytes
+            .iter()
+            .map(|d| d[1].saturating_sub(d[0]) as f64 * 8.0 / win_s / 1e6)
+            .collect();
+        res.goodput_mbps = res.per_qp_mbps.iter().sum();
+        res.utilization = res.goodput_mbps * 1e6 / cfg.bottleneck_bps as f64;
+        res.jain = jain(&res.per_qp_mbps);
+        res.link_busy = self.busy_bytes as f64 * 8.0 / win_s / cfg.bottleneck_bps as f64;
+        res.mean_queue_bytes = self.q_area / (hi - lo).max(1) as f64;
+        if let Some(c) = self.pair.b.congestion() {
+            res.np_cnp_sent = c.counters().np_cnp_sent;
         }
+        if let Some(c) = self.pair.a.congestion() {
+            res.rp_cnp_handled = c.counters().rp_cnp_handled;
+        }
+        res.retransmitted_packets = self.pair.a.counters().qp.retransmitted_packets;
+        self.res
     }
-    let win_s = (hi - lo) as f64 / 1e9;
-    // done_bytes[i] = [bytes completed by lo, by hi]: the window's share is the difference.
-    res.per_qp_mbps = done_bytes
-        .iter()
-        .map(|d| d[1].saturating_sub(d[0]) as f64 * 8.0 / win_s / 1e6)
-        .collect();
-    res.goodput_mbps = res.per_qp_mbps.iter().sum();
-    res.utilization = res.goodput_mbps * 1e6 / cfg.bottleneck_bps as f64;
-    res.jain = jain(&res.per_qp_mbps);
-    res.link_busy = busy_bytes as f64 * 8.0 / win_s / cfg.bottleneck_bps as f64;
-    res.mean_queue_bytes = q_area / (hi - lo).max(1) as f64;
-    if let Some(c) = dev_b.congestion() {
-        res.np_cnp_sent = c.counters().np_cnp_sent;
-    }
-    if let Some(c) = dev_a.congestion() {
-        res.rp_cnp_handled = c.counters().rp_cnp_handled;
-    }
-    res.retransmitted_packets = dev_a.counters().qp.retransmitted_packets;
-    res
 }
 
 #[cfg(test)]

@@ -122,6 +122,65 @@ impl core::fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl Error {
+    /// The errno a libibverbs caller gets for this error: the one map used by the C
+    /// library (src/abi) and the device service's answers (src/service/server.rs), as the
+    /// kernel's uverbs and rxe answer the same refusal.
+    pub fn errno(&self) -> i32 {
+        use crate::io::afxdp::Error as Port;
+        match self {
+            Error::Verbs(v) => verbs_errno(v),
+            // PermissionDenied without an errno: the device service's socket held by a
+            // user this process does not trust (ipc::connect_service).
+            Error::Io(io) | Error::Ibv { err: io, .. } => {
+                io.raw_os_error().unwrap_or(match io.kind() {
+                    std::io::ErrorKind::PermissionDenied => libc::EACCES,
+                    _ => libc::EIO,
+                })
+            }
+            // Another device holds the interface's XDP hook.
+            Error::XdpBusy { .. } => libc::EBUSY,
+            Error::PathMtuTooLarge { .. }
+            | Error::GidFamilyMismatch { .. }
+            | Error::MtuTooSmall { .. }
+            | Error::OutOfBounds { .. } => libc::EINVAL,
+            // Objects of another context: uverbs finds no such handle in this one
+            // (`uobj_get_obj_read` fails, EINVAL in uverbs_cmd.c).
+            Error::DeviceMismatch => libc::EINVAL,
+            Error::Unsupported { .. } => libc::EOPNOTSUPP,
+            Error::Port(Port::NotRoot { .. }) => libc::EPERM,
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// The errno of the engine's refusal of a verb.
+fn verbs_errno(e: &VerbsError) -> i32 {
+    match e {
+        // A full work queue: ENOMEM from `ibv_post_*` (rxe's `post_one_send`,
+        // `post_one_recv`: "queue full" -> -ENOMEM).
+        VerbsError::QueueFull => libc::ENOMEM,
+        // A disassociated device: the kernel fails every command EIO (uverbs_main.c).
+        VerbsError::DeviceFatal => libc::EIO,
+        // Destroying an object still in use: `ib_destroy_usecnt` (and rxe's checks
+        // before `ib_destroy_cq_user`, `ib_destroy_srq_user`) answer EBUSY.
+        VerbsError::InUse(_) => libc::EBUSY,
+        // rxe's multicast limits (`rxe_get_mcg`, `rxe_attach_mcg`): ENOMEM.
+        VerbsError::Limit(_) => libc::ENOMEM,
+        // A handle that names no object: uverbs_cmd.c answers EINVAL when
+        // `uobj_get_obj_read` finds none; every other refusal of a bad argument or of the
+        // QP's state is EINVAL too (`ib_modify_qp_is_ok`, rxe_qp.c `rxe_qp_chk_attr`).
+        VerbsError::NotFound(_)
+        | VerbsError::Resource(_)
+        | VerbsError::InvalidTransition { .. }
+        | VerbsError::MissingAttributes(_)
+        | VerbsError::UnexpectedAttributes(_)
+        | VerbsError::CurrentStateMismatch
+        | VerbsError::InvalidValue(_)
+        | VerbsError::WrongState(_) => libc::EINVAL,
+    }
+}
+
 impl From<VerbsError> for Error {
     fn from(e: VerbsError) -> Self {
         Error::Verbs(e)
@@ -141,3 +200,37 @@ impl From<afxdp::Error> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_refusals_map_as_uverbs_and_rxe() {
+        let v = |e| Error::Verbs(e).errno();
+        assert_eq!(v(VerbsError::InUse("cq still used")), libc::EBUSY);
+        assert_eq!(v(VerbsError::Limit("multicast")), libc::ENOMEM);
+        assert_eq!(v(VerbsError::QueueFull), libc::ENOMEM);
+        assert_eq!(v(VerbsError::DeviceFatal), libc::EIO);
+        assert_eq!(v(VerbsError::NotFound("QP")), libc::EINVAL);
+        assert_eq!(v(VerbsError::Resource("address range")), libc::EINVAL);
+        assert_eq!(v(VerbsError::CurrentStateMismatch), libc::EINVAL);
+    }
+
+    #[test]
+    fn the_other_errors_keep_their_errno() {
+        let io = Error::Io(std::io::Error::from_raw_os_error(libc::ENODEV));
+        assert_eq!(io.errno(), libc::ENODEV);
+        let denied = Error::Io(std::io::ErrorKind::PermissionDenied.into());
+        assert_eq!(denied.errno(), libc::EACCES);
+        let root = Error::Port(afxdp::Error::NotRoot { what: "AF_XDP" });
+        assert_eq!(root.errno(), libc::EPERM);
+        let busy = Error::XdpBusy {
+            ifname: "veth0".into(),
+            waited: Duration::ZERO,
+        };
+        assert_eq!(busy.errno(), libc::EBUSY);
+        assert_eq!(Error::DeviceMismatch.errno(), libc::EINVAL);
+        assert_eq!(Error::NoDeviceNamed.errno(), libc::EIO);
+    }
+}

@@ -154,8 +154,8 @@ fn read_facts(name: &str, ctx: &ibv::Context) -> Result<RdmaFacts> {
     let nd = ndev.as_deref().and_then(|n| netdev::probe(n).ok());
     let port = PortAttr {
         state: PortState::from_ibv(p.state as u32),
-        max_mtu: ibv::mtu_from(p.max_mtu as u32).unwrap_or_default(),
-        active_mtu: ibv::mtu_from(p.active_mtu as u32).unwrap_or_default(),
+        max_mtu: ibv::conv::mtu_from_ibv(p.max_mtu).unwrap_or_default(),
+        active_mtu: ibv::conv::mtu_from_ibv(p.active_mtu).unwrap_or_default(),
         netdev_mtu: nd.as_ref().map_or(0, |n| n.mtu),
         lid: p.lid,
         max_msg_sz: p.max_msg_sz,

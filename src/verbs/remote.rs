@@ -392,7 +392,7 @@ fn call_on(sock: &OwnedFd, req: &Req) -> Result<(Resp, Vec<OwnedFd>)> {
     };
     let resp: Resp = serde_json::from_slice(&buf[..n]).map_err(|e| proto_err(&e.to_string()))?;
     if let Resp::Err { errno, msg } = resp {
-        // The errno is what a C caller gets (src/abi errno_of); the reason is logged.
+        // The errno is what a C caller gets (`Error::errno`, src/verbs/error.rs); the reason is logged.
         tracing::debug!("device service refused {req:?}: {msg}");
         return Err(Error::Io(io::Error::from_raw_os_error(errno)));
     }

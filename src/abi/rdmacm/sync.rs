@@ -38,7 +38,7 @@ pub(super) fn complete(x: &XId) -> Result<(), c_int> {
         return Ok(());
     }
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-    let id = unsafe { id_mut(x) };
+    let id = unsafe { &mut *x.id_ptr() };
     if !id.event.is_null() {
         rdma_ack_cm_event(id.event);
         id.event = core::ptr::null_mut();
@@ -48,7 +48,7 @@ pub(super) fn complete(x: &XId) -> Result<(), c_int> {
         return Err(errno());
     }
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-    unsafe { id_mut(x) }.event = e;
+    unsafe { &mut *x.id_ptr() }.event = e;
     // SAFETY: an event handed out by rdma_get_cm_event just now, not yet acked.
     let (kind, status) = unsafe { ((*e).event, (*e).status) };
     match status {
@@ -110,12 +110,12 @@ pub(super) fn complete_init(
         return Err(errno());
     }
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-    unsafe { id_mut(x) }.pd = pd;
+    unsafe { &mut *x.id_ptr() }.pd = pd;
     // The CQs in the PD's context: a QP's PD and CQs must be of one context
     // (src/abi/qp.rs), and a program may give a PD of a context it opened itself
     // (librdmacm would refuse a PD not of `id->verbs`; xrnic's ids take either).
     // SAFETY: the program does not destroy the PD `pd` while this call uses it.
-    let ctx = unsafe { crate::mr::xpd(pd) }.map_or(ctx, |p| p.ibv.context);
+    let ctx = unsafe { crate::context::xpd(pd) }.map_or(ctx, |p| p.ibv.context);
     let make = |n: u32| -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
         let ch = crate::cq::ibv_create_comp_channel(ctx);
         if ch.is_null() {
@@ -132,7 +132,7 @@ pub(super) fn complete_init(
     if init.send_cq.is_null() {
         let (ch, cq) = make(init.cap.max_send_wr)?;
         // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-        let idm = unsafe { id_mut(x) };
+        let idm = unsafe { &mut *x.id_ptr() };
         idm.send_cq_channel = ch;
         idm.send_cq = cq;
         init.send_cq = cq;
@@ -140,7 +140,7 @@ pub(super) fn complete_init(
     if init.recv_cq.is_null() {
         let (ch, cq) = make(init.cap.max_recv_wr)?;
         // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-        let idm = unsafe { id_mut(x) };
+        let idm = unsafe { &mut *x.id_ptr() };
         idm.recv_cq_channel = ch;
         idm.recv_cq = cq;
         init.recv_cq = cq;
@@ -157,7 +157,7 @@ pub(super) fn destroy_cqs(x: &XId) {
         return;
     }
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-    let idm = unsafe { id_mut(x) };
+    let idm = unsafe { &mut *x.id_ptr() };
     for (cq, ch) in [
         (&mut idm.send_cq, &mut idm.send_cq_channel),
         (&mut idm.recv_cq, &mut idm.recv_cq_channel),
@@ -211,7 +211,7 @@ pub extern "C" fn rdma_create_ep(
             if !pd.is_null() {
                 // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one
                 // is used.
-                unsafe { id_mut(x) }.pd = pd;
+                unsafe { &mut *x.id_ptr() }.pd = pd;
             }
             if !qp_init_attr.is_null() {
                 // SAFETY: the caller's attribute struct.
@@ -271,14 +271,14 @@ pub extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, out: *mut *mut rdma_
         }
         // The event moves to the child (librdmacm: `(*id)->event = event`).
         // SAFETY: no other reference to the rdma_cm_id of `l` is live while this one is used.
-        unsafe { id_mut(l) }.event = core::ptr::null_mut();
+        unsafe { &mut *l.id_ptr() }.event = core::ptr::null_mut();
         // SAFETY: the child id the event names is the program's only from this call on.
         let Some(cx) = (unsafe { xid(child) }) else {
             rdma_ack_cm_event(e);
             return err(libc::EINVAL, -1);
         };
         // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
-        unsafe { id_mut(cx) }.event = e;
+        unsafe { &mut *cx.id_ptr() }.event = e;
         let qi =
             l.st.lock()
                 .unwrap_or_else(|e| e.into_inner())

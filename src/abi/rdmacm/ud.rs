@@ -111,7 +111,7 @@ pub(super) fn connect(
     let path = Path {
         local_gid: x.c().route.addr.ib.sgid.raw,
         remote_gid,
-        mtu: crate::device::ibv_mtu(p.dev.query_port().active_mtu) as u8,
+        mtu: xrnic::verbs::ibv::conv::mtu_to_ibv(p.dev.query_port().active_mtu) as u8,
         hop_limit: p.dev.route_hop_limit(&remote_gid),
         traffic_class: 0,
         flow_label: 0,
@@ -171,7 +171,7 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
     // SAFETY: just made, registered, not yet visible to the program.
     let cx = unsafe { &*child };
     // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
-    let ci = unsafe { id_mut(cx) };
+    let ci = unsafe { &mut *cx.id_ptr() };
     ci.verbs = p.ctx;
     ci.port_num = 1;
     ci.qp_type = QPT_UD;

@@ -277,75 +277,197 @@ fn errno_text(e: &xsk_rs::socket::SocketCreateError) -> String {
     std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string())
 }
 
+/// The options [`XskPort::open`] refuses before touching the interface.
+fn check_options(opts: &PortOptions) -> Result<(), Error> {
+    if opts.frame_count < 2 || opts.batch_size == 0 {
+        return Err(Error::Config(
+            "frame_count must be at least 2 and batch_size at least 1".into(),
+        ));
+    }
+    if opts.frame_count / 2 > opts.ring_size {
+        return Err(Error::Config(format!(
+            "ring_size {} cannot hold the {} chunks given to the fill ring (frame_count / 2)",
+            opts.ring_size,
+            opts.frame_count / 2
+        )));
+    }
+    Ok(())
+}
+
+/// xrnic's XDP filter on `ifindex` when `opts` asks for it. Generic (skb) XDP hands
+/// AF_XDP copies only: then the bind is in copy mode (and zero-copy is refused).
+fn attach_filter(
+    ifname: &str,
+    ifindex: u32,
+    opts: &mut PortOptions,
+) -> Result<Option<RoceFilter>, Error> {
+    let filter = if opts.attach_filter {
+        let mut f = RoceFilter::load()?;
+        f.attach(ifindex, ifname)?;
+        Some(f)
+    } else {
+        None
+    };
+    let skb = filter.as_ref().and_then(|f| f.mode()) == Some(super::XdpMode::Skb);
+    if skb {
+        match opts.bind_mode {
+            BindMode::ZeroCopy => {
+                return Err(Error::Config(format!(
+                    "zero-copy needs native XDP, but {ifname}'s XDP program runs in skb mode"
+                )));
+            }
+            _ => opts.bind_mode = BindMode::Copy,
+        }
+    }
+    Ok(filter)
+}
+
+/// A UMEM of `frame_count` chunks of [`CHUNK_SIZE`] bytes, with its fill and completion
+/// rings of `ring_size`, and the descriptors of all its chunks.
+fn create_umem(opts: &PortOptions) -> Result<(Umem, Vec<FrameDesc>), Error> {
+    let frame_size =
+        FrameSize::new(CHUNK_SIZE).map_err(|e| Error::Config(format!("chunk size: {e}")))?;
+    let umem_cfg = UmemConfig::builder()
+        .frame_size(frame_size)
+        .fill_queue_size(queue_size(opts.ring_size, "ring_size")?)
+        .comp_queue_size(queue_size(opts.ring_size, "ring_size")?)
+        .frame_headroom(0)
+        .build()
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let count = NonZeroU32::new(opts.frame_count)
+        .ok_or_else(|| Error::Config("frame_count must not be 0".into()))?;
+    Umem::new(umem_cfg, count, false).map_err(|e| {
+        Error::Umem(format!(
+            "{e} ({} chunks of {CHUNK_SIZE} bytes; is the locked-memory limit too low?)",
+            opts.frame_count
+        ))
+    })
+}
+
+/// `need_wakeup` off (with a warning) on a kernel without `XDP_USE_NEED_WAKEUP`.
+fn settle_need_wakeup(ifname: &str, opts: &mut PortOptions) {
+    let features = super::features::kernel_features();
+    if opts.need_wakeup && !features.need_wakeup.available() {
+        let (maj, min) = super::features::NEED_WAKEUP_SINCE;
+        tracing::warn!(
+            ifname,
+            kernel = %features.release,
+            "AF_XDP need_wakeup (XDP_USE_NEED_WAKEUP, Linux {maj}.{min}+) not available: \
+             kicking the kernel after every batch"
+        );
+        opts.need_wakeup = false;
+    }
+}
+
+/// The socket's configuration: its rings, and the bind flags for `mode` and `opts`.
+fn socket_config(opts: &PortOptions, mode: &BufferMode) -> Result<SocketConfig, Error> {
+    let mut bind = BindFlags::empty();
+    if *mode == BufferMode::Multi {
+        bind |= BindFlags::XDP_USE_SG;
+    }
+    if opts.need_wakeup {
+        bind |= BindFlags::XDP_USE_NEED_WAKEUP;
+    }
+    match opts.bind_mode {
+        BindMode::Auto => {}
+        BindMode::Copy => bind |= BindFlags::XDP_COPY,
+        BindMode::ZeroCopy => bind |= BindFlags::XDP_ZEROCOPY,
+    }
+    Ok(SocketConfig::builder()
+        .rx_queue_size(queue_size(opts.ring_size, "ring_size")?)
+        .tx_queue_size(queue_size(opts.ring_size, "ring_size")?)
+        // We load our own program (the filter) instead of libxdp's default one.
+        .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+        .bind_flags(bind)
+        .build())
+}
+
+/// A bound socket's tx and rx rings, and its UMEM's fill and completion rings (`None`
+/// when another socket took them), as `xsk_rs::Socket::new` returns them.
+type SocketRings = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
+
+/// [`Error::Socket`] for `ifname` queue `queue`.
+fn socket_error(ifname: &str, queue: u32, reason: String) -> Error {
+    Error::Socket {
+        ifname: ifname.to_string(),
+        queue,
+        reason,
+    }
+}
+
+/// The rings of a socket created on `umem` and bound to `ifname` queue `queue` in `mode`;
+/// where the kernel or driver refuses multi-buffer, bound again single-buffer (and `mode`
+/// says so).
+fn bind_socket(
+    ifname: &str,
+    queue: u32,
+    umem: &Umem,
+    opts: &PortOptions,
+    mode: &mut BufferMode,
+) -> Result<SocketRings, Error> {
+    let iface: Interface = ifname.parse().map_err(|_| Error::InterfaceMissing {
+        ifname: ifname.to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in name"),
+    })?;
+    let create = |cfg: SocketConfig| {
+        sys::retry_busy(
+            // SAFETY: the UMEM was created just above and is used by this socket only,
+            // so the shared-UMEM double-free case of `Socket::new`'s contract cannot
+            // arise (and INHIBIT_PROG_LOAD is set anyway). A failed attempt leaves no
+            // socket behind.
+            || unsafe { xsk_rs::Socket::new(cfg, umem, &iface, queue) },
+            |e| sys::is_busy(e),
+        )
+    };
+    let describe = |e: &xsk_rs::socket::SocketCreateError, hint: &str| {
+        socket_error(
+            ifname,
+            queue,
+            format!(
+                "{e}{} ({hint})",
+                std::error::Error::source(e)
+                    .map(|s| format!(": {s}"))
+                    .unwrap_or_default()
+            ),
+        )
+    };
+    let hint = match opts.bind_mode {
+        BindMode::ZeroCopy => zero_copy_hint(),
+        _ => "no such queue?".to_string(),
+    };
+    match create(socket_config(opts, mode)?) {
+        // A kernel that has multi-buffer but a driver whose zero-copy mode has not
+        // (EOPNOTSUPP), or a kernel the probe misjudged (EINVAL): single-buffer.
+        Err(e) if *mode == BufferMode::Multi && refuses_sg(&e) => {
+            let single = BufferMode::Single {
+                why: format!(
+                    "binding {ifname} with XDP_USE_SG was refused: {}",
+                    errno_text(&e)
+                ),
+            };
+            match create(socket_config(opts, &single)?) {
+                Ok(s) => {
+                    *mode = single;
+                    Ok(s)
+                }
+                Err(_) => Err(describe(&e, &hint)),
+            }
+        }
+        r => r.map_err(|e| describe(&e, &hint)),
+    }
+}
+
 impl XskPort {
     /// Open an AF_XDP socket on `ifname` queue `queue` in the calling thread's network
     /// namespace, with a fresh UMEM, and (by default) attach the XDP filter.
     pub fn open(ifname: &str, queue: u32, opts: PortOptions) -> Result<Self, Error> {
         sys::require_root("opening an AF_XDP socket")?;
-        if opts.frame_count < 2 || opts.batch_size == 0 {
-            return Err(Error::Config(
-                "frame_count must be at least 2 and batch_size at least 1".into(),
-            ));
-        }
-        if opts.frame_count / 2 > opts.ring_size {
-            return Err(Error::Config(format!(
-                "ring_size {} cannot hold the {} chunks given to the fill ring (frame_count / 2)",
-                opts.ring_size,
-                opts.frame_count / 2
-            )));
-        }
+        check_options(&opts)?;
         let ifindex = sys::ifindex(ifname)?;
-
-        let mut filter = if opts.attach_filter {
-            let mut f = RoceFilter::load()?;
-            f.attach(ifindex, ifname)?;
-            Some(f)
-        } else {
-            None
-        };
-        // Generic (skb) XDP hands AF_XDP copies only: bind in copy mode.
-        let skb = filter.as_ref().and_then(|f| f.mode()) == Some(super::XdpMode::Skb);
         let mut opts = opts;
-        if skb {
-            match opts.bind_mode {
-                BindMode::ZeroCopy => {
-                    return Err(Error::Config(format!(
-                        "zero-copy needs native XDP, but {ifname}'s XDP program runs in skb mode"
-                    )));
-                }
-                _ => opts.bind_mode = BindMode::Copy,
-            }
-        }
-
-        let frame_size =
-            FrameSize::new(CHUNK_SIZE).map_err(|e| Error::Config(format!("chunk size: {e}")))?;
-        let umem_cfg = UmemConfig::builder()
-            .frame_size(frame_size)
-            .fill_queue_size(queue_size(opts.ring_size, "ring_size")?)
-            .comp_queue_size(queue_size(opts.ring_size, "ring_size")?)
-            .frame_headroom(0)
-            .build()
-            .map_err(|e| Error::Config(e.to_string()))?;
-        let count = NonZeroU32::new(opts.frame_count)
-            .ok_or_else(|| Error::Config("frame_count must not be 0".into()))?;
-        let (umem, descs) = Umem::new(umem_cfg, count, false).map_err(|e| {
-            Error::Umem(format!(
-                "{e} ({} chunks of {CHUNK_SIZE} bytes; is the locked-memory limit too low?)",
-                opts.frame_count
-            ))
-        })?;
-
-        let features = super::features::kernel_features();
-        if opts.need_wakeup && !features.need_wakeup.available() {
-            let (maj, min) = super::features::NEED_WAKEUP_SINCE;
-            tracing::warn!(
-                ifname,
-                kernel = %features.release,
-                "AF_XDP need_wakeup (XDP_USE_NEED_WAKEUP, Linux {maj}.{min}+) not available: \
-                 kicking the kernel after every batch"
-            );
-            opts.need_wakeup = false;
-        }
+        let mut filter = attach_filter(ifname, ifindex, &mut opts)?;
+        let (umem, descs) = create_umem(&opts)?;
+        settle_need_wakeup(ifname, &mut opts);
         let mut mode = BufferMode::for_options(&opts);
         if mode == BufferMode::Multi && filter.as_ref().is_some_and(|f| !f.frags()) {
             let (maj, min) = super::filter::XDP_FRAGS_SINCE;
@@ -355,89 +477,20 @@ impl XskPort {
                 ),
             };
         }
-        let sock_cfg = |mode: &BufferMode| {
-            let mut bind = BindFlags::empty();
-            if *mode == BufferMode::Multi {
-                bind |= BindFlags::XDP_USE_SG;
-            }
-            if opts.need_wakeup {
-                bind |= BindFlags::XDP_USE_NEED_WAKEUP;
-            }
-            match opts.bind_mode {
-                BindMode::Auto => {}
-                BindMode::Copy => bind |= BindFlags::XDP_COPY,
-                BindMode::ZeroCopy => bind |= BindFlags::XDP_ZEROCOPY,
-            }
-            Ok::<_, Error>(
-                SocketConfig::builder()
-                    .rx_queue_size(queue_size(opts.ring_size, "ring_size")?)
-                    .tx_queue_size(queue_size(opts.ring_size, "ring_size")?)
-                    // We load our own program (the filter) instead of libxdp's default one.
-                    .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-                    .bind_flags(bind)
-                    .build(),
-            )
-        };
-        let iface: Interface = ifname.parse().map_err(|_| Error::InterfaceMissing {
-            ifname: ifname.to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in name"),
-        })?;
-        let sock_err = |reason: String| Error::Socket {
-            ifname: ifname.to_string(),
-            queue,
-            reason,
-        };
-        let create = |cfg: SocketConfig| {
-            sys::retry_busy(
-                // SAFETY: the UMEM was created just above and is used by this socket only,
-                // so the shared-UMEM double-free case of `Socket::new`'s contract cannot
-                // arise (and INHIBIT_PROG_LOAD is set anyway). A failed attempt leaves no
-                // socket behind.
-                || unsafe { xsk_rs::Socket::new(cfg, &umem, &iface, queue) },
-                |e| sys::is_busy(e),
-            )
-        };
-        let describe = |e: &xsk_rs::socket::SocketCreateError, hint: &str| {
-            sock_err(format!(
-                "{e}{} ({hint})",
-                std::error::Error::source(e)
-                    .map(|s| format!(": {s}"))
-                    .unwrap_or_default()
-            ))
-        };
-        let hint = match opts.bind_mode {
-            BindMode::ZeroCopy => zero_copy_hint(),
-            _ => "no such queue?".to_string(),
-        };
-        let created = match create(sock_cfg(&mode)?) {
-            // A kernel that has multi-buffer but a driver whose zero-copy mode has not
-            // (EOPNOTSUPP), or a kernel the probe misjudged (EINVAL): single-buffer.
-            Err(e) if mode == BufferMode::Multi && refuses_sg(&e) => {
-                let single = BufferMode::Single {
-                    why: format!(
-                        "binding {ifname} with XDP_USE_SG was refused: {}",
-                        errno_text(&e)
-                    ),
-                };
-                match create(sock_cfg(&single)?) {
-                    Ok(s) => {
-                        mode = single;
-                        Ok(s)
-                    }
-                    Err(_) => Err(describe(&e, &hint)),
-                }
-            }
-            r => r.map_err(|e| describe(&e, &hint)),
-        };
-        let (tx_q, rx_q, rings) = created?;
+        let (tx_q, rx_q, rings) = bind_socket(ifname, queue, &umem, &opts, &mut mode)?;
         if let BufferMode::Single { why } = &mode {
             tracing::warn!(
                 ifname,
                 "AF_XDP single-buffer: {why}; frames up to {CHUNK_DATA} bytes, the port's MTU is capped to fit"
             );
         }
-        let (fill_q, comp_q) = rings
-            .ok_or_else(|| sock_err("the UMEM's fill and completion rings were taken".into()))?;
+        let (fill_q, comp_q) = rings.ok_or_else(|| {
+            socket_error(
+                ifname,
+                queue,
+                "the UMEM's fill and completion rings were taken".into(),
+            )
+        })?;
 
         if let Some(f) = filter.as_mut() {
             f.register_socket(queue, rx_q.fd().as_raw_fd())?;
@@ -474,35 +527,49 @@ impl XskPort {
         port.zero_copy = rustix::net::sockopt::xdp_options(port.as_fd())
             .ok()
             .map(|o| o.contains(rustix::net::xdp::XdpOptionsFlags::XDP_OPTIONS_ZEROCOPY));
+        port.log_bound();
+        port.fill_half_of_the_umem()?;
+        Ok(port)
+    }
+
+    /// The log line of a bound socket: its copy, buffer and XDP modes.
+    fn log_bound(&self) {
         tracing::info!(
-            ifname,
-            queue,
-            copy = match port.zero_copy {
+            ifname = self.ifname.as_str(),
+            queue = self.queue,
+            copy = match self.zero_copy {
                 Some(true) => "zero-copy",
                 Some(false) => "copy",
                 None => "unknown (no XDP_OPTIONS, Linux 5.3+)",
             },
-            buffers = match &port.mode {
+            buffers = match &self.mode {
                 BufferMode::Multi => "multi-buffer",
                 BufferMode::Single { .. } => "single-buffer",
             },
-            xdp = port.xdp_mode().map_or("none (no filter)", |m| m.as_str()),
-            need_wakeup = port.opts.need_wakeup,
+            xdp = self.xdp_mode().map_or("none (no filter)", |m| m.as_str()),
+            need_wakeup = self.opts.need_wakeup,
             "AF_XDP socket bound"
         );
-        let to_fill = (opts.frame_count / 2) as usize;
-        let at = port.free.len() - to_fill;
+    }
+
+    /// Half the UMEM's chunks (`frame_count / 2`) onto the fill ring, for the kernel to
+    /// receive into; the other half stays free for sends.
+    fn fill_half_of_the_umem(&mut self) -> Result<(), Error> {
+        let to_fill = (self.opts.frame_count / 2) as usize;
+        let at = self.free.len() - to_fill;
         // SAFETY: the descriptors came from this UMEM and are owned by user space (none
         // has been given to the kernel yet).
-        let n = unsafe { port.fill_q.produce(&port.free[at..]) };
+        let n = unsafe { self.fill_q.produce(&self.free[at..]) };
         if n != to_fill {
-            return Err(sock_err(format!(
-                "the fill ring took {n} of {to_fill} chunks"
-            )));
+            return Err(socket_error(
+                &self.ifname,
+                self.queue,
+                format!("the fill ring took {n} of {to_fill} chunks"),
+            ));
         }
-        port.free.truncate(at);
-        port.in_fill = to_fill as u32;
-        Ok(port)
+        self.free.truncate(at);
+        self.in_fill = to_fill as u32;
+        Ok(())
     }
 
     pub fn ifname(&self) -> &str {

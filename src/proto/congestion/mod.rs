@@ -36,6 +36,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::time::{Duration, Instant};
+use super::trace::Event;
 use crate::wire::{FrameView, Opcode, Qpn};
 
 pub use dcqcn::{Dcqcn, Phase};
@@ -296,7 +297,7 @@ impl CongestionControl {
                     now,
                     dev,
                     qpn,
-                    "rate_update",
+                    Event::RateUpdate,
                     rate_bps = r,
                     target_bps = target,
                     alpha = alpha.unwrap_or(0.0)
@@ -329,7 +330,7 @@ impl CongestionControl {
                             now,
                             dev,
                             qpn,
-                            "cnp",
+                            Event::Cnp,
                             handled = v == CnpVerdict::Handled,
                             rate_bps = cc.rate_bps(),
                             target_bps = cc.target_bps(),

@@ -22,6 +22,7 @@
 //! - Failures are [`Error::Ibv`] with the call's name and `errno`.
 
 pub mod abi;
+pub mod conv;
 pub mod sys;
 
 use std::alloc::Layout;
@@ -33,11 +34,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::{Error, Gid, Result};
-use crate::proto::{
-    Access, AddressVector, AttrMask, Mtu, QpAttr, QpState, RecvWr, SendWr, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
-};
-use crate::wire::{Lkey, Psn, Qpn, Rkey};
+use crate::proto::{Access, AttrMask, QpAttr, RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use crate::wire::{Lkey, Qpn, Rkey};
 
 static LIB: OnceLock<std::result::Result<sys::Lib, String>> = OnceLock::new();
 
@@ -633,7 +631,7 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        let mut a = attr_to_ibv(attr);
+        let mut a = sys::ibv_qp_attr::from(attr);
         // SAFETY: the QP is valid; `a` is a full ibv_qp_attr.
         check("ibv_modify_qp", unsafe {
             (self.pd.ctx.fns().modify_qp)(self.qp.as_ptr(), &mut a, mask.0 as c_int)
@@ -672,7 +670,7 @@ impl Qp {
         check("ibv_query_qp", unsafe {
             (self.pd.ctx.fns().query_qp)(self.qp.as_ptr(), &mut a, mask as c_int, &mut init)
         })?;
-        attr_from_ibv(&a)
+        QpAttr::from_ibv_query(&a).map_err(Error::Verbs)
     }
 
     /// `ibv_post_send` of one work request.
@@ -708,7 +706,7 @@ impl Qp {
                 sges.as_mut_ptr()
             },
             num_sge: sges.len() as c_int,
-            opcode: wr_opcode(wr.opcode) as c_int,
+            opcode: conv::wr_opcode_to_ibv(wr.opcode),
             send_flags: wr.send_flags.0,
             imm_data: match wr.opcode {
                 WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm => wr.imm_data.to_be(),
@@ -791,143 +789,13 @@ fn sges_to_ibv(
         .collect())
 }
 
-fn wr_opcode(o: WrOpcode) -> u32 {
-    // enum ibv_wr_opcode.
-    match o {
-        WrOpcode::RdmaWrite => 0,
-        WrOpcode::RdmaWriteWithImm => 1,
-        WrOpcode::Send => 2,
-        WrOpcode::SendWithImm => 3,
-        WrOpcode::RdmaRead => 4,
-        WrOpcode::AtomicCmpAndSwp => 5,
-        WrOpcode::AtomicFetchAndAdd => 6,
-        WrOpcode::SendWithInv => 9,
-    }
-}
-
-/// `enum ibv_qp_state` value of a state.
-pub fn qp_state_ibv(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => 0,
-        QpState::Init => 1,
-        QpState::Rtr => 2,
-        QpState::Rts => 3,
-        QpState::Sqd => 4,
-        QpState::Sqe => 5,
-        QpState::Err => 6,
-    }
-}
-
-fn qp_state_from(v: u32) -> Result<QpState> {
-    QpState::ALL
-        .into_iter()
-        .find(|&s| qp_state_ibv(s) == v)
-        .ok_or(Error::Verbs(crate::proto::VerbsError::InvalidValue(
-            "QP state from libibverbs",
-        )))
-}
-
-/// `enum ibv_mtu` value (1..=5).
-pub fn mtu_ibv(m: Mtu) -> u32 {
-    match m {
-        Mtu::Mtu256 => 1,
-        Mtu::Mtu512 => 2,
-        Mtu::Mtu1024 => 3,
-        Mtu::Mtu2048 => 4,
-        Mtu::Mtu4096 => 5,
-    }
-}
-
-/// The MTU of an `enum ibv_mtu` value.
-pub fn mtu_from(v: u32) -> Option<Mtu> {
-    1u32.checked_shl(v + 7).and_then(Mtu::from_bytes)
-}
-
-fn attr_to_ibv(a: &QpAttr) -> sys::ibv_qp_attr {
-    let av: &AddressVector = &a.ah_attr;
-    sys::ibv_qp_attr {
-        qp_state: qp_state_ibv(a.qp_state) as c_int,
-        cur_qp_state: qp_state_ibv(a.cur_qp_state) as c_int,
-        path_mtu: mtu_ibv(a.path_mtu) as c_int,
-        qp_access_flags: a.qp_access_flags.0,
-        pkey_index: a.pkey_index,
-        port_num: a.port_num,
-        // RoCE: every address vector is global (GRH); the kernel resolves the MAC
-        // and takes the route's hop limit (ib_resolve_eth_dmac).
-        ah_attr: sys::ibv_ah_attr {
-            grh: sys::ibv_global_route {
-                dgid: sys::ibv_gid { raw: av.dgid },
-                flow_label: av.flow_label,
-                sgid_index: av.sgid_index,
-                hop_limit: av.hop_limit,
-                traffic_class: av.traffic_class,
-            },
-            dlid: 0,
-            sl: 0,
-            src_path_bits: 0,
-            static_rate: 0,
-            is_global: 1,
-            port_num: a.port_num.max(1),
-        },
-        dest_qp_num: a.dest_qp_num.value(),
-        rq_psn: a.rq_psn.value(),
-        sq_psn: a.sq_psn.value(),
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        min_rnr_timer: a.min_rnr_timer,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        ..sys::ibv_qp_attr::default()
-    }
-}
-
-fn attr_from_ibv(a: &sys::ibv_qp_attr) -> Result<QpAttr> {
-    let g = &a.ah_attr.grh;
-    Ok(QpAttr {
-        qp_state: qp_state_from(a.qp_state as u32)?,
-        cur_qp_state: qp_state_from(a.cur_qp_state as u32).unwrap_or(QpState::Reset),
-        path_mtu: mtu_from(a.path_mtu as u32).unwrap_or_default(),
-        qp_access_flags: Access(a.qp_access_flags & Access::ALL.0),
-        pkey_index: a.pkey_index,
-        port_num: a.port_num,
-        ah_attr: AddressVector {
-            dmac: [0; 6],
-            dgid: g.dgid.raw,
-            sgid_index: g.sgid_index,
-            traffic_class: g.traffic_class,
-            hop_limit: g.hop_limit,
-            flow_label: g.flow_label,
-            vlan_tci: None,
-        },
-        dest_qp_num: Qpn::new(a.dest_qp_num),
-        rq_psn: Psn::new(a.rq_psn),
-        sq_psn: Psn::new(a.sq_psn),
-        timeout: a.timeout,
-        retry_cnt: a.retry_cnt,
-        rnr_retry: a.rnr_retry,
-        min_rnr_timer: a.min_rnr_timer,
-        max_rd_atomic: a.max_rd_atomic,
-        max_dest_rd_atomic: a.max_dest_rd_atomic,
-        qkey: a.qkey,
-        sq_draining: a.sq_draining != 0,
-    })
-}
-
 /// A work completion from `struct ibv_wc`.
 fn wc_from_ibv(w: &sys::ibv_wc) -> WorkCompletion {
     let status = WcStatus::from_ibv(w.status as u32);
     // enum ibv_wc_opcode. libibverbs leaves the opcode undefined in error completions;
     // those report SEND here (check `status` first, as with libibverbs).
-    let opcode = match w.opcode {
-        1 => WcOpcode::RdmaWrite,
-        2 => WcOpcode::RdmaRead,
-        3 => WcOpcode::CompSwap,
-        4 => WcOpcode::FetchAdd,
-        128 => WcOpcode::Recv,
-        129 => WcOpcode::RecvRdmaWithImm,
-        _ => WcOpcode::Send,
-    };
+    // libibverbs leaves the opcode undefined in error completions: check `status` first.
+    let opcode = conv::wc_opcode_from_ibv(w.opcode);
     WorkCompletion {
         wr_id: w.wr_id,
         status,
@@ -947,18 +815,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn enum_values_are_libibverbs() {
-        assert_eq!(mtu_from(mtu_ibv(Mtu::Mtu4096)), Some(Mtu::Mtu4096));
-        assert_eq!(mtu_ibv(Mtu::Mtu256), 1);
-        assert_eq!(mtu_from(0), None);
-        assert_eq!(mtu_from(6), None);
-        assert_eq!(qp_state_from(3).unwrap(), QpState::Rts);
-        assert!(qp_state_from(7).is_err());
-        assert_eq!(wr_opcode(WrOpcode::SendWithInv), 9);
-        assert_eq!(wr_opcode(WrOpcode::AtomicFetchAndAdd), 6);
-    }
-
-    #[test]
     fn completion_fields_convert() {
         let w = sys::ibv_wc {
             wr_id: 7,
@@ -972,7 +828,7 @@ mod tests {
             ..Default::default()
         };
         let wc = wc_from_ibv(&w);
-        assert_eq!(wc.opcode, WcOpcode::RecvRdmaWithImm);
+        assert_eq!(wc.opcode, crate::proto::WcOpcode::RecvRdmaWithImm);
         assert_eq!(wc.imm_data, Some(0x1234_5678));
         assert_eq!(wc.invalidated_rkey, None);
         assert_eq!((wc.qp_num.value(), wc.src_qp.value()), (17, 18));

@@ -139,7 +139,7 @@ pub enum Req {
     /// to root or CAP_NET_ADMIN, its own uid's to anyone else (src/service/res.rs), in
     /// one answer (which may be too large for one message: [`Req::ResPage`]).
     Res,
-    /// The same, one page: the [`RES_PAGE`] entries after the first `skip` ones
+    /// The same, one page: the [`RES_PAGE`](crate::ipc::RES_PAGE) entries after the first `skip` ones
     /// (answered with [`Resp::ResPage`]).
     ResPage {
         skip: u64,
@@ -211,9 +211,9 @@ pub enum Resp {
         mads: Vec<GsiMad>,
     },
     /// The events of [`Req::AsyncEvents`], oldest first, as `enum ibv_event_type`
-    /// values ([`encode_event`]), and beside each its element: the port (1) of a port
+    /// values ([`encode_event`](crate::ipc::encode_event)), and beside each its element: the port (1) of a port
     /// event, 0 for DEVICE_FATAL, the QPN of a QP's event, the client's own handle of
-    /// its CQ for CQ_ERR ([`decode_event`]).
+    /// its CQ for CQ_ERR ([`decode_event`](crate::ipc::decode_event)).
     AsyncEvents {
         events: Vec<u32>,
         #[serde(default)]

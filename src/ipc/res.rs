@@ -33,7 +33,7 @@ pub struct RelayCounters {
     pub refused: u64,
 }
 
-/// Most entries (a client, or one of its objects or listens) of one [`Resp::ResPage`]:
+/// Most entries (a client, or one of its objects or listens) of one [`Resp::ResPage`](crate::ipc::Resp::ResPage):
 /// its JSON stays well under the 64 KiB a client reads an answer into.
 pub const RES_PAGE: usize = 256;
 

@@ -219,7 +219,7 @@ impl QpAttr {
     }
 
     /// A provider's `ibv_query_qp` answer: its QP state must be one verbs.h defines;
-    /// every other field as [`QpAttr::from_ibv_unmasked`] reads it.
+    /// every other field as `QpAttr::from_ibv_unmasked` reads it.
     pub fn from_ibv_query(a: &ibv_qp_attr) -> Result<QpAttr, VerbsError> {
         Ok(QpAttr {
             qp_state: qp_state_from_ibv(a.qp_state)?,

@@ -50,11 +50,14 @@ impl Squatter {
             }
             // SAFETY: p[1] is this process's and open; p[0] is owned by the OwnedFd.
             unsafe { libc::close(p[1]) };
-            Squatter {
+            let sq = Squatter {
                 pid,
                 // SAFETY: p[0] is a fresh descriptor this process owns.
                 records: unsafe { OwnedFd::from_raw_fd(p[0]) },
-            }
+            };
+            // The name is held before any client or `xrnic up` runs (no race with them).
+            assert_eq!(sq.wait_records(1), [READY], "the squatter bound the name");
+            sq
         })
         .unwrap()
     }
@@ -101,6 +104,9 @@ impl Drop for Squatter {
 /// # Safety
 /// `addr`/`len` a valid abstract address, `rec` a pipe's write end; call only in a
 /// freshly forked child.
+/// The record a squatter writes once its socket is bound (and listening).
+const READY: u32 = u32::MAX;
+
 unsafe fn squat(rec: i32, addr: &libc::sockaddr_un, len: u32, listen: bool) -> ! {
     // SAFETY (the whole body): raw system calls on local memory, as the fn's contract says.
     unsafe {
@@ -119,6 +125,8 @@ unsafe fn squat(rec: i32, addr: &libc::sockaddr_un, len: u32, listen: bool) -> !
         if listen && libc::listen(l, 16) != 0 {
             libc::_exit(4);
         }
+        // Bound (and listening): the parent may go on.
+        libc::write(rec, (&READY as *const u32).cast(), 4);
         let mut buf = [0u8; 4096];
         loop {
             if !listen {

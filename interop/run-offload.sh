@@ -149,6 +149,10 @@ scenario=$OUT/guest.sh
 	echo 'step_end() { echo "XR-STEP $1 rc=$2"; [ "$2" = 0 ] || failed=$((failed + 1)); }'
 	# A stock server and xrnic both on rxe0: start the server, then the client retries.
 	echo 'pair_local() { local n=$1 port=$2 srv=$3 cli=$4; sh -c "$srv -p $port" >/tmp/$n.srv 2>&1 & local sp=$!; xr_client sh -c "$cli -p $port 127.0.0.1"; local rc=$?; local src=0; wait $sp || src=$?; echo "-- server:"; cat /tmp/$n.srv; [ $rc = 0 ] && [ $src = 0 ]; }'
+	# perftest refusing to measure on a busy host (its clock calibration, r^2 < 0.9, then
+	# no report; lib.sh xri_perftest_refused) is not a failure of either stack: such a step
+	# runs again, up to 3 times, each on its own ports.
+	echo 'pair_retry() { local n=$1 port=$2 i=1 rc; while :; do pair_local "$n" $((port + 100 * (i - 1))) "$3" "$4" >/tmp/$n.try 2>&1; rc=$?; cat /tmp/$n.try; [ $rc = 0 ] && return 0; if [ $i -lt 3 ] && grep -Eq "Correlation coefficient r.2: [-+.0-9e]+ < 0.9" /tmp/$n.try && grep -q "produce a report" /tmp/$n.try; then echo "xr: $n: perftest refused to measure (r^2 < 0.9 on a busy host), not a failure of the stack: run $i of 3, once more"; i=$((i + 1)); else return $rc; fi; done; }'
 	port=19000
 	for name in "${STEPS[@]}"; do
 		port=$((port + 1))
@@ -171,7 +175,7 @@ scenario=$OUT/guest.sh
 		for s in "${STOCK_STEPS[@]}"; do
 			IFS='|' read -r n srv cli <<<"$s"
 			[[ $n == "$name" ]] || continue
-			echo "pair_local $n $port \"$srv\" \"$cli\"; step_end $n \$?"
+			echo "pair_retry $n $port \"$srv\" \"$cli\"; step_end $n \$?"
 		done
 		for s in "${TOOL_STEPS[@]}"; do
 			IFS='|' read -r n cmd <<<"$s"

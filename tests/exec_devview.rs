@@ -283,26 +283,8 @@ fn the_view_through_the_service_as_nobody_and_as_root() {
 fn the_view_in_process_as_root() {
     prerequisites();
     let pair = VethPair::new(9000).expect("veth pair (root)");
-    let old = pair.end(Side::A).ifname.clone();
     let name = "dv1";
-    for cmd in [
-        vec!["ip", "link", "set", "dev", &old, "down"],
-        vec!["ip", "link", "set", "dev", &old, "name", name],
-        vec!["ip", "link", "set", "dev", name, "up"],
-    ] {
-        let o = pair.exec(Side::A, &cmd).unwrap();
-        assert!(o.status.success(), "{cmd:?}: {o:?}");
-    }
-    let carrier = format!("/sys/class/net/{name}/carrier");
-    let up = (0..200).any(|_| {
-        let o = pair.exec(Side::A, &["cat", &carrier]).unwrap();
-        let ok = String::from_utf8_lossy(&o.stdout).trim() == "1";
-        if !ok {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        ok
-    });
-    assert!(up, "{name} has no carrier");
+    service_support::rename_end(&pair, name);
     let o = view_run(&pair.end(Side::A).netns, name, false);
     check_view(&o, name, speed(&pair, name));
 }

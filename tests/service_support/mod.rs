@@ -60,25 +60,7 @@ impl Svc {
         pair.exec(Side::A, &["ip", "link", "set", "lo", "up"])
             .unwrap();
         if let Some(name) = rename {
-            let old = pair.end(Side::A).ifname.clone();
-            for cmd in [
-                vec!["ip", "link", "set", "dev", &old, "down"],
-                vec!["ip", "link", "set", "dev", &old, "name", name],
-                vec!["ip", "link", "set", "dev", name, "up"],
-            ] {
-                let o = pair.exec(Side::A, &cmd).unwrap();
-                assert!(o.status.success(), "{cmd:?}: {o:?}");
-            }
-            let carrier = format!("/sys/class/net/{name}/carrier");
-            let up = (0..200).any(|_| {
-                let o = pair.exec(Side::A, &["cat", &carrier]).unwrap();
-                let ok = String::from_utf8_lossy(&o.stdout).trim() == "1";
-                if !ok {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                ok
-            });
-            assert!(up, "{name} has no carrier");
+            rename_end(&pair, name);
         }
         let s = Svc {
             pair,
@@ -296,4 +278,27 @@ impl RcPair {
             qb,
         }
     }
+}
+
+/// Rename end A of `pair` to `name` (down, rename, up) and wait for its carrier.
+pub fn rename_end(pair: &VethPair, name: &str) {
+    let old = pair.end(Side::A).ifname.clone();
+    for cmd in [
+        vec!["ip", "link", "set", "dev", &old, "down"],
+        vec!["ip", "link", "set", "dev", &old, "name", name],
+        vec!["ip", "link", "set", "dev", name, "up"],
+    ] {
+        let o = pair.exec(Side::A, &cmd).unwrap();
+        assert!(o.status.success(), "{cmd:?}: {o:?}");
+    }
+    let carrier = format!("/sys/class/net/{name}/carrier");
+    let up = (0..200).any(|_| {
+        let o = pair.exec(Side::A, &["cat", &carrier]).unwrap();
+        let ok = String::from_utf8_lossy(&o.stdout).trim() == "1";
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(up, "{name} has no carrier");
 }

@@ -368,8 +368,12 @@ fn progress(qp: &mut Qp, ctx: &Ctx<'_>) {
         qp.qpn,
         Event::PsnWindow,
         una = qp.req.una().value(),
-        next_psn = qp.req.next_psn.value(),
-        ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
+        next_psn = qp.req.next_psn().value(),
+        ack_deadline_ns = qp
+            .req
+            .timers()
+            .get(Timer::Retransmit)
+            .map(Instant::as_nanos)
     );
 }
 
@@ -413,7 +417,7 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             qp.qpn,
             Event::TimerFired,
             timer = "ack",
-            retry_left = qp.req.retry_left
+            retry_left = qp.req.retry_left()
         );
         if !qp.req.take_retry() {
             qp.counters.retry_exceeded_err += 1;
@@ -428,7 +432,11 @@ pub(crate) fn handle_timeout(qp: &mut Qp, ctx: &mut Ctx<'_>) {
             Event::GoBackN,
             from_psn = una.value(),
             cause = "Timeout",
-            ack_deadline_ns = qp.req.timers.get(Timer::Retransmit).map(Instant::as_nanos)
+            ack_deadline_ns = qp
+                .req
+                .timers()
+                .get(Timer::Retransmit)
+                .map(Instant::as_nanos)
         );
     }
 }

@@ -19,7 +19,7 @@ use super::trace::{Event, qp_event};
 use super::{Ctx, Fault};
 
 fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
-    let msn = qp.resp.msn;
+    let msn = qp.resp.msn();
     // Sequence-error NAKs are bounded like ACKs; a fatal NAK is always queued.
     let cap = if code == NakCode::PsnSequenceError {
         out_cap(qp)
@@ -32,7 +32,7 @@ fn nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         // Class A (invalid request) and class C (access) errors are fatal for the
         // responder QP too (§9.9, rxe `do_class_ac_error`). No receive completion
         // reports it (an RDMA request has none): an affiliated error does (§11.6.3.1).
-        if !qp.resp.fatal {
+        if !qp.resp.is_fatal() {
             ctx.raise(responder_error_event(qp.qpn, code));
         }
         qp.resp.fail();
@@ -54,7 +54,7 @@ pub(crate) fn responder_error_event(qpn: Qpn, code: NakCode) -> AsyncEvent {
 // The test inlined (once per request packet), the event out of line (once per QP).
 #[inline(always)]
 pub(crate) fn comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    if qp.state == QpState::Rtr && !qp.resp.comm_est {
+    if qp.state == QpState::Rtr && !qp.resp.established() {
         raise_comm_est(qp, ctx);
     }
 }
@@ -62,7 +62,7 @@ pub(crate) fn comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
 #[cold]
 #[inline(never)]
 fn raise_comm_est(qp: &mut Qp, ctx: &mut Ctx<'_>) {
-    qp.resp.comm_est = true;
+    qp.resp.mark_established();
     ctx.raise(AsyncEvent::CommEst(qp.qpn));
 }
 
@@ -114,7 +114,7 @@ pub(crate) fn handle_request(
 /// dropped and counted `dropped_wrong_state`.
 #[inline(always)]
 fn check_qp_state(qp: &mut Qp) -> bool {
-    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || qp.resp.fatal {
+    if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) || qp.resp.is_fatal() {
         qp.counters.dropped_wrong_state += 1;
         return false;
     }
@@ -127,13 +127,13 @@ fn check_qp_state(qp: &mut Qp) -> bool {
 /// ([`duplicate`]). Equal: go on, and the next gap may be NAKed again.
 #[inline(always)]
 fn check_psn(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> PsnCheck {
-    let d = psn.diff(qp.resp.epsn);
+    let d = psn.diff(qp.resp.epsn());
     if d > 0 {
         // §9.7.5: out of sequence: NAK once, drop until the expected PSN arrives.
         qp.counters.out_of_sequence += 1;
-        if !qp.resp.nak_seq_sent {
-            qp.resp.nak_seq_sent = true;
-            let e = qp.resp.epsn;
+        if !qp.resp.sequence_nak_sent() {
+            qp.resp.note_waiting_nak();
+            let e = qp.resp.epsn();
             nak(qp, ctx, e, NakCode::PsnSequenceError);
         }
         return PsnCheck::OutOfSequence;
@@ -141,7 +141,7 @@ fn check_psn(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> PsnCheck {
     if d < 0 {
         return PsnCheck::Duplicate(d);
     }
-    qp.resp.nak_seq_sent = false;
+    qp.resp.expected_psn_arrived();
     PsnCheck::Expected
 }
 
@@ -151,7 +151,7 @@ fn check_psn(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) -> PsnCheck {
 /// MIDDLE/LAST arrive outside one. Else NAK invalid request.
 #[inline(always)]
 fn check_op_seq(qp: &Qp, info: &OpInfo) -> Result<(), Fault> {
-    let cur = qp.resp.cur.unwrap_or(InProgress::None);
+    let cur = qp.resp.in_progress();
     let seq_ok = match (cur, info.operation, info.segment) {
         (InProgress::None, _, s) => {
             s.starts() || !matches!(info.operation, Operation::Send | Operation::Write)
@@ -216,18 +216,16 @@ fn execute(
 /// responses, queued by `do_read` / `do_atomic`.
 #[inline(always)]
 fn acknowledge(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, ack_req: bool, npsn: u32) {
-    qp.resp.epsn = qp.resp.epsn.add(npsn);
-    qp.resp.psn_count += u64::from(npsn);
-    qp.resp.pkts_since_ack += 1;
+    qp.resp.accept_packet(npsn);
     let responded = matches!(
         info.operation,
         Operation::ReadRequest | Operation::CmpSwap | Operation::FetchAdd
     );
     if !responded {
-        qp.resp.ack_psn = psn;
+        qp.resp.note_executed(psn);
     }
-    if !responded && (ack_req || qp.resp.pkts_since_ack >= ctx.cfg.ack_every) {
-        let (m, s) = (qp.resp.msn, Syndrome::ACK_UNLIMITED);
+    if !responded && (ack_req || qp.resp.pkts_since_ack() >= ctx.cfg.ack_every) {
+        let (m, s) = (qp.resp.msn(), Syndrome::ACK_UNLIMITED);
         let cap = out_cap(qp);
         let coalesced = qp.resp.push_ack(cap, psn, s, m, false);
         qp_event!(
@@ -267,8 +265,8 @@ fn rnr_nak(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
     qp.counters.out_of_buffer += 1;
     // Later packets of the same burst are out of sequence now; they must not add a
     // sequence-error NAK that would cut the requester's RNR wait short.
-    qp.resp.nak_seq_sent = true;
-    let (m, t) = (qp.resp.msn, qp.attr.min_rnr_timer);
+    qp.resp.note_waiting_nak();
+    let (m, t) = (qp.resp.msn(), qp.attr.min_rnr_timer);
     let cap = out_cap(qp);
     qp.resp
         .push_ack(cap, psn, Syndrome::RnrNak { timer: t }, m, false);
@@ -290,7 +288,7 @@ fn refuse_invalidate(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool) {
     qp.counters.invalid_requests += 1;
     qp.resp.fail();
     if ack_req {
-        let m = qp.resp.msn;
+        let m = qp.resp.msn();
         qp.resp
             .push_ack(usize::MAX, psn, Syndrome::ACK_UNLIMITED, m, false);
     }
@@ -301,7 +299,7 @@ fn refuse_invalidate(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool) {
         Event::InvalidateRefused,
         psn = psn.value()
     );
-    if qp.resp.out.is_empty() {
+    if qp.resp.queued_responses() == 0 {
         qp.enter_error(ctx);
     }
 }
@@ -311,7 +309,7 @@ fn refuse_invalidate(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ack_req: bool) {
 /// destroyed QP would; the owner's teardown destroys it soon after.
 pub(crate) fn owner_gone(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn) {
     qp.counters.dropped_owner_gone += 1;
-    qp.resp.cur = None;
+    qp.resp.abandon_message();
     qp_event!(
         ctx.now,
         ctx.dev,
@@ -340,7 +338,7 @@ fn duplicate(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, d: i32, ex
     // expected PSN (§9.7.5), so entries older than that window can never match, and
     // an entry made 2^24 PSNs ago for the same 24-bit PSN does not either.
     // Before the QP's first PSN: no request of ours, nothing to answer.
-    let at = u64::try_from(qp.resp.psn_count as i64 + i64::from(d)).ok();
+    let at = u64::try_from(qp.resp.psn_count() as i64 + i64::from(d)).ok();
     qp.resp.age_cache();
     match info.operation {
         Operation::ReadRequest => duplicate_read(qp, ctx, psn, at, ext),
@@ -376,7 +374,7 @@ fn duplicate_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, at: Option<u64>, ext
     let inside = reth.va >= va
         && reth.va.checked_add(u64::from(len)) <= va.checked_add(u64::from(olen))
         && skipped + u64::from(npkts) <= u64::from(c.npkts);
-    if rkey != reth.rkey.0 || !inside || qp.resp.out.len() > out_cap(qp) {
+    if rkey != reth.rkey.0 || !inside || qp.resp.queued_responses() > out_cap(qp) {
         return;
     }
     let mem = if len == 0 {
@@ -437,11 +435,11 @@ fn duplicate_atomic(
     }) = hit
     {
         let same = Some(req) == ext.atomic && cmp_swap == (info.operation == Operation::CmpSwap);
-        if same && qp.resp.out.len() >= out_cap(qp) {
+        if same && qp.resp.queued_responses() >= out_cap(qp) {
             // Full: dropped like a duplicate READ past the bound (class D).
         } else if same {
             qp.counters.responses_replayed += 1;
-            qp.resp.out.push_back(RespOut::Atomic {
+            qp.resp.queue_response(RespOut::Atomic {
                 psn,
                 orig,
                 msn,
@@ -460,7 +458,7 @@ fn duplicate_atomic(
 /// completed without its response (rxe "IB/rxe: fix for duplicate request processing
 /// and ack psns").
 fn duplicate_send_write(qp: &mut Qp) {
-    let (p, m) = (qp.resp.ack_psn, qp.resp.msn);
+    let (p, m) = (qp.resp.ack_psn(), qp.resp.msn());
     let cap = out_cap(qp);
     qp.resp.push_ack(cap, p, Syndrome::ACK_UNLIMITED, m, true);
 }
@@ -503,7 +501,7 @@ fn complete_recv(
     imm: Option<u32>,
     inv: Option<crate::wire::Rkey>,
 ) {
-    let Some(wqe) = qp.resp.rq.pop_front() else {
+    let Some(wqe) = qp.resp.take_recv() else {
         return;
     };
     qp_event!(
@@ -538,12 +536,12 @@ pub(crate) fn do_send(
     ext: &ExtHeaders,
     payload: &[u8],
 ) -> Result<u32, Fault> {
-    let written = match qp.resp.cur {
-        Some(InProgress::Send { written }) => written,
+    let written = match qp.resp.in_progress() {
+        InProgress::Send { written } => written,
         _ => 0,
     };
     take_srq_wqe(qp, ctx);
-    let Some(wqe) = qp.resp.rq.front() else {
+    let Some(wqe) = qp.resp.head_recv() else {
         return Err(Fault::Rnr);
     };
     let segs = match &wqe.segs {
@@ -607,8 +605,7 @@ pub(crate) fn do_send(
             }
             inv = Some(rkey);
         }
-        qp.resp.cur = None;
-        qp.resp.msn = qp.resp.msn.next();
+        qp.resp.complete_message();
         complete_recv(
             qp,
             ctx,
@@ -619,7 +616,7 @@ pub(crate) fn do_send(
             inv,
         );
     } else {
-        qp.resp.cur = Some(InProgress::Send { written });
+        qp.resp.continue_message(InProgress::Send { written });
     }
     Ok(1)
 }
@@ -632,13 +629,13 @@ pub(crate) fn do_write(
     ext: &ExtHeaders,
     payload: &[u8],
 ) -> Result<u32, Fault> {
-    let (mem, dma_len, written) = match (qp.resp.cur, ext.reth) {
+    let (mem, dma_len, written) = match (qp.resp.in_progress(), ext.reth) {
         (
-            Some(InProgress::Write {
+            InProgress::Write {
                 mem,
                 dma_len,
                 written,
-            }),
+            },
             _,
         ) => (mem, dma_len, written),
         (_, Some(reth)) => {
@@ -671,7 +668,7 @@ pub(crate) fn do_write(
     if imm {
         take_srq_wqe(qp, ctx);
     }
-    if imm && qp.resp.rq.is_empty() {
+    if imm && qp.resp.rq_len() == 0 {
         // WRITE with immediate needs a receive WQE for its completion.
         return Err(Fault::Rnr);
     }
@@ -685,8 +682,7 @@ pub(crate) fn do_write(
         }
     }
     if info.segment.ends() {
-        qp.resp.cur = None;
-        qp.resp.msn = qp.resp.msn.next();
+        qp.resp.complete_message();
         if imm {
             complete_recv(
                 qp,
@@ -698,12 +694,12 @@ pub(crate) fn do_write(
                 None,
             );
         }
-    } else if let Some(InProgress::Write { written: w, .. }) = &mut qp.resp.cur {
+    } else if let Some(InProgress::Write { written: w, .. }) = qp.resp.in_progress_mut() {
         // A MIDDLE (the message in progress is this one, taken from `cur` above): only
         // the count moves.
         *w = total;
     } else {
-        qp.resp.cur = Some(InProgress::Write {
+        qp.resp.continue_message(InProgress::Write {
             mem,
             dma_len,
             written: total,
@@ -759,10 +755,7 @@ fn rd_atomic_admit(qp: &Qp) -> Result<bool, Fault> {
 /// (its duplicate is dropped, class D), as on rxe.
 fn cache_push(qp: &mut Qp, c: Cached) {
     let cap = usize::from(qp.attr.max_dest_rd_atomic.max(1));
-    while qp.resp.cache.len() >= cap {
-        qp.resp.cache.pop_front();
-    }
-    qp.resp.cache.push_back(c);
+    qp.resp.cache_response(c, cap);
 }
 
 fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result<u32, Fault> {
@@ -785,9 +778,8 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
     };
     let npkts = reth.dma_len.div_ceil(qp.attr.path_mtu.bytes()).max(1);
     qp.counters.rd_atomic_over_limit += u64::from(over);
-    qp.resp.msn = qp.resp.msn.next();
-    let msn = qp.resp.msn;
-    let end_count = qp.resp.psn_count + u64::from(npkts);
+    let msn = qp.resp.complete_message();
+    let end_count = qp.resp.psn_count() + u64::from(npkts);
     cache_push(
         qp,
         Cached {
@@ -802,7 +794,7 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, psn: Psn, ext: &ExtHeaders) -> Result
             },
         },
     );
-    qp.resp.out.push_back(RespOut::Read {
+    qp.resp.queue_response(RespOut::Read {
         first_psn: psn,
         npkts,
         sent: 0,
@@ -841,9 +833,8 @@ fn do_atomic(
     };
     qp.counters.atomics_executed += 1;
     qp.counters.rd_atomic_over_limit += u64::from(over);
-    qp.resp.msn = qp.resp.msn.next();
-    let msn = qp.resp.msn;
-    let end_count = qp.resp.psn_count + 1;
+    let msn = qp.resp.complete_message();
+    let end_count = qp.resp.psn_count() + 1;
     cache_push(
         qp,
         Cached {
@@ -857,7 +848,7 @@ fn do_atomic(
             },
         },
     );
-    qp.resp.out.push_back(RespOut::Atomic {
+    qp.resp.queue_response(RespOut::Atomic {
         psn,
         orig,
         msn,
@@ -871,7 +862,7 @@ fn do_atomic(
 /// `check_resource` → `get_srq_wqe`). Raises the limit event when due.
 fn take_srq_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
     let Some(srq) = qp.init.srq else { return };
-    if !qp.resp.rq.is_empty() {
+    if qp.resp.rq_len() != 0 {
         return;
     }
     let Some(Some(s)) = ctx.srqs.get_mut(srq.0 as usize) else {
@@ -887,7 +878,7 @@ fn take_srq_wqe(qp: &mut Qp, ctx: &mut Ctx<'_>) {
         wr_id = wqe.wr_id,
         left = s.rq.len()
     );
-    qp.resp.rq.push_back(wqe);
+    qp.resp.post_recv(wqe);
     if s.limit > 0 && (s.rq.len() as u32) < s.limit {
         s.limit = 0;
         ctx.raise(AsyncEvent::SrqLimitReached(srq));

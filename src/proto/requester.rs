@@ -116,9 +116,7 @@ pub(crate) struct ReqTxEnv<'e> {
     pub uc: bool,
 }
 
-/// Requester state of one QP, behind the methods below. Three fields are `pub(super)`
-/// for the completer's trace events (`super::completer`): `next_psn`, `timers`,
-/// `retry_left`.
+/// Requester state of one QP, private behind the methods below.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     /// The QP went RTS -> SQD with messages still outstanding: IBV_EVENT_SQ_DRAINED is
@@ -126,7 +124,7 @@ pub(crate) struct Requester {
     sq_drain_owed: bool,
     sq: VecDeque<SendWqe>,
     /// The next PSN a new message gets (sq_psn).
-    pub(super) next_psn: Psn,
+    next_psn: Psn,
     /// The first PSN never sent: packets before it are retransmissions.
     high_psn: Psn,
     /// Index in `sq` of the WR being transmitted (`sq.len()` = none).
@@ -141,8 +139,8 @@ pub(crate) struct Requester {
     credits: Option<u32>,
     pkts_since_ack_req: u32,
     /// The retransmission (local ACK timeout) and RNR wait timers.
-    pub(super) timers: TimerTable,
-    pub(super) retry_left: u8,
+    timers: TimerTable,
+    retry_left: u8,
     rnr_left: u8,
     /// The PSN of the last NAK- or implied-NAK-driven Go-Back-N, until progress is made:
     /// a burst of out-of-order responses triggers one retransmission, not one each.

@@ -133,31 +133,31 @@ pub(crate) struct UcResp {
     pub drop_msg: bool,
 }
 
-/// Responder state of one QP. Its fields are `pub(super)` for the step modules that work
-/// on them, `super::execute` (RC) and `super::uc`; every other file goes through the
-/// methods below.
+/// Responder state of one QP. Its fields are private: the step modules that apply the
+/// responder's rules (`super::execute` for RC, `super::uc`) and every other file go
+/// through the methods below, each named for the transition it makes.
 #[derive(Debug, Default)]
 pub(crate) struct Responder {
-    pub(super) rq: VecDeque<RecvWqe>,
+    rq: VecDeque<RecvWqe>,
     /// Expected PSN.
-    pub(super) epsn: Psn,
-    pub(super) msn: Msn,
+    epsn: Psn,
+    msn: Msn,
     /// A PSN sequence error NAK was sent and the expected PSN has not arrived since
     /// (§9.7.5: one NAK per sequence error).
-    pub(super) nak_seq_sent: bool,
-    pub(super) cur: Option<InProgress>,
-    pub(super) cache: VecDeque<Cached>,
-    pub(super) out: VecDeque<RespOut>,
-    pub(super) pkts_since_ack: u32,
+    nak_seq_sent: bool,
+    cur: Option<InProgress>,
+    cache: VecDeque<Cached>,
+    out: VecDeque<RespOut>,
+    pkts_since_ack: u32,
     /// A class A/C error NAK is queued: stop executing; enter ERR once it is sent.
-    pub(super) fatal: bool,
+    fatal: bool,
     /// IBV_EVENT_COMM_EST was raised ([`comm_est`]); cleared by RESET.
-    pub(super) comm_est: bool,
+    comm_est: bool,
     /// PSNs consumed since the QP was created, not wrapped: ages the response cache.
-    pub(super) psn_count: u64,
+    psn_count: u64,
     /// The PSN of the newest SEND/WRITE packet executed (rxe `ack_psn` − 1): what an ACK
     /// for a duplicate SEND/WRITE carries.
-    pub(super) ack_psn: Psn,
+    ack_psn: Psn,
 }
 
 impl Cached {
@@ -176,8 +176,154 @@ impl Responder {
     }
 
     /// The PSN expected next (rq_psn, as `ibv_query_qp` reports it).
+    #[inline]
     pub(crate) fn epsn(&self) -> Psn {
         self.epsn
+    }
+
+    /// The MSN: messages completed by this responder (IBTA vol. 1 §9.7.5.1.1).
+    #[inline]
+    pub(crate) fn msn(&self) -> Msn {
+        self.msn
+    }
+
+    /// PSNs consumed since the QP was created, not wrapped (the response cache's age).
+    #[inline]
+    pub(crate) fn psn_count(&self) -> u64 {
+        self.psn_count
+    }
+
+    /// The PSN of the newest SEND/WRITE packet executed: what an ACK for a duplicate
+    /// SEND/WRITE carries.
+    #[inline]
+    pub(crate) fn ack_psn(&self) -> Psn {
+        self.ack_psn
+    }
+
+    /// A class A/C error NAK is queued ([`Responder::fail`]): nothing more executes.
+    #[inline]
+    pub(crate) fn is_fatal(&self) -> bool {
+        self.fatal
+    }
+
+    /// IBV_EVENT_COMM_EST was raised since the last RESET.
+    #[inline]
+    pub(crate) fn established(&self) -> bool {
+        self.comm_est
+    }
+
+    /// Record that IBV_EVENT_COMM_EST was raised (IBTA vol. 1 §11.6.3.1: once).
+    #[inline]
+    pub(crate) fn mark_established(&mut self) {
+        self.comm_est = true;
+    }
+
+    /// A PSN sequence error NAK was sent and the expected PSN has not arrived since.
+    #[inline]
+    pub(crate) fn sequence_nak_sent(&self) -> bool {
+        self.nak_seq_sent
+    }
+
+    /// A NAK that waits for the expected PSN (sequence error or RNR) was queued: no
+    /// other such NAK until that PSN arrives (IBTA vol. 1 §9.7.5.2: one per error).
+    #[inline]
+    pub(crate) fn note_waiting_nak(&mut self) {
+        self.nak_seq_sent = true;
+    }
+
+    /// The expected PSN arrived: a later sequence error gets its NAK again.
+    #[inline]
+    pub(crate) fn expected_psn_arrived(&mut self) {
+        self.nak_seq_sent = false;
+    }
+
+    /// The multi-packet message being received, `InProgress::None` between messages.
+    #[inline]
+    pub(crate) fn in_progress(&self) -> InProgress {
+        self.cur.unwrap_or(InProgress::None)
+    }
+
+    /// The message being received, to update its byte count in place.
+    #[inline]
+    pub(crate) fn in_progress_mut(&mut self) -> Option<&mut InProgress> {
+        self.cur.as_mut()
+    }
+
+    /// A FIRST packet started (or a MIDDLE continued) the message `m`.
+    #[inline]
+    pub(crate) fn continue_message(&mut self, m: InProgress) {
+        self.cur = Some(m);
+    }
+
+    /// The message in progress is abandoned without completing (a UC message dropped, a
+    /// fault): the next FIRST/ONLY starts afresh.
+    #[inline]
+    pub(crate) fn abandon_message(&mut self) {
+        self.cur = None;
+    }
+
+    /// A message's last packet was executed: no message in progress, MSN + 1 (IBTA
+    /// vol. 1 §9.7.5.1.1). Returns the new MSN.
+    #[inline]
+    pub(crate) fn complete_message(&mut self) -> Msn {
+        self.cur = None;
+        self.msn = self.msn.next();
+        self.msn
+    }
+
+    /// The request packet at the expected PSN, covering `npsn` PSNs, was accepted: the
+    /// expected PSN moves past it (§9.7.5.1.1) and one more packet waits for an ACK.
+    #[inline]
+    pub(crate) fn accept_packet(&mut self, npsn: u32) {
+        self.epsn = self.epsn.add(npsn);
+        self.psn_count += u64::from(npsn);
+        self.pkts_since_ack += 1;
+    }
+
+    /// The expected PSN, set by a UC message that resynchronised on its FIRST/ONLY
+    /// packet (UC has no ACKs, so no packet count or cache age moves).
+    #[inline]
+    pub(crate) fn resync_epsn(&mut self, psn: Psn) {
+        self.epsn = psn;
+    }
+
+    /// Request packets accepted since the last ACK was queued (the coalescing count).
+    #[inline]
+    pub(crate) fn pkts_since_ack(&self) -> u32 {
+        self.pkts_since_ack
+    }
+
+    /// The SEND/WRITE packet at `psn` was executed: an ACK for a later duplicate names it.
+    #[inline]
+    pub(crate) fn note_executed(&mut self, psn: Psn) {
+        self.ack_psn = psn;
+    }
+
+    /// Responses queued and not yet fully sent.
+    #[inline]
+    pub(crate) fn queued_responses(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Queue a READ or atomic response (a new one, or a replay from the cache).
+    #[inline]
+    pub(crate) fn queue_response(&mut self, r: RespOut) {
+        self.out.push_back(r);
+    }
+
+    /// Keep a READ or atomic for answering its duplicates, evicting the oldest past `cap`
+    /// entries (rxe's ring of `max_dest_rd_atomic` resources).
+    pub(crate) fn cache_response(&mut self, c: Cached, cap: usize) {
+        while self.cache.len() >= cap {
+            self.cache.pop_front();
+        }
+        self.cache.push_back(c);
+    }
+
+    /// The head receive WR, left in place (a multi-packet SEND writes into it).
+    #[inline]
+    pub(crate) fn head_recv(&self) -> Option<&RecvWqe> {
+        self.rq.front()
     }
 
     /// Receive WRs posted and not completed.

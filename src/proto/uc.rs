@@ -112,7 +112,7 @@ fn drop_message(qp: &mut Qp, ctx: &Ctx<'_>, psn: Psn, why: &'static str) {
         );
     }
     qp.uc.drop_msg = true;
-    qp.resp.cur = None;
+    qp.resp.abandon_message();
 }
 
 /// Handle one UC request packet addressed to `qp`.
@@ -130,11 +130,11 @@ pub(crate) fn handle_request(
     }
     execute::comm_est(qp, ctx);
     let starts = info.segment.starts();
-    let in_seq = psn == qp.resp.epsn && !qp.uc.drop_msg;
+    let in_seq = psn == qp.resp.epsn() && !qp.uc.drop_msg;
     if !in_seq && !starts {
         // rxe `check_psn`: a gap (or a message already being dropped) drops the packet
         // and the rest of its message.
-        if psn != qp.resp.epsn {
+        if psn != qp.resp.epsn() {
             qp.counters.out_of_sequence += 1;
         }
         qp.counters.uc_packets_dropped += 1;
@@ -146,12 +146,12 @@ pub(crate) fn handle_request(
         drop_message(qp, ctx, psn, why);
         return;
     }
-    if !in_seq && psn != qp.resp.epsn {
+    if !in_seq && psn != qp.resp.epsn() {
         qp.counters.out_of_sequence += 1;
     }
     // Opcode sequence (rxe `check_op_seq`, UC): MIDDLE/LAST continue a message of the
     // same operation; a FIRST/ONLY always starts a new one.
-    let cur = qp.resp.cur.unwrap_or(InProgress::None);
+    let cur = qp.resp.in_progress();
     if starts {
         if cur != InProgress::None && !qp.uc.drop_msg {
             // The LAST of the message in progress was lost: that message is dropped;
@@ -166,7 +166,7 @@ pub(crate) fn handle_request(
                 why = "no_last"
             );
         }
-        qp.resp.cur = None;
+        qp.resp.abandon_message();
         qp.uc.drop_msg = false;
     } else {
         let same = matches!(
@@ -193,7 +193,7 @@ pub(crate) fn handle_request(
         qp.counters.uc_packets_dropped += 1;
         qp.counters.invalid_requests += 1;
         drop_message(qp, ctx, psn, "length");
-        qp.resp.epsn = psn.add(1);
+        qp.resp.resync_epsn(psn.add(1));
         return;
     }
     let result = match info.operation {
@@ -203,7 +203,7 @@ pub(crate) fn handle_request(
         _ => Err(super::Fault::Nak(crate::wire::NakCode::InvalidRequest)),
     };
     // The PSN is consumed whatever became of the packet: the next one is expected.
-    qp.resp.epsn = psn.add(1);
+    qp.resp.resync_epsn(psn.add(1));
     if let Err(super::Fault::Gone) = result {
         execute::owner_gone(qp, ctx, psn);
         return;

@@ -26,6 +26,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,12 +175,39 @@ def seconds_of(path):
     return secs
 
 
+# What a test's own processes print about a failure (the rdma_cm tests run each side in
+# a process of its own and raise only "Exception in active/passive side occurred"; the
+# cause is what the side printed), and the verbs library's own one-line reasons.
+NOTE = re.compile(r"(Player (?:active|passive) got: .*|^xrnic: .*|^libibverbs: .*)")
+TEST_LINE = re.compile(r"^(\w+) \((tests\.[\w.]+)\)")
+
+
+def log_notes(path, limit=4):
+    """{test id: the NOTE lines printed while it ran}, from a column's console log."""
+    notes = collections.defaultdict(list)
+    if not os.path.exists(path):
+        return notes
+    cur = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = TEST_LINE.match(line)
+            if m:
+                cur = m.group(2)
+                line = line[m.end() :].lstrip(" .")
+            for piece in line.rstrip("\n").split("Player ")[1:] or [line.rstrip("\n")]:
+                piece = ("Player " + piece) if line.count("Player ") else piece
+                n = NOTE.search(piece.strip())
+                if cur and n and len(notes[cur]) < limit and n.group(1) not in notes[cur]:
+                    notes[cur].append(n.group(1)[:200])
+    return notes
+
+
 def name(tid):
     return tid[len("tests.") :] if tid.startswith("tests.") else tid
 
 
 def cmd_report(a):
-    cols = []
+    cols, notes = [], {}
     for spec in a.columns:
         if "=" not in spec:
             print(f"conformance: column '{spec}' is not NAME=FILE", file=sys.stderr)
@@ -187,6 +215,7 @@ def cmd_report(a):
         n, p = spec.split("=", 1)
         recs, _ = read_records(p)
         cols.append((n, recs if os.path.exists(p) else None, seconds_of(p)))
+        notes[n] = log_notes(os.path.splitext(p)[0] + ".log")
     ids = sorted({t for _, r, _ in cols if r for t in r})
     width = max([len(name(t)) for t in ids] + [10])
     head = f"{'test':<{width}}  " + "  ".join(f"{n:<8}" for n, _, _ in cols)
@@ -202,6 +231,9 @@ def cmd_report(a):
             cells.append(o)
             if o != "pass":
                 why.setdefault(f"{o}: {d}" if d else o, []).append(n)
+            if o in BAD:
+                for note in notes[n].get(t, []):
+                    why.setdefault(f"  printed: {note}", []).append(n)
         print(f"{name(t):<{width}}  " + "  ".join(f"{c:<8}" for c in cells))
         for text, who in why.items():
             print(f"    {','.join(who)}: {text}")

@@ -9,9 +9,10 @@
 #            host's file system shared read-only over virtio-9p, the suite run in a chroot
 #            into it, so the guest runs the host's own python3, pyverbs and libibverbs
 #
-# Each column runs interop/conformance/conformance.py `run` (a dead or hung run goes on
-# with the tests left, the test it was in recorded as crash or timeout), then `report`
-# prints the table, the totals and, as its last line, a JSON object.
+# First interop/conformance/selftest.py checks the harness on a fake suite. Each column
+# runs interop/conformance/conformance.py `run` (a dead or hung run goes on with the tests
+# left, the test it was in recorded as crash or timeout), then `report` prints the table,
+# the totals and, as its last line, a JSON object.
 #
 #   conformance.sh [-o DIR] [--only xrnic,service,rxe] [--serial]
 #
@@ -64,6 +65,10 @@ if want xrnic || want service; then
 		xri_die "no $(dirname "$XRNIC")/libibverbs.so: cargo build -p xrnic-verbs"
 fi
 xri_trap_cleanup
+
+# The harness itself first, on a fake suite (interop/conformance/selftest.py, ~6 s):
+# every kind of outcome, a crash and a hang included, recorded as it must be.
+"$PY" "$XRI_DIR/conformance/selftest.py" --python "$PY" >&2 || xri_die "the harness's self-test failed"
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

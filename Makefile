@@ -34,6 +34,11 @@
 #                    SVG of bandwidth against size, a JSON line (root, ~15-30 min)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
+#   make conformance rdma-core's own test suite (python3-pyverbs, 273 tests) on xrnic in
+#                    process, on xrnic through the device service as nobody, and on rxe0
+#                    in a qemu guest: a table test by test, totals, a JSON last line; fails
+#                    when a test fails or errors on xrnic (XRNIC_CONFORMANCE_REPORT_ONLY=1:
+#                    only report) (root, ~15 min)
 #   make interop-offload  xrnic --device rxe0 (offload backend, libibverbs) in an rxe guest:
 #                    the verbs API suite, rc-pingpong and perf against the software backend
 #                    on the host, both directions, and the stock tools (root, ~1 min)
@@ -59,16 +64,17 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 # libibverbs-dev and librdmacm-dev: the headers tests/c/*.c build against
 # (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, the tests ignored
 # without: build.rs). infiniband-diags: ibstat and ibstatus in the device view's test
-# (tests/exec_devview.rs).
+# (tests/exec_devview.rs). python3-pyverbs: rdma-core's test suite, which `make conformance`
+# runs (interop/conformance.sh).
 DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
-	ibverbs-utils perftest rdmacm-utils ucx-utils infiniband-diags
+	ibverbs-utils perftest rdmacm-utils ucx-utils infiniband-diags python3-pyverbs
 
 DEMO_PCAP ?= target/demo.pcapng
 DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap engine gsi_relay
 
-.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe fuzz interop-setup interop-selftest interop-rxe interop interop-offload dcqcn-lab
+.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe fuzz interop-setup interop-selftest interop-rxe interop interop-offload conformance dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -225,6 +231,14 @@ bench-rxe: interop-setup verbs-lib
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	interop/run-offload.sh -o target/interop/offload
+
+# rdma-core's test suite side by side on xrnic (in process, through the service) and on
+# rxe0 (docs/interop.md "Conformance: rdma-core's suite"); the debug binary and library.
+conformance: interop-setup
+	@$(DEPS) $(DEB_BUILD) $(DEB_TEST)
+	$(CARGO) build --quiet --bin xrnic
+	$(CARGO) build --quiet -p xrnic-verbs
+	interop/conformance.sh -o target/conformance
 
 # The DCQCN lab (docs/congestion.md): not in `make test` (a qemu guest, ~2 minutes, and its
 # figures depend on the host having CPU for the guest). DCQCN_LAB_ARGS e.g.

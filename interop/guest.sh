@@ -28,6 +28,8 @@ declare -gA XRI_GUEST_PID=() XRI_GUEST_LOG=() XRI_GUEST_RC=()
 XRI_GUEST_MEM=${XRI_GUEST_MEM:-512}
 # Extra kernel command line for every guest (e.g. clocksource=hpet), from the environment.
 XRI_GUEST_APPEND=${XRI_GUEST_APPEND:-}
+# XRI_GUEST_QEMU_ARGS: an array of extra qemu arguments for every guest, set by the script
+# that sources this file (interop/conformance.sh: the host's file system over virtio-9p).
 
 xri_guest_init() {
 	[[ -n ${XRI_BASE:-} && -f ${XRI_BASE:-} ]] && return 0
@@ -86,7 +88,7 @@ xri_guest_start() {
 		-serial "file:$log" \
 		-kernel "$XRI_KERNEL" -initrd "$initrd" \
 		-append "console=ttyS0 quiet loglevel=3 panic=-1 mitigations=off no_timer_check ${XRI_GUEST_APPEND:-} xr.name=$name xr.ip4=$ip4 xr.ip6=$ip6 xr.mtu=$mtu xr.timeout=$timeout" \
-		"${nics[@]}" \
+		"${nics[@]}" ${XRI_GUEST_QEMU_ARGS[@]+"${XRI_GUEST_QEMU_ARGS[@]}"} \
 		>"$outdir/$name.qemu.log" 2>&1 &
 	XRI_GUEST_PID[$name]=$!
 	XRI_GUEST_LOG[$name]=$log

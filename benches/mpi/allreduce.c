@@ -7,7 +7,10 @@
  * 1. B, the point-to-point bandwidth of the transport the job runs on: rank 0 streams
  *    STREAM_MSGS messages of STREAM_BYTES to rank 1 (MPI_Isend / MPI_Irecv, all posted at
  *    once), rank 1 answers with one byte when all arrived; B = bytes / time, REPS times,
- *    the other ranks waiting in a barrier.
+ *    the other ranks waiting in a barrier. Then the same in both directions at once
+ *    (each of ranks 0 and 1 sends STREAM_MSGS messages and receives as many): a ring
+ *    all-reduce has every rank sending and receiving at the same time, and a software
+ *    transport spends the CPU of both directions on the same core.
  * 2. MPI_Allreduce (MPI_FLOAT, MPI_SUM, in place) of 64 KiB, 1 MiB, 8 MiB and 32 MiB,
  *    one warm-up and REPS timed calls each, a barrier before each call; a call's time is
  *    the slowest rank's (MPI_MAX over the ranks). Rank r contributes (r + 1) * (i % 61 + 1)
@@ -16,7 +19,8 @@
  *    p (p + 1) / 2 * (i % 61 + 1), every element, after every call.
  *
  * Rank 0 prints one line per figure, each time a sorted list of the repetitions:
- *   bw BYTES_PER_MSG MSGS SECONDS...
+ *   bw BYTES_PER_MSG MSGS SECONDS...      (one direction)
+ *   bibw BYTES_PER_MSG MSGS SECONDS...    (both directions, MSGS each way)
  *   allreduce P BYTES OK|BAD SECONDS...
  * and exits non-zero (MPI_Abort) when any element of any result on any rank is wrong.
  */
@@ -47,16 +51,36 @@ static void print_sorted(double *t, int n)
 	printf("\n");
 }
 
-/* Rank 0 -> rank 1 streaming bandwidth (ranks past 1 only take part in the barriers). */
-static void stream_bw(int rank, int reps, char *buf)
+/*
+ * Rank 0 -> rank 1 streaming bandwidth, or both ways at once when `both` (`buf` then holds
+ * two STREAM_BYTES halves: one sent, one received into). Ranks past 1 only take part in
+ * the barriers.
+ */
+static void stream_bw(int rank, int reps, char *buf, int both)
 {
-	MPI_Request req[STREAM_MSGS];
+	MPI_Request req[2 * STREAM_MSGS];
 	double t[MAX_REPS];
 	char ack = 0;
 	for (int r = -1; r < reps; r++) { /* r = -1: warm-up (connection, registration) */
 		MPI_Barrier(MPI_COMM_WORLD);
 		double t0 = MPI_Wtime();
-		if (rank == 0) {
+		if (both && rank < 2) {
+			int peer = 1 - rank;
+			for (int m = 0; m < STREAM_MSGS; m++) {
+				MPI_Irecv(buf + STREAM_BYTES, STREAM_BYTES, MPI_BYTE, peer, m,
+					  MPI_COMM_WORLD, &req[m]);
+				MPI_Isend(buf, STREAM_BYTES, MPI_BYTE, peer, m, MPI_COMM_WORLD,
+					  &req[STREAM_MSGS + m]);
+			}
+			MPI_Waitall(2 * STREAM_MSGS, req, MPI_STATUSES_IGNORE);
+			double mine = MPI_Wtime() - t0, other = 0;
+			MPI_Sendrecv(&mine, 1, MPI_DOUBLE, peer, 998, &other, 1, MPI_DOUBLE, peer, 998,
+				     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			if (r >= 0)
+				t[r] = mine > other ? mine : other;
+		} else if (both) {
+			/* not in the exchange */
+		} else if (rank == 0) {
 			for (int m = 0; m < STREAM_MSGS; m++)
 				MPI_Isend(buf, STREAM_BYTES, MPI_BYTE, 1, m, MPI_COMM_WORLD, &req[m]);
 			MPI_Waitall(STREAM_MSGS, req, MPI_STATUSES_IGNORE);
@@ -71,7 +95,7 @@ static void stream_bw(int rank, int reps, char *buf)
 		}
 	}
 	if (rank == 0) {
-		printf("bw %u %d", STREAM_BYTES, STREAM_MSGS);
+		printf("%s %u %d", both ? "bibw" : "bw", STREAM_BYTES, STREAM_MSGS);
 		print_sorted(t, reps);
 	}
 }
@@ -126,13 +150,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size_t max = SIZES[sizeof SIZES / sizeof SIZES[0] - 1];
-	float *v = malloc(max > STREAM_BYTES ? max : STREAM_BYTES);
+	float *v = malloc(max > 2 * STREAM_BYTES ? max : 2 * STREAM_BYTES);
 	if (!v) {
 		fprintf(stderr, "rank %d: out of memory\n", rank);
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	memset(v, 0, max);
-	stream_bw(rank, reps, (char *)v);
+	memset(v, 0, max > 2 * STREAM_BYTES ? max : 2 * STREAM_BYTES);
+	stream_bw(rank, reps, (char *)v, 0);
+	stream_bw(rank, reps, (char *)v, 1);
 	fflush(stdout);
 	long bad = 0;
 	for (size_t s = 0; s < sizeof SIZES / sizeof SIZES[0]; s++) {

@@ -96,6 +96,21 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Namespaces an earlier run left behind when it was killed (SIGKILL runs no trap): their
+# script's pid is gone.
+for f in /run/netns/xm*-br; do
+	[[ -e $f ]] || continue
+	old=${f#/run/netns/xm}
+	old=${old%-br}
+	[[ $old =~ ^[0-9]+$ ]] && ! kill -0 "$old" 2>/dev/null || continue
+	for ns in /run/netns/xm"$old"-*; do
+		pids=$(ip netns pids "${ns#/run/netns/}" 2>/dev/null || true)
+		# shellcheck disable=SC2086
+		[[ -z $pids ]] || kill -9 $pids 2>/dev/null || true
+		ip netns del "${ns#/run/netns/}" 2>/dev/null || true
+	done
+done
+
 ip netns add "$BR"
 ip -n "$BR" link set lo up
 ip -n "$BR" link add br0 mtu $MTU type bridge stp_state 0 forward_delay 0
@@ -145,10 +160,13 @@ job() {
 		;;
 	esac
 	log "p=$p $tr: mpirun on $hosts"
-	# pml_ucx_tls / pml_ucx_devices any: Open MPI 4.1 enables its UCX PML only for the
-	# transports and devices it lists (rc_mlx5, dc_mlx5, ..., mlx*), and xrnic_m0 or TCP
-	# is neither. btl ^openib: the verbs BTL is not used with the UCX PML.
-	if ! ip netns exec "$BR" timeout -k 10 "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
+	# pml_ucx_tls / pml_ucx_devices any: Open MPI 4.1's UCX PML declines a job whose UCX
+	# transports are none of pml_ucx_tls (rc_verbs, ud_verbs, rc_mlx5, ...: tcp is not
+	# one), and ranks itself below ob1 when no device's driver (sysfs device/driver)
+	# matches pml_ucx_devices (mlx*: xrnic's device has none); docs/performance.md
+	# "All-reduce". btl ^openib: the verbs BTL is not used with the UCX PML.
+	local rc=0
+	ip netns exec "$BR" timeout -k 10 "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
 		-np "$p" --host "$hosts" --map-by node \
 		--mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
 		--mca oob_tcp_if_include 192.0.2.0/24 --mca btl ^openib \
@@ -156,8 +174,10 @@ job() {
 		--mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 \
 		--mca mpi_yield_when_idle 1 \
 		"${env[@]}" "${cmd[@]}" "$OUT/allreduce" -r "$REPS" \
-		>"$name.out" 2>"$name.err" </dev/null; then
-		log "p=$p $tr: mpirun failed (exit $?), see $name.err"
+		>"$name.out" 2>"$name.err" </dev/null || rc=$?
+	if ((rc != 0)); then
+		# 124: the timeout (docs/performance.md "All-reduce").
+		log "p=$p $tr: mpirun failed (exit $rc), see $name.err"
 		tail -20 "$name.err" >&2
 		FAILED=$((FAILED + 1))
 	fi

@@ -25,7 +25,8 @@
 # (XRNIC_FINAL_STAT_DIR): kernel_rx_dropped and retransmitted_packets, summed per job.
 # Knobs: XRNIC (the xrnic binary; default target/release/xrnic, `make verbs-lib`, its
 # library beside it in xrnic-verbs/), XRNIC_MPI_TIMEOUT (seconds per job, default 600),
-# XRNIC_MPI_TRANSPORTS (default "xrnic tcp").
+# XRNIC_MPI_TRANSPORTS (default "xrnic tcp"), XRNIC_MPI_ONE_CPU (default 1: the smallest
+# p once more per transport with every rank on CPU 0, what sharing a core costs).
 # Prints the table, writes OUTDIR/allreduce.svg, ends with one JSON line. Exit status 0
 # when every job ran and every result was right.
 
@@ -38,11 +39,12 @@ REPS=${XRNIC_MPI_REPS:-5}
 PS="2 4"
 TIMEOUT=${XRNIC_MPI_TIMEOUT:-600}
 TRANSPORTS=${XRNIC_MPI_TRANSPORTS:-xrnic tcp}
+ONE_CPU=${XRNIC_MPI_ONE_CPU:-1}
 XRNIC=${XRNIC:-$ROOT/target/release/xrnic}
 MTU=9000
 
 usage() {
-	sed -n '2,32s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,35s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 while getopts "o:r:p:h" opt; do
@@ -65,7 +67,7 @@ for p in $PS; do
 	((p > MAXP)) && MAXP=$p
 done
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces, AF_XDP)"
-for tool in mpicc mpirun ip unshare timeout python3; do
+for tool in mpicc mpirun ip unshare taskset timeout python3; do
 	command -v "$tool" >/dev/null || die "$tool missing (make bench-mpi installs it)"
 done
 [[ -x $XRNIC ]] || die "$XRNIC missing: make verbs-lib"
@@ -137,17 +139,21 @@ cat >"$AGENT" <<'AG'
 #!/bin/sh
 h=$1
 shift
-exec ip netns exec "$h" unshare --uts sh -c 'hostname "$1" && shift && exec sh -c "$*"' agent "$h" "$@"
+set -- ip netns exec "$h" unshare --uts sh -c 'hostname "$1" && shift && exec sh -c "$*"' agent "$h" "$@"
+[ -z "$XRNIC_MPI_AGENT_CPU" ] || set -- taskset -c "$XRNIC_MPI_AGENT_CPU" "$@"
+exec "$@"
 AG
 chmod +x "$AGENT"
 
 # --- jobs -----------------------------------------------------------------------------
 FAILED=0
-# job P TRANSPORT: one mpirun; its output in jobs/P-TRANSPORT.{out,err}.
+# One mpirun; its output in jobs/P-TRANSPORT.{out,err}.
+# job P TRANSPORT [CPU]: with CPU, every rank and daemon runs on that one CPU (the agent's
+# taskset), the job's output in jobs/P-TRANSPORT-1cpu.*.
 job() {
-	local p=$1 tr=$2 hosts name stat env=() cmd=()
+	local p=$1 tr=$2 cpu=${3:-} hosts name stat env=() cmd=()
 	hosts=$(IFS=,; echo "${HOSTS[*]:0:p}")
-	name=$OUT/jobs/$p-$tr
+	name=$OUT/jobs/$p-$tr${cpu:+-1cpu}
 	stat=$name.stat
 	mkdir -p "$stat"
 	case $tr in
@@ -159,15 +165,17 @@ job() {
 		env=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=m0)
 		;;
 	esac
-	log "p=$p $tr: mpirun on $hosts"
+	log "p=$p $tr${cpu:+ on CPU $cpu}: mpirun on $hosts"
 	# pml_ucx_tls / pml_ucx_devices any: Open MPI 4.1's UCX PML declines a job whose UCX
 	# transports are none of pml_ucx_tls (rc_verbs, ud_verbs, rc_mlx5, ...: tcp is not
 	# one), and ranks itself below ob1 when no device's driver (sysfs device/driver)
 	# matches pml_ucx_devices (mlx*: xrnic's device has none); docs/performance.md
-	# "All-reduce". btl ^openib: the verbs BTL is not used with the UCX PML.
+	# "All-reduce". btl ^openib: the verbs BTL is not used with the UCX PML. bind-to none:
+	# Open MPI binds the ranks of a job of up to 2 ranks to a core each, the first of its
+	# host, and every host's first core is this machine's CPU 0.
 	local rc=0
-	ip netns exec "$BR" timeout -k 10 "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
-		-np "$p" --host "$hosts" --map-by node \
+	XRNIC_MPI_AGENT_CPU=$cpu ip netns exec "$BR" timeout -k 10 "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe \
+		-np "$p" --host "$hosts" --map-by node --bind-to none \
 		--mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
 		--mca oob_tcp_if_include 192.0.2.0/24 --mca btl ^openib \
 		--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
@@ -195,6 +203,13 @@ for p in $PS; do
 		job "$p" "$tr"
 	done
 done
+# What sharing a core costs: the smallest p again with all its ranks on one CPU (p = 2 on
+# one CPU is two ranks per core, as p = 4 on two CPUs).
+if [[ $ONE_CPU == 1 ]]; then
+	for tr in $TRANSPORTS; do
+		job "${PS%% *}" "$tr" 0
+	done
+fi
 
 python3 "$HERE/report.py" "$OUT" || FAILED=$((FAILED + 1))
 exit $((FAILED > 0))

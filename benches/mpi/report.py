@@ -162,7 +162,7 @@ def main():
         return 2
     out = sys.argv[1]
     ps = sorted({int(n.split("-")[0]) for n in os.listdir(os.path.join(out, "jobs"))
-                 if n.endswith(".out")})
+                 if n.endswith(".out") and n[0].isdigit()})
     bad = False
     rows, csv = [], ["p,transport,bytes,seconds,min_seconds,model_seconds,ok"]
     jobs, figures = {}, {}
@@ -211,6 +211,36 @@ def main():
     print(f"with B the p = {min(ps)} job's; B: rank 0 -> rank 1, 8 x 8 MiB messages (the best")
     print("repetition) in this job; B2: each way when ranks 0 and 1 stream to each other at")
     print(f"once; ratio2: time / (2(p-1)/p * S/B2), B2 the p = {min(ps)} job's")
+
+    # What sharing a core costs: the smallest p with all its ranks on one CPU, against
+    # the same job on every CPU; p = 4 on two CPUs shares as much (two ranks per core).
+    share = {}
+    for tr in TRANSPORTS:
+        one = parse_job(os.path.join(out, "jobs", f"{ps[0]}-{tr}-1cpu.out")) if ps else None
+        if one is None:
+            continue
+        if not share:
+            print()
+            print(f"sharing a core: p = {ps[0]} with every rank on one CPU against the same on "
+                  f"{os.cpu_count()} CPUs;")
+            print("'p=4 / factor' estimates p = 4 with a core per rank (time / model)")
+            print(f"{'S':>7} {'transport':<9} {'2 CPUs ms':>10} {'1 CPU ms':>9} {'factor':>7}"
+                  f" {'p=4 / factor':>13}")
+        for s in SIZES:
+            both = jobs.get((ps[0], tr), {}).get("allreduce", {}).get(s)
+            single = one["allreduce"].get(s)
+            if not both or not single:
+                continue
+            bad |= not single[2]
+            f = single[0] / both[0]
+            share[(tr, s)] = f
+            est = ""
+            p4 = figures.get((4, tr, s))
+            if p4:
+                est = f"{p4[0] / f / p4[1]:.2f}"
+                share[(tr, s, "p4")] = p4[0] / f / p4[1]
+            print(f"{size_name(s):>7} {tr:<9} {both[0] * 1e3:>10.2f} {single[0] * 1e3:>9.2f} "
+                  f"{f:>7.2f} {est:>13}")
 
     drops, retx, tmo = {}, {}, {}
     print()
@@ -264,6 +294,9 @@ def main():
         j[f"kernel_rx_dropped_p{p}"] = drops.get(p)
         j[f"retransmitted_packets_p{p}"] = retx.get(p)
         j[f"local_ack_timeouts_p{p}"] = tmo.get(p)
+    for (tr, s, *est), f in share.items():
+        key = f"{'p4_core_per_rank_ratio' if est else 'core_sharing_factor'}_{tr}_{size_key(s)}"
+        j[key] = round(f, 3)
     j["kernel_rx_dropped"] = sum(drops.values())
     j["retransmitted_packets"] = sum(retx.values())
     j["results_ok"] = not bad

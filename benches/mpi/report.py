@@ -222,10 +222,8 @@ def main():
         if not share:
             print()
             print(f"sharing a core: p = {ps[0]} with every rank on one CPU against the same on "
-                  f"{os.cpu_count()} CPUs;")
-            print("'p=4 / factor' estimates p = 4 with a core per rank (time / model)")
-            print(f"{'S':>7} {'transport':<9} {'2 CPUs ms':>10} {'1 CPU ms':>9} {'factor':>7}"
-                  f" {'p=4 / factor':>13}")
+                  f"{os.cpu_count()} CPUs (factor: one CPU's time / all CPUs' time)")
+            print(f"{'S':>7} {'transport':<9} {'all CPUs ms':>11} {'1 CPU ms':>9} {'factor':>7}")
         for s in SIZES:
             both = jobs.get((ps[0], tr), {}).get("allreduce", {}).get(s)
             single = one["allreduce"].get(s)
@@ -234,13 +232,8 @@ def main():
             bad |= not single[2]
             f = single[0] / both[0]
             share[(tr, s)] = f
-            est = ""
-            p4 = figures.get((4, tr, s))
-            if p4:
-                est = f"{p4[0] / f / p4[1]:.2f}"
-                share[(tr, s, "p4")] = p4[0] / f / p4[1]
-            print(f"{size_name(s):>7} {tr:<9} {both[0] * 1e3:>10.2f} {single[0] * 1e3:>9.2f} "
-                  f"{f:>7.2f} {est:>13}")
+            print(f"{size_name(s):>7} {tr:<9} {both[0] * 1e3:>11.2f} {single[0] * 1e3:>9.2f} "
+                  f"{f:>7.2f}")
 
     drops, retx, tmo = {}, {}, {}
     print()
@@ -294,9 +287,8 @@ def main():
         j[f"kernel_rx_dropped_p{p}"] = drops.get(p)
         j[f"retransmitted_packets_p{p}"] = retx.get(p)
         j[f"local_ack_timeouts_p{p}"] = tmo.get(p)
-    for (tr, s, *est), f in share.items():
-        key = f"{'p4_core_per_rank_ratio' if est else 'core_sharing_factor'}_{tr}_{size_key(s)}"
-        j[key] = round(f, 3)
+    for (tr, s), f in share.items():
+        j[f"core_sharing_factor_{tr}_{size_key(s)}"] = round(f, 3)
     j["kernel_rx_dropped"] = sum(drops.values())
     j["retransmitted_packets"] = sum(retx.values())
     j["results_ok"] = not bad

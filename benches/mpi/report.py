@@ -247,6 +247,16 @@ def main():
                   f"local_ack_timeout_err {t}")
         if not stats and (p, "xrnic") in jobs:
             print(f"p={p} xrnic: no device stat snapshot", file=sys.stderr)
+    # The one-CPU job's devices, summed: beside the others, not in the totals.
+    one_cpu = {}
+    if ps:
+        stats = device_stats(os.path.join(out, "jobs", f"{ps[0]}-xrnic-1cpu.stat"))
+        if stats:
+            one_cpu = {"kernel_rx_dropped": sum(x[1] for x in stats),
+                       "retransmitted_packets": sum(x[2] for x in stats),
+                       "local_ack_timeouts": sum(x[3] for x in stats)}
+            print(f"p={ps[0]} xrnic on one CPU, {len(stats)} devices: " +
+                  ", ".join(f"{k} {v}" for k, v in one_cpu.items()))
 
     points = {}
     colours = {("xrnic", 2): "#1f77b4", ("xrnic", 4): "#17becf",
@@ -289,6 +299,8 @@ def main():
         j[f"local_ack_timeouts_p{p}"] = tmo.get(p)
     for (tr, s), f in share.items():
         j[f"core_sharing_factor_{tr}_{size_key(s)}"] = round(f, 3)
+    for k, v in one_cpu.items():
+        j[f"{k}_p{ps[0]}_1cpu"] = v
     j["kernel_rx_dropped"] = sum(drops.values())
     j["retransmitted_packets"] = sum(retx.values())
     j["results_ok"] = not bad

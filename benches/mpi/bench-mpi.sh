@@ -85,6 +85,7 @@ BR=$PFX-br
 HOSTS=()
 for ((h = 1; h <= MAXP; h++)); do HOSTS+=("$PFX-$h"); done
 
+# shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
 	local ns pids
 	for ns in "${HOSTS[@]}" "$BR"; do
@@ -104,7 +105,9 @@ for f in /run/netns/xm*-br; do
 	[[ -e $f ]] || continue
 	old=${f#/run/netns/xm}
 	old=${old%-br}
-	[[ $old =~ ^[0-9]+$ ]] && ! kill -0 "$old" 2>/dev/null || continue
+	if [[ ! $old =~ ^[0-9]+$ ]] || kill -0 "$old" 2>/dev/null; then
+		continue
+	fi
 	for ns in /run/netns/xm"$old"-*; do
 		pids=$(ip netns pids "${ns#/run/netns/}" 2>/dev/null || true)
 		# shellcheck disable=SC2086
@@ -156,6 +159,7 @@ job() {
 	name=$OUT/jobs/$p-$tr${cpu:+-1cpu}
 	stat=$name.stat
 	mkdir -p "$stat"
+	# shellcheck disable=SC2054  # the commas are UCX's list separators
 	case $tr in
 	xrnic)
 		env=(-x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=xrnic_m0:1 -x XRNIC_FINAL_STAT_DIR="$stat")

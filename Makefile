@@ -32,6 +32,10 @@
 #   make bench-rxe   the same stock perftest over rxe0 and over xrnic (drop-in library) in
 #                    the same two qemu guests, interleaved rounds: tables side by side, an
 #                    SVG of bandwidth against size, a JSON line (root, ~15-30 min)
+#   make bench-mpi   Open MPI (UCX) MPI_Allreduce, ring, 64 KiB to 32 MiB, over xrnic
+#                    (rc_verbs) and over kernel TCP, p = 2 and 4 hosts (network namespaces
+#                    on a bridge): times against the model 2(p-1)/p * S/B, drops and
+#                    retransmissions, an SVG, a JSON line (root, ~5-15 min)
 #   make interop-rxe two Linux rxe guests (qemu TCG) run the stock rdma-core/perftest tools
 #                    against each other, captured and checked with xrnic decode (root, ~6 min)
 #   make conformance rdma-core's own test suite (python3-pyverbs, 273 tests) on xrnic in
@@ -69,12 +73,15 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
 	ibverbs-utils perftest rdmacm-utils ucx-utils infiniband-diags python3-pyverbs
 
+# Open MPI and UCX's tools for `make bench-mpi` (benches/mpi/), python3 for its report.
+DEB_MPI := openmpi-bin libopenmpi-dev ucx-utils python3 iproute2 iputils-ping util-linux
+
 DEMO_PCAP ?= target/demo.pcapng
 DEMO_WIRE_PCAP ?= target/demo-wire.pcapng
 FUZZ_SECONDS ?= 300
 FUZZ_TARGETS ?= frame decode_pcap engine gsi_relay
 
-.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe fuzz interop-setup interop-selftest interop-rxe interop interop-offload conformance dcqcn-lab
+.PHONY: help deps verbs-lib demo demo-decode demo-rnic test test-loaded bench-wire bench-transport bench-net bench-rxe bench-mpi fuzz interop-setup interop-selftest interop-rxe interop interop-offload conformance dcqcn-lab
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -227,6 +234,19 @@ bench-rxe: interop-setup verbs-lib
 	sed -n '/^rxe ⟷ xrnic/,$$p' target/bench-rxe.txt | $(RESULTS) bench-rxe \
 		"make bench-rxe BENCH_RXE_ROUNDS=$(BENCH_RXE_ROUNDS) BENCH_RXE_MTU=$(BENCH_RXE_MTU)"
 	$(SUMMARY)
+
+# MPI all-reduce over xrnic and over kernel TCP against the ring's cost model
+# (docs/performance.md "All-reduce"): BENCH_MPI_REPS timed calls per figure (the median is
+# reported). The table goes into docs/results.md, the plot into docs/bench-mpi.svg.
+BENCH_MPI_REPS ?= 5
+bench-mpi: verbs-lib
+	@$(DEPS) $(DEB_BUILD) $(DEB_MPI)
+	@mkdir -p target
+	set -o pipefail; benches/mpi/bench-mpi.sh -o target/bench-mpi -r $(BENCH_MPI_REPS) | \
+		tee target/bench-mpi.txt
+	sed -n '/^ *p  *S  *transport/,$$p' target/bench-mpi.txt | grep -v '^plot:' | \
+		$(RESULTS) bench-mpi "make bench-mpi BENCH_MPI_REPS=$(BENCH_MPI_REPS)"
+	cp target/bench-mpi/allreduce.svg docs/bench-mpi.svg
 
 interop-offload: interop-setup
 	$(CARGO) build --quiet --bin xrnic

@@ -115,6 +115,8 @@ pub(crate) fn attach(x: &XId, ip: IpAddr) -> Result<Arc<Port>, c_int> {
     // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
     let id = unsafe { &mut *x.id_ptr() };
     id.verbs = p.ctx;
+    // cma.c `ucma_get_device`: a bound id carries the device's PD too.
+    id.pd = super::sync::default_pd(p.ctx);
     id.port_num = 1;
     id.route.addr.ib.sgid.raw = gid_of(ip);
     id.route.addr.ib.pkey = 0xffff;
@@ -243,7 +245,9 @@ pub extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
         }
         if x.c().verbs.is_null() {
             // SAFETY: no other reference to the rdma_cm_id of `x` is live while this one is used.
-            unsafe { &mut *x.id_ptr() }.verbs = ports[0].ctx;
+            let id = unsafe { &mut *x.id_ptr() };
+            id.verbs = ports[0].ctx;
+            id.pd = super::sync::default_pd(ports[0].ctx);
         }
         let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
         st.listen = Some(sid);

@@ -296,6 +296,7 @@ pub(crate) fn on_connect_request(p: &Port, listener: u64, c: CmId, req: &xrnic::
     // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
     let ci = unsafe { &mut *cx.id_ptr() };
     ci.verbs = p.ctx;
+    ci.pd = super::sync::default_pd(p.ctx);
     ci.port_num = 1;
     store(&mut ci.route.addr.src, SocketAddr::new(h.dst, lport));
     store(&mut ci.route.addr.dst, h.src);

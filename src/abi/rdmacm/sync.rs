@@ -72,10 +72,12 @@ pub(super) fn release(ch: *mut rdma_event_channel, event: *mut rdma_cm_event) {
     rdma_destroy_event_channel(ch);
 }
 
-/// The default PD of each device context (cma.c `ucma_get_pd`), made on first use.
+/// The default PD of each device context, made on first use: librdmacm's per-device PD
+/// (cma.c `ucma_get_device` allocates it and sets `id->pd` to it whenever an id is bound
+/// to a device; `rdma_create_qp` uses it when given none).
 static PDS: Mutex<Option<HashMap<usize, usize>>> = Mutex::new(None);
 
-fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+pub(super) fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     let mut g = PDS.lock().unwrap_or_else(|e| e.into_inner());
     let m = g.get_or_insert_with(HashMap::new);
     if let Some(&p) = m.get(&(ctx as usize)) {

@@ -173,6 +173,7 @@ pub(super) fn on_request(p: &Port, listener: u64, c: CmId, from: [u8; 16], req: 
     // SAFETY: no other reference to the rdma_cm_id of `cx` is live while this one is used.
     let ci = unsafe { &mut *cx.id_ptr() };
     ci.verbs = p.ctx;
+    ci.pd = super::sync::default_pd(p.ctx);
     ci.port_num = 1;
     ci.qp_type = QPT_UD;
     store(&mut ci.route.addr.src, SocketAddr::new(h.dst, lport));

@@ -66,10 +66,11 @@ DEB_BUILD := gcc g++ make clang llvm libc6-dev m4 libelf-dev zlib1g-dev pkg-conf
 # tshark: tests/tshark.rs compares our decoding with Wireshark's (required under CI=true).
 # iproute2 (ip netns, veth), ping and setpriv: the AF_XDP / XDP / namespace tests (root).
 # libibverbs-dev and librdmacm-dev: the headers tests/c/*.c build against
-# (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs; required under CI=true, the tests ignored
-# without: build.rs). infiniband-diags: ibstat and ibstatus in the device view's test
-# (tests/exec_devview.rs). python3-pyverbs: rdma-core's test suite, which `make conformance`
-# runs (interop/conformance.sh).
+# (tests/verbs_abi_c.rs, tests/rdmacm_failures.rs, src/abi/tests/symbol_versions.rs;
+# required under CI=true, the tests ignored without: build.rs, src/abi/build.rs).
+# infiniband-diags: ibstat and ibstatus in the device view's test (tests/exec_devview.rs).
+# python3-pyverbs: rdma-core's test suite, which `make conformance` runs
+# (interop/conformance.sh).
 DEB_TEST := tshark iproute2 iputils-ping util-linux libibverbs-dev librdmacm-dev \
 	ibverbs-utils perftest rdmacm-utils ucx-utils infiniband-diags python3-pyverbs
 

@@ -29,6 +29,14 @@ const PREREQUISITES: &[Prerequisite] = &[
         needs: &["ib_write_bw"],
     },
     Prerequisite {
+        cfg: "xrnic_no_objdump",
+        needs: &["objdump"],
+    },
+    Prerequisite {
+        cfg: "xrnic_no_libibverbs_dev",
+        needs: &["cc", "/usr/include/infiniband/verbs.h"],
+    },
+    Prerequisite {
         cfg: "xrnic_no_rdmacm_utils",
         needs: &["/usr/bin/rping", "/usr/bin/ucmatose", "/usr/bin/udaddy"],
     },

@@ -1,5 +1,6 @@
-//! Every default-version symbol of rdma-core 44's libibverbs.so.1.14.44 (the list of
-//! libibverbs/libibverbs.map.in that its build exports), bound to its version node.
+//! Every default-version symbol of rdma-core 39 to 56's libibverbs.so.1 (the lists of
+//! libibverbs/libibverbs.map.in their builds export, tests/symbols/), bound to its
+//! version node.
 //!
 //! How: for each symbol a global entry `xrnic_sym_NAME` (one `jmp` to the Rust function:
 //! an alias made with `.set` is undefined in the object when the function lands in another
@@ -164,6 +165,7 @@ export! {
     fn ibv_cmd_create_counters @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_counters;
     fn ibv_cmd_create_cq @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_cq;
     fn ibv_cmd_create_cq_ex @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_cq_ex;
+    fn ibv_cmd_create_cq_ex2 @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_cq_ex2;
     fn ibv_cmd_create_flow @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_flow;
     fn ibv_cmd_create_flow_action_esp @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_flow_action_esp;
     fn ibv_cmd_create_qp @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_create_qp;
@@ -215,6 +217,7 @@ export! {
     fn ibv_cmd_resize_cq @ "IBVERBS_PRIVATE_34" => stubs::ibv_cmd_resize_cq;
     fn ibv_query_gid_type @ "IBVERBS_PRIVATE_34" => device::ibv_query_gid_type;
     fn ibv_read_ibdev_sysfs_file @ "IBVERBS_PRIVATE_34" => stubs::ibv_read_ibdev_sysfs_file;
+    fn ibv_wr_opcode_str @ "IBVERBS_PRIVATE_34" => misc::ibv_wr_opcode_str;
     fn verbs_init_cq @ "IBVERBS_PRIVATE_34" => stubs::verbs_init_cq;
     fn verbs_open_device @ "IBVERBS_PRIVATE_34" => stubs::verbs_open_device;
     fn verbs_register_driver_34 @ "IBVERBS_PRIVATE_34" => misc::verbs_register_driver_34;

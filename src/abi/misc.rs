@@ -101,6 +101,32 @@ pub extern "C" fn ibv_wc_status_str(s: c_int) -> *const c_char {
     pick(&table, s)
 }
 
+/// `enum ibv_wr_opcode` (verbs.h: 11 is `IBV_WR_DRIVER1`, 12 and 13 unused, 14 and 15
+/// `IBV_WR_FLUSH`, `IBV_WR_ATOMIC_WRITE`), named as rdma-core's enum_strs.c names them.
+/// rdma-core exports it at IBVERBS_PRIVATE_34 from v49 on; the unused values give
+/// "unknown" here where rdma-core returns NULL.
+pub extern "C" fn ibv_wr_opcode_str(op: c_int) -> *const c_char {
+    let table = [
+        cstr!("rdma-write"),
+        cstr!("rdma-write-with-imm"),
+        cstr!("send"),
+        cstr!("send-with-imm"),
+        cstr!("rdma-read"),
+        cstr!("atomic-cmp-and-swp"),
+        cstr!("atomic-fetch-and-add"),
+        cstr!("local-inv"),
+        cstr!("bind-mw"),
+        cstr!("send-with-inv"),
+        cstr!("tso"),
+        cstr!("driver1"),
+        core::ptr::null(),
+        core::ptr::null(),
+        cstr!("flush"),
+        cstr!("atomic-write"),
+    ];
+    pick(&table, op)
+}
+
 /// `enum ibv_rate` value, multiple of 2.5 Gb/s, Mb/s (rdma-core libibverbs/verbs.c).
 const RATES: [(c_int, c_int, c_int); 23] = [
     (2, 1, 2500),
@@ -198,6 +224,11 @@ mod tests {
         assert_eq!(s(ibv_wc_status_str, 5), "Work Request Flushed Error");
         assert_eq!(s(ibv_wc_status_str, 99), "unknown");
         assert_eq!(s(ibv_wc_status_str, -1), "unknown");
+        assert_eq!(s(ibv_wr_opcode_str, 0), "rdma-write");
+        assert_eq!(s(ibv_wr_opcode_str, 11), "driver1");
+        assert_eq!(s(ibv_wr_opcode_str, 12), "unknown");
+        assert_eq!(s(ibv_wr_opcode_str, 15), "atomic-write");
+        assert_eq!(s(ibv_wr_opcode_str, 16), "unknown");
         assert_eq!(s(ibv_port_state_str, 4), "active");
         assert_eq!(s(ibv_node_type_str, 0), "unknown");
         assert_eq!(s(ibv_node_type_str, 1), "InfiniBand channel adapter");

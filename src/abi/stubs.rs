@@ -73,6 +73,7 @@ int_stubs!(
     ibv_cmd_create_counters,
     ibv_cmd_create_cq,
     ibv_cmd_create_cq_ex,
+    ibv_cmd_create_cq_ex2,
     ibv_cmd_create_flow,
     ibv_cmd_create_flow_action_esp,
     ibv_cmd_create_qp,

@@ -58,3 +58,53 @@ pub fn have(cmd: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// `name version` of every defined symbol of `lib` at its default version (objdump -T):
+/// node symbols, unversioned (Base) ones and hidden compat versions (`(IBVERBS_1.0)`)
+/// left out.
+pub fn versioned_exports(lib: &Path) -> std::collections::BTreeSet<(String, String)> {
+    let out = Command::new("objdump").arg("-T").arg(lib).output().unwrap();
+    assert!(out.status.success(), "objdump -T {}", lib.display());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(" DF ") || l.contains(" DO "))
+        .filter(|l| !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (name, ver) = (f[f.len() - 1], f[f.len() - 2]);
+            let default = !ver.starts_with('(') && ver != "Base" && name != ver;
+            default.then(|| (name.to_string(), ver.to_string()))
+        })
+        .collect()
+}
+
+/// The rdma-core releases whose symbol lists tests/symbols/ holds: Ubuntu 22.04's,
+/// Debian 12's, Ubuntu 24.04's and Debian 13's.
+pub const RDMA_CORE_VERSIONS: [&str; 4] = ["39.0", "44.0", "50.0", "56.0"];
+
+/// tests/symbols/`lib`-`version`.txt as (symbol, node) pairs: `lib` is "libibverbs" or
+/// "librdmacm". Lines starting with `#` (the source) are skipped; any other line must be
+/// exactly `symbol node`.
+pub fn symbol_list(lib: &str, version: &str) -> std::collections::BTreeSet<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/symbols")
+        .join(format!("{lib}-{version}.txt"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+            [name, node] => (name.to_string(), node.to_string()),
+            _ => panic!("{}: not `symbol node`: {l:?}", path.display()),
+        })
+        .collect()
+}
+
+/// Every (symbol, node) of every listed release of both libraries.
+pub fn all_listed_symbols() -> std::collections::BTreeSet<(String, String)> {
+    RDMA_CORE_VERSIONS
+        .iter()
+        .flat_map(|v| [symbol_list("libibverbs", v), symbol_list("librdmacm", v)])
+        .flatten()
+        .collect()
+}

@@ -149,7 +149,7 @@ impl ExtHeaders {
         }
     }
 
-    fn parse_one(&mut self, e: Ext, b: &[u8]) {
+    pub(super) fn parse_one(&mut self, e: Ext, b: &[u8]) {
         match e {
             Ext::Deth => self.deth = Some(DethRepr::parse(b)),
             Ext::Feth => self.feth = Some(FethRepr::parse(b)),
@@ -229,7 +229,7 @@ impl RoceRepr<'_> {
     }
 }
 
-fn ext_layer(e: Ext) -> Layer {
+pub(super) fn ext_layer(e: Ext) -> Layer {
     match e {
         Ext::Deth => Layer::Deth,
         Ext::Feth => Layer::Feth,

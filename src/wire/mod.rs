@@ -21,6 +21,7 @@ pub mod mad;
 mod opcode;
 mod template;
 mod types;
+mod v1;
 
 pub use addr::{
     Gid, MULTICAST_QPN, gid_is, gid_is_ipv4, gid_is_link_local, gid_is_multicast, ipv4_gid,
@@ -39,3 +40,6 @@ pub use frame::{
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
 pub use template::{BthFields, ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};
+pub use v1::{
+    GRH_LEN, GRH_NEXT_HEADER_BTH, GrhRepr, ROCE_V1_ETHERTYPE, V1Transport, V1View, icrc_v1,
+};

@@ -305,3 +305,55 @@ fn explain_draws_a_v1_conversation_and_says_it_is_v1() {
     assert_eq!(s["roce_v1"], 2);
     assert_eq!(s["round_trips"], 1);
 }
+
+/// Wireshark reads the same GRH fields and the same DC names off the same bytes.
+#[test]
+#[cfg_attr(xrnic_no_tshark, ignore = "needs tshark")]
+fn tshark_reads_the_same_grh_fields_and_dc_names() {
+    require_tshark();
+    let (send, ack) = v2_send_and_ack();
+    let mut dc = send.clone();
+    dc[ETH + GRH + UDP] = 0x44;
+    fix_v2_icrc(&mut dc);
+    let path = pcapng_of("v1-tshark.pcapng", &[to_v1(&send), to_v1(&ack), dc]);
+    let o = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .args(["-T", "fields", "-E", "separator=,"])
+        .args([
+            "-e",
+            "infiniband.grh.tclass",
+            "-e",
+            "infiniband.grh.flowlabel",
+        ])
+        .args(["-e", "infiniband.grh.hoplmt", "-e", "infiniband.grh.sgid"])
+        .args(["-e", "infiniband.bth.opcode", "-e", "infiniband.bth.psn"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let ws = String::from_utf8(o.stdout).unwrap();
+    let ws: Vec<Vec<&str>> = ws.lines().map(|l| l.split(',').collect()).collect();
+    let j = decode_json(&path);
+    for i in 0..2 {
+        let g = &j[i]["grh"];
+        let ours = [
+            g["traffic_class"].to_string(),
+            g["flow_label"].to_string(),
+            g["hop_limit"].to_string(),
+            j[i]["src"].as_str().unwrap().to_string(),
+            j[i]["opcode"].to_string(),
+            j[i]["psn"].to_string(),
+        ];
+        assert_eq!(ws[i][..6], ours, "frame {}", i + 1);
+    }
+    // The one-line summaries: Wireshark's name for opcode 0x44 in the DC class.
+    let o = std::process::Command::new("tshark")
+        .arg("-r")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let summary = String::from_utf8(o.stdout).unwrap();
+    let third = summary.lines().nth(2).unwrap_or_default();
+    assert_eq!(j[2]["opcode_name"], "DC_SEND_ONLY");
+    assert!(third.contains("DC Send Only"), "{summary}");
+}

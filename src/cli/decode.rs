@@ -1,5 +1,5 @@
-//! `xrnic decode FILE`: print the RoCE v2 packets of a pcap or pcapng capture, one line
-//! (or one JSON object) per packet.
+//! `xrnic decode FILE`: print the RoCE packets (v2, and v1 read only) of a pcap or pcapng
+//! capture, one line (or one JSON object) per packet.
 //!
 //! Contract:
 //! - Every frame of the file is looked at. Frames that are not Ethernet, or not UDP to port
@@ -87,7 +87,8 @@ impl std::error::Error for DecodeError {}
 pub struct Summary {
     /// Every frame in the file.
     pub packets: usize,
-    /// Frames that are UDP to port 4791 (malformed ones included).
+    /// Frames that are UDP to port 4791 or RoCE v1 (EtherType 0x8915), malformed ones
+    /// included.
     pub roce: usize,
     /// RoCE packets that parsed but whose ICRC is wrong.
     pub bad_icrc: usize,

@@ -2,7 +2,8 @@
 # Seed the fuzz corpora from the conformance vectors (never committed: corpus/ is ignored).
 #   fuzz/seed.sh [VECTORS_DIR]     default: ../shared/vectors beside the repository
 # corpus/decode_pcap gets every capture file, and a pcapng copy of it; corpus/frame gets every frame of every
-# capture, one file each (named after the capture and the frame number); corpus/engine gets,
+# capture, one file each (named after the capture and the frame number), and RoCE v1 copies
+# of the IPv6 ones (v1-*, in both corpora); corpus/engine gets,
 # per capture of the vectors and of interop/captures, a program for fuzz_targets/engine.rs:
 # four receive buffers posted, then each frame replayed (action 8) with a drain every 8 frames.
 set -euo pipefail
@@ -79,6 +80,19 @@ def pcapng(frs):
         out += block(6, struct.pack("<IIIII", 0, 0, i, len(fr), len(fr)) + fr)
     return out
 
+def to_v1(fr):
+    """The RoCE v1 frame (EtherType 0x8915, GRH + BTH, IBTA vol. 1 annex A16) carrying the
+    transport of an untagged RoCE v2 over IPv6 frame; None for any other frame."""
+    if len(fr) < 14 + 40 + 8 + 12 + 4 or fr[12:14] != b"\x86\xdd" or fr[20] != 17:
+        return None
+    if fr[54 + 2:54 + 4] != (4791).to_bytes(2, "big"):
+        return None
+    transport = fr[62:]
+    grh = bytearray(fr[14:54])
+    grh[4:6] = len(transport).to_bytes(2, "big")
+    grh[6] = 0x1B
+    return fr[:12] + b"\x89\x15" + bytes(grh) + transport
+
 n_files = n_frames = 0
 for root, _, files in os.walk(vectors):
     for name in sorted(files):
@@ -94,6 +108,17 @@ for root, _, files in os.walk(vectors):
         for i, fr in enumerate(frs, 1):
             open(os.path.join(corpus, "frame", f"{stem}-{i:03}"), "wb").write(fr)
             n_frames += 1
+        # RoCE v1 copies of the IPv6 RoCE v2 frames (the vectors hold no v1 frame): the
+        # IPv6 header becomes the GRH (next header 0x1B, PayLen from the BTH to the ICRC),
+        # the UDP header goes, the rest stays (its ICRC then no longer checks).
+        v1 = [to_v1(fr) for fr in frs]
+        v1 = [fr for fr in v1 if fr]
+        for i, fr in enumerate(v1, 1):
+            open(os.path.join(corpus, "frame", f"v1-{stem}-{i:03}"), "wb").write(fr)
+            n_frames += 1
+        if v1:
+            open(os.path.join(corpus, "decode_pcap", f"v1-{stem}.pcapng"), "wb").write(pcapng(v1))
+            n_files += 1
 n_engine = 0
 for d in (vectors, captures):
     for root, _, files in os.walk(d):

@@ -249,9 +249,10 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
     // A frame that is not RoCE at all (UDP port 4792) is skipped.
     let mut other_port = ack.clone();
     other_port[14 + 20 + 2..14 + 20 + 4].copy_from_slice(&4792u16.to_be_bytes());
-    // Unknown opcode (RD is not implemented).
+    // A reserved opcode (IBTA vol. 1 table 35). 0x40, RD's first, is no longer unknown:
+    // it is named as a vendor (DC) opcode, tests/cli_decode_v1.rs.
     let mut rd = ack.clone();
-    rd[14 + 20 + 8] = 0x40;
+    rd[14 + 20 + 8] = 0x1f;
     // TTL changed in flight without fixing the IPv4 header checksum.
     let mut ttl = send.clone();
     ttl[14 + 8] -= 1;
@@ -282,7 +283,7 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
     );
     assert_eq!(p[1]["opcode"], 12);
     assert_eq!(p[1]["dest_qp"], 0x11);
-    assert_eq!(p[2]["error"], "BTH at offset 42: unknown opcode 0x40");
+    assert_eq!(p[2]["error"], "BTH at offset 42: unknown opcode 0x1f");
     assert_eq!(p[2]["opcode_name"], "unknown");
     assert_eq!(p[3]["icrc_ok"], true);
     let err = p[4]["error"].as_str().unwrap();
@@ -301,7 +302,7 @@ fn truncated_and_malformed_roce_frames_get_their_precise_error() {
         ),
         "{out}"
     );
-    assert!(out.contains("unknown(0x40) qp 0x000011"), "{out}");
+    assert!(out.contains("unknown(0x1f) qp 0x000011"), "{out}");
     assert!(out.ends_with("summary: 7 packets, 5 RoCE, 0 bad ICRC, 4 malformed\n"));
     let o = xrnic(&["decode", "--strict", "--json", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));

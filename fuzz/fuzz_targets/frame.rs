@@ -1,13 +1,22 @@
 //! Fuzz target `frame`: any bytes given to `FrameView::parse` either fail with an error or
 //! give a view whose accessors, ICRC check and `repr()` never panic; and the repr re-emits
-//! into a frame that parses, carries a valid ICRC and gives back an equal repr.
+//! into a frame that parses, carries a valid ICRC and gives back an equal repr. The same
+//! bytes read as RoCE v1 (`V1View`, decode only) fail or give a view whose accessors and
+//! transport check never panic.
 #![no_main]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 use libfuzzer_sys::fuzz_target;
-use xrnic::wire::{Ext, FrameRepr, FrameView};
+use xrnic::wire::{Ext, FrameRepr, FrameView, V1View};
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(v1) = V1View::parse(data) {
+        let _ = (v1.grh(), v1.bth().psn(), v1.vlan_tci(), v1.icrc_wire());
+        let _ = v1.icrc_computed();
+        if let Ok(t) = v1.transport() {
+            assert!(t.payload.len() <= v1.after_bth().len());
+        }
+    }
     let Ok(view) = FrameView::parse(data) else {
         return;
     };

@@ -1,5 +1,5 @@
-//! `xrnic decode FILE`: print the RoCE v2 packets of a pcap or pcapng capture, one line
-//! (or one JSON object) per packet.
+//! `xrnic decode FILE`: print the RoCE packets (v2, and v1 read only) of a pcap or pcapng
+//! capture, one line (or one JSON object) per packet.
 //!
 //! Contract:
 //! - Every frame of the file is looked at. Frames that are not Ethernet, or not UDP to port
@@ -12,6 +12,13 @@
 //! - Exit codes (see [`run`]): 0 when the file was read, even if packets were bad; 1 when
 //!   the file cannot be read, or with `--strict` when any RoCE packet had a bad ICRC or was
 //!   malformed; 2 for command-line mistakes (clap's convention).
+//!
+//! - RoCE v1 frames (EtherType 0x8915: GRH + BTH, IBTA vol. 1 annex A16) are decoded
+//!   too, with their GRH and their ICRC checked ([`crate::wire::V1View`]); they are
+//!   decoded only: xrnic's engine carries RoCE v2 and drops them. The summary line says so.
+//! - Opcodes of Mellanox/NVIDIA's Dynamically Connected transport (the opcode class IBTA
+//!   gives RD, [`crate::wire::VendorOp`]) are named, their ICRC checked; the vendor headers
+//!   after the BTH are not decoded. They count as vendor packets, not as malformed ones.
 //!
 //! The ICRC is shown as its four bytes in wire order (as Wireshark's "Invariant CRC"
 //! shows it), not as the CRC register value, which is their little-endian reading (IBTA
@@ -28,8 +35,9 @@ use serde::Serialize;
 
 use crate::io::capture::{self, CaptureError, CapturedFrame};
 use crate::wire::{
-    AethRepr, Bth, Error as WireError, FrameView, IpRepr, NakCode, Opcode, Operation, ROCE_V2_PORT,
-    Syndrome, aeth_credits, rnr_timer_ns,
+    AethRepr, Bth, Error as WireError, ExtHeaders, FrameView, GRH_LEN, GrhRepr, IpRepr, NakCode,
+    NotRoce, Opcode, Operation, ROCE_V1_ETHERTYPE, ROCE_V2_PORT, Syndrome, V1View, VendorOp,
+    aeth_credits, datagram_icrc, ip_offset, rnr_timer_ns,
 };
 
 /// Arguments of `xrnic decode`.
@@ -79,7 +87,8 @@ impl std::error::Error for DecodeError {}
 pub struct Summary {
     /// Every frame in the file.
     pub packets: usize,
-    /// Frames that are UDP to port 4791 (malformed ones included).
+    /// Frames that are UDP to port 4791 or RoCE v1 (EtherType 0x8915), malformed ones
+    /// included.
     pub roce: usize,
     /// RoCE packets that parsed but whose ICRC is wrong.
     pub bad_icrc: usize,
@@ -87,6 +96,10 @@ pub struct Summary {
     pub malformed: usize,
     /// Frames on a link type other than Ethernet (not looked into).
     pub not_ethernet: usize,
+    /// RoCE packets that are RoCE v1 (EtherType 0x8915), malformed ones included.
+    pub roce_v1: usize,
+    /// RoCE packets with a vendor opcode (named, not decoded further).
+    pub vendor: usize,
 }
 
 impl Summary {
@@ -102,6 +115,8 @@ impl Summary {
             Outcome::NotRoce => {}
             Outcome::Roce(p) => {
                 self.roce += 1;
+                self.roce_v1 += usize::from(p.roce_v1);
+                self.vendor += usize::from(p.vendor.is_some());
                 if p.error.is_some() {
                     self.malformed += 1;
                 } else if p.icrc_ok == Some(false) {
@@ -121,6 +136,16 @@ impl fmt::Display for Summary {
         )?;
         if self.not_ethernet > 0 {
             write!(f, ", {} not Ethernet (skipped)", self.not_ethernet)?;
+        }
+        if self.roce_v1 > 0 {
+            write!(
+                f,
+                ", {} RoCE v1 (decoded only: xrnic carries RoCE v2)",
+                self.roce_v1
+            )?;
+        }
+        if self.vendor > 0 {
+            write!(f, ", {} vendor opcode (not decoded further)", self.vendor)?;
         }
         Ok(())
     }
@@ -282,6 +307,17 @@ pub struct FethJson {
     pub placement_type: u8,
 }
 
+/// The GRH of a RoCE v1 packet (IBTA vol. 1 §8.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GrhJson {
+    pub ip_version: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+    pub payload_len: u16,
+    pub next_header: u8,
+    pub hop_limit: u8,
+}
+
 /// One RoCE packet as `--json` prints it (and the text line is made from).
 ///
 /// The BTH fields are `null` only for a malformed packet too short to hold a BTH;
@@ -291,6 +327,15 @@ pub struct FethJson {
 pub struct Packet {
     /// 1-based frame number in the file (as Wireshark numbers frames).
     pub frame: usize,
+    /// RoCE v1 (EtherType 0x8915, GRH): `src` and `dst` are then the GIDs, and `grh` holds
+    /// the rest of the GRH. Decoded only: xrnic carries RoCE v2.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub roce_v1: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grh: Option<GrhJson>,
+    /// Who defines the opcode, when it is a vendor's ([`VendorOp`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<&'static str>,
     /// Capture time, seconds since the Unix epoch.
     pub time: f64,
     /// Captured bytes of the frame.
@@ -360,6 +405,9 @@ impl Packet {
     fn empty(f: &CapturedFrame) -> Packet {
         Packet {
             frame: f.number,
+            roce_v1: false,
+            grh: None,
+            vendor: None,
             time: f.timestamp.as_secs_f64(),
             len: f.data.len(),
             ip_version: None,
@@ -401,7 +449,11 @@ impl Packet {
     fn set_bth(&mut self, bth: &Bth<&[u8]>) {
         let op = bth.opcode();
         self.opcode = Some(op.0);
-        self.opcode_name = Some(op.info().map_or("unknown", |i| i.name));
+        self.opcode_name = Some(match (op.info(), vendor_op(bth)) {
+            (Some(i), _) => i.name,
+            (None, Some(v)) => v.name,
+            (None, None) => "unknown",
+        });
         self.se = Some(bth.solicited());
         self.mig_req = Some(bth.mig_req());
         self.pad = Some(bth.pad_count());
@@ -444,7 +496,14 @@ impl Packet {
         p.dscp = Some(tos >> 2);
         p.ecn = Some(r.ip.ecn());
         p.set_bth(&v.bth());
-        let x = &r.roce.ext;
+        p.set_ext(&r.roce.ext);
+        p.payload_len = Some(v.payload().len());
+        p.set_icrc(v.icrc_wire(), v.icrc_computed());
+        p
+    }
+
+    fn set_ext(&mut self, x: &ExtHeaders) {
+        let p = self;
         p.deth = x.deth.map(|d| DethJson {
             qkey: d.qkey,
             src_qp: d.src_qp.value(),
@@ -468,13 +527,69 @@ impl Packet {
         p.ieth = x.ieth.map(|k| IethJson { rkey: k.0 });
         p.aeth = x.aeth.as_ref().map(AethJson::new);
         p.atomic_ack = x.atomic_ack.map(|d| AtomicAckJson { orig: d.orig });
-        p.payload_len = Some(v.payload().len());
-        let (wire, computed) = (v.icrc_wire(), v.icrc_computed());
-        p.icrc_ok = Some(wire == computed);
-        p.icrc = Some(icrc_hex(wire));
+    }
+
+    fn set_icrc(&mut self, wire: u32, computed: u32) {
+        self.icrc_ok = Some(wire == computed);
+        self.icrc = Some(icrc_hex(wire));
         if wire != computed {
-            p.icrc_computed = Some(icrc_hex(computed));
+            self.icrc_computed = Some(icrc_hex(computed));
         }
+    }
+
+    fn set_grh(&mut self, g: &GrhRepr) {
+        self.src = Some(Ipv6Addr::from(g.sgid).to_string());
+        self.dst = Some(Ipv6Addr::from(g.dgid).to_string());
+        self.grh = Some(GrhJson {
+            ip_version: g.ip_version,
+            traffic_class: g.traffic_class,
+            flow_label: g.flow_label,
+            payload_len: g.payload_len,
+            next_header: g.next_header,
+            hop_limit: g.hop_limit,
+        });
+    }
+
+    /// A RoCE v1 frame (EtherType 0x8915): the GRH and BTH as far as the bytes go, the
+    /// transport headers when [`V1View`] accepts them, the ICRC whenever the packet's
+    /// extent is known (vendor opcodes included).
+    fn from_v1(f: &CapturedFrame) -> Packet {
+        let mut p = Packet::empty(f);
+        p.roce_v1 = true;
+        p.vlan = crate::wire::vlan_tci(&f.data).map(Vlan::from_tci);
+        let grh_off = ip_offset(&f.data);
+        if let Some(g) = f.data.get(grh_off..grh_off + GRH_LEN) {
+            if let Ok(g) = <&[u8; GRH_LEN]>::try_from(g) {
+                p.set_grh(&GrhRepr::parse(g));
+            }
+        }
+        let v = match V1View::parse(&f.data) {
+            Ok(v) => v,
+            Err(e) => {
+                let bth_off = grh_off + GRH_LEN;
+                if let Ok(bth) = Bth::new_checked(f.data.get(bth_off..).unwrap_or(&[]), 0) {
+                    p.set_bth(&bth);
+                }
+                p.error = Some(e.to_string());
+                return p;
+            }
+        };
+        let bth = v.bth();
+        p.set_bth(&bth);
+        match v.transport() {
+            Ok(t) => {
+                p.set_ext(&t.ext);
+                p.payload_len = Some(t.payload.len());
+            }
+            Err(e) => match vendor_op(&bth) {
+                Some(op) => p.vendor = Some(op.vendor),
+                None => {
+                    p.error = Some(e.to_string());
+                    return p;
+                }
+            },
+        }
+        p.set_icrc(v.icrc_wire(), v.icrc_computed());
         p
     }
 
@@ -514,10 +629,23 @@ impl Packet {
         p.vlan = crate::wire::vlan_tci(&f.data).map(Vlan::from_tci);
         if let Ok(bth) = Bth::new_checked(udp.payload(), 0) {
             p.set_bth(&bth);
+            // A vendor opcode the engine does not take: named, its ICRC checked.
+            if let (WireError::UnknownOpcode { .. }, Some(op), Some((wire, computed))) =
+                (err, vendor_op(&bth), datagram_icrc(&f.data))
+            {
+                p.vendor = Some(op.vendor);
+                p.set_icrc(wire, computed);
+                return Some(p);
+            }
         }
         p.error = Some(err.to_string());
         Some(p)
     }
+}
+
+/// The vendor opcode a BTH carries, if any.
+fn vendor_op(bth: &Bth<&[u8]>) -> Option<VendorOp> {
+    bth.opcode().vendor(u8::from(bth.solicited()) << 7)
 }
 
 /// Classify and decode one captured frame.
@@ -527,6 +655,9 @@ pub fn decode_frame(f: &CapturedFrame) -> Outcome {
     }
     match FrameView::parse(&f.data) {
         Ok(v) => Outcome::Roce(Box::new(Packet::from_view(f, &v))),
+        Err(WireError::NotRoce(NotRoce::EtherType(ROCE_V1_ETHERTYPE))) => {
+            Outcome::Roce(Box::new(Packet::from_v1(f)))
+        }
         Err(WireError::NotRoce(_)) => Outcome::NotRoce,
         Err(e) => match Packet::malformed(f, &e) {
             Some(p) => Outcome::Roce(Box::new(p)),
@@ -558,6 +689,9 @@ impl fmt::Display for Packet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = String::with_capacity(160);
         let _ = write!(s, "{:>5}", self.frame);
+        if self.roce_v1 {
+            let _ = write!(s, "  RoCEv1");
+        }
         if let (Some(src), Some(dst)) = (&self.src, &self.dst) {
             let _ = write!(s, "  {} > {}", endpoint(src, self.udp_src_port), dst);
         }
@@ -576,12 +710,22 @@ impl fmt::Display for Packet {
         if let Some(e) = self.ecn.filter(|e| *e != 0) {
             let _ = write!(s, " ecn {}", ecn_name(e));
         }
+        if let Some(g) = self.grh {
+            let _ = write!(
+                s,
+                " GRH tclass {:#04x} flow {:#07x} hop {} paylen {} nxthdr {:#04x}",
+                g.traffic_class, g.flow_label, g.hop_limit, g.payload_len, g.next_header
+            );
+        }
         if let Some(op) = self.opcode {
             let name = self.opcode_name.unwrap_or("unknown");
             let _ = write!(s, "  {name}");
             if Opcode(op).info().is_none() {
                 let _ = write!(s, "({op:#04x})");
             }
+        }
+        if let Some(v) = self.vendor {
+            let _ = write!(s, " [vendor: {v}; headers after the BTH not decoded]");
         }
         if let Some(qp) = self.dest_qp {
             let _ = write!(s, " qp {qp:#08x}");
@@ -835,7 +979,9 @@ mod tests {
                 roce: 2,
                 bad_icrc: 1,
                 malformed: 1,
-                not_ethernet: 1
+                not_ethernet: 1,
+                roce_v1: 0,
+                vendor: 0,
             }
         );
         assert_eq!(

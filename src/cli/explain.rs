@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use super::decode::{Outcome, Packet, decode_frame};
 use crate::wire::mad::{CmMsg, CmaHdr, Mad, MsgRef, rej_reason, service_port, sidr_status};
-use crate::wire::{FrameView, Opcode, Operation, Psn, Segment};
+use crate::wire::{FrameView, Opcode, Operation, Psn, Segment, V1View};
 
 /// Arguments of `xrnic explain`.
 #[derive(Clone, Debug, clap::Args)]
@@ -89,6 +89,9 @@ pub struct Summary {
     pub cm_mads: usize,
     /// CM REJs and SIDR_REPs with a status other than OK.
     pub cm_rejects: usize,
+    /// RoCE v1 packets (EtherType 0x8915) placed in a ladder: decoded only, xrnic
+    /// carries RoCE v2.
+    pub roce_v1: usize,
 }
 
 impl Summary {
@@ -106,6 +109,7 @@ impl Summary {
         self.bad_icrc += o.bad_icrc;
         self.cm_mads += o.cm_mads;
         self.cm_rejects += o.cm_rejects;
+        self.roce_v1 += o.roce_v1;
     }
 }
 
@@ -165,8 +169,11 @@ fn cm_mad(f: &crate::io::capture::CapturedFrame, dest_qp: u32) -> Option<Mad> {
     if dest_qp != 1 {
         return None;
     }
-    let v = FrameView::parse(&f.data).ok()?;
-    Mad::parse(v.payload()).ok()
+    match FrameView::parse(&f.data) {
+        Ok(v) => Mad::parse(v.payload()).ok(),
+        // A RoCE v1 frame carries its MAD after a GRH.
+        Err(_) => Mad::parse(V1View::parse(&f.data).ok()?.transport().ok()?.payload).ok(),
+    }
 }
 
 fn msg_ref(m: MsgRef) -> &'static str {
@@ -522,6 +529,7 @@ impl Walk {
     /// The step of packet `k`, sent by side `d`, counted into the summary.
     fn step(&mut self, k: &Pkt, d: usize) -> Step {
         self.summary.roce_packets += 1;
+        self.summary.roce_v1 += usize::from(k.p.roce_v1);
         self.summary.frame_bytes += k.p.len as u64;
         match &k.cm {
             Some(m) => self.cm_step(k, m, d),
@@ -569,6 +577,9 @@ impl Walk {
         let name = p.opcode_name.unwrap_or("unknown").trim_start_matches("RC_");
         let mut notes = Vec::new();
         self.note_bad_icrc(p, &mut notes);
+        if let Some(v) = p.vendor {
+            notes.push(format!("vendor opcode: {v}"));
+        }
         let inf = info(p);
         if let Some(i) = inf {
             if matches!(i.segment, Segment::First | Segment::Middle) && i.has_payload && plen > 0 {
@@ -924,6 +935,13 @@ pub fn render_text(l: &Ladder) -> String {
             String::new()
         }
     );
+    if m.roce_v1 > 0 {
+        let _ = writeln!(
+            o,
+            "  {} RoCE v1 packets (EtherType 0x8915, GRH + BTH; ends are GIDs): decoded only, xrnic carries RoCE v2",
+            m.roce_v1
+        );
+    }
     o
 }
 

@@ -10,6 +10,8 @@ pub enum Layer {
     Ipv4,
     Ipv6,
     Udp,
+    /// The Global Route Header of a RoCE v1 frame (IBTA vol. 1 §8.3).
+    Grh,
     Bth,
     Deth,
     Feth,
@@ -32,6 +34,7 @@ impl fmt::Display for Layer {
             Layer::Ipv4 => "IPv4",
             Layer::Ipv6 => "IPv6",
             Layer::Udp => "UDP",
+            Layer::Grh => "GRH",
             Layer::Bth => "BTH",
             Layer::Deth => "DETH",
             Layer::Feth => "FETH",

@@ -149,7 +149,7 @@ impl ExtHeaders {
         }
     }
 
-    fn parse_one(&mut self, e: Ext, b: &[u8]) {
+    pub(super) fn parse_one(&mut self, e: Ext, b: &[u8]) {
         match e {
             Ext::Deth => self.deth = Some(DethRepr::parse(b)),
             Ext::Feth => self.feth = Some(FethRepr::parse(b)),
@@ -229,7 +229,7 @@ impl RoceRepr<'_> {
     }
 }
 
-fn ext_layer(e: Ext) -> Layer {
+pub(super) fn ext_layer(e: Ext) -> Layer {
     match e {
         Ext::Deth => Layer::Deth,
         Ext::Feth => Layer::Feth,
@@ -584,6 +584,25 @@ fn be16(b: &[u8], at: usize) -> u16 {
 fn icrc_span<'a>(buf: &'a [u8], ip: &IpLayer) -> &'a [u8] {
     let end = ip.ip_end.saturating_sub(icrc::LEN).max(ip.ip_off);
     &buf[ip.ip_off..end]
+}
+
+/// The ICRC on the wire and the one computed, of a frame whose link, IP and UDP layers
+/// check out as RoCE v2 and that holds at least a BTH and an ICRC, whatever its opcode:
+/// for `xrnic decode` to check a packet [`FrameView::parse`] does not take (a vendor
+/// opcode). The ICRC covers the datagram whatever the transport headers are.
+pub fn datagram_icrc(buf: &[u8]) -> Option<(u32, u32)> {
+    let ip = general_ip(buf).ok()?;
+    let udp_off = ip.ip_off + ip.ip_hdr_len;
+    let port = buf.get(udp_off + 2..udp_off + 4)?;
+    if u16::from_be_bytes([port[0], port[1]]) != ROCE_V2_PORT
+        || ip.ip_end < udp_off + UDP_LEN + BTH_LEN + icrc::LEN
+    {
+        return None;
+    }
+    let w = &buf[ip.ip_end - icrc::LEN..ip.ip_end];
+    let wire = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+    let computed = icrc::compute(ip.ipv6, ip.ip_hdr_len, icrc_span(buf, &ip));
+    Some((wire, computed))
 }
 
 /// Where the IP datagram lies in a frame: what the link and IP checks establish.

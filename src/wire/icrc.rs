@@ -454,6 +454,31 @@ fn fix_any(ipv6: bool, ip_len: usize, pkt: &[u8]) -> u32 {
         .fold(0, |a, f| a ^ f)
 }
 
+/// The masked bytes of a packet that starts with a GRH (RoCE v1): traffic class and flow
+/// label (the version nibble stays), hop limit, and BTH byte 4 right after the 40-byte GRH
+/// (IBTA vol. 1 §7.8.1).
+const GRH_MASKED: [(usize, u8); 6] = [
+    (0, 0x0f),
+    (1, 0xff),
+    (2, 0xff),
+    (3, 0xff),
+    (7, 0xff),
+    (40 + 4, 0xff),
+];
+
+/// The ICRC of a packet that starts at a GRH and ends just before the ICRC (a RoCE v1
+/// packet, `crate::wire::V1View`): the same 8 bytes of ones in front (the LRH, which an IB
+/// packet with a GRH counts as all ones, IBTA vol. 1 §7.8.1), the GRH's variant fields and
+/// BTH byte 4 masked, no UDP header. Decode only, so plainly: one fix per masked byte, then
+/// one hash. Bytes missing from a short `pkt` are not hashed; this never panics.
+pub fn compute_grh(pkt: &[u8]) -> u32 {
+    let fix = GRH_MASKED
+        .iter()
+        .filter_map(|&(i, m)| pkt.get(i).map(|b| fix(i, !b & m)))
+        .fold(0, |a, f| a ^ f);
+    hash_from(SEED ^ fix, pkt)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +506,25 @@ mod tests {
             }
         }
         crc32fast::hash(&m)
+    }
+
+    #[test]
+    fn grh_icrc_is_a_masked_copy_hashed_after_eight_ff_bytes() {
+        let mut pkt: Vec<u8> = (0..96u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        for len in [0usize, 3, 8, 44, 45, 52, 96] {
+            let p = &pkt[..len];
+            let mut m = vec![0xffu8; 8];
+            m.extend_from_slice(p);
+            for &(i, mask) in &GRH_MASKED {
+                if i < len {
+                    m[8 + i] |= mask;
+                }
+            }
+            assert_eq!(compute_grh(p), crc32fast::hash(&m), "len {len}");
+        }
+        // A GRH is laid out like an IPv6 header: with no UDP header, the masks are IPv6's.
+        pkt[6] = 0x1b;
+        assert_eq!(GRH_MASKED[..5], V6_MASKED[..5]);
     }
 
     /// `a · b mod P`, one bit at a time (the register-order definition [`mul`] must meet).

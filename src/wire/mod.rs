@@ -21,6 +21,8 @@ pub mod mad;
 mod opcode;
 mod template;
 mod types;
+mod v1;
+mod vendor;
 
 pub use addr::{
     Gid, MULTICAST_QPN, gid_is, gid_is_ipv4, gid_is_link_local, gid_is_multicast, ipv4_gid,
@@ -35,7 +37,12 @@ pub use ext::{
 };
 pub use frame::{
     EthRepr, ExtHeaders, FrameRepr, FrameView, IpRepr, ROCE_V2_PORT, RoceRepr, UdpRepr,
+    datagram_icrc,
 };
 pub use opcode::{Ext, ExtSet, OpInfo, Opcode, Operation, ROWS as OPCODE_ROWS, Segment, Service};
 pub use template::{BthFields, ExtWriter, FrameTemplate};
 pub use types::{Lkey, Msn, PKey, Psn, Qpn, Rkey};
+pub use v1::{
+    GRH_LEN, GRH_NEXT_HEADER_BTH, GrhRepr, ROCE_V1_ETHERTYPE, V1Transport, V1View, icrc_v1,
+};
+pub use vendor::{DC_VENDOR, VendorOp};

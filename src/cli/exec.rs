@@ -2,7 +2,8 @@
 //! program on xrnic. The program's dynamic loader finds xrnic's `libibverbs.so.1` (the
 //! C-ABI library, src/abi, docs/verbs-abi.md) first through `LD_LIBRARY_PATH`, and the
 //! library lists `xrnic_IF` for each `--netdev` (`XRNIC_NETDEV`); then this process
-//! becomes the program (exec), so its exit status is the program's.
+//! becomes the program (exec), so its exit status is the program's (or, when it started
+//! device services, runs it as a child and exits with its status: below).
 //!
 //! Where the library is: `--lib DIR` (a directory holding `libibverbs.so.1`), else
 //! `xrnic-verbs/` beside this binary, which holds a `libibverbs.so.1` link to the

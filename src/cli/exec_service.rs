@@ -15,8 +15,7 @@
 //! for the service to go, so that the interface is free when `xrnic exec` returns (a
 //! following `xrnic up` or `xrnic exec --in-process` finds it unused).
 
-use std::io::PipeWriter;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -26,7 +25,7 @@ use std::time::Duration;
 /// lifeline (closed when dropped).
 pub struct Started {
     pids: Vec<(String, u32)>,
-    _lifeline: PipeWriter,
+    _lifeline: OwnedFd,
 }
 
 /// How long, after the program exited, `xrnic exec` waits for the services it started to
@@ -49,7 +48,8 @@ pub fn start(netdevs: &[String]) -> Option<Started> {
         return None;
     }
     let exe = std::env::current_exe().ok()?;
-    let (reader, writer) = match std::io::pipe() {
+    // Both ends close on exec: the read end passes only to `xrnic up` (below).
+    let (reader, writer) = match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("xrnic exec: no pipe for the device service: {e}");

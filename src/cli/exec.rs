@@ -21,7 +21,7 @@
 //! stderr says so and the program runs without the view.
 //!
 //! Several processes (src/cli/exec_service.rs): as root, before the view, a device
-//! service is started for each listed interface that has none, and the program then runs
+//! service is started for each interface named (`--netdev`, `XRNIC_NETDEV`) that has none, and the program then runs
 //! as this process's child instead of replacing it, so that the services stop after it
 //! (once their last client has gone); `--in-process` starts none, and the program's
 //! library opens each device in its own process.
@@ -46,8 +46,8 @@ pub struct ExecArgs {
     pub no_view: bool,
     /// Start no device service: the program's library opens each device in its own
     /// process (the fastest path; one process per interface). Without it, root starts a
-    /// service for each interface that has none, shared by every process, stopped when
-    /// the program has exited and its last client gone.
+    /// service for each interface named (--netdev, XRNIC_NETDEV) that has none, shared by
+    /// every process, stopped when the program has exited and its last client gone.
     #[arg(long)]
     pub in_process: bool,
     /// The program and its arguments (after `--`).
@@ -125,8 +125,12 @@ pub fn run(args: &ExecArgs) -> ExitCode {
     };
     let (prog, rest) = args.command.split_first().expect("clap requires a command");
     let netdevs = listed(&args.netdev);
-    // Before the view: the service sees the system's mounts, not the program's.
-    let started = if args.in_process {
+    // Services only for interfaces named (--netdev, XRNIC_NETDEV): the default list is
+    // every up Ethernet interface, and a service on each would put xrnic's XDP program on
+    // interfaces the program may never open. Before the view: the service sees the
+    // system's mounts, not the program's.
+    let named = !args.netdev.is_empty() || std::env::var_os("XRNIC_NETDEV").is_some();
+    let started = if args.in_process || !named {
         None
     } else {
         exec_service::start(&netdevs)

@@ -1,5 +1,5 @@
-//! `xrnic exec` as root on interfaces no device service serves: it starts one for each
-//! (`xrnic up IF`, src/cli/service.rs), so that every process the program starts, and
+//! `xrnic exec` as root on interfaces it was named (`--netdev`, `XRNIC_NETDEV`) that no
+//! device service serves: it starts one for each (`xrnic up IF`, src/cli/service.rs), so that every process the program starts, and
 //! any other, shares the one device (docs/verbs-abi.md "Several processes"); it runs the
 //! program as its child, and when the program exits, the services it started stop once
 //! their last client has gone. `--in-process` starts none: the library then opens the

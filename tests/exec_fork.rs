@@ -9,6 +9,10 @@
 //! EBUSY. Either way the parent's receive posted before the fork is still pending after
 //! the child exited, and the parent's QPs work on.
 //!
+//! tests/c/rdmacm_fork.c: rdma_cm across fork(), as rdma-core's rdma_cm tests run it (the
+//! CM used before the fork; the child listens and accepts, the parent connects and
+//! sends), through the service one `xrnic exec` starts.
+//!
 //! Root tests (`#[ignore = "needs root"]`, docs/testing.md); the library must be built
 //! (`cargo build --workspace`).
 
@@ -20,8 +24,9 @@ use std::process::Command;
 use common::{require_c_headers, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// tests/c/verbs_fork.c built into a fresh directory: (the directory, the program).
-fn build() -> (PathBuf, PathBuf) {
+/// tests/c/NAME.c built into a fresh directory, linked with `libs`: (the directory, the
+/// program).
+fn build(name: &str, libs: &[&str]) -> (PathBuf, PathBuf) {
     require_c_headers("/usr/include/infiniband/verbs.h", "libibverbs-dev");
     let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
@@ -31,16 +36,16 @@ fn build() -> (PathBuf, PathBuf) {
     );
     static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("xrnic-verbs-fork-{}-{n}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("verbs_fork");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_fork.c");
+    let exe = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let o = Command::new("cc")
         .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-libverbs")
+        .args(libs)
         .output()
         .unwrap();
     assert!(o.status.success(), "cc: {}", text(&o));
@@ -50,7 +55,7 @@ fn build() -> (PathBuf, PathBuf) {
 /// The program under one `xrnic exec` (`--in-process` when `mode` is "in-process") on
 /// A's interface; checks its output: `lines` among the PASS lines, the two summaries.
 fn run(mode: &str, lines: &[&str], child_checks: u32) {
-    let (dir, exe) = build();
+    let (dir, exe) = build("verbs_fork", &["-libverbs"]);
     let pair = VethPair::new(1500).expect("veth pair (root)");
     let e = pair.end(Side::A);
     let mut c = Command::new("ip");
@@ -125,4 +130,41 @@ fn a_fork_child_in_process_gets_ebusy_and_leaves_the_parent_alone() {
         &["PASS: child: ibv_open_device while the parent holds the interface in process: EBUSY"],
         13,
     );
+}
+
+/// tests/c/rdmacm_fork.c under one `xrnic exec`. Fails on a library whose child reuses
+/// its parent's CM port (the connection is rejected: nobody listens on the parent's).
+#[test]
+#[cfg_attr(not(xrnic_no_librdmacm_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_librdmacm_dev, ignore = "needs root and librdmacm-dev")]
+fn rdma_cm_across_fork_child_listens_parent_connects() {
+    require_c_headers("/usr/include/rdma/rdma_cma.h", "librdmacm-dev");
+    let (dir, exe) = build("rdmacm_fork", &["-lrdmacm", "-libverbs"]);
+    let pair = VethPair::new(1500).expect("veth pair (root)");
+    let e = pair.end(Side::A);
+    let o = Command::new("ip")
+        .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
+        .args(["exec", "--netdev", &e.ifname, "--"])
+        .arg(&exe)
+        .arg(e.ipv4.to_string())
+        .arg("7480")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let t = text(&o);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{t}");
+    assert!(!s.contains("FAIL:"), "{t}");
+    assert!(s.contains("6 passed, 0 failed"), "the child's summary: {t}");
+    assert!(
+        s.trim_end().ends_with("7 passed, 0 failed"),
+        "the parent's summary, last: {t}"
+    );
+    for line in [
+        "PASS: child: the parent's SEND arrived",
+        "PASS: connected to the child: RDMA_CM_EVENT_ESTABLISHED",
+        "PASS: child: RDMA_CM_EVENT_DISCONNECTED",
+    ] {
+        assert!(s.contains(line), "{line}: {t}");
+    }
 }

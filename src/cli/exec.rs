@@ -21,10 +21,10 @@
 //! stderr says so and the program runs without the view.
 //!
 //! Several processes (src/cli/exec_service.rs): as root, before the view, a device
-//! service is started for each interface named (`--netdev`, `XRNIC_NETDEV`) that has none, and the program then runs
-//! as this process's child instead of replacing it, so that the services stop after it
-//! (once their last client has gone); `--in-process` starts none, and the program's
-//! library opens each device in its own process.
+//! service is started for each interface named (`--netdev`, `XRNIC_NETDEV`) that has
+//! none, and the program then runs as this process's child instead of replacing it, so
+//! that the services stop after it (once their last client has gone); `--in-process`
+//! starts none, and the program's library opens each device in its own process.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};

@@ -127,7 +127,10 @@ pub(crate) mod live {
             // is unloaded.
             let r = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
             if r != 0 {
-                eprintln!("xrnic: pthread_atfork failed ({r}): a fork child would see its parent's objects");
+                eprintln!(
+                    "xrnic: pthread_atfork failed ({r}): a fork child would see its \
+                     parent's objects"
+                );
             }
         });
         GENERATION.load(Ordering::Relaxed)

@@ -1,8 +1,8 @@
 //! `xrnic exec` as root on interfaces it was named (`--netdev`, `XRNIC_NETDEV`) that no
-//! device service serves: it starts one for each (`xrnic up IF`, src/cli/service.rs), so that every process the program starts, and
-//! any other, shares the one device (docs/verbs-abi.md "Several processes"); it runs the
-//! program as its child, and when the program exits, the services it started stop once
-//! their last client has gone. `--in-process` starts none: the library then opens the
+//! device service serves: it starts one for each (`xrnic up IF`, src/cli/service.rs), so
+//! that every process the program starts, and any other, shares the one device
+//! (docs/verbs-abi.md "Several processes"); it runs the program as its child, and when
+//! the program exits, the services it started stop once their last client has gone. `--in-process` starts none: the library then opens the
 //! device in the program's own process (one process per interface, the fastest path).
 //!
 //! How a started service learns that the program exited: a pipe (the lifeline). Each

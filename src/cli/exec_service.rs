@@ -2,8 +2,9 @@
 //! device service serves: it starts one for each (`xrnic up IF`, src/cli/service.rs), so
 //! that every process the program starts, and any other, shares the one device
 //! (docs/verbs-abi.md "Several processes"); it runs the program as its child, and when
-//! the program exits, the services it started stop once their last client has gone. `--in-process` starts none: the library then opens the
-//! device in the program's own process (one process per interface, the fastest path).
+//! the program exits, the services it started stop once their last client has gone.
+//! `--in-process` starts none: the library then opens the device in the program's own
+//! process (one process per interface, the fastest path).
 //!
 //! How a started service learns that the program exited: a pipe (the lifeline). Each
 //! service holds its read end (`xrnic up --lifeline-fd`) and this process the only write

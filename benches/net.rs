@@ -687,7 +687,7 @@ fn stock_perftest(pair: &VethPair, args: &[&str], col: usize) -> Result<Option<f
         let e = pair.end(side);
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &e.netns, "timeout", "300", xrnic, "exec"])
-            .args(["--netdev", &e.ifname, "--", &tool])
+            .args(["--in-process", "--netdev", &e.ifname, "--", &tool])
             .args(&args[1..]);
         c
     };

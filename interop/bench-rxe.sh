@@ -162,7 +162,7 @@ run_guests() {
 					cmd="/usr/bin/$tool -d rxe0 -x \$XR_GID4"
 				else
 					# xrnic's GID 1 is the IPv4-mapped one.
-					cmd="env XRNIC_FINAL_STAT_DIR=/tmp/st xrnic exec --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
+					cmd="env XRNIC_FINAL_STAT_DIR=/tmp/st xrnic exec --in-process --lib /usr/lib/xrnic --netdev eth0 -- /usr/bin/$tool -d xrnic_eth0 -x 1"
 				fi
 				cmd+=" -F -p $port $opts"
 				case $tool in *_bw) cmd+=" --report_gbits" ;; esac

@@ -78,7 +78,7 @@ XR_PERF='xrnic perf --netdev eth0'
 # Stock tools on xrnic: its libibverbs.so.1 / librdmacm.so.1 go in /usr/lib/xrnic-verbs;
 # the tools are given -d xrnic_eth0, a device only xrnic's library lists (so they cannot
 # end up on the guest's own rxe0).
-XR_EXEC='xrnic exec --netdev eth0 --lib /usr/lib/xrnic-verbs --'
+XR_EXEC='xrnic exec --in-process --netdev eth0 --lib /usr/lib/xrnic-verbs --'
 # shellcheck disable=SC2016
 XRNIC_SCENARIOS=(
 	# xrnic (A, server) to xrnic (B, client).

@@ -358,13 +358,13 @@ write_guest() {
 run_xrnic() {
 	local ns=$1 base=$2
 	shift 2
-	echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --netdev eth0 -- $*" >"$base.err"
+	echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --in-process --netdev eth0 -- $*" >"$base.err"
 	# The device's counters as it closed (the library's XRNIC_FINAL_STAT_DIR), for a
 	# failed run's post-mortem: LOGBASE.stat/eth0.PID.json, `xrnic stat` prints them.
 	mkdir -p "$base.stat"
 	chmod 777 "$base.stat"
 	ip netns exec "$ns" env XRNIC_FINAL_STAT_DIR="$base.stat" timeout -k 5 "$XRNIC_TIMEOUT" \
-		"${XPRE[@]}" "$XRNIC" exec --netdev eth0 -- "$@" >"$base.out" 2>>"$base.err"
+		"${XPRE[@]}" "$XRNIC" exec --in-process --netdev eth0 -- "$@" >"$base.out" 2>>"$base.err"
 }
 
 # What runs before `xrnic exec`: nothing, or (rows through the service) setpriv to nobody.
@@ -508,9 +508,9 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 		# Started directly (no subshell around it), so that $! is the process chain
 		# ip -> timeout -> the tool and a kill reaches the tool: a server left running
 		# would keep eth0's XDP program and fail the next scenarios.
-		echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --netdev eth0 -- ${xargv[*]}" >"$dir/xrnic.err"
+		echo "+ ${XPRE[*]}${XPRE[*]:+ }xrnic exec --in-process --netdev eth0 -- ${xargv[*]}" >"$dir/xrnic.err"
 		ip netns exec "$H_NS" timeout -k 5 "$XRNIC_TIMEOUT" "${XPRE[@]}" \
-			"$XRNIC" exec --netdev eth0 -- "${xargv[@]}" >"$dir/xrnic.out" 2>>"$dir/xrnic.err" &
+			"$XRNIC" exec --in-process --netdev eth0 -- "${xargv[@]}" >"$dir/xrnic.out" 2>>"$dir/xrnic.err" &
 		xpid=$!
 		xri_on_exit xri_kill_pid "$xpid"
 		while ! grep -aq '^XR-RESULT ' "${XRI_GUEST_LOG[A]}" && kill -0 "$xpid" 2>/dev/null &&

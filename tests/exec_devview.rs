@@ -88,6 +88,7 @@ fn view_run(netns: &str, ifname: &str, nobody: bool) -> Output {
         "120",
         xrnic_bin(),
         "exec",
+        "--in-process",
         "--netdev",
         ifname,
         "--",

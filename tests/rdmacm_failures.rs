@@ -57,7 +57,7 @@ fn exec(pair: &VethPair, side: Side, exe: &Path, args: &[&str]) -> Command {
     let e = pair.end(side);
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &e.netns, "timeout", "150", xrnic_bin()])
-        .args(["exec", "--netdev", &e.ifname, "--"])
+        .args(["exec", "--in-process", "--netdev", &e.ifname, "--"])
         .arg(exe)
         .args(args);
     c

@@ -64,7 +64,14 @@ fn the_wire_peer_of_a_killed_client_ends_with_retry_exceeded() {
     let b = s.pair.end(Side::B);
     let mut peer = Command::new("ip");
     peer.args(["netns", "exec", &b.netns, "timeout", "120", xrnic_bin()])
-        .args(["exec", "--netdev", &b.ifname, "--", "/usr/bin/ib_write_bw"])
+        .args([
+            "exec",
+            "--in-process",
+            "--netdev",
+            &b.ifname,
+            "--",
+            "/usr/bin/ib_write_bw",
+        ])
         .args(["-x", "1", "-n", "5000000", "-s", "4096", "-p"])
         .arg(port.to_string())
         .arg(&a_ip)

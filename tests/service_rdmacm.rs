@@ -216,7 +216,7 @@ fn stock_rping_across_the_pair_server_through_the_service() {
 fn in_process(end: &xrnic_netns::End) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &end.netns, "timeout", "60", xrnic_bin()])
-        .args(["exec", "--netdev", &end.ifname, "--"]);
+        .args(["exec", "--in-process", "--netdev", &end.ifname, "--"]);
     c
 }
 

@@ -45,7 +45,14 @@ fn ucx(
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &pair.end(side).netns])
         .args(["timeout", "90"])
-        .args([xrnic_bin(), "exec", "--netdev", ifname, "--"])
+        .args([
+            xrnic_bin(),
+            "exec",
+            "--in-process",
+            "--netdev",
+            ifname,
+            "--",
+        ])
         .arg(PERFTEST)
         .args(args)
         .env("UCX_TLS", format!("{tls},self"))

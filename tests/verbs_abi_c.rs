@@ -44,7 +44,7 @@ fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid
     let e = pair.end(side);
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
-        .args(["exec", "--netdev", &e.ifname, "--"])
+        .args(["exec", "--in-process", "--netdev", &e.ifname, "--"])
         .arg(exe)
         .arg(format!("xrnic_{}", e.ifname))
         .arg(gid)
@@ -160,7 +160,7 @@ fn final_snapshot_of_a_leaky_program(mode: &str, checks: usize) {
     std::fs::create_dir_all(&stats).unwrap();
     let o = Command::new("ip")
         .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
-        .args(["exec", "--netdev", &e.ifname, "--"])
+        .args(["exec", "--in-process", "--netdev", &e.ifname, "--"])
         .arg(&exe)
         .arg(format!("xrnic_{}", e.ifname))
         .arg("1")
@@ -293,7 +293,7 @@ fn the_c_device_fatal_program_sees_the_event_the_flushes_and_eio() {
     let e = pair.end(Side::A);
     let mut child = Command::new("ip")
         .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
-        .args(["exec", "--netdev", &e.ifname, "--"])
+        .args(["exec", "--in-process", "--netdev", &e.ifname, "--"])
         .arg(&exe)
         .arg(format!("xrnic_{}", e.ifname))
         .arg("1")
@@ -456,7 +456,7 @@ fn multi_open(service: bool) {
     let e = pair.end(Side::A);
     let o = Command::new("ip")
         .args(["netns", "exec", &e.netns, "timeout", "120", xrnic_bin()])
-        .args(["exec", "--netdev", &e.ifname, "--"])
+        .args(["exec", "--in-process", "--netdev", &e.ifname, "--"])
         .arg(&exe)
         .arg(format!("xrnic_{}", e.ifname))
         .arg("1")

@@ -28,6 +28,7 @@ fn exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
         &pair.end(side).netns,
         xrnic_bin(),
         "exec",
+        "--in-process",
         "--netdev",
     ])
     .arg(&pair.end(side).ifname)

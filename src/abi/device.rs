@@ -282,6 +282,12 @@ fn new_context(xdev: &'static XDevice, d: xv::Device) -> Option<(usize, std::syn
 /// lets the device go.
 pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard(libc::EIO, || {
+        // A context this fork child inherited: the child lets go of its copy and
+        // nothing else; the parent's context, objects and device are untouched (rdma-core:
+        // the child's close drops its own descriptor of the shared uverbs file).
+        if crate::context::forget_inherited(ctx) {
+            return 0;
+        }
         // librdmacm's own context (rdmacm_port.rs) stays open: the CM's QP1 and the ids
         // use it, and the program does not own it (with rdma-core the program never
         // closes `rdma_cm_id.verbs` either; librdmacm does, when it unloads).

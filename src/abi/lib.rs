@@ -84,9 +84,14 @@ pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
 
 /// Live objects handed to C, by address and kind, so that a destroy or a control verb
 /// refuses a pointer that is not (or no longer) one of ours instead of freeing it twice.
+///
+/// The table is this process's: a child of `fork()` starts with an empty one
+/// ([`generation`]), so every object it inherited is "not one of ours" there (EINVAL),
+/// and nothing the child does reaches its parent's objects (docs/verbs-abi.md "fork").
 pub(crate) mod live {
     use std::collections::HashMap;
     use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Kind {
@@ -99,27 +104,63 @@ pub(crate) mod live {
         Srq,
     }
 
-    static LIVE: Mutex<Option<HashMap<usize, Kind>>> = Mutex::new(None);
+    /// How many `fork()`s lie between the first process that loaded this library and
+    /// this one: 0 in it, one more in each child (the `pthread_atfork` child handler).
+    static GENERATION: AtomicU32 = AtomicU32::new(0);
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+
+    /// pthread_atfork(3)'s child handler: runs in the child, its only thread, right after
+    /// fork(); an atomic increment is all it does (async-signal-safe).
+    extern "C" fn forked_child() {
+        GENERATION.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// This process's generation: the tables (this one, the open contexts, the open
+    /// devices, librdmacm's ports) hold entries tagged with the generation that made
+    /// them, and a process uses only its own. The handler is registered on the first
+    /// call, before any object exists, so before any fork that could inherit one.
+    pub fn generation() -> u32 {
+        AT_FORK.call_once(|| {
+            // SAFETY: registers a child handler of this library that takes no argument
+            // and touches only an atomic. glibc's pthread_atfork (libc_nonshared.a)
+            // passes this object's __dso_handle, so the handler goes when the library
+            // is unloaded.
+            let r = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+            if r != 0 {
+                eprintln!(
+                    "xrnic: pthread_atfork failed ({r}): a fork child would see its \
+                     parent's objects"
+                );
+            }
+        });
+        GENERATION.load(Ordering::Relaxed)
+    }
+
+    static LIVE: Mutex<Option<(u32, HashMap<usize, Kind>)>> = Mutex::new(None);
+
+    /// The table of this process: an inherited one is emptied (its objects are the
+    /// parent's; their memory here is a copy nobody frees).
+    fn table(t: &mut Option<(u32, HashMap<usize, Kind>)>) -> &mut HashMap<usize, Kind> {
+        let g = generation();
+        if t.as_ref().is_some_and(|(tg, _)| *tg != g) {
+            *t = None;
+        }
+        &mut t.get_or_insert_with(|| (g, HashMap::new())).1
+    }
 
     pub fn add<T>(p: *const T, k: Kind) {
-        LIVE.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(p as usize, k);
+        table(&mut LIVE.lock().unwrap_or_else(|e| e.into_inner())).insert(p as usize, k);
     }
 
     pub fn is<T>(p: *const T, k: Kind) -> bool {
-        LIVE.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|m| m.get(&(p as usize)) == Some(&k))
+        table(&mut LIVE.lock().unwrap_or_else(|e| e.into_inner())).get(&(p as usize)) == Some(&k)
     }
 
     /// The first live `k` for which `f` holds (the table stays locked meanwhile, so the
     /// object cannot be removed and freed under `f`).
     pub fn find(k: Kind, mut f: impl FnMut(usize) -> bool) -> Option<usize> {
-        let g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-        g.as_ref()?
+        let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        table(&mut g)
             .iter()
             .find(|&(&p, &kind)| kind == k && f(p))
             .map(|(&p, _)| p)
@@ -127,11 +168,9 @@ pub(crate) mod live {
 
     /// The live objects of kind `k` made in context `ctx` (`ibv_context *` as usize).
     pub fn of_context<C>(k: Kind, ctx: *mut C) -> Vec<usize> {
-        let g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(m) = g.as_ref() else {
-            return Vec::new();
-        };
-        m.iter()
+        let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+        table(&mut g)
+            .iter()
             .filter(|&(_, &kind)| kind == k)
             .map(|(&p, _)| p)
             .filter(|&p| {
@@ -148,12 +187,12 @@ pub(crate) mod live {
     /// Remove `p` if it is a live `k`; false otherwise.
     pub fn remove<T>(p: *const T, k: Kind) -> bool {
         let mut g = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_mut() {
-            Some(m) if m.get(&(p as usize)) == Some(&k) => {
-                m.remove(&(p as usize));
-                true
-            }
-            _ => false,
+        let m = table(&mut g);
+        if m.get(&(p as usize)) == Some(&k) {
+            m.remove(&(p as usize));
+            true
+        } else {
+            false
         }
     }
 }

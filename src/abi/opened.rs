@@ -45,14 +45,20 @@ pub type Contexts = Arc<Mutex<Vec<(usize, Arc<Notify>)>>>;
 
 /// One device the program has open.
 pub struct Opened {
+    /// The process generation that opened it (`crate::live::generation`): a fork child
+    /// never uses its parent's device, whose driver thread, socket and service
+    /// connection are the parent's (docs/verbs-abi.md "fork"); it opens its own.
+    pub generation: u32,
     pub ifname: String,
     pub dev: xv::Device,
     pub ctxs: Contexts,
 }
 
-/// The devices open now, at most one live (not fatal) per interface. A device that went
-/// fatal (its interface deleted) stays listed until its last context closes; a new open
-/// of the interface then opens a fresh device.
+/// The devices open now, at most one live (not fatal) per interface and process
+/// generation. A device that went fatal (its interface deleted) stays listed until its
+/// last context closes; a new open of the interface then opens a fresh device. In a fork
+/// child the parent's entries stay listed, never used and never dropped: dropping one
+/// would join a driver thread that does not exist in the child.
 static OPENED: Mutex<Vec<Opened>> = Mutex::new(Vec::new());
 
 /// The device's completion hook: every context's armed CQs, then the engine's async
@@ -76,9 +82,10 @@ pub fn add_context(
     make_ctx: impl FnOnce(xv::Device) -> Option<(usize, Arc<Notify>)>,
 ) -> xv::Result<Option<usize>> {
     let mut g = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let generation = crate::live::generation();
     let found = g
         .iter()
-        .position(|o| o.ifname == ifname && !o.dev.is_fatal());
+        .position(|o| o.generation == generation && o.ifname == ifname && !o.dev.is_fatal());
     let i = match found {
         Some(i) => i,
         None => {
@@ -87,6 +94,7 @@ pub fn add_context(
             let (d, c) = (dev.clone(), ctxs.clone());
             dev.set_completion_hook(Some(Arc::new(move || run_hook(&d, &c))))?;
             g.push(Opened {
+                generation,
                 ifname: ifname.to_string(),
                 dev,
                 ctxs,
@@ -115,12 +123,14 @@ pub fn add_context(
 /// removed (it held a handle of the device).
 pub fn remove_context(ctx: usize) -> bool {
     let mut g = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let generation = crate::live::generation();
     let Some(i) = g.iter().position(|o| {
-        o.ctxs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .any(|&(c, _)| c == ctx)
+        o.generation == generation
+            && o.ctxs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|&(c, _)| c == ctx)
     }) else {
         // Not listed (not expected): nothing to let go.
         return false;

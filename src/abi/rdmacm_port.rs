@@ -40,6 +40,10 @@ pub struct Upcalls {
 }
 
 pub struct Port {
+    /// The process generation that opened it (`crate::live::generation`): a fork child
+    /// opens ports of its own; its parent's (their thread is not in the child) stay
+    /// listed, unused and never dropped.
+    generation: u32,
     pub ifname: String,
     up: &'static Upcalls,
     /// The context the program sees as `rdma_cm_id.verbs`: never closed.
@@ -80,15 +84,26 @@ unsafe impl Sync for Port {}
 
 static PORTS: Mutex<Vec<Arc<Port>>> = Mutex::new(Vec::new());
 
-/// Every port opened so far.
+/// Every port this process opened so far.
 pub fn ports() -> Vec<Arc<Port>> {
-    PORTS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    let generation = crate::live::generation();
+    PORTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|p| p.generation == generation)
+        .cloned()
+        .collect()
 }
 
 /// The port of `ifname`, opening the device and starting its CM on first use.
 pub fn port(ifname: &str, up: &'static Upcalls) -> Result<Arc<Port>, i32> {
     let mut g = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = g.iter().find(|p| p.ifname == ifname) {
+    let generation = crate::live::generation();
+    if let Some(p) = g
+        .iter()
+        .find(|p| p.generation == generation && p.ifname == ifname)
+    {
         return Ok(p.clone());
     }
     // The CM's own context, as librdmacm opens one per device (cma.c
@@ -106,7 +121,6 @@ pub fn port(ifname: &str, up: &'static Upcalls) -> Result<Arc<Port>, i32> {
     // Kept open: the program's ibv_close_device of `rdma_cm_id.verbs` leaves it.
     crate::context::keep(ctx);
     AT_EXIT.call_once(|| {
-        OWNER.store(std::process::id(), Ordering::Relaxed);
         // SAFETY: registers a function of this library that takes no argument and
         // returns nothing; glibc ties it to this object (__cxa_atexit with its
         // __dso_handle), so it runs at exit or at the library's unloading, never after.
@@ -125,11 +139,6 @@ pub fn port(ifname: &str, up: &'static Upcalls) -> Result<Arc<Port>, i32> {
 /// Registers [`disconnect_all_at_exit`] once, when the first port opens.
 static AT_EXIT: std::sync::Once = std::sync::Once::new();
 
-/// The process that registered the handler: a child forked from it runs the handler at
-/// its own exit too, and must leave its parent's connections alone (the kernel's ucma
-/// file is shared by the two and released only with its last holder).
-static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
 /// How long the exit handler waits for a lock another thread holds, and for its MADs to
 /// leave the device.
 const EXIT_PATIENCE: Duration = Duration::from_millis(100);
@@ -144,11 +153,16 @@ const EXIT_PATIENCE: Duration = Duration::from_millis(100);
 /// Every wait is bounded; not run for `_exit()` or a fatal signal.
 extern "C" fn disconnect_all_at_exit() {
     crate::guard((), || {
-        if OWNER.load(Ordering::Relaxed) != std::process::id() {
-            return;
-        }
-        let Some(ports) = xrnic::driver::try_lock_for(&PORTS, EXIT_PATIENCE).map(|g| g.clone())
-        else {
+        // A fork child runs the handler its parent registered at its own exit too: it
+        // closes the ids of its own ports and leaves its parent's alone (the kernel's
+        // ucma file is shared by the two and released only with its last holder).
+        let generation = crate::live::generation();
+        let Some(ports) = xrnic::driver::try_lock_for(&PORTS, EXIT_PATIENCE).map(|g| {
+            g.iter()
+                .filter(|p| p.generation == generation)
+                .cloned()
+                .collect::<Vec<_>>()
+        }) else {
             return;
         };
         for p in ports {
@@ -225,6 +239,7 @@ fn open(
         ..CmConfig::default()
     });
     Ok(Port {
+        generation: crate::live::generation(),
         ifname: ifname.to_string(),
         up,
         ctx,

@@ -2,7 +2,8 @@
 //! program on xrnic. The program's dynamic loader finds xrnic's `libibverbs.so.1` (the
 //! C-ABI library, src/abi, docs/verbs-abi.md) first through `LD_LIBRARY_PATH`, and the
 //! library lists `xrnic_IF` for each `--netdev` (`XRNIC_NETDEV`); then this process
-//! becomes the program (exec), so its exit status is the program's.
+//! becomes the program (exec), so its exit status is the program's (or, when it started
+//! device services, runs it as a child and exits with its status: below).
 //!
 //! Where the library is: `--lib DIR` (a directory holding `libibverbs.so.1`), else
 //! `xrnic-verbs/` beside this binary, which holds a `libibverbs.so.1` link to the
@@ -18,12 +19,18 @@
 //! (`xrnic::ipc::trusted`), and the pids that passed handed to the library
 //! (`xrnic::ipc::VERIFIED_PIDS_ENV`). Where the kernel gives no namespace one line on
 //! stderr says so and the program runs without the view.
+//!
+//! Several processes (src/cli/exec_service.rs): as root, before the view, a device
+//! service is started for each interface named (`--netdev`, `XRNIC_NETDEV`) that has
+//! none, and the program then runs as this process's child instead of replacing it, so
+//! that the services stop after it (once their last client has gone); `--in-process`
+//! starts none, and the program's library opens each device in its own process.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use super::devview;
+use super::{devview, exec_service};
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExecArgs {
@@ -37,6 +44,12 @@ pub struct ExecArgs {
     /// No device view (/sys/class/infiniband, /dev/infiniband): no namespace is made.
     #[arg(long)]
     pub no_view: bool,
+    /// Start no device service: the program's library opens each device in its own
+    /// process (the fastest path; one process per interface). Without it, root starts a
+    /// service for each interface named (--netdev, XRNIC_NETDEV) that has none, shared by
+    /// every process, stopped when the program has exited and its last client gone.
+    #[arg(long)]
+    pub in_process: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<String>,
@@ -111,17 +124,31 @@ pub fn run(args: &ExecArgs) -> ExitCode {
         }
     };
     let (prog, rest) = args.command.split_first().expect("clap requires a command");
+    let netdevs = listed(&args.netdev);
+    // Services only for interfaces named (--netdev, XRNIC_NETDEV): the default list is
+    // every up Ethernet interface, and a service on each would put xrnic's XDP program on
+    // interfaces the program may never open. Before the view: the service sees the
+    // system's mounts, not the program's.
+    let named = !args.netdev.is_empty() || std::env::var_os("XRNIC_NETDEV").is_some();
+    let started = if args.in_process || !named {
+        None
+    } else {
+        exec_service::start(&netdevs)
+    };
     let old = std::env::var("LD_LIBRARY_PATH").ok();
     let mut cmd = Command::new(prog);
     cmd.args(rest)
         .envs(environment(&dir, &args.netdev, old.as_deref()));
     if !args.no_view {
-        match view(&args.netdev) {
+        match view(&netdevs) {
             Ok(env) => {
                 cmd.envs(env);
             }
             Err(code) => return code,
         }
+    }
+    if let Some(started) = started {
+        return exec_service::run(cmd, prog, started);
     }
     // exec only returns on failure.
     let e = cmd.exec();
@@ -129,12 +156,10 @@ pub fn run(args: &ExecArgs) -> ExitCode {
     ExitCode::from(127)
 }
 
-/// Build the device view for the interfaces the library will list (`netdev`, else
-/// [`xrnic::verbs::netdev::listed_netdevs`]); the environment the library needs in it.
-/// A failure after the namespace was entered is the exit code.
-fn view(netdev: &[String]) -> Result<Vec<(String, String)>, ExitCode> {
-    // Each --netdev may itself be a list (it becomes XRNIC_NETDEV, comma-separated).
-    let netdevs = if netdev.is_empty() {
+/// The interfaces the library will list: `netdev` (each may itself be a list: it becomes
+/// XRNIC_NETDEV, comma-separated), else [`xrnic::verbs::netdev::listed_netdevs`].
+fn listed(netdev: &[String]) -> Vec<String> {
+    if netdev.is_empty() {
         xrnic::verbs::netdev::listed_netdevs()
     } else {
         netdev
@@ -144,16 +169,22 @@ fn view(netdev: &[String]) -> Result<Vec<(String, String)>, ExitCode> {
             .filter(|n| !n.is_empty())
             .map(String::from)
             .collect()
-    };
+    }
+}
+
+/// Build the device view for `netdevs` (the interfaces the library lists); the
+/// environment the library needs in it. A failure after the namespace was entered is the
+/// exit code.
+fn view(netdevs: &[String]) -> Result<Vec<(String, String)>, ExitCode> {
     let mut env = Vec::new();
     let me = rustix::process::geteuid().as_raw();
     if me != 0 {
-        let pids = verified_services(&netdevs, me);
+        let pids = verified_services(netdevs, me);
         if !pids.is_empty() {
             env.push((xrnic::ipc::VERIFIED_PIDS_ENV.to_string(), pids));
         }
     }
-    match devview::enter(&devview::shown(&netdevs)) {
+    match devview::enter(&devview::shown(netdevs)) {
         Ok(()) => Ok(env),
         Err(devview::Failure::NoNamespace(e)) => {
             eprintln!(

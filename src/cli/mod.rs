@@ -12,6 +12,7 @@ pub mod demo;
 pub mod devinfo;
 pub mod devview;
 pub mod exec;
+pub mod exec_service;
 pub mod explain;
 pub mod explain_svg;
 pub mod perf;

@@ -90,6 +90,11 @@ pub struct UpArgs {
     /// Most PDs, MRs, CQs, QPs, AHs and SRQs of all the clients of one user (ENOMEM).
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_objects_per_uid)]
     pub max_objects_per_uid: usize,
+    /// The read end of a pipe (a descriptor this process inherited): once every write
+    /// end is closed and no client is connected, the service stops. `xrnic exec` starts
+    /// its service so (src/cli/exec.rs).
+    #[arg(long, value_name = "FD", hide = true)]
+    pub lifeline_fd: Option<i32>,
 }
 
 impl UpArgs {
@@ -330,6 +335,11 @@ pub fn up(args: &UpArgs) -> ExitCode {
         .args(["up", &args.netdev, "--foreground", "--stat-dir"])
         .arg(&args.stat_dir)
         .args(args.limit_args())
+        .args(
+            args.lifeline_fd
+                .iter()
+                .flat_map(|fd| ["--lifeline-fd".to_string(), fd.to_string()]),
+        )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(file)
@@ -395,9 +405,60 @@ fn serve(args: &UpArgs) -> Result<(), String> {
         String::from_utf8_lossy(&ipc::socket_name(&args.netdev)),
         std::process::id()
     );
-    svc.run().map_err(|e| e.to_string())?;
+    match lifeline(args.lifeline_fd)? {
+        Some(mut l) => svc.run_while(|clients| clients > 0 || l.alive()),
+        None => svc.run(),
+    }
+    .map_err(|e| e.to_string())?;
     eprintln!("xrnic: service of xrnic_{} stopped", args.netdev);
     Ok(())
+}
+
+/// The read end of the pipe of `--lifeline-fd`: alive while a write end is open.
+struct Lifeline {
+    fd: OwnedFd,
+    closed: bool,
+}
+
+impl Lifeline {
+    /// Whether a write end is still open (a poll that does not wait; once it is seen
+    /// closed it stays so).
+    fn alive(&mut self) -> bool {
+        if !self.closed {
+            let mut fds = [rustix::event::PollFd::new(
+                &self.fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let ts = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // Nothing is ever written: readable or hung up means every writer is gone.
+            if rustix::event::poll(&mut fds, Some(&ts)).is_ok_and(|n| n > 0) {
+                self.closed = true;
+            }
+        }
+        !self.closed
+    }
+}
+
+/// The lifeline of `--lifeline-fd FD`: the descriptor must be open and a pipe's read end.
+fn lifeline(fd: Option<i32>) -> Result<Option<Lifeline>, String> {
+    let Some(fd) = fd else {
+        return Ok(None);
+    };
+    // Open, and a pipe (the link of /proc/self/fd/FD leads to the pipe itself).
+    let is_pipe = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+        .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_fifo(&m.file_type()));
+    if !is_pipe {
+        return Err(format!("--lifeline-fd {fd}: not an open pipe"));
+    }
+    // SAFETY: `fd` is open (checked above) and was handed to this process for this use
+    // alone by the one that started it (src/cli/exec.rs); nothing else here owns it.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // Not passed on to anything this process starts.
+    let _ = rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC);
+    Ok(Some(Lifeline { fd, closed: false }))
 }
 
 /// `xrnic down`.

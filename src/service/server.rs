@@ -319,9 +319,16 @@ impl Service {
     }
 
     /// Serve until `xrnic down` (or the stop flag).
-    pub fn run(mut self) -> io::Result<()> {
+    pub fn run(self) -> io::Result<()> {
+        self.run_while(|_| true)
+    }
+
+    /// [`Service::run`], also ending when `keep`, asked after each round with the number
+    /// of clients connected, answers false (`xrnic exec`'s service ends when its program
+    /// has exited and the last client is gone: src/cli/exec.rs).
+    pub fn run_while(mut self, mut keep: impl FnMut(usize) -> bool) -> io::Result<()> {
         let mut busy = false;
-        while !self.stop.load(Ordering::SeqCst) {
+        while !self.stop.load(Ordering::SeqCst) && keep(self.clients.len()) {
             let wait = if busy {
                 Duration::ZERO
             } else {

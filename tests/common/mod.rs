@@ -38,7 +38,13 @@ pub fn xrnic_exec(pair: &VethPair, side: Side, args: &[&str]) -> Command {
         "120",
         xrnic_bin(),
     ])
-    .args(["exec", "--netdev", &pair.end(side).ifname, "--"])
+    .args([
+        "exec",
+        "--in-process",
+        "--netdev",
+        &pair.end(side).ifname,
+        "--",
+    ])
     .args(args);
     c
 }

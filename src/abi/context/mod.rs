@@ -21,6 +21,7 @@ use crate::types::*;
 
 mod async_events;
 mod completion;
+mod fork;
 mod objects;
 
 pub use async_events::*;
@@ -48,8 +49,44 @@ pub struct XContext {
 }
 
 /// The open contexts (addresses of their `ibv_context`), so that a control verb can
-/// refuse a pointer that is not (or no longer) one of ours.
-static CONTEXTS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// refuse a pointer that is not (or no longer) one of ours; the process generation that
+/// opened them (`crate::live::generation`); and the contexts a fork child inherited
+/// (moved to `inherited` by [`open_set`], see [`forget_inherited`]).
+struct Open {
+    generation: u32,
+    set: HashSet<usize>,
+    inherited: HashSet<usize>,
+}
+
+static CONTEXTS: Mutex<Option<Open>> = Mutex::new(None);
+
+/// The open contexts of this process: in a fork child, the parent's move to `inherited`
+/// on the first look (none of them is open here: docs/verbs-abi.md "fork").
+fn open_set(o: &mut Option<Open>) -> &mut Open {
+    let g = crate::live::generation();
+    let o = o.get_or_insert_with(|| Open {
+        generation: g,
+        set: HashSet::new(),
+        inherited: HashSet::new(),
+    });
+    if o.generation != g {
+        o.generation = g;
+        let old = std::mem::take(&mut o.set);
+        o.inherited.extend(old);
+    }
+    o
+}
+
+/// Forget `ctx` if it is a context this process inherited through fork() from one that
+/// had it open; true when it was one. Such a context is not open here (every verb on it
+/// fails EINVAL), and its `ibv_close_device` lets go of the child's copy only
+/// (rdma-core's child closes its own descriptor of the uverbs file; the parent's
+/// context is untouched).
+pub(crate) fn forget_inherited(ctx: *mut ibv_context) -> bool {
+    open_set(&mut CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()))
+        .inherited
+        .remove(&(ctx as usize))
+}
 
 const CTX_OFFSET: usize = offset_of!(XContext, vctx) + offset_of!(verbs_context, context);
 
@@ -63,8 +100,10 @@ const CTX_OFFSET: usize = offset_of!(XContext, vctx) + offset_of!(verbs_context,
 /// does not call `ibv_close_device` on it meanwhile (a libibverbs program may not destroy an
 /// object while another of its calls uses it).
 pub unsafe fn context<'a>(ctx: *mut ibv_context) -> Option<&'a XContext> {
-    let open = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    if !open.as_ref()?.contains(&(ctx as usize)) {
+    if !open_set(&mut CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()))
+        .set
+        .contains(&(ctx as usize))
+    {
         return None;
     }
     // SAFETY: `ctx` is the `vctx.context` field of a live boxed XContext (it is in
@@ -91,10 +130,10 @@ pub(crate) fn ctx_gone(ctx: *mut ibv_context) -> bool {
 /// Run `f` on every open context, with the list locked (a close waits meanwhile); gives
 /// up when the lock is not free within `patience` (another thread holds it at exit).
 pub(crate) fn each_open(patience: std::time::Duration, mut f: impl FnMut(&XContext)) {
-    let Some(open) = xrnic::driver::try_lock_for(&CONTEXTS, patience) else {
+    let Some(mut open) = xrnic::driver::try_lock_for(&CONTEXTS, patience) else {
         return;
     };
-    for &p in open.iter().flatten() {
+    for &p in open_set(&mut open).set.iter() {
         // SAFETY: `p` is the `vctx.context` field of a live boxed XContext: it is in
         // CONTEXTS, locked here, which ibv_close_device leaves before freeing it.
         f(unsafe { &*((p as *const u8).sub(CTX_OFFSET) as *const XContext) });
@@ -103,10 +142,9 @@ pub(crate) fn each_open(patience: std::time::Duration, mut f: impl FnMut(&XConte
 
 /// Make `ctx` (the `vctx.context` of a leaked `XContext`) open: [`context`] finds it.
 pub(crate) fn register(ctx: *mut ibv_context) {
-    CONTEXTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashSet::new)
+    fork::register_once();
+    open_set(&mut CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()))
+        .set
         .insert(ctx as usize);
 }
 
@@ -117,11 +155,9 @@ pub(crate) fn register(ctx: *mut ibv_context) {
 /// No other call of the program uses `ctx` meanwhile (a libibverbs program may not
 /// close a context while another of its calls uses it); the box is freed by the caller.
 pub(crate) unsafe fn unregister(ctx: *mut ibv_context) -> Option<Box<XContext>> {
-    let removed = CONTEXTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()
-        .is_some_and(|s| s.remove(&(ctx as usize)));
+    let removed = open_set(&mut CONTEXTS.lock().unwrap_or_else(|e| e.into_inner()))
+        .set
+        .remove(&(ctx as usize));
     // SAFETY: `ctx` was in CONTEXTS, so it is the `vctx.context` of the XContext
     // ibv_open_device leaked; removed from the set above, nothing else frees it.
     removed.then(|| unsafe { Box::from_raw((ctx as *mut u8).sub(CTX_OFFSET) as *mut XContext) })

@@ -510,8 +510,6 @@ pub mod unsupported {
         rdma_create_srq_ex,
         rdma_destroy_srq,
         rdma_create_qp_ex,
-        rdma_get_remote_ece,
-        rdma_set_local_ece,
         raccept,
         rbind,
         rclose,

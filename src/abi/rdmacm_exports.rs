@@ -70,7 +70,7 @@ export! {
     fn rdma_join_multicast_ex @ "RDMACM_1.1" => rdmacm::rdma_join_multicast_ex;
     fn rdma_establish @ "RDMACM_1.2" => rdmacm::rdma_establish;
     fn rdma_init_qp_attr @ "RDMACM_1.2" => rdmacm::rdma_init_qp_attr;
-    fn rdma_get_remote_ece @ "RDMACM_1.3" => unsupported::rdma_get_remote_ece;
+    fn rdma_get_remote_ece @ "RDMACM_1.3" => rdmacm::rdma_get_remote_ece;
     fn rdma_reject_ece @ "RDMACM_1.3" => rdmacm::rdma_reject_ece;
-    fn rdma_set_local_ece @ "RDMACM_1.3" => unsupported::rdma_set_local_ece;
+    fn rdma_set_local_ece @ "RDMACM_1.3" => rdmacm::rdma_set_local_ece;
 }

@@ -171,6 +171,60 @@ pub extern "C" fn rdma_reject(id: *mut rdma_cm_id, private: *const c_void, len: 
     })
 }
 
+/// `struct ibv_ece` (verbs.h): the enhanced connection establishment options.
+#[repr(C)]
+pub struct ibv_ece {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
+/// `rdma_set_local_ece` as rdma-core 44's cma.c: only for an id whose QP the program
+/// keeps outside the CM (`id->qp` NULL), with a vendor ID and no comp_mask, else EINVAL.
+/// xrnic's QPs have no ECE options (`ibv_query_ece`/`ibv_set_ece` are EOPNOTSUPP, as on
+/// rxe), so nothing is sent in the REQ/REP: the options are accepted and not carried.
+pub extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard(-1, || {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
+            return err(libc::EINVAL, -1);
+        };
+        if ece.is_null() || !x.c().qp.is_null() {
+            return err(libc::EINVAL, -1);
+        }
+        // SAFETY: not NULL: the caller's ibv_ece, read during the call.
+        let e = unsafe { &*ece };
+        if e.vendor_id == 0 || e.comp_mask != 0 {
+            return err(libc::EINVAL, -1);
+        }
+        0
+    })
+}
+
+/// `rdma_get_remote_ece` as rdma-core 44's cma.c: the peer's ECE from its REQ/REP, for an
+/// id without a CM-owned QP (else EINVAL). No xrnic or rxe peer sends one: vendor ID and
+/// options 0.
+pub extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard(-1, || {
+        // SAFETY: the program does not destroy the id `id` while this call uses it.
+        let Some(x) = (unsafe { xid(id) }) else {
+            return err(libc::EINVAL, -1);
+        };
+        if ece.is_null() || !x.c().qp.is_null() {
+            return err(libc::EINVAL, -1);
+        }
+        // SAFETY: not NULL: the caller's ibv_ece, written during the call.
+        unsafe {
+            *ece = ibv_ece {
+                vendor_id: 0,
+                options: 0,
+                comp_mask: 0,
+            }
+        };
+        0
+    })
+}
+
 pub extern "C" fn rdma_reject_ece(id: *mut rdma_cm_id, private: *const c_void, len: u8) -> c_int {
     rdma_reject(id, private, len)
 }

@@ -45,6 +45,15 @@ pub const FIRST_QPN: u32 = 0x11;
 /// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
 pub(crate) const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
 
+/// [`Config::read_qp_pkts`] unless set: 1 MiB of responses at MTU 4096, a quarter of
+/// the default AF_XDP port's receive capacity (1 024 frames of MTU 4096, docs/transport.md
+/// "READ credit").
+pub const DEFAULT_READ_QP_PKTS: u32 = 256;
+
+/// [`Config::read_device_pkts`] unless set: half the default AF_XDP port's receive
+/// capacity at MTU 4096, the other half left for requests and ACKs from peers.
+pub const DEFAULT_READ_DEVICE_PKTS: u32 = 512;
+
 /// Device configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -72,6 +81,15 @@ pub struct Config {
     /// [`FIRST_QPN`], keeps sans-IO runs reproducible; a device on an interface starts at a
     /// random one ([`random_first_qpn`]), as a real RNIC's QPNs do not restart per process.
     pub first_qpn: u32,
+    /// READ response packets one QP may have requested and not yet received: a larger
+    /// READ goes out as several READ requests (`super::read_credit`). Clamped to
+    /// `read_device_pkts`.
+    pub read_qp_pkts: u32,
+    /// READ response packets all the device's QPs together may have requested and not yet
+    /// received: what its receive path holds without dropping a frame when every
+    /// response arrives before the driver drains one (the AF_XDP device sets it from its
+    /// fill and RX ring sizes, [`crate::io::afxdp::PortOptions::rx_frames`]).
+    pub read_device_pkts: u32,
 }
 
 /// A QPN start drawn at random for each device opened (std's `RandomState` keys come from
@@ -99,6 +117,8 @@ impl Default for Config {
             max_qp_wr: 16384,
             port_mtu: Mtu::Mtu4096,
             first_qpn: FIRST_QPN,
+            read_qp_pkts: DEFAULT_READ_QP_PKTS,
+            read_device_pkts: DEFAULT_READ_DEVICE_PKTS,
         }
     }
 }

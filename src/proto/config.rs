@@ -45,14 +45,18 @@ pub const FIRST_QPN: u32 = 0x11;
 /// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
 pub(crate) const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
 
-/// [`Config::read_qp_pkts`] unless set: 1 MiB of responses at MTU 4096, a quarter of
-/// the default AF_XDP port's receive capacity (1 024 frames of MTU 4096, docs/transport.md
-/// "READ credit").
-pub const DEFAULT_READ_QP_PKTS: u32 = 256;
+/// Bytes a RoCE frame carries beyond its path-MTU payload at most (Ethernet, VLAN, IPv6,
+/// UDP, BTH, the largest extension headers, ICRC), for sizing receive capacity in frames.
+pub const RX_FRAME_OVERHEAD: usize = 128;
+
+/// [`Config::read_qp_pkts`] unless set: 2 MiB of responses at MTU 4096, a quarter of
+/// the default AF_XDP port's receive capacity (2 048 frames of MTU 4096,
+/// [`Config::with_rx_capacity`]; docs/transport.md, "READ credit").
+pub const DEFAULT_READ_QP_PKTS: u32 = 512;
 
 /// [`Config::read_device_pkts`] unless set: half the default AF_XDP port's receive
 /// capacity at MTU 4096, the other half left for requests and ACKs from peers.
-pub const DEFAULT_READ_DEVICE_PKTS: u32 = 512;
+pub const DEFAULT_READ_DEVICE_PKTS: u32 = 1024;
 
 /// Device configuration.
 #[derive(Clone, Debug)]
@@ -103,6 +107,19 @@ pub fn random_first_qpn() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     FIRST_QPN + (h.finish() % u64::from(QPN_SPACE)) as u32
+}
+
+impl Config {
+    /// The READ credit for a receive path that holds `rx_frames` response frames before
+    /// its driver drains one (`crate::io::afxdp::PortOptions::rx_frames`): half of it for
+    /// the device's READ responses (the other half for requests and ACKs from peers), half
+    /// of that per QP, so that two QPs reading at once share it without waiting
+    /// (docs/transport.md, "READ credit").
+    pub fn with_rx_capacity(mut self, rx_frames: u32) -> Config {
+        self.read_device_pkts = (rx_frames / 2).max(1);
+        self.read_qp_pkts = (rx_frames / 4).max(1);
+        self
+    }
 }
 
 impl Default for Config {

@@ -483,7 +483,11 @@ fn one_sided_traffic_needs_no_call_from_the_server_application() {
     // A starved driver thread (a loaded CI machine) can let A's ACK timeout (67 ms) expire
     // and A go back: B then sees those packets again, each counted as a duplicate.
     let parts = 1 + a.qp.counters().unwrap().read_requests_split;
-    assert_eq!(c.packets_received - c.duplicate_request, 512 + parts, "{c:?}");
+    assert_eq!(
+        c.packets_received - c.duplicate_request,
+        512 + parts,
+        "{c:?}"
+    );
     if c.duplicate_request > 0 {
         let ca = a.qp.counters().unwrap();
         assert!(

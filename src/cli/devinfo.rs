@@ -55,6 +55,25 @@ fn guid_str(g: u64) -> String {
 }
 
 /// The text `ibv_devinfo [-v]` would print for this device.
+/// Not an ibv_devinfo field: the AF_XDP port's UMEM and ring sizes a device opens with
+/// (`PortOptions::default`), the response frames at `mtu` its receive path holds, and
+/// the READ credit that follows (docs/transport.md, "READ credit").
+fn receive_capacity(mtu: Mtu) -> String {
+    let o = crate::io::afxdp::PortOptions::default();
+    let frames = o.rx_frames(mtu.bytes() as usize + crate::proto::config::RX_FRAME_OVERHEAD);
+    let c = crate::proto::Config::default().with_rx_capacity(frames);
+    format!(
+        "\t\t\taf_xdp_rings:\t\tumem {} chunks of {} bytes, rings {}, holds {frames} \
+         frames of MTU {}, read credit {} per device, {} per QP",
+        o.frame_count,
+        crate::io::afxdp::CHUNK_SIZE,
+        o.ring_size,
+        mtu.bytes(),
+        c.read_device_pkts,
+        c.read_qp_pkts
+    )
+}
+
 pub fn render(d: &DeviceInfo, verbose: bool) -> String {
     let a = &d.attr;
     let p = &d.port;
@@ -130,6 +149,9 @@ pub fn render(d: &DeviceInfo, verbose: bool) -> String {
             s,
             "\t\t\txdp_mode:\t\tskb (generic XDP, AF_XDP in copy mode)"
         );
+    }
+    if verbose && d.af_xdp.is_some() {
+        let _ = writeln!(s, "{}", receive_capacity(p.active_mtu));
     }
     if verbose {
         let _ = writeln!(s, "\t\t\tmax_msg_sz:\t\t0x{:x}", p.max_msg_sz);
@@ -302,6 +324,21 @@ mod tests {
             ),
             "{t}"
         );
+    }
+
+    #[test]
+    fn verbose_shows_the_rings_and_the_read_credit() {
+        let mut d = sample();
+        d.port.active_mtu = Mtu::Mtu4096;
+        let t = render(&d, true);
+        assert!(
+            t.contains(
+                "\t\t\taf_xdp_rings:\t\tumem 8192 chunks of 4096 bytes, rings 4096, holds \
+                 2048 frames of MTU 4096, read credit 1024 per device, 512 per QP\n"
+            ),
+            "{t}"
+        );
+        assert!(!render(&d, false).contains("af_xdp_rings"));
     }
 
     #[test]

@@ -67,8 +67,15 @@ pub struct IoStats {
     /// Pushes of queued frames to the wire (AF_XDP: `sendto` kicks; the simulated link:
     /// sends of held frames).
     pub tx_kicks: u64,
-    /// Frames the kernel dropped because the rx or fill ring was full (AF_XDP only).
+    /// Frames the kernel dropped for want of a UMEM chunk: the fill ring was empty
+    /// (AF_XDP only; `XDP_STATISTICS` `rx_dropped`).
     pub kernel_rx_dropped: u64,
+    /// Frames the kernel dropped because the RX ring was full (AF_XDP only;
+    /// `XDP_STATISTICS` `rx_ring_full`, which the kernel keeps apart from `rx_dropped`).
+    pub kernel_rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty (AF_XDP only; `XDP_STATISTICS`
+    /// `rx_fill_ring_empty_descs`).
+    pub kernel_fill_ring_empty: u64,
     /// RoCE v2 frames the XDP filter redirected to the socket (AF_XDP only).
     pub filter_redirected: u64,
 }
@@ -109,12 +116,15 @@ impl FrameIo for XskPort {
     }
     fn io_stats(&self) -> IoStats {
         let s = self.stats();
+        let k = self.kernel_stats().ok();
         IoStats {
             rx_frames: s.rx_frames,
             tx_frames: s.tx_frames,
             tx_backpressure: s.tx_backpressure,
             tx_kicks: s.tx_kicks,
-            kernel_rx_dropped: self.kernel_stats().map(|k| k.rx_dropped).unwrap_or(0),
+            kernel_rx_dropped: k.map_or(0, |k| k.rx_dropped),
+            kernel_rx_ring_full: k.map_or(0, |k| k.rx_ring_full),
+            kernel_fill_ring_empty: k.map_or(0, |k| k.rx_fill_ring_empty_descs),
             filter_redirected: self
                 .filter_stats()
                 .and_then(Result::ok)

@@ -266,8 +266,9 @@ fn do_read(qp: &mut Qp, ctx: &mut Ctx<'_>, info: &OpInfo, psn: Psn, payload: &[u
     let k = w.acked_pkts;
     // A READ retried from the middle is answered by a new FIRST..LAST run, and
     // late packets of the old run may still arrive; both carry the same bytes for
-    // the same PSN, so only "last or not" and the length are checked.
-    let last = k + 1 == w.npkts;
+    // the same PSN, so only "last or not" and the length are checked. A READ split
+    // into parts (super::read_credit) has a LAST at the end of each part.
+    let last = w.ends_request(k);
     let off = k as usize * mtu as usize;
     let want_len = (w.len as usize - off.min(w.len as usize)).min(mtu as usize);
     if info.segment.ends() != last || payload.len() != want_len {

@@ -45,6 +45,19 @@ pub const FIRST_QPN: u32 = 0x11;
 /// How many QPNs there are from [`FIRST_QPN`] to the largest 24-bit one.
 pub(crate) const QPN_SPACE: u32 = (1 << 24) - FIRST_QPN;
 
+/// Bytes a RoCE frame carries beyond its path-MTU payload at most (Ethernet, VLAN, IPv6,
+/// UDP, BTH, the largest extension headers, ICRC), for sizing receive capacity in frames.
+pub const RX_FRAME_OVERHEAD: usize = 128;
+
+/// [`Config::read_qp_pkts`] unless set: 2 MiB of responses at MTU 4096, a quarter of
+/// the default AF_XDP port's receive capacity (2 048 frames of MTU 4096,
+/// [`Config::with_rx_capacity`]; docs/transport.md, "READ credit").
+pub const DEFAULT_READ_QP_PKTS: u32 = 512;
+
+/// [`Config::read_device_pkts`] unless set: half the default AF_XDP port's receive
+/// capacity at MTU 4096, the other half left for requests and ACKs from peers.
+pub const DEFAULT_READ_DEVICE_PKTS: u32 = 1024;
+
 /// Device configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -72,6 +85,15 @@ pub struct Config {
     /// [`FIRST_QPN`], keeps sans-IO runs reproducible; a device on an interface starts at a
     /// random one ([`random_first_qpn`]), as a real RNIC's QPNs do not restart per process.
     pub first_qpn: u32,
+    /// READ response packets one QP may have requested and not yet received: a larger
+    /// READ goes out as several READ requests (`super::read_credit`). Clamped to
+    /// `read_device_pkts`.
+    pub read_qp_pkts: u32,
+    /// READ response packets all the device's QPs together may have requested and not yet
+    /// received: what its receive path holds without dropping a frame when every
+    /// response arrives before the driver drains one (the AF_XDP device sets it from its
+    /// fill and RX ring sizes, [`crate::io::afxdp::PortOptions::rx_frames`]).
+    pub read_device_pkts: u32,
 }
 
 /// A QPN start drawn at random for each device opened (std's `RandomState` keys come from
@@ -87,6 +109,19 @@ pub fn random_first_qpn() -> u32 {
     FIRST_QPN + (h.finish() % u64::from(QPN_SPACE)) as u32
 }
 
+impl Config {
+    /// The READ credit for a receive path that holds `rx_frames` response frames before
+    /// its driver drains one (`crate::io::afxdp::PortOptions::rx_frames`): half of it for
+    /// the device's READ responses (the other half for requests and ACKs from peers), half
+    /// of that per QP, so that two QPs reading at once share it without waiting
+    /// (docs/transport.md, "READ credit").
+    pub fn with_rx_capacity(mut self, rx_frames: u32) -> Config {
+        self.read_device_pkts = (rx_frames / 2).max(1);
+        self.read_qp_pkts = (rx_frames / 4).max(1);
+        self
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -99,6 +134,8 @@ impl Default for Config {
             max_qp_wr: 16384,
             port_mtu: Mtu::Mtu4096,
             first_qpn: FIRST_QPN,
+            read_qp_pkts: DEFAULT_READ_QP_PKTS,
+            read_device_pkts: DEFAULT_READ_DEVICE_PKTS,
         }
     }
 }

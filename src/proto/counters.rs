@@ -66,6 +66,13 @@ pub struct QpCounters {
     pub uc_messages_dropped: u64,
     /// UC responder: packets discarded while dropping those messages.
     pub uc_packets_dropped: u64,
+    /// Requester: READ requests sent for the later parts of READs split to fit the READ
+    /// credit (docs/transport.md, "READ credit").
+    pub read_requests_split: u64,
+    /// Requester: a READ part held back because the QP's READ credit was used up.
+    pub read_held_qp_credit: u64,
+    /// Requester: a READ part held back because the device's READ credit was used up.
+    pub read_held_device_credit: u64,
 }
 
 impl QpCounters {
@@ -104,7 +111,10 @@ impl QpCounters {
             responses_replayed,
             rd_atomic_over_limit,
             uc_messages_dropped,
-            uc_packets_dropped
+            uc_packets_dropped,
+            read_requests_split,
+            read_held_qp_credit,
+            read_held_device_credit
         );
     }
 }

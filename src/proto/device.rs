@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::wire::{ExtHeaders, FrameView, Psn, Qpn, Service, gid_is, mac_is_multicast};
+use crate::wire::{ExtHeaders, FrameView, Qpn, Service, gid_is, mac_is_multicast};
 
 use super::completer;
 use super::config::QPN_SPACE;
@@ -83,6 +83,8 @@ pub struct Rnic {
     pub(super) mcast: McastGroups,
     /// Scratch of `handle_mcast`: the QPNs of the group a frame goes to.
     pub(super) mcast_scratch: Vec<Qpn>,
+    /// READ responses its QPs asked for and have not received (`super::read_credit`).
+    read_pool: super::read_credit::ReadPool,
 }
 
 impl Rnic {
@@ -108,6 +110,7 @@ impl Rnic {
             fatal: false,
             mcast: McastGroups::default(),
             mcast_scratch: Vec::new(),
+            read_pool: Default::default(),
         }
     }
 
@@ -627,15 +630,8 @@ impl Rnic {
             opcode = ?wr.opcode,
             len = len64
         );
-        qp.req.post(SendWqe {
-            wr,
-            segs,
-            len: len64.min(1 << 31) as u32,
-            first_psn: Psn::new(0),
-            npkts: 0,
-            started: false,
-            acked_pkts: 0,
-        });
+        qp.req
+            .post(SendWqe::new(wr, segs, len64.min(1 << 31) as u32));
         Ok(())
     }
 
@@ -881,7 +877,24 @@ impl Rnic {
         if let Some(i) = slot {
             self.touch(i);
         }
+        if self.read_pool.take_held(self.cfg.read_device_pkts) {
+            self.wake_read_held();
+        }
         v
+    }
+
+    /// Wake the QPs whose next READ part waits for the device's READ credit
+    /// (`super::read_credit`): responses just freed some.
+    #[cold]
+    fn wake_read_held(&mut self) {
+        for i in 0..self.qps.len() {
+            if self.qps[i]
+                .as_ref()
+                .is_some_and(|q| q.req.read_held_by_device())
+            {
+                self.touch(i);
+            }
+        }
     }
 
     /// Count one frame's verdict: the only code that moves the receive drop counters and
@@ -1236,6 +1249,7 @@ impl Rnic {
                     max_rd_atomic: qp.attr.max_rd_atomic,
                     draining: qp.state == QpState::Sqd,
                     uc,
+                    read_pool: &self.read_pool,
                 };
                 let bufs = TxBufs {
                     mem: ctx.mem,
@@ -1319,3 +1333,7 @@ mod event_tests;
 #[cfg(test)]
 #[path = "cc_sched_tests.rs"]
 mod cc_sched_tests;
+
+#[cfg(test)]
+#[path = "read_credit_tests.rs"]
+mod read_credit_tests;

@@ -46,6 +46,7 @@ mod mcast_verbs;
 pub mod memory;
 mod packet;
 pub mod qp;
+mod read_credit;
 pub mod requester;
 pub mod resources;
 pub mod responder;

@@ -19,6 +19,7 @@ use super::cq::WcStatus;
 use super::memory::MemTable;
 use super::memory::{Payload, Segs, borrow_run, gather, readable};
 use super::packet::{Tx, TxBufs, TxExt, TxPacket};
+use super::read_credit::{Held, ReadBounds, ReadPool};
 use super::time::Instant;
 use super::timers::{Timer, TimerTable, local_ack_timeout, local_ack_timeout_ns};
 use super::trace::{Event, TxReason, qp_event};
@@ -39,9 +40,55 @@ pub(crate) struct SendWqe {
     pub started: bool,
     /// Packets acknowledged (SEND/WRITE) or response packets received (READ).
     pub acked_pkts: u32,
+    /// READ: response packets each of its READ requests asks for (the last one: the rest),
+    /// fixed when it starts (`super::read_credit`); 0 otherwise.
+    pub part_pkts: u32,
+    /// READ: response packets asked for so far, the end of the last part issued.
+    pub issued_pkts: u32,
 }
 
 impl SendWqe {
+    /// A work request as posted, not started.
+    pub fn new(wr: SendWr, segs: Result<Segs, WcStatus>, len: u32) -> SendWqe {
+        SendWqe {
+            wr,
+            segs,
+            len,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            started: false,
+            acked_pkts: 0,
+            part_pkts: 0,
+            issued_pkts: 0,
+        }
+    }
+
+    /// READ: response packet `k` is the last its READ request asks for (the LAST or ONLY
+    /// of a part, IBTA vol. 1 §9.7.4 READ response segmentation per request).
+    pub fn ends_request(&self, k: u32) -> bool {
+        k + 1 == self.npkts || (self.part_pkts > 0 && (k + 1) % self.part_pkts == 0)
+    }
+
+    /// READ: the end (exclusive) of the part response packet `k` belongs to.
+    fn part_end(&self, k: u32) -> u32 {
+        match self.part_pkts {
+            0 => self.npkts,
+            p => (k / p + 1).saturating_mul(p).min(self.npkts),
+        }
+    }
+
+    /// READ: its READ requests issued and not fully answered (each counts against
+    /// max_rd_atomic as a READ of its own).
+    fn parts_outstanding(&self) -> u32 {
+        let p = self.part_pkts.max(1);
+        let done = if self.acked_pkts >= self.npkts {
+            self.npkts.div_ceil(p)
+        } else {
+            self.acked_pkts / p
+        };
+        self.issued_pkts.div_ceil(p).saturating_sub(done)
+    }
+
     pub fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts - 1)
     }
@@ -88,6 +135,8 @@ pub(crate) struct ReqLimits {
     pub ack_every: u32,
     /// SQD: do not start new work requests.
     pub draining: bool,
+    /// The READ credit bounds (`super::read_credit`).
+    pub read: ReadBounds,
 }
 
 /// Bytes beyond the path MTU a data frame may carry (Ethernet, VLAN, IPv6, UDP, BTH, RETH,
@@ -114,6 +163,8 @@ pub(crate) struct ReqTxEnv<'e> {
     pub draining: bool,
     /// A UC QP: UC opcodes, no AckReq, no retransmission timer.
     pub uc: bool,
+    /// The device's READ response count (`super::read_credit`).
+    pub read_pool: &'e ReadPool,
 }
 
 /// Requester state of one QP, private behind the methods below.
@@ -158,6 +209,21 @@ pub(crate) struct Requester {
     ack_pace_ns: Option<u64>,
     /// [`Requester::paced_ack_every`]'s last (pace, timeout, packets per quarter timeout).
     pace_memo: Option<(u64, u64, u32)>,
+    /// READ response packets asked for and not yet received (`super::read_credit`).
+    read_pkts_out: u32,
+    /// The device's count of the same, once the first packet went out.
+    read_pool: Option<ReadPool>,
+    /// The next READ part waits for the device's bound (the device wakes the QP).
+    read_held_dev: bool,
+}
+
+impl Drop for Requester {
+    /// A QP destroyed or reset mid-READ gives its READ credit back to the device.
+    fn drop(&mut self) {
+        if let Some(p) = &self.read_pool {
+            p.sub(self.read_pkts_out);
+        }
+    }
 }
 
 impl Requester {
@@ -271,7 +337,13 @@ impl Requester {
     pub(crate) fn pop_completed(&mut self) -> Option<SendWqe> {
         let w = self.sq.pop_front()?;
         if w.started {
-            if w.wr.opcode.is_read_or_atomic() {
+            if w.wr.opcode == WrOpcode::RdmaRead {
+                // Completed (all answered) or flushed: what it still counts goes back.
+                self.rd_atomic_outstanding = self
+                    .rd_atomic_outstanding
+                    .saturating_sub(w.parts_outstanding());
+                self.read_returned(w.issued_pkts.saturating_sub(w.acked_pkts));
+            } else if w.wr.opcode.is_read_or_atomic() {
                 self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
             }
             if w.wr.opcode.consumes_recv() {
@@ -343,11 +415,49 @@ impl Requester {
         self.sq.front()
     }
 
-    /// The peer acknowledged `n` packets (or response packets) of the head WR.
+    /// The peer acknowledged `n` packets (or response packets) of the head WR. For a
+    /// READ, the responses in give their credit back, and each part fully answered its
+    /// max_rd_atomic slot.
     pub(crate) fn head_acked(&mut self, n: u32) {
-        if let Some(w) = self.sq.front_mut() {
+        let Some(w) = self.sq.front_mut() else {
+            return;
+        };
+        if w.wr.opcode != WrOpcode::RdmaRead {
             w.acked_pkts = n;
+            return;
         }
+        let (parts0, acked0) = (w.parts_outstanding(), w.acked_pkts);
+        w.acked_pkts = n;
+        let parts_done = parts0.saturating_sub(w.parts_outstanding());
+        self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(parts_done);
+        self.read_returned(n.saturating_sub(acked0));
+    }
+
+    /// `n` READ response packets no longer outstanding (in, or their WR flushed).
+    fn read_returned(&mut self, n: u32) {
+        let n = n.min(self.read_pkts_out);
+        self.read_pkts_out -= n;
+        if let Some(p) = &self.read_pool {
+            p.sub(n);
+        }
+    }
+
+    /// READ response packets this QP asked for and has not received.
+    #[cfg(test)]
+    pub(crate) fn read_outstanding(&self) -> u32 {
+        self.read_pkts_out
+    }
+
+    /// READ requests (parts) and atomics in flight, against max_rd_atomic.
+    #[cfg(test)]
+    pub(crate) fn rd_atomic_in_flight(&self) -> u32 {
+        self.rd_atomic_outstanding
+    }
+
+    /// The next READ part waits for room under the device's bound: the device wakes this
+    /// QP when responses to any QP free some (`super::read_credit`).
+    pub(crate) fn read_held_by_device(&self) -> bool {
+        self.read_held_dev
     }
 
     /// Use one retry of retry_cnt (a timeout or a sequence NAK, IBTA vol. 1 §9.7.6.1.3):
@@ -494,7 +604,11 @@ impl Requester {
             max_rd_atomic,
             draining,
             uc,
+            read_pool,
         } = env;
+        if self.read_pool.is_none() {
+            self.read_pool = Some(read_pool.clone());
+        }
         // Nothing at the send position (`next_packet` would find no WR): no packet, and
         // no question to the congestion control, whose refusal would only arm a pacer
         // hold, and a timer, for a QP with nothing to send. The call after every packet
@@ -521,6 +635,7 @@ impl Requester {
             max_unacked: cfg.max_unacked_psns,
             ack_every,
             draining,
+            read: ReadBounds::of(cfg),
         };
         // DCQCN: the requester's frames leave at the QP's current rate.
         if let Some(cc) = cc {
@@ -530,7 +645,7 @@ impl Requester {
         }
         let TxBufs { mem, scratch } = bufs;
         let idle = !self.outstanding();
-        let p = self.next_packet(&lim, mem, scratch, cfg.honour_credits, now)?;
+        let p = self.next_packet(&lim, mem, scratch, cfg.honour_credits, now, counters)?;
         if idle {
             // The first packet after the QP had nothing outstanding: the pace sample
             // starts here, not at the last ACK before the idle time (a QP that sends one
@@ -605,6 +720,7 @@ impl Requester {
         scratch: &mut Vec<u8>,
         honour_credits: bool,
         now: Instant,
+        counters: &mut QpCounters,
     ) -> Option<ReqPacket<'a>> {
         if self.in_rnr_wait(now) {
             return None;
@@ -612,6 +728,7 @@ impl Requester {
         let una = self.una();
         let idx = self.tx_idx;
         let borrowed = self.check_payload(idx, lim.mtu, mem)?;
+        let new_part = self.check_read_credit(idx, lim, counters)?;
         // Looked up again only when starting it changed it (once per message).
         let started_wr = if self.sq[idx].started {
             None
@@ -620,7 +737,10 @@ impl Requester {
         };
         let k = self.tx_pkt;
         let psn = self.sq[idx].first_psn.add(k);
-        if !window_open(psn, una, lim.max_unacked) {
+        // A READ's later parts are bounded by its READ credit instead of the PSN window
+        // (their PSNs stand for responses, which the credit counts).
+        let later_part = k > 0 && self.sq[idx].wr.opcode == WrOpcode::RdmaRead;
+        if !later_part && !window_open(psn, una, lim.max_unacked) {
             return None;
         }
         let (opcode, ext, payload, end) =
@@ -628,15 +748,19 @@ impl Requester {
         let w = &self.sq[idx];
         let op = w.wr.opcode;
         let solicited = solicited(w, end);
-        // A READ request stands for all its response PSNs.
-        let reserve_end = if op == WrOpcode::RdmaRead {
-            w.first_psn.add(w.npkts)
+        // A READ request stands for all the response PSNs of its part.
+        let (reserve_end, wr_done) = if op == WrOpcode::RdmaRead {
+            let pe = w.part_end(k);
+            (w.first_psn.add(pe), pe == w.npkts)
         } else {
-            psn.add(1)
+            (psn.add(1), op.is_read_or_atomic() || end)
         };
+        if new_part {
+            self.issue_read_part(idx, k, counters);
+        }
         let ack_req = self.ack_req(psn, una, end, lim);
         let retransmit = psn.before(self.high_psn);
-        self.advance(op.is_read_or_atomic() || end, reserve_end);
+        self.advance(wr_done, reserve_end);
         Some(ReqPacket {
             opcode,
             psn,
@@ -652,6 +776,80 @@ impl Requester {
             },
             started_wr,
         })
+    }
+
+    /// Rule: a READ part not asked for yet goes out only within max_rd_atomic (each part
+    /// is a READ request of its own, IBTA vol. 1 §9.7.4 / C9-151) and the READ credit
+    /// (`super::read_credit`): `None` while held (counted by the bound that held it),
+    /// else whether the packet at the transmit point is such a new part. Checked before
+    /// a READ starts, so a held READ takes no PSNs.
+    #[inline(always)]
+    fn check_read_credit(
+        &mut self,
+        idx: usize,
+        lim: &ReqLimits,
+        counters: &mut QpCounters,
+    ) -> Option<bool> {
+        let w = &self.sq[idx];
+        if w.wr.opcode != WrOpcode::RdmaRead {
+            return Some(false);
+        }
+        let n = if w.started {
+            let k = self.tx_pkt;
+            if k < w.issued_pkts {
+                // A retry of a part already asked for: its credit is counted.
+                return Some(false);
+            }
+            w.part_end(k) - k
+        } else {
+            let npkts = w.len.div_ceil(lim.mtu).max(1);
+            lim.read.part_pkts(lim.max_rd_atomic, npkts)
+        };
+        if self.rd_atomic_outstanding >= lim.max_rd_atomic {
+            return None;
+        }
+        let dev_out = self.read_pool.as_ref().map_or(0, ReadPool::outstanding);
+        match lim.read.admit(n, self.read_pkts_out, dev_out) {
+            Ok(()) => {
+                self.read_held_dev = false;
+                Some(true)
+            }
+            Err(Held::Qp) => {
+                counters.read_held_qp_credit += 1;
+                None
+            }
+            Err(Held::Device) => {
+                counters.read_held_device_credit += 1;
+                self.read_held_dev = true;
+                if let Some(p) = &self.read_pool {
+                    p.mark_held();
+                }
+                if idx == 0 && self.read_pkts_out == 0 {
+                    // Nothing of this QP is in flight: no ACK timeout may run out while
+                    // it waits for other QPs' responses (it is re-armed on sending).
+                    self.timers.stop(Timer::Retransmit);
+                }
+                None
+            }
+        }
+    }
+
+    /// A new READ part of the WR at `idx` goes out from response packet `k`: it takes a
+    /// max_rd_atomic slot and its responses' credit.
+    #[inline(always)]
+    fn issue_read_part(&mut self, idx: usize, k: u32, counters: &mut QpCounters) {
+        let w = &mut self.sq[idx];
+        let end = w.part_end(k);
+        let n = end - k;
+        w.issued_pkts = end;
+        self.rd_atomic_outstanding += 1;
+        self.read_pkts_out += n;
+        if let Some(p) = &self.read_pool {
+            p.add(n);
+        }
+        if k > 0 {
+            counters.read_requests_split += 1;
+        }
     }
 
     /// Rule: nothing is sent while an RNR NAK's timer runs (IBTA vol. 1 §9.7.5.2.8; rxe
@@ -714,7 +912,9 @@ impl Requester {
             return None;
         }
         let op = w.wr.opcode;
-        if op.is_read_or_atomic() && self.rd_atomic_outstanding >= lim.max_rd_atomic {
+        // A READ's parts are checked against max_rd_atomic one by one (`check_read_credit`).
+        let atomic = op.is_read_or_atomic() && op != WrOpcode::RdmaRead;
+        if atomic && self.rd_atomic_outstanding >= lim.max_rd_atomic {
             return None;
         }
         if w.wr.send_flags.contains(SendFlags::FENCE) && self.rd_atomic_outstanding > 0 {
@@ -741,8 +941,14 @@ impl Requester {
         w.npkts = npkts;
         w.started = true;
         w.acked_pkts = 0;
+        w.issued_pkts = 0;
+        w.part_pkts = if op == WrOpcode::RdmaRead {
+            lim.read.part_pkts(lim.max_rd_atomic, npkts)
+        } else {
+            0
+        };
         self.next_psn = first.add(npkts);
-        if op.is_read_or_atomic() {
+        if atomic {
             self.rd_atomic_outstanding += 1;
         }
         if op.consumes_recv() {
@@ -772,7 +978,7 @@ impl Requester {
         match op {
             WrOpcode::RdmaRead => Some((
                 Opcode::RC_READ_REQUEST,
-                read_request_ext(w, k, mtu),
+                read_request_ext(w, k, w.part_end(k), mtu),
                 no_payload,
                 true,
             )),
@@ -850,6 +1056,13 @@ impl Requester {
         if wr_done {
             self.tx_idx += 1;
             self.tx_pkt = 0;
+        } else if let Some(w) = self
+            .sq
+            .get(self.tx_idx)
+            .filter(|w| w.wr.opcode == WrOpcode::RdmaRead)
+        {
+            // The next part of the READ.
+            self.tx_pkt = w.part_end(self.tx_pkt);
         } else {
             self.tx_pkt += 1;
         }
@@ -875,15 +1088,17 @@ fn segment_range(w: &SendWqe, k: u32, mtu: u32) -> (usize, usize) {
     (off, len)
 }
 
-/// Rule: a READ request's RETH (IBTA vol. 1 §9.3.2); a retried READ asks only for the
-/// responses still missing from packet `k` on (§9.7.4).
+/// Rule: a READ request's RETH (IBTA vol. 1 §9.3.2) for response packets `k` up to
+/// `end` (a part, `super::read_credit`); a retried READ asks only for the responses still
+/// missing from packet `k` on (§9.7.4).
 #[inline(always)]
-fn read_request_ext(w: &SendWqe, k: u32, mtu: u32) -> TxExt {
+fn read_request_ext(w: &SendWqe, k: u32, end: u32, mtu: u32) -> TxExt {
     let off = u64::from(k) * u64::from(mtu);
+    let stop = (u64::from(end) * u64::from(mtu)).min(u64::from(w.len));
     TxExt::Reth(RethRepr {
         va: w.wr.rdma.remote_addr.wrapping_add(off),
         rkey: w.wr.rdma.rkey,
-        dma_len: w.len - off as u32,
+        dma_len: stop.saturating_sub(off) as u32,
     })
 }
 

@@ -613,7 +613,10 @@ impl Device {
             port_mtu: info.port.active_mtu,
             first_qpn,
             ..Config::default()
-        };
+        }
+        .with_rx_capacity(opts.port.rx_frames(
+            info.port.active_mtu.bytes() as usize + crate::proto::config::RX_FRAME_OVERHEAD,
+        ));
         let dopts = DriverOptions {
             rx_drop: opts.rx_drop,
             rx_ce_mark: opts.rx_ce_mark,

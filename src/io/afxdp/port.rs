@@ -154,11 +154,27 @@ impl BufferMode {
     }
 }
 
+impl PortOptions {
+    /// Received frames of up to `frame_len` bytes the port holds without a drop when they
+    /// all arrive before its driver drains one: the chunks on the fill ring
+    /// (`frame_count / 2`), no more than the RX ring's descriptors (`ring_size`, one per
+    /// chunk in multi-buffer mode), divided by the chunks one such frame spans.
+    pub fn rx_frames(&self, frame_len: usize) -> u32 {
+        let chunks = (self.frame_count / 2).min(self.ring_size);
+        let per_frame = frame_len.div_ceil(CHUNK_DATA).max(1) as u32;
+        chunks / per_frame
+    }
+}
+
 impl Default for PortOptions {
     fn default() -> Self {
         PortOptions {
-            frame_count: 4096,
-            ring_size: 2048,
+            // Measured (docs/performance.md, "Receive capacity"): a 4096-chunk fill ring
+            // holds one whole 8 MiB message at path MTU 4096 (2 048 two-chunk frames), so
+            // a UC message that size arrives even when the receiver drains nothing meanwhile;
+            // with 2048 a burst of them lost frames on a veth pair. 32 MiB of UMEM.
+            frame_count: 8192,
+            ring_size: 4096,
             batch_size: 64,
             need_wakeup: true,
             bind_mode: BindMode::Auto,

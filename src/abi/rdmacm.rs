@@ -173,6 +173,9 @@ struct IdState {
     own_cqs: bool,
     /// The multicast groups joined (`mcast`).
     mc: Vec<mcast::Join>,
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS instead of the
+    /// CM's (the kernel's `rdma_set_ack_timeout`).
+    ack_timeout: Option<u8>,
 }
 
 #[derive(Clone, Copy, Default)]

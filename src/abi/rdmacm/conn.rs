@@ -542,21 +542,41 @@ pub(crate) fn new_child(l: &XId) -> *mut XId {
     child
 }
 
+/// `RDMA_OPTION_ID` and its `RDMA_OPTION_ID_ACK_TIMEOUT` (rdma/rdma_cma.h).
+const OPTION_ID: c_int = 0;
+const OPTION_ID_ACK_TIMEOUT: c_int = 3;
+
 pub extern "C" fn rdma_set_option(
     id: *mut rdma_cm_id,
-    _level: c_int,
-    _optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
-    // TOS, REUSEADDR, AFONLY, ACK_TIMEOUT: accepted and not applied (a log-free no-op
-    // would be a silent fallback, so say it once).
     // SAFETY: the program does not destroy the id `id` while this call uses it.
-    if unsafe { xid(id) }.is_none() {
+    let Some(x) = (unsafe { xid(id) }) else {
+        return err(libc::EINVAL, -1);
+    };
+    if optval.is_null() {
         return err(libc::EINVAL, -1);
     }
+    if level == OPTION_ID && optname == OPTION_ID_ACK_TIMEOUT {
+        // The kernel's ucma_set_option_id / rdma_set_ack_timeout: one byte, RC ids only;
+        // rdma_init_qp_attr's RTS attributes then carry it. (2: IBV_QPT_RC.)
+        if optlen != 1 || x.c().qp_type != 2 {
+            return err(libc::EINVAL, -1);
+        }
+        // SAFETY: not NULL and one byte long (checked above): the caller's value.
+        let t = unsafe { *(optval as *const u8) };
+        x.st.lock().unwrap_or_else(|e| e.into_inner()).ack_timeout = Some(t);
+        return 0;
+    }
+    // TOS, REUSEADDR, AFONLY: accepted and not applied (a log-free no-op would be a
+    // silent fallback, so say it once).
     static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| eprintln!("xrnic: rdma_set_option is accepted and ignored"));
+    SAID.call_once(|| {
+        eprintln!("xrnic: rdma_set_option: TOS, REUSEADDR and AFONLY are accepted and ignored")
+    });
     0
 }
 

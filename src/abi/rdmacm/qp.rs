@@ -79,7 +79,7 @@ pub(crate) fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int)
         ))
     } else if state == 3 {
         a.sq_psn = q.sq_psn;
-        a.timeout = q.timeout;
+        a.timeout = st.ack_timeout.unwrap_or(q.timeout);
         a.retry_cnt = q.retry_cnt;
         a.rnr_retry = q.rnr_retry;
         a.max_rd_atomic = q.max_rd_atomic;

@@ -176,6 +176,10 @@ struct IdState {
     /// `RDMA_OPTION_ID_ACK_TIMEOUT`: the QP's local ACK timeout at RTS instead of the
     /// CM's (the kernel's `rdma_set_ack_timeout`).
     ack_timeout: Option<u8>,
+    /// `rdma_establish` sent the RTU: the CM's ESTABLISHED for it is not an event of the
+    /// program's (the kernel's cma.c gives the active side none after
+    /// CONNECT_RESPONSE).
+    established_by_call: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -196,6 +200,10 @@ struct ConnNumbers {
 pub struct XId {
     id: core::cell::UnsafeCell<rdma_cm_id>,
     st: Mutex<IdState>,
+    /// The id's starting PSN, drawn when it is made (the kernel's cma.c `seq_num`): the
+    /// Starting PSN of its REQ or REP and the `rq_psn` that `rdma_init_qp_attr` gives
+    /// for RTR, so a QP the program moves itself before `rdma_accept` agrees with the REP.
+    seq_num: u32,
 }
 
 impl XId {
@@ -422,6 +430,7 @@ fn new_id(ch: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> *mut 
     let x = Box::into_raw(Box::new(XId {
         id: core::cell::UnsafeCell::new(id),
         st: Mutex::new(IdState::default()),
+        seq_num: conn::random_psn(),
     }));
     reg(|r| r.ids.insert(x as usize));
     x

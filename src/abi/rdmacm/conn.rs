@@ -68,7 +68,7 @@ pub extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param)
         if ud::is_ud(x) {
             return errno_ret(ud::connect(x, id, &p, param).and_then(|()| sync::complete(x)));
         }
-        let psn = random_psn();
+        let psn = x.seq_num;
         let mut cp = param_of(x, param, psn);
         if cp.private_data.len() > 92 - CMA_HDR_LEN {
             return err(libc::EINVAL, -1);
@@ -125,7 +125,7 @@ pub extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) 
         if ud::is_ud(x) {
             return errno_ret(ud::accept(x, &p, c, param));
         }
-        let psn = random_psn();
+        let psn = x.seq_num;
         let cp = param_of(x, param, psn);
         {
             // The CM's view of our side, for the QP moves before the REP (librdmacm
@@ -242,11 +242,16 @@ pub extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
         let (Some(p), Some(c)) = (p, c) else {
             return err(libc::EINVAL, -1);
         };
-        errno_ret(
-            p.with_cm(|cm, _| cm.rtu(c))
-                .then_some(())
-                .ok_or(libc::EINVAL),
-        )
+        x.st.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .established_by_call = true;
+        let sent = p.with_cm(|cm, _| cm.rtu(c));
+        if !sent {
+            x.st.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .established_by_call = false;
+        }
+        errno_ret(sent.then_some(()).ok_or(libc::EINVAL))
     })
 }
 
@@ -434,7 +439,10 @@ pub(crate) fn on_established(p: &Port, c: CmId) {
         return;
     };
     let (remote, private) = {
-        let st = x.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = x.st.lock().unwrap_or_else(|e| e.into_inner());
+        if std::mem::take(&mut st.established_by_call) {
+            return;
+        }
         (st.remote, st.rep_private.clone())
     };
     push(

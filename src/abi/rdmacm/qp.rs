@@ -55,7 +55,8 @@ pub(crate) fn init_qp_attr(x: &XId, state: c_int) -> Result<(ibv_qp_attr, c_int)
     if state == 2 {
         a.path_mtu = c_int::from(q.path.mtu);
         a.dest_qp_num = q.dest_qpn;
-        a.rq_psn = q.rq_psn;
+        // cma.c `rdma_init_qp_attr`: RTR's rq_psn is the id's own seq_num.
+        a.rq_psn = x.seq_num;
         a.max_dest_rd_atomic = q.max_dest_rd_atomic;
         a.min_rnr_timer = q.min_rnr_timer;
         a.ah_attr.is_global = 1;

@@ -26,7 +26,9 @@
 #                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
 #                    1024/4096, loss, RNR; the same stock tools on both sides (xrnic
 #                    through xrnic exec) and the C verbs suite on rxe0 against xrnic's
-#                    output; then xrnic inside two Debian 6.1 guests (no iproute2,
+#                    output, on a Debian 12 guest (6.1, rdma-core 44) and on a Debian 13
+#                    one (6.12, rdma-core 56 on both sides; INTEROP_TRIXIE_ROWS);
+#                    then xrnic inside two Debian 6.1 guests (no iproute2,
 #                    single-buffer AF_XDP) against xrnic and rxe, both roles
 #                    (root, ~35-45 min; CI runs it after make test)
 #   make bench-rxe   the same stock perftest over rxe0 and over xrnic (drop-in library) in
@@ -202,6 +204,7 @@ fuzz:
 # (qemu, busybox, rdma-core tools, ...) and builds the guest image, cached.
 interop-setup:
 	interop/setup.sh >/dev/null
+	XRI_FLAVOUR=trixie interop/setup.sh >/dev/null
 
 interop-selftest: interop-setup
 	interop/net.sh selftest 1500 && interop/net.sh selftest 9000
@@ -211,12 +214,17 @@ interop-rxe: interop-setup
 	interop/run-rxe-pair.sh -o target/interop
 
 # The stock-tool scenarios run Debian's binaries on xrnic through the debug library that
-# `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic.
+# `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic: on the bookworm guest
+# (6.1's rxe, the host's rdma-core 44 on both sides), then on the trixie guest (6.12's rxe,
+# rdma-core 56 on both sides; docs/interop.md "Guest flavours") the rows of
+# INTEROP_TRIXIE_ROWS (shell globs; empty: all of them).
+INTEROP_TRIXIE_ROWS ?=
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	$(CARGO) build --quiet -p xrnic-verbs
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
 	interop/run-stock-rxe.sh -o target/interop/stock
+	XRI_FLAVOUR=trixie interop/run-stock-rxe.sh -o target/interop/stock-trixie $(INTEROP_TRIXIE_ROWS)
 	interop/run-rxe-pair.sh -x -o target/interop/guest
 
 # rxe against xrnic with the same stock perftest in the same two guests (docs/interop.md);

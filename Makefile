@@ -217,14 +217,23 @@ interop-rxe: interop-setup
 # `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic: on the bookworm guest
 # (6.1's rxe, the host's rdma-core 44 on both sides), then on the trixie guest (6.12's rxe,
 # rdma-core 56 on both sides; docs/interop.md "Guest flavours") the rows of
-# INTEROP_TRIXIE_ROWS (shell globs; empty: all of them).
-INTEROP_TRIXIE_ROWS ?=
+# INTEROP_TRIXIE_ROWS (shell globs; empty: all 76, about as long as the bookworm run,
+# ~14 min): by default one or two rows of each tool, both roles, the fe80:: GID, MTU
+# 4096, loss, UD/UC/SRQ, the rdmacm tools, the service and the C suite (~7 min).
+# INTEROP_TRIXIE_HOST_TOOLS=host runs the host's rdma-core 44 against the 6.12 guest.
+INTEROP_TRIXIE_ROWS ?= pp_xc_v4 pp_xs_ll pp_xs_m4096 write_bw_xc write_bw_xs read_bw_xc \
+	read_bw_xs send_bw_xs atomic_bw_xc atomic_lat_xs write_lat_xc send_lat_xs \
+	loss_write_bw_xc ud_pp_xc ud_send_bw_xs uc_pp_xs srq_pp_xs srq_send_bw_xc rping_xc \
+	rping_xs ucmatose_xs udaddy_xc mckey_xc rdma_server_xc write_bw_cm_xs svc_pp_xc \
+	svc_write_bw_xs svc_rping_xs verbs_suite
+INTEROP_TRIXIE_HOST_TOOLS ?= trixie
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	$(CARGO) build --quiet -p xrnic-verbs
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
 	interop/run-stock-rxe.sh -o target/interop/stock
-	XRI_FLAVOUR=trixie interop/run-stock-rxe.sh -o target/interop/stock-trixie $(INTEROP_TRIXIE_ROWS)
+	XRI_FLAVOUR=trixie XRI_HOST_TOOLS=$(INTEROP_TRIXIE_HOST_TOOLS) \
+		interop/run-stock-rxe.sh -o target/interop/stock-trixie $(INTEROP_TRIXIE_ROWS)
 	interop/run-rxe-pair.sh -x -o target/interop/guest
 
 # rxe against xrnic with the same stock perftest in the same two guests (docs/interop.md);

@@ -257,6 +257,7 @@ xri_guest_init
 # trixie: rdma-core 56 from the unpacked trixie root (setup.sh --host-root), unless
 # XRI_HOST_TOOLS=host asks for the host's against the 6.12 guest.
 HOST_ROOT=
+case ${XRI_HOST_TOOLS:-trixie} in trixie | host) ;; *) xri_die "XRI_HOST_TOOLS=$XRI_HOST_TOOLS: want trixie or host" ;; esac
 if [[ $XRI_FLAVOUR == trixie && ${XRI_HOST_TOOLS:-trixie} == trixie ]]; then
 	HOST_ROOT=$("$XRI_DIR/setup.sh" --host-root) || xri_die "setup.sh --host-root failed"
 	HOST_ROOT=${HOST_ROOT#XRI_TRIXIE_ROOT=}

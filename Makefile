@@ -30,7 +30,7 @@
 #                    one (6.12, rdma-core 56 on both sides; INTEROP_TRIXIE_ROWS);
 #                    then xrnic inside two Debian 6.1 guests (no iproute2,
 #                    single-buffer AF_XDP) against xrnic and rxe, both roles
-#                    (root, ~35-45 min; CI runs it after make test)
+#                    (root, ~40-50 min; CI runs it after make test)
 #   make bench-rxe   the same stock perftest over rxe0 and over xrnic (drop-in library) in
 #                    the same two qemu guests, interleaved rounds: tables side by side, an
 #                    SVG of bandwidth against size, a JSON line (root, ~15-30 min)
@@ -218,8 +218,8 @@ interop-rxe: interop-setup
 # (6.1's rxe, the host's rdma-core 44 on both sides), then on the trixie guest (6.12's rxe,
 # rdma-core 56 on both sides; docs/interop.md "Guest flavours") the rows of
 # INTEROP_TRIXIE_ROWS (shell globs; empty: all 76, about as long as the bookworm run,
-# ~14 min): by default one or two rows of each tool, both roles, the fe80:: GID, MTU
-# 4096, loss, UD/UC/SRQ, the rdmacm tools, the service and the C suite (~7 min).
+# ~15 min): by default one or two rows of each tool, both roles, the fe80:: GID, MTU
+# 4096, loss, UD/UC/SRQ, the rdmacm tools, the service and the C suite (~6 min).
 # INTEROP_TRIXIE_HOST_TOOLS=host runs the host's rdma-core 44 against the 6.12 guest.
 INTEROP_TRIXIE_ROWS ?= pp_xc_v4 pp_xs_ll pp_xs_m4096 write_bw_xc write_bw_xs read_bw_xc \
 	read_bw_xs send_bw_xs atomic_bw_xc atomic_lat_xs write_lat_xc send_lat_xs \

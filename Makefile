@@ -26,9 +26,11 @@
 #                    Linux rxe in a qemu guest, both roles, IPv4/IPv6/fe80 GIDs, MTU
 #                    1024/4096, loss, RNR; the same stock tools on both sides (xrnic
 #                    through xrnic exec) and the C verbs suite on rxe0 against xrnic's
-#                    output; then xrnic inside two Debian 6.1 guests (no iproute2,
+#                    output, on a Debian 12 guest (6.1, rdma-core 44) and on a Debian 13
+#                    one (6.12, rdma-core 56 on both sides; INTEROP_TRIXIE_ROWS);
+#                    then xrnic inside two Debian 6.1 guests (no iproute2,
 #                    single-buffer AF_XDP) against xrnic and rxe, both roles
-#                    (root, ~35-45 min; CI runs it after make test)
+#                    (root, ~40-50 min; CI runs it after make test)
 #   make bench-rxe   the same stock perftest over rxe0 and over xrnic (drop-in library) in
 #                    the same two qemu guests, interleaved rounds: tables side by side, an
 #                    SVG of bandwidth against size, a JSON line (root, ~15-30 min)
@@ -203,6 +205,7 @@ fuzz:
 # (qemu, busybox, rdma-core tools, ...) and builds the guest image, cached.
 interop-setup:
 	interop/setup.sh >/dev/null
+	XRI_FLAVOUR=trixie interop/setup.sh >/dev/null
 
 interop-selftest: interop-setup
 	interop/net.sh selftest 1500 && interop/net.sh selftest 9000
@@ -212,12 +215,26 @@ interop-rxe: interop-setup
 	interop/run-rxe-pair.sh -o target/interop
 
 # The stock-tool scenarios run Debian's binaries on xrnic through the debug library that
-# `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic.
+# `cargo build -p xrnic-verbs` leaves beside target/debug/xrnic: on the bookworm guest
+# (6.1's rxe, the host's rdma-core 44 on both sides), then on the trixie guest (6.12's rxe,
+# rdma-core 56 on both sides; docs/interop.md "Guest flavours") the rows of
+# INTEROP_TRIXIE_ROWS (shell globs; empty: all 76, about as long as the bookworm run,
+# ~15 min): by default one or two rows of each tool, both roles, the fe80:: GID, MTU
+# 4096, loss, UD/UC/SRQ, the rdmacm tools, the service and the C suite (~6 min).
+# INTEROP_TRIXIE_HOST_TOOLS=host runs the host's rdma-core 44 against the 6.12 guest.
+INTEROP_TRIXIE_ROWS ?= pp_xc_v4 pp_xs_ll pp_xs_m4096 write_bw_xc write_bw_xs read_bw_xc \
+	read_bw_xs send_bw_xs atomic_bw_xc atomic_lat_xs write_lat_xc send_lat_xs \
+	loss_write_bw_xc ud_pp_xc ud_send_bw_xs uc_pp_xs srq_pp_xs srq_send_bw_xc rping_xc \
+	rping_xs ucmatose_xs udaddy_xc mckey_xc rdma_server_xc write_bw_cm_xs svc_pp_xc \
+	svc_write_bw_xs svc_rping_xs verbs_suite
+INTEROP_TRIXIE_HOST_TOOLS ?= trixie
 interop: interop-setup
 	$(CARGO) build --quiet --bin xrnic
 	$(CARGO) build --quiet -p xrnic-verbs
 	interop/run-xrnic-rxe.sh -o target/interop/xrnic
 	interop/run-stock-rxe.sh -o target/interop/stock
+	XRI_FLAVOUR=trixie XRI_HOST_TOOLS=$(INTEROP_TRIXIE_HOST_TOOLS) \
+		interop/run-stock-rxe.sh -o target/interop/stock-trixie $(INTEROP_TRIXIE_ROWS)
 	interop/run-rxe-pair.sh -x -o target/interop/guest
 
 # rxe against xrnic with the same stock perftest in the same two guests (docs/interop.md);

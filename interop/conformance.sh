@@ -31,6 +31,9 @@
 # (the guest's whole run, default 3600 s), XRNIC_BIN (default target/debug/xrnic).
 
 set -euo pipefail
+# The guest chroots into the host's root over 9p and runs the host's rdma-core there, so
+# it stays on the bookworm flavour (the host's Debian 12; interop/setup.sh).
+export XRI_FLAVOUR=bookworm
 # shellcheck source=guest.sh
 source "$(dirname "${BASH_SOURCE[0]}")/guest.sh"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Boot Linux rxe guests (qemu TCG, Debian 6.1 kernel, the initramfs from setup.sh) on the
-# harness bridge, each in the background with its serial console in a log file.
+# Boot Linux rxe guests (qemu TCG, the Debian kernel of XRI_FLAVOUR: 6.1 or 6.12, and the
+# initramfs from setup.sh) on the harness bridge, each in the background with its serial
+# console in a log file.
 #
 # Source it for the functions, or run one guest by hand:
 #   guest.sh run [--mtu 1500|9000] [--ip4 A/24] [--ip6 A/64] [--timeout S] SCENARIO.sh

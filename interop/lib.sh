@@ -14,6 +14,18 @@ XRI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # checkout reuses them; override with XRNIC_INTEROP_CACHE.
 # shellcheck disable=SC2034
 XRI_CACHE=${XRNIC_INTEROP_CACHE:-/var/cache/xrnic-interop}
+# The guest flavour (interop/setup.sh, docs/interop.md "Guest flavours"): bookworm (Debian
+# 12's 6.1 kernel, the host's rdma-core 44 tools) or trixie (Debian 13's 6.12 kernel and its
+# rdma-core 56 userland). 6.1 and 6.12 name them too.
+case ${XRI_FLAVOUR:-bookworm} in
+bookworm | 6.1) XRI_FLAVOUR=bookworm ;;
+trixie | 6.12) XRI_FLAVOUR=trixie ;;
+*)
+	printf 'error: XRI_FLAVOUR=%s: want bookworm (6.1) or trixie (6.12)\n' "$XRI_FLAVOUR" >&2
+	exit 2
+	;;
+esac
+export XRI_FLAVOUR
 
 xri_log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 xri_die() {

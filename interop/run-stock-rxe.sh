@@ -21,6 +21,9 @@
 # namespace $XRI_NS-h1 (and 192.0.2.101 in $XRI_NS-h2 for the verbs suite's second end).
 # $XRNIC is the xrnic binary (default target/debug/xrnic, whose libibverbs.so lies beside
 # it: `cargo build --workspace`); built when missing.
+# XRI_FLAVOUR=trixie runs it all on the Debian 13 guest (6.12's rxe, rdma-core 56) with
+# rdma-core 56's programs on the host side too (interop/trixie-run.sh; XRI_HOST_TOOLS=host:
+# the host's rdma-core 44 instead). docs/interop.md, "Guest flavours".
 # Exit status: 0 when every selected scenario passed, 1 otherwise.
 
 set -euo pipefail
@@ -176,7 +179,7 @@ EXTRA=(
 )
 
 usage() {
-	sed -n '2,24s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,27s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
@@ -250,7 +253,16 @@ fi
 XRNIC=$(cd "$(dirname "$XRNIC")" && pwd)/$(basename "$XRNIC")
 
 xri_guest_init
-xri_log "kernel $XRI_KVER, base image $(basename "$XRI_BASE"), xrnic $XRNIC, output in $OUT"
+# The host side's programs: the same as the guest's. bookworm: the host's own (rdma-core 44);
+# trixie: rdma-core 56 from the unpacked trixie root (setup.sh --host-root), unless
+# XRI_HOST_TOOLS=host asks for the host's against the 6.12 guest.
+HOST_ROOT=
+case ${XRI_HOST_TOOLS:-trixie} in trixie | host) ;; *) xri_die "XRI_HOST_TOOLS=$XRI_HOST_TOOLS: want trixie or host" ;; esac
+if [[ $XRI_FLAVOUR == trixie && ${XRI_HOST_TOOLS:-trixie} == trixie ]]; then
+	HOST_ROOT=$("$XRI_DIR/setup.sh" --host-root) || xri_die "setup.sh --host-root failed"
+	HOST_ROOT=${HOST_ROOT#XRI_TRIXIE_ROOT=}
+fi
+xri_log "kernel $XRI_KVER ($XRI_FLAVOUR), base image $(basename "$XRI_BASE"), host tools ${HOST_ROOT:-/usr/bin}, xrnic $XRNIC, output in $OUT"
 xri_net_create 1500
 xri_net_add_tap tapA 1500
 xri_net_add_veth h1 1500 "$H_IP4" "$H_IP6"
@@ -258,9 +270,11 @@ H_NS=$XRI_NS-h1
 H_MAC=$(ip netns exec "$H_NS" cat /sys/class/net/eth0/address)
 G_MAC=$(xri_guest_mac "$G_IP4")
 
-# Programs not in the base image (setup.sh PROGRAMS): a scenario using one boots the guest
-# with one more archive holding it (its libraries are the image's: librdmacm, libibverbs).
+# Programs not in the bookworm base image (setup.sh PROGRAMS): a scenario using one boots
+# the guest with one more archive holding it (its libraries are the image's: librdmacm,
+# libibverbs). The trixie image holds all of rdmacm-utils already, in its rdma-core 56.
 GUEST_EXTRA_TOOLS=(rdma_server rdma_client mckey)
+[[ $XRI_FLAVOUR == trixie ]] && GUEST_EXTRA_TOOLS=()
 
 # extra_archive TOOL FILE: FILE is a cpio archive of the GUEST_EXTRA_TOOLS among TOOL
 # (SERVER,CLIENT); returns 1 when there are none.
@@ -485,6 +499,11 @@ for ((qi = 0; qi < ${#QUEUE[@]}; qi++)); do
 	write_guest "$dir/guest.sh" "$grole" "$gcmd" "$fam" "$loss"
 	# shellcheck disable=SC2206  # the command is words on purpose
 	xargv=($xcmd)
+	# The trixie flavour's host side: the same rdma-core 56 program the guest runs, from
+	# the unpacked trixie root with trixie's loader (interop/trixie-run.sh).
+	if [[ -n $HOST_ROOT ]]; then
+		xargv=("$XRI_DIR/trixie-run.sh" "$HOST_ROOT" "${xargv[0]#/usr/bin/}" "${xargv[@]:1}")
+	fi
 
 	xri_log "scenario $name ($tool, xrnic $role, ${FAMNAME[$fam]} GID, MTU $pmtu, loss $loss${via:+, through the device service as nobody})"
 	t0=$(xri_now)

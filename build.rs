@@ -117,6 +117,13 @@ const PREREQUISITES: &[Prerequisite] = &[
         needs: &["/usr/bin/ucx_perftest"],
     },
     Prerequisite {
+        cfg: "xrnic_no_pyverbs",
+        needs: &[
+            "/usr/share/doc/rdma-core/tests/run_tests.py",
+            "/usr/lib/python3/dist-packages/pyverbs/__init__.py",
+        ],
+    },
+    Prerequisite {
         cfg: "xrnic_no_infiniband_diags",
         needs: &["/usr/sbin/ibstat", "/usr/sbin/ibstatus"],
     },

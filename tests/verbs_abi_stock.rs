@@ -241,6 +241,36 @@ fn stock_ibv_rc_pingpong_sizes_mtus_events_gids_checked() {
     }
 }
 
+/// ibv_rc_pingpong with `-N` ("use new post send WR API": `ibv_create_qp_ex` with
+/// SEND_OPS_FLAGS, then `ibv_wr_start` / `ibv_wr_send` / `ibv_wr_set_sge` /
+/// `ibv_wr_complete` for every send), data checked (`-c`), with and without completion
+/// events.
+#[test]
+#[cfg_attr(not(xrnic_no_ibverbs_utils), ignore = "needs root")]
+#[cfg_attr(xrnic_no_ibverbs_utils, ignore = "needs root and ibverbs-utils")]
+fn stock_ibv_rc_pingpong_new_post_send_api_checked() {
+    library_built();
+    let pp = stock_tool("ibv_rc_pingpong", "ibverbs-utils");
+    let pair = VethPair::new(1500).expect("veth pair");
+    for args in [
+        &["-s", "4096", "-g", "1"][..],
+        &["-s", "1", "-g", "0", "-e"],
+    ] {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["-N", "-n", "50", "-c"]);
+        let (client, server) = run_both(&pair, &pp, &a);
+        let bytes = 50 * args[1].parse::<u64>().unwrap() * 2;
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                s.contains(&format!("{bytes} bytes in ")) && s.contains("50 iters in "),
+                "{who} {a:?}: {}",
+                text(o)
+            );
+        }
+    }
+}
+
 /// ibv_ud_pingpong: UD QPs, address handles from the peer's GID, the GRH
 /// in front of every receive; both GID kinds (0: fe80:: from the MAC, 1: IPv4-mapped),
 /// `-c` checks the bytes, `-e` sleeps on completion events. The link's 1500 bytes give

@@ -158,7 +158,7 @@ pub extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(core::ptr::null_mut(), || {
         // SAFETY: the program does not close `ctx` while this call uses it.
@@ -175,13 +175,21 @@ pub extern "C" fn ibv_create_cq(
             // SAFETY: checked live first (the `||` below): a leaked Box<XChannel>.
             unsafe { (*channel).context != ctx }
         };
+        // A completion vector the context does not have (`num_comp_vectors`, one:
+        // every CQ's events come from the one completion hook) is EINVAL, as the
+        // kernel's `ib_uverbs_create_cq` answers `comp_vector >= num_comp_vectors`.
         if cqe < 1
             || cqe as u32 > max
+            || comp_vector < 0
+            || comp_vector >= x.vctx.context.num_comp_vectors
             || (!channel.is_null() && (!live::is(channel, Kind::Channel) || foreign()))
         {
             set_errno(libc::EINVAL);
             return core::ptr::null_mut();
         }
+        // Rounded as rxe rounds it (rxe_queue.c `rxe_queue_init`) and reported in
+        // `cq->cqe`: 100 becomes 127; the maximum stays (a power of two less one).
+        let cqe = round_cqe(cqe as u32, max);
         let cq = match x.dev.create_cq(cqe as usize) {
             Ok(c) => c,
             Err(e) => {
@@ -196,7 +204,7 @@ pub extern "C" fn ibv_create_cq(
         ibv.channel = channel;
         ibv.cq_context = cq_context;
         ibv.handle = next_handle();
-        ibv.cqe = cqe;
+        ibv.cqe = cqe as c_int;
         let b = Box::new(XCq {
             ibv,
             state: Arc::new(CqState {
@@ -227,6 +235,14 @@ pub extern "C" fn ibv_create_cq(
         live::add(p, Kind::Cq);
         p as *mut ibv_cq
     })
+}
+
+/// `n + 1` rounded up to a power of two, less one; never past `max` (n <= max).
+pub(crate) fn round_cqe(n: u32, max: u32) -> u32 {
+    n.checked_add(1)
+        .and_then(u32::checked_next_power_of_two)
+        .map_or(max, |s| (s - 1).min(max))
+        .max(n)
 }
 
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {

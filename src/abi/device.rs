@@ -263,6 +263,7 @@ fn new_context(xdev: &'static XDevice, d: xv::Device) -> Option<(usize, std::syn
     let v = &mut x.vctx;
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
+    crate::ops::install_ex(v);
     v.sz = core::mem::size_of::<verbs_context>();
     let c = &mut v.context;
     c.device = &xdev.ibv as *const ibv_device as *mut ibv_device;

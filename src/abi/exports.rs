@@ -114,7 +114,7 @@ export! {
     fn ibv_get_pkey_index @ "IBVERBS_1.5" => device::ibv_get_pkey_index;
 
     // IBVERBS_1.6
-    fn ibv_qp_to_qp_ex @ "IBVERBS_1.6" => stubs::ibv_qp_to_qp_ex;
+    fn ibv_qp_to_qp_ex @ "IBVERBS_1.6" => qp::ibv_qp_to_qp_ex;
 
     // IBVERBS_1.7
     fn ibv_reg_mr_iova @ "IBVERBS_1.7" => mr::ibv_reg_mr_iova;

@@ -137,7 +137,6 @@ null_stubs!(
     ibv_import_dm,
     ibv_import_mr,
     ibv_import_pd,
-    ibv_qp_to_qp_ex,
     ibv_reg_dmabuf_mr,
     verbs_open_device
 );

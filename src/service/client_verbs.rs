@@ -145,7 +145,7 @@ fn cq_verb(dev: &Device, lim: &Limits, c: &mut Client, req: &Req) -> Answer {
     use Answer::Plain;
     match *req {
         Req::CreateCq { cqe } => {
-            if cqe == 0 || cqe > 1 << 16 {
+            if cqe == 0 || cqe > crate::verbs::MAX_CQE {
                 return Plain(bad(libc::EINVAL, "cqe"));
             }
             let slots = cqe.next_power_of_two().max(16);

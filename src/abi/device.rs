@@ -420,8 +420,12 @@ unsafe extern "C" fn query_device_ex(
         if gone(x) {
             return ret(Err(libc::EIO));
         }
+        // The completion clock (crate::cq `ex`): nanoseconds, so 1 000 000 kHz, over
+        // 64 bits.
         let ex = ibv_device_attr_ex {
             orig_attr: device_attr(&x.dev),
+            completion_timestamp_mask: u64::MAX,
+            hca_core_clock: 1_000_000,
             phys_port_cnt_ex: 1,
             ..Default::default()
         };

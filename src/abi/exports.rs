@@ -105,7 +105,7 @@ export! {
     fn ibv_rate_to_mbps @ "IBVERBS_1.1" => misc::ibv_rate_to_mbps;
     fn ibv_reg_mr @ "IBVERBS_1.1" => mr::ibv_reg_mr;
     fn ibv_rereg_mr @ "IBVERBS_1.1" => stubs::ibv_rereg_mr;
-    fn ibv_resize_cq @ "IBVERBS_1.1" => stubs::ibv_resize_cq;
+    fn ibv_resize_cq @ "IBVERBS_1.1" => cq::ibv_resize_cq;
     fn ibv_resolve_eth_l2_from_gid @ "IBVERBS_1.1" => stubs::ibv_resolve_eth_l2_from_gid;
     fn ibv_wc_status_str @ "IBVERBS_1.1" => misc::ibv_wc_status_str;
     fn mbps_to_ibv_rate @ "IBVERBS_1.1" => misc::mbps_to_ibv_rate;

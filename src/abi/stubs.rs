@@ -124,7 +124,6 @@ int_stubs!(
     ibv_cmd_resize_cq,
     ibv_query_ece,
     ibv_rereg_mr,
-    ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid,
     ibv_set_ece
 );

@@ -208,6 +208,17 @@ impl CompletionQueue {
         }
     }
 
+    /// A new capacity; fewer slots than completions waiting is refused (they stay).
+    pub(crate) fn resize(&mut self, capacity: usize) -> Result<(), crate::proto::VerbsError> {
+        if capacity < self.entries.len() {
+            return Err(crate::proto::VerbsError::InvalidValue(
+                "cqe below the completions queued",
+            ));
+        }
+        self.capacity = capacity;
+        Ok(())
+    }
+
     /// Completions waiting to be polled, and the capacity.
     pub(crate) fn depth(&self) -> (usize, usize) {
         (self.entries.len(), self.capacity)

@@ -1420,6 +1420,24 @@ impl Cq {
     /// `ibv_poll_cq` in one call.
     /// How many completions wait in this CQ (software backend; the offload backend
     /// cannot tell without polling: `Unsupported`).
+    /// `ibv_resize_cq`: room for `cqe` completions, those queued kept; fewer than are
+    /// queued is refused (EINVAL, as rxe). [`Error::Unsupported`] on the offload backend.
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        match &self.kind {
+            CqKind::Soft(cq) => cq
+                .shared
+                .lock()
+                .rnic
+                .resize_cq(cq.cq, cqe)
+                .map_err(Error::Verbs),
+            CqKind::Svc(cq) => cq.resize(cqe),
+            CqKind::Verbs(_) => Err(Error::Unsupported {
+                what: "resizing a CQ",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn pending(&self) -> Result<usize> {
         match &self.kind {
             CqKind::Soft(cq) => Ok(cq.ready.load(std::sync::atomic::Ordering::Acquire)),

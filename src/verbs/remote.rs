@@ -426,6 +426,12 @@ impl RemoteCq {
         })
     }
 
+    /// `ibv_resize_cq` through the service.
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        let cqe = u32::try_from(cqe).map_err(|_| Error::Verbs(VerbsError::InvalidValue("cqe")))?;
+        self.conn.call_ok(&Req::ResizeCq { cq: self.id, cqe })
+    }
+
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let mut w = [0u64; ipc::CQ_WORDS];

@@ -492,3 +492,28 @@ pub unsafe extern "C" fn post_recv(
         0
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::round_queue;
+
+    #[test]
+    fn queues_are_sized_as_rxe_sizes_them() {
+        // rxe_queue_init: n + 1 slots rounded up to a power of two, one kept empty.
+        for (n, want) in [
+            (0, 0),
+            (1, 1),
+            (2, 3),
+            (10, 15),
+            (15, 15),
+            (16, 31),
+            (100, 127),
+        ] {
+            assert_eq!(round_queue(n, 16384), want, "{n}");
+        }
+        // Never past the device's maximum, never below what was asked.
+        assert_eq!(round_queue(16384, 16384), 16384);
+        assert_eq!(round_queue(9000, 16384), 16383);
+        assert_eq!(round_queue(u32::MAX, u32::MAX), u32::MAX);
+    }
+}

@@ -266,6 +266,25 @@ mod tests {
     }
 
     #[test]
+    fn resize_keeps_the_queued_and_refuses_fewer_slots() {
+        let mut q = CompletionQueue::new(2, Arc::new(AtomicU64::new(0)));
+        assert!(q.push(wc(1)) && q.push(wc(2)));
+        assert!(!q.push(wc(3)), "full at 2");
+        assert!(q.resize(1).is_err(), "fewer slots than the 2 queued");
+        assert_eq!(q.depth(), (2, 2), "a refused resize changes nothing");
+        q.resize(4).unwrap();
+        assert!(q.push(wc(4)) && q.push(wc(5)));
+        assert!(!q.push(wc(6)), "full at 4");
+        q.resize(4).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(q.poll(&mut out, 8), 4);
+        let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [1, 2, 4, 5], "in order across the resizes");
+        q.resize(1).unwrap();
+        assert_eq!(q.depth(), (0, 1));
+    }
+
+    #[test]
     fn fifo_bounded_with_overrun_count() {
         let added = Arc::new(AtomicU64::new(0));
         let mut cq = CompletionQueue::new(2, added.clone());

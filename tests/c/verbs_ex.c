@@ -325,6 +325,11 @@ int main(int argc, char **argv)
 	ca.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
 	cqx = ibv_create_cq_ex(ctx, &ca);
 	check(cqx != NULL, "ibv_create_cq_ex with the standard flags and COMPLETION_TIMESTAMP");
+	if (!cqx) {
+		/* A device without a completion clock (rxe): the rest without timestamps. */
+		ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+		cqx = ibv_create_cq_ex(ctx, &ca);
+	}
 	if (!cqx)
 		return summary();
 	cq = ibv_cq_ex_to_cq(cqx);
@@ -367,7 +372,8 @@ int main(int argc, char **argv)
 			      ibv_wc_read_qp_num(cqx) == qp->qp_num &&
 			      ibv_wc_read_src_qp(cqx) == peer.qpn,
 		      "ibv_start_poll: the SEND's receive, its accessors");
-		t0 = ok ? ibv_wc_read_completion_ts(cqx) : 0;
+		t0 = ok && (ca.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) ?
+			     ibv_wc_read_completion_ts(cqx) : 0;
 		if (ok)
 			ibv_end_poll(cqx);
 		ok = next_ex(cqx) == 0;
@@ -378,6 +384,7 @@ int main(int argc, char **argv)
 		      "the inline SEND with immediate: its data and immediate");
 		check(ok && t0 != 0 && ibv_wc_read_completion_ts(cqx) >= t0,
 		      "completion timestamps, in order");
+		/* (t0 is 0 without the clock: the check fails without reading it.) */
 		if (ok)
 			ibv_end_poll(cqx);
 		read_info(argv[4], "client-done", &peer);
@@ -417,8 +424,10 @@ int main(int argc, char **argv)
 			}
 			ids[i] = cqx->wr_id;
 			ops_ok &= cqx->status == IBV_WC_SUCCESS;
-			ts_ok &= ibv_wc_read_completion_ts(cqx) >= tlast;
-			tlast = ibv_wc_read_completion_ts(cqx);
+			if (ca.wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) {
+				ts_ok &= ibv_wc_read_completion_ts(cqx) >= tlast;
+				tlast = ibv_wc_read_completion_ts(cqx);
+			}
 			if (i == 0)
 				t0 = tlast;
 		}

@@ -98,15 +98,11 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     }
     // The queues' sizes as rxe rounds them (rxe_queue.c `rxe_queue_init`: a power of two
     // slots, one kept empty), written back to the caller: 0 stays 0 (a receive-only or
-    // send-only QP), 10 becomes 15. A QP on an SRQ has no receive queue of its own.
+    // send-only QP), 10 becomes 15. A QP on an SRQ has no receive queue of its own: its
+    // receive capabilities are left as asked, as rxe's `rxe_qp_init_resp` leaves them.
     c.max_send_wr = round_queue(c.max_send_wr, attr.max_qp_wr);
-    c.max_recv_wr = if srq.is_some() {
-        0
-    } else {
-        round_queue(c.max_recv_wr, attr.max_qp_wr)
-    };
-    if srq.is_some() {
-        c.max_recv_sge = 0;
+    if srq.is_none() {
+        c.max_recv_wr = round_queue(c.max_recv_wr, attr.max_qp_wr);
     }
     let qi = xv::QpInitAttr {
         send_cq: &scq.state.cq,

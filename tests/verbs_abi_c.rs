@@ -448,7 +448,7 @@ fn the_c_extended_verbs_suite_passes_in_process_and_through_the_service() {
         std::fs::create_dir_all(&run).unwrap();
         let _up = service.then(|| (Up::start(&pair, Side::A), Up::start(&pair, Side::B)));
         let (client, server) = run_pair(&pair, &exe, &run, "1", &[]);
-        for (who, o, checks) in [("client", &client, 38), ("server", &server, 34)] {
+        for (who, o, checks) in [("client", &client, 42), ("server", &server, 38)] {
             let t = text(o);
             let s = String::from_utf8_lossy(&o.stdout);
             assert!(o.status.success(), "{who} service {service}: {t}");

@@ -212,6 +212,37 @@ static void edges(struct ibv_context *ctx, struct ibv_pd *pd)
 	       cap.max_send_wr, cap.max_recv_wr, cap.max_inline_data);
 	if (qp)
 		ibv_destroy_qp(qp);
+	/* At the advertised maxima: a QP with max_qp_wr send requests, an SRQ of max_srq_wr
+	 * with max_srq_sge; one more is EINVAL. */
+	qp = qp_ex(ctx, pd, cq, IBV_QPT_RC, pdm, 0, 0, dx.orig_attr.max_qp_wr, 4, &cap);
+	check(qp != NULL && cap.max_send_wr >= (uint32_t)dx.orig_attr.max_qp_wr,
+	      "a QP with max_send_wr max_qp_wr");
+	if (qp)
+		ibv_destroy_qp(qp);
+	qp = qp_ex(ctx, pd, cq, IBV_QPT_RC, pdm, 0, 0, dx.orig_attr.max_qp_wr + 1, 4, NULL);
+	check(qp == NULL && errno == EINVAL, "max_send_wr past max_qp_wr: EINVAL");
+	{
+		struct ibv_srq_init_attr sa;
+		struct ibv_srq *srq;
+
+		memset(&sa, 0, sizeof sa);
+		sa.attr.max_wr = dx.orig_attr.max_srq_wr;
+		sa.attr.max_sge = dx.orig_attr.max_srq_sge;
+		srq = ibv_create_srq(pd, &sa);
+		check(srq != NULL && sa.attr.max_wr >= (uint32_t)dx.orig_attr.max_srq_wr,
+		      "an SRQ with max_srq_wr and max_srq_sge");
+		printf("info: max_qp_wr %d, max_srq_wr %d, max_srq_sge %d\n", dx.orig_attr.max_qp_wr,
+		       dx.orig_attr.max_srq_wr, dx.orig_attr.max_srq_sge);
+		if (srq)
+			ibv_destroy_srq(srq);
+		sa.attr.max_wr = dx.orig_attr.max_srq_wr + 1;
+		sa.attr.max_sge = 1;
+		errno = 0;
+		srq = ibv_create_srq(pd, &sa);
+		check(srq == NULL && errno == EINVAL, "an SRQ past max_srq_wr: EINVAL");
+		if (srq)
+			ibv_destroy_srq(srq);
+	}
 	ibv_destroy_cq(cq);
 }
 

@@ -212,6 +212,27 @@ static void edges(struct ibv_context *ctx, struct ibv_pd *pd)
 	       cap.max_send_wr, cap.max_recv_wr, cap.max_inline_data);
 	if (qp)
 		ibv_destroy_qp(qp);
+	/* A full receive queue: ENOMEM for one receive more than max_recv_wr. */
+	qp = qp_ex(ctx, pd, cq, IBV_QPT_RC, pdm, 0, 0, 4, 2, &cap);
+	if (qp) {
+		struct ibv_qp_attr a;
+		struct ibv_recv_wr rwr, *rbad;
+		uint32_t k, ok = 0;
+
+		memset(&a, 0, sizeof a);
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+					      IBV_QP_ACCESS_FLAGS);
+		memset(&rwr, 0, sizeof rwr);
+		for (k = 0; k < cap.max_recv_wr; k++)
+			ok += ibv_post_recv(qp, &rwr, &rbad) == 0;
+		check(ok == cap.max_recv_wr, "max_recv_wr receives posted in INIT");
+		check(ibv_post_recv(qp, &rwr, &rbad) == ENOMEM && rbad == &rwr,
+		      "one receive more: ENOMEM, bad_wr the WR");
+		ibv_destroy_qp(qp);
+	}
+
 	/* At the advertised maxima: a QP with max_qp_wr send requests, an SRQ of max_srq_wr
 	 * with max_srq_sge; one more is EINVAL. */
 	qp = qp_ex(ctx, pd, cq, IBV_QPT_RC, pdm, 0, 0, dx.orig_attr.max_qp_wr, 4, &cap);

@@ -298,11 +298,15 @@ impl Conn {
     /// when the engine refused it (the ring's refused index names this slot).
     pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool, full: bool) -> Result<()> {
         let at = self.submit(ipc::encode_recv(qpn, wr))?;
-        if (ready || full) && self.wait_done(at) && full {
-            let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
-            if refused == at {
-                return Err(VerbsError::QueueFull.into());
+        if full {
+            if self.wait_done(at) {
+                let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
+                if refused == at {
+                    return Err(VerbsError::QueueFull.into());
+                }
             }
+        } else if ready {
+            self.wait_done(at);
         }
         Ok(())
     }

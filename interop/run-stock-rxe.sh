@@ -230,6 +230,7 @@ if [[ -n $LIST ]]; then
 		echo "name|tool|args|xrnic|gid|mtu|loss|client args"
 		printf '%s\n' "${SCENARIOS[@]}" "${EXTRA[@]/#/(extra) }"
 		echo "verbs_suite|tests/c/verbs_suite.c|||||"
+		echo "verbs_ex|tests/c/verbs_ex.c|||||"
 	} | column -t -s'|'
 	exit 0
 fi
@@ -645,17 +646,26 @@ VS_KNOWN=(
 	# rxe raises no QP events (6.1: only SRQ_LIMIT_REACHED, SQ_DRAINED, CQ_ERR and port
 	# events); xrnic raises COMM_EST for the first packet on a QP in RTR (IBTA 11.6.3.1).
 	'ibv_get_async_event: IBV_EVENT_COMM_EST on the QP in RTR'
+	# verbs_ex: rxe in 6.1 has no completion clock (completion_timestamp_mask 0, no
+	# query_rt_values, wc_flags without the timestamps); xrnic offers them.
+	'ibv_query_device_ex: completion_timestamp_mask and hca_core_clock'
+	'ibv_query_rt_values_ex: the raw clock'
+	'ibv_create_cq_ex with the standard flags and COMPLETION_TIMESTAMP'
+	'completion timestamps, in order'
+	'their completion timestamps'
 )
 
-# The C verbs suite: on rxe0 in a guest (both ends in the one guest, over rxe's loopback;
-# they exchange QP numbers through a directory) and on xrnic on the host (one end on h1,
-# the other on h2, the same directory); each role's output must be the same on both.
+# A C verbs suite (tests/c/NAME.c: verbs_suite, verbs_ex): on rxe0 in a guest (both ends
+# in the one guest, over rxe's loopback; they exchange QP numbers through a directory) and
+# on xrnic on the host (one end on h1, the other on h2, the same directory); each role's
+# output must be the same on both.
 run_verbs_suite() {
-	local dir=$OUT/verbs_suite t0 src exe stage ok=1 srv_pid xrc_s=0 xrc_c=0 role secs why=
+	local name=$1
+	local dir=$OUT/$name t0 src exe stage ok=1 srv_pid xrc_s=0 xrc_c=0 role secs why=
 	mkdir -p "$dir"
-	src=$XRI_DIR/../tests/c/verbs_suite.c
-	exe=$dir/verbs_suite
-	xri_log "scenario verbs_suite (tests/c/verbs_suite.c on rxe0 in a guest and on xrnic)"
+	src=$XRI_DIR/../tests/c/$name.c
+	exe=$dir/$name
+	xri_log "scenario $name (tests/c/$name.c on rxe0 in a guest and on xrnic)"
 	t0=$(xri_now)
 	cc -Wall -Wextra -Werror -O1 -o "$exe" "$src" -libverbs || xri_die "cc $src failed"
 	xri_ns ip link set br0 mtu 1500
@@ -677,15 +687,15 @@ run_verbs_suite() {
 	# On rxe0: the binary goes in as one more archive.
 	stage=$(mktemp -d /tmp/xri-vs.XXXXXX)
 	mkdir -p "$stage/usr/bin"
-	cp "$exe" "$stage/usr/bin/verbs_suite"
+	cp "$exe" "$stage/usr/bin/$name"
 	(cd "$stage" && find . -type f | cpio -o -H newc --quiet -R 0:0) >"$dir/extra.cpio"
 	rm -rf "$stage"
 	# shellcheck disable=SC2016  # expanded in the guest
 	{
 		echo '. /usr/lib/xr-funcs.sh'
 		echo 'mkdir -p /tmp/vs'
-		echo 'verbs_suite rxe0 $XR_GID4 server /tmp/vs >/tmp/vs/server.out 2>&1 & s=$!'
-		echo 'verbs_suite rxe0 $XR_GID4 client /tmp/vs >/tmp/vs/client.out 2>&1; c=$?'
+		echo "$name"' rxe0 $XR_GID4 server /tmp/vs >/tmp/vs/server.out 2>&1 & s=$!'
+		echo "$name"' rxe0 $XR_GID4 client /tmp/vs >/tmp/vs/client.out 2>&1; c=$?'
 		echo 'wait $s; s=$?'
 		echo 'sed "s/^/xr-vs server /" /tmp/vs/server.out; sed "s/^/xr-vs client /" /tmp/vs/client.out'
 		echo 'echo "xr-vs rc server=$s client=$c"'
@@ -720,14 +730,14 @@ run_verbs_suite() {
 			why+="${why:+; }$role outputs differ ($dir/$role.diff)"
 		fi
 	done
-	[[ ! -f $dir/known.txt ]] || xri_log "verbs_suite known differences (role|check|verdict): $(paste -sd' ' "$dir/known.txt")"
+	[[ ! -f $dir/known.txt ]] || xri_log "$name known differences (role|check|verdict): $(paste -sd' ' "$dir/known.txt")"
 	secs=$(xri_elapsed "$t0")
 	if ((ok)); then
-		RESULTS+=("verbs_suite|verbs_suite|both|IPv4|1024|0|pass|$secs|${XRI_GUEST_RC[A]}/$xrc_s,$xrc_c|-|-|-|-|-")
+		RESULTS+=("$name|$name|both|IPv4|1024|0|pass|$secs|${XRI_GUEST_RC[A]}/$xrc_s,$xrc_c|-|-|-|-|-")
 	else
 		FAILED=$((FAILED + 1))
-		RESULTS+=("verbs_suite|verbs_suite|both|IPv4|1024|0|FAIL|$secs|${XRI_GUEST_RC[A]}/$xrc_s,$xrc_c|-|-|-|-|-")
-		xri_log "FAILED: verbs_suite (guest rc=${XRI_GUEST_RC[A]}; $why)"
+		RESULTS+=("$name|$name|both|IPv4|1024|0|FAIL|$secs|${XRI_GUEST_RC[A]}/$xrc_s,$xrc_c|-|-|-|-|-")
+		xri_log "FAILED: $name (guest rc=${XRI_GUEST_RC[A]}; $why)"
 		for f in "$dir/server.diff" "$dir/client.diff" "$dir/xrnic-server.err" "$dir/xrnic-client.err"; do
 			echo "---- $f ----" >&2
 			tail -n 40 "$f" >&2 || true
@@ -736,9 +746,11 @@ run_verbs_suite() {
 		tail -n 30 "$dir/guest.out" >&2
 	fi
 }
-if [[ -n $RUN_SUITE ]] && selected verbs_suite; then
-	run_verbs_suite
-fi
+for suite in verbs_suite verbs_ex; do
+	if [[ -n $RUN_SUITE ]] && selected "$suite"; then
+		run_verbs_suite "$suite"
+	fi
+done
 
 {
 	echo "stock tools, xrnic ⟷ rxe run: kernel $XRI_KVER, $(date -u +%FT%TZ), total $(xri_elapsed "$T_START") s"

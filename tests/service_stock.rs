@@ -38,6 +38,21 @@ fn stock_tools_as_nobody_server_and_client_on_one_device() {
         18515,
     );
     assert!(out(&c).contains("200 iters in"), "{}", text(&c));
+    // The ibv_wr_* API (-N) and an extended CQ with completion timestamps (-t) through
+    // the service.
+    let (sv, c) = s.pair_run(
+        "ibv_rc_pingpong",
+        &["-g", "1", "-n", "100", "-s", "1024", "-c", "-N", "-t"],
+        18518,
+    );
+    for o in [&sv, &c] {
+        assert!(
+            out(o).contains("100 iters in")
+                && out(o).contains("Max receive completion clock cycles"),
+            "{}",
+            text(o)
+        );
+    }
     let (_, c) = s.pair_run(
         "ib_write_bw",
         &["-x", "1", "-n", "200", "-s", "65536"],

@@ -429,6 +429,51 @@ fn the_c_verbs_suite_gets_its_objects_events_through_the_device_service() {
     }
 }
 
+/// tests/c/verbs_ex.c on both ends, in process and with the device service up on both
+/// ends: `ibv_create_qp_ex` (the comp_mask variants rxe takes and refuses) and the
+/// `ibv_wr_*` API (SEND, inline SEND with immediate, RDMA WRITE, READ, both atomics, a
+/// failed and an aborted batch posting nothing), `ibv_create_cq_ex` polled with
+/// `ibv_start_poll` / `ibv_next_poll` and read with the accessors and completion
+/// timestamps, `ibv_query_rt_values_ex`, `ibv_resize_cq` with completions queued, and
+/// the capability edges (comp_vector, max_cqe, queues of size 0, sizes rounded up).
+#[test]
+#[cfg_attr(not(xrnic_no_libibverbs_dev), ignore = "needs root")]
+#[cfg_attr(xrnic_no_libibverbs_dev, ignore = "needs root and libibverbs-dev")]
+fn the_c_extended_verbs_suite_passes_in_process_and_through_the_service() {
+    library_built();
+    let (dir, exe) = build("verbs_ex");
+    let pair = VethPair::new(1500).expect("veth pair");
+    for service in [false, true] {
+        let run = dir.join(if service { "svc" } else { "local" });
+        std::fs::create_dir_all(&run).unwrap();
+        let _up = service.then(|| (Up::start(&pair, Side::A), Up::start(&pair, Side::B)));
+        let (client, server) = run_pair(&pair, &exe, &run, "1", &[]);
+        for (who, o, checks) in [("client", &client, 44), ("server", &server, 40)] {
+            let t = text(o);
+            let s = String::from_utf8_lossy(&o.stdout);
+            assert!(o.status.success(), "{who} service {service}: {t}");
+            assert!(!s.contains("FAIL:"), "{who} service {service}: {t}");
+            assert!(
+                s.contains(&format!("{checks} passed, 0 failed")),
+                "{who} service {service}: {t}"
+            );
+        }
+        let s = String::from_utf8_lossy(&client.stdout);
+        for line in [
+            "PASS: ibv_create_qp_ex PD|CREATE_FLAGS, flags 0",
+            "PASS: ibv_create_cq with comp_vector num_comp_vectors: EINVAL",
+            "PASS: ibv_resize_cq below the completions queued: EINVAL",
+            "PASS: nothing of the failed or aborted batches was posted",
+            "PASS: one receive more: ENOMEM, bad_wr the WR",
+            "info: max_send_wr 10 -> 15, max_recv_wr 10 -> 15, max_inline_data 64 -> 64",
+            "info: ibv_create_cq 100: cqe 127",
+        ] {
+            assert!(s.contains(line), "service {service}: {line}: {s}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A program that closes its device with objects alive and opens it again, three times,
 /// one exchange each time: every open works (the interface, its XDP program and its
 /// AF_XDP socket are free again after the close, as a kernel RNIC's context frees its

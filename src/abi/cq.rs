@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex};
 use xrnic::verbs::WorkCompletion;
 
 use crate::context::{CqState, XChannel, XCq, context, next_handle, xcq};
+
+mod ex;
+pub use ex::{create_cq_ex, ibv_resize_cq, query_rt_values};
 use xrnic::verbs::ibv::conv::wc_opcode_to_ibv;
 
 use crate::live::{self, Kind};
@@ -158,75 +161,111 @@ pub extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(core::ptr::null_mut(), || {
-        // SAFETY: the program does not close `ctx` while this call uses it.
-        let Some(x) = (unsafe { context(ctx) }) else {
-            set_errno(libc::EINVAL);
-            return core::ptr::null_mut();
+        let a = NewCq {
+            cqe: i64::from(cqe),
+            cq_context,
+            channel,
+            comp_vector: i64::from(comp_vector),
+            wc_flags: ex::STANDARD_WC_FLAGS,
         };
-        let max = x.dev.query_device().max_cqe;
-        // A channel of another context is EINVAL, as the kernel's lookup of the
-        // channel's fd in this context's file fails (uverbs_cmd.c
-        // `ib_uverbs_lookup_comp_file`): each context's objects stay its own
-        // (crate::opened).
-        let foreign = || {
-            // SAFETY: checked live first (the `||` below): a leaked Box<XChannel>.
-            unsafe { (*channel).context != ctx }
-        };
-        if cqe < 1
-            || cqe as u32 > max
-            || (!channel.is_null() && (!live::is(channel, Kind::Channel) || foreign()))
-        {
-            set_errno(libc::EINVAL);
-            return core::ptr::null_mut();
-        }
-        let cq = match x.dev.create_cq(cqe as usize) {
-            Ok(c) => c,
+        match make(ctx, &a) {
+            Ok(p) => p as *mut ibv_cq,
             Err(e) => {
-                set_errno(e.errno());
-                return core::ptr::null_mut();
+                set_errno(e);
+                core::ptr::null_mut()
             }
-        };
-        // SAFETY: ibv_cq is C data for which all-zero is valid (NULL pointers, zero
-        // counts, PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER on glibc).
-        let mut ibv: ibv_cq = unsafe { core::mem::zeroed() };
-        ibv.context = ctx;
-        ibv.channel = channel;
-        ibv.cq_context = cq_context;
-        ibv.handle = next_handle();
-        ibv.cqe = cqe;
-        let b = Box::new(XCq {
-            ibv,
-            state: Arc::new(CqState {
-                cq,
-                armed: AtomicBool::new(false),
-                channel: channel as usize,
-                ibv: 0,
-                users: AtomicUsize::new(0),
-                comp_events: AtomicU32::new(0),
-            }),
-        });
-        let p = Box::into_raw(b);
-        // SAFETY: `p` is the box just leaked; nothing else refers to it yet.
-        let xc = unsafe { &mut *p };
-        // The state names its own ibv_cq (known only once boxed).
-        Arc::get_mut(&mut xc.state).expect("fresh Arc").ibv = p as usize;
-        if !channel.is_null() {
-            // SAFETY: checked live above.
-            unsafe { &*(channel as *const XChannel) }
-                .users
-                .fetch_add(1, Ordering::SeqCst);
-            x.notify
-                .cqs
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(xc.state.clone());
         }
-        live::add(p, Kind::Cq);
-        p as *mut ibv_cq
     })
+}
+
+/// What a new CQ is asked for, by `ibv_create_cq` or `ibv_create_cq_ex`.
+pub(crate) struct NewCq {
+    pub cqe: i64,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: i64,
+    /// The `wc_flags` of `ibv_create_cq_ex` (`ibv_create_cq`: the standard ones).
+    pub wc_flags: u64,
+}
+
+/// A new CQ in context `ctx`, or the errno.
+pub(crate) fn make(ctx: *mut ibv_context, a: &NewCq) -> Result<*mut XCq, c_int> {
+    // SAFETY: the program does not close `ctx` while this call uses it.
+    let x = unsafe { context(ctx) }.ok_or(libc::EINVAL)?;
+    let max = x.dev.query_device().max_cqe;
+    let channel = a.channel;
+    // A channel of another context is EINVAL, as the kernel's lookup of the channel's
+    // fd in this context's file fails (uverbs_cmd.c `ib_uverbs_lookup_comp_file`):
+    // each context's objects stay its own (crate::opened).
+    let foreign = || {
+        // SAFETY: checked live first (the `||` below): a leaked Box<XChannel>.
+        unsafe { (*channel).context != ctx }
+    };
+    // A completion vector the context does not have (`num_comp_vectors`, one: every
+    // CQ's events come from the one completion hook) is EINVAL, as the kernel's
+    // `ib_uverbs_create_cq` answers `comp_vector >= num_comp_vectors`.
+    if a.cqe < 1
+        || a.cqe > i64::from(max)
+        || a.comp_vector < 0
+        || a.comp_vector >= i64::from(x.vctx.context.num_comp_vectors)
+        || (!channel.is_null() && (!live::is(channel, Kind::Channel) || foreign()))
+    {
+        return Err(libc::EINVAL);
+    }
+    // Rounded as rxe rounds it (rxe_queue.c `rxe_queue_init`) and reported in
+    // `cq->cqe`: 100 becomes 127; the maximum stays (a power of two less one).
+    let cqe = round_cqe(a.cqe as u32, max);
+    let cq = x.dev.create_cq(cqe as usize).map_err(|e| e.errno())?;
+    // SAFETY: ibv_cq_ex is C data for which all-zero is valid (NULL pointers, absent
+    // ops, zero counts, PTHREAD_MUTEX_INITIALIZER / PTHREAD_COND_INITIALIZER on glibc).
+    let mut ibv: ibv_cq_ex = unsafe { core::mem::zeroed() };
+    ibv.context = ctx;
+    ibv.channel = channel;
+    ibv.cq_context = a.cq_context;
+    ibv.handle = next_handle();
+    ibv.cqe = cqe as c_int;
+    ex::fill(&mut ibv, a.wc_flags);
+    let b = Box::new(XCq {
+        ibv,
+        state: Arc::new(CqState {
+            cq,
+            armed: AtomicBool::new(false),
+            channel: channel as usize,
+            ibv: 0,
+            users: AtomicUsize::new(0),
+            comp_events: AtomicU32::new(0),
+        }),
+        cur: Mutex::new(None),
+    });
+    let p = Box::into_raw(b);
+    // SAFETY: `p` is the box just leaked; nothing else refers to it yet.
+    let xc = unsafe { &mut *p };
+    // The state names its own ibv_cq (known only once boxed).
+    Arc::get_mut(&mut xc.state).expect("fresh Arc").ibv = p as usize;
+    if !channel.is_null() {
+        // SAFETY: checked live above.
+        unsafe { &*(channel as *const XChannel) }
+            .users
+            .fetch_add(1, Ordering::SeqCst);
+        x.notify
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(xc.state.clone());
+    }
+    live::add(p, Kind::Cq);
+    Ok(p)
+}
+
+/// `n + 1` rounded up to a power of two, less one; never past `max` (n <= max).
+pub(crate) fn round_cqe(n: u32, max: u32) -> u32 {
+    n.checked_add(1)
+        .and_then(u32::checked_next_power_of_two)
+        .map_or(max, |s| (s - 1).min(max))
+        .max(n)
 }
 
 pub extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
@@ -290,7 +329,7 @@ const IBV_WC_GRH: u32 = 1 << 0;
 const IBV_WC_WITH_IMM: u32 = 1 << 1;
 const IBV_WC_WITH_INV: u32 = 1 << 3;
 
-fn to_ibv(w: &WorkCompletion) -> ibv_wc {
+pub(crate) fn to_ibv(w: &WorkCompletion) -> ibv_wc {
     // A UD receive: the buffer starts with the 40-byte GRH. `slid` is 0 (RoCE has no
     // LIDs) and `pkey_index` 0 (the one P_Key), as rxe reports them; `sl` says IPv4 or
     // IPv6 as a ConnectX does (proto::cq::WorkCompletion::sl).

@@ -263,6 +263,7 @@ fn new_context(xdev: &'static XDevice, d: xv::Device) -> Option<(usize, std::syn
     let v = &mut x.vctx;
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
+    crate::ops::install_ex(v);
     v.sz = core::mem::size_of::<verbs_context>();
     let c = &mut v.context;
     c.device = &xdev.ibv as *const ibv_device as *mut ibv_device;
@@ -425,8 +426,12 @@ unsafe extern "C" fn query_device_ex(
         if gone(x) {
             return ret(Err(libc::EIO));
         }
+        // The completion clock (crate::cq `ex`): nanoseconds, so 1 000 000 kHz, over
+        // 64 bits.
         let ex = ibv_device_attr_ex {
             orig_attr: device_attr(&x.dev),
+            completion_timestamp_mask: u64::MAX,
+            hca_core_clock: 1_000_000,
             phys_port_cnt_ex: 1,
             ..Default::default()
         };

@@ -106,7 +106,7 @@ export! {
     fn ibv_rate_to_mbps @ "IBVERBS_1.1" => misc::ibv_rate_to_mbps;
     fn ibv_reg_mr @ "IBVERBS_1.1" => mr::ibv_reg_mr;
     fn ibv_rereg_mr @ "IBVERBS_1.1" => stubs::ibv_rereg_mr;
-    fn ibv_resize_cq @ "IBVERBS_1.1" => stubs::ibv_resize_cq;
+    fn ibv_resize_cq @ "IBVERBS_1.1" => cq::ibv_resize_cq;
     fn ibv_resolve_eth_l2_from_gid @ "IBVERBS_1.1" => stubs::ibv_resolve_eth_l2_from_gid;
     fn ibv_wc_status_str @ "IBVERBS_1.1" => misc::ibv_wc_status_str;
     fn mbps_to_ibv_rate @ "IBVERBS_1.1" => misc::mbps_to_ibv_rate;
@@ -115,7 +115,7 @@ export! {
     fn ibv_get_pkey_index @ "IBVERBS_1.5" => device::ibv_get_pkey_index;
 
     // IBVERBS_1.6
-    fn ibv_qp_to_qp_ex @ "IBVERBS_1.6" => stubs::ibv_qp_to_qp_ex;
+    fn ibv_qp_to_qp_ex @ "IBVERBS_1.6" => qp::ibv_qp_to_qp_ex;
 
     // IBVERBS_1.7
     fn ibv_reg_mr_iova @ "IBVERBS_1.7" => mr::ibv_reg_mr_iova;

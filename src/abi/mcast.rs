@@ -27,7 +27,7 @@ fn change(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> Resul
     if gid.is_null() {
         return Err(libc::EINVAL);
     }
-    if crate::context::ctx_gone(q.ibv.context) {
+    if crate::context::ctx_gone(q.ibv.qp_base.context) {
         return Err(libc::EIO);
     }
     // SAFETY: `gid` points to the caller's 16-byte union ibv_gid (verbs.h contract),

@@ -18,6 +18,14 @@ pub fn install(ops: &mut ibv_context_ops) {
     ops.post_srq_recv = Some(srq::post_srq_recv);
 }
 
+/// Fill the extended ops of a new context (`verbs_context`, reached by verbs.h's inline
+/// `ibv_create_qp_ex`, `ibv_create_cq_ex`, `ibv_query_rt_values_ex`).
+pub fn install_ex(v: &mut verbs_context) {
+    v.create_qp_ex = Some(qp::create_qp_ex);
+    v.create_cq_ex = Some(cq::create_cq_ex);
+    v.query_rt_values = Some(cq::query_rt_values);
+}
+
 /// The destroy verbs of every context.
 pub static OPS: Ops = Ops {
     destroy_qp: qp::ibv_destroy_qp,

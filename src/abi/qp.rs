@@ -24,11 +24,15 @@ use xrnic::verbs::{
 use xrnic::verbs::ibv::conv::wr_opcode_from_ibv;
 
 use crate::context::{
-    Inline, MAX_INLINE_DATA, XQp, XSrq, next_handle, sges, xah, xcq, xpd, xqp, xsrq,
+    Batch, Built, Inline, MAX_INLINE_DATA, UdDest, XQp, XSrq, next_handle, sges, xah, xcq, xpd,
+    xqp, xsrq,
 };
 use crate::live::{self, Kind};
 use crate::types::*;
 use crate::{guard, ret, set_errno};
+
+mod ex;
+pub use ex::{create_qp_ex, ibv_qp_to_qp_ex};
 
 const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
@@ -83,9 +87,8 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     }
     let dev = p.pd_device();
     let attr = dev.query_device();
-    let c = a.cap;
-    if c.max_send_wr == 0
-        || c.max_send_wr > attr.max_qp_wr
+    let mut c = a.cap;
+    if c.max_send_wr > attr.max_qp_wr
         || (srq.is_none() && c.max_recv_wr > attr.max_qp_wr)
         || c.max_send_sge > attr.max_sge
         || (srq.is_none() && c.max_recv_sge > attr.max_sge)
@@ -93,10 +96,20 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     {
         return Err(libc::EINVAL);
     }
+    // The queues' sizes as rxe rounds them (rxe_queue.c `rxe_queue_init`: a power of two
+    // slots, one kept empty), written back to the caller: 0 stays 0 (a receive-only or
+    // send-only QP), 10 becomes 15. A QP on an SRQ has no receive queue of its own: its
+    // receive capabilities are left as asked, as rxe's `rxe_qp_init_resp` leaves them.
+    c.max_send_wr = round_queue(c.max_send_wr, attr.max_qp_wr);
+    if srq.is_none() {
+        c.max_recv_wr = round_queue(c.max_recv_wr, attr.max_qp_wr);
+    }
     let qi = xv::QpInitAttr {
         send_cq: &scq.state.cq,
         recv_cq: &rcq.state.cq,
-        max_send_wr: c.max_send_wr,
+        // The engine's queues hold at least one request; posting to a queue of size 0
+        // is refused before it ([`post_built`], `post_recv`).
+        max_send_wr: c.max_send_wr.max(1),
         max_recv_wr: c.max_recv_wr.max(1),
         sq_sig_all: a.sq_sig_all != 0,
     };
@@ -105,9 +118,11 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         t => p.pd.create_qp_ext(&qi, t, srq.map(|s| &s.srq)),
     }
     .map_err(|e| e.errno())?;
-    // SAFETY: ibv_qp is C data for which all-zero is valid (NULL pointers, RESET state,
-    // glibc's static mutex / condition initialisers).
-    let mut ibv: ibv_qp = unsafe { core::mem::zeroed() };
+    // SAFETY: ibv_qp_ex is C data for which all-zero is valid (NULL pointers, absent
+    // ops, RESET state, glibc's static mutex / condition initialisers).
+    let mut ex: ibv_qp_ex = unsafe { core::mem::zeroed() };
+    ex::fill(&mut ex);
+    let ibv = &mut ex.qp_base;
     ibv.context = p.ibv.context;
     ibv.qp_context = a.qp_context;
     ibv.pd = pd;
@@ -122,13 +137,12 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
     // capabilities reported are what that room holds. So a QP asked for no inline data
     // still takes 16 bytes per send SGE inline (rdma_xclient posts IBV_SEND_INLINE with
     // max_inline_data 0), and inline room adds SGEs.
-    let mut c = c;
     let wqe = (c.max_send_sge * 16).max(c.max_inline_data);
     c.max_send_sge = wqe / 16;
     c.max_inline_data = wqe;
     let inline = if c.max_inline_data > 0 {
         let slot = (c.max_inline_data as usize).next_multiple_of(64);
-        let slots = c.max_send_wr as usize + 1;
+        let slots = c.max_send_wr.max(1) as usize + 1;
         let mr =
             p.pd.reg_mr(slot * slots, Access::LOCAL_WRITE)
                 .map_err(|e| e.errno())?;
@@ -150,7 +164,7 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         s.users.fetch_add(1, Ordering::SeqCst);
     }
     let x = Box::into_raw(Box::new(XQp {
-        ibv,
+        ibv: ex,
         qp,
         pd: p,
         cqs: [scq.state.clone(), rcq.state.clone()],
@@ -159,9 +173,19 @@ fn create(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> Result<*mut ibv_qp, c
         qp_type: a.qp_type,
         srq: srq.map_or(core::ptr::null(), |s| s as *const XSrq),
         inline,
+        batch: Mutex::new(Batch::default()),
     }));
     live::add(x, Kind::Qp);
     Ok(x as *mut ibv_qp)
+}
+
+/// A queue of `n` requests as rxe sizes it: `n + 1` rounded up to a power of two, less
+/// the one slot kept empty; never past the device's `max` (n <= max already).
+fn round_queue(n: u32, max: u32) -> u32 {
+    n.checked_add(1)
+        .and_then(u32::checked_next_power_of_two)
+        .map_or(max, |s| (s - 1).min(max))
+        .max(n)
 }
 
 pub extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
@@ -237,7 +261,7 @@ pub extern "C" fn ibv_query_qp(
             return ret(Err(libc::EINVAL));
         }
         // ibv_cmd_query_qp's lookup of the QP is refused on a disassociated device.
-        if crate::context::ctx_gone(x.ibv.context) {
+        if crate::context::ctx_gone(x.ibv.qp_base.context) {
             return ret(Err(libc::EIO));
         }
         let q = match x.qp.query() {
@@ -254,10 +278,10 @@ pub extern "C" fn ibv_query_qp(
         // SAFETY: both point to the caller's structs.
         unsafe {
             attr.write(o);
-            (*init).qp_context = x.ibv.qp_context;
-            (*init).send_cq = x.ibv.send_cq;
-            (*init).recv_cq = x.ibv.recv_cq;
-            (*init).srq = x.ibv.srq;
+            (*init).qp_context = x.ibv.qp_base.qp_context;
+            (*init).send_cq = x.ibv.qp_base.send_cq;
+            (*init).recv_cq = x.ibv.qp_base.recv_cq;
+            (*init).srq = x.ibv.qp_base.srq;
             (*init).cap = x.cap;
             (*init).qp_type = x.qp_type;
             (*init).sq_sig_all = c_int::from(x.sq_sig_all);
@@ -299,59 +323,88 @@ fn inlinable(op: WrOpcode) -> bool {
     )
 }
 
-/// Post one request; with IBV_SEND_INLINE its bytes are first copied into the QP's
-/// inline ring (the SGEs' lkeys are not checked, as for inline data in rxe and IBTA
-/// vol. 1 §10.8.3.3: the data is taken by value). More than `max_inline_data` bytes is
-/// EINVAL, as in rxe.
-fn post_one(x: &XQp, w: &ibv_send_wr, mut s: SendWr) -> Result<(), c_int> {
-    if w.send_flags & IBV_SEND_INLINE == 0 || !inlinable(s.opcode) {
-        return submit(x, w, s);
-    }
-    let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
-    if total > u64::from(x.cap.max_inline_data) {
-        return Err(libc::EINVAL);
-    }
-    let Some(inl) = &x.inline else {
-        // max_inline_data 0: only an empty request may be inline.
-        if total > 0 {
+/// The request of `w` as the post path takes it: with IBV_SEND_INLINE its bytes are
+/// read now (the SGEs' lkeys are not checked, as for inline data in rxe and IBTA vol. 1
+/// §10.8.3.3: the data is taken by value); more than `max_inline_data` bytes is EINVAL,
+/// as in rxe. A UD request carries its `wr.ud` destination.
+fn built(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<Built, c_int> {
+    let ud = (x.qp_type == IBV_QPT_UD).then(|| UdDest {
+        ah: w.ud_ah() as usize,
+        qpn: w.ud_remote_qpn(),
+        qkey: w.ud_remote_qkey(),
+    });
+    let mut inline = None;
+    if w.send_flags & IBV_SEND_INLINE != 0 && inlinable(s.opcode) {
+        let total: u64 = s.sg_list.iter().map(|g| u64::from(g.length)).sum();
+        if total > u64::from(x.cap.max_inline_data) {
             return Err(libc::EINVAL);
         }
-        s.sg_list.clear();
-        return submit(x, w, s);
-    };
-    let mut bytes = Vec::with_capacity(total as usize);
-    for g in s.sg_list.iter().filter(|g| g.length > 0) {
-        // SAFETY: an inline SGE names `length` readable bytes of the program's memory
-        // at `addr` (verbs.h: the data is read during ibv_post_send); the total is at
-        // most max_inline_data (checked above).
-        let part =
-            unsafe { core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize) };
-        bytes.extend_from_slice(part);
+        let mut bytes = Vec::with_capacity(total as usize);
+        for g in s.sg_list.iter().filter(|g| g.length > 0) {
+            // SAFETY: an inline SGE names `length` readable bytes of the program's
+            // memory at `addr` (verbs.h: the data is read during ibv_post_send); the
+            // total is at most max_inline_data (checked above).
+            let part = unsafe {
+                core::slice::from_raw_parts(g.addr as usize as *const u8, g.length as usize)
+            };
+            bytes.extend_from_slice(part);
+        }
+        inline = Some(bytes);
     }
+    Ok(Built { wr: s, inline, ud })
+}
+
+/// Post one request, from `ibv_post_send` or `ibv_wr_complete` (one path for both): its
+/// inline bytes, if any, are first copied into the QP's inline ring. A QP created with
+/// `max_send_wr` 0 has no room: ENOMEM, as rxe's full queue answers.
+pub(crate) fn post_built(x: &XQp, b: Built) -> Result<(), c_int> {
+    let Built {
+        wr: mut s,
+        inline,
+        ud,
+    } = b;
+    if x.cap.max_send_wr == 0 {
+        return Err(libc::ENOMEM);
+    }
+    let Some(bytes) = inline else {
+        return submit(x, s, ud);
+    };
+    if bytes.len() > x.cap.max_inline_data as usize {
+        return Err(libc::EINVAL);
+    }
+    s.sg_list.clear();
+    let Some(inl) = &x.inline else {
+        // max_inline_data 0: only an empty request may be inline.
+        if !bytes.is_empty() {
+            return Err(libc::EINVAL);
+        }
+        return submit(x, s, ud);
+    };
     let mut next = inl.next.lock().unwrap_or_else(|e| e.into_inner());
     let off = *next * inl.slot;
     inl.mr.write(off, &bytes).map_err(|e| e.errno())?;
-    s.sg_list.clear();
-    if total > 0 {
+    if !bytes.is_empty() {
         s.sg_list.push(Sge {
             addr: inl.mr.addr() + off as u64,
-            length: total as u32,
+            length: bytes.len() as u32,
             lkey: inl.mr.lkey(),
         });
     }
-    submit(x, w, s)?;
+    submit(x, s, ud)?;
     *next = (*next + 1) % inl.slots;
     Ok(())
 }
 
-/// Hand one request to the engine: a UD one with its `wr.ud` destination.
-fn submit(x: &XQp, w: &ibv_send_wr, s: SendWr) -> Result<(), c_int> {
+/// Hand one request to the engine: a UD one with its destination (a live address
+/// handle, else EINVAL).
+fn submit(x: &XQp, s: SendWr, ud: Option<UdDest>) -> Result<(), c_int> {
     if x.qp_type != IBV_QPT_UD {
         return x.qp.post_send(s).map_err(|e| e.errno());
     }
-    // SAFETY: the program does not destroy the AH `w.ud_ah()` while this call uses it.
-    let ah = unsafe { xah(w.ud_ah()) }.ok_or(libc::EINVAL)?;
-    x.qp.post_send_ud(s, &ah.ah, Qpn::new(w.ud_remote_qpn()), w.ud_remote_qkey())
+    let d = ud.ok_or(libc::EINVAL)?;
+    // SAFETY: the program does not destroy the AH `d.ah` while this call uses it.
+    let ah = unsafe { xah(d.ah as *mut ibv_ah) }.ok_or(libc::EINVAL)?;
+    x.qp.post_send_ud(s, &ah.ah, Qpn::new(d.qpn), d.qkey)
         .map_err(|e| e.errno())
 }
 
@@ -369,7 +422,9 @@ pub unsafe extern "C" fn post_send(
         while !cur.is_null() {
             // SAFETY: `cur` is a node of the program's list.
             let w = unsafe { &*cur };
-            let r = send_wr(x, w).and_then(|s| post_one(x, w, s));
+            let r = send_wr(x, w)
+                .and_then(|s| built(x, w, s))
+                .and_then(|b| post_built(x, b));
             if let Err(e) = r {
                 if !bad.is_null() {
                     // SAFETY: the caller's out pointer.
@@ -401,6 +456,14 @@ pub unsafe extern "C" fn post_recv(
             }
             return libc::EINVAL;
         }
+        if x.cap.max_recv_wr == 0 && !wr.is_null() {
+            // A QP created with max_recv_wr 0 has no receive queue: rxe's full queue.
+            if !bad.is_null() {
+                // SAFETY: the caller's out pointer.
+                unsafe { *bad = wr };
+            }
+            return libc::ENOMEM;
+        }
         let mut cur = wr;
         while !cur.is_null() {
             // SAFETY: `cur` is a node of the program's list.
@@ -424,4 +487,29 @@ pub unsafe extern "C" fn post_recv(
         }
         0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_queue;
+
+    #[test]
+    fn queues_are_sized_as_rxe_sizes_them() {
+        // rxe_queue_init: n + 1 slots rounded up to a power of two, one kept empty.
+        for (n, want) in [
+            (0, 0),
+            (1, 1),
+            (2, 3),
+            (10, 15),
+            (15, 15),
+            (16, 31),
+            (100, 127),
+        ] {
+            assert_eq!(round_queue(n, 16384), want, "{n}");
+        }
+        // Never past the device's maximum, never below what was asked.
+        assert_eq!(round_queue(16384, 16384), 16384);
+        assert_eq!(round_queue(9000, 16384), 16383);
+        assert_eq!(round_queue(u32::MAX, u32::MAX), u32::MAX);
+    }
 }

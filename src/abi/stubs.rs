@@ -125,7 +125,6 @@ int_stubs!(
     ibv_cmd_resize_cq,
     ibv_query_ece,
     ibv_rereg_mr,
-    ibv_resize_cq,
     ibv_resolve_eth_l2_from_gid,
     ibv_set_ece
 );
@@ -138,7 +137,6 @@ null_stubs!(
     ibv_import_dm,
     ibv_import_mr,
     ibv_import_pd,
-    ibv_qp_to_qp_ex,
     ibv_reg_dmabuf_mr,
     verbs_open_device
 );

@@ -42,6 +42,11 @@ pub enum Req {
     DestroyCq {
         cq: u32,
     },
+    /// `ibv_resize_cq`: the CQ holds `cqe` completions from now on.
+    ResizeCq {
+        cq: u32,
+        cqe: u32,
+    },
     CreateQp {
         pd: u32,
         send_cq: u32,

@@ -208,6 +208,17 @@ impl CompletionQueue {
         }
     }
 
+    /// A new capacity; fewer slots than completions waiting is refused (they stay).
+    pub(crate) fn resize(&mut self, capacity: usize) -> Result<(), crate::proto::VerbsError> {
+        if capacity < self.entries.len() {
+            return Err(crate::proto::VerbsError::InvalidValue(
+                "cqe below the completions queued",
+            ));
+        }
+        self.capacity = capacity;
+        Ok(())
+    }
+
     /// Completions waiting to be polled, and the capacity.
     pub(crate) fn depth(&self) -> (usize, usize) {
         (self.entries.len(), self.capacity)
@@ -252,6 +263,25 @@ mod tests {
             grh: false,
             sl: 0,
         }
+    }
+
+    #[test]
+    fn resize_keeps_the_queued_and_refuses_fewer_slots() {
+        let mut q = CompletionQueue::new(2, Arc::new(AtomicU64::new(0)));
+        assert!(q.push(wc(1)) && q.push(wc(2)));
+        assert!(!q.push(wc(3)), "full at 2");
+        assert!(q.resize(1).is_err(), "fewer slots than the 2 queued");
+        assert_eq!(q.depth(), (2, 2), "a refused resize changes nothing");
+        q.resize(4).unwrap();
+        assert!(q.push(wc(4)) && q.push(wc(5)));
+        assert!(!q.push(wc(6)), "full at 4");
+        q.resize(4).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(q.poll(&mut out, 8), 4);
+        let ids: Vec<u64> = out.iter().map(|w| w.wr_id).collect();
+        assert_eq!(ids, [1, 2, 4, 5], "in order across the resizes");
+        q.resize(1).unwrap();
+        assert_eq!(q.depth(), (0, 1));
     }
 
     #[test]

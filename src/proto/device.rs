@@ -213,6 +213,15 @@ impl Rnic {
         Cq(self.cqs.len() as u32 - 1)
     }
 
+    /// `ibv_resize_cq`: room for `cqe` completions, those waiting kept in order; fewer
+    /// than wait is refused, as rxe's `rxe_cq_chk_attr` refuses it.
+    pub fn resize_cq(&mut self, cq: Cq, cqe: usize) -> Result<(), VerbsError> {
+        match self.cqs.get_mut(cq.0 as usize) {
+            Some(Some(q)) => q.resize(cqe.max(1)),
+            _ => Err(VerbsError::NotFound("completion queue")),
+        }
+    }
+
     pub fn destroy_cq(&mut self, cq: Cq) -> Result<(), VerbsError> {
         if self
             .qps

@@ -28,7 +28,9 @@ pub(super) fn client_verb(dev: &Device, lim: &Limits, c: &mut Client, req: Req) 
         Req::AllocPd | Req::DeallocPd { .. } | Req::RegMr { .. } | Req::DeregMr { .. } => {
             Plain(pd_mr_verb(dev, lim, c, &req))
         }
-        Req::CreateCq { .. } | Req::DestroyCq { .. } => cq_verb(dev, lim, c, &req),
+        Req::CreateCq { .. } | Req::DestroyCq { .. } | Req::ResizeCq { .. } => {
+            cq_verb(dev, lim, c, &req)
+        }
         Req::CreateQp { .. }
         | Req::ModifyQp { .. }
         | Req::QueryQp { .. }
@@ -145,7 +147,7 @@ fn cq_verb(dev: &Device, lim: &Limits, c: &mut Client, req: &Req) -> Answer {
     use Answer::Plain;
     match *req {
         Req::CreateCq { cqe } => {
-            if cqe == 0 || cqe > 1 << 16 {
+            if cqe == 0 || cqe > crate::verbs::MAX_CQE {
                 return Plain(bad(libc::EINVAL, "cqe"));
             }
             let slots = cqe.next_power_of_two().max(16);
@@ -187,6 +189,29 @@ fn cq_verb(dev: &Device, lim: &Limits, c: &mut Client, req: &Req) -> Answer {
                     Answer::Fds(Resp::Cq { cq: id, slots }, fds)
                 }
                 Err(r) => Plain(r),
+            }
+        }
+        Req::ResizeCq { cq, cqe } => {
+            if cqe == 0 || cqe > crate::verbs::MAX_CQE {
+                return Plain(bad(libc::EINVAL, "cqe"));
+            }
+            let Some(e) = c.cqs.get_mut(&cq) else {
+                return Plain(bad(libc::EINVAL, "no such CQ"));
+            };
+            // The completions queued are those in the client's ring and those the
+            // engine's CQ still holds: fewer slots than that is EINVAL, as rxe's
+            // `rxe_cq_chk_attr`. The ring keeps its slots; the engine's CQ holds what
+            // does not fit there until the client makes room (`pump_completions`).
+            let queued = e.ring.fill() as usize + e.cq.pending().unwrap_or(0);
+            if (cqe as usize) < queued {
+                return Plain(bad(libc::EINVAL, "cqe below the completions queued"));
+            }
+            match e.cq.resize(cqe as usize) {
+                Ok(()) => {
+                    e.cqe = cqe;
+                    Plain(Resp::Ok)
+                }
+                Err(err) => Plain(errno_resp(&err)),
             }
         }
         Req::DestroyCq { cq } => {

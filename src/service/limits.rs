@@ -99,7 +99,7 @@ fn cost(c: &Client, req: &Req) -> Option<Usage> {
             ..Usage::default()
         },
         // The slots as client_verb rounds them (an invalid cqe is refused there).
-        Req::CreateCq { cqe } if *cqe > 0 && *cqe <= 1 << 16 => Usage {
+        Req::CreateCq { cqe } if *cqe > 0 && *cqe <= crate::verbs::MAX_CQE => Usage {
             fds: 2,
             shm: cq_bytes(cqe.next_power_of_two().max(16)),
             objects: 1,

@@ -760,6 +760,18 @@ fn drain_doorbell(c: &mut Client, max: usize) -> bool {
         };
         if let Err(e) = r {
             tracing::debug!(pid = c.pid, qpn = qpn.value(), "post refused: {e}");
+            // A receive the full receive queue refused fails the client's post, as in
+            // process (ENOMEM), instead of completing: the client waits for the slot when
+            // its queue may be full (src/verbs/remote.rs `RemoteQp::recv_out`).
+            if !is_send
+                && matches!(
+                    e,
+                    crate::verbs::Error::Verbs(crate::proto::VerbsError::QueueFull)
+                )
+            {
+                ring.set_refused(ring.consumer());
+                continue;
+            }
             let cq = if is_send { q.send_cq } else { q.recv_cq };
             failed.push((cq, refused(wr_id, qpn, is_send)));
         }

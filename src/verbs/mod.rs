@@ -428,6 +428,12 @@ pub struct DeviceInfo {
     pub xdp_mode: Option<afxdp::XdpMode>,
 }
 
+/// The largest CQ a program may ask for (`max_cqe`): what the software engine and the
+/// device service (its completion ring per CQ, src/service/client_verbs.rs) both take, a
+/// power of two less one so that rxe's rounding of a request (`n + 1` up to a power of
+/// two, less one) keeps the maximum where it is.
+pub const MAX_CQE: u32 = 0xffff;
+
 /// rxe's vendor id (`RXE_VENDOR_ID`): no PCI vendor.
 const VENDOR_ID: u32 = 0xff_ffff;
 
@@ -447,7 +453,7 @@ fn device_attr(mac: [u8; 6], max_qp_wr: u32) -> DeviceAttr {
         max_qp_wr,
         max_sge: 32,
         max_cq: 0x1_0000,
-        max_cqe: 0x10_0000,
+        max_cqe: MAX_CQE,
         max_mr: 0x00ff_fffe,
         max_pd: 0x1_0000,
         // What modify_qp accepts for max_rd_atomic / max_dest_rd_atomic (128, as rxe;
@@ -1417,6 +1423,24 @@ impl Cq {
     /// `ibv_poll_cq` in one call.
     /// How many completions wait in this CQ (software backend; the offload backend
     /// cannot tell without polling: `Unsupported`).
+    /// `ibv_resize_cq`: room for `cqe` completions, those queued kept; fewer than are
+    /// queued is refused (EINVAL, as rxe). [`Error::Unsupported`] on the offload backend.
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        match &self.kind {
+            CqKind::Soft(cq) => cq
+                .shared
+                .lock()
+                .rnic
+                .resize_cq(cq.cq, cqe)
+                .map_err(Error::Verbs),
+            CqKind::Svc(cq) => cq.resize(cqe),
+            CqKind::Verbs(_) => Err(Error::Unsupported {
+                what: "resizing a CQ",
+                backend: Backend::Offload,
+            }),
+        }
+    }
+
     pub fn pending(&self) -> Result<usize> {
         match &self.kind {
             CqKind::Soft(cq) => Ok(cq.ready.load(std::sync::atomic::Ordering::Acquire)),

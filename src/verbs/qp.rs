@@ -304,7 +304,10 @@ impl Qp {
                 qp.check_post(false)?;
                 // UD and UC drop what finds no receive: wait until it is in the engine.
                 let ready = qp.qp_type != crate::proto::QpType::Rc;
-                qp.pd.conn.post_recv(self.qpn, &wr, ready)?;
+                let full = qp.recv_out.load(std::sync::atomic::Ordering::Acquire) >= qp.recv_depth;
+                qp.pd.conn.post_recv(self.qpn, &wr, ready, full)?;
+                qp.recv_out
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
         }
         Ok(())

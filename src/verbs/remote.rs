@@ -33,10 +33,10 @@
 //!   [`Pd::reg_mr`](super::Pd::reg_mr) allocates zeroed memory
 //!   here and registers it so.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -72,6 +72,9 @@ pub(crate) struct Conn {
     /// DEVICE_FATAL was fetched.
     fatal: AtomicBool,
     hook: Arc<HookState>,
+    /// Per QP without an SRQ (by number): its receives posted and not yet polled
+    /// ([`RemoteQp::recv_out`]), counted down by [`RemoteCq::poll_into`].
+    recv_out: Mutex<HashMap<u32, Arc<AtomicU32>>>,
     pub service_pid: u32,
     pub active_mtu: u32,
     pub max_mtu: u32,
@@ -85,6 +88,24 @@ fn proto_err(msg: &str) -> Error {
 }
 
 impl Conn {
+    /// Count down the receives of `wcs` from their QPs' outstanding receives.
+    fn received(&self, wcs: &[WorkCompletion]) {
+        use crate::proto::WcOpcode;
+        let mut recvs = wcs
+            .iter()
+            .filter(|w| matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm))
+            .peekable();
+        if recvs.peek().is_none() {
+            return;
+        }
+        let m = self.recv_out.lock().unwrap_or_else(|p| p.into_inner());
+        for w in recvs {
+            if let Some(c) = m.get(&w.qp_num.value()) {
+                let _ = c.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            }
+        }
+    }
+
     /// Connect to the service of `ifname`, or `Ok(None)` when none listens.
     pub fn connect(ifname: &str) -> Result<Option<Conn>> {
         // Checked before anything is sent: a listener of another user is refused
@@ -131,6 +152,7 @@ impl Conn {
             port: AtomicU8::new(0),
             fatal: AtomicBool::new(false),
             hook: Arc::default(),
+            recv_out: Mutex::default(),
             service_pid,
             active_mtu,
             max_mtu,
@@ -271,10 +293,19 @@ impl Conn {
         self.submit(ipc::encode_send(qpn, wr)).map(drop)
     }
 
-    /// `ready`: return only once the service has put it in the engine ([`Conn::wait_done`]).
-    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool) -> Result<()> {
+    /// `ready`: return only once the service has put it in the engine ([`Conn::wait_done`]);
+    /// `full`: the receive queue may be full, so wait and fail as in process (ENOMEM)
+    /// when the engine refused it (the ring's refused index names this slot).
+    pub fn post_recv(&self, qpn: Qpn, wr: &RecvWr, ready: bool, full: bool) -> Result<()> {
         let at = self.submit(ipc::encode_recv(qpn, wr))?;
-        if ready {
+        if full {
+            if self.wait_done(at) {
+                let refused = self.sq.lock().unwrap_or_else(|p| p.into_inner()).refused();
+                if refused == at {
+                    return Err(VerbsError::QueueFull.into());
+                }
+            }
+        } else if ready {
             self.wait_done(at);
         }
         Ok(())
@@ -426,6 +457,12 @@ impl RemoteCq {
         })
     }
 
+    /// `ibv_resize_cq` through the service.
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        let cqe = u32::try_from(cqe).map_err(|_| Error::Verbs(VerbsError::InvalidValue("cqe")))?;
+        self.conn.call_ok(&Req::ResizeCq { cq: self.id, cqe })
+    }
+
     pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> usize {
         let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let mut w = [0u64; ipc::CQ_WORDS];
@@ -440,6 +477,7 @@ impl RemoteCq {
             }
         }
         drop(ring);
+        self.conn.received(&out[out.len() - n..]);
         if n == 0 {
             // A program spinning on an empty CQ (ibv_poll_cq in a loop, as perftest and
             // ibv_rc_pingpong do) would otherwise hold the CPU the service needs to
@@ -600,6 +638,13 @@ pub(crate) struct RemoteQp {
     pub qp_type: QpType,
     /// The SRQ its receive WQEs come from, kept as long as the QP.
     pub srq: Option<Arc<RemoteSrq>>,
+    /// The receive queue's size, and the receives posted and not yet polled: more of
+    /// those than the queue holds, and the queue may be full (the engine may have
+    /// completed some the program has not polled, never more), so a post then waits to
+    /// learn whether the engine took it (ENOMEM when not, as in process; otherwise no
+    /// post waits for it).
+    pub recv_depth: u32,
+    pub recv_out: Arc<AtomicU32>,
 }
 
 impl RemoteQp {
@@ -654,6 +699,12 @@ impl RemoteQp {
 
 impl Drop for RemoteQp {
     fn drop(&mut self) {
+        self.pd
+            .conn
+            .recv_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.qpn.value());
         if let Err(e) = self.pd.conn.call_ok(&Req::DestroyQp {
             qpn: self.qpn.value(),
         }) {
@@ -694,6 +745,14 @@ pub(super) fn create_qp(
     let Resp::Qp { qpn } = pd.conn.call(&req)?.0 else {
         return Err(unexpected("create_qp"));
     };
+    let recv_out = Arc::new(AtomicU32::new(0));
+    if srq.is_none() {
+        pd.conn
+            .recv_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(qpn, recv_out.clone());
+    }
     Ok(super::Qp {
         qpn: Qpn::new(qpn),
         dev: dev.clone(),
@@ -704,6 +763,8 @@ pub(super) fn create_qp(
             state: Mutex::new(crate::proto::QpState::Reset),
             qp_type,
             srq: srq.cloned(),
+            recv_depth: init.max_recv_wr,
+            recv_out,
         }),
     })
 }

@@ -48,10 +48,23 @@ pub struct CqState {
     pub(crate) comp_events: AtomicU32,
 }
 
+/// A CQ: the `ibv_cq` programs see, inside the `ibv_cq_ex` of the extended polling API
+/// (crate::cq `ex`; verbs.h's `ibv_cq_ex_to_cq` is a cast), then xrnic's state.
 #[repr(C)]
 pub struct XCq {
-    pub ibv: ibv_cq,
+    pub ibv: ibv_cq_ex,
     pub state: Arc<CqState>,
+    /// The completion `start_poll` / `next_poll` last took, read by the `read_*` ops.
+    pub(crate) cur: Mutex<Option<Polled>>,
+}
+
+/// A completion taken by the extended polling API, with the device clock's reading
+/// when it was taken (nanoseconds of CLOCK_MONOTONIC_RAW, and of CLOCK_REALTIME).
+#[derive(Clone, Copy)]
+pub struct Polled {
+    pub wc: xv::WorkCompletion,
+    pub ts: u64,
+    pub wall_ns: u64,
 }
 
 /// The CQs with a channel, of one context.

@@ -109,7 +109,9 @@ pub unsafe fn xah<'a>(ah: *mut ibv_ah) -> Option<&'a XAh> {
 
 #[repr(C)]
 pub struct XQp {
-    pub ibv: ibv_qp,
+    /// The `ibv_qp` programs see, inside the `ibv_qp_ex` of the work-request API
+    /// (crate::qp `ex`): one address for both.
+    pub ibv: ibv_qp_ex,
     pub(crate) qp: xv::Qp,
     pub(crate) pd: *const XPd,
     pub(crate) cqs: [Arc<CqState>; 2],
@@ -120,6 +122,34 @@ pub struct XQp {
     pub(crate) srq: *const XSrq,
     /// Inline data: the ring its bytes are copied into (`None` when max_inline_data 0).
     pub(crate) inline: Option<Inline>,
+    /// The requests built between `ibv_wr_start` and `ibv_wr_complete`.
+    pub(crate) batch: Mutex<Batch>,
+}
+
+/// A UD request's destination: the address handle (`ibv_ah *` as usize, looked up when
+/// posted), the remote QPN and Q_Key.
+#[derive(Clone, Copy)]
+pub struct UdDest {
+    pub ah: usize,
+    pub qpn: u32,
+    pub qkey: u32,
+}
+
+/// One request as the post path takes it: the engine's request, its inline bytes
+/// (copied from the program when it named them), its UD destination.
+pub struct Built {
+    pub wr: xv::SendWr,
+    pub inline: Option<Vec<u8>>,
+    pub ud: Option<UdDest>,
+}
+
+/// The `ibv_wr_*` requests of one `wr_start` .. `wr_complete` span, and the first error
+/// a builder or setter met (rdma-core's rxe keeps it the same way: `wr_complete` returns
+/// it and posts nothing).
+#[derive(Default)]
+pub struct Batch {
+    pub wrs: Vec<Built>,
+    pub err: c_int,
 }
 
 /// The largest `max_inline_data` a QP takes: rxe's (RXE_MAX_INLINE_DATA, the SGE area

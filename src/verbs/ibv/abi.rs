@@ -114,6 +114,12 @@ pub type QueryDeviceExFn = unsafe extern "C" fn(
     usize,
 ) -> c_int;
 
+pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
+pub type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
 /// `struct verbs_context`: the extended ops, `sz`, then the `ibv_context`. An op a
 /// program finds NULL takes the documented fallback of verbs.h's inline helper.
 #[repr(C)]
@@ -142,8 +148,8 @@ pub struct verbs_context {
     pub destroy_wq: Fp,
     pub modify_wq: Fp,
     pub create_wq: Fp,
-    pub query_rt_values: Fp,
-    pub create_cq_ex: Fp,
+    pub query_rt_values: Option<QueryRtValuesFn>,
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: Fp,
@@ -151,7 +157,7 @@ pub struct verbs_context {
     pub ibv_create_flow: Fp,
     pub abi_placeholder1: Fp,
     pub open_qp: Fp,
-    pub create_qp_ex: Fp,
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Fp,
     pub create_srq_ex: Fp,
     pub open_xrcd: Fp,
@@ -573,4 +579,142 @@ pub struct ibv_srq_attr {
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut c_void,
     pub attr: ibv_srq_attr,
+}
+
+/// `struct ibv_rx_hash_conf` (RSS QPs; xrnic refuses them, the field is carried for
+/// the layout of [`ibv_qp_init_attr_ex`]).
+#[repr(C)]
+pub struct ibv_rx_hash_conf {
+    pub rx_hash_function: u8,
+    pub rx_hash_key_len: u8,
+    pub rx_hash_key: *mut u8,
+    pub rx_hash_fields_mask: u64,
+}
+
+/// `struct ibv_qp_init_attr_ex`: [`ibv_qp_init_attr`]'s fields, then what `comp_mask`
+/// (`enum ibv_qp_init_attr_mask`) says is present.
+#[repr(C)]
+pub struct ibv_qp_init_attr_ex {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub cap: ibv_qp_cap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+    pub comp_mask: u32,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub create_flags: u32,
+    pub max_tso_header: u16,
+    pub rwq_ind_tbl: *mut c_void,
+    pub rx_hash_conf: ibv_rx_hash_conf,
+    pub source_qpn: u32,
+    pub send_ops_flags: u64,
+}
+
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+pub struct ibv_data_buf {
+    pub addr: *mut c_void,
+    pub length: usize,
+}
+
+pub type QpExFn = unsafe extern "C" fn(*mut ibv_qp_ex);
+
+/// `struct ibv_qp_ex`: an [`ibv_qp`], then the work-request builders and setters a
+/// program calls through the `ibv_wr_*` inline helpers (verbs.h); `wr_id` and `wr_flags`
+/// are written by the program before each builder.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    pub qp_base: ibv_qp,
+    pub comp_mask: u64,
+    pub wr_id: u64,
+    pub wr_flags: c_uint,
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    pub wr_bind_mw: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u32, *const c_void)>,
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_send: Option<QpExFn>,
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    pub wr_send_tso: Fp,
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    pub wr_set_xrc_srqn: Fp,
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    pub wr_start: Option<QpExFn>,
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    pub wr_abort: Option<QpExFn>,
+    pub wr_atomic_write: Fp,
+}
+
+/// `struct ibv_poll_cq_attr`.
+#[repr(C)]
+pub struct ibv_poll_cq_attr {
+    pub comp_mask: u32,
+}
+
+type CqRead<T> = Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> T>;
+
+/// `struct ibv_cq_ex`: an [`ibv_cq`]'s fields (`ibv_cq_ex_to_cq` is a cast), then the
+/// current completion's `status` and `wr_id` and the polling ops and accessors.
+#[repr(C)]
+pub struct ibv_cq_ex {
+    pub context: *mut ibv_context,
+    pub channel: *mut ibv_comp_channel,
+    pub cq_context: *mut c_void,
+    pub handle: u32,
+    pub cqe: c_int,
+    pub mutex: pthread_mutex_t,
+    pub cond: pthread_cond_t,
+    pub comp_events_completed: u32,
+    pub async_events_completed: u32,
+    pub comp_mask: u32,
+    pub status: c_int,
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    pub next_poll: CqRead<c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    pub read_opcode: CqRead<c_int>,
+    pub read_vendor_err: CqRead<u32>,
+    pub read_byte_len: CqRead<u32>,
+    pub read_imm_data: CqRead<u32>,
+    pub read_qp_num: CqRead<u32>,
+    pub read_src_qp: CqRead<u32>,
+    pub read_wc_flags: CqRead<c_uint>,
+    pub read_slid: CqRead<u32>,
+    pub read_sl: CqRead<u8>,
+    pub read_dlid_path_bits: CqRead<u8>,
+    pub read_completion_ts: CqRead<u64>,
+    pub read_cvlan: CqRead<u16>,
+    pub read_flow_tag: CqRead<u32>,
+    pub read_tm_info: Fp,
+    pub read_completion_wallclock_ns: CqRead<u64>,
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+pub struct ibv_cq_init_attr_ex {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut ibv_comp_channel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_values_ex`: `ibv_query_rt_values_ex`'s answer.
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
 }

@@ -1182,6 +1182,8 @@ impl Rnic {
         }
     }
 
+    // Once per packet, from one call site: inlined into `poll_transmit_with_reason`.
+    #[inline(always)]
     fn transmit_qp(&mut self, i: usize, now: Instant, buf: &mut [u8]) -> Option<(usize, TxReason)> {
         // With congestion control on, data is ECN-capable so that switches mark it CE
         // instead of dropping it (ConnectX and hiroce send ECT(0), docs/wire-format.md §5).

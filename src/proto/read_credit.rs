@@ -68,6 +68,7 @@ impl ReadPool {
 
     /// True once after a QP was held back by the device bound and room came back
     /// (`out` below `limit`): the device then wakes the QPs that wait for it.
+    #[inline]
     pub fn take_held(&self, limit: u32) -> bool {
         self.0.held.load(Ordering::Relaxed)
             && self.outstanding() < limit

@@ -169,7 +169,7 @@ pub fn compute(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
 }
 
 /// The hash state [`compute`] starts `pkt` from (the masks folded in).
-#[inline]
+#[inline(always)]
 pub fn start(ipv6: bool, ip_hdr_len: usize, pkt: &[u8]) -> u32 {
     let ip_len = ip_hdr_len.min(pkt.len()).min(60);
     let fix = match (ipv6, ip_len) {

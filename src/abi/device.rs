@@ -267,7 +267,11 @@ fn new_context(xdev: &'static XDevice, d: xv::Device) -> Option<(usize, std::syn
     v.sz = core::mem::size_of::<verbs_context>();
     let c = &mut v.context;
     c.device = &xdev.ibv as *const ibv_device as *mut ibv_device;
-    c.cmd_fd = -1;
+    // A descriptor where the kernel's uverbs fd would be: programs dup it or hand it to
+    // ibv_import_device (EOPNOTSUPP here), and a -1 makes their dup fail EBADF. It is
+    // /dev/null: nothing is ever sent through it.
+    // SAFETY: a NUL-terminated path, no other memory arguments.
+    c.cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     c.async_fd = async_fd;
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void;
@@ -309,6 +313,10 @@ pub extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let last = crate::opened::remove_context(ctx as usize);
         // SAFETY: the async fd is ours and closed once.
         unsafe { libc::close(x.vctx.context.async_fd) };
+        if x.vctx.context.cmd_fd >= 0 {
+            // SAFETY: the command fd is ours (new_context) and closed once.
+            unsafe { libc::close(x.vctx.context.cmd_fd) };
+        }
         if last {
             // The final stat snapshot (XRNIC_FINAL_STAT_DIR), written now, with the QPs
             // as the program left them: the driver would write it only when it stops,

@@ -83,7 +83,7 @@ fn order_rules(order: &[&[&'static str]]) -> Vec<(&'static str, Vec<&'static str
 /// (`every_proto_module_is_in_the_order`).
 const PROTO_ORDER: &[&[&str]] = &[
     &["config", "counters", "time", "trace", "verdict", "user_mem"],
-    &["cq", "timers", "sched", "congestion"],
+    &["cq", "timers", "sched", "congestion", "read_credit"],
     &["wr"],
     &["memory"],
     &["packet"],

@@ -12,9 +12,15 @@
  *   "attack: write status=S", "attack: read status=S" (S: the completion's, -1: none)
  *   "attack: done"
  * then one line to the victim, which reports on stderr whether its page changed
- * (tests/c/svc_mem_victim.c). (A second device opened in the child would be the same
- * connection: the library shares one device per process, src/abi/opened.rs.) */
+ * (tests/c/svc_mem_victim.c). The fork is a raw clone(2) with SIGCHLD, as a hostile
+ * program may make it: no pthread_atfork handler runs, so the library in the child does
+ * not know it is a child and still uses the parent's connection (a fork(3) child's
+ * library refuses inherited objects, docs/verbs-abi.md "fork"; the service must hold
+ * either way). */
 #include "common.h"
+
+#include <signal.h>
+#include <sys/syscall.h>
 
 #define PAGE 4096
 
@@ -130,7 +136,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	fflush(stdout);
-	pid = fork();
+	pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, NULL, NULL, 0);
 	if (pid < 0)
 		return 1;
 	if (pid == 0) {

@@ -149,7 +149,7 @@ fn forward_signals() {
 }
 
 /// Run `cmd` as a child, signals forwarded to it; when it has exited, close the lifeline
-/// of the services in `started` and wait (up to [`STOP_PATIENCE`]) for them to go. The
+/// of the services in `started` and wait (up to `STOP_PATIENCE`) for them to go. The
 /// exit code is the program's (128 + N for a program killed by signal N, as a shell).
 pub fn run(mut cmd: Command, prog: &str, started: Started) -> ExitCode {
     let mut child = match cmd.spawn() {

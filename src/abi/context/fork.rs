@@ -68,18 +68,27 @@ unsafe extern "C" fn req_notify_cq(_cq: *mut ibv_cq, _solicited: c_int) -> c_int
     libc::EINVAL
 }
 
-/// A post on an inherited QP: EINVAL, `*bad` at the first request.
+/// A post on an inherited QP or SRQ: EINVAL, `*bad` at the first request.
+///
+/// # Safety
+///
+/// `bad` is NULL or the caller's out pointer (verbs.h contract).
+unsafe fn refuse_post<W>(wr: *mut W, bad: *mut *mut W) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: the caller's out pointer (this function's contract).
+        unsafe { *bad = wr };
+    }
+    crate::set_errno(libc::EINVAL);
+    libc::EINVAL
+}
+
 unsafe extern "C" fn post_send(
     _qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's out pointer (verbs.h contract).
-        unsafe { *bad = wr };
-    }
-    crate::set_errno(libc::EINVAL);
-    libc::EINVAL
+    // SAFETY: called by ibv_post_send with its caller's out pointer.
+    unsafe { refuse_post(wr, bad) }
 }
 
 unsafe extern "C" fn post_recv(
@@ -87,12 +96,8 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's out pointer (verbs.h contract).
-        unsafe { *bad = wr };
-    }
-    crate::set_errno(libc::EINVAL);
-    libc::EINVAL
+    // SAFETY: called by ibv_post_recv with its caller's out pointer.
+    unsafe { refuse_post(wr, bad) }
 }
 
 unsafe extern "C" fn post_srq_recv(
@@ -100,10 +105,6 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the caller's out pointer (verbs.h contract).
-        unsafe { *bad = wr };
-    }
-    crate::set_errno(libc::EINVAL);
-    libc::EINVAL
+    // SAFETY: called by ibv_post_srq_recv with its caller's out pointer.
+    unsafe { refuse_post(wr, bad) }
 }

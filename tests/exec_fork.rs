@@ -24,32 +24,16 @@ use std::process::Command;
 use common::{require_c_headers, text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// tests/c/NAME.c built into a fresh directory, linked with `libs`: (the directory, the
-/// program).
+/// tests/c/NAME.c built, linked with `libs` ([`common::build_c`]), once the library it
+/// runs on is there.
 fn build(name: &str, libs: &[&str]) -> (PathBuf, PathBuf) {
-    require_c_headers("/usr/include/infiniband/verbs.h", "libibverbs-dev");
     let lib = Path::new(xrnic_bin()).with_file_name("libibverbs.so");
     assert!(
         lib.exists(),
         "{} missing: cargo build --workspace",
         lib.display()
     );
-    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let o = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .args(libs)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cc: {}", text(&o));
-    (dir, exe)
+    common::build_c(name, libs)
 }
 
 /// The program under one `xrnic exec` (`--in-process` when `mode` is "in-process") on

@@ -14,30 +14,12 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{require_c_headers, text, xrnic_bin};
+use common::{text, xrnic_bin};
 use xrnic_netns::{Side, VethPair};
 
-/// tests/c/NAME.c built into a fresh directory: (the directory, the program). Fails
-/// without cc or libibverbs-dev's headers.
+/// tests/c/NAME.c built and linked with libibverbs ([`common::build_c`]).
 fn build(name: &str) -> (PathBuf, PathBuf) {
-    require_c_headers("/usr/include/infiniband/verbs.h", "libibverbs-dev");
-    // One directory per build: tests of one program run in parallel.
-    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    let o = Command::new("cc")
-        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-libverbs")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "cc: {}", text(&o));
-    (dir, exe)
+    common::build_c(name, &["-libverbs"])
 }
 
 fn exec_gid(pair: &VethPair, side: Side, exe: &Path, dir: &Path, role: &str, gid: &str) -> Command {

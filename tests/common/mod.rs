@@ -396,3 +396,26 @@ pub fn wait_listening(pair: &VethPair, side: Side, port: u16, server: &mut Child
     }
     panic!("nothing listens on port {port}");
 }
+
+/// tests/c/NAME.c built with cc into a fresh directory of its own (tests of one program
+/// run in parallel), linked with `libs` (e.g. `-libverbs`): (the directory, the
+/// program). Fails without cc or libibverbs-dev's headers.
+pub fn build_c(name: &str, libs: &[&str]) -> (PathBuf, PathBuf) {
+    require_c_headers("/usr/include/infiniband/verbs.h", "libibverbs-dev");
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!("xrnic-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    let o = Command::new("cc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(libs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cc: {}", text(&o));
+    (dir, exe)
+}

@@ -128,10 +128,10 @@ static inline int wait_async_except(struct ibv_context *ctx, int ms, int skip,
 	}
 }
 
-/* A connected QP (RC or UC) to RTS; UC takes neither the RDMA-atomic nor the retry
- * attributes (IBTA vol. 1 §10.3). */
-static inline int connect_qp(struct ibv_qp *qp, int uc, uint32_t dest,
-			     const union ibv_gid *dgid, int gid_index)
+/* A connected QP (RC or UC) to RTS with `access` as its access flags; UC takes neither
+ * the RDMA-atomic nor the retry attributes (IBTA vol. 1 §10.3). */
+static inline int connect_qp_access(struct ibv_qp *qp, int uc, uint32_t dest,
+				    const union ibv_gid *dgid, int gid_index, int access)
 {
 	struct ibv_qp_attr a;
 	int m;
@@ -139,7 +139,7 @@ static inline int connect_qp(struct ibv_qp *qp, int uc, uint32_t dest,
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+	a.qp_access_flags = access;
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 				   IBV_QP_ACCESS_FLAGS))
 		return -1;
@@ -169,6 +169,14 @@ static inline int connect_qp(struct ibv_qp *qp, int uc, uint32_t dest,
 	if (!uc)
 		m |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 	return ibv_modify_qp(qp, &a, m);
+}
+
+/* connect_qp_access with remote WRITE and local write access. */
+static inline int connect_qp(struct ibv_qp *qp, int uc, uint32_t dest,
+			     const union ibv_gid *dgid, int gid_index)
+{
+	return connect_qp_access(qp, uc, dest, dgid, gid_index,
+				 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE);
 }
 
 #endif

@@ -25,44 +25,6 @@ struct info {
 	(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE |   \
 	 IBV_ACCESS_REMOTE_ATOMIC)
 
-/* INIT (every access), RTR, RTS. */
-static int connect_all(struct ibv_qp *qp, const struct info *peer, int gid_index)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = ALL_ACCESS;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				   IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qpn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-				      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				      IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
 /* The next completion of `cq` through the extended API (bounded): 0 with the CQ's
  * current completion set (ibv_end_poll already called), or ENOENT. */
 static int next_ex(struct ibv_cq_ex *cq)
@@ -398,7 +360,7 @@ int main(int argc, char **argv)
 	me.gid = gid;
 	check(write_info(argv[4], argv[3], &me) == 0 &&
 		      read_info(argv[4], server ? "client" : "server", &peer) == 0 &&
-		      connect_all(qp, &peer, gid_index) == 0,
+		      connect_qp_access(qp, 0, peer.qpn, &peer.gid, gid_index, ALL_ACCESS) == 0,
 	      "exchange, INIT, RTR, RTS");
 
 	if (server) {

@@ -675,7 +675,10 @@ run_verbs_suite() {
 	xri_ns ip link set tapA mtu 1500
 	xri_ns ip link set h1 mtu 1500
 	ip netns exec "$H_NS" ip link set eth0 mtu 1500
-	xri_net_add_veth h2 1500 "$H2_IP4" "$H2_IP6"
+	# One h2 for every suite of the run (verbs_suite, then verbs_ex when named).
+	if ! ip netns list | grep -qw -- "$XRI_NS-h2"; then
+		xri_net_add_veth h2 1500 "$H2_IP4" "$H2_IP6"
+	fi
 	# On xrnic: GID 1 (IPv4-mapped) on both ends. The two ends meet through files in
 	# xrnic.d (server.info, client.info, client-done...: tests/c/common.h), so a run in an
 	# output directory used before must not find the last run's: a stale client.info gave
